@@ -1,0 +1,29 @@
+//! # spillway-core
+//!
+//! The storage engine and the wire types of Spillway, a store-and-forward message queue for
+//! edge gateways: `#![no_std]`, no allocation, sans-IO (the caller passes the time and the
+//! log id; nothing here reads a clock, spawns a thread or draws a random number).
+//!
+//! - [`storage`]: the flash partition the log lives on, with adapters for any
+//!   `embedded_storage::nor_flash::NorFlash`, a simulated NOR flash (feature `sim`) and a
+//!   flash image file (feature `std`).
+//! - [`log`]: the power-cut-safe segmented log: RAM buffer with group commit and spill
+//!   policy, recovery, retention, committed offsets per consumer. The on-flash format is
+//!   documented in `FORMAT.md`.
+//! - [`wire`]: the framed protocol spoken between sensors, gateway and bridge
+//!   (`PROTOCOL.md`).
+//!
+//! ## Features
+//! - `std`: file image storage and `std::error::Error` on the error types.
+//! - `sim`: the simulated flash used by tests and benchmarks.
+//! - `defmt` / `log`: where the engine's log lines go (`defmt` wins if both are on).
+#![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(feature = "std")]
+extern crate std;
+
+#[macro_use]
+mod fmt;
+
+pub mod storage;

@@ -1,0 +1,1 @@
+//! Shared helpers for Spillway's end-to-end tests and benchmarks.
