@@ -1,0 +1,216 @@
+//! Errors, one enum per operation family, generic over the storage's error `E`.
+//!
+//! A scan outcome (valid, torn tail, corrupt batch) is not an error: it is reported in the
+//! [`RecoveryReport`](crate::log::RecoveryReport) and in
+//! [`ReadOutcome::lost`](crate::log::ReadOutcome::lost).
+
+use core::fmt::Debug;
+
+/// Formatting a partition failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FormatError<E: Debug> {
+    /// The storage failed.
+    #[error("flash error during format: {0:?}")]
+    Flash(E),
+    /// The geometry is unusable (see [`Geometry::is_valid`](crate::storage::Geometry::is_valid));
+    /// the log also needs an erase size of at least 1024 bytes.
+    #[error("unsupported flash geometry")]
+    Geometry,
+    /// Fewer than 2 segments fit in the partition.
+    #[error("partition holds {segments} segments of {blocks_per_segment} erase blocks; at least 2 are needed")]
+    TooFewSegments {
+        /// Segments that fit.
+        segments: u32,
+        /// Erase blocks per segment asked for.
+        blocks_per_segment: u32,
+    },
+    /// An erase block stayed non-blank after repeated erases.
+    #[error("erase block {block} does not erase")]
+    BadBlock {
+        /// Index of the erase block.
+        block: u32,
+    },
+}
+
+/// Mounting a partition failed. Recovery itself never fails on bad data: this is about
+/// storage errors and partitions that are not a Spillway log.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MountError<E: Debug> {
+    /// The storage failed.
+    #[error("flash error during mount: {0:?}")]
+    Flash(E),
+    /// The storage's geometry is unusable.
+    #[error("unsupported flash geometry")]
+    Geometry,
+    /// Neither a journal entry nor a segment header was found.
+    #[error("partition is not formatted as a Spillway log")]
+    NotFormatted,
+    /// The partition was formatted with a different geometry than the storage reports.
+    #[error("image geometry (erase {image_erase_size} B, write {image_write_size} B) differs from the storage (erase {erase_size} B, write {write_size} B)")]
+    GeometryMismatch {
+        /// Erase size recorded in the image, bytes.
+        image_erase_size: u32,
+        /// Write size recorded in the image, bytes.
+        image_write_size: u32,
+        /// Erase size of the storage, bytes.
+        erase_size: u32,
+        /// Write size of the storage, bytes.
+        write_size: u32,
+    },
+    /// The caller's segment table is too small for the partition.
+    #[error("partition has {segments} segments but the segment table holds {slots}")]
+    SegmentTable {
+        /// Segments in the partition.
+        segments: u32,
+        /// Slots provided.
+        slots: usize,
+    },
+    /// The caller's RAM buffer is too small.
+    #[error("RAM buffer of {len} bytes is below the minimum of {min}")]
+    BufferTooSmall {
+        /// Bytes provided.
+        len: usize,
+        /// Bytes needed.
+        min: usize,
+    },
+}
+
+/// Appending a record failed; nothing was appended.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppendError<E: Debug> {
+    /// The storage failed.
+    #[error("flash error during append: {0:?}")]
+    Flash(E),
+    /// The record is larger than the log accepts.
+    #[error("record of {len} bytes exceeds the maximum of {max}")]
+    TooLarge {
+        /// Encoded record length, bytes.
+        len: usize,
+        /// Largest encoded record, bytes.
+        max: usize,
+    },
+    /// The topic is empty or longer than 255 bytes.
+    #[error("topic must be 1 to 255 bytes, got {len}")]
+    BadTopic {
+        /// Topic length in bytes.
+        len: usize,
+    },
+    /// Storage is full and the full policy is `reject-new` (backpressure: retry after the
+    /// consumers commit).
+    #[error("log is full")]
+    Full,
+    /// A resend of a producer sequence older than the remembered window.
+    #[error("producer {producer:#x} resent sequence {seq}, older than the remembered window (last {last_seq})")]
+    SequenceTooOld {
+        /// Producer id.
+        producer: u64,
+        /// Sequence resent.
+        seq: u32,
+        /// Last sequence stored.
+        last_seq: u32,
+    },
+    /// An erase block stayed non-blank after repeated erases (worn-out flash).
+    #[error("erase block {block} does not erase")]
+    BadBlock {
+        /// Index of the erase block in the partition.
+        block: u32,
+    },
+}
+
+/// Writing the RAM buffer to flash failed; the records stay in RAM.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FlushError<E: Debug> {
+    /// The storage failed.
+    #[error("flash error during flush: {0:?}")]
+    Flash(E),
+    /// No segment can be reused and the full policy is `reject-new`.
+    #[error("log is full")]
+    Full,
+    /// An erase block stayed non-blank after repeated erases (worn-out flash).
+    #[error("erase block {block} does not erase")]
+    BadBlock {
+        /// Index of the erase block in the partition.
+        block: u32,
+    },
+}
+
+impl<E: Debug> From<FlushError<E>> for AppendError<E> {
+    fn from(e: FlushError<E>) -> Self {
+        match e {
+            FlushError::Flash(e) => AppendError::Flash(e),
+            FlushError::Full => AppendError::Full,
+            FlushError::BadBlock { block } => AppendError::BadBlock { block },
+        }
+    }
+}
+
+/// Reading failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError<E: Debug> {
+    /// The storage failed.
+    #[error("flash error during read: {0:?}")]
+    Flash(E),
+    /// The offset is above the next offset.
+    #[error("offset {offset} is beyond the next offset {next}")]
+    OffsetOutOfRange {
+        /// Offset asked for.
+        offset: u64,
+        /// The log's next offset.
+        next: u64,
+    },
+    /// The offset was dropped (retention or `drop-oldest`).
+    #[error("offset {offset} was dropped; first available is {first_available}")]
+    Dropped {
+        /// Offset asked for.
+        offset: u64,
+        /// First offset still retained.
+        first_available: u64,
+    },
+    /// The caller's buffer cannot hold the first record.
+    #[error("read buffer too small: the record needs {needed} bytes")]
+    BufferTooSmall {
+        /// Bytes needed.
+        needed: usize,
+    },
+}
+
+/// Committing, deleting or persisting consumer offsets failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommitError<E: Debug> {
+    /// The storage failed.
+    #[error("flash error during commit: {0:?}")]
+    Flash(E),
+    /// The offset is above the next offset.
+    #[error("offset {offset} is beyond the next offset {next}")]
+    OffsetOutOfRange {
+        /// Offset given.
+        offset: u64,
+        /// The log's next offset.
+        next: u64,
+    },
+    /// The consumer table is full.
+    #[error("too many consumers (maximum {max})")]
+    TooManyConsumers {
+        /// Table size.
+        max: usize,
+    },
+    /// An erase block of the journal stayed non-blank after repeated erases.
+    #[error("erase block {block} does not erase")]
+    BadBlock {
+        /// Index of the erase block in the partition.
+        block: u32,
+    },
+    /// The name is empty or longer than 31 bytes.
+    #[error("consumer name must be 1 to 31 bytes, got {len}")]
+    BadName {
+        /// Name length in bytes.
+        len: usize,
+    },
+}
+

@@ -1,0 +1,420 @@
+//! Byte layouts of the on-flash structures: segment header, batch header, record, journal
+//! entry. Everything is explicit little-endian; `FORMAT.md` has the byte tables.
+//!
+//! Every structure starts with a 4-byte magic that is neither all-0x00 nor all-0xFF and
+//! carries a CRC-32 (IEEE, as computed by `crc32fast`), so neither an erased nor a zeroed
+//! region ever validates.
+
+use crate::storage::Geometry;
+
+/// Version of the on-flash format written by this crate, stored in every segment header.
+pub const FORMAT_VERSION: u16 = 1;
+
+/// Magic of a segment header: the bytes `S P W S`.
+pub const SEGMENT_MAGIC: u32 = u32::from_le_bytes(*b"SPWS");
+/// Magic of a batch header: the bytes `S P W B`.
+pub const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"SPWB");
+/// Magic of a journal entry: the bytes `S P W J`.
+pub const JOURNAL_MAGIC: u32 = u32::from_le_bytes(*b"SPWJ");
+
+/// Length of a segment header in bytes (before padding to the write size).
+pub const SEGMENT_HEADER_LEN: usize = 80;
+/// Length of a batch header in bytes.
+pub const BATCH_HEADER_LEN: usize = 32;
+/// Length of the fixed part of a journal entry in bytes.
+pub const JOURNAL_HEADER_LEN: usize = 64;
+
+/// Erase blocks at the start of the partition that hold the commit journal.
+pub const JOURNAL_BLOCKS: u32 = 2;
+
+/// Longest topic name in bytes.
+pub const MAX_TOPIC_LEN: usize = 255;
+/// Longest consumer name in bytes.
+pub const MAX_CONSUMER_NAME_LEN: usize = 31;
+
+/// Bytes a record takes in a batch besides its topic and payload:
+/// topic length (1) + timestamp (8) + flags (1) + payload length (4).
+pub const RECORD_OVERHEAD: usize = 14;
+/// Extra bytes of a record that carries a producer id (8) and sequence (4).
+pub const PRODUCER_LEN: usize = 12;
+
+const FLAG_PRODUCER: u8 = 0x01;
+
+/// Rounds `n` up to a multiple of `align` (a power of two).
+pub(crate) const fn align_up(n: u32, align: u32) -> u32 {
+    (n + align - 1) & !(align - 1)
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(x)
+}
+fn u128_at(b: &[u8], at: usize) -> u128 {
+    let mut x = [0u8; 16];
+    x.copy_from_slice(&b[at..at + 16]);
+    u128::from_le_bytes(x)
+}
+
+/// CRC-32 (IEEE 802.3 polynomial, reflected, as in zlib and Ethernet) of `data`.
+pub fn crc32(data: &[u8]) -> u32 {
+    crc32fast::hash(data)
+}
+
+/// The record CRC: CRC-32 over the record's offset (u64, little-endian) followed by the
+/// record's encoding in a batch (see [`RecordRef`]). Consumers compare it to check a resume
+/// point; the offset is part of it so that equal records at different offsets differ.
+pub fn record_crc(offset: u64, encoded: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&offset.to_le_bytes());
+    h.update(encoded);
+    h.finalize()
+}
+
+/// The segment header, stored at the start of the first erase block of every segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentHeader {
+    /// Erase block size of the partition, bytes.
+    pub erase_size: u32,
+    /// Write granularity of the partition, bytes.
+    pub write_size: u32,
+    /// Value of an erased byte.
+    pub erased: u8,
+    /// Erase blocks per segment.
+    pub blocks_per_segment: u32,
+    /// Number of segments in the ring.
+    pub segment_count: u32,
+    /// The log id, fixed at format time.
+    pub log_id: u128,
+    /// Segment sequence number: orders the ring, +1 for every segment opened.
+    pub seq: u64,
+    /// Offset of the first record this segment may hold.
+    pub base_offset: u64,
+    /// Record CRC of the last record appended before `base_offset` (0 if none).
+    pub prev_crc: u32,
+    /// How many times this segment has been erased (wear figure).
+    pub erase_count: u32,
+}
+
+impl SegmentHeader {
+    /// Encodes the header into its 80 bytes.
+    pub fn encode(&self) -> [u8; SEGMENT_HEADER_LEN] {
+        let mut b = [0u8; SEGMENT_HEADER_LEN];
+        b[0..4].copy_from_slice(&SEGMENT_MAGIC.to_le_bytes());
+        b[4..6].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[6..8].copy_from_slice(&(SEGMENT_HEADER_LEN as u16).to_le_bytes());
+        b[8..12].copy_from_slice(&self.erase_size.to_le_bytes());
+        b[12..14].copy_from_slice(&(self.write_size as u16).to_le_bytes());
+        b[14] = self.erased;
+        b[15] = 0;
+        b[16..20].copy_from_slice(&self.blocks_per_segment.to_le_bytes());
+        b[20..24].copy_from_slice(&self.segment_count.to_le_bytes());
+        b[24..40].copy_from_slice(&self.log_id.to_le_bytes());
+        b[40..48].copy_from_slice(&self.seq.to_le_bytes());
+        b[48..56].copy_from_slice(&self.base_offset.to_le_bytes());
+        b[56..60].copy_from_slice(&self.prev_crc.to_le_bytes());
+        b[60..64].copy_from_slice(&self.erase_count.to_le_bytes());
+        b[64..68].copy_from_slice(&JOURNAL_BLOCKS.to_le_bytes());
+        // 68..76 reserved, zero.
+        let crc = crc32(&b[..76]);
+        b[76..80].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decodes a header; `None` if the magic, version, length or CRC is wrong.
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() < SEGMENT_HEADER_LEN
+            || u32_at(b, 0) != SEGMENT_MAGIC
+            || u16_at(b, 4) != FORMAT_VERSION
+            || u16_at(b, 6) as usize != SEGMENT_HEADER_LEN
+            || crc32(&b[..76]) != u32_at(b, 76)
+        {
+            return None;
+        }
+        Some(SegmentHeader {
+            erase_size: u32_at(b, 8),
+            write_size: u16_at(b, 12) as u32,
+            erased: b[14],
+            blocks_per_segment: u32_at(b, 16),
+            segment_count: u32_at(b, 20),
+            log_id: u128_at(b, 24),
+            seq: u64_at(b, 40),
+            base_offset: u64_at(b, 48),
+            prev_crc: u32_at(b, 56),
+            erase_count: u32_at(b, 60),
+        })
+    }
+
+    /// The partition geometry this header describes (capacity derived from the ring).
+    pub fn geometry(&self) -> Geometry {
+        let blocks = JOURNAL_BLOCKS as u64
+            + self.blocks_per_segment as u64 * self.segment_count as u64;
+        Geometry {
+            erase_size: self.erase_size,
+            write_size: self.write_size,
+            capacity: (blocks * self.erase_size as u64).min(u32::MAX as u64) as u32,
+            erased: self.erased,
+        }
+    }
+}
+
+/// The fixed 32-byte header of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    /// Length of the batch in bytes, header included, padding excluded.
+    pub len: u32,
+    /// CRC-32 over bytes 16..len (base offset, count, prev CRC and the records).
+    pub crc: u32,
+    /// Offset of the first record.
+    pub base_offset: u64,
+    /// Number of records (at least 1).
+    pub count: u32,
+    /// Record CRC of the last record appended before `base_offset` (0 if none).
+    pub prev_crc: u32,
+}
+
+/// What the first 16 bytes of a would-be batch say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadCheck {
+    /// Every byte of the header is the erased value: the end of written data.
+    Erased,
+    /// The magic and the length check agree; the length is plausible.
+    Plausible,
+    /// Anything else.
+    Invalid,
+}
+
+impl BatchHeader {
+    /// Encodes the header. `crc` must already be computed over bytes 16..len.
+    pub fn encode(&self) -> [u8; BATCH_HEADER_LEN] {
+        let mut b = [0u8; BATCH_HEADER_LEN];
+        b[0..4].copy_from_slice(&BATCH_MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&self.len.to_le_bytes());
+        b[8..12].copy_from_slice(&(!self.len).to_le_bytes());
+        b[12..16].copy_from_slice(&self.crc.to_le_bytes());
+        b[16..24].copy_from_slice(&self.base_offset.to_le_bytes());
+        b[24..28].copy_from_slice(&self.count.to_le_bytes());
+        b[28..32].copy_from_slice(&self.prev_crc.to_le_bytes());
+        b
+    }
+
+    /// Checks magic, length check and bounds (`max_len`: bytes available from the batch's
+    /// position to the end of its segment).
+    pub fn check(b: &[u8; BATCH_HEADER_LEN], erased: u8, max_len: u32) -> HeadCheck {
+        if b.iter().all(|&x| x == erased) {
+            return HeadCheck::Erased;
+        }
+        let len = u32_at(b, 4);
+        let count = u32_at(b, 24);
+        if u32_at(b, 0) != BATCH_MAGIC
+            || u32_at(b, 8) != !len
+            || (len as usize) < BATCH_HEADER_LEN + RECORD_OVERHEAD
+            || len > max_len
+            || count == 0
+            || count as usize > (len as usize - BATCH_HEADER_LEN) / RECORD_OVERHEAD
+        {
+            return HeadCheck::Invalid;
+        }
+        HeadCheck::Plausible
+    }
+
+    /// Decodes the fields (after [`BatchHeader::check`] said `Plausible`).
+    pub fn decode(b: &[u8; BATCH_HEADER_LEN]) -> Self {
+        BatchHeader {
+            len: u32_at(b, 4),
+            crc: u32_at(b, 12),
+            base_offset: u64_at(b, 16),
+            count: u32_at(b, 24),
+            prev_crc: u32_at(b, 28),
+        }
+    }
+
+    /// One past the last offset of the batch.
+    pub fn end_offset(&self) -> u64 {
+        self.base_offset.saturating_add(self.count as u64)
+    }
+}
+
+/// Producer identity of an idempotent publisher (Kafka's idempotent producer idea):
+/// a resend with the same `(id, seq)` is stored once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Producer {
+    /// Producer id, chosen by the publisher (random per boot of the publisher).
+    pub id: u64,
+    /// Sequence number, +1 per record of this producer.
+    pub seq: u32,
+}
+
+/// A record as it is appended: the log assigns the offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// Topic name, 1 to 255 bytes of UTF-8.
+    pub topic: &'a str,
+    /// Wall-clock time of the record in µs since the Unix epoch (set by the publisher or the
+    /// gateway; not used by the log for timing).
+    pub timestamp_us: u64,
+    /// Producer id and sequence, for idempotent publishing.
+    pub producer: Option<Producer>,
+    /// Payload bytes.
+    pub payload: &'a [u8],
+}
+
+impl Record<'_> {
+    /// Bytes this record takes in a batch.
+    pub fn encoded_len(&self) -> usize {
+        RECORD_OVERHEAD
+            + self.topic.len()
+            + self.payload.len()
+            + if self.producer.is_some() { PRODUCER_LEN } else { 0 }
+    }
+
+    /// Encodes the record into `out` (exactly [`Record::encoded_len`] bytes long).
+    pub(crate) fn encode_into(&self, out: &mut [u8]) {
+        let t = self.topic.as_bytes();
+        out[0] = t.len() as u8;
+        let mut at = 1;
+        out[at..at + t.len()].copy_from_slice(t);
+        at += t.len();
+        out[at..at + 8].copy_from_slice(&self.timestamp_us.to_le_bytes());
+        at += 8;
+        match self.producer {
+            Some(p) => {
+                out[at] = FLAG_PRODUCER;
+                out[at + 1..at + 9].copy_from_slice(&p.id.to_le_bytes());
+                out[at + 9..at + 13].copy_from_slice(&p.seq.to_le_bytes());
+                at += 13;
+            }
+            None => {
+                out[at] = 0;
+                at += 1;
+            }
+        }
+        out[at..at + 4].copy_from_slice(&(self.payload.len() as u32).to_le_bytes());
+        at += 4;
+        out[at..at + self.payload.len()].copy_from_slice(self.payload);
+    }
+}
+
+/// A record read back from the log, borrowing its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRef<'a> {
+    /// The record's offset.
+    pub offset: u64,
+    /// The record CRC (see [`record_crc`]).
+    pub crc: u32,
+    /// Topic name.
+    pub topic: &'a str,
+    /// Wall-clock timestamp, µs since the Unix epoch.
+    pub timestamp_us: u64,
+    /// Producer id and sequence, if the publisher gave them.
+    pub producer: Option<Producer>,
+    /// Payload bytes.
+    pub payload: &'a [u8],
+    /// The record's whole encoding (what the record CRC covers, after the offset).
+    pub encoded: &'a [u8],
+}
+
+/// Parses one record encoding at the start of `b`; returns it and its length in bytes.
+/// `None` if the bytes are not a well-formed record (bounds, flags, UTF-8).
+pub fn parse_record(b: &[u8], offset: u64) -> Option<(RecordRef<'_>, usize)> {
+    let tlen = *b.first()? as usize;
+    if tlen == 0 {
+        return None;
+    }
+    let mut at = 1;
+    let topic = core::str::from_utf8(b.get(at..at + tlen)?).ok()?;
+    at += tlen;
+    let timestamp_us = u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?);
+    at += 8;
+    let flags = *b.get(at)?;
+    at += 1;
+    let producer = match flags {
+        0 => None,
+        FLAG_PRODUCER => {
+            let p = b.get(at..at + PRODUCER_LEN)?;
+            at += PRODUCER_LEN;
+            Some(Producer { id: u64_at(p, 0), seq: u32_at(p, 8) })
+        }
+        _ => return None,
+    };
+    let plen = u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?) as usize;
+    at += 4;
+    let payload = b.get(at..at.checked_add(plen)?)?;
+    at += plen;
+    let encoded = &b[..at];
+    Some((
+        RecordRef {
+            offset,
+            crc: record_crc(offset, encoded),
+            topic,
+            timestamp_us,
+            producer,
+            payload,
+        },
+        at,
+    ))
+}
+
+/// Iterates the records of a buffer filled by [`Log::read`](super::Log::read): record
+/// encodings back to back, offsets consecutive from `first_offset`. Stops at the first
+/// malformed record (which a successful read never produces).
+#[derive(Debug, Clone)]
+pub struct RecordIter<'a> {
+    rest: &'a [u8],
+    next_offset: u64,
+    left: u32,
+}
+
+impl<'a> RecordIter<'a> {
+    /// Iterates `count` records of `bytes`, the first one at `first_offset`.
+    pub fn new(bytes: &'a [u8], first_offset: u64, count: u32) -> Self {
+        RecordIter { rest: bytes, next_offset: first_offset, left: count }
+    }
+}
+
+impl<'a> Iterator for RecordIter<'a> {
+    type Item = RecordRef<'a>;
+    fn next(&mut self) -> Option<RecordRef<'a>> {
+        if self.left == 0 {
+            return None;
+        }
+        let (r, n) = parse_record(self.rest, self.next_offset)?;
+        self.rest = &self.rest[n..];
+        self.next_offset += 1;
+        self.left -= 1;
+        Some(r)
+    }
+}
+
+/// Walks the records of a batch body (bytes after the 32-byte header), checking that
+/// exactly `count` well-formed records fill it. Returns the length of the first `skip`
+/// records and the CRC of the record just before the `skip`-th one (or `prev_crc`).
+pub(crate) fn walk_records(body: &[u8], base: u64, count: u32, skip: u64, prev_crc: u32) -> Option<(usize, u32)> {
+    let mut at = 0usize;
+    let mut crc = prev_crc;
+    let mut skipped_len = 0usize;
+    for i in 0..count as u64 {
+        if i == skip {
+            skipped_len = at;
+        }
+        let (r, n) = parse_record(&body[at..], base + i)?;
+        if i < skip {
+            crc = r.crc;
+        }
+        at += n;
+    }
+    if at != body.len() {
+        return None;
+    }
+    if skip >= count as u64 {
+        skipped_len = at;
+    }
+    Some((skipped_len, crc))
+}

@@ -1,0 +1,196 @@
+//! The commit journal: consumers' committed offsets, the offset lease and a snapshot of the
+//! producer table, written as whole snapshots into two erase blocks used in turn.
+
+use heapless::Vec;
+
+use super::format::{
+    JOURNAL_HEADER_LEN, JOURNAL_MAGIC, MAX_CONSUMER_NAME_LEN, crc32,
+};
+
+/// Most consumers a log tracks (the `bridge` consumer included).
+pub const MAX_CONSUMERS: usize = 8;
+/// Most producers remembered for idempotent publishing.
+pub const MAX_PRODUCERS: usize = 32;
+/// Sequence numbers remembered per producer in RAM (a resend of one of the last
+/// `PRODUCER_WINDOW` records of a producer is answered with its original offset).
+pub const PRODUCER_WINDOW: usize = 4;
+
+/// Longest journal entry in bytes.
+pub const MAX_ENTRY_LEN: usize =
+    JOURNAL_HEADER_LEN + MAX_CONSUMERS * (1 + MAX_CONSUMER_NAME_LEN + 8) + MAX_PRODUCERS * 20;
+
+const FLAG_CLEAN: u8 = 0x01;
+
+/// A named consumer and its committed offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumer {
+    /// Name, 1 to 31 bytes.
+    pub name: heapless::String<MAX_CONSUMER_NAME_LEN>,
+    /// Committed offset in RAM: every offset below it is done.
+    pub committed: u64,
+    /// The committed offset as last persisted in the journal.
+    pub persisted: u64,
+}
+
+/// What the log remembers of one producer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerState {
+    /// Producer id.
+    pub id: u64,
+    /// The last records' `(sequence, offset)`, oldest first, at most [`PRODUCER_WINDOW`].
+    pub window: Vec<(u32, u64), PRODUCER_WINDOW>,
+}
+
+impl ProducerState {
+    /// The highest sequence seen.
+    pub fn last_seq(&self) -> Option<u32> {
+        self.window.last().map(|w| w.0)
+    }
+
+    /// Records `(seq, offset)`, forgetting the oldest when the window is full.
+    pub fn push(&mut self, seq: u32, offset: u64) {
+        if self.window.is_full() {
+            self.window.remove(0);
+        }
+        let _ = self.window.push((seq, offset));
+    }
+}
+
+/// A decoded journal entry (a whole snapshot).
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// Entry sequence number; the highest valid one wins.
+    pub seq: u64,
+    /// No offset below the lease has been or will be handed out without a new entry.
+    pub lease: u64,
+    /// The durable end when the entry was written.
+    pub durable_next: u64,
+    /// The log id.
+    pub log_id: u128,
+    /// Erase blocks per segment.
+    pub blocks_per_segment: u32,
+    /// The entry was written by a clean shutdown.
+    pub clean: bool,
+    /// Consumers and their committed offsets.
+    pub consumers: Vec<(heapless::String<MAX_CONSUMER_NAME_LEN>, u64), MAX_CONSUMERS>,
+    /// Producers: `(id, last durable sequence, its offset)`.
+    pub producers: Vec<(u64, u32, u64), MAX_PRODUCERS>,
+}
+
+/// Encodes a journal entry into `out` (at least [`MAX_ENTRY_LEN`] bytes); returns its
+/// length. Producers that would make the entry longer than `max_len` are left out.
+#[allow(clippy::too_many_arguments)]
+pub fn encode<'c>(
+    out: &mut [u8],
+    max_len: usize,
+    seq: u64,
+    lease: u64,
+    durable_next: u64,
+    log_id: u128,
+    blocks_per_segment: u32,
+    clean: bool,
+    consumers: impl Iterator<Item = (&'c str, u64)>,
+    producers: impl Iterator<Item = (u64, u32, u64)>,
+) -> usize {
+    let mut at = JOURNAL_HEADER_LEN;
+    let mut nc = 0u8;
+    for (name, off) in consumers {
+        let n = name.as_bytes();
+        out[at] = n.len() as u8;
+        out[at + 1..at + 1 + n.len()].copy_from_slice(n);
+        at += 1 + n.len();
+        out[at..at + 8].copy_from_slice(&off.to_le_bytes());
+        at += 8;
+        nc += 1;
+    }
+    let mut np = 0u8;
+    for (id, pseq, off) in producers {
+        if at + 20 > max_len || np as usize >= MAX_PRODUCERS {
+            break;
+        }
+        out[at..at + 8].copy_from_slice(&id.to_le_bytes());
+        out[at + 8..at + 12].copy_from_slice(&pseq.to_le_bytes());
+        out[at + 12..at + 20].copy_from_slice(&off.to_le_bytes());
+        at += 20;
+        np += 1;
+    }
+    let len = at as u32;
+    out[0..4].copy_from_slice(&JOURNAL_MAGIC.to_le_bytes());
+    out[4..8].copy_from_slice(&len.to_le_bytes());
+    out[8..12].copy_from_slice(&(!len).to_le_bytes());
+    out[16..24].copy_from_slice(&seq.to_le_bytes());
+    out[24..32].copy_from_slice(&lease.to_le_bytes());
+    out[32..40].copy_from_slice(&durable_next.to_le_bytes());
+    out[40..56].copy_from_slice(&log_id.to_le_bytes());
+    out[56..60].copy_from_slice(&blocks_per_segment.to_le_bytes());
+    out[60] = if clean { FLAG_CLEAN } else { 0 };
+    out[61] = nc;
+    out[62] = np;
+    out[63] = 0;
+    let crc = crc32(&out[16..at]);
+    out[12..16].copy_from_slice(&crc.to_le_bytes());
+    at
+}
+
+/// Reads the entry length from a 16-byte prefix: `Some(len)` if the magic and the length
+/// check agree and `len` fits in `max_len`.
+pub fn entry_len(head: &[u8; 16], max_len: usize) -> Option<usize> {
+    let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    let check = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
+    let magic = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    if magic != JOURNAL_MAGIC || check != !len {
+        return None;
+    }
+    let len = len as usize;
+    (JOURNAL_HEADER_LEN..=max_len.min(MAX_ENTRY_LEN))
+        .contains(&len)
+        .then_some(len)
+}
+
+/// Decodes a whole entry (`b` is exactly the entry's bytes); `None` if anything is off.
+pub fn decode(b: &[u8]) -> Option<Entry> {
+    if b.len() < JOURNAL_HEADER_LEN {
+        return None;
+    }
+    let crc = u32::from_le_bytes(b[12..16].try_into().ok()?);
+    if crc32(&b[16..]) != crc {
+        return None;
+    }
+    let u64_at = |at: usize| -> Option<u64> { Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?)) };
+    let mut e = Entry {
+        seq: u64_at(16)?,
+        lease: u64_at(24)?,
+        durable_next: u64_at(32)?,
+        log_id: u128::from_le_bytes(b[40..56].try_into().ok()?),
+        blocks_per_segment: u32::from_le_bytes(b[56..60].try_into().ok()?),
+        clean: b[60] & FLAG_CLEAN != 0,
+        consumers: Vec::new(),
+        producers: Vec::new(),
+    };
+    let (nc, np) = (b[61] as usize, b[62] as usize);
+    if nc > MAX_CONSUMERS || np > MAX_PRODUCERS {
+        return None;
+    }
+    let mut at = JOURNAL_HEADER_LEN;
+    for _ in 0..nc {
+        let n = *b.get(at)? as usize;
+        if n == 0 || n > MAX_CONSUMER_NAME_LEN {
+            return None;
+        }
+        let name = core::str::from_utf8(b.get(at + 1..at + 1 + n)?).ok()?;
+        at += 1 + n;
+        let off = u64_at(at)?;
+        at += 8;
+        let mut s = heapless::String::new();
+        s.push_str(name).ok()?;
+        e.consumers.push((s, off)).ok()?;
+    }
+    for _ in 0..np {
+        let id = u64_at(at)?;
+        let seq = u32::from_le_bytes(b.get(at + 8..at + 12)?.try_into().ok()?);
+        let off = u64_at(at + 12)?;
+        at += 20;
+        e.producers.push((id, seq, off)).ok()?;
+    }
+    (at == b.len()).then_some(e)
+}

@@ -1,0 +1,1867 @@
+//! The power-cut-safe segmented log.
+//!
+//! ## Layout
+//! A partition of `B` erase blocks of `E` bytes holds:
+//! - blocks 0 and 1: the commit journal (consumers' committed offsets, the offset lease and
+//!   a producer snapshot), written as whole snapshots, the two blocks used in turn;
+//! - blocks 2.. : `N = (B - 2) / blocks_per_segment` segments forming a ring, each starting
+//!   with a segment header (geometry, log id, sequence number, base offset, CRC of the
+//!   record before the base offset, erase count) followed by batches of records, each batch
+//!   with its own CRC-32 and padded to the write size.
+//!
+//! `FORMAT.md` has the byte tables.
+//!
+//! ## Writing
+//! [`Log::append`] encodes a record into the RAM buffer, which already has the layout of a
+//! batch; the buffer is written as one batch (group commit) when it is full, when its oldest
+//! record has waited longer than the linger time ([`Log::tick`]), on [`Log::flush`] (a
+//! durable request) and on [`Log::close`]. A segment is only ever written front to back,
+//! each word once; a new segment is erased and verified blank before its header is written.
+//!
+//! ## Recovery
+//! [`Log::mount`] reads the journal, one header per segment, and scans the head segment
+//! batch by batch, so its cost grows with the number of segments plus one segment's bytes,
+//! not with the amount of data. After an unclean shutdown the old head is never appended
+//! to again (a torn write is never written over): the next batch opens a fresh segment.
+//! Offsets are never reused: the journal holds an offset lease ahead of the next offset, and
+//! after a crash the next offset starts at the lease.
+//!
+//! ## Guarantees
+//! Every offset below [`Log::durable_offset`] survives a power cut, as long as the flash
+//! keeps its bits. A corrupt batch deeper in the log (a bit flip) costs only its own
+//! records: reads report the exact lost range and go on after it.
+
+pub mod format;
+mod journal;
+
+use heapless::Vec;
+
+use crate::error::{AppendError, CommitError, FlushError, FormatError, MountError, ReadError};
+use crate::storage::{Flash, Geometry};
+use format::{
+    BATCH_HEADER_LEN, BatchHeader, HeadCheck, JOURNAL_BLOCKS, MAX_CONSUMER_NAME_LEN,
+    MAX_TOPIC_LEN, SEGMENT_HEADER_LEN, SegmentHeader, align_up, parse_record,
+};
+pub use format::{Producer, Record, RecordIter, RecordRef, record_crc};
+use journal::{Consumer, ProducerState};
+pub use journal::{MAX_CONSUMERS, MAX_PRODUCERS, PRODUCER_WINDOW};
+
+/// Name of the consumer registered at format time.
+pub const BRIDGE_CONSUMER: &str = "bridge";
+
+/// Smallest erase block the log accepts, bytes (a journal entry must fit in one).
+pub const MIN_ERASE_SIZE: u32 = 1024;
+
+/// Smallest RAM buffer, bytes.
+pub const MIN_BUFFER: usize = 256;
+
+/// Erase attempts before an erase block is declared bad.
+const ERASE_ATTEMPTS: u32 = 3;
+
+/// Bytes read at a time when scanning flash.
+const CHUNK: usize = 256;
+
+/// Entries of the sparse batch index kept for the last segment scanned.
+const INDEX_ENTRIES: usize = 16;
+
+/// What to write to flash and when (TimeTunnel's spill policies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum SpillPolicy {
+    /// Every record reaches flash.
+    Always,
+    /// Records that every consumer has committed while they are still in RAM are dropped
+    /// unwritten; the rest is written when the buffer passes its high-water mark, when the
+    /// linger time runs out, or on a durable request.
+    OnPressure,
+}
+
+/// What happens when the ring is full of records some consumer still needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum FullPolicy {
+    /// Appends fail with a "full" error (backpressure); nothing is lost.
+    RejectNew,
+    /// The oldest segment is erased even if a consumer has not read it; the dropped
+    /// records are counted and reads of them say which offsets are gone.
+    DropOldest,
+}
+
+/// Run-time settings of a mounted log. Times are in µs of the caller's monotonic clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Config {
+    /// Spill policy.
+    pub spill: SpillPolicy,
+    /// Full-storage policy.
+    pub full: FullPolicy,
+    /// Longest time a record waits in RAM before [`Log::tick`] writes it, µs.
+    pub linger_us: u64,
+    /// `OnPressure`: buffer fill, in percent, above which records are written.
+    pub high_water_percent: u8,
+    /// Longest time a commit waits in RAM before [`Log::tick`] persists it, µs.
+    pub commit_interval_us: u64,
+    /// Offsets reserved by one journal write of the offset lease.
+    pub lease_step: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            spill: SpillPolicy::Always,
+            full: FullPolicy::RejectNew,
+            linger_us: 100_000,
+            high_water_percent: 75,
+            commit_interval_us: 1_000_000,
+            lease_step: 1024,
+        }
+    }
+}
+
+/// What the log knows of one physical segment (one slot per segment, caller-provided).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SegmentSlot {
+    seq: u64,
+    base: u64,
+    erase_count: u32,
+    valid: bool,
+}
+
+impl SegmentSlot {
+    /// An unused slot, to fill the caller's array with.
+    pub const EMPTY: SegmentSlot = SegmentSlot { seq: 0, base: 0, erase_count: 0, valid: false };
+}
+
+/// Memory the log works in, provided by the caller (no allocation inside).
+#[derive(Debug)]
+pub struct Memory<'a> {
+    /// The RAM buffer: the pending batch (at least [`MIN_BUFFER`] bytes). Its size bounds
+    /// the largest batch and therefore the largest record.
+    pub buffer: &'a mut [u8],
+    /// One slot per segment of the partition ([`segments_for`] tells how many).
+    pub segments: &'a mut [SegmentSlot],
+}
+
+/// Number of segments a partition of `geometry` holds with `blocks_per_segment`.
+pub fn segments_for(geometry: &Geometry, blocks_per_segment: u32) -> u32 {
+    if blocks_per_segment == 0 {
+        return 0;
+    }
+    geometry.blocks().saturating_sub(JOURNAL_BLOCKS) / blocks_per_segment
+}
+
+/// Why offsets cannot be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum LostReason {
+    /// A batch failed its CRC or length check (bit flips, a damaged segment).
+    Corrupt,
+    /// The offsets were never stored: handed out from RAM but not durable at a crash, or
+    /// consumed by every consumer while in RAM and never spilled (`OnPressure`).
+    Skipped,
+}
+
+/// A range of offsets that cannot be read, `from..to` (end exclusive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct LostRange {
+    /// First lost offset.
+    pub from: u64,
+    /// One past the last lost offset.
+    pub to: u64,
+    /// Why.
+    pub reason: LostReason,
+}
+
+/// Result of [`Log::read`]: `count` records with consecutive offsets from `first_offset`,
+/// their encodings back to back in the first `len` bytes of the caller's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadOutcome {
+    /// Offset of the first record returned (the `from` asked for, unless `lost` is set).
+    pub first_offset: u64,
+    /// Records returned (0 when at the end of the log or when `lost` is set).
+    pub count: u32,
+    /// Bytes of the caller's buffer filled.
+    pub len: usize,
+    /// Record CRC of the last record before `first_offset` (0 if none).
+    pub prev_crc: u32,
+    /// Where the next read should start.
+    pub next_offset: u64,
+    /// Set when `from` falls in a range that cannot be read; then `count` is 0 and
+    /// `next_offset` is `lost.to`.
+    pub lost: Option<LostRange>,
+}
+
+impl ReadOutcome {
+    /// Iterates the records this read put into `buf`.
+    pub fn records<'b>(&self, buf: &'b [u8]) -> RecordIter<'b> {
+        RecordIter::new(&buf[..self.len.min(buf.len())], self.first_offset, self.count)
+    }
+}
+
+/// Result of [`Log::append`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// The record's offset.
+    pub offset: u64,
+    /// The record was a resend of an idempotent producer's record and was not stored
+    /// again; `offset` is the original one.
+    pub duplicate: bool,
+}
+
+/// What [`Log::mount`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct RecoveryReport {
+    /// Segments in the ring (one header read each).
+    pub segments: u32,
+    /// Segments with a valid header of this log.
+    pub segments_valid: u32,
+    /// Records found in the head segment.
+    pub head_records: u64,
+    /// Non-erased bytes after the last valid batch of the head segment (a torn write).
+    pub torn_tail_bytes: u32,
+    /// The last shutdown was clean (and the head may be appended to).
+    pub clean: bool,
+    /// A valid journal entry was found.
+    pub journal_found: bool,
+    /// Offsets handed out before the crash but not durable: `from..to`, never reused.
+    pub not_durable: Option<(u64, u64)>,
+    /// Corrupt range found inside the head segment.
+    pub head_lost: Option<LostRange>,
+    /// First retained offset after mount.
+    pub first_offset: u64,
+    /// Next offset after mount.
+    pub next_offset: u64,
+    /// Flash read operations done by the mount.
+    pub flash_reads: u64,
+}
+
+/// Counters since mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Stats {
+    /// Records appended (duplicates not counted).
+    pub records_appended: u64,
+    /// Payload bytes appended.
+    pub payload_bytes_appended: u64,
+    /// Resends recognised as duplicates.
+    pub duplicates: u64,
+    /// Batches written to flash.
+    pub batches_written: u64,
+    /// Flushes that ended with a sync.
+    pub syncs: u64,
+    /// Bytes programmed into flash (padding, headers and journal included).
+    pub flash_bytes_programmed: u64,
+    /// Erase-block erases.
+    pub erases: u64,
+    /// Flash read operations.
+    pub flash_reads: u64,
+    /// Journal entries written.
+    pub journal_writes: u64,
+    /// Segments opened.
+    pub segments_opened: u64,
+    /// Records erased by `DropOldest` before every consumer committed them.
+    pub records_dropped: u64,
+    /// Records consumed from RAM and never written (`OnPressure`).
+    pub records_discarded: u64,
+    /// Corrupt batches met by reads.
+    pub corrupt_batches: u64,
+}
+
+/// Internal error of a flash operation that can also meet a bad block.
+enum Io<E> {
+    Flash(E),
+    BadBlock(u32),
+}
+
+impl<E: core::fmt::Debug> From<Io<E>> for FlushError<E> {
+    fn from(e: Io<E>) -> Self {
+        match e {
+            Io::Flash(e) => FlushError::Flash(e),
+            Io::BadBlock(block) => FlushError::BadBlock { block },
+        }
+    }
+}
+impl<E: core::fmt::Debug> From<Io<E>> for AppendError<E> {
+    fn from(e: Io<E>) -> Self {
+        FlushError::from(e).into()
+    }
+}
+impl<E: core::fmt::Debug> From<Io<E>> for CommitError<E> {
+    fn from(e: Io<E>) -> Self {
+        match e {
+            Io::Flash(e) => CommitError::Flash(e),
+            Io::BadBlock(block) => CommitError::BadBlock { block },
+        }
+    }
+}
+
+/// Outcome of looking for the next batch in a segment.
+enum Next {
+    /// A valid batch at `pos`; `after_corruption` when bytes before it failed to validate.
+    Batch { pos: u32, h: BatchHeader, after_corruption: bool },
+    /// No further batch; `corrupt` when non-erased bytes that do not validate were met.
+    End { pos: u32, corrupt: bool },
+}
+
+/// Where a sequential reader left off in a segment.
+#[derive(Debug, Clone, Copy)]
+struct Cursor {
+    seg: u32,
+    seq: u64,
+    pos: u32,
+    expected: u64,
+}
+
+/// Flash geometry and derived sizes, fixed at mount.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    geo: Geometry,
+    bps: u32,
+    seg_count: u32,
+    seg_size: u32,
+    data_start: u32,
+}
+
+impl Layout {
+    fn new(geo: Geometry, bps: u32) -> Self {
+        Layout {
+            geo,
+            bps,
+            seg_count: segments_for(&geo, bps),
+            seg_size: bps * geo.erase_size,
+            data_start: align_up(SEGMENT_HEADER_LEN as u32, geo.write_size),
+        }
+    }
+    fn seg_addr(&self, seg: u32) -> u32 {
+        (JOURNAL_BLOCKS + seg * self.bps) * self.geo.erase_size
+    }
+    fn ws(&self) -> u32 {
+        self.geo.write_size
+    }
+}
+
+/// Thin wrapper that counts flash operations.
+struct Dev<F: Flash> {
+    flash: F,
+    l: Layout,
+    stats: Stats,
+}
+
+impl<F: Flash> Dev<F> {
+    fn read(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), F::Error> {
+        self.stats.flash_reads += 1;
+        self.flash.read(addr, buf)
+    }
+
+    /// Writes `data` at `addr` (aligned), padding the last word with the erased value.
+    fn write_padded(&mut self, addr: u32, data: &[u8]) -> Result<(), F::Error> {
+        let ws = self.l.ws() as usize;
+        let full = data.len() & !(ws - 1);
+        if full > 0 {
+            self.flash.write(addr, &data[..full])?;
+            self.stats.flash_bytes_programmed += full as u64;
+        }
+        let rest = data.len() - full;
+        if rest > 0 {
+            let mut word = [self.l.geo.erased; 32];
+            word[..rest].copy_from_slice(&data[full..]);
+            self.flash.write(addr + full as u32, &word[..ws])?;
+            self.stats.flash_bytes_programmed += ws as u64;
+        }
+        Ok(())
+    }
+
+    fn is_blank(&mut self, addr: u32, len: u32) -> Result<bool, F::Error> {
+        let mut chunk = [0u8; CHUNK];
+        let mut at = 0u32;
+        while at < len {
+            let n = (len - at).min(CHUNK as u32) as usize;
+            self.read(addr + at, &mut chunk[..n])?;
+            if chunk[..n].iter().any(|&b| b != self.l.geo.erased) {
+                return Ok(false);
+            }
+            at += n as u32;
+        }
+        Ok(true)
+    }
+
+    /// Erases `count` blocks from `first` and verifies them blank, erasing again if an
+    /// interrupted or failed erase left bits behind.
+    fn erase_verified(&mut self, first: u32, count: u32) -> Result<(), Io<F::Error>> {
+        let e = self.l.geo.erase_size;
+        for block in first..first + count {
+            let mut ok = false;
+            for _ in 0..ERASE_ATTEMPTS {
+                self.flash.erase(block).map_err(Io::Flash)?;
+                self.stats.erases += 1;
+                if self.is_blank(block * e, e).map_err(Io::Flash)? {
+                    ok = true;
+                    break;
+                }
+                warn!("erase block {} not blank after erase; erasing again", block);
+            }
+            if !ok {
+                return Err(Io::BadBlock(block));
+            }
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), F::Error> {
+        self.stats.syncs += 1;
+        self.flash.sync()
+    }
+
+    /// CRC-32 of `len` bytes at `addr`, streamed.
+    fn crc_of(&mut self, h: &mut crc32fast::Hasher, addr: u32, len: u32) -> Result<(), F::Error> {
+        let mut chunk = [0u8; CHUNK];
+        let mut at = 0u32;
+        while at < len {
+            let n = (len - at).min(CHUNK as u32) as usize;
+            self.read(addr + at, &mut chunk[..n])?;
+            h.update(&chunk[..n]);
+            at += n as u32;
+        }
+        Ok(())
+    }
+
+    /// Reads and fully validates the batch at `pos` of segment `seg` (header, bounds and
+    /// CRC; a failed CRC is re-read once). Returns the header if valid.
+    fn check_batch(&mut self, seg: u32, pos: u32) -> Result<Result<BatchHeader, HeadCheck>, F::Error> {
+        let l = self.l;
+        if pos + BATCH_HEADER_LEN as u32 > l.seg_size {
+            return Ok(Err(HeadCheck::Erased));
+        }
+        let addr = l.seg_addr(seg) + pos;
+        let mut hb = [0u8; BATCH_HEADER_LEN];
+        self.read(addr, &mut hb)?;
+        match BatchHeader::check(&hb, l.geo.erased, l.seg_size - pos) {
+            HeadCheck::Plausible => {}
+            other => return Ok(Err(other)),
+        }
+        let h = BatchHeader::decode(&hb);
+        for _attempt in 0..2 {
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(&hb[16..]);
+            self.crc_of(&mut crc, addr + BATCH_HEADER_LEN as u32, h.len - BATCH_HEADER_LEN as u32)?;
+            if crc.finalize() == h.crc {
+                return Ok(Ok(h));
+            }
+        }
+        Ok(Err(HeadCheck::Invalid))
+    }
+
+    /// Finds the next valid batch at or after `pos` whose base offset is at least
+    /// `expected`, rescanning aligned positions after a batch that fails to validate.
+    fn next_batch(&mut self, seg: u32, pos: u32, expected: u64) -> Result<Next, F::Error> {
+        match self.check_batch(seg, pos)? {
+            Ok(h) if h.base_offset >= expected => {
+                return Ok(Next::Batch { pos, h, after_corruption: false });
+            }
+            Err(HeadCheck::Erased) => return Ok(Next::End { pos, corrupt: false }),
+            _ => {}
+        }
+        // Corrupt: look for a batch magic at a later aligned position whose CRC validates.
+        let l = self.l;
+        let ws = l.ws();
+        let magic = format::BATCH_MAGIC.to_le_bytes();
+        let mut chunk = [0u8; CHUNK];
+        let mut p = pos + ws;
+        while p + BATCH_HEADER_LEN as u32 <= l.seg_size {
+            let n = (l.seg_size - p).min(CHUNK as u32) as usize;
+            self.read(l.seg_addr(seg) + p, &mut chunk[..n])?;
+            let mut q = 0usize;
+            while q + 4 <= n {
+                if chunk[q..q + 4] == magic {
+                    let cand = p + q as u32;
+                    if let Ok(h) = self.check_batch(seg, cand)?
+                        && h.base_offset >= expected
+                    {
+                        return Ok(Next::Batch { pos: cand, h, after_corruption: true });
+                    }
+                }
+                q += ws as usize;
+            }
+            let advance = ((n.saturating_sub(3)) as u32 / ws) * ws;
+            p += advance.max(ws);
+        }
+        Ok(Next::End { pos, corrupt: true })
+    }
+
+    /// Length in bytes of the record encoded at `addr` (at most `limit` bytes), read with
+    /// three small reads; `None` if malformed.
+    fn record_len_at(&mut self, addr: u32, limit: u32) -> Result<Option<u32>, F::Error> {
+        let mut t = [0u8; 1];
+        self.read(addr, &mut t)?;
+        let tlen = t[0] as u32;
+        let flags_at = 1 + tlen + 8;
+        if tlen == 0 || flags_at + 1 > limit {
+            return Ok(None);
+        }
+        self.read(addr + flags_at, &mut t)?;
+        let plen_at = match t[0] {
+            0 => flags_at + 1,
+            1 => flags_at + 1 + format::PRODUCER_LEN as u32,
+            _ => return Ok(None),
+        };
+        if plen_at + 4 > limit {
+            return Ok(None);
+        }
+        let mut p = [0u8; 4];
+        self.read(addr + plen_at, &mut p)?;
+        let total = (plen_at + 4).checked_add(u32::from_le_bytes(p));
+        Ok(total.filter(|&t| t <= limit))
+    }
+}
+
+/// The log. `'a` is the lifetime of the caller-provided [`Memory`].
+pub struct Log<'a, F: Flash> {
+    dev: Dev<F>,
+    cfg: Config,
+    log_id: u128,
+    slots: &'a mut [SegmentSlot],
+    max_seq: u64,
+    head: Option<u32>,
+    head_pos: u32,
+    head_writable: bool,
+    tail: Option<u32>,
+
+    next_offset: u64,
+    flash_end: u64,
+    durable_end: u64,
+    flash_last_crc: u32,
+    last_crc: u32,
+    lease: u64,
+
+    buf: &'a mut [u8],
+    buf_cap: usize,
+    buf_len: usize,
+    buf_count: u32,
+    buf_base: u64,
+    buf_prev_crc: u32,
+    buf_first_us: u64,
+
+    consumers: Vec<Consumer, MAX_CONSUMERS>,
+    producers: Vec<ProducerState, MAX_PRODUCERS>,
+    dirty: bool,
+    last_persist_us: u64,
+    now_us: u64,
+
+    jblock: u32,
+    jpos: Option<u32>,
+    jseq: u64,
+
+    cursor: Option<Cursor>,
+    index_seg: Option<(u32, u64)>,
+    index: Vec<(u32, u64), INDEX_ENTRIES>,
+}
+
+impl<F: Flash> core::fmt::Debug for Log<'_, F> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Log")
+            .field("log_id", &self.log_id)
+            .field("first_offset", &self.first_offset())
+            .field("durable_offset", &self.durable_end)
+            .field("next_offset", &self.next_offset)
+            .field("head", &self.head)
+            .field("tail", &self.tail)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, F: Flash> Log<'a, F> {
+    /// Formats the partition as an empty log with id `log_id` (random, chosen by the
+    /// caller) and segments of `blocks_per_segment` erase blocks. Erases the journal and
+    /// the first segment only: segments of other logs are told apart by their log id, so
+    /// give every format a fresh random id. Registers the consumer `bridge` at offset 0.
+    ///
+    /// Errors: [`FormatError::Geometry`] for an unusable geometry (erase size below
+    /// [`MIN_ERASE_SIZE`] included), [`FormatError::TooFewSegments`] if fewer than two
+    /// segments fit, storage errors.
+    pub fn format(
+        flash: &mut F,
+        log_id: u128,
+        blocks_per_segment: u32,
+    ) -> Result<(), FormatError<F::Error>> {
+        let geo = flash.geometry();
+        if !geo.is_valid() || geo.erase_size < MIN_ERASE_SIZE {
+            return Err(FormatError::Geometry);
+        }
+        let l = Layout::new(geo, blocks_per_segment);
+        if l.seg_count < 2 {
+            return Err(FormatError::TooFewSegments {
+                segments: l.seg_count,
+                blocks_per_segment,
+            });
+        }
+        let mut dev = Dev { flash, l, stats: Stats::default() };
+        let map = |e: Io<F::Error>| match e {
+            Io::Flash(e) => FormatError::Flash(e),
+            Io::BadBlock(block) => FormatError::BadBlock { block },
+        };
+        dev.erase_verified(0, JOURNAL_BLOCKS).map_err(map)?;
+        dev.erase_verified(JOURNAL_BLOCKS, blocks_per_segment).map_err(map)?;
+        let hdr = SegmentHeader {
+            erase_size: geo.erase_size,
+            write_size: geo.write_size,
+            erased: geo.erased,
+            blocks_per_segment,
+            segment_count: l.seg_count,
+            log_id,
+            seq: 1,
+            base_offset: 0,
+            prev_crc: 0,
+            erase_count: 1,
+        };
+        dev.write_padded(l.seg_addr(0), &hdr.encode()).map_err(FormatError::Flash)?;
+        let mut entry = [0u8; journal::MAX_ENTRY_LEN];
+        let len = journal::encode(
+            &mut entry,
+            geo.erase_size as usize,
+            1,
+            0,
+            0,
+            log_id,
+            blocks_per_segment,
+            true,
+            [(BRIDGE_CONSUMER, 0u64)].into_iter(),
+            core::iter::empty(),
+        );
+        dev.write_padded(0, &entry[..len]).map_err(FormatError::Flash)?;
+        dev.flash.sync().map_err(FormatError::Flash)?;
+        info!("formatted log {:x}: {} segments of {} blocks", log_id, l.seg_count, blocks_per_segment);
+        Ok(())
+    }
+
+    /// Mounts a formatted partition and recovers its state. Recovery never fails on bad
+    /// data: torn writes, corrupt batches and interrupted erases are reported in the
+    /// [`RecoveryReport`], never returned as errors and never handed out as records.
+    ///
+    /// `now_us` is the caller's monotonic clock (µs). Errors: storage errors, an unusable
+    /// or mismatching geometry, an unformatted partition, a too small [`Memory`].
+    pub fn mount(
+        flash: F,
+        cfg: Config,
+        mem: Memory<'a>,
+        now_us: u64,
+    ) -> Result<(Self, RecoveryReport), MountError<F::Error>> {
+        let geo = flash.geometry();
+        if !geo.is_valid() || geo.erase_size < MIN_ERASE_SIZE {
+            return Err(MountError::Geometry);
+        }
+        if mem.buffer.len() < MIN_BUFFER {
+            return Err(MountError::BufferTooSmall { len: mem.buffer.len(), min: MIN_BUFFER });
+        }
+        let mut dev = Dev { flash, l: Layout::new(geo, 1), stats: Stats::default() };
+
+        // 1. The journal.
+        let (entry, jblock, jpos) = Self::scan_journal(&mut dev).map_err(MountError::Flash)?;
+
+        // 2. Geometry and log id: from the journal, else from the first segment's header.
+        let (log_id, bps) = match &entry {
+            Some(e) => (e.log_id, e.blocks_per_segment),
+            None => {
+                let mut hb = [0u8; SEGMENT_HEADER_LEN];
+                dev.read(JOURNAL_BLOCKS * geo.erase_size, &mut hb).map_err(MountError::Flash)?;
+                let h = SegmentHeader::decode(&hb).ok_or(MountError::NotFormatted)?;
+                (h.log_id, h.blocks_per_segment)
+            }
+        };
+        let l = Layout::new(geo, bps);
+        if bps == 0 || l.seg_count < 2 {
+            return Err(MountError::NotFormatted);
+        }
+        dev.l = l;
+        if mem.segments.len() < l.seg_count as usize {
+            return Err(MountError::SegmentTable { segments: l.seg_count, slots: mem.segments.len() });
+        }
+
+        // 3. One header per segment.
+        let mut valid = 0u32;
+        let mut head: Option<u32> = None;
+        let mut tail: Option<u32> = None;
+        let mut max_seq = 0u64;
+        for s in 0..l.seg_count {
+            let mut hb = [0u8; SEGMENT_HEADER_LEN];
+            dev.read(l.seg_addr(s), &mut hb).map_err(MountError::Flash)?;
+            let slot = &mut mem.segments[s as usize];
+            *slot = SegmentSlot::EMPTY;
+            let Some(h) = SegmentHeader::decode(&hb) else { continue };
+            if h.log_id != log_id {
+                continue;
+            }
+            if h.erase_size != geo.erase_size || h.write_size != geo.write_size || h.erased != geo.erased {
+                return Err(MountError::GeometryMismatch {
+                    image_erase_size: h.erase_size,
+                    image_write_size: h.write_size,
+                    erase_size: geo.erase_size,
+                    write_size: geo.write_size,
+                });
+            }
+            if h.blocks_per_segment != bps || h.segment_count != l.seg_count {
+                continue;
+            }
+            *slot = SegmentSlot { seq: h.seq, base: h.base_offset, erase_count: h.erase_count, valid: true };
+            valid += 1;
+            max_seq = max_seq.max(h.seq);
+            if head.is_none_or(|x| mem.segments[x as usize].seq < h.seq) {
+                head = Some(s);
+            }
+            if tail.is_none_or(|x| mem.segments[x as usize].seq > h.seq) {
+                tail = Some(s);
+            }
+        }
+        if entry.is_none() && valid == 0 {
+            return Err(MountError::NotFormatted);
+        }
+        // Valid segments must have increasing bases in ring order; a header that breaks
+        // that (possible only on a damaged image) is ignored.
+        if let (Some(t), Some(_)) = (tail, head) {
+            let mut last_base = 0u64;
+            for i in 0..l.seg_count {
+                let s = ((t + i) % l.seg_count) as usize;
+                if mem.segments[s].valid {
+                    if mem.segments[s].base < last_base {
+                        mem.segments[s].valid = false;
+                        valid -= 1;
+                    } else {
+                        last_base = mem.segments[s].base;
+                    }
+                }
+            }
+            head = (0..l.seg_count)
+                .filter(|&s| mem.segments[s as usize].valid)
+                .max_by_key(|&s| mem.segments[s as usize].seq);
+        }
+
+        let mut log = Log {
+            dev,
+            cfg,
+            log_id,
+            slots: mem.segments,
+            max_seq,
+            head,
+            head_pos: 0,
+            head_writable: false,
+            tail,
+            next_offset: 0,
+            flash_end: 0,
+            durable_end: 0,
+            flash_last_crc: 0,
+            last_crc: 0,
+            lease: 0,
+            buf_cap: 0,
+            buf: mem.buffer,
+            buf_len: BATCH_HEADER_LEN,
+            buf_count: 0,
+            buf_base: 0,
+            buf_prev_crc: 0,
+            buf_first_us: now_us,
+            consumers: Vec::new(),
+            producers: Vec::new(),
+            dirty: false,
+            last_persist_us: now_us,
+            now_us,
+            jblock,
+            jpos,
+            jseq: entry.as_ref().map_or(0, |e| e.seq),
+            cursor: None,
+            index_seg: None,
+            index: Vec::new(),
+        };
+        let seg_data = (l.seg_size - l.data_start) & !(l.ws() - 1);
+        log.buf_cap = log.buf.len().min(seg_data as usize);
+
+        // 4. Scan the head segment.
+        let mut report = RecoveryReport {
+            segments: l.seg_count,
+            segments_valid: valid,
+            head_records: 0,
+            torn_tail_bytes: 0,
+            clean: false,
+            journal_found: entry.is_some(),
+            not_durable: None,
+            head_lost: None,
+            first_offset: 0,
+            next_offset: 0,
+            flash_reads: 0,
+        };
+        let mut head_clean = false;
+        if let Some(h) = head {
+            let slot = log.slots[h as usize];
+            let mut pos = l.data_start;
+            let mut expected = slot.base;
+            let mut last_batch: Option<(u32, BatchHeader)> = None;
+            loop {
+                match log.dev.next_batch(h, pos, expected).map_err(MountError::Flash)? {
+                    Next::Batch { pos: p, h: bh, after_corruption } => {
+                        if after_corruption && report.head_lost.is_none() {
+                            report.head_lost = Some(LostRange { from: expected, to: bh.base_offset, reason: LostReason::Corrupt });
+                        }
+                        report.head_records += bh.count as u64;
+                        expected = bh.end_offset();
+                        last_batch = Some((p, bh));
+                        pos = p + align_up(bh.len, l.ws());
+                    }
+                    Next::End { pos: p, corrupt } => {
+                        // Count the non-erased bytes after the last valid batch.
+                        let mut torn = 0u32;
+                        let mut chunk = [0u8; CHUNK];
+                        let mut at = p;
+                        while at < l.seg_size {
+                            let n = (l.seg_size - at).min(CHUNK as u32) as usize;
+                            log.dev.read(l.seg_addr(h) + at, &mut chunk[..n]).map_err(MountError::Flash)?;
+                            torn += chunk[..n].iter().filter(|&&b| b != geo.erased).count() as u32;
+                            at += n as u32;
+                        }
+                        report.torn_tail_bytes = torn;
+                        head_clean = !corrupt && torn == 0 && report.head_lost.is_none();
+                        pos = p;
+                        break;
+                    }
+                }
+            }
+            log.head_pos = pos;
+            log.flash_end = expected;
+            log.flash_last_crc = slot_prev_crc_or(&mut log, h, last_batch).map_err(MountError::Flash)?;
+        }
+
+        // 5. Offsets, consumers, producers.
+        let (jlease, jdurable, jclean) = entry.as_ref().map_or((0, 0, false), |e| (e.lease, e.durable_next, e.clean));
+        report.clean = jclean && head_clean && jdurable == log.flash_end && head.is_some();
+        log.durable_end = log.flash_end.max(jdurable);
+        log.next_offset = log.durable_end.max(jlease);
+        if log.next_offset > log.durable_end {
+            report.not_durable = Some((log.durable_end, log.next_offset));
+        }
+        log.lease = log.next_offset;
+        log.head_writable = report.clean;
+        log.last_crc = log.flash_last_crc;
+        log.buf_base = log.next_offset;
+        log.buf_prev_crc = log.last_crc;
+        match &entry {
+            Some(e) => {
+                for (name, off) in &e.consumers {
+                    let c = (*off).min(log.durable_end);
+                    let _ = log.consumers.push(Consumer { name: name.clone(), committed: c, persisted: c });
+                }
+                for &(id, seq, off) in &e.producers {
+                    let mut st = ProducerState { id, window: Vec::new() };
+                    st.push(seq, off);
+                    let _ = log.producers.push(st);
+                }
+            }
+            None => {
+                let first = log.first_offset();
+                let mut name = heapless::String::new();
+                let _ = name.push_str(BRIDGE_CONSUMER);
+                let _ = log.consumers.push(Consumer { name, committed: first, persisted: first });
+            }
+        }
+        log.rebuild_producers(jdurable).map_err(MountError::Flash)?;
+
+        // 6. Mark the log as running (clears the clean flag) with the lease in place.
+        log.persist_journal(false).map_err(|e| match e {
+            Io::Flash(e) => MountError::Flash(e),
+            Io::BadBlock(_) => MountError::NotFormatted,
+        })?;
+        report.first_offset = log.first_offset();
+        report.next_offset = log.next_offset;
+        report.flash_reads = log.dev.stats.flash_reads;
+        info!(
+            "mounted log {:x}: offsets {}..{}, clean {}, torn {} B",
+            log_id, report.first_offset, report.next_offset, report.clean, report.torn_tail_bytes
+        );
+        return Ok((log, report));
+
+        /// CRC of the last record of the segment's last batch, or the header's prev CRC.
+        fn slot_prev_crc_or<F: Flash>(
+            log: &mut Log<'_, F>,
+            seg: u32,
+            last: Option<(u32, BatchHeader)>,
+        ) -> Result<u32, F::Error> {
+            match last {
+                Some((pos, h)) => log.last_record_crc(seg, pos, &h),
+                None => {
+                    let mut hb = [0u8; SEGMENT_HEADER_LEN];
+                    log.dev.read(log.dev.l.seg_addr(seg), &mut hb)?;
+                    Ok(SegmentHeader::decode(&hb).map_or(0, |h| h.prev_crc))
+                }
+            }
+        }
+    }
+
+    /// Record CRC of the last record of the (valid) batch at `pos` of `seg`.
+    fn last_record_crc(&mut self, seg: u32, pos: u32, h: &BatchHeader) -> Result<u32, F::Error> {
+        let l = self.dev.l;
+        let mut at = l.seg_addr(seg) + pos + BATCH_HEADER_LEN as u32;
+        let end = l.seg_addr(seg) + pos + h.len;
+        let mut crc = h.prev_crc;
+        for i in 0..h.count as u64 {
+            let Some(len) = self.dev.record_len_at(at, end - at)? else { break };
+            let mut hasher = crc32fast::Hasher::new();
+            hasher.update(&(h.base_offset + i).to_le_bytes());
+            self.dev.crc_of(&mut hasher, at, len)?;
+            crc = hasher.finalize();
+            at += len;
+        }
+        Ok(crc)
+    }
+
+    /// Rebuilds the producer table from the records at or above `from` (the journal's
+    /// snapshot covers those below), using the empty RAM buffer as scratch.
+    fn rebuild_producers(&mut self, from: u64) -> Result<(), F::Error> {
+        let mut at = from.max(self.first_offset());
+        while at < self.flash_end {
+            let buf = core::mem::take(&mut self.buf);
+            let r = self.read_flash(at, buf);
+            self.buf = buf;
+            let out = match r {
+                Ok(o) => o,
+                Err(ReadError::Flash(e)) => return Err(e),
+                Err(_) => break,
+            };
+            if out.next_offset <= at {
+                break;
+            }
+            for i in 0..out.count as usize {
+                // Re-parse from the buffer: records are back to back.
+                let _ = i;
+            }
+            let mut it = out.records(self.buf);
+            let mut pairs: Vec<(u64, u32, u64), 64> = Vec::new();
+            for r in it.by_ref() {
+                if let Some(p) = r.producer
+                    && pairs.push((p.id, p.seq, r.offset)).is_err()
+                {
+                    break;
+                }
+            }
+            let consumed = pairs.len();
+            for (id, seq, off) in pairs {
+                self.note_producer(id, seq, off);
+            }
+            // If more producer records were in this read than fit in `pairs`, continue
+            // right after the last one noted.
+            at = if consumed == 64 {
+                self.producers.iter().flat_map(|p| p.window.last()).map(|w| w.1 + 1).max().unwrap_or(out.next_offset)
+            } else {
+                out.next_offset
+            };
+        }
+        Ok(())
+    }
+
+    fn note_producer(&mut self, id: u64, seq: u32, offset: u64) {
+        if let Some(p) = self.producers.iter_mut().find(|p| p.id == id) {
+            if p.last_seq().is_none_or(|l| seq > l) {
+                p.push(seq, offset);
+            }
+            return;
+        }
+        if self.producers.is_full() {
+            // Forget the producer heard from least recently.
+            if let Some((i, _)) = self
+                .producers
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, p)| p.window.last().map_or(0, |w| w.1))
+            {
+                self.producers.swap_remove(i);
+            }
+        }
+        let mut st = ProducerState { id, window: Vec::new() };
+        st.push(seq, offset);
+        let _ = self.producers.push(st);
+    }
+
+    /// Reads the journal blocks: the newest valid entry, the block it is in, and where the
+    /// next entry may go in that block (`None` if the rest of the block is not blank).
+    #[allow(clippy::type_complexity)]
+    fn scan_journal(dev: &mut Dev<F>) -> Result<(Option<journal::Entry>, u32, Option<u32>), F::Error> {
+        let e = dev.l.geo.erase_size;
+        let ws = dev.l.ws();
+        let mut best: Option<(journal::Entry, u32, u32)> = None;
+        let mut buf = [0u8; journal::MAX_ENTRY_LEN];
+        for blk in 0..JOURNAL_BLOCKS {
+            let mut pos = 0u32;
+            while pos + 16 <= e {
+                let mut head = [0u8; 16];
+                dev.read(blk * e + pos, &mut head)?;
+                let Some(len) = journal::entry_len(&head, (e - pos) as usize) else { break };
+                dev.read(blk * e + pos, &mut buf[..len])?;
+                let Some(entry) = journal::decode(&buf[..len]) else { break };
+                pos += align_up(len as u32, ws);
+                if best.as_ref().is_none_or(|b| entry.seq > b.0.seq) {
+                    best = Some((entry, blk, pos));
+                }
+            }
+        }
+        match best {
+            Some((entry, blk, pos)) => {
+                let blank = dev.is_blank(blk * e + pos, e - pos)?;
+                Ok((Some(entry), blk, blank.then_some(pos)))
+            }
+            None => Ok((None, 0, None)),
+        }
+    }
+
+    /// Writes a journal snapshot: committed offsets (clamped to the durable end), the
+    /// lease, the durable end, producers whose last record is durable. Syncs.
+    fn persist_journal(&mut self, clean: bool) -> Result<(), Io<F::Error>> {
+        let l = self.dev.l;
+        let e = l.geo.erase_size;
+        let mut buf = [0u8; journal::MAX_ENTRY_LEN];
+        let durable = self.durable_end;
+        let seq = self.jseq + 1;
+        let len = journal::encode(
+            &mut buf,
+            e as usize,
+            seq,
+            self.lease.max(self.next_offset),
+            durable,
+            self.log_id,
+            l.bps,
+            clean,
+            self.consumers.iter().map(|c| (c.name.as_str(), c.committed.min(durable))),
+            self.producers.iter().filter_map(|p| {
+                p.window.iter().rev().find(|w| w.1 < durable).map(|w| (p.id, w.0, w.1))
+            }),
+        );
+        let padded = align_up(len as u32, l.ws());
+        let pos = match self.jpos {
+            Some(pos) if pos + padded <= e => pos,
+            _ => {
+                let other = 1 - self.jblock.min(1);
+                self.dev.erase_verified(other, 1)?;
+                self.jblock = other;
+                0
+            }
+        };
+        self.dev.write_padded(self.jblock * e + pos, &buf[..len]).map_err(Io::Flash)?;
+        self.jpos = Some(pos + padded);
+        self.dev.sync().map_err(Io::Flash)?;
+        self.jseq = seq;
+        self.dev.stats.journal_writes += 1;
+        for c in self.consumers.iter_mut() {
+            c.persisted = c.committed.min(durable);
+        }
+        self.dirty = false;
+        self.last_persist_us = self.now_us;
+        Ok(())
+    }
+
+    // ----- Accessors -------------------------------------------------------------------
+
+    /// The log id fixed at format time.
+    pub fn log_id(&self) -> u128 {
+        self.log_id
+    }
+
+    /// The next offset [`Log::append`] will hand out.
+    pub fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+
+    /// Every offset below this one survives a power cut (it is on flash and synced, or it
+    /// was committed by every consumer and discarded, or it never existed).
+    pub fn durable_offset(&self) -> u64 {
+        self.durable_end
+    }
+
+    /// The first offset still retained (older ones were dropped or reused).
+    pub fn first_offset(&self) -> u64 {
+        match self.tail {
+            Some(t) => self.slots[t as usize].base,
+            None => self.durable_end,
+        }
+    }
+
+    /// Record CRC of the last record appended (0 if none).
+    pub fn last_crc(&self) -> u32 {
+        self.last_crc
+    }
+
+    /// Counters since mount.
+    pub fn stats(&self) -> Stats {
+        self.dev.stats
+    }
+
+    /// The flash geometry.
+    pub fn geometry(&self) -> Geometry {
+        self.dev.l.geo
+    }
+
+    /// Erase blocks per segment.
+    pub fn blocks_per_segment(&self) -> u32 {
+        self.dev.l.bps
+    }
+
+    /// Segments in the ring.
+    pub fn segment_count(&self) -> u32 {
+        self.dev.l.seg_count
+    }
+
+    /// Largest record the log accepts, in encoded bytes (see [`Record::encoded_len`]).
+    pub fn max_record_len(&self) -> usize {
+        self.buf_cap - BATCH_HEADER_LEN
+    }
+
+    /// Bytes of records waiting in the RAM buffer.
+    pub fn buffered_bytes(&self) -> usize {
+        self.buf_len - BATCH_HEADER_LEN
+    }
+
+    /// Records waiting in the RAM buffer.
+    pub fn buffered_records(&self) -> u32 {
+        self.buf_count
+    }
+
+    /// The run-time configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Changes the run-time configuration (takes effect at the next operation).
+    pub fn set_config(&mut self, cfg: Config) {
+        self.cfg = cfg;
+    }
+
+    /// Segment slots of the ring in ring order (oldest first): `(physical index, sequence
+    /// number, base offset, erase count)`, for inspection tools.
+    pub fn segments(&self) -> impl Iterator<Item = (u32, u64, u64, u32)> + '_ {
+        let n = self.dev.l.seg_count;
+        let t = self.tail.unwrap_or(0);
+        (0..n)
+            .map(move |i| (t + i) % n)
+            .filter(|&s| self.slots[s as usize].valid)
+            .map(|s| {
+                let sl = self.slots[s as usize];
+                (s, sl.seq, sl.base, sl.erase_count)
+            })
+    }
+
+    /// Gives the storage back without a clean shutdown (what a power cut would leave).
+    pub fn into_flash(self) -> F {
+        self.dev.flash
+    }
+
+    /// Access to the storage (for counters of a simulated flash).
+    pub fn flash(&self) -> &F {
+        &self.dev.flash
+    }
+
+    // ----- Appending -------------------------------------------------------------------
+
+    /// Appends a record into the RAM buffer and returns its offset. The record is durable
+    /// once [`Log::durable_offset`] passes its offset ([`Log::flush`] forces that).
+    ///
+    /// With a [`Producer`], a resend of one of the producer's last [`PRODUCER_WINDOW`]
+    /// sequences returns the original offset with `duplicate: true` and stores nothing.
+    ///
+    /// May write to flash: when the buffer is full, when the offset lease runs out (a
+    /// journal write every [`Config::lease_step`] offsets) and under `OnPressure` at the
+    /// high-water mark. Cancel-safety: a failure leaves the log consistent; the record is
+    /// not appended.
+    ///
+    /// Errors: [`AppendError::BadTopic`], [`AppendError::TooLarge`] (see
+    /// [`Log::max_record_len`]), [`AppendError::Full`] under `RejectNew`,
+    /// [`AppendError::SequenceTooOld`], storage errors.
+    pub fn append(&mut self, now_us: u64, rec: &Record<'_>) -> Result<Appended, AppendError<F::Error>> {
+        self.now_us = now_us;
+        let tlen = rec.topic.len();
+        if tlen == 0 || tlen > MAX_TOPIC_LEN {
+            return Err(AppendError::BadTopic { len: tlen });
+        }
+        let len = rec.encoded_len();
+        if len > self.max_record_len() {
+            return Err(AppendError::TooLarge { len, max: self.max_record_len() });
+        }
+        if let Some(p) = rec.producer
+            && let Some(st) = self.producers.iter().find(|s| s.id == p.id)
+            && let Some(last) = st.last_seq()
+            && p.seq <= last
+        {
+            if let Some(&(_, off)) = st.window.iter().find(|w| w.0 == p.seq) {
+                self.dev.stats.duplicates += 1;
+                return Ok(Appended { offset: off, duplicate: true });
+            }
+            return Err(AppendError::SequenceTooOld { producer: p.id, seq: p.seq, last_seq: last });
+        }
+        if self.buf_len + len > self.buf_cap {
+            self.spill()?;
+        }
+        if self.cfg.full == FullPolicy::RejectNew && !self.flash_has_room(self.buf_len + len) {
+            return Err(AppendError::Full);
+        }
+        if self.next_offset >= self.lease {
+            self.lease = self.next_offset.saturating_add(self.cfg.lease_step.max(1));
+            self.persist_journal(false)?;
+        }
+        let offset = self.next_offset;
+        let start = self.buf_len;
+        rec.encode_into(&mut self.buf[start..start + len]);
+        let crc = record_crc(offset, &self.buf[start..start + len]);
+        if self.buf_count == 0 {
+            self.buf_base = offset;
+            self.buf_prev_crc = self.last_crc;
+            self.buf_first_us = now_us;
+        }
+        self.buf_len += len;
+        self.buf_count += 1;
+        self.next_offset += 1;
+        self.last_crc = crc;
+        self.dev.stats.records_appended += 1;
+        self.dev.stats.payload_bytes_appended += rec.payload.len() as u64;
+        if let Some(p) = rec.producer {
+            self.note_producer(p.id, p.seq, offset);
+        }
+        if self.cfg.spill == SpillPolicy::OnPressure
+            && (self.buf_len - BATCH_HEADER_LEN) * 100
+                > (self.buf_cap - BATCH_HEADER_LEN) * self.cfg.high_water_percent as usize
+        {
+            self.spill()?;
+        }
+        Ok(Appended { offset, duplicate: false })
+    }
+
+    /// Writes the RAM buffer to flash as one batch (or more, when it crosses a segment)
+    /// and syncs: afterwards [`Log::durable_offset`] equals [`Log::next_offset`]. This is
+    /// the group commit: every record appended before it becomes durable with one write.
+    ///
+    /// Cancel-safety: an interruption is a power cut; what was synced stays durable.
+    /// Errors: [`FlushError::Full`] under `RejectNew` when no segment can be reused (the
+    /// records stay in RAM), storage errors.
+    pub fn flush(&mut self, now_us: u64) -> Result<u64, FlushError<F::Error>> {
+        self.now_us = now_us;
+        self.spill()?;
+        Ok(self.durable_end)
+    }
+
+    /// Housekeeping driven by the caller's clock: writes the buffer when its oldest record
+    /// has waited `linger_us`, persists commits older than `commit_interval_us`.
+    /// Returns the time (µs) of the next deadline, for the caller's timer.
+    pub fn tick(&mut self, now_us: u64) -> Result<u64, FlushError<F::Error>> {
+        self.now_us = now_us;
+        if self.buf_count > 0 && now_us.saturating_sub(self.buf_first_us) >= self.cfg.linger_us {
+            self.spill()?;
+        }
+        if self.dirty && now_us.saturating_sub(self.last_persist_us) >= self.cfg.commit_interval_us {
+            self.persist_journal(false)?;
+        }
+        let mut next = u64::MAX;
+        if self.buf_count > 0 {
+            next = next.min(self.buf_first_us.saturating_add(self.cfg.linger_us));
+        }
+        if self.dirty {
+            next = next.min(self.last_persist_us.saturating_add(self.cfg.commit_interval_us));
+        }
+        Ok(next)
+    }
+
+    /// Clean shutdown: writes the buffer, persists commits with the lease at the next
+    /// offset (so no offsets are skipped) and marks the shutdown clean. Gives the storage
+    /// back.
+    pub fn close(mut self, now_us: u64) -> Result<F, FlushError<F::Error>> {
+        self.now_us = now_us;
+        self.spill()?;
+        self.lease = self.next_offset;
+        self.persist_journal(true)?;
+        Ok(self.dev.flash)
+    }
+
+    /// Whether the flash can take `bytes` of records now (looking at the head segment and
+    /// the one after it).
+    fn flash_has_room(&self, bytes: usize) -> bool {
+        let l = self.dev.l;
+        if let Some(_h) = self.head
+            && self.head_writable
+            && self.head_pos as usize + align_up(bytes as u32, l.ws()) as usize <= l.seg_size as usize
+        {
+            return true;
+        }
+        let target = self.head.map_or(0, |h| (h + 1) % l.seg_count);
+        if !self.slots[target as usize].valid || Some(target) == self.head {
+            return true;
+        }
+        let end = self.segment_end(target);
+        end <= self.min_commit(|c| c.committed)
+    }
+
+    fn min_commit(&self, f: impl Fn(&Consumer) -> u64) -> u64 {
+        self.consumers.iter().map(f).min().unwrap_or(u64::MAX)
+    }
+
+    /// One past the last offset segment `seg` can hold: the base of the next valid segment
+    /// in ring order, or for the head the start of the RAM buffer.
+    fn segment_end(&self, seg: u32) -> u64 {
+        if Some(seg) == self.head {
+            return if self.buf_count > 0 { self.buf_base } else { self.next_offset };
+        }
+        let n = self.dev.l.seg_count;
+        for i in 1..n {
+            let s = ((seg + i) % n) as usize;
+            if self.slots[s].valid {
+                return self.slots[s].base;
+            }
+        }
+        self.next_offset
+    }
+
+    /// Writes out what the spill policy says must reach flash now: everything in the
+    /// buffer, after (`OnPressure`) discarding what every consumer has committed.
+    fn spill(&mut self) -> Result<(), FlushError<F::Error>> {
+        if self.cfg.spill == SpillPolicy::OnPressure {
+            self.discard_committed()?;
+        }
+        self.write_buffer()
+    }
+
+    /// `OnPressure`: drops the buffered records every consumer has committed, after
+    /// persisting the commits that allow it.
+    fn discard_committed(&mut self) -> Result<(), FlushError<F::Error>> {
+        if self.buf_count == 0 || self.consumers.is_empty() {
+            return Ok(());
+        }
+        let m = self.min_commit(|c| c.committed).min(self.next_offset);
+        if m <= self.buf_base {
+            return Ok(());
+        }
+        let k = m - self.buf_base;
+        let old = self.durable_end;
+        self.durable_end = m;
+        if let Err(e) = self.persist_journal(false) {
+            self.durable_end = old;
+            return Err(e.into());
+        }
+        let (bytes, crc) = self.buffered_prefix(k as u32, usize::MAX);
+        self.drop_buffered(k as u32, bytes, crc);
+        self.dev.stats.records_discarded += k;
+        trace!("discarded {} committed records from RAM", k);
+        Ok(())
+    }
+
+    /// Bytes and last record CRC of the first `k` buffered records, stopping early before
+    /// the record that would pass `max_bytes`. Returns `(records, bytes, crc)` packed as
+    /// `(bytes, crc)` with the count in `self`'s view: callers pass `k` they can use.
+    fn buffered_prefix(&self, k: u32, max_bytes: usize) -> (usize, u32) {
+        let (n, bytes, crc) = self.buffered_fit(k, max_bytes);
+        debug_assert!(n == k || max_bytes != usize::MAX);
+        (bytes, crc)
+    }
+
+    /// How many of the first `k` buffered records fit in `max_bytes`: `(count, bytes,
+    /// CRC of the last one counted)`.
+    fn buffered_fit(&self, k: u32, max_bytes: usize) -> (u32, usize, u32) {
+        let mut at = BATCH_HEADER_LEN;
+        let mut crc = self.buf_prev_crc;
+        let mut n = 0u32;
+        while n < k.min(self.buf_count) {
+            let Some((r, len)) = parse_record(&self.buf[at..self.buf_len], self.buf_base + n as u64) else { break };
+            if at - BATCH_HEADER_LEN + len > max_bytes {
+                break;
+            }
+            crc = r.crc;
+            at += len;
+            n += 1;
+        }
+        (n, at - BATCH_HEADER_LEN, crc)
+    }
+
+    fn drop_buffered(&mut self, k: u32, bytes: usize, last_crc: u32) {
+        let from = BATCH_HEADER_LEN + bytes;
+        self.buf.copy_within(from..self.buf_len, BATCH_HEADER_LEN);
+        self.buf_len -= bytes;
+        self.buf_count -= k;
+        self.buf_base += k as u64;
+        self.buf_prev_crc = last_crc;
+    }
+
+    /// Writes every buffered record to flash, rolling to new segments as needed, then syncs.
+    fn write_buffer(&mut self) -> Result<(), FlushError<F::Error>> {
+        if self.buf_count == 0 {
+            return Ok(());
+        }
+        let l = self.dev.l;
+        while self.buf_count > 0 {
+            if self.head.is_none() || !self.head_writable {
+                self.roll()?;
+            }
+            let head = self.head.unwrap_or(0);
+            let space = (l.seg_size - self.head_pos) & !(l.ws() - 1);
+            let max_body = (space as usize).saturating_sub(BATCH_HEADER_LEN);
+            let (k, body, crc) = self.buffered_fit(self.buf_count, max_body);
+            if k == 0 {
+                if self.head_pos == l.data_start {
+                    // Cannot happen: a record never exceeds an empty segment.
+                    return Err(FlushError::Full);
+                }
+                self.head_writable = false;
+                continue;
+            }
+            let len = BATCH_HEADER_LEN + body;
+            let mut hdr = BatchHeader {
+                len: len as u32,
+                crc: 0,
+                base_offset: self.buf_base,
+                count: k,
+                prev_crc: self.buf_prev_crc,
+            };
+            let mut h = crc32fast::Hasher::new();
+            h.update(&hdr.encode()[16..]);
+            h.update(&self.buf[BATCH_HEADER_LEN..len]);
+            hdr.crc = h.finalize();
+            self.buf[..BATCH_HEADER_LEN].copy_from_slice(&hdr.encode());
+            let addr = l.seg_addr(head) + self.head_pos;
+            self.dev.write_padded(addr, &self.buf[..len]).map_err(FlushError::Flash)?;
+            self.head_pos += align_up(len as u32, l.ws());
+            self.dev.stats.batches_written += 1;
+            self.flash_end = self.buf_base + k as u64;
+            self.flash_last_crc = crc;
+            self.drop_buffered(k, body, crc);
+        }
+        self.dev.sync().map_err(FlushError::Flash)?;
+        self.durable_end = self.durable_end.max(self.flash_end);
+        Ok(())
+    }
+
+    /// Opens the next segment in the ring for the records starting at the buffer's base,
+    /// reclaiming (or, under `DropOldest`, dropping) the oldest segment if the ring is full.
+    fn roll(&mut self) -> Result<(), FlushError<F::Error>> {
+        let l = self.dev.l;
+        let target = self.head.map_or(0, |h| (h + 1) % l.seg_count);
+        let slot = self.slots[target as usize];
+        let reclaiming = slot.valid && Some(target) != self.head;
+        if reclaiming {
+            let end = self.segment_end(target);
+            if end > self.min_commit(|c| c.persisted) {
+                if end <= self.min_commit(|c| c.committed.min(self.durable_end)) {
+                    self.persist_journal(false)?;
+                }
+                if end > self.min_commit(|c| c.persisted) {
+                    match self.cfg.full {
+                        FullPolicy::RejectNew => return Err(FlushError::Full),
+                        FullPolicy::DropOldest => {
+                            let dropped = end.saturating_sub(slot.base);
+                            self.dev.stats.records_dropped += dropped;
+                            warn!("ring full: dropping offsets {}..{}", slot.base, end);
+                        }
+                    }
+                }
+            }
+        }
+        let base = if self.buf_count > 0 { self.buf_base } else { self.next_offset };
+        // Invalidate the slot before erasing: a crash from here on leaves it invalid.
+        self.slots[target as usize].valid = false;
+        if self.cursor.is_some_and(|c| c.seg == target) {
+            self.cursor = None;
+        }
+        if self.index_seg.is_some_and(|s| s.0 == target) {
+            self.index_seg = None;
+        }
+        if reclaiming && self.tail == Some(target) {
+            self.tail = self.next_valid_after(target);
+        }
+        self.dev.erase_verified(JOURNAL_BLOCKS + target * l.bps, l.bps)?;
+        let erase_count = slot.erase_count.saturating_add(1);
+        let seq = self.max_seq + 1;
+        let hdr = SegmentHeader {
+            erase_size: l.geo.erase_size,
+            write_size: l.geo.write_size,
+            erased: l.geo.erased,
+            blocks_per_segment: l.bps,
+            segment_count: l.seg_count,
+            log_id: self.log_id,
+            seq,
+            base_offset: base,
+            prev_crc: self.buf_prev_crc,
+            erase_count,
+        };
+        self.dev.write_padded(l.seg_addr(target), &hdr.encode()).map_err(FlushError::Flash)?;
+        self.max_seq = seq;
+        self.slots[target as usize] = SegmentSlot { seq, base, erase_count, valid: true };
+        self.head = Some(target);
+        self.head_pos = l.data_start;
+        self.head_writable = true;
+        if self.tail.is_none() {
+            self.tail = Some(target);
+        }
+        self.dev.stats.segments_opened += 1;
+        debug!("opened segment {} (seq {}, base {})", target, seq, base);
+        // A fresh snapshot bounds the producer rebuild at the next mount to this segment.
+        self.persist_journal(false)?;
+        Ok(())
+    }
+
+    /// The next valid segment after `seg` in ring order, if any.
+    fn next_valid_after(&self, seg: u32) -> Option<u32> {
+        let n = self.dev.l.seg_count;
+        (1..n).map(|i| (seg + i) % n).find(|&s| self.slots[s as usize].valid)
+    }
+
+    // ----- Reading ---------------------------------------------------------------------
+
+    /// Reads records from offset `from` into `buf`: as many whole records as fit, at least
+    /// one (RAM first, then flash; a binary search over the segments, then a sparse index
+    /// and the sequential reader's cursor inside the segment). Every record returned comes
+    /// from a batch whose CRC was checked.
+    ///
+    /// `from == next_offset()` returns no records. If `from` falls in a range that cannot
+    /// be read, the outcome's `lost` names the exact range and `next_offset` is past it.
+    ///
+    /// Errors: [`ReadError::OffsetOutOfRange`] above the next offset,
+    /// [`ReadError::Dropped`] below the first retained offset,
+    /// [`ReadError::BufferTooSmall`] when the first record does not fit, storage errors.
+    pub fn read(&mut self, from: u64, buf: &mut [u8]) -> Result<ReadOutcome, ReadError<F::Error>> {
+        if from > self.next_offset {
+            return Err(ReadError::OffsetOutOfRange { offset: from, next: self.next_offset });
+        }
+        if from == self.next_offset {
+            return Ok(ReadOutcome {
+                first_offset: from,
+                count: 0,
+                len: 0,
+                prev_crc: self.last_crc,
+                next_offset: from,
+                lost: None,
+            });
+        }
+        let first = self.first_offset();
+        if from < first {
+            return Err(ReadError::Dropped { offset: from, first_available: first });
+        }
+        if self.buf_count > 0 && from >= self.buf_base {
+            return self.read_ram(from, buf);
+        }
+        if from >= self.flash_end {
+            let to = if self.buf_count > 0 { self.buf_base } else { self.next_offset };
+            return Ok(lost(from, to, LostReason::Skipped, 0));
+        }
+        self.read_flash(from, buf)
+    }
+
+    fn read_ram(&mut self, from: u64, buf: &mut [u8]) -> Result<ReadOutcome, ReadError<F::Error>> {
+        let skip = (from - self.buf_base) as u32;
+        let (_, skip_bytes, prev_crc) = self.buffered_fit(skip, usize::MAX);
+        let start = BATCH_HEADER_LEN + skip_bytes;
+        let mut at = start;
+        let mut n = 0u32;
+        while at < self.buf_len {
+            let Some((_, len)) = parse_record(&self.buf[at..self.buf_len], from + n as u64) else { break };
+            if at - start + len > buf.len() {
+                if n == 0 {
+                    return Err(ReadError::BufferTooSmall { needed: len });
+                }
+                break;
+            }
+            at += len;
+            n += 1;
+        }
+        buf[..at - start].copy_from_slice(&self.buf[start..at]);
+        Ok(ReadOutcome {
+            first_offset: from,
+            count: n,
+            len: at - start,
+            prev_crc,
+            next_offset: from + n as u64,
+            lost: None,
+        })
+    }
+
+    /// The valid segment with the largest base offset ≤ `offset` (binary search over the
+    /// ring from the tail; invalid slots count as their nearest valid left neighbour).
+    fn find_segment(&self, offset: u64) -> Option<u32> {
+        let n = self.dev.l.seg_count;
+        let tail = self.tail?;
+        let head = self.head?;
+        let span = (head + n - tail) % n + 1;
+        let phys = |i: u32| (tail + i) % n;
+        let (mut lo, mut hi) = (0u32, span);
+        let mut found = None;
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let mut v = mid;
+            while v > lo && !self.slots[phys(v) as usize].valid {
+                v -= 1;
+            }
+            let slot = self.slots[phys(v) as usize];
+            if !slot.valid {
+                lo = mid + 1;
+                continue;
+            }
+            if slot.base <= offset {
+                found = Some(phys(v));
+                lo = mid + 1;
+            } else {
+                hi = v;
+            }
+        }
+        found
+    }
+
+    fn read_flash(&mut self, from: u64, buf: &mut [u8]) -> Result<ReadOutcome, ReadError<F::Error>> {
+        let l = self.dev.l;
+        let Some(seg) = self.find_segment(from) else {
+            let first = self.first_offset();
+            return Err(ReadError::Dropped { offset: from, first_available: first });
+        };
+        let slot = self.slots[seg as usize];
+        let seg_end = self.segment_end(seg);
+        // Where to start scanning: the cursor, the sparse index, or the segment start.
+        let (mut pos, mut expected) = (l.data_start, slot.base);
+        if self.index_seg == Some((seg, slot.seq)) {
+            for &(p, e) in self.index.iter() {
+                if e <= from && e >= expected {
+                    (pos, expected) = (p, e);
+                }
+            }
+        } else {
+            self.index_seg = Some((seg, slot.seq));
+            self.index.clear();
+        }
+        if let Some(c) = self.cursor
+            && c.seg == seg
+            && c.seq == slot.seq
+            && c.expected <= from
+            && c.expected >= expected
+        {
+            (pos, expected) = (c.pos, c.expected);
+        }
+        let mut corrupt_before = false;
+        let mut out = ReadOutcome { first_offset: from, count: 0, len: 0, prev_crc: 0, next_offset: from, lost: None };
+        loop {
+            let next = self.dev.next_batch(seg, pos, expected).map_err(ReadError::Flash)?;
+            let (p, h) = match next {
+                Next::End { corrupt, .. } => {
+                    if out.count > 0 {
+                        return Ok(out);
+                    }
+                    if corrupt {
+                        self.dev.stats.corrupt_batches += 1;
+                    }
+                    let reason = if corrupt || corrupt_before { LostReason::Corrupt } else { LostReason::Skipped };
+                    let to = seg_end.max(from + 1);
+                    return Ok(lost(from.max(expected), to, reason, 0).with_from(from));
+                }
+                Next::Batch { pos: p, h, after_corruption } => {
+                    if after_corruption {
+                        self.dev.stats.corrupt_batches += 1;
+                    }
+                    corrupt_before = after_corruption;
+                    (p, h)
+                }
+            };
+            let after = p + align_up(h.len, l.ws());
+            if h.end_offset() <= from {
+                self.note_index(p, h.base_offset);
+                pos = after;
+                expected = h.end_offset();
+                continue;
+            }
+            if h.base_offset > from.max(out.next_offset) || (out.count > 0 && h.base_offset != out.next_offset) {
+                if out.count > 0 {
+                    return Ok(out);
+                }
+                // `from` sits in a gap before this batch.
+                let reason = if corrupt_before { LostReason::Corrupt } else { LostReason::Skipped };
+                return Ok(lost(from, h.base_offset, reason, 0));
+            }
+            // This batch holds `out.next_offset`: copy its records from there.
+            let want = out.next_offset;
+            let body_len = (h.len as usize) - BATCH_HEADER_LEN;
+            let room = buf.len() - out.len;
+            let body_addr = l.seg_addr(seg) + p + BATCH_HEADER_LEN as u32;
+            if body_len <= room {
+                let dst = &mut buf[out.len..out.len + body_len];
+                self.dev.read(body_addr, dst).map_err(ReadError::Flash)?;
+                let mut crc = crc32fast::Hasher::new();
+                crc.update(&BatchHeader::encode(&h)[16..]);
+                crc.update(dst);
+                let skip = want - h.base_offset;
+                let walked = if crc.finalize() == h.crc {
+                    format::walk_records(dst, h.base_offset, h.count, skip, h.prev_crc)
+                } else {
+                    None
+                };
+                let Some((skip_len, prev)) = walked else {
+                    // Changed since it was validated: treat as corrupt at the next read.
+                    if out.count > 0 {
+                        return Ok(out);
+                    }
+                    self.dev.stats.corrupt_batches += 1;
+                    return Ok(lost(from, h.end_offset(), LostReason::Corrupt, 0));
+                };
+                dst.copy_within(skip_len.., 0);
+                if out.count == 0 {
+                    out.prev_crc = prev;
+                }
+                out.len += body_len - skip_len;
+                let got = h.count - skip as u32;
+                out.count += got;
+                out.next_offset = h.end_offset();
+                self.cursor = Some(Cursor { seg, seq: slot.seq, pos: after, expected: h.end_offset() });
+                self.note_index(p, h.base_offset);
+                pos = after;
+                expected = h.end_offset();
+                if out.next_offset >= seg_end || out.next_offset >= self.flash_end {
+                    return Ok(out);
+                }
+                continue;
+            }
+            if out.count > 0 {
+                return Ok(out);
+            }
+            // The batch is larger than the buffer: copy record by record.
+            return self.read_large_batch(seg, p, &h, want, buf);
+        }
+
+        fn lost(from: u64, to: u64, reason: LostReason, _len: usize) -> ReadOutcome {
+            ReadOutcome {
+                first_offset: from,
+                count: 0,
+                len: 0,
+                prev_crc: 0,
+                next_offset: to,
+                lost: Some(LostRange { from, to, reason }),
+            }
+        }
+    }
+
+    fn note_index(&mut self, pos: u32, base: u64) {
+        let spacing = self.dev.l.seg_size / INDEX_ENTRIES as u32;
+        let far_enough = self.index.last().is_none_or(|&(p, b)| pos >= p + spacing && base > b);
+        if far_enough && !self.index.is_full() {
+            let _ = self.index.push((pos, base));
+        }
+    }
+
+    /// Reads records of one already validated batch that does not fit in `buf` whole.
+    fn read_large_batch(
+        &mut self,
+        seg: u32,
+        pos: u32,
+        h: &BatchHeader,
+        from: u64,
+        buf: &mut [u8],
+    ) -> Result<ReadOutcome, ReadError<F::Error>> {
+        let l = self.dev.l;
+        let end = l.seg_addr(seg) + pos + h.len;
+        let mut at = l.seg_addr(seg) + pos + BATCH_HEADER_LEN as u32;
+        let mut prev = h.prev_crc;
+        let mut out = ReadOutcome { first_offset: from, count: 0, len: 0, prev_crc: 0, next_offset: from, lost: None };
+        for i in 0..h.count as u64 {
+            let off = h.base_offset + i;
+            let Some(len) = self.dev.record_len_at(at, end - at).map_err(ReadError::Flash)? else {
+                break;
+            };
+            if off < from {
+                let mut hasher = crc32fast::Hasher::new();
+                hasher.update(&off.to_le_bytes());
+                self.dev.crc_of(&mut hasher, at, len).map_err(ReadError::Flash)?;
+                prev = hasher.finalize();
+            } else {
+                let len_us = len as usize;
+                if out.len + len_us > buf.len() {
+                    if out.count == 0 {
+                        return Err(ReadError::BufferTooSmall { needed: len_us });
+                    }
+                    break;
+                }
+                self.dev.read(at, &mut buf[out.len..out.len + len_us]).map_err(ReadError::Flash)?;
+                if out.count == 0 {
+                    out.prev_crc = prev;
+                }
+                out.len += len_us;
+                out.count += 1;
+                out.next_offset = off + 1;
+            }
+            at += len;
+        }
+        if out.count == 0 {
+            out.next_offset = h.end_offset();
+            out.lost = Some(LostRange { from, to: h.end_offset(), reason: LostReason::Corrupt });
+        }
+        Ok(out)
+    }
+
+    // ----- Consumers -------------------------------------------------------------------
+
+    /// Commits `offset` for `consumer`: every offset below it is done. A consumer is created
+    /// by its first commit (up to [`MAX_CONSUMERS`]); a commit that would go backwards
+    /// changes nothing. Returns the consumer's committed offset after the call. The commit
+    /// is persisted by [`Log::tick`] after `commit_interval_us`, by [`Log::persist`], or
+    /// before a segment it frees is reused.
+    ///
+    /// Errors: [`CommitError::OffsetOutOfRange`] above the next offset,
+    /// [`CommitError::BadName`], [`CommitError::TooManyConsumers`].
+    pub fn commit(&mut self, consumer: &str, offset: u64) -> Result<u64, CommitError<F::Error>> {
+        check_name(consumer)?;
+        if offset > self.next_offset {
+            return Err(CommitError::OffsetOutOfRange { offset, next: self.next_offset });
+        }
+        if let Some(c) = self.consumers.iter_mut().find(|c| c.name == consumer) {
+            if offset > c.committed {
+                c.committed = offset;
+                self.dirty = true;
+            }
+            return Ok(c.committed);
+        }
+        let mut name = heapless::String::new();
+        let _ = name.push_str(consumer);
+        let persisted = offset.min(self.durable_end);
+        self.consumers
+            .push(Consumer { name, committed: offset, persisted })
+            .map_err(|_| CommitError::TooManyConsumers { max: MAX_CONSUMERS })?;
+        self.dirty = true;
+        Ok(offset)
+    }
+
+    /// The committed offset of `consumer`, if it exists.
+    pub fn committed(&self, consumer: &str) -> Option<u64> {
+        self.consumers.iter().find(|c| c.name == consumer).map(|c| c.committed)
+    }
+
+    /// Consumers and their committed offsets.
+    pub fn consumers(&self) -> impl Iterator<Item = (&str, u64)> + '_ {
+        self.consumers.iter().map(|c| (c.name.as_str(), c.committed))
+    }
+
+    /// Deletes a consumer (persisted at once); returns whether it existed.
+    pub fn delete_consumer(&mut self, consumer: &str) -> Result<bool, CommitError<F::Error>> {
+        let Some(i) = self.consumers.iter().position(|c| c.name == consumer) else {
+            return Ok(false);
+        };
+        self.consumers.remove(i);
+        self.persist_journal(false)?;
+        Ok(true)
+    }
+
+    /// Persists committed offsets now (one journal write and a sync).
+    pub fn persist(&mut self, now_us: u64) -> Result<(), CommitError<F::Error>> {
+        self.now_us = now_us;
+        self.persist_journal(false)?;
+        Ok(())
+    }
+}
+
+fn check_name<E: core::fmt::Debug>(name: &str) -> Result<(), CommitError<E>> {
+    if name.is_empty() || name.len() > MAX_CONSUMER_NAME_LEN {
+        return Err(CommitError::BadName { len: name.len() });
+    }
+    Ok(())
+}
+
+trait WithFrom {
+    fn with_from(self, from: u64) -> Self;
+}
+impl WithFrom for ReadOutcome {
+    fn with_from(mut self, from: u64) -> Self {
+        self.first_offset = from;
+        if let Some(l) = self.lost.as_mut() {
+            l.from = from;
+        }
+        self
+    }
+}
