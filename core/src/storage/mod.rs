@@ -15,10 +15,9 @@
 //! programmed bits done; a cut during an erase may leave the block with any content.
 //! The log is built to recover from both.
 
-// Storage implementations (filled in by their own change):
-// mod nor;      pub use nor::NorFlashAdapter;
-// mod sim;      (feature "sim") pub use sim::{SimError, SimFlash};
-// mod file;     (feature "std") pub use file::{FileFlash, FileFlashError};
+pub mod nor;
+
+pub use nor::{MAX_READ_SIZE, NorFlashAdapter, NorFlashAdapterError};
 
 /// Geometry of a flash partition. All sizes in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
