@@ -16,8 +16,12 @@
 //! The log is built to recover from both.
 
 pub mod nor;
+#[cfg(feature = "sim")]
+pub mod sim;
 
 pub use nor::{MAX_READ_SIZE, NorFlashAdapter, NorFlashAdapterError};
+#[cfg(feature = "sim")]
+pub use sim::{SimCounters, SimError, SimFlash};
 
 /// Geometry of a flash partition. All sizes in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
