@@ -15,10 +15,14 @@
 //! programmed bits done; a cut during an erase may leave the block with any content.
 //! The log is built to recover from both.
 
+#[cfg(feature = "std")]
+pub mod file;
 pub mod nor;
 #[cfg(feature = "sim")]
 pub mod sim;
 
+#[cfg(feature = "std")]
+pub use file::{FileFlash, FileFlashError};
 pub use nor::{MAX_READ_SIZE, NorFlashAdapter, NorFlashAdapterError};
 #[cfg(feature = "sim")]
 pub use sim::{SimCounters, SimError, SimFlash};
