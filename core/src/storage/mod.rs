@@ -15,10 +15,17 @@
 //! programmed bits done; a cut during an erase may leave the block with any content.
 //! The log is built to recover from both.
 
-// Storage implementations (filled in by their own change):
-// mod nor;      pub use nor::NorFlashAdapter;
-// mod sim;      (feature "sim") pub use sim::{SimError, SimFlash};
-// mod file;     (feature "std") pub use file::{FileFlash, FileFlashError};
+#[cfg(feature = "std")]
+pub mod file;
+pub mod nor;
+#[cfg(feature = "sim")]
+pub mod sim;
+
+#[cfg(feature = "std")]
+pub use file::{FileFlash, FileFlashError};
+pub use nor::{MAX_READ_SIZE, NorFlashAdapter, NorFlashAdapterError};
+#[cfg(feature = "sim")]
+pub use sim::{SimCounters, SimError, SimFlash};
 
 /// Geometry of a flash partition. All sizes in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
