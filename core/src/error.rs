@@ -18,7 +18,9 @@ pub enum FormatError<E: Debug> {
     #[error("unsupported flash geometry")]
     Geometry,
     /// Fewer than 2 segments fit in the partition.
-    #[error("partition holds {segments} segments of {blocks_per_segment} erase blocks; at least 2 are needed")]
+    #[error(
+        "partition holds {segments} segments of {blocks_per_segment} erase blocks; at least 2 are needed"
+    )]
     TooFewSegments {
         /// Segments that fit.
         segments: u32,
@@ -48,7 +50,9 @@ pub enum MountError<E: Debug> {
     #[error("partition is not formatted as a Spillway log")]
     NotFormatted,
     /// The partition was formatted with a different geometry than the storage reports.
-    #[error("image geometry (erase {image_erase_size} B, write {image_write_size} B) differs from the storage (erase {erase_size} B, write {write_size} B)")]
+    #[error(
+        "image geometry (erase {image_erase_size} B, write {image_write_size} B) differs from the storage (erase {erase_size} B, write {write_size} B)"
+    )]
     GeometryMismatch {
         /// Erase size recorded in the image, bytes.
         image_erase_size: u32,
@@ -103,7 +107,9 @@ pub enum AppendError<E: Debug> {
     #[error("log is full")]
     Full,
     /// A resend of a producer sequence older than the remembered window.
-    #[error("producer {producer:#x} resent sequence {seq}, older than the remembered window (last {last_seq})")]
+    #[error(
+        "producer {producer:#x} resent sequence {seq}, older than the remembered window (last {last_seq})"
+    )]
     SequenceTooOld {
         /// Producer id.
         producer: u64,
@@ -213,4 +219,3 @@ pub enum CommitError<E: Debug> {
         len: usize,
     },
 }
-

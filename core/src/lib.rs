@@ -26,4 +26,9 @@ extern crate std;
 #[macro_use]
 mod fmt;
 
+pub mod error;
+pub mod log;
 pub mod storage;
+
+pub use error::{AppendError, CommitError, FlushError, FormatError, MountError, ReadError};
+pub use log::{Config, FullPolicy, Log, Memory, Record, SegmentSlot, SpillPolicy};

@@ -153,8 +153,8 @@ impl SegmentHeader {
 
     /// The partition geometry this header describes (capacity derived from the ring).
     pub fn geometry(&self) -> Geometry {
-        let blocks = JOURNAL_BLOCKS as u64
-            + self.blocks_per_segment as u64 * self.segment_count as u64;
+        let blocks =
+            JOURNAL_BLOCKS as u64 + self.blocks_per_segment as u64 * self.segment_count as u64;
         Geometry {
             erase_size: self.erase_size,
             write_size: self.write_size,
@@ -272,7 +272,11 @@ impl Record<'_> {
         RECORD_OVERHEAD
             + self.topic.len()
             + self.payload.len()
-            + if self.producer.is_some() { PRODUCER_LEN } else { 0 }
+            + if self.producer.is_some() {
+                PRODUCER_LEN
+            } else {
+                0
+            }
     }
 
     /// Encodes the record into `out` (exactly [`Record::encoded_len`] bytes long).
@@ -340,7 +344,10 @@ pub fn parse_record(b: &[u8], offset: u64) -> Option<(RecordRef<'_>, usize)> {
         FLAG_PRODUCER => {
             let p = b.get(at..at + PRODUCER_LEN)?;
             at += PRODUCER_LEN;
-            Some(Producer { id: u64_at(p, 0), seq: u32_at(p, 8) })
+            Some(Producer {
+                id: u64_at(p, 0),
+                seq: u32_at(p, 8),
+            })
         }
         _ => return None,
     };
@@ -357,6 +364,7 @@ pub fn parse_record(b: &[u8], offset: u64) -> Option<(RecordRef<'_>, usize)> {
             timestamp_us,
             producer,
             payload,
+            encoded,
         },
         at,
     ))
@@ -375,7 +383,11 @@ pub struct RecordIter<'a> {
 impl<'a> RecordIter<'a> {
     /// Iterates `count` records of `bytes`, the first one at `first_offset`.
     pub fn new(bytes: &'a [u8], first_offset: u64, count: u32) -> Self {
-        RecordIter { rest: bytes, next_offset: first_offset, left: count }
+        RecordIter {
+            rest: bytes,
+            next_offset: first_offset,
+            left: count,
+        }
     }
 }
 
@@ -396,7 +408,13 @@ impl<'a> Iterator for RecordIter<'a> {
 /// Walks the records of a batch body (bytes after the 32-byte header), checking that
 /// exactly `count` well-formed records fill it. Returns the length of the first `skip`
 /// records and the CRC of the record just before the `skip`-th one (or `prev_crc`).
-pub(crate) fn walk_records(body: &[u8], base: u64, count: u32, skip: u64, prev_crc: u32) -> Option<(usize, u32)> {
+pub(crate) fn walk_records(
+    body: &[u8],
+    base: u64,
+    count: u32,
+    skip: u64,
+    prev_crc: u32,
+) -> Option<(usize, u32)> {
     let mut at = 0usize;
     let mut crc = prev_crc;
     let mut skipped_len = 0usize;

@@ -3,9 +3,7 @@
 
 use heapless::Vec;
 
-use super::format::{
-    JOURNAL_HEADER_LEN, JOURNAL_MAGIC, MAX_CONSUMER_NAME_LEN, crc32,
-};
+use super::format::{JOURNAL_HEADER_LEN, JOURNAL_MAGIC, MAX_CONSUMER_NAME_LEN, crc32};
 
 /// Most consumers a log tracks (the `bridge` consumer included).
 pub const MAX_CONSUMERS: usize = 8;
@@ -156,7 +154,9 @@ pub fn decode(b: &[u8]) -> Option<Entry> {
     if crc32(&b[16..]) != crc {
         return None;
     }
-    let u64_at = |at: usize| -> Option<u64> { Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?)) };
+    let u64_at = |at: usize| -> Option<u64> {
+        Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+    };
     let mut e = Entry {
         seq: u64_at(16)?,
         lease: u64_at(24)?,

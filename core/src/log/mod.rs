@@ -39,8 +39,8 @@ use heapless::Vec;
 use crate::error::{AppendError, CommitError, FlushError, FormatError, MountError, ReadError};
 use crate::storage::{Flash, Geometry};
 use format::{
-    BATCH_HEADER_LEN, BatchHeader, HeadCheck, JOURNAL_BLOCKS, MAX_CONSUMER_NAME_LEN,
-    MAX_TOPIC_LEN, SEGMENT_HEADER_LEN, SegmentHeader, align_up, parse_record,
+    BATCH_HEADER_LEN, BatchHeader, HeadCheck, JOURNAL_BLOCKS, MAX_CONSUMER_NAME_LEN, MAX_TOPIC_LEN,
+    SEGMENT_HEADER_LEN, SegmentHeader, align_up, parse_record,
 };
 pub use format::{Producer, Record, RecordIter, RecordRef, record_crc};
 use journal::{Consumer, ProducerState};
@@ -129,7 +129,12 @@ pub struct SegmentSlot {
 
 impl SegmentSlot {
     /// An unused slot, to fill the caller's array with.
-    pub const EMPTY: SegmentSlot = SegmentSlot { seq: 0, base: 0, erase_count: 0, valid: false };
+    pub const EMPTY: SegmentSlot = SegmentSlot {
+        seq: 0,
+        base: 0,
+        erase_count: 0,
+        valid: false,
+    };
 }
 
 /// Memory the log works in, provided by the caller (no allocation inside).
@@ -195,7 +200,11 @@ pub struct ReadOutcome {
 impl ReadOutcome {
     /// Iterates the records this read put into `buf`.
     pub fn records<'b>(&self, buf: &'b [u8]) -> RecordIter<'b> {
-        RecordIter::new(&buf[..self.len.min(buf.len())], self.first_offset, self.count)
+        RecordIter::new(
+            &buf[..self.len.min(buf.len())],
+            self.first_offset,
+            self.count,
+        )
     }
 }
 
@@ -300,7 +309,11 @@ impl<E: core::fmt::Debug> From<Io<E>> for CommitError<E> {
 /// Outcome of looking for the next batch in a segment.
 enum Next {
     /// A valid batch at `pos`; `after_corruption` when bytes before it failed to validate.
-    Batch { pos: u32, h: BatchHeader, after_corruption: bool },
+    Batch {
+        pos: u32,
+        h: BatchHeader,
+        after_corruption: bool,
+    },
     /// No further batch; `corrupt` when non-erased bytes that do not validate were met.
     End { pos: u32, corrupt: bool },
 }
@@ -429,7 +442,11 @@ impl<F: Flash> Dev<F> {
 
     /// Reads and fully validates the batch at `pos` of segment `seg` (header, bounds and
     /// CRC; a failed CRC is re-read once). Returns the header if valid.
-    fn check_batch(&mut self, seg: u32, pos: u32) -> Result<Result<BatchHeader, HeadCheck>, F::Error> {
+    fn check_batch(
+        &mut self,
+        seg: u32,
+        pos: u32,
+    ) -> Result<Result<BatchHeader, HeadCheck>, F::Error> {
         let l = self.l;
         if pos + BATCH_HEADER_LEN as u32 > l.seg_size {
             return Ok(Err(HeadCheck::Erased));
@@ -445,7 +462,11 @@ impl<F: Flash> Dev<F> {
         for _attempt in 0..2 {
             let mut crc = crc32fast::Hasher::new();
             crc.update(&hb[16..]);
-            self.crc_of(&mut crc, addr + BATCH_HEADER_LEN as u32, h.len - BATCH_HEADER_LEN as u32)?;
+            self.crc_of(
+                &mut crc,
+                addr + BATCH_HEADER_LEN as u32,
+                h.len - BATCH_HEADER_LEN as u32,
+            )?;
             if crc.finalize() == h.crc {
                 return Ok(Ok(h));
             }
@@ -458,9 +479,18 @@ impl<F: Flash> Dev<F> {
     fn next_batch(&mut self, seg: u32, pos: u32, expected: u64) -> Result<Next, F::Error> {
         match self.check_batch(seg, pos)? {
             Ok(h) if h.base_offset >= expected => {
-                return Ok(Next::Batch { pos, h, after_corruption: false });
+                return Ok(Next::Batch {
+                    pos,
+                    h,
+                    after_corruption: false,
+                });
             }
-            Err(HeadCheck::Erased) => return Ok(Next::End { pos, corrupt: false }),
+            Err(HeadCheck::Erased) => {
+                return Ok(Next::End {
+                    pos,
+                    corrupt: false,
+                });
+            }
             _ => {}
         }
         // Corrupt: look for a batch magic at a later aligned position whose CRC validates.
@@ -479,7 +509,11 @@ impl<F: Flash> Dev<F> {
                     if let Ok(h) = self.check_batch(seg, cand)?
                         && h.base_offset >= expected
                     {
-                        return Ok(Next::Batch { pos: cand, h, after_corruption: true });
+                        return Ok(Next::Batch {
+                            pos: cand,
+                            h,
+                            after_corruption: true,
+                        });
                     }
                 }
                 q += ws as usize;
@@ -596,13 +630,18 @@ impl<'a, F: Flash> Log<'a, F> {
                 blocks_per_segment,
             });
         }
-        let mut dev = Dev { flash, l, stats: Stats::default() };
+        let mut dev = Dev {
+            flash,
+            l,
+            stats: Stats::default(),
+        };
         let map = |e: Io<F::Error>| match e {
             Io::Flash(e) => FormatError::Flash(e),
             Io::BadBlock(block) => FormatError::BadBlock { block },
         };
         dev.erase_verified(0, JOURNAL_BLOCKS).map_err(map)?;
-        dev.erase_verified(JOURNAL_BLOCKS, blocks_per_segment).map_err(map)?;
+        dev.erase_verified(JOURNAL_BLOCKS, blocks_per_segment)
+            .map_err(map)?;
         let hdr = SegmentHeader {
             erase_size: geo.erase_size,
             write_size: geo.write_size,
@@ -615,7 +654,8 @@ impl<'a, F: Flash> Log<'a, F> {
             prev_crc: 0,
             erase_count: 1,
         };
-        dev.write_padded(l.seg_addr(0), &hdr.encode()).map_err(FormatError::Flash)?;
+        dev.write_padded(l.seg_addr(0), &hdr.encode())
+            .map_err(FormatError::Flash)?;
         let mut entry = [0u8; journal::MAX_ENTRY_LEN];
         let len = journal::encode(
             &mut entry,
@@ -629,9 +669,13 @@ impl<'a, F: Flash> Log<'a, F> {
             [(BRIDGE_CONSUMER, 0u64)].into_iter(),
             core::iter::empty(),
         );
-        dev.write_padded(0, &entry[..len]).map_err(FormatError::Flash)?;
+        dev.write_padded(0, &entry[..len])
+            .map_err(FormatError::Flash)?;
         dev.flash.sync().map_err(FormatError::Flash)?;
-        info!("formatted log {:x}: {} segments of {} blocks", log_id, l.seg_count, blocks_per_segment);
+        info!(
+            "formatted log {:x}: {} segments of {} blocks",
+            log_id, l.seg_count, blocks_per_segment
+        );
         Ok(())
     }
 
@@ -652,9 +696,16 @@ impl<'a, F: Flash> Log<'a, F> {
             return Err(MountError::Geometry);
         }
         if mem.buffer.len() < MIN_BUFFER {
-            return Err(MountError::BufferTooSmall { len: mem.buffer.len(), min: MIN_BUFFER });
+            return Err(MountError::BufferTooSmall {
+                len: mem.buffer.len(),
+                min: MIN_BUFFER,
+            });
         }
-        let mut dev = Dev { flash, l: Layout::new(geo, 1), stats: Stats::default() };
+        let mut dev = Dev {
+            flash,
+            l: Layout::new(geo, 1),
+            stats: Stats::default(),
+        };
 
         // 1. The journal.
         let (entry, jblock, jpos) = Self::scan_journal(&mut dev).map_err(MountError::Flash)?;
@@ -664,7 +715,8 @@ impl<'a, F: Flash> Log<'a, F> {
             Some(e) => (e.log_id, e.blocks_per_segment),
             None => {
                 let mut hb = [0u8; SEGMENT_HEADER_LEN];
-                dev.read(JOURNAL_BLOCKS * geo.erase_size, &mut hb).map_err(MountError::Flash)?;
+                dev.read(JOURNAL_BLOCKS * geo.erase_size, &mut hb)
+                    .map_err(MountError::Flash)?;
                 let h = SegmentHeader::decode(&hb).ok_or(MountError::NotFormatted)?;
                 (h.log_id, h.blocks_per_segment)
             }
@@ -675,7 +727,10 @@ impl<'a, F: Flash> Log<'a, F> {
         }
         dev.l = l;
         if mem.segments.len() < l.seg_count as usize {
-            return Err(MountError::SegmentTable { segments: l.seg_count, slots: mem.segments.len() });
+            return Err(MountError::SegmentTable {
+                segments: l.seg_count,
+                slots: mem.segments.len(),
+            });
         }
 
         // 3. One header per segment.
@@ -685,14 +740,20 @@ impl<'a, F: Flash> Log<'a, F> {
         let mut max_seq = 0u64;
         for s in 0..l.seg_count {
             let mut hb = [0u8; SEGMENT_HEADER_LEN];
-            dev.read(l.seg_addr(s), &mut hb).map_err(MountError::Flash)?;
+            dev.read(l.seg_addr(s), &mut hb)
+                .map_err(MountError::Flash)?;
             let slot = &mut mem.segments[s as usize];
             *slot = SegmentSlot::EMPTY;
-            let Some(h) = SegmentHeader::decode(&hb) else { continue };
+            let Some(h) = SegmentHeader::decode(&hb) else {
+                continue;
+            };
             if h.log_id != log_id {
                 continue;
             }
-            if h.erase_size != geo.erase_size || h.write_size != geo.write_size || h.erased != geo.erased {
+            if h.erase_size != geo.erase_size
+                || h.write_size != geo.write_size
+                || h.erased != geo.erased
+            {
                 return Err(MountError::GeometryMismatch {
                     image_erase_size: h.erase_size,
                     image_write_size: h.write_size,
@@ -703,7 +764,12 @@ impl<'a, F: Flash> Log<'a, F> {
             if h.blocks_per_segment != bps || h.segment_count != l.seg_count {
                 continue;
             }
-            *slot = SegmentSlot { seq: h.seq, base: h.base_offset, erase_count: h.erase_count, valid: true };
+            *slot = SegmentSlot {
+                seq: h.seq,
+                base: h.base_offset,
+                erase_count: h.erase_count,
+                valid: true,
+            };
             valid += 1;
             max_seq = max_seq.max(h.seq);
             if head.is_none_or(|x| mem.segments[x as usize].seq < h.seq) {
@@ -795,10 +861,22 @@ impl<'a, F: Flash> Log<'a, F> {
             let mut expected = slot.base;
             let mut last_batch: Option<(u32, BatchHeader)> = None;
             loop {
-                match log.dev.next_batch(h, pos, expected).map_err(MountError::Flash)? {
-                    Next::Batch { pos: p, h: bh, after_corruption } => {
+                match log
+                    .dev
+                    .next_batch(h, pos, expected)
+                    .map_err(MountError::Flash)?
+                {
+                    Next::Batch {
+                        pos: p,
+                        h: bh,
+                        after_corruption,
+                    } => {
                         if after_corruption && report.head_lost.is_none() {
-                            report.head_lost = Some(LostRange { from: expected, to: bh.base_offset, reason: LostReason::Corrupt });
+                            report.head_lost = Some(LostRange {
+                                from: expected,
+                                to: bh.base_offset,
+                                reason: LostReason::Corrupt,
+                            });
                         }
                         report.head_records += bh.count as u64;
                         expected = bh.end_offset();
@@ -812,7 +890,9 @@ impl<'a, F: Flash> Log<'a, F> {
                         let mut at = p;
                         while at < l.seg_size {
                             let n = (l.seg_size - at).min(CHUNK as u32) as usize;
-                            log.dev.read(l.seg_addr(h) + at, &mut chunk[..n]).map_err(MountError::Flash)?;
+                            log.dev
+                                .read(l.seg_addr(h) + at, &mut chunk[..n])
+                                .map_err(MountError::Flash)?;
                             torn += chunk[..n].iter().filter(|&&b| b != geo.erased).count() as u32;
                             at += n as u32;
                         }
@@ -825,11 +905,14 @@ impl<'a, F: Flash> Log<'a, F> {
             }
             log.head_pos = pos;
             log.flash_end = expected;
-            log.flash_last_crc = slot_prev_crc_or(&mut log, h, last_batch).map_err(MountError::Flash)?;
+            log.flash_last_crc =
+                slot_prev_crc_or(&mut log, h, last_batch).map_err(MountError::Flash)?;
         }
 
         // 5. Offsets, consumers, producers.
-        let (jlease, jdurable, jclean) = entry.as_ref().map_or((0, 0, false), |e| (e.lease, e.durable_next, e.clean));
+        let (jlease, jdurable, jclean) = entry
+            .as_ref()
+            .map_or((0, 0, false), |e| (e.lease, e.durable_next, e.clean));
         report.clean = jclean && head_clean && jdurable == log.flash_end && head.is_some();
         log.durable_end = log.flash_end.max(jdurable);
         log.next_offset = log.durable_end.max(jlease);
@@ -845,10 +928,17 @@ impl<'a, F: Flash> Log<'a, F> {
             Some(e) => {
                 for (name, off) in &e.consumers {
                     let c = (*off).min(log.durable_end);
-                    let _ = log.consumers.push(Consumer { name: name.clone(), committed: c, persisted: c });
+                    let _ = log.consumers.push(Consumer {
+                        name: name.clone(),
+                        committed: c,
+                        persisted: c,
+                    });
                 }
                 for &(id, seq, off) in &e.producers {
-                    let mut st = ProducerState { id, window: Vec::new() };
+                    let mut st = ProducerState {
+                        id,
+                        window: Vec::new(),
+                    };
                     st.push(seq, off);
                     let _ = log.producers.push(st);
                 }
@@ -857,7 +947,11 @@ impl<'a, F: Flash> Log<'a, F> {
                 let first = log.first_offset();
                 let mut name = heapless::String::new();
                 let _ = name.push_str(BRIDGE_CONSUMER);
-                let _ = log.consumers.push(Consumer { name, committed: first, persisted: first });
+                let _ = log.consumers.push(Consumer {
+                    name,
+                    committed: first,
+                    persisted: first,
+                });
             }
         }
         log.rebuild_producers(jdurable).map_err(MountError::Flash)?;
@@ -900,7 +994,9 @@ impl<'a, F: Flash> Log<'a, F> {
         let end = l.seg_addr(seg) + pos + h.len;
         let mut crc = h.prev_crc;
         for i in 0..h.count as u64 {
-            let Some(len) = self.dev.record_len_at(at, end - at)? else { break };
+            let Some(len) = self.dev.record_len_at(at, end - at)? else {
+                break;
+            };
             let mut hasher = crc32fast::Hasher::new();
             hasher.update(&(h.base_offset + i).to_le_bytes());
             self.dev.crc_of(&mut hasher, at, len)?;
@@ -926,10 +1022,6 @@ impl<'a, F: Flash> Log<'a, F> {
             if out.next_offset <= at {
                 break;
             }
-            for i in 0..out.count as usize {
-                // Re-parse from the buffer: records are back to back.
-                let _ = i;
-            }
             let mut it = out.records(self.buf);
             let mut pairs: Vec<(u64, u32, u64), 64> = Vec::new();
             for r in it.by_ref() {
@@ -946,7 +1038,12 @@ impl<'a, F: Flash> Log<'a, F> {
             // If more producer records were in this read than fit in `pairs`, continue
             // right after the last one noted.
             at = if consumed == 64 {
-                self.producers.iter().flat_map(|p| p.window.last()).map(|w| w.1 + 1).max().unwrap_or(out.next_offset)
+                self.producers
+                    .iter()
+                    .flat_map(|p| p.window.last())
+                    .map(|w| w.1 + 1)
+                    .max()
+                    .unwrap_or(out.next_offset)
             } else {
                 out.next_offset
             };
@@ -972,7 +1069,10 @@ impl<'a, F: Flash> Log<'a, F> {
                 self.producers.swap_remove(i);
             }
         }
-        let mut st = ProducerState { id, window: Vec::new() };
+        let mut st = ProducerState {
+            id,
+            window: Vec::new(),
+        };
         st.push(seq, offset);
         let _ = self.producers.push(st);
     }
@@ -980,7 +1080,9 @@ impl<'a, F: Flash> Log<'a, F> {
     /// Reads the journal blocks: the newest valid entry, the block it is in, and where the
     /// next entry may go in that block (`None` if the rest of the block is not blank).
     #[allow(clippy::type_complexity)]
-    fn scan_journal(dev: &mut Dev<F>) -> Result<(Option<journal::Entry>, u32, Option<u32>), F::Error> {
+    fn scan_journal(
+        dev: &mut Dev<F>,
+    ) -> Result<(Option<journal::Entry>, u32, Option<u32>), F::Error> {
         let e = dev.l.geo.erase_size;
         let ws = dev.l.ws();
         let mut best: Option<(journal::Entry, u32, u32)> = None;
@@ -990,9 +1092,13 @@ impl<'a, F: Flash> Log<'a, F> {
             while pos + 16 <= e {
                 let mut head = [0u8; 16];
                 dev.read(blk * e + pos, &mut head)?;
-                let Some(len) = journal::entry_len(&head, (e - pos) as usize) else { break };
+                let Some(len) = journal::entry_len(&head, (e - pos) as usize) else {
+                    break;
+                };
                 dev.read(blk * e + pos, &mut buf[..len])?;
-                let Some(entry) = journal::decode(&buf[..len]) else { break };
+                let Some(entry) = journal::decode(&buf[..len]) else {
+                    break;
+                };
                 pos += align_up(len as u32, ws);
                 if best.as_ref().is_none_or(|b| entry.seq > b.0.seq) {
                     best = Some((entry, blk, pos));
@@ -1025,9 +1131,15 @@ impl<'a, F: Flash> Log<'a, F> {
             self.log_id,
             l.bps,
             clean,
-            self.consumers.iter().map(|c| (c.name.as_str(), c.committed.min(durable))),
+            self.consumers
+                .iter()
+                .map(|c| (c.name.as_str(), c.committed.min(durable))),
             self.producers.iter().filter_map(|p| {
-                p.window.iter().rev().find(|w| w.1 < durable).map(|w| (p.id, w.0, w.1))
+                p.window
+                    .iter()
+                    .rev()
+                    .find(|w| w.1 < durable)
+                    .map(|w| (p.id, w.0, w.1))
             }),
         );
         let padded = align_up(len as u32, l.ws());
@@ -1040,7 +1152,9 @@ impl<'a, F: Flash> Log<'a, F> {
                 0
             }
         };
-        self.dev.write_padded(self.jblock * e + pos, &buf[..len]).map_err(Io::Flash)?;
+        self.dev
+            .write_padded(self.jblock * e + pos, &buf[..len])
+            .map_err(Io::Flash)?;
         self.jpos = Some(pos + padded);
         self.dev.sync().map_err(Io::Flash)?;
         self.jseq = seq;
@@ -1169,7 +1283,11 @@ impl<'a, F: Flash> Log<'a, F> {
     /// Errors: [`AppendError::BadTopic`], [`AppendError::TooLarge`] (see
     /// [`Log::max_record_len`]), [`AppendError::Full`] under `RejectNew`,
     /// [`AppendError::SequenceTooOld`], storage errors.
-    pub fn append(&mut self, now_us: u64, rec: &Record<'_>) -> Result<Appended, AppendError<F::Error>> {
+    pub fn append(
+        &mut self,
+        now_us: u64,
+        rec: &Record<'_>,
+    ) -> Result<Appended, AppendError<F::Error>> {
         self.now_us = now_us;
         let tlen = rec.topic.len();
         if tlen == 0 || tlen > MAX_TOPIC_LEN {
@@ -1177,7 +1295,10 @@ impl<'a, F: Flash> Log<'a, F> {
         }
         let len = rec.encoded_len();
         if len > self.max_record_len() {
-            return Err(AppendError::TooLarge { len, max: self.max_record_len() });
+            return Err(AppendError::TooLarge {
+                len,
+                max: self.max_record_len(),
+            });
         }
         if let Some(p) = rec.producer
             && let Some(st) = self.producers.iter().find(|s| s.id == p.id)
@@ -1186,9 +1307,16 @@ impl<'a, F: Flash> Log<'a, F> {
         {
             if let Some(&(_, off)) = st.window.iter().find(|w| w.0 == p.seq) {
                 self.dev.stats.duplicates += 1;
-                return Ok(Appended { offset: off, duplicate: true });
+                return Ok(Appended {
+                    offset: off,
+                    duplicate: true,
+                });
             }
-            return Err(AppendError::SequenceTooOld { producer: p.id, seq: p.seq, last_seq: last });
+            return Err(AppendError::SequenceTooOld {
+                producer: p.id,
+                seq: p.seq,
+                last_seq: last,
+            });
         }
         if self.buf_len + len > self.buf_cap {
             self.spill()?;
@@ -1224,7 +1352,10 @@ impl<'a, F: Flash> Log<'a, F> {
         {
             self.spill()?;
         }
-        Ok(Appended { offset, duplicate: false })
+        Ok(Appended {
+            offset,
+            duplicate: false,
+        })
     }
 
     /// Writes the RAM buffer to flash as one batch (or more, when it crosses a segment)
@@ -1248,7 +1379,8 @@ impl<'a, F: Flash> Log<'a, F> {
         if self.buf_count > 0 && now_us.saturating_sub(self.buf_first_us) >= self.cfg.linger_us {
             self.spill()?;
         }
-        if self.dirty && now_us.saturating_sub(self.last_persist_us) >= self.cfg.commit_interval_us {
+        if self.dirty && now_us.saturating_sub(self.last_persist_us) >= self.cfg.commit_interval_us
+        {
             self.persist_journal(false)?;
         }
         let mut next = u64::MAX;
@@ -1256,7 +1388,10 @@ impl<'a, F: Flash> Log<'a, F> {
             next = next.min(self.buf_first_us.saturating_add(self.cfg.linger_us));
         }
         if self.dirty {
-            next = next.min(self.last_persist_us.saturating_add(self.cfg.commit_interval_us));
+            next = next.min(
+                self.last_persist_us
+                    .saturating_add(self.cfg.commit_interval_us),
+            );
         }
         Ok(next)
     }
@@ -1278,7 +1413,8 @@ impl<'a, F: Flash> Log<'a, F> {
         let l = self.dev.l;
         if let Some(_h) = self.head
             && self.head_writable
-            && self.head_pos as usize + align_up(bytes as u32, l.ws()) as usize <= l.seg_size as usize
+            && self.head_pos as usize + align_up(bytes as u32, l.ws()) as usize
+                <= l.seg_size as usize
         {
             return true;
         }
@@ -1298,7 +1434,11 @@ impl<'a, F: Flash> Log<'a, F> {
     /// in ring order, or for the head the start of the RAM buffer.
     fn segment_end(&self, seg: u32) -> u64 {
         if Some(seg) == self.head {
-            return if self.buf_count > 0 { self.buf_base } else { self.next_offset };
+            return if self.buf_count > 0 {
+                self.buf_base
+            } else {
+                self.next_offset
+            };
         }
         let n = self.dev.l.seg_count;
         for i in 1..n {
@@ -1336,20 +1476,11 @@ impl<'a, F: Flash> Log<'a, F> {
             self.durable_end = old;
             return Err(e.into());
         }
-        let (bytes, crc) = self.buffered_prefix(k as u32, usize::MAX);
-        self.drop_buffered(k as u32, bytes, crc);
+        let (n, bytes, crc) = self.buffered_fit(k as u32, usize::MAX);
+        self.drop_buffered(n, bytes, crc);
         self.dev.stats.records_discarded += k;
         trace!("discarded {} committed records from RAM", k);
         Ok(())
-    }
-
-    /// Bytes and last record CRC of the first `k` buffered records, stopping early before
-    /// the record that would pass `max_bytes`. Returns `(records, bytes, crc)` packed as
-    /// `(bytes, crc)` with the count in `self`'s view: callers pass `k` they can use.
-    fn buffered_prefix(&self, k: u32, max_bytes: usize) -> (usize, u32) {
-        let (n, bytes, crc) = self.buffered_fit(k, max_bytes);
-        debug_assert!(n == k || max_bytes != usize::MAX);
-        (bytes, crc)
     }
 
     /// How many of the first `k` buffered records fit in `max_bytes`: `(count, bytes,
@@ -1359,7 +1490,11 @@ impl<'a, F: Flash> Log<'a, F> {
         let mut crc = self.buf_prev_crc;
         let mut n = 0u32;
         while n < k.min(self.buf_count) {
-            let Some((r, len)) = parse_record(&self.buf[at..self.buf_len], self.buf_base + n as u64) else { break };
+            let Some((r, len)) =
+                parse_record(&self.buf[at..self.buf_len], self.buf_base + n as u64)
+            else {
+                break;
+            };
             if at - BATCH_HEADER_LEN + len > max_bytes {
                 break;
             }
@@ -1415,7 +1550,9 @@ impl<'a, F: Flash> Log<'a, F> {
             hdr.crc = h.finalize();
             self.buf[..BATCH_HEADER_LEN].copy_from_slice(&hdr.encode());
             let addr = l.seg_addr(head) + self.head_pos;
-            self.dev.write_padded(addr, &self.buf[..len]).map_err(FlushError::Flash)?;
+            self.dev
+                .write_padded(addr, &self.buf[..len])
+                .map_err(FlushError::Flash)?;
             self.head_pos += align_up(len as u32, l.ws());
             self.dev.stats.batches_written += 1;
             self.flash_end = self.buf_base + k as u64;
@@ -1452,7 +1589,11 @@ impl<'a, F: Flash> Log<'a, F> {
                 }
             }
         }
-        let base = if self.buf_count > 0 { self.buf_base } else { self.next_offset };
+        let base = if self.buf_count > 0 {
+            self.buf_base
+        } else {
+            self.next_offset
+        };
         // Invalidate the slot before erasing: a crash from here on leaves it invalid.
         self.slots[target as usize].valid = false;
         if self.cursor.is_some_and(|c| c.seg == target) {
@@ -1464,7 +1605,8 @@ impl<'a, F: Flash> Log<'a, F> {
         if reclaiming && self.tail == Some(target) {
             self.tail = self.next_valid_after(target);
         }
-        self.dev.erase_verified(JOURNAL_BLOCKS + target * l.bps, l.bps)?;
+        self.dev
+            .erase_verified(JOURNAL_BLOCKS + target * l.bps, l.bps)?;
         let erase_count = slot.erase_count.saturating_add(1);
         let seq = self.max_seq + 1;
         let hdr = SegmentHeader {
@@ -1479,9 +1621,16 @@ impl<'a, F: Flash> Log<'a, F> {
             prev_crc: self.buf_prev_crc,
             erase_count,
         };
-        self.dev.write_padded(l.seg_addr(target), &hdr.encode()).map_err(FlushError::Flash)?;
+        self.dev
+            .write_padded(l.seg_addr(target), &hdr.encode())
+            .map_err(FlushError::Flash)?;
         self.max_seq = seq;
-        self.slots[target as usize] = SegmentSlot { seq, base, erase_count, valid: true };
+        self.slots[target as usize] = SegmentSlot {
+            seq,
+            base,
+            erase_count,
+            valid: true,
+        };
         self.head = Some(target);
         self.head_pos = l.data_start;
         self.head_writable = true;
@@ -1498,7 +1647,9 @@ impl<'a, F: Flash> Log<'a, F> {
     /// The next valid segment after `seg` in ring order, if any.
     fn next_valid_after(&self, seg: u32) -> Option<u32> {
         let n = self.dev.l.seg_count;
-        (1..n).map(|i| (seg + i) % n).find(|&s| self.slots[s as usize].valid)
+        (1..n)
+            .map(|i| (seg + i) % n)
+            .find(|&s| self.slots[s as usize].valid)
     }
 
     // ----- Reading ---------------------------------------------------------------------
@@ -1516,7 +1667,10 @@ impl<'a, F: Flash> Log<'a, F> {
     /// [`ReadError::BufferTooSmall`] when the first record does not fit, storage errors.
     pub fn read(&mut self, from: u64, buf: &mut [u8]) -> Result<ReadOutcome, ReadError<F::Error>> {
         if from > self.next_offset {
-            return Err(ReadError::OffsetOutOfRange { offset: from, next: self.next_offset });
+            return Err(ReadError::OffsetOutOfRange {
+                offset: from,
+                next: self.next_offset,
+            });
         }
         if from == self.next_offset {
             return Ok(ReadOutcome {
@@ -1530,14 +1684,21 @@ impl<'a, F: Flash> Log<'a, F> {
         }
         let first = self.first_offset();
         if from < first {
-            return Err(ReadError::Dropped { offset: from, first_available: first });
+            return Err(ReadError::Dropped {
+                offset: from,
+                first_available: first,
+            });
         }
         if self.buf_count > 0 && from >= self.buf_base {
             return self.read_ram(from, buf);
         }
         if from >= self.flash_end {
-            let to = if self.buf_count > 0 { self.buf_base } else { self.next_offset };
-            return Ok(lost(from, to, LostReason::Skipped, 0));
+            let to = if self.buf_count > 0 {
+                self.buf_base
+            } else {
+                self.next_offset
+            };
+            return Ok(lost(from, to, LostReason::Skipped));
         }
         self.read_flash(from, buf)
     }
@@ -1549,7 +1710,9 @@ impl<'a, F: Flash> Log<'a, F> {
         let mut at = start;
         let mut n = 0u32;
         while at < self.buf_len {
-            let Some((_, len)) = parse_record(&self.buf[at..self.buf_len], from + n as u64) else { break };
+            let Some((_, len)) = parse_record(&self.buf[at..self.buf_len], from + n as u64) else {
+                break;
+            };
             if at - start + len > buf.len() {
                 if n == 0 {
                     return Err(ReadError::BufferTooSmall { needed: len });
@@ -1601,11 +1764,18 @@ impl<'a, F: Flash> Log<'a, F> {
         found
     }
 
-    fn read_flash(&mut self, from: u64, buf: &mut [u8]) -> Result<ReadOutcome, ReadError<F::Error>> {
+    fn read_flash(
+        &mut self,
+        from: u64,
+        buf: &mut [u8],
+    ) -> Result<ReadOutcome, ReadError<F::Error>> {
         let l = self.dev.l;
         let Some(seg) = self.find_segment(from) else {
             let first = self.first_offset();
-            return Err(ReadError::Dropped { offset: from, first_available: first });
+            return Err(ReadError::Dropped {
+                offset: from,
+                first_available: first,
+            });
         };
         let slot = self.slots[seg as usize];
         let seg_end = self.segment_end(seg);
@@ -1630,9 +1800,19 @@ impl<'a, F: Flash> Log<'a, F> {
             (pos, expected) = (c.pos, c.expected);
         }
         let mut corrupt_before = false;
-        let mut out = ReadOutcome { first_offset: from, count: 0, len: 0, prev_crc: 0, next_offset: from, lost: None };
+        let mut out = ReadOutcome {
+            first_offset: from,
+            count: 0,
+            len: 0,
+            prev_crc: 0,
+            next_offset: from,
+            lost: None,
+        };
         loop {
-            let next = self.dev.next_batch(seg, pos, expected).map_err(ReadError::Flash)?;
+            let next = self
+                .dev
+                .next_batch(seg, pos, expected)
+                .map_err(ReadError::Flash)?;
             let (p, h) = match next {
                 Next::End { corrupt, .. } => {
                     if out.count > 0 {
@@ -1641,11 +1821,19 @@ impl<'a, F: Flash> Log<'a, F> {
                     if corrupt {
                         self.dev.stats.corrupt_batches += 1;
                     }
-                    let reason = if corrupt || corrupt_before { LostReason::Corrupt } else { LostReason::Skipped };
+                    let reason = if corrupt || corrupt_before {
+                        LostReason::Corrupt
+                    } else {
+                        LostReason::Skipped
+                    };
                     let to = seg_end.max(from + 1);
-                    return Ok(lost(from.max(expected), to, reason, 0).with_from(from));
+                    return Ok(lost(from.max(expected), to, reason).with_from(from));
                 }
-                Next::Batch { pos: p, h, after_corruption } => {
+                Next::Batch {
+                    pos: p,
+                    h,
+                    after_corruption,
+                } => {
                     if after_corruption {
                         self.dev.stats.corrupt_batches += 1;
                     }
@@ -1660,13 +1848,19 @@ impl<'a, F: Flash> Log<'a, F> {
                 expected = h.end_offset();
                 continue;
             }
-            if h.base_offset > from.max(out.next_offset) || (out.count > 0 && h.base_offset != out.next_offset) {
+            if h.base_offset > from.max(out.next_offset)
+                || (out.count > 0 && h.base_offset != out.next_offset)
+            {
                 if out.count > 0 {
                     return Ok(out);
                 }
                 // `from` sits in a gap before this batch.
-                let reason = if corrupt_before { LostReason::Corrupt } else { LostReason::Skipped };
-                return Ok(lost(from, h.base_offset, reason, 0));
+                let reason = if corrupt_before {
+                    LostReason::Corrupt
+                } else {
+                    LostReason::Skipped
+                };
+                return Ok(lost(from, h.base_offset, reason));
             }
             // This batch holds `out.next_offset`: copy its records from there.
             let want = out.next_offset;
@@ -1691,7 +1885,7 @@ impl<'a, F: Flash> Log<'a, F> {
                         return Ok(out);
                     }
                     self.dev.stats.corrupt_batches += 1;
-                    return Ok(lost(from, h.end_offset(), LostReason::Corrupt, 0));
+                    return Ok(lost(from, h.end_offset(), LostReason::Corrupt));
                 };
                 dst.copy_within(skip_len.., 0);
                 if out.count == 0 {
@@ -1701,7 +1895,12 @@ impl<'a, F: Flash> Log<'a, F> {
                 let got = h.count - skip as u32;
                 out.count += got;
                 out.next_offset = h.end_offset();
-                self.cursor = Some(Cursor { seg, seq: slot.seq, pos: after, expected: h.end_offset() });
+                self.cursor = Some(Cursor {
+                    seg,
+                    seq: slot.seq,
+                    pos: after,
+                    expected: h.end_offset(),
+                });
                 self.note_index(p, h.base_offset);
                 pos = after;
                 expected = h.end_offset();
@@ -1716,22 +1915,14 @@ impl<'a, F: Flash> Log<'a, F> {
             // The batch is larger than the buffer: copy record by record.
             return self.read_large_batch(seg, p, &h, want, buf);
         }
-
-        fn lost(from: u64, to: u64, reason: LostReason, _len: usize) -> ReadOutcome {
-            ReadOutcome {
-                first_offset: from,
-                count: 0,
-                len: 0,
-                prev_crc: 0,
-                next_offset: to,
-                lost: Some(LostRange { from, to, reason }),
-            }
-        }
     }
 
     fn note_index(&mut self, pos: u32, base: u64) {
         let spacing = self.dev.l.seg_size / INDEX_ENTRIES as u32;
-        let far_enough = self.index.last().is_none_or(|&(p, b)| pos >= p + spacing && base > b);
+        let far_enough = self
+            .index
+            .last()
+            .is_none_or(|&(p, b)| pos >= p + spacing && base > b);
         if far_enough && !self.index.is_full() {
             let _ = self.index.push((pos, base));
         }
@@ -1750,16 +1941,29 @@ impl<'a, F: Flash> Log<'a, F> {
         let end = l.seg_addr(seg) + pos + h.len;
         let mut at = l.seg_addr(seg) + pos + BATCH_HEADER_LEN as u32;
         let mut prev = h.prev_crc;
-        let mut out = ReadOutcome { first_offset: from, count: 0, len: 0, prev_crc: 0, next_offset: from, lost: None };
+        let mut out = ReadOutcome {
+            first_offset: from,
+            count: 0,
+            len: 0,
+            prev_crc: 0,
+            next_offset: from,
+            lost: None,
+        };
         for i in 0..h.count as u64 {
             let off = h.base_offset + i;
-            let Some(len) = self.dev.record_len_at(at, end - at).map_err(ReadError::Flash)? else {
+            let Some(len) = self
+                .dev
+                .record_len_at(at, end - at)
+                .map_err(ReadError::Flash)?
+            else {
                 break;
             };
             if off < from {
                 let mut hasher = crc32fast::Hasher::new();
                 hasher.update(&off.to_le_bytes());
-                self.dev.crc_of(&mut hasher, at, len).map_err(ReadError::Flash)?;
+                self.dev
+                    .crc_of(&mut hasher, at, len)
+                    .map_err(ReadError::Flash)?;
                 prev = hasher.finalize();
             } else {
                 let len_us = len as usize;
@@ -1769,7 +1973,9 @@ impl<'a, F: Flash> Log<'a, F> {
                     }
                     break;
                 }
-                self.dev.read(at, &mut buf[out.len..out.len + len_us]).map_err(ReadError::Flash)?;
+                self.dev
+                    .read(at, &mut buf[out.len..out.len + len_us])
+                    .map_err(ReadError::Flash)?;
                 if out.count == 0 {
                     out.prev_crc = prev;
                 }
@@ -1781,7 +1987,11 @@ impl<'a, F: Flash> Log<'a, F> {
         }
         if out.count == 0 {
             out.next_offset = h.end_offset();
-            out.lost = Some(LostRange { from, to: h.end_offset(), reason: LostReason::Corrupt });
+            out.lost = Some(LostRange {
+                from,
+                to: h.end_offset(),
+                reason: LostReason::Corrupt,
+            });
         }
         Ok(out)
     }
@@ -1799,7 +2009,10 @@ impl<'a, F: Flash> Log<'a, F> {
     pub fn commit(&mut self, consumer: &str, offset: u64) -> Result<u64, CommitError<F::Error>> {
         check_name(consumer)?;
         if offset > self.next_offset {
-            return Err(CommitError::OffsetOutOfRange { offset, next: self.next_offset });
+            return Err(CommitError::OffsetOutOfRange {
+                offset,
+                next: self.next_offset,
+            });
         }
         if let Some(c) = self.consumers.iter_mut().find(|c| c.name == consumer) {
             if offset > c.committed {
@@ -1812,7 +2025,11 @@ impl<'a, F: Flash> Log<'a, F> {
         let _ = name.push_str(consumer);
         let persisted = offset.min(self.durable_end);
         self.consumers
-            .push(Consumer { name, committed: offset, persisted })
+            .push(Consumer {
+                name,
+                committed: offset,
+                persisted,
+            })
             .map_err(|_| CommitError::TooManyConsumers { max: MAX_CONSUMERS })?;
         self.dirty = true;
         Ok(offset)
@@ -1820,12 +2037,17 @@ impl<'a, F: Flash> Log<'a, F> {
 
     /// The committed offset of `consumer`, if it exists.
     pub fn committed(&self, consumer: &str) -> Option<u64> {
-        self.consumers.iter().find(|c| c.name == consumer).map(|c| c.committed)
+        self.consumers
+            .iter()
+            .find(|c| c.name == consumer)
+            .map(|c| c.committed)
     }
 
     /// Consumers and their committed offsets.
     pub fn consumers(&self) -> impl Iterator<Item = (&str, u64)> + '_ {
-        self.consumers.iter().map(|c| (c.name.as_str(), c.committed))
+        self.consumers
+            .iter()
+            .map(|c| (c.name.as_str(), c.committed))
     }
 
     /// Deletes a consumer (persisted at once); returns whether it existed.
@@ -1851,6 +2073,18 @@ fn check_name<E: core::fmt::Debug>(name: &str) -> Result<(), CommitError<E>> {
         return Err(CommitError::BadName { len: name.len() });
     }
     Ok(())
+}
+
+/// An outcome that reports `from..to` as lost.
+fn lost(from: u64, to: u64, reason: LostReason) -> ReadOutcome {
+    ReadOutcome {
+        first_offset: from,
+        count: 0,
+        len: 0,
+        prev_crc: 0,
+        next_offset: to,
+        lost: Some(LostRange { from, to, reason }),
+    }
 }
 
 trait WithFrom {

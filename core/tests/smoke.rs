@@ -1,0 +1,111 @@
+//! Basic end-to-end behaviour of the log on a simulated flash.
+use spillway_core::log::{Config, Log, Memory, Record, SegmentSlot, segments_for};
+use spillway_core::storage::{Geometry, SimFlash};
+
+fn geo(ws: u32) -> Geometry {
+    Geometry {
+        erase_size: 4096,
+        write_size: ws,
+        capacity: 4096 * 34,
+        erased: 0xFF,
+    }
+}
+
+#[test]
+fn append_flush_remount_read() {
+    let g = geo(4);
+    let mut flash = SimFlash::new_vec(g).unwrap();
+    Log::format(&mut flash, 0xABCD, 2).unwrap();
+    let mut buf = vec![0u8; 2048];
+    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&g, 2) as usize];
+    let (mut log, rep) = Log::mount(
+        &mut flash,
+        Config::default(),
+        Memory {
+            buffer: &mut buf,
+            segments: &mut slots,
+        },
+        0,
+    )
+    .unwrap();
+    assert!(rep.clean, "{rep:?}");
+    assert_eq!(rep.next_offset, 0);
+    for i in 0..1000u64 {
+        let payload = format!("reading {i}");
+        let a = log
+            .append(
+                i,
+                &Record {
+                    topic: "t",
+                    timestamp_us: i,
+                    producer: None,
+                    payload: payload.as_bytes(),
+                },
+            )
+            .unwrap();
+        assert_eq!(a.offset, i);
+    }
+    log.flush(1000).unwrap();
+    assert_eq!(log.durable_offset(), 1000);
+    let mut out = vec![0u8; 4096];
+    let mut at = 0u64;
+    while at < 1000 {
+        let r = log.read(at, &mut out).unwrap();
+        assert!(r.lost.is_none(), "{r:?}");
+        for rec in r.records(&out) {
+            assert_eq!(rec.offset, at);
+            assert_eq!(rec.payload, format!("reading {at}").as_bytes());
+            at += 1;
+        }
+        assert_eq!(at, r.next_offset);
+    }
+    drop(log);
+    // Unclean remount.
+    let (mut log, rep) = Log::mount(
+        &mut flash,
+        Config::default(),
+        Memory {
+            buffer: &mut buf,
+            segments: &mut slots,
+        },
+        0,
+    )
+    .unwrap();
+    assert!(!rep.clean);
+    assert!(rep.next_offset >= 1000);
+    let mut at = 0u64;
+    while at < 1000 {
+        let r = log.read(at, &mut out).unwrap();
+        assert!(r.lost.is_none(), "{r:?}");
+        for rec in r.records(&out) {
+            assert_eq!(rec.payload, format!("reading {}", rec.offset).as_bytes());
+        }
+        at = r.next_offset;
+    }
+    let n = log.next_offset();
+    let a = log
+        .append(
+            0,
+            &Record {
+                topic: "t",
+                timestamp_us: 0,
+                producer: None,
+                payload: b"after",
+            },
+        )
+        .unwrap();
+    assert_eq!(a.offset, n);
+    log.close(0).unwrap();
+    let (log, rep) = Log::mount(
+        &mut flash,
+        Config::default(),
+        Memory {
+            buffer: &mut buf,
+            segments: &mut slots,
+        },
+        0,
+    )
+    .unwrap();
+    assert!(rep.clean, "{rep:?}");
+    assert_eq!(log.next_offset(), n + 1);
+}
