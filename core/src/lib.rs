@@ -27,3 +27,4 @@ extern crate std;
 mod fmt;
 
 pub mod storage;
+pub mod wire;
