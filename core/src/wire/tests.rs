@@ -799,3 +799,35 @@ proptest! {
         prop_assert_eq!(back, msg);
     }
 }
+
+#[test]
+fn protocol_md_examples() {
+    // CRC-32/IEEE check value.
+    assert_eq!(crc32fast::hash(b"123456789"), 0xCBF4_3926);
+    // COBS examples.
+    for (raw, enc) in [
+        ("00 11 00", "01 02 11 01"),
+        ("11 22 00 33", "03 11 22 02 33"),
+    ] {
+        let raw = hex(raw);
+        let mut out = [0u8; 16];
+        let n = cobs::encode(&raw, &mut out);
+        assert_eq!(&out[..n], &hex(enc)[..]);
+    }
+    // Varint examples.
+    for (v, enc) in [
+        (0u64, "00"),
+        (42, "2a"),
+        (127, "7f"),
+        (128, "8001"),
+        (300, "ac02"),
+        (1000, "e807"),
+        (65536, "808004"),
+        (0xDEAD_BEEF, "effdb6f50d"),
+    ] {
+        assert_eq!(
+            postcard::to_slice(&v, &mut [0u8; 10]).unwrap(),
+            &hex(enc)[..]
+        );
+    }
+}
