@@ -29,6 +29,7 @@ mod fmt;
 pub mod error;
 pub mod log;
 pub mod storage;
+pub mod wire;
 
 pub use error::{AppendError, CommitError, FlushError, FormatError, MountError, ReadError};
 pub use log::{Config, FullPolicy, Log, Memory, Record, SegmentSlot, SpillPolicy};

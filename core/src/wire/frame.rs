@@ -1,0 +1,355 @@
+//! Framing: `COBS(message ‖ CRC-32 LE) ‖ 0x00`.
+//!
+//! - COBS: Consistent Overhead Byte Stuffing (S. Cheshire, M. Baker, "Consistent Overhead
+//!   Byte Stuffing", SIGCOMM 1997 / IEEE/ACM Transactions on Networking 1999), via the `cobs`
+//!   crate. An encoded body of `n` bytes is at most `n + ceil(n / 254)` bytes (at least one
+//!   byte of overhead) and holds no 0x00.
+//! - CRC: CRC-32/IEEE 802.3 (reflected polynomial 0xEDB88320, initial value and final XOR
+//!   0xFFFFFFFF: the zlib / Ethernet CRC), via `crc32fast`, over the postcard bytes only,
+//!   appended as 4 bytes little endian.
+
+use serde::{Deserialize, Serialize};
+
+/// Length of the CRC trailer inside a frame, in bytes.
+pub const CRC_LEN: usize = 4;
+
+/// Errors from encoding or decoding a frame.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// The frame is not valid COBS (a length code points past the end, or a 0x00 inside).
+    #[error("frame is not valid COBS: {0}")]
+    Cobs(#[source] cobs::DecodeError),
+    /// The CRC carried by the frame does not match its bytes (noise or a torn frame).
+    #[error("CRC mismatch: frame carries {expected:#010x}, its bytes give {actual:#010x}")]
+    Crc {
+        /// The CRC written in the frame by the sender.
+        expected: u32,
+        /// The CRC computed over the received message bytes.
+        actual: u32,
+    },
+    /// postcard could not encode the message into the buffer, or the bytes (with a valid
+    /// CRC) are not a valid message (e.g. an unknown variant from a newer peer).
+    #[error("postcard: {0}")]
+    Postcard(#[source] postcard::Error),
+    /// After COBS decoding the frame is shorter than one message byte plus the CRC.
+    #[error("frame too short: {len} bytes after COBS decoding, need at least 5")]
+    TooShort {
+        /// Decoded length in bytes.
+        len: usize,
+    },
+    /// A frame (or the buffer needed to encode one) is larger than the limit.
+    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
+    Oversize {
+        /// Length in bytes: of the received frame without its delimiter, or the buffer
+        /// length needed to encode.
+        len: usize,
+        /// The limit in bytes: the accumulator's capacity, or the buffer's length.
+        max: usize,
+    },
+}
+
+impl From<postcard::Error> for FrameError {
+    fn from(e: postcard::Error) -> Self {
+        FrameError::Postcard(e)
+    }
+}
+
+impl From<cobs::DecodeError> for FrameError {
+    fn from(e: cobs::DecodeError) -> Self {
+        FrameError::Cobs(e)
+    }
+}
+
+/// Buffer size in bytes that [`encode_frame`] needs for a message whose postcard encoding is
+/// `message_len` bytes: the message, the 4-byte CRC, the COBS overhead
+/// (`ceil((message_len + 4) / 254)` bytes) and the 0x00 delimiter. The encoded frame is at
+/// most this long too.
+pub const fn max_encoded_len(message_len: usize) -> usize {
+    let body = message_len.saturating_add(CRC_LEN);
+    body.saturating_add(cobs::max_encoding_overhead(body))
+        .saturating_add(1)
+}
+
+/// Encodes `msg` as one frame at the start of `buf` and returns the frame's length in bytes,
+/// delimiter included.
+///
+/// Works in place, without a second buffer: the message is serialized at the front of
+/// `buf`, moved right by the COBS overhead, its CRC appended, and then COBS-encoded into the
+/// front of `buf`. `buf` must be at least [`max_encoded_len`]`(postcard length)` bytes.
+///
+/// Errors: [`FrameError::Postcard`] (`SerializeBufferFull`) if the message alone does not
+/// fit, [`FrameError::Oversize`] if the message fits but the CRC and COBS overhead do not.
+/// `buf` holds garbage after an error.
+pub fn encode_frame<T: Serialize + ?Sized>(msg: &T, buf: &mut [u8]) -> Result<usize, FrameError> {
+    let len = postcard::to_slice(msg, buf)?.len();
+    seal(buf, 0, len)
+}
+
+/// Turns the postcard bytes at `buf[start..start + len]` into a frame at the front of `buf`
+/// and returns the frame's length (delimiter included).
+pub(crate) fn seal(buf: &mut [u8], start: usize, len: usize) -> Result<usize, FrameError> {
+    let need = max_encoded_len(len);
+    let oversize = FrameError::Oversize {
+        len: need,
+        max: buf.len(),
+    };
+    if need > buf.len() || start.saturating_add(len) > buf.len() {
+        return Err(oversize);
+    }
+    let body = len + CRC_LEN;
+    // COBS writes at most one byte ahead of its input per started 254-byte block, so an
+    // input that starts `overhead` bytes in is never overwritten before it is read.
+    let off = cobs::max_encoding_overhead(body);
+    buf.copy_within(start..start + len, off);
+    let crc = crc32fast::hash(&buf[off..off + len]);
+    buf[off + len..off + body].copy_from_slice(&crc.to_le_bytes());
+    let n = cobs_encode_in_place(buf, off, body).ok_or(oversize)?;
+    match buf.get_mut(n) {
+        Some(b) => *b = 0,
+        None => {
+            return Err(FrameError::Oversize {
+                len: n + 1,
+                max: buf.len(),
+            });
+        }
+    }
+    Ok(n + 1)
+}
+
+/// COBS-encodes `buf[src..src + len]` into `buf[0..]` with the `cobs` crate's encoder state
+/// machine and returns the encoded length; `None` only if an index falls outside `buf`
+/// (impossible when `src >= max_encoding_overhead(len)`).
+fn cobs_encode_in_place(buf: &mut [u8], src: usize, len: usize) -> Option<usize> {
+    use cobs::PushResult;
+    let mut state = cobs::EncoderState::default();
+    // Position 0 holds the first block's code, written when the block ends.
+    let mut dest = 1usize;
+    let mut ends_with_full_block = false;
+    for i in 0..len {
+        let byte = *buf.get(src + i)?;
+        ends_with_full_block = false;
+        match state.push(byte) {
+            PushResult::AddSingle(b) => {
+                *buf.get_mut(dest)? = b;
+                dest += 1;
+            }
+            PushResult::ModifyFromStartAndSkip((idx, code)) => {
+                *buf.get_mut(idx)? = code;
+                // The zero's slot becomes the next block's code byte.
+                dest += 1;
+            }
+            PushResult::ModifyFromStartAndPushAndSkip((idx, code, b)) => {
+                *buf.get_mut(idx)? = code;
+                *buf.get_mut(dest)? = b;
+                dest += 1;
+                if i + 1 < len {
+                    // Reserve the next block's code byte.
+                    dest += 1;
+                } else {
+                    // A full 254-byte block at the very end needs no empty block after it.
+                    ends_with_full_block = true;
+                }
+            }
+        }
+    }
+    if !ends_with_full_block {
+        let (idx, code) = state.finalize();
+        *buf.get_mut(idx)? = code;
+    }
+    Some(dest)
+}
+
+/// Decodes one frame in place and returns the postcard message bytes (CRC checked and
+/// stripped), borrowed from `frame`.
+///
+/// `frame` is the bytes between two 0x00 delimiters; one trailing 0x00 is tolerated and
+/// ignored. Errors: [`FrameError::TooShort`] (empty, or less than one message byte plus
+/// the CRC), [`FrameError::Cobs`], [`FrameError::Crc`]. `frame` is modified even on error.
+pub fn decode_frame(frame: &mut [u8]) -> Result<&[u8], FrameError> {
+    let frame = match frame.last() {
+        Some(0) => {
+            let n = frame.len() - 1;
+            &mut frame[..n]
+        }
+        _ => frame,
+    };
+    if frame.is_empty() {
+        return Err(FrameError::TooShort { len: 0 });
+    }
+    if let Some(pos) = frame.iter().position(|&b| b == 0) {
+        return Err(FrameError::Cobs(cobs::DecodeError::InvalidFrame {
+            decoded_bytes: pos,
+        }));
+    }
+    let n = cobs::decode_in_place(frame)?;
+    let decoded = frame.get(..n).ok_or(FrameError::TooShort { len: n })?;
+    if n <= CRC_LEN {
+        return Err(FrameError::TooShort { len: n });
+    }
+    let (msg, crc) = decoded.split_at(n - CRC_LEN);
+    let expected = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+    let actual = crc32fast::hash(msg);
+    if expected != actual {
+        return Err(FrameError::Crc { expected, actual });
+    }
+    Ok(msg)
+}
+
+/// [`decode_frame`] followed by postcard decoding of a message that borrows from `frame`,
+/// e.g. `decode_message::<Request>(frame)`. Trailing bytes after the message are ignored
+/// (fields appended by a newer peer).
+pub fn decode_message<'a, T: Deserialize<'a>>(frame: &'a mut [u8]) -> Result<T, FrameError> {
+    let msg = decode_frame(frame)?;
+    Ok(postcard::from_bytes(msg)?)
+}
+
+/// Splits a byte stream into frames: takes arbitrary chunks (as read from a serial port or
+/// socket), cuts at each 0x00 and decodes each complete frame with [`decode_frame`].
+///
+/// `N` is the largest frame accepted, in bytes on the wire without the delimiter (so a
+/// gateway with `max_frame_bytes` uses `N = max_frame_bytes - 1`). A longer frame is
+/// reported as [`FrameError::Oversize`] when its delimiter arrives, its bytes are dropped
+/// and decoding resumes after that delimiter: a receiver resynchronises after noise or a
+/// lost delimiter by losing at most the frames it was mixed with. Empty frames (0x00 0x00)
+/// are skipped silently, so a sender may send a 0x00 before a frame to end any noise the
+/// receiver has buffered (recommended after a reset or reconnect). Never panics.
+///
+/// ```
+/// # use spillway_core::wire::{FrameAccumulator, FeedResult, Request, encode_frame};
+/// # let mut wire = [0u8; 64];
+/// # let n = encode_frame(&Request::Stats { seq: 1 }, &mut wire).unwrap();
+/// let mut acc = FrameAccumulator::<256>::new();
+/// let mut input = &wire[..n]; // what one read returned
+/// while !input.is_empty() {
+///     match acc.feed(input) {
+///         FeedResult::Consumed => break,
+///         FeedResult::Frame { message, remaining } => {
+///             let req: Request = postcard::from_bytes(message).unwrap();
+///             assert_eq!(req, Request::Stats { seq: 1 });
+///             input = remaining;
+///         }
+///         FeedResult::Error { error, remaining } => {
+///             // count it, maybe reply ErrorCode::BadFrame
+///             # let _ = error;
+///             input = remaining;
+///         }
+///     }
+/// }
+/// ```
+#[derive(Debug, Default)]
+pub struct FrameAccumulator<const N: usize> {
+    buf: heapless::Vec<u8, N>,
+    /// Bytes seen of the current frame while it is being skipped as oversize.
+    skipping: Option<usize>,
+    /// The buffer holds a frame handed out by the last `feed`; clear it first.
+    handed_out: bool,
+}
+
+/// What [`FrameAccumulator::feed`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FeedResult<'buf, 'input> {
+    /// All input was consumed without completing a frame; feed more.
+    Consumed,
+    /// A frame decoded: `message` is its postcard bytes (CRC checked and stripped), valid
+    /// until the next `feed`; `remaining` is the input after the frame's delimiter.
+    Frame {
+        /// Postcard message bytes.
+        message: &'buf [u8],
+        /// Unconsumed input, to feed next.
+        remaining: &'input [u8],
+    },
+    /// A frame was dropped: oversize, bad COBS, bad CRC or too short. `remaining` is the
+    /// input after its delimiter.
+    Error {
+        /// Why the frame was dropped.
+        error: FrameError,
+        /// Unconsumed input, to feed next.
+        remaining: &'input [u8],
+    },
+}
+
+impl<const N: usize> FrameAccumulator<N> {
+    /// An empty accumulator.
+    pub const fn new() -> Self {
+        Self {
+            buf: heapless::Vec::new(),
+            skipping: None,
+            handed_out: false,
+        }
+    }
+
+    /// Drops any partial frame (e.g. after a reconnect).
+    pub fn reset(&mut self) {
+        self.buf.clear();
+        self.skipping = None;
+        self.handed_out = false;
+    }
+
+    /// Bytes of an incomplete frame currently buffered.
+    pub fn pending(&self) -> usize {
+        if self.handed_out { 0 } else { self.buf.len() }
+    }
+
+    /// Consumes input up to and including the next 0x00 and reports what it completed.
+    /// Call again with `remaining` until it returns [`FeedResult::Consumed`].
+    pub fn feed<'buf, 'input>(&'buf mut self, input: &'input [u8]) -> FeedResult<'buf, 'input> {
+        if self.handed_out {
+            self.buf.clear();
+            self.handed_out = false;
+        }
+        let mut input = input;
+        loop {
+            let (chunk, rest, complete) = match input.iter().position(|&b| b == 0) {
+                Some(pos) => (&input[..pos], &input[pos + 1..], true),
+                None => (input, &input[..0], false),
+            };
+            if let Some(seen) = self.skipping {
+                let seen = seen.saturating_add(chunk.len());
+                if !complete {
+                    self.skipping = Some(seen);
+                    return FeedResult::Consumed;
+                }
+                self.skipping = None;
+                return FeedResult::Error {
+                    error: FrameError::Oversize { len: seen, max: N },
+                    remaining: rest,
+                };
+            }
+            if self.buf.extend_from_slice(chunk).is_err() {
+                let seen = self.buf.len().saturating_add(chunk.len());
+                self.buf.clear();
+                if !complete {
+                    self.skipping = Some(seen);
+                    return FeedResult::Consumed;
+                }
+                return FeedResult::Error {
+                    error: FrameError::Oversize { len: seen, max: N },
+                    remaining: rest,
+                };
+            }
+            if !complete {
+                return FeedResult::Consumed;
+            }
+            if self.buf.is_empty() {
+                // Empty frame: a spare delimiter.
+                if rest.is_empty() {
+                    return FeedResult::Consumed;
+                }
+                input = rest;
+                continue;
+            }
+            self.handed_out = true;
+            return match decode_frame(&mut self.buf) {
+                Ok(message) => FeedResult::Frame {
+                    message,
+                    remaining: rest,
+                },
+                Err(error) => FeedResult::Error {
+                    error,
+                    remaining: rest,
+                },
+            };
+        }
+    }
+}
