@@ -109,3 +109,42 @@ fn append_flush_remount_read() {
     assert!(rep.clean, "{rep:?}");
     assert_eq!(log.next_offset(), n + 1);
 }
+
+#[test]
+fn mounting_with_another_geometry_is_an_error_not_an_empty_log() {
+    let g = geo(4);
+    let mut flash = SimFlash::new_vec(g).unwrap();
+    Log::format(&mut flash, 7, 2).unwrap();
+    let image = flash.bytes().to_vec();
+    let other = Geometry {
+        erase_size: 2048,
+        write_size: 4,
+        capacity: g.capacity,
+        erased: 0xFF,
+    };
+    let mut wrong = SimFlash::new_vec(other).unwrap();
+    wrong.load_image(&image).unwrap();
+    let mut buf = vec![0u8; 2048];
+    let mut slots = vec![SegmentSlot::EMPTY; 200];
+    let err = Log::mount(
+        &mut wrong,
+        Config::default(),
+        Memory {
+            buffer: &mut buf,
+            segments: &mut slots,
+        },
+        0,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            spillway_core::MountError::GeometryMismatch {
+                image_erase_size: 4096,
+                erase_size: 2048,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}

@@ -22,7 +22,7 @@ pub const SEGMENT_HEADER_LEN: usize = 80;
 /// Length of a batch header in bytes.
 pub const BATCH_HEADER_LEN: usize = 32;
 /// Length of the fixed part of a journal entry in bytes.
-pub const JOURNAL_HEADER_LEN: usize = 64;
+pub const JOURNAL_HEADER_LEN: usize = 72;
 
 /// Erase blocks at the start of the partition that hold the commit journal.
 pub const JOURNAL_BLOCKS: u32 = 2;

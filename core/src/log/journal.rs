@@ -67,6 +67,12 @@ pub struct Entry {
     pub log_id: u128,
     /// Erase blocks per segment.
     pub blocks_per_segment: u32,
+    /// Erase size of the partition the entry was written on, bytes.
+    pub erase_size: u32,
+    /// Write size of the partition the entry was written on, bytes.
+    pub write_size: u32,
+    /// The erased value.
+    pub erased: u8,
     /// The entry was written by a clean shutdown.
     pub clean: bool,
     /// Consumers and their committed offsets.
@@ -85,7 +91,7 @@ pub fn encode<'c>(
     lease: u64,
     durable_next: u64,
     log_id: u128,
-    blocks_per_segment: u32,
+    geometry: (u32, u32, u8, u32),
     clean: bool,
     consumers: impl Iterator<Item = (&'c str, u64)>,
     producers: impl Iterator<Item = (u64, u32, u64)>,
@@ -120,7 +126,12 @@ pub fn encode<'c>(
     out[24..32].copy_from_slice(&lease.to_le_bytes());
     out[32..40].copy_from_slice(&durable_next.to_le_bytes());
     out[40..56].copy_from_slice(&log_id.to_le_bytes());
+    let (erase_size, write_size, erased, blocks_per_segment) = geometry;
     out[56..60].copy_from_slice(&blocks_per_segment.to_le_bytes());
+    out[64..68].copy_from_slice(&erase_size.to_le_bytes());
+    out[68..70].copy_from_slice(&(write_size as u16).to_le_bytes());
+    out[70] = erased;
+    out[71] = 0;
     out[60] = if clean { FLAG_CLEAN } else { 0 };
     out[61] = nc;
     out[62] = np;
@@ -163,6 +174,9 @@ pub fn decode(b: &[u8]) -> Option<Entry> {
         durable_next: u64_at(32)?,
         log_id: u128::from_le_bytes(b[40..56].try_into().ok()?),
         blocks_per_segment: u32::from_le_bytes(b[56..60].try_into().ok()?),
+        erase_size: u32::from_le_bytes(b[64..68].try_into().ok()?),
+        write_size: u16::from_le_bytes(b[68..70].try_into().ok()?) as u32,
+        erased: b[70],
         clean: b[60] & FLAG_CLEAN != 0,
         consumers: Vec::new(),
         producers: Vec::new(),

@@ -664,7 +664,12 @@ impl<'a, F: Flash> Log<'a, F> {
             0,
             0,
             log_id,
-            blocks_per_segment,
+            (
+                geo.erase_size,
+                geo.write_size,
+                geo.erased,
+                blocks_per_segment,
+            ),
             true,
             [(BRIDGE_CONSUMER, 0u64)].into_iter(),
             core::iter::empty(),
@@ -712,7 +717,20 @@ impl<'a, F: Flash> Log<'a, F> {
 
         // 2. Geometry and log id: from the journal, else from the first segment's header.
         let (log_id, bps) = match &entry {
-            Some(e) => (e.log_id, e.blocks_per_segment),
+            Some(e) => {
+                if e.erase_size != geo.erase_size
+                    || e.write_size != geo.write_size
+                    || e.erased != geo.erased
+                {
+                    return Err(MountError::GeometryMismatch {
+                        image_erase_size: e.erase_size,
+                        image_write_size: e.write_size,
+                        erase_size: geo.erase_size,
+                        write_size: geo.write_size,
+                    });
+                }
+                (e.log_id, e.blocks_per_segment)
+            }
             None => {
                 let mut hb = [0u8; SEGMENT_HEADER_LEN];
                 dev.read(JOURNAL_BLOCKS * geo.erase_size, &mut hb)
@@ -1022,31 +1040,14 @@ impl<'a, F: Flash> Log<'a, F> {
             if out.next_offset <= at {
                 break;
             }
-            let mut it = out.records(self.buf);
-            let mut pairs: Vec<(u64, u32, u64), 64> = Vec::new();
-            for r in it.by_ref() {
-                if let Some(p) = r.producer
-                    && pairs.push((p.id, p.seq, r.offset)).is_err()
-                {
-                    break;
+            let buf = core::mem::take(&mut self.buf);
+            for r in out.records(buf) {
+                if let Some(p) = r.producer {
+                    self.note_producer(p.id, p.seq, r.offset);
                 }
             }
-            let consumed = pairs.len();
-            for (id, seq, off) in pairs {
-                self.note_producer(id, seq, off);
-            }
-            // If more producer records were in this read than fit in `pairs`, continue
-            // right after the last one noted.
-            at = if consumed == 64 {
-                self.producers
-                    .iter()
-                    .flat_map(|p| p.window.last())
-                    .map(|w| w.1 + 1)
-                    .max()
-                    .unwrap_or(out.next_offset)
-            } else {
-                out.next_offset
-            };
+            self.buf = buf;
+            at = out.next_offset;
         }
         Ok(())
     }
@@ -1129,7 +1130,7 @@ impl<'a, F: Flash> Log<'a, F> {
             self.lease.max(self.next_offset),
             durable,
             self.log_id,
-            l.bps,
+            (l.geo.erase_size, l.geo.write_size, l.geo.erased, l.bps),
             clean,
             self.consumers
                 .iter()
@@ -1827,7 +1828,7 @@ impl<'a, F: Flash> Log<'a, F> {
                         LostReason::Skipped
                     };
                     let to = seg_end.max(from + 1);
-                    return Ok(lost(from.max(expected), to, reason).with_from(from));
+                    return Ok(lost(from, to, reason));
                 }
                 Next::Batch {
                     pos: p,
@@ -2084,18 +2085,5 @@ fn lost(from: u64, to: u64, reason: LostReason) -> ReadOutcome {
         prev_crc: 0,
         next_offset: to,
         lost: Some(LostRange { from, to, reason }),
-    }
-}
-
-trait WithFrom {
-    fn with_from(self, from: u64) -> Self;
-}
-impl WithFrom for ReadOutcome {
-    fn with_from(mut self, from: u64) -> Self {
-        self.first_offset = from;
-        if let Some(l) = self.lost.as_mut() {
-            l.from = from;
-        }
-        self
     }
 }
