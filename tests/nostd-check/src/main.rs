@@ -6,10 +6,15 @@
 //! a NOR flash in RAM reached through `NorFlashAdapter`, appends, flushes, closes,
 //! remounts, reads back, commits, simulates a power cut and remounts again, and exits with
 //! 0 on success or with the code of the first failed check ([`Fail`]).
+//!
+//! Built with the `defmt` feature (and `DEFMT_LOG=trace`), the core's log lines go through
+//! `defmt` to a null logger, and the check also requires that some were emitted.
 #![no_std]
 #![no_main]
 
 mod flash;
+#[cfg(feature = "defmt")]
+mod logger;
 mod rt;
 
 // Linked so that the gateway logic is covered by the proof as it grows.
@@ -70,6 +75,9 @@ enum Fail {
     CrashCommits = 21,
     /// The flash driver saw a word programmed twice.
     DoubleWrite = 22,
+    /// With `defmt` on, no log frame reached the logger.
+    #[cfg_attr(not(feature = "defmt"), allow(dead_code))]
+    DefmtSilent = 23,
 }
 
 /// Fails with `fail` unless `cond` holds.
@@ -228,6 +236,8 @@ fn run() -> Result<(), Fail> {
     let nor = log.close(9_000).map_err(|_| Fail::Close)?;
     ensure(nor.inner_mut().double_writes == 0, Fail::DoubleWrite)?;
 
+    #[cfg(feature = "defmt")]
+    ensure(logger::bytes_written() > 0, Fail::DefmtSilent)?;
     Ok(())
 }
 
