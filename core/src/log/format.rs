@@ -436,3 +436,193 @@ pub(crate) fn walk_records(
     }
     Some((skipped_len, crc))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::vec::Vec;
+
+    /// The record of the worked example in `FORMAT.md`.
+    const EXAMPLE: Record<'static> = Record {
+        topic: "sst",
+        timestamp_us: 1_764_000_000_000_000,
+        producer: None,
+        payload: b"18.4",
+    };
+    /// Base offset of the example batch.
+    const EXAMPLE_BASE: u64 = 258;
+    /// Record CRC of the record before it (offset 257), as given in `FORMAT.md`.
+    const EXAMPLE_PREV_CRC: u32 = 0x1122_3344;
+
+    /// Encodes `records` as one batch the way the log writes it: header, records back to
+    /// back, padded to `write_size` with `erased`.
+    fn encode_batch(
+        base_offset: u64,
+        prev_crc: u32,
+        records: &[Record<'_>],
+        write_size: u32,
+        erased: u8,
+    ) -> Vec<u8> {
+        let len = BATCH_HEADER_LEN + records.iter().map(Record::encoded_len).sum::<usize>();
+        let mut b = std::vec![0u8; len];
+        let mut at = BATCH_HEADER_LEN;
+        for r in records {
+            r.encode_into(&mut b[at..at + r.encoded_len()]);
+            at += r.encoded_len();
+        }
+        let mut h = BatchHeader {
+            len: len as u32,
+            crc: 0,
+            base_offset,
+            count: records.len() as u32,
+            prev_crc,
+        };
+        b[..BATCH_HEADER_LEN].copy_from_slice(&h.encode());
+        h.crc = crc32(&b[16..]);
+        b[..BATCH_HEADER_LEN].copy_from_slice(&h.encode());
+        b.resize(align_up(len as u32, write_size) as usize, erased);
+        b
+    }
+
+    /// The bytes of the annotated hex dump that follows `marker` in `FORMAT.md`: the lines
+    /// of the next ```text block that start with `0x`, each `0xOFFSET BYTES... | comment`,
+    /// with the offsets checked to be contiguous.
+    fn dump_in_format_md(marker: &str) -> Vec<u8> {
+        let doc = include_str!("../../FORMAT.md");
+        let after = &doc[doc.find(marker).expect("marker in FORMAT.md")..];
+        let block = &after[after.find("```text\n").expect("hex block") + 8..];
+        let block = &block[..block.find("```").expect("end of the hex block")];
+        let mut bytes = Vec::new();
+        for line in block.lines().filter(|l| l.starts_with("0x")) {
+            let mut tokens = line.split('|').next().unwrap_or("").split_whitespace();
+            let offset = tokens.next().expect("offset column");
+            let offset =
+                usize::from_str_radix(offset.trim_start_matches("0x"), 16).expect("hex offset");
+            assert_eq!(offset, bytes.len(), "offset column of {line:?}");
+            for t in tokens {
+                bytes.push(u8::from_str_radix(t, 16).expect("hex byte"));
+            }
+        }
+        bytes
+    }
+
+    #[test]
+    fn format_md_batch_example_matches_the_encoder() {
+        let want = encode_batch(EXAMPLE_BASE, EXAMPLE_PREV_CRC, &[EXAMPLE], 4, 0xFF);
+        let doc = dump_in_format_md("format_md_batch_example_matches_the_encoder");
+        assert_eq!(doc, want, "FORMAT.md's example differs from the encoder");
+
+        // The values quoted in the text around the dump.
+        assert_eq!(want.len(), 56);
+        let h = BatchHeader::decode(want[..BATCH_HEADER_LEN].try_into().unwrap());
+        assert_eq!((h.len, h.crc), (53, 0x432C_1522));
+        assert_eq!(
+            BatchHeader::check(want[..BATCH_HEADER_LEN].try_into().unwrap(), 0xFF, 4096),
+            HeadCheck::Plausible
+        );
+        let (rec, n) = parse_record(&want[BATCH_HEADER_LEN..53], EXAMPLE_BASE).unwrap();
+        assert_eq!(n, 21);
+        assert_eq!(rec.crc, 0x4F6A_CD66);
+        assert_eq!((rec.topic, rec.payload), (EXAMPLE.topic, EXAMPLE.payload));
+    }
+
+    /// Guards against the documented encoding drifting from what the log actually writes:
+    /// the first batch of a fresh log is read back raw from the flash.
+    #[test]
+    fn the_log_writes_batches_as_encoded_here() {
+        use crate::log::{Config, Log, Memory, SegmentSlot};
+        use crate::storage::{Flash, SimFlash};
+
+        let geo = Geometry {
+            erase_size: 4096,
+            write_size: 4,
+            capacity: 4096 * 6,
+            erased: 0xFF,
+        };
+        let mut flash = SimFlash::new_vec(geo).unwrap();
+        Log::format(&mut flash, 7, 1).unwrap();
+        let mut buf = [0u8; 512];
+        let mut slots = [SegmentSlot::EMPTY; 4];
+        let mem = Memory {
+            buffer: &mut buf,
+            segments: &mut slots,
+        };
+        let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+        log.append(0, &EXAMPLE).unwrap();
+        log.flush(0).unwrap();
+        drop(log);
+        let want = encode_batch(0, 0, &[EXAMPLE], 4, 0xFF);
+        let mut got = std::vec![0u8; want.len() + 4];
+        // Segment 0 starts at block 2; its data at the 80-byte header aligned to W = 4.
+        flash.read(2 * 4096 + 80, &mut got).unwrap();
+        assert_eq!(got[..want.len()], want[..]);
+        assert_eq!(got[want.len()..], [0xFF; 4], "erased after the batch");
+    }
+
+    #[test]
+    fn crc32_is_the_ieee_crc() {
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(crc32(&[0u8; 76]), 0xE038_A199);
+        assert_eq!(crc32(&[0xFFu8; 76]), 0x9A06_CE8C);
+    }
+
+    #[test]
+    fn erased_and_zeroed_regions_never_validate() {
+        for fill in [0x00u8, 0xFF, 0x5A] {
+            assert_eq!(SegmentHeader::decode(&[fill; SEGMENT_HEADER_LEN]), None);
+            let other = !fill;
+            assert_eq!(
+                BatchHeader::check(&[fill; BATCH_HEADER_LEN], other, u32::MAX),
+                HeadCheck::Invalid,
+                "fill {fill:#x}"
+            );
+            assert_eq!(
+                BatchHeader::check(&[fill; BATCH_HEADER_LEN], fill, u32::MAX),
+                HeadCheck::Erased
+            );
+            assert_eq!(super::super::journal::entry_len(&[fill; 16], 4096), None);
+            assert!(super::super::journal::decode(&[fill; 1024]).is_none());
+        }
+        // A valid header stops validating once its CRC bytes read erased or zeroed.
+        let mut b = SegmentHeader {
+            erase_size: 4096,
+            write_size: 4,
+            erased: 0xFF,
+            blocks_per_segment: 1,
+            segment_count: 4,
+            log_id: 1,
+            seq: 1,
+            base_offset: 0,
+            prev_crc: 0,
+            erase_count: 1,
+        }
+        .encode();
+        assert!(SegmentHeader::decode(&b).is_some());
+        for fill in [0x00u8, 0xFF] {
+            b[76..80].fill(fill);
+            assert!(SegmentHeader::decode(&b).is_none());
+        }
+    }
+
+    /// A length pair cut short by a power loss (some of its 0 bits still 1) never passes the
+    /// `len` / `!len` check unless both words are complete.
+    #[test]
+    fn a_torn_length_pair_never_matches() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u32
+        };
+        for _ in 0..200_000 {
+            let len = next() >> (next() % 32);
+            let (lost_len, lost_check) = (next() & !len, next() & len);
+            if lost_len == 0 && lost_check == 0 {
+                continue;
+            }
+            let (torn_len, torn_check) = (len | lost_len, !len | lost_check);
+            assert_ne!(torn_check, !torn_len, "len {len:#x}");
+        }
+    }
+}
