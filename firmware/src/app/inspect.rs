@@ -105,6 +105,21 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
         }
         at = r.next_offset.max(at + 1);
     }
+    // Offsets below the durable offset that cannot be read were acknowledged as durable:
+    // that is corruption, unless every consumer had committed them (records consumed from
+    // RAM and never written under `on-pressure`).
+    let durable = log.durable_offset();
+    let min_committed = consumers.iter().map(|c| c.1).min().unwrap_or(first);
+    for l in lost.iter_mut() {
+        if l.2 == "not_persisted" && l.0.max(min_committed) < l.1.min(durable) {
+            problems.push(format!(
+                "offsets {}..{} are below the durable offset {durable} but cannot be read",
+                l.0.max(min_committed),
+                l.1.min(durable)
+            ));
+            l.2 = "missing_durable";
+        }
+    }
     let corrupt_lost = lost.iter().filter(|l| l.2 == "corrupt").count();
     let corrupt = !problems.is_empty() || corrupt_lost > 0 || report.head_lost.is_some();
 
