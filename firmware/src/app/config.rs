@@ -548,7 +548,10 @@ fn check(s: &Settings) -> Result<(), AppError> {
             "--write-size must be a power of two from 1 to 32".into(),
         ));
     }
-    if s.size % u64::from(erase) != 0 || s.size >= 1 << 32 || s.size < 4 * u64::from(erase) {
+    if !s.size.is_multiple_of(u64::from(erase))
+        || s.size >= 1 << 32
+        || s.size < 4 * u64::from(erase)
+    {
         return Err(AppError::Usage(format!(
             "--size must be a multiple of the erase size, at least 4 erase blocks and below 4G (got {})",
             s.size

@@ -27,7 +27,7 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
     let flash = Overlay::open(path, &h)?;
     let geo = flash.geometry();
     let seg_bytes = h.blocks_per_segment as usize * geo.erase_size as usize;
-    let mut buffer = vec![0u8; seg_bytes.min(READ_BUF).max(spillway_core::log::MIN_BUFFER)];
+    let mut buffer = vec![0u8; seg_bytes.clamp(spillway_core::log::MIN_BUFFER, READ_BUF)];
     let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo, h.blocks_per_segment) as usize];
     let (mut log, report) = Log::mount(
         flash,
@@ -86,8 +86,7 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
                 r.first_offset, r.prev_crc
             ));
         }
-        let mut expect = r.first_offset;
-        for rec in r.records(&buf) {
+        for (expect, rec) in (r.first_offset..).zip(r.records(&buf)) {
             if rec.offset != expect {
                 problems.push(format!(
                     "record offset {} where {expect} was expected",
@@ -101,7 +100,6 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
             records += 1;
             bytes += rec.payload.len() as u64;
             prev = Some((rec.offset, rec.crc));
-            expect += 1;
         }
         at = r.next_offset.max(at + 1);
     }
