@@ -2,7 +2,7 @@
 //! over TCP, a Unix socket or a serial line.
 //!
 //! One [`Client`] is one connection: it sends a request, waits for the reply with the same
-//! `seq`, and hands back an owned [`Reply`]. Requests are not pipelined (the protocol allows
+//! `seq`, and hands back owned values ([`FetchReply`], [`PublishAck`], …). Requests are not pipelined (the protocol allows
 //! it, but one request at a time keeps a serial line simple and costs little: the drain loop
 //! overlaps fetching with the sink's work in separate tasks instead).
 //!
@@ -677,8 +677,8 @@ impl Client {
         }
     }
 
-    /// Publishes one record and waits for its acknowledgement (`ack` must not be `None`;
-    /// use [`Client::publish_no_ack`] for that).
+    /// Publishes one record and waits for its acknowledgement; with `AckLevel::None` it
+    /// only sends (the gateway answers nothing) and returns offset `u64::MAX`.
     pub async fn publish(
         &mut self,
         topic: &str,

@@ -11,7 +11,7 @@
 //!
 //! Each line is one record with exactly the keys `gateway_id`, `log_id`, `offset`, `topic`,
 //! `timestamp`, `timestamp_us`, `payload`, `payload_encoding` (see
-//! [`JsonRecord`](super::JsonRecord)).
+//! [`JsonRecord`]).
 //!
 //! # Durability
 //!
