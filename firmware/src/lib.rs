@@ -1,3 +1,39 @@
-//! Spillway gateway logic (no_std): a sans-IO session that speaks the Spillway protocol over
-//! an `embedded-io` transport and applies each request to a `&mut` log.
-#![no_std]
+//! # spillway-firmware
+//!
+//! The Spillway gateway: the logic that turns protocol requests into log operations, with
+//! no I/O of its own, plus (feature `std`) the Linux binary `spillway`.
+//!
+//! - [`gateway`]: the sans-IO core. [`Gateway`] takes one decoded request (or one text line),
+//!   a `&mut` [`Log`](spillway_core::log::Log) and the clocks, and writes the reply frame
+//!   into the caller's buffer; durable publishes tell the caller to wait for the next
+//!   group flush ([`Outcome::ReplyWhenDurable`]).
+//! - [`session`]: [`Session`], a blocking server of one `embedded_io` transport for
+//!   microcontrollers, with bounded (heapless) buffers and flush-on-durable.
+//!
+//! Without the `std` feature the crate is `#![no_std]` and allocates nothing.
+//!
+//! ## Features
+//! - `std` (default): the `spillway` binary and its modules; logs through `log`.
+//! - `defmt`: log through `defmt` (wins over `log`).
+//! - `log`: log through the `log` facade.
+//!
+//! ## Exit codes of `spillway`
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success; `run` stopped by SIGTERM/SIGINT after a clean shutdown |
+//! | 1 | run-time failure (flash I/O, a listener that cannot be served) |
+//! | 2 | usage or configuration error (bad flag, bad config file, bad URI) |
+//! | 3 | the image cannot be used: locked by another gateway, geometry disagrees, not a Spillway image |
+//! | 4 | `inspect` found corruption (a CRC that does not verify, lost ranges) |
+#![cfg_attr(not(feature = "std"), no_std)]
+
+#[macro_use]
+mod fmt;
+
+pub mod gateway;
+pub mod session;
+
+pub use gateway::{
+    Conn, Gateway, GatewayConfig, GatewayCounters, LineAccepted, LineRejected, Outcome,
+};
+pub use session::{Mode, PollReport, Session, SessionError};

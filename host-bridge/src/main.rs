@@ -1,5 +1,422 @@
-//! `spillway-bridge`: drains a Spillway gateway upstream.
+//! `spillway-bridge`: drains a Spillway gateway upstream, and `publish`, `tail`, `status`.
+//! See the library crate's doc for the exit codes.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use spillway_bridge::client::GatewayAddr;
+use spillway_bridge::commands::{self, PublishArgs, TailArgs, TailFormat};
+use spillway_bridge::config::FileConfig;
+use spillway_bridge::drain::{Drain, DrainConfig, DrainError, Shutdown, StartFrom};
+use spillway_bridge::metrics::Metrics;
+use spillway_bridge::progress::Mode;
+use spillway_bridge::sink::SinkSpec;
+use spillway_bridge::{exit, metrics};
+use spillway_core::wire::AckLevel;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success (drain: --once reached its target, or SIGTERM/SIGINT after in-flight work)
+  1  failure (publish: records not acknowledged; gateway unreachable for tail/status;
+     sink could not be opened)
+  2  usage or configuration error
+  3  drain: resume check failed (gateway log id or previous record CRC differs from the
+     checkpoint, or the checkpoint is beyond the log); not retried, see --accept-new-log
+  4  state file could not be opened or written (e.g. held by another drain)";
+
+const DEFAULT_GATEWAY: &str = "tcp://127.0.0.1:7878";
+const DEFAULT_SINK: &str = "file:./spillway-out";
+const DEFAULT_STATE: &str = "./spillway-bridge.redb";
+
+/// Drains a Spillway gateway's log upstream (files or Kafka) with exact, checked resume.
+#[derive(Parser, Debug)]
+#[command(name = "spillway-bridge", version, about, after_help = EXIT_CODES)]
+struct Cli {
+    /// TOML file with any of the settings below (kebab-case keys); flags override it.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Log level (error, warn, info, debug, trace); RUST_LOG overrides.
+    #[arg(long, global = true, default_value = "info")]
+    log_level: String,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Drain the gateway's log into a sink, checkpointing in a redb file.
+    #[command(after_help = EXIT_CODES)]
+    Drain(DrainArgs),
+    /// Publish each input line as one record.
+    #[command(after_help = EXIT_CODES)]
+    Publish(PublishCli),
+    /// Print records (read-only: commits nothing).
+    #[command(after_help = EXIT_CODES)]
+    Tail(TailCli),
+    /// Show the gateway's stats, consumers, lag and the local checkpoint.
+    #[command(after_help = EXIT_CODES)]
+    Status(StatusCli),
+}
+
+#[derive(Args, Debug)]
+struct DrainArgs {
+    /// Gateway: tcp://HOST:PORT, unix:///PATH or serial:///dev/ttyX?baud=N
+    /// [default: tcp://127.0.0.1:7878]
+    #[arg(long)]
+    gateway: Option<String>,
+    /// Sink: file:DIR or kafka://HOST:PORT/TOPIC [default: file:./spillway-out]
+    #[arg(long)]
+    sink: Option<String>,
+    /// redb state file holding the checkpoints [default: ./spillway-bridge.redb]
+    #[arg(long, value_name = "FILE.redb")]
+    state: Option<PathBuf>,
+    /// Consumer name on the gateway and in the state file [default: bridge]
+    #[arg(long)]
+    consumer: Option<String>,
+    /// Where to start when the state file has no checkpoint for this gateway:
+    /// earliest, latest or an offset [default: earliest]
+    #[arg(long)]
+    from: Option<String>,
+    /// Drain up to the gateway's next offset as read at start, then exit 0.
+    #[arg(long)]
+    once: bool,
+    /// When the resume check fails, start over from the new log's first offset (recorded
+    /// in the state file) instead of exiting with code 3.
+    #[arg(long)]
+    accept_new_log: bool,
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9185).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
+    /// Byte budget of one fetch [default: 262144]
+    #[arg(long)]
+    max_batch_bytes: Option<u32>,
+    /// Batches fetched ahead of the sink [default: 4]
+    #[arg(long)]
+    prefetch: Option<usize>,
+    /// File sink: rotate a topic's file at this size in bytes [default: 67108864]
+    #[arg(long)]
+    rotate_bytes: Option<u64>,
+    /// Kafka: delivery timeout in ms before a record counts as unknown and is resent
+    /// [default: 300000]
+    #[arg(long)]
+    kafka_delivery_timeout_ms: Option<u64>,
+    /// Progress display: auto (a bar on a terminal, else a log line every 10 s), log, off
+    /// [default: auto]
+    #[arg(long)]
+    progress: Option<String>,
+    /// After SIGTERM, how long in ms the batch in flight may still be retried [default: 30000]
+    #[arg(long)]
+    shutdown_grace_ms: Option<u64>,
+    /// Largest retry delay in ms [default: 30000]
+    #[arg(long)]
+    backoff_max_ms: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum AckArg {
+    None,
+    Buffered,
+    Durable,
+}
+
+#[derive(Args, Debug)]
+struct PublishCli {
+    /// Gateway URI [default: tcp://127.0.0.1:7878]
+    #[arg(long)]
+    gateway: Option<String>,
+    /// Topic of every record.
+    #[arg(long)]
+    topic: String,
+    /// Acknowledgement level.
+    #[arg(long, value_enum, default_value = "durable")]
+    ack: AckArg,
+    /// Idempotent producer id (resends are deduplicated); random by default.
+    #[arg(long, value_name = "ID")]
+    producer_id: Option<u64>,
+    /// How long to keep reconnecting and resending without progress, e.g. 5s, 500ms.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    retry_for: Duration,
+    /// Input file, or - for stdin (the default).
+    #[arg(value_name = "FILE|-")]
+    input: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum FormatArg {
+    Json,
+    Raw,
+}
+
+#[derive(Args, Debug)]
+struct TailCli {
+    /// Gateway URI [default: tcp://127.0.0.1:7878]
+    #[arg(long)]
+    gateway: Option<String>,
+    /// earliest, latest or an offset [default: earliest]
+    #[arg(long)]
+    from: Option<String>,
+    /// Keep printing new records; without it, stop at the next offset seen at start.
+    #[arg(long)]
+    follow: bool,
+    /// json: the file sink's keys, one object per line; raw: the payload and a newline.
+    #[arg(long, value_enum, default_value = "json")]
+    format: FormatArg,
+}
+
+#[derive(Args, Debug)]
+struct StatusCli {
+    /// Gateway URI [default: tcp://127.0.0.1:7878]
+    #[arg(long)]
+    gateway: Option<String>,
+    /// State file to show the local checkpoints of [default: ./spillway-bridge.redb]
+    #[arg(long, value_name = "FILE.redb")]
+    state: Option<PathBuf>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((s, "s"), |i| (&s[..i], &s[i..]));
+    let v: f64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "s" => v,
+        "m" => v * 60.0,
+        _ => return Err(format!("bad duration unit in {s:?} (ms, s, m)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
+}
+
+fn usage(msg: impl std::fmt::Display) -> ! {
+    eprintln!("spillway-bridge: {msg}");
+    std::process::exit(exit::USAGE)
+}
+
+fn gateway_addr(flag: Option<String>, file: &FileConfig) -> GatewayAddr {
+    let s = flag
+        .or_else(|| file.gateway.clone())
+        .unwrap_or_else(|| DEFAULT_GATEWAY.to_string());
+    s.parse().unwrap_or_else(|e| usage(e))
+}
+
+fn start_from(flag: Option<String>, file: &FileConfig) -> StartFrom {
+    flag.or_else(|| file.from.clone())
+        .map(|s| s.parse().unwrap_or_else(|e| usage(e)))
+        .unwrap_or(StartFrom::Earliest)
+}
+
+const REPLY_TIMEOUT_DEFAULT_MS: u64 = 10_000;
+
 fn main() {
-    eprintln!("spillway-bridge: not built yet");
-    std::process::exit(2);
+    let cli = Cli::parse();
+    let mut logger = env_logger::Builder::new();
+    logger.parse_filters(&cli.log_level);
+    if let Ok(f) = std::env::var("RUST_LOG") {
+        logger.parse_filters(&f);
+    }
+    logger.format_timestamp_millis().init();
+
+    let file = match &cli.config {
+        Some(p) => FileConfig::load(p).unwrap_or_else(|e| usage(e)),
+        None => FileConfig::default(),
+    };
+    let reply_timeout =
+        Duration::from_millis(file.reply_timeout_ms.unwrap_or(REPLY_TIMEOUT_DEFAULT_MS));
+    let code = match cli.cmd {
+        Cmd::Drain(a) => run_drain(a, &file, reply_timeout),
+        Cmd::Publish(a) => {
+            let args = PublishArgs {
+                gateway: gateway_addr(a.gateway, &file),
+                topic: a.topic,
+                ack: match a.ack {
+                    AckArg::None => AckLevel::None,
+                    AckArg::Buffered => AckLevel::Buffered,
+                    AckArg::Durable => AckLevel::Durable,
+                },
+                producer_id: a.producer_id,
+                input: a.input,
+                retry_for: a.retry_for,
+                reply_timeout,
+            };
+            let (sum, code) = smol::block_on(commands::publish(args));
+            eprintln!("{sum}");
+            code
+        }
+        Cmd::Tail(a) => {
+            let args = TailArgs {
+                gateway: gateway_addr(a.gateway, &file),
+                from: start_from(a.from, &file),
+                follow: a.follow,
+                format: match a.format {
+                    FormatArg::Json => TailFormat::Json,
+                    FormatArg::Raw => TailFormat::Raw,
+                },
+                reply_timeout,
+            };
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            smol::block_on(commands::tail(args, &mut out))
+        }
+        Cmd::Status(a) => {
+            let gw = gateway_addr(a.gateway, &file);
+            let state = a
+                .state
+                .or_else(|| file.state.clone())
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE));
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            smol::block_on(commands::status(
+                &gw,
+                Some(state),
+                reply_timeout,
+                a.json,
+                &mut out,
+            ))
+        }
+    };
+    std::process::exit(code);
+}
+
+fn run_drain(a: DrainArgs, file: &FileConfig, reply_timeout: Duration) -> i32 {
+    let gateway = gateway_addr(a.gateway, file);
+    let sink: SinkSpec = a
+        .sink
+        .or_else(|| file.sink.clone())
+        .unwrap_or_else(|| DEFAULT_SINK.to_string())
+        .parse()
+        .unwrap_or_else(|e| usage(e));
+    #[cfg(not(feature = "kafka"))]
+    if matches!(sink, SinkSpec::Kafka { .. }) {
+        usage("this build has no Kafka sink (built without the `kafka` feature)");
+    }
+    let state = a
+        .state
+        .or_else(|| file.state.clone())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE));
+    let mut cfg = DrainConfig::new(gateway, sink, state);
+    if let Some(c) = a.consumer.or_else(|| file.consumer.clone()) {
+        if c.is_empty() || c.len() > spillway_core::log::format::MAX_CONSUMER_NAME_LEN {
+            usage(format!(
+                "--consumer must be 1 to {} bytes",
+                spillway_core::log::format::MAX_CONSUMER_NAME_LEN
+            ));
+        }
+        cfg.consumer = c;
+    }
+    cfg.from = start_from(a.from, file);
+    cfg.once = a.once || file.once.unwrap_or(false);
+    cfg.accept_new_log = a.accept_new_log || file.accept_new_log.unwrap_or(false);
+    if let Some(v) = a.max_batch_bytes.or(file.max_batch_bytes) {
+        cfg.max_batch_bytes = v.max(1);
+    }
+    if let Some(v) = a.prefetch.or(file.prefetch) {
+        cfg.prefetch = v.clamp(1, 1024);
+    }
+    if let Some(v) = a.rotate_bytes.or(file.rotate_bytes) {
+        cfg.sink_options.rotate_bytes = v.max(1);
+    }
+    if let Some(v) = a
+        .kafka_delivery_timeout_ms
+        .or(file.kafka_delivery_timeout_ms)
+    {
+        cfg.sink_options.kafka_delivery_timeout_ms = v.max(1);
+    }
+    if let Some(v) = file.poll_wait_ms {
+        cfg.poll_wait = Duration::from_millis(v);
+    }
+    if let Some(v) = file.backoff_initial_ms {
+        cfg.backoff_initial = Duration::from_millis(v);
+    }
+    if let Some(v) = a.backoff_max_ms.or(file.backoff_max_ms) {
+        cfg.backoff_max = Duration::from_millis(v);
+    }
+    if let Some(v) = a.shutdown_grace_ms.or(file.shutdown_grace_ms) {
+        cfg.shutdown_grace = Duration::from_millis(v);
+    }
+    cfg.reply_timeout = reply_timeout;
+    if let Some(p) = a.progress.or_else(|| file.progress.clone()) {
+        cfg.progress = match p.as_str() {
+            "auto" => Mode::Auto,
+            "log" => Mode::Log,
+            "off" => Mode::Off,
+            _ => usage(format!("bad --progress {p:?}: auto, log or off")),
+        };
+    }
+    let metrics_addr = a.metrics.or_else(|| file.metrics.clone());
+
+    let (trigger, stop) = Shutdown::new();
+    let signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ]);
+    match signals {
+        Ok(mut signals) => {
+            std::thread::spawn(move || {
+                let mut n = 0;
+                for sig in signals.forever() {
+                    n += 1;
+                    if n == 1 {
+                        log::info!(
+                            "signal {sig}: finishing in-flight work, then exiting (again to exit now)"
+                        );
+                        trigger.trigger();
+                    } else {
+                        log::warn!("signal {sig} again: exiting now");
+                        std::process::exit(exit::FAILURE);
+                    }
+                }
+            });
+        }
+        Err(e) => log::warn!("cannot install signal handlers: {e}"),
+    }
+
+    let m = Metrics::default();
+    smol::block_on(async {
+        let _metrics_task = match metrics_addr {
+            Some(addr) => match smol::net::TcpListener::bind(addr.as_str()).await {
+                Ok(l) => {
+                    log::info!("metrics on http://{addr}/metrics");
+                    Some(smol::spawn(metrics::serve(l, m.clone())))
+                }
+                Err(e) => usage(format!("--metrics {addr}: {e}")),
+            },
+            None => None,
+        };
+        let drain = match Drain::open(cfg, m, stop).await {
+            Ok(d) => d,
+            Err(e) => {
+                log::error!("{e}");
+                return code_of(&e);
+            }
+        };
+        match drain.run().await {
+            Ok(s) => {
+                log::info!(
+                    "done: forwarded {} records ({} bytes), {} gaps; checkpoint at offset {}",
+                    s.records,
+                    s.bytes,
+                    s.gaps,
+                    s.offset
+                );
+                exit::OK
+            }
+            Err(e) => {
+                log::error!("{e}");
+                code_of(&e)
+            }
+        }
+    })
+}
+
+fn code_of(e: &DrainError) -> i32 {
+    match e {
+        DrainError::Resume(_) => exit::RESUME,
+        DrainError::Store(_) => exit::STATE,
+        DrainError::Config(_) => exit::USAGE,
+        _ => exit::FAILURE,
+    }
 }

@@ -1,0 +1,450 @@
+//! The log thread: the only owner of the log. Flash writes, fdatasync and group commit
+//! happen here, never on the async executor.
+//!
+//! Connections send [`Cmd`]s through one bounded channel. The thread takes one command
+//! (waiting at most until the log's next deadline or the earliest long-poll deadline),
+//! then every command already queued (up to [`GROUP_MAX`]), applies them all, flushes the
+//! log once if any durable publish is waiting (group commit), and only then hands the
+//! durable acknowledgements to the connections. Replies go through each connection's own
+//! bounded queue with `try_send`: a connection whose queue is full (a client that does not
+//! read its replies) is disconnected instead of blocking this thread.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::mpsc::SyncSender;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use async_channel::{Receiver, Sender, TryRecvError, TrySendError};
+use spillway_core::log::{Config, Log, Memory, SegmentSlot, segments_for};
+use spillway_core::wire::{FrameError, Request};
+
+use super::AppError;
+use super::config::Settings;
+use super::metrics::Metrics;
+use spillway_firmware::gateway::{Conn, Gateway, GatewayConfig, Outcome, error_reply};
+
+/// Most commands applied before a group flush.
+pub const GROUP_MAX: usize = 1024;
+
+/// A connection id, unique for the process's life.
+pub type ConnId = u64;
+
+/// A message to the log thread.
+pub enum Cmd {
+    /// A connection opened: replies go to `replies`; dropping `kill` tells the
+    /// connection's task to close.
+    Open {
+        /// Connection id.
+        conn: ConnId,
+        /// The connection's reply queue (encoded frames).
+        replies: Sender<Vec<u8>>,
+        /// Held while the connection may live.
+        kill: Sender<()>,
+    },
+    /// One received frame's message bytes (COBS and CRC already checked).
+    Frame {
+        /// Connection id.
+        conn: ConnId,
+        /// Postcard bytes.
+        msg: Vec<u8>,
+    },
+    /// A frame that failed before decoding.
+    FrameError {
+        /// Connection id.
+        conn: ConnId,
+        /// Why.
+        error: FrameError,
+    },
+    /// One text line of a line-mode connection.
+    Line {
+        /// The line, without `\n`.
+        line: Vec<u8>,
+        /// Fixed topic of the listener.
+        topic: Option<Arc<str>>,
+    },
+    /// A line longer than the limit was dropped.
+    LineTooLong,
+    /// The connection closed.
+    Close {
+        /// Connection id.
+        conn: ConnId,
+    },
+    /// Flush, persist and stop.
+    Shutdown,
+}
+
+/// Facts reported once the log is mounted.
+#[derive(Debug, Clone, Copy)]
+pub struct Started {
+    /// Log id.
+    pub log_id: u128,
+    /// The image was created by this run.
+    pub created: bool,
+    /// The last shutdown was clean.
+    pub clean: bool,
+    /// Next offset after mount.
+    pub next_offset: u64,
+    /// Largest frame, bytes.
+    pub max_frame_bytes: u32,
+}
+
+struct ConnState {
+    replies: Sender<Vec<u8>>,
+    _kill: Sender<()>,
+    conn: Conn,
+}
+
+struct Pending {
+    conn: ConnId,
+    seq: u32,
+    offset: u64,
+    frame: Vec<u8>,
+}
+
+struct Parked {
+    conn: ConnId,
+    msg: Vec<u8>,
+    from: u64,
+    deadline_us: u64,
+}
+
+/// Monotonic and wall clocks in µs.
+struct Clock {
+    start: Instant,
+}
+
+impl Clock {
+    fn now_us(&self) -> u64 {
+        self.start.elapsed().as_micros() as u64
+    }
+    fn wall_us() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64)
+    }
+    fn instant(&self, us: u64) -> Instant {
+        let cap = self.now_us().saturating_add(3_600_000_000);
+        self.start + Duration::from_micros(us.min(cap))
+    }
+}
+
+/// Frame size for the settings: enough for one record of `max_record_bytes`, and at least
+/// 64 KiB so that fetches carry many small records.
+pub fn max_frame_bytes(s: &Settings) -> u32 {
+    GatewayConfig::min_frame_bytes(s.max_record_bytes).max(64 * 1024)
+}
+
+/// Runs the log thread: opens and mounts the image, reports on `started`, serves commands
+/// until [`Cmd::Shutdown`] (or until every sender is gone), then closes the log cleanly.
+pub fn run(
+    s: Settings,
+    rx: Receiver<Cmd>,
+    started: SyncSender<Result<Started, AppError>>,
+    metrics: Arc<Metrics>,
+) -> Result<(), AppError> {
+    let clock = Clock {
+        start: Instant::now(),
+    };
+    let (flash, created, bps) = match super::image::open_or_create(&s) {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = started.send(Err(e.clone()));
+            return Err(e);
+        }
+    };
+    let geo = spillway_core::storage::Flash::geometry(&flash);
+    let mut buffer = vec![0u8; s.buffer_bytes];
+    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo, bps.max(1)) as usize];
+    let cfg = Config {
+        spill: s.spill,
+        full: s.full,
+        linger_us: s.linger_ms.saturating_mul(1000),
+        ..Config::default()
+    };
+    let mounted = Log::mount(
+        flash,
+        cfg,
+        Memory {
+            buffer: &mut buffer,
+            segments: &mut slots,
+        },
+        clock.now_us(),
+    );
+    let (mut log, report) = match mounted {
+        Ok(x) => x,
+        Err(e) => {
+            let err = AppError::Image(format!("cannot mount {}: {e}", s.image.display()));
+            let _ = started.send(Err(err.clone()));
+            return Err(err);
+        }
+    };
+    let frame_bytes = max_frame_bytes(&s);
+    let max_record = log
+        .max_record_len()
+        .saturating_sub(255 + 12 + 14)
+        .min(s.max_record_bytes as usize) as u32;
+    let mut gcfg = GatewayConfig::new(&s.gateway_id, max_record, frame_bytes);
+    gcfg.default_ack = s.ack;
+    let mut gw = Gateway::new(gcfg, clock.now_us());
+    if !report.clean && !created {
+        gw.counters_mut().unclean_mounts += 1;
+        log::warn!(
+            "last shutdown was not clean: recovered offsets {}..{}, torn tail {} bytes",
+            report.first_offset,
+            report.next_offset,
+            report.torn_tail_bytes
+        );
+    }
+    log::info!(
+        "log {:032x} mounted: offsets {}..{}, {} segments",
+        log.log_id(),
+        report.first_offset,
+        report.next_offset,
+        report.segments
+    );
+    let _ = started.send(Ok(Started {
+        log_id: log.log_id(),
+        created,
+        clean: report.clean,
+        next_offset: report.next_offset,
+        max_frame_bytes: frame_bytes,
+    }));
+
+    let mut conns: HashMap<ConnId, ConnState> = HashMap::new();
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut parked: Vec<Parked> = Vec::new();
+    let mut scratch = vec![0u8; frame_bytes as usize];
+    let mut out = vec![0u8; frame_bytes as usize];
+    let mut tick_at = u64::MAX;
+    let mut stop = false;
+    metrics.update(&log, &gw);
+
+    while !stop {
+        let wake_at = parked
+            .iter()
+            .map(|p| p.deadline_us)
+            .min()
+            .unwrap_or(u64::MAX)
+            .min(tick_at);
+        let first = if wake_at == u64::MAX {
+            Some(rx.recv_blocking())
+        } else {
+            let when = clock.instant(wake_at);
+            smol::block_on(futures_or(rx.recv(), when))
+        };
+        let mut batch = Vec::new();
+        match first {
+            Some(Ok(c)) => batch.push(c),
+            Some(Err(_)) => stop = true, // every sender gone
+            None => {}                   // deadline
+        }
+        while batch.len() < GROUP_MAX {
+            match rx.try_recv() {
+                Ok(c) => batch.push(c),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Closed) => {
+                    stop = true;
+                    break;
+                }
+            }
+        }
+        let next_before = log.next_offset();
+        let mut flush_lines = false;
+        for cmd in batch {
+            let now = clock.now_us();
+            match cmd {
+                Cmd::Open {
+                    conn,
+                    replies,
+                    kill,
+                } => {
+                    conns.insert(
+                        conn,
+                        ConnState {
+                            replies,
+                            _kill: kill,
+                            conn: Conn::default(),
+                        },
+                    );
+                }
+                Cmd::Close { conn } => {
+                    conns.remove(&conn);
+                    parked.retain(|p| p.conn != conn);
+                    pending.retain(|p| p.conn != conn);
+                }
+                Cmd::Shutdown => stop = true,
+                Cmd::Line { line, topic } => {
+                    match gw.handle_line(&line, topic.as_deref(), &mut log, now, Clock::wall_us()) {
+                        Ok(a) => flush_lines |= a.durable,
+                        Err(e) => log::debug!("line rejected: {e:?}"),
+                    }
+                }
+                Cmd::LineTooLong => {
+                    gw.counters_mut().rejected_too_large += 1;
+                }
+                Cmd::FrameError { conn, error } => {
+                    log::debug!("connection {conn}: bad frame: {error}");
+                    let o = gw.frame_error(&error, &mut out);
+                    deliver(&mut conns, conn, o, &out);
+                }
+                Cmd::Frame { conn, msg } => {
+                    let Some(st) = conns.get_mut(&conn) else {
+                        continue;
+                    };
+                    let o = gw.handle_message(
+                        &mut st.conn,
+                        &msg,
+                        &mut log,
+                        now,
+                        Clock::wall_us(),
+                        &mut scratch,
+                        &mut out,
+                    );
+                    match o {
+                        Outcome::ReplyWhenDurable { len, offset } => {
+                            let seq = match postcard::from_bytes::<Request<'_>>(&msg) {
+                                Ok(r) => r.seq().unwrap_or(0),
+                                Err(_) => 0,
+                            };
+                            pending.push(Pending {
+                                conn,
+                                seq,
+                                offset,
+                                frame: out[..len].to_vec(),
+                            });
+                        }
+                        Outcome::Park {
+                            from_offset,
+                            deadline_us,
+                        } => parked.push(Parked {
+                            conn,
+                            msg,
+                            from: from_offset,
+                            deadline_us,
+                        }),
+                        other => deliver(&mut conns, conn, other, &out),
+                    }
+                }
+            }
+        }
+        let now = clock.now_us();
+        if !pending.is_empty() || flush_lines || stop {
+            let flushed = log.flush(now);
+            if let Err(e) = &flushed {
+                log::error!("group flush failed: {e}");
+            }
+            let durable = log.durable_offset();
+            for p in pending.drain(..) {
+                if p.offset < durable {
+                    send_frame(&mut conns, p.conn, p.frame);
+                } else {
+                    let code = match flushed {
+                        Err(spillway_core::error::FlushError::Full) => {
+                            spillway_core::wire::ErrorCode::Full
+                        }
+                        _ => spillway_core::wire::ErrorCode::Internal,
+                    };
+                    let o = error_reply(&mut out, p.seq, code, "record not durable: flush failed");
+                    deliver(&mut conns, p.conn, o, &out);
+                }
+            }
+        }
+        // Long polls: answer those with data or past their deadline.
+        if !parked.is_empty() {
+            let next = log.next_offset();
+            let grew = next != next_before;
+            let mut i = 0;
+            while i < parked.len() {
+                let ready = (grew && next > parked[i].from) || now >= parked[i].deadline_us || stop;
+                if !ready {
+                    i += 1;
+                    continue;
+                }
+                let p = parked.swap_remove(i);
+                let Some(st) = conns.get_mut(&p.conn) else {
+                    continue;
+                };
+                let o = match postcard::from_bytes::<Request<'_>>(&p.msg) {
+                    Ok(Request::Fetch {
+                        seq,
+                        consumer,
+                        from_offset,
+                        max_bytes,
+                        ..
+                    }) => gw.handle_request(
+                        &mut st.conn,
+                        &Request::Fetch {
+                            seq,
+                            consumer,
+                            from_offset,
+                            max_bytes,
+                            wait_ms: None,
+                        },
+                        &mut log,
+                        now,
+                        Clock::wall_us(),
+                        &mut scratch,
+                        &mut out,
+                    ),
+                    _ => Outcome::NoReply,
+                };
+                deliver(&mut conns, p.conn, o, &out);
+            }
+        }
+        match log.tick(clock.now_us()) {
+            Ok(t) => tick_at = t,
+            Err(e) => {
+                log::error!("log housekeeping failed: {e}");
+                tick_at = clock.now_us() + 100_000;
+            }
+        }
+        metrics.update(&log, &gw);
+    }
+    log::info!("shutting down: flushing and persisting committed offsets");
+    let next = log.next_offset();
+    drop(conns);
+    log.close(clock.now_us())
+        .map_err(|e| AppError::Runtime(format!("clean shutdown failed: {e}")))?;
+    log::info!("log closed cleanly at offset {next}");
+    Ok(())
+}
+
+/// Waits for a command or until `when`; `None` at the deadline.
+async fn futures_or<T>(
+    recv: impl std::future::Future<Output = Result<T, async_channel::RecvError>>,
+    when: Instant,
+) -> Option<Result<T, async_channel::RecvError>> {
+    smol::future::or(async { Some(recv.await) }, async {
+        smol::Timer::at(when).await;
+        None
+    })
+    .await
+}
+
+/// Queues `frame` for `conn`; a full queue means the client is not reading its replies:
+/// the connection is dropped (its task sees the kill signal and closes the socket).
+fn send_frame(conns: &mut HashMap<ConnId, ConnState>, conn: ConnId, frame: Vec<u8>) {
+    let Some(st) = conns.get(&conn) else {
+        return;
+    };
+    match st.replies.try_send(frame) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_)) => {
+            log::warn!("connection {conn}: client is not reading its replies; disconnecting");
+            st.replies.close();
+            conns.remove(&conn);
+        }
+        Err(TrySendError::Closed(_)) => {
+            conns.remove(&conn);
+        }
+    }
+}
+
+fn deliver(conns: &mut HashMap<ConnId, ConnState>, conn: ConnId, o: Outcome, out: &[u8]) {
+    match o {
+        Outcome::Reply { len } | Outcome::ReplyWhenDurable { len, .. } => {
+            send_frame(conns, conn, out[..len].to_vec());
+        }
+        Outcome::NoReply | Outcome::Park { .. } => {}
+    }
+}

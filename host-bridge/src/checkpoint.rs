@@ -1,0 +1,567 @@
+//! The bridge's checkpoints in a redb file (`--state FILE.redb`): the source of truth for
+//! where a drain resumes.
+//!
+//! redb is synchronous: the async callers go through the `*_async` methods, which run the
+//! blocking call on `smol::unblock`'s thread pool, never on the executor. Every write is one
+//! redb transaction committed with redb's default durability (fsync before `commit`
+//! returns), so a checkpoint that was saved survives a crash or power cut.
+//!
+//! # Tables
+//!
+//! | table | key | value (JSON text) |
+//! |---|---|---|
+//! | `checkpoints` | (gateway id, consumer) | [`Checkpoint`]: log id, committed offset, CRC of the last forwarded record, counters |
+//! | `gaps` | (log id, first lost offset) | [`Gap`]: the lost range, why, when |
+//! | `resets` | (gateway id, consumer, reset number) | [`Reset`]: old and new log ids, why, when |
+//!
+//! A checkpoint is keyed by the gateway's configured id (its `Welcome`), not by its log id:
+//! a reflashed or replaced gateway keeps its id but gets a new log id, and that mismatch is
+//! what the resume check ([`check_log_id`], [`check_prev_crc`]) detects.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use crate::client::log_id_hex;
+
+const CHECKPOINTS: TableDefinition<(&str, &str), &str> = TableDefinition::new("checkpoints");
+const GAPS: TableDefinition<(u128, u64), &str> = TableDefinition::new("gaps");
+const RESETS: TableDefinition<(&str, &str, u64), &str> = TableDefinition::new("resets");
+
+/// Errors of the state file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// redb failed (open, transaction, I/O, corruption).
+    #[error("state file: {0}")]
+    Redb(#[from] redb::Error),
+    /// A stored value does not parse (written by an incompatible version).
+    #[error("state file holds an unreadable value: {0}")]
+    Decode(#[from] serde_json::Error),
+    /// The blocking task was lost.
+    #[error("state file task failed: {0}")]
+    Task(String),
+}
+
+macro_rules! redb_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> Self {
+                StoreError::Redb(e.into())
+            }
+        }
+    )*};
+}
+redb_from!(
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+/// Where a consumer of one gateway stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The gateway's log id this checkpoint belongs to, as 32 hex digits.
+    pub log_id: String,
+    /// First offset not yet handed on to the sink (every offset below is done).
+    pub offset: u64,
+    /// Record CRC of the record at `offset - 1`, if this bridge forwarded it (unknown after
+    /// a gap, at offset 0, or after a resume taken from the sink).
+    pub last_crc: Option<u32>,
+    /// Records forwarded under this checkpoint, in total.
+    pub records: u64,
+    /// Payload bytes forwarded, in total.
+    pub bytes: u64,
+    /// Gaps met (ranges of offsets the gateway no longer had).
+    pub gaps: u64,
+    /// Offsets lost in those gaps, in total.
+    pub lost: u64,
+    /// Times the checkpoint was reset to a new log (`--accept-new-log`).
+    pub resets: u64,
+    /// Wall-clock time of the last update, ms since the Unix epoch.
+    pub updated_unix_ms: u64,
+}
+
+impl Checkpoint {
+    /// A fresh checkpoint for `log_id` at `offset`.
+    pub fn new(log_id: u128, offset: u64) -> Self {
+        Checkpoint {
+            log_id: log_id_hex(log_id),
+            offset,
+            last_crc: None,
+            records: 0,
+            bytes: 0,
+            gaps: 0,
+            lost: 0,
+            resets: 0,
+            updated_unix_ms: now_ms(),
+        }
+    }
+
+    /// The log id as a number; `None` if the stored text is not 32 hex digits.
+    pub fn log_id(&self) -> Option<u128> {
+        if self.log_id.len() != 32 {
+            return None;
+        }
+        u128::from_str_radix(&self.log_id, 16).ok()
+    }
+}
+
+/// A range of offsets the gateway reported gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gap {
+    /// Gateway id.
+    pub gateway_id: String,
+    /// First lost offset.
+    pub from: u64,
+    /// One past the last lost offset.
+    pub to: u64,
+    /// Why (`dropped-oldest`, `corrupt`, `not-persisted`, `dropped`).
+    pub reason: String,
+    /// When the bridge met it, ms since the Unix epoch.
+    pub at_unix_ms: u64,
+}
+
+/// A checkpoint reset to a new log (`--accept-new-log`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reset {
+    /// The checkpoint's log id before (32 hex digits).
+    pub old_log_id: String,
+    /// Its offset before.
+    pub old_offset: u64,
+    /// The gateway's log id now.
+    pub new_log_id: String,
+    /// The offset the checkpoint restarts at.
+    pub new_offset: u64,
+    /// The resume check that failed, in words.
+    pub reason: String,
+    /// When, ms since the Unix epoch.
+    pub at_unix_ms: u64,
+}
+
+/// Wall-clock now, ms since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Why the bridge refuses to resume (Raft's log matching applied to a checkpoint).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeMismatch {
+    /// The gateway's log is not the one the checkpoint was taken on: reflashed or replaced.
+    #[error(
+        "gateway {gateway_id:?} now has log id {gateway} but the checkpoint is for log id \
+         {stored} (offset {offset}): the gateway was reflashed or replaced; rerun with \
+         --accept-new-log to start over from the new log's first offset"
+    )]
+    LogId {
+        /// Gateway id.
+        gateway_id: String,
+        /// The checkpoint's log id (32 hex digits).
+        stored: String,
+        /// The gateway's log id (32 hex digits).
+        gateway: String,
+        /// The checkpoint's offset.
+        offset: u64,
+    },
+    /// Same log id, but the record before the resume offset is not the one forwarded.
+    #[error(
+        "gateway {gateway_id:?} (log id {gateway_log_id}, checkpoint log id {stored_log_id}): \
+         the record before offset {offset} has CRC {gateway:#010x} but the last forwarded \
+         record had CRC {stored:#010x}; rerun with --accept-new-log to start over"
+    )]
+    Crc {
+        /// Gateway id.
+        gateway_id: String,
+        /// The checkpoint's log id.
+        stored_log_id: String,
+        /// The gateway's log id.
+        gateway_log_id: String,
+        /// The resume offset.
+        offset: u64,
+        /// CRC stored in the checkpoint.
+        stored: u32,
+        /// CRC the gateway reports for the record before `offset`.
+        gateway: u32,
+    },
+    /// The checkpoint is past the end of the gateway's log.
+    #[error(
+        "gateway {gateway_id:?} (log id {gateway_log_id}, checkpoint log id {stored_log_id}): \
+         the checkpoint offset {offset} is beyond the log's next offset {next_offset}; rerun \
+         with --accept-new-log to start over"
+    )]
+    BeyondEnd {
+        /// Gateway id.
+        gateway_id: String,
+        /// The checkpoint's log id.
+        stored_log_id: String,
+        /// The gateway's log id.
+        gateway_log_id: String,
+        /// The checkpoint offset.
+        offset: u64,
+        /// The gateway's next offset.
+        next_offset: u64,
+    },
+}
+
+/// Checks that the gateway's log is the checkpoint's log.
+pub fn check_log_id(
+    cp: &Checkpoint,
+    gateway_id: &str,
+    gateway_log_id: u128,
+) -> Result<(), ResumeMismatch> {
+    if cp.log_id() == Some(gateway_log_id) {
+        Ok(())
+    } else {
+        Err(ResumeMismatch::LogId {
+            gateway_id: gateway_id.to_string(),
+            stored: cp.log_id.clone(),
+            gateway: log_id_hex(gateway_log_id),
+            offset: cp.offset,
+        })
+    }
+}
+
+/// Checks the `prev_crc` of a fetch from `cp.offset` against the CRC of the last forwarded
+/// record (skipped when the checkpoint does not know it).
+pub fn check_prev_crc(
+    cp: &Checkpoint,
+    gateway_id: &str,
+    gateway_log_id: u128,
+    prev_crc: u32,
+) -> Result<(), ResumeMismatch> {
+    match cp.last_crc {
+        Some(stored) if stored != prev_crc => Err(ResumeMismatch::Crc {
+            gateway_id: gateway_id.to_string(),
+            stored_log_id: cp.log_id.clone(),
+            gateway_log_id: log_id_hex(gateway_log_id),
+            offset: cp.offset,
+            stored,
+            gateway: prev_crc,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The state file. Cheap to clone (one shared redb handle).
+#[derive(Clone)]
+pub struct Store {
+    db: Arc<Database>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens or creates the state file and its tables.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let db = Database::create(path)?;
+        let tx = db.begin_write()?;
+        tx.open_table(CHECKPOINTS)?;
+        tx.open_table(GAPS)?;
+        tx.open_table(RESETS)?;
+        tx.commit()?;
+        Ok(Store { db: Arc::new(db) })
+    }
+
+    /// Opens the state file if it exists (for `status`, which must not create one);
+    /// `None` when there is no file at `path`.
+    pub fn open_existing(path: &Path) -> Result<Option<Store>, StoreError> {
+        if !path.exists() {
+            return Ok(None);
+        }
+        Store::open(path).map(Some)
+    }
+
+    /// The checkpoint of `consumer` on gateway `gateway_id`.
+    pub fn load(&self, gateway_id: &str, consumer: &str) -> Result<Option<Checkpoint>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(CHECKPOINTS)?;
+        match t.get((gateway_id, consumer))? {
+            Some(v) => Ok(Some(serde_json::from_str(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Saves a checkpoint durably.
+    pub fn save(
+        &self,
+        gateway_id: &str,
+        consumer: &str,
+        cp: &Checkpoint,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(cp)?;
+        let tx = self.db.begin_write()?;
+        {
+            let mut t = tx.open_table(CHECKPOINTS)?;
+            t.insert((gateway_id, consumer), json.as_str())?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Records a gap and saves the checkpoint that moves past it, in one transaction.
+    pub fn save_with_gap(
+        &self,
+        consumer: &str,
+        log_id: u128,
+        gap: &Gap,
+        cp: &Checkpoint,
+    ) -> Result<(), StoreError> {
+        let cp_json = serde_json::to_string(cp)?;
+        let gap_json = serde_json::to_string(gap)?;
+        let tx = self.db.begin_write()?;
+        {
+            let mut t = tx.open_table(GAPS)?;
+            t.insert((log_id, gap.from), gap_json.as_str())?;
+            let mut t = tx.open_table(CHECKPOINTS)?;
+            t.insert((gap.gateway_id.as_str(), consumer), cp_json.as_str())?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Records a reset and saves the new checkpoint, in one transaction.
+    pub fn save_with_reset(
+        &self,
+        gateway_id: &str,
+        consumer: &str,
+        reset: &Reset,
+        cp: &Checkpoint,
+    ) -> Result<(), StoreError> {
+        let cp_json = serde_json::to_string(cp)?;
+        let reset_json = serde_json::to_string(reset)?;
+        let tx = self.db.begin_write()?;
+        {
+            let mut t = tx.open_table(RESETS)?;
+            t.insert((gateway_id, consumer, cp.resets), reset_json.as_str())?;
+            let mut t = tx.open_table(CHECKPOINTS)?;
+            t.insert((gateway_id, consumer), cp_json.as_str())?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Every checkpoint: (gateway id, consumer, checkpoint).
+    pub fn list(&self) -> Result<Vec<(String, String, Checkpoint)>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(CHECKPOINTS)?;
+        let mut out = Vec::new();
+        for item in t.iter()? {
+            let (k, v) = item?;
+            let (g, c) = k.value();
+            out.push((
+                g.to_string(),
+                c.to_string(),
+                serde_json::from_str(v.value())?,
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The gaps recorded for a log id, oldest first.
+    pub fn gaps(&self, log_id: u128) -> Result<Vec<Gap>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(GAPS)?;
+        let mut out = Vec::new();
+        for item in t.range((log_id, 0)..=(log_id, u64::MAX))? {
+            let (_, v) = item?;
+            out.push(serde_json::from_str(v.value())?);
+        }
+        Ok(out)
+    }
+
+    /// The resets recorded for a gateway's consumer, oldest first.
+    pub fn resets(&self, gateway_id: &str, consumer: &str) -> Result<Vec<Reset>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(RESETS)?;
+        let mut out = Vec::new();
+        for item in t.range((gateway_id, consumer, 0)..=(gateway_id, consumer, u64::MAX))? {
+            let (_, v) = item?;
+            out.push(serde_json::from_str(v.value())?);
+        }
+        Ok(out)
+    }
+
+    /// [`Store::open`] on the blocking pool.
+    pub async fn open_async(path: &Path) -> Result<Store, StoreError> {
+        let path = path.to_path_buf();
+        smol::unblock(move || Store::open(&path)).await
+    }
+
+    /// [`Store::load`] on the blocking pool.
+    pub async fn load_async(
+        &self,
+        gateway_id: &str,
+        consumer: &str,
+    ) -> Result<Option<Checkpoint>, StoreError> {
+        let (s, g, c) = (self.clone(), gateway_id.to_string(), consumer.to_string());
+        smol::unblock(move || s.load(&g, &c)).await
+    }
+
+    /// [`Store::save`] on the blocking pool.
+    pub async fn save_async(
+        &self,
+        gateway_id: &str,
+        consumer: &str,
+        cp: &Checkpoint,
+    ) -> Result<(), StoreError> {
+        let (s, g, c, cp) = (
+            self.clone(),
+            gateway_id.to_string(),
+            consumer.to_string(),
+            cp.clone(),
+        );
+        smol::unblock(move || s.save(&g, &c, &cp)).await
+    }
+
+    /// [`Store::save_with_gap`] on the blocking pool.
+    pub async fn save_with_gap_async(
+        &self,
+        consumer: &str,
+        log_id: u128,
+        gap: &Gap,
+        cp: &Checkpoint,
+    ) -> Result<(), StoreError> {
+        let (s, c, gap, cp) = (self.clone(), consumer.to_string(), gap.clone(), cp.clone());
+        smol::unblock(move || s.save_with_gap(&c, log_id, &gap, &cp)).await
+    }
+
+    /// [`Store::save_with_reset`] on the blocking pool.
+    pub async fn save_with_reset_async(
+        &self,
+        gateway_id: &str,
+        consumer: &str,
+        reset: &Reset,
+        cp: &Checkpoint,
+    ) -> Result<(), StoreError> {
+        let (s, g, c, r, cp) = (
+            self.clone(),
+            gateway_id.to_string(),
+            consumer.to_string(),
+            reset.clone(),
+            cp.clone(),
+        );
+        smol::unblock(move || s.save_with_reset(&g, &c, &r, &cp)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(&dir.path().join("state.redb")).unwrap();
+        (dir, s)
+    }
+
+    #[test]
+    fn save_load_survives_reopen() {
+        let (dir, s) = store();
+        assert_eq!(s.load("gw", "bridge").unwrap(), None);
+        let mut cp = Checkpoint::new(0xABCD, 10);
+        cp.last_crc = Some(0xDEAD_BEEF);
+        cp.records = 10;
+        s.save("gw", "bridge", &cp).unwrap();
+        drop(s);
+        let s = Store::open(&dir.path().join("state.redb")).unwrap();
+        let got = s.load("gw", "bridge").unwrap().unwrap();
+        assert_eq!(got, cp);
+        assert_eq!(got.log_id(), Some(0xABCD));
+        assert_eq!(got.log_id, "0000000000000000000000000000abcd");
+        assert_eq!(s.load("gw", "other").unwrap(), None);
+        assert_eq!(s.load("gw2", "bridge").unwrap(), None);
+        assert_eq!(s.list().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn gaps_and_resets_are_recorded_with_the_checkpoint() {
+        let (_dir, s) = store();
+        let mut cp = Checkpoint::new(7, 0);
+        let gap = Gap {
+            gateway_id: "gw".into(),
+            from: 0,
+            to: 40,
+            reason: "dropped-oldest".into(),
+            at_unix_ms: 1,
+        };
+        cp.offset = 40;
+        cp.gaps = 1;
+        cp.lost = 40;
+        s.save_with_gap("bridge", 7, &gap, &cp).unwrap();
+        assert_eq!(s.gaps(7).unwrap(), vec![gap]);
+        assert!(s.gaps(8).unwrap().is_empty());
+        assert_eq!(s.load("gw", "bridge").unwrap().unwrap().offset, 40);
+
+        let mut new = Checkpoint::new(9, 0);
+        new.resets = cp.resets + 1;
+        let reset = Reset {
+            old_log_id: cp.log_id.clone(),
+            old_offset: 40,
+            new_log_id: new.log_id.clone(),
+            new_offset: 0,
+            reason: "log id".into(),
+            at_unix_ms: 2,
+        };
+        s.save_with_reset("gw", "bridge", &reset, &new).unwrap();
+        assert_eq!(s.resets("gw", "bridge").unwrap(), vec![reset]);
+        assert_eq!(s.load("gw", "bridge").unwrap().unwrap().log_id(), Some(9));
+    }
+
+    #[test]
+    fn resume_check_log_id() {
+        let cp = Checkpoint::new(1, 5);
+        assert!(check_log_id(&cp, "gw", 1).is_ok());
+        let e = check_log_id(&cp, "gw", 2).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("00000000000000000000000000000001"), "{msg}");
+        assert!(msg.contains("00000000000000000000000000000002"), "{msg}");
+        assert!(msg.contains("--accept-new-log"), "{msg}");
+        // A checkpoint with a mangled log id never matches.
+        let mut bad = cp.clone();
+        bad.log_id = "zz".into();
+        assert!(check_log_id(&bad, "gw", 1).is_err());
+    }
+
+    #[test]
+    fn resume_check_crc() {
+        let mut cp = Checkpoint::new(1, 5);
+        // Unknown CRC: nothing to compare.
+        assert!(check_prev_crc(&cp, "gw", 1, 1234).is_ok());
+        cp.last_crc = Some(1234);
+        assert!(check_prev_crc(&cp, "gw", 1, 1234).is_ok());
+        let e = check_prev_crc(&cp, "gw", 1, 4321).unwrap_err();
+        assert!(matches!(
+            e,
+            ResumeMismatch::Crc {
+                offset: 5,
+                stored: 1234,
+                gateway: 4321,
+                ..
+            }
+        ));
+        assert!(e.to_string().contains("00000000000000000000000000000001"));
+    }
+
+    #[test]
+    fn async_wrappers_work() {
+        let dir = tempfile::tempdir().unwrap();
+        smol::block_on(async {
+            let s = Store::open_async(&dir.path().join("s.redb")).await.unwrap();
+            let cp = Checkpoint::new(3, 3);
+            s.save_async("g", "c", &cp).await.unwrap();
+            assert_eq!(s.load_async("g", "c").await.unwrap(), Some(cp));
+        });
+    }
+}

@@ -1,0 +1,855 @@
+//! Async client of the Spillway wire protocol (`spillway_core::wire`, `core/PROTOCOL.md`)
+//! over TCP, a Unix socket or a serial line.
+//!
+//! One [`Client`] is one connection: it sends a request, waits for the reply with the same
+//! `seq`, and hands back owned values ([`FetchReply`], [`PublishAck`], …). Requests are not pipelined (the protocol allows
+//! it, but one request at a time keeps a serial line simple and costs little: the drain loop
+//! overlaps fetching with the sink's work in separate tasks instead).
+//!
+//! Buffers are bounded: a frame larger than the gateway's `max_frame_bytes` (or
+//! [`MAX_FRAME_BEFORE_WELCOME`] before the handshake) is dropped, never buffered.
+//!
+//! Serial lines are opened with the `serialport` crate (no libudev) and driven by one
+//! blocking reader thread that hands chunks to the async side through a bounded channel;
+//! writes go through `smol::unblock`.
+
+use std::fmt;
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use smol::io::{AsyncReadExt, AsyncWriteExt};
+use spillway_core::wire::{
+    self, AckLevel, ErrorCode, GatewayStats, LostRange, PROTOCOL_VERSION, Producer, Request,
+    Response,
+};
+
+/// Largest frame accepted before the `Welcome` told the real limit, bytes.
+pub const MAX_FRAME_BEFORE_WELCOME: usize = 64 * 1024;
+/// Upper bound on any frame this client buffers, bytes, whatever the gateway announces.
+pub const MAX_FRAME_ABSOLUTE: usize = 16 * 1024 * 1024;
+/// Default time to wait for a reply before the connection is declared dead (a long-poll
+/// fetch adds its `wait_ms`).
+pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default serial speed, baud.
+pub const DEFAULT_BAUD: u32 = 115_200;
+
+/// Where the gateway is: parsed from `tcp://HOST:PORT`, `unix:///PATH` or
+/// `serial:///dev/ttyX?baud=N`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GatewayAddr {
+    /// A TCP address `HOST:PORT`.
+    Tcp(String),
+    /// A Unix socket path.
+    Unix(String),
+    /// A serial device and its speed in baud.
+    Serial {
+        /// Device path, e.g. `/dev/ttyUSB0`.
+        path: String,
+        /// Line speed, baud.
+        baud: u32,
+    },
+}
+
+/// A gateway URI that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "bad gateway address {uri:?}: {why} (expected tcp://HOST:PORT, unix:///PATH or serial:///dev/ttyX?baud=N)"
+)]
+pub struct BadAddr {
+    /// The URI as given.
+    pub uri: String,
+    /// What is wrong with it.
+    pub why: &'static str,
+}
+
+impl std::str::FromStr for GatewayAddr {
+    type Err = BadAddr;
+    fn from_str(uri: &str) -> Result<Self, BadAddr> {
+        let bad = |why| BadAddr {
+            uri: uri.to_string(),
+            why,
+        };
+        if let Some(rest) = uri.strip_prefix("tcp://") {
+            let rest = rest.trim_end_matches('/');
+            if rest.is_empty() || !rest.contains(':') {
+                return Err(bad("missing HOST:PORT"));
+            }
+            let (_, port) = rest.rsplit_once(':').ok_or(bad("missing port"))?;
+            port.parse::<u16>().map_err(|_| bad("bad port"))?;
+            Ok(GatewayAddr::Tcp(rest.to_string()))
+        } else if let Some(rest) = uri.strip_prefix("unix://") {
+            if rest.is_empty() {
+                return Err(bad("missing path"));
+            }
+            Ok(GatewayAddr::Unix(rest.to_string()))
+        } else if let Some(rest) = uri.strip_prefix("serial://") {
+            let (path, query) = match rest.split_once('?') {
+                Some((p, q)) => (p, Some(q)),
+                None => (rest, None),
+            };
+            if path.is_empty() {
+                return Err(bad("missing device path"));
+            }
+            let mut baud = DEFAULT_BAUD;
+            if let Some(q) = query {
+                for kv in q.split('&').filter(|s| !s.is_empty()) {
+                    match kv.split_once('=') {
+                        Some(("baud", v)) => {
+                            baud = v.parse().map_err(|_| bad("bad baud"))?;
+                            if baud == 0 {
+                                return Err(bad("bad baud"));
+                            }
+                        }
+                        _ => return Err(bad("unknown serial option (only baud=N)")),
+                    }
+                }
+            }
+            Ok(GatewayAddr::Serial {
+                path: path.to_string(),
+                baud,
+            })
+        } else {
+            Err(bad("unknown scheme"))
+        }
+    }
+}
+
+impl fmt::Display for GatewayAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GatewayAddr::Tcp(a) => write!(f, "tcp://{a}"),
+            GatewayAddr::Unix(p) => write!(f, "unix://{p}"),
+            GatewayAddr::Serial { path, baud } => write!(f, "serial://{path}?baud={baud}"),
+        }
+    }
+}
+
+/// Errors of a connection. Everything but [`ClientError::Gateway`] means the connection is
+/// unusable and must be reopened; whether to retry is the caller's decision.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// Connecting, reading or writing failed.
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+    /// The serial port could not be opened.
+    #[error("serial port: {0}")]
+    Serial(#[from] serialport::Error),
+    /// The gateway closed the connection.
+    #[error("connection closed by the gateway")]
+    Closed,
+    /// No reply within the timeout.
+    #[error("no reply within {0:?}")]
+    Timeout(Duration),
+    /// A message could not be encoded (too large for the gateway's frame limit).
+    #[error("request does not fit a frame: {0}")]
+    Encode(wire::FrameError),
+    /// The gateway sent something that does not decode or does not fit the protocol.
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+    /// The gateway answered with an error.
+    #[error("gateway error {code:?}: {message}")]
+    Gateway {
+        /// The protocol's error code.
+        code: ErrorCode,
+        /// The gateway's detail.
+        message: String,
+    },
+}
+
+impl ClientError {
+    /// True if the connection is still usable after this error (a gateway error reply).
+    pub fn connection_ok(&self) -> bool {
+        matches!(self, ClientError::Gateway { .. })
+    }
+}
+
+/// What the gateway said in its `Welcome`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Welcome {
+    /// Protocol version used on this connection.
+    pub protocol_version: u16,
+    /// The log's identity (random at format time).
+    pub log_id: u128,
+    /// The configured gateway name.
+    pub gateway_id: String,
+    /// Largest publish payload, bytes.
+    pub max_record_bytes: u32,
+    /// Largest frame on the wire, bytes (COBS, CRC and delimiter included).
+    pub max_frame_bytes: u32,
+}
+
+/// A record read by a fetch, owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedRecord {
+    /// Offset in the gateway's log.
+    pub offset: u64,
+    /// The log's record CRC.
+    pub record_crc: u32,
+    /// Topic.
+    pub topic: String,
+    /// Wall-clock time, µs since the Unix epoch.
+    pub timestamp_us: u64,
+    /// Idempotent producer, if any.
+    pub producer: Option<Producer>,
+    /// Payload bytes.
+    pub payload: Vec<u8>,
+}
+
+/// The answer to a fetch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchReply {
+    /// Records (possibly none, at the end of the log).
+    Records {
+        /// Record CRC of the record before the first one (before `from_offset` when empty).
+        prev_crc: u32,
+        /// Where to fetch next.
+        next_offset: u64,
+        /// Offsets before the first record that are gone.
+        lost: Option<LostRange>,
+        /// The records, oldest first.
+        records: Vec<OwnedRecord>,
+    },
+    /// Everything from the requested offset up to `first_available` is gone.
+    Dropped {
+        /// Oldest offset still in the log.
+        first_available: u64,
+    },
+}
+
+/// The outcome of one pipelined publish: the acknowledgement (`None` for `AckLevel::None`)
+/// or the gateway's error.
+pub type PublishResult = Result<Option<PublishAck>, ClientError>;
+
+/// One entry of the gateway's consumer table.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ConsumerInfo {
+    /// Consumer name.
+    pub name: String,
+    /// Its committed offset.
+    pub committed_offset: u64,
+}
+
+/// The answer to a publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PublishAck {
+    /// The record's offset.
+    pub offset: u64,
+    /// A resend of an already stored `(producer id, seq)`.
+    pub duplicate: bool,
+}
+
+enum Io {
+    Tcp(smol::net::TcpStream),
+    Unix(smol::net::unix::UnixStream),
+    Serial(SerialIo),
+}
+
+/// A serial port driven by a blocking reader thread.
+struct SerialIo {
+    writer: Arc<Mutex<Box<dyn serialport::SerialPort>>>,
+    chunks: smol::channel::Receiver<std::io::Result<Vec<u8>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for SerialIo {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl SerialIo {
+    fn open(path: &str, baud: u32) -> Result<Self, ClientError> {
+        let port = serialport::new(path, baud)
+            .timeout(Duration::from_millis(100))
+            .open()?;
+        let mut reader = port.try_clone()?;
+        let (tx, rx) = smol::channel::bounded(16);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        std::thread::Builder::new()
+            .name("serial-reader".into())
+            .spawn(move || {
+                let mut buf = vec![0u8; 4096];
+                while !stop2.load(Ordering::Relaxed) {
+                    match reader.read(&mut buf) {
+                        Ok(0) => {
+                            let _ = tx.send_blocking(Ok(Vec::new()));
+                            return;
+                        }
+                        Ok(n) => {
+                            if tx.send_blocking(Ok(buf[..n].to_vec())).is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            let _ = tx.send_blocking(Err(e));
+                            return;
+                        }
+                    }
+                }
+            })?;
+        Ok(SerialIo {
+            writer: Arc::new(Mutex::new(port)),
+            chunks: rx,
+            stop,
+        })
+    }
+}
+
+impl Io {
+    async fn connect(addr: &GatewayAddr) -> Result<Io, ClientError> {
+        Ok(match addr {
+            GatewayAddr::Tcp(a) => {
+                let s = smol::net::TcpStream::connect(a.as_str()).await?;
+                s.set_nodelay(true)?;
+                Io::Tcp(s)
+            }
+            GatewayAddr::Unix(p) => Io::Unix(smol::net::unix::UnixStream::connect(p).await?),
+            GatewayAddr::Serial { path, baud } => {
+                let (path, baud) = (path.clone(), *baud);
+                Io::Serial(smol::unblock(move || SerialIo::open(&path, baud)).await?)
+            }
+        })
+    }
+
+    async fn write_all(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
+        match self {
+            Io::Tcp(s) => {
+                s.write_all(bytes).await?;
+                s.flush().await?;
+            }
+            Io::Unix(s) => {
+                s.write_all(bytes).await?;
+                s.flush().await?;
+            }
+            Io::Serial(s) => {
+                let w = s.writer.clone();
+                let bytes = bytes.to_vec();
+                smol::unblock(move || -> std::io::Result<()> {
+                    let mut port = w
+                        .lock()
+                        .map_err(|_| std::io::Error::other("serial writer poisoned"))?;
+                    port.write_all(&bytes)?;
+                    port.flush()
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads some bytes into `buf`; 0 means end of stream.
+    async fn read(&mut self, buf: &mut Vec<u8>) -> Result<usize, ClientError> {
+        let mut tmp = [0u8; 8192];
+        let n = match self {
+            Io::Tcp(s) => s.read(&mut tmp).await?,
+            Io::Unix(s) => s.read(&mut tmp).await?,
+            Io::Serial(s) => {
+                let chunk = s.chunks.recv().await.map_err(|_| ClientError::Closed)??;
+                buf.extend_from_slice(&chunk);
+                return Ok(chunk.len());
+            }
+        };
+        buf.extend_from_slice(&tmp[..n]);
+        Ok(n)
+    }
+}
+
+/// One connection to a gateway, handshaken.
+pub struct Client {
+    io: Io,
+    /// Received bytes not yet cut into frames (at most one frame limit plus one read).
+    rx: Vec<u8>,
+    /// Bytes of an oversize frame being skipped until its delimiter.
+    skipping: bool,
+    tx: Vec<u8>,
+    seq: u32,
+    welcome: Welcome,
+    max_frame: usize,
+    reply_timeout: Duration,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("welcome", &self.welcome)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An owned copy of the responses the client understands.
+enum Owned {
+    Welcome(Welcome),
+    Ack(PublishAck),
+    Error(ErrorCode, String),
+    Fetch(FetchReply),
+    Committed(u64),
+    Consumers(Vec<ConsumerInfo>),
+    Deleted(bool),
+    Stats(GatewayStats),
+}
+
+fn own(resp: Response<'_>) -> Result<Owned, ClientError> {
+    Ok(match resp {
+        Response::Welcome {
+            protocol_version,
+            log_id,
+            gateway_id,
+            max_record_bytes,
+            max_frame_bytes,
+        } => Owned::Welcome(Welcome {
+            protocol_version,
+            log_id,
+            gateway_id: gateway_id.to_string(),
+            max_record_bytes,
+            max_frame_bytes,
+        }),
+        Response::Ack {
+            offset, duplicate, ..
+        } => Owned::Ack(PublishAck { offset, duplicate }),
+        Response::Error { code, message, .. } => Owned::Error(code, message.to_string()),
+        Response::Records {
+            prev_crc,
+            next_offset,
+            lost,
+            records,
+            ..
+        } => {
+            let mut out = Vec::with_capacity(records.count().min(65_536) as usize);
+            for r in records.iter() {
+                let r = r.map_err(|e| ClientError::Protocol(format!("bad record: {e}")))?;
+                out.push(OwnedRecord {
+                    offset: r.offset,
+                    record_crc: r.record_crc,
+                    topic: r.topic.to_string(),
+                    timestamp_us: r.timestamp_us,
+                    producer: r.producer,
+                    payload: r.payload.to_vec(),
+                });
+            }
+            Owned::Fetch(FetchReply::Records {
+                prev_crc,
+                next_offset,
+                lost,
+                records: out,
+            })
+        }
+        Response::Dropped {
+            first_available, ..
+        } => Owned::Fetch(FetchReply::Dropped { first_available }),
+        Response::Committed { offset, .. } => Owned::Committed(offset),
+        Response::Consumers { list, .. } => {
+            let mut out = Vec::new();
+            for c in list.iter() {
+                let c = c.map_err(|e| ClientError::Protocol(format!("bad consumer entry: {e}")))?;
+                out.push(ConsumerInfo {
+                    name: c.name.to_string(),
+                    committed_offset: c.committed_offset,
+                });
+            }
+            Owned::Consumers(out)
+        }
+        Response::Deleted { existed, .. } => Owned::Deleted(existed),
+        Response::StatsReply { stats, .. } => Owned::Stats(stats),
+    })
+}
+
+impl Client {
+    /// Connects to `addr` and performs the handshake (`client_name` goes to the gateway's
+    /// logs). `reply_timeout` bounds the wait for each reply.
+    pub async fn connect(
+        addr: &GatewayAddr,
+        client_name: &str,
+        reply_timeout: Duration,
+    ) -> Result<Client, ClientError> {
+        let io = with_timeout(reply_timeout, Io::connect(addr)).await?;
+        let mut c = Client {
+            io,
+            rx: Vec::new(),
+            skipping: false,
+            tx: vec![0u8; 1024],
+            seq: 0,
+            welcome: Welcome {
+                protocol_version: 0,
+                log_id: 0,
+                gateway_id: String::new(),
+                max_record_bytes: 0,
+                max_frame_bytes: 0,
+            },
+            max_frame: MAX_FRAME_BEFORE_WELCOME,
+            reply_timeout,
+        };
+        // A leading 0x00 ends any noise the gateway holds (PROTOCOL.md §1).
+        c.io.write_all(&[0]).await?;
+        c.send(&Request::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            client_name,
+        })
+        .await?;
+        let reply = c.recv(None, reply_timeout).await?;
+        match reply {
+            Owned::Welcome(w) => {
+                c.max_frame = (w.max_frame_bytes as usize).clamp(64, MAX_FRAME_ABSOLUTE);
+                c.welcome = w;
+                Ok(c)
+            }
+            Owned::Error(code, message) => Err(ClientError::Gateway { code, message }),
+            _ => Err(ClientError::Protocol("expected Welcome".into())),
+        }
+    }
+
+    /// The gateway's `Welcome`.
+    pub fn welcome(&self) -> &Welcome {
+        &self.welcome
+    }
+
+    fn next_seq(&mut self) -> u32 {
+        self.seq = self.seq.wrapping_add(1);
+        if self.seq == 0 {
+            self.seq = 1;
+        }
+        self.seq
+    }
+
+    async fn send(&mut self, req: &Request<'_>) -> Result<(), ClientError> {
+        loop {
+            match wire::encode_frame(req, &mut self.tx) {
+                Ok(n) => {
+                    let frame = self.tx[..n].to_vec();
+                    return self.io.write_all(&frame).await;
+                }
+                Err(e) => {
+                    // Grow up to the frame limit, then give up.
+                    let limit = self.max_frame.max(1024);
+                    if self.tx.len() >= limit {
+                        return Err(ClientError::Encode(e));
+                    }
+                    let new = (self.tx.len() * 2).min(limit);
+                    self.tx.resize(new, 0);
+                }
+            }
+        }
+    }
+
+    /// Receives the reply to `seq` (or the `Welcome` when `None`), skipping replies to other
+    /// sequence numbers (late answers to requests given up on).
+    async fn recv(&mut self, seq: Option<u32>, timeout: Duration) -> Result<Owned, ClientError> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let (got, owned) = self.recv_any(deadline, timeout).await?;
+            if got == seq {
+                return Ok(owned);
+            }
+            if got == Some(0)
+                && seq.is_some()
+                && let Owned::Error(ErrorCode::BadFrame, _) = owned
+            {
+                return Err(ClientError::Protocol(
+                    "gateway could not decode our frame".into(),
+                ));
+            }
+            log::debug!("ignoring a reply to seq {got:?}");
+        }
+    }
+
+    /// Receives the next reply, whatever its `seq`, before `deadline` (`timeout` is for the
+    /// error message).
+    async fn recv_any(
+        &mut self,
+        deadline: std::time::Instant,
+        timeout: Duration,
+    ) -> Result<(Option<u32>, Owned), ClientError> {
+        loop {
+            while let Some(pos) = self.rx.iter().position(|&b| b == 0) {
+                let mut frame: Vec<u8> = self.rx.drain(..=pos).collect();
+                if self.skipping {
+                    self.skipping = false;
+                    continue;
+                }
+                if frame.len() <= 1 {
+                    continue;
+                }
+                let resp: Response<'_> = match wire::decode_message(&mut frame) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        log::debug!("dropping a bad frame from the gateway: {e}");
+                        continue;
+                    }
+                };
+                return Ok((resp.seq(), own(resp)?));
+            }
+            if self.rx.len() > self.max_frame {
+                self.rx.clear();
+                self.skipping = true;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Err(ClientError::Timeout(timeout));
+            }
+            let n = with_timeout(deadline - now, self.io.read(&mut self.rx))
+                .await
+                .map_err(|e| match e {
+                    ClientError::Timeout(_) => ClientError::Timeout(timeout),
+                    e => e,
+                })?;
+            if n == 0 {
+                return Err(ClientError::Closed);
+            }
+            if self.skipping && !self.rx.contains(&0) {
+                self.rx.clear();
+            }
+        }
+    }
+
+    /// Publishes `payloads` to `topic` pipelined: every request is sent, then the replies
+    /// are collected (any order). `producer` gives the producer id and the sequence of the
+    /// first payload (the others follow, wrapping). Returns one result per payload, in
+    /// order, with `Ok(None)` for `AckLevel::None`. A connection failure returns
+    /// `Err` with the results gathered so far (the rest unknown).
+    pub async fn publish_batch(
+        &mut self,
+        topic: &str,
+        payloads: &[Vec<u8>],
+        ack: AckLevel,
+        producer: Option<Producer>,
+    ) -> Result<Vec<PublishResult>, (Vec<Option<PublishResult>>, ClientError)> {
+        let mut results: Vec<Option<PublishResult>> = (0..payloads.len()).map(|_| None).collect();
+        let mut seqs = std::collections::HashMap::with_capacity(payloads.len());
+        for (i, p) in payloads.iter().enumerate() {
+            let seq = self.next_seq();
+            let producer = producer.map(|pr| Producer {
+                id: pr.id,
+                seq: pr.seq.wrapping_add(i as u32),
+            });
+            let req = Request::Publish {
+                seq,
+                topic,
+                timestamp_us: None,
+                payload: p,
+                ack,
+                producer,
+            };
+            if let Err(e) = self.send(&req).await {
+                if e.connection_ok() || matches!(e, ClientError::Encode(_)) {
+                    results[i] = Some(Err(e));
+                    continue;
+                }
+                return Err((results, e));
+            }
+            if ack == AckLevel::None {
+                results[i] = Some(Ok(None));
+            } else {
+                seqs.insert(seq, i);
+            }
+        }
+        let deadline = std::time::Instant::now() + self.reply_timeout;
+        while !seqs.is_empty() {
+            let (seq, owned) = match self.recv_any(deadline, self.reply_timeout).await {
+                Ok(x) => x,
+                Err(e) => return Err((results, e)),
+            };
+            let Some(i) = seq.and_then(|s| seqs.remove(&s)) else {
+                continue;
+            };
+            results[i] = Some(match owned {
+                Owned::Ack(a) => Ok(Some(a)),
+                Owned::Error(code, message) => Err(ClientError::Gateway { code, message }),
+                _ => Err(ClientError::Protocol("expected Ack".into())),
+            });
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(ClientError::Protocol("no reply".into()))))
+            .collect())
+    }
+
+    async fn call(&mut self, req: Request<'_>, extra: Duration) -> Result<Owned, ClientError> {
+        let seq = req.seq();
+        self.send(&req).await?;
+        match self.recv(seq, self.reply_timeout + extra).await? {
+            Owned::Error(code, message) => Err(ClientError::Gateway { code, message }),
+            other => Ok(other),
+        }
+    }
+
+    /// Publishes one record and waits for its acknowledgement; with `AckLevel::None` it
+    /// only sends (the gateway answers nothing) and returns offset `u64::MAX`.
+    pub async fn publish(
+        &mut self,
+        topic: &str,
+        timestamp_us: Option<u64>,
+        payload: &[u8],
+        ack: AckLevel,
+        producer: Option<Producer>,
+    ) -> Result<PublishAck, ClientError> {
+        let seq = self.next_seq();
+        let req = Request::Publish {
+            seq,
+            topic,
+            timestamp_us,
+            payload,
+            ack,
+            producer,
+        };
+        if ack == AckLevel::None {
+            self.send(&req).await?;
+            return Ok(PublishAck {
+                offset: u64::MAX,
+                duplicate: false,
+            });
+        }
+        match self.call(req, Duration::ZERO).await? {
+            Owned::Ack(a) => Ok(a),
+            _ => Err(ClientError::Protocol("expected Ack".into())),
+        }
+    }
+
+    /// Fetches records from `from_offset`, at most about `max_bytes` bytes, long-polling up
+    /// to `wait` for a record if none exists yet.
+    pub async fn fetch(
+        &mut self,
+        consumer: Option<&str>,
+        from_offset: u64,
+        max_bytes: u32,
+        wait: Duration,
+    ) -> Result<FetchReply, ClientError> {
+        let seq = self.next_seq();
+        let wait_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
+        let req = Request::Fetch {
+            seq,
+            consumer,
+            from_offset,
+            max_bytes: max_bytes.max(1),
+            wait_ms: (wait_ms > 0).then_some(wait_ms),
+        };
+        match self.call(req, wait).await? {
+            Owned::Fetch(f) => Ok(f),
+            _ => Err(ClientError::Protocol("expected Records or Dropped".into())),
+        }
+    }
+
+    /// Commits `offset` for `consumer`; returns the committed offset after the request.
+    pub async fn commit(&mut self, consumer: &str, offset: u64) -> Result<u64, ClientError> {
+        let seq = self.next_seq();
+        match self
+            .call(
+                Request::Commit {
+                    seq,
+                    consumer,
+                    offset,
+                },
+                Duration::ZERO,
+            )
+            .await?
+        {
+            Owned::Committed(o) => Ok(o),
+            _ => Err(ClientError::Protocol("expected Committed".into())),
+        }
+    }
+
+    /// The gateway's counters.
+    pub async fn stats(&mut self) -> Result<GatewayStats, ClientError> {
+        let seq = self.next_seq();
+        match self.call(Request::Stats { seq }, Duration::ZERO).await? {
+            Owned::Stats(s) => Ok(s),
+            _ => Err(ClientError::Protocol("expected StatsReply".into())),
+        }
+    }
+
+    /// The gateway's consumers.
+    pub async fn consumers(&mut self) -> Result<Vec<ConsumerInfo>, ClientError> {
+        let seq = self.next_seq();
+        match self
+            .call(Request::ListConsumers { seq }, Duration::ZERO)
+            .await?
+        {
+            Owned::Consumers(c) => Ok(c),
+            _ => Err(ClientError::Protocol("expected Consumers".into())),
+        }
+    }
+
+    /// Deletes a consumer; returns whether it existed.
+    pub async fn delete_consumer(&mut self, consumer: &str) -> Result<bool, ClientError> {
+        let seq = self.next_seq();
+        match self
+            .call(Request::DeleteConsumer { seq, consumer }, Duration::ZERO)
+            .await?
+        {
+            Owned::Deleted(e) => Ok(e),
+            _ => Err(ClientError::Protocol("expected Deleted".into())),
+        }
+    }
+}
+
+async fn with_timeout<T>(
+    d: Duration,
+    f: impl std::future::Future<Output = Result<T, ClientError>>,
+) -> Result<T, ClientError> {
+    smol::future::or(f, async {
+        smol::Timer::after(d).await;
+        Err(ClientError::Timeout(d))
+    })
+    .await
+}
+
+/// Formats a log id as 32 lowercase hex digits.
+pub fn log_id_hex(id: u128) -> String {
+    format!("{id:032x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_addresses() {
+        assert_eq!(
+            "tcp://127.0.0.1:7878".parse::<GatewayAddr>().unwrap(),
+            GatewayAddr::Tcp("127.0.0.1:7878".into())
+        );
+        assert_eq!(
+            "unix:///run/spillway.sock".parse::<GatewayAddr>().unwrap(),
+            GatewayAddr::Unix("/run/spillway.sock".into())
+        );
+        assert_eq!(
+            "serial:///dev/ttyUSB0?baud=9600"
+                .parse::<GatewayAddr>()
+                .unwrap(),
+            GatewayAddr::Serial {
+                path: "/dev/ttyUSB0".into(),
+                baud: 9600
+            }
+        );
+        assert_eq!(
+            "serial:///dev/ttyS1".parse::<GatewayAddr>().unwrap(),
+            GatewayAddr::Serial {
+                path: "/dev/ttyS1".into(),
+                baud: DEFAULT_BAUD
+            }
+        );
+        for bad in [
+            "",
+            "tcp://",
+            "tcp://host",
+            "tcp://host:x",
+            "http://a:1",
+            "unix://",
+            "serial://?baud=1",
+            "serial:///dev/x?baud=0",
+            "serial:///dev/x?parity=odd",
+        ] {
+            assert!(bad.parse::<GatewayAddr>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn log_id_is_32_hex_digits() {
+        assert_eq!(log_id_hex(0xab), "000000000000000000000000000000ab");
+        assert_eq!(log_id_hex(u128::MAX).len(), 32);
+    }
+}

@@ -1,0 +1,483 @@
+//! `publish`, `tail` and `status`: the kcat / mosquitto_pub habits.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use spillway_core::wire::{AckLevel, Producer};
+
+use crate::checkpoint::Store;
+use crate::client::{Client, ClientError, FetchReply, GatewayAddr, log_id_hex};
+use crate::drain::{Backoff, StartFrom};
+use crate::exit;
+use crate::sink::{JsonRecord, Source};
+
+const CLIENT_NAME: &str = concat!("spillway-bridge/", env!("CARGO_PKG_VERSION"));
+
+/// Records sent per pipelined window by `publish`.
+pub const PUBLISH_WINDOW: usize = 64;
+
+/// Settings of `publish`.
+#[derive(Debug, Clone)]
+pub struct PublishArgs {
+    /// Gateway.
+    pub gateway: GatewayAddr,
+    /// Topic of every record.
+    pub topic: String,
+    /// Acknowledgement level.
+    pub ack: AckLevel,
+    /// Idempotent producer id (random if `None`).
+    pub producer_id: Option<u64>,
+    /// Input file; `None` or `-` = stdin.
+    pub input: Option<PathBuf>,
+    /// How long to keep reconnecting and resending after a failure.
+    pub retry_for: Duration,
+    /// Reply timeout.
+    pub reply_timeout: Duration,
+}
+
+/// What `publish` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PublishSummary {
+    /// Records read from the input.
+    pub read: u64,
+    /// Records sent at least once.
+    pub sent: u64,
+    /// Records acknowledged (with `--ack none`: sent).
+    pub acknowledged: u64,
+    /// Acknowledged as duplicates of earlier sends.
+    pub duplicates: u64,
+    /// Lowest acknowledged offset.
+    pub first_offset: Option<u64>,
+    /// Highest acknowledged offset.
+    pub last_offset: Option<u64>,
+}
+
+impl std::fmt::Display for PublishSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let o = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+        write!(
+            f,
+            "records read {}, sent {}, acknowledged {} ({} duplicates), first offset {}, last offset {}",
+            self.read,
+            self.sent,
+            self.acknowledged,
+            self.duplicates,
+            o(self.first_offset),
+            o(self.last_offset)
+        )
+    }
+}
+
+/// Runs `publish`; returns the summary and the exit code (non-zero if any record was not
+/// acknowledged).
+pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
+    let mut sum = PublishSummary::default();
+    let lines = match read_lines(args.input.as_deref()).await {
+        Ok(l) => l,
+        Err(e) => {
+            log::error!("reading input: {e}");
+            return (sum, exit::FAILURE);
+        }
+    };
+    sum.read = lines.len() as u64;
+    let producer_id = args.producer_id.unwrap_or_else(rand::random);
+    let use_producer = args.ack != AckLevel::None || args.producer_id.is_some();
+    let mut conn: Option<Client> = None;
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+    let mut last_progress = Instant::now();
+    let mut at = 0usize;
+    let mut sent_upto = 0usize;
+    while at < lines.len() {
+        if last_progress.elapsed() > args.retry_for {
+            log::error!(
+                "giving up after {:?} without progress; {} records not acknowledged",
+                args.retry_for,
+                lines.len() - at
+            );
+            return (sum, exit::FAILURE);
+        }
+        let c = match conn.as_mut() {
+            Some(c) => c,
+            None => match Client::connect(&args.gateway, CLIENT_NAME, args.reply_timeout).await {
+                Ok(c) => conn.insert(c),
+                Err(e) => {
+                    let d = backoff.next_delay();
+                    log::warn!("gateway {}: {e}; retrying in {d:.1?}", args.gateway);
+                    smol::Timer::after(d).await;
+                    continue;
+                }
+            },
+        };
+        let end = (at + PUBLISH_WINDOW).min(lines.len());
+        let producer = use_producer.then_some(Producer {
+            id: producer_id,
+            // Sequence = line index (wrapping), so a resend is recognised.
+            seq: at as u32,
+        });
+        let res = c
+            .publish_batch(&args.topic, &lines[at..end], args.ack, producer)
+            .await;
+        sum.sent += end.saturating_sub(at.max(sent_upto)) as u64;
+        sent_upto = sent_upto.max(end);
+        let (results, failure) = match res {
+            Ok(r) => (r.into_iter().map(Some).collect::<Vec<_>>(), None),
+            Err((r, e)) => (r, Some(e)),
+        };
+        // Take the acknowledged prefix; stop at the first record without one.
+        let mut fatal = false;
+        for r in results {
+            match r {
+                Some(Ok(ack)) => {
+                    sum.acknowledged += 1;
+                    if let Some(a) = ack {
+                        if a.duplicate {
+                            sum.duplicates += 1;
+                        }
+                        sum.first_offset =
+                            Some(sum.first_offset.map_or(a.offset, |o| o.min(a.offset)));
+                        sum.last_offset =
+                            Some(sum.last_offset.map_or(a.offset, |o| o.max(a.offset)));
+                    }
+                    at += 1;
+                    last_progress = Instant::now();
+                    backoff.reset();
+                }
+                Some(Err(ClientError::Gateway { code, message })) => {
+                    use spillway_core::wire::ErrorCode as C;
+                    match code {
+                        C::Full => {
+                            log::warn!("gateway full, retrying: {message}");
+                        }
+                        C::TooLarge | C::BadRequest | C::DuplicateSequenceUnknownOffset => {
+                            log::error!("record {} refused: {code:?} {message}", at + 1);
+                            fatal = true;
+                        }
+                        _ => log::warn!("gateway error {code:?}: {message}; retrying"),
+                    }
+                    break;
+                }
+                Some(Err(e)) => {
+                    log::warn!("record {}: {e}", at + 1);
+                    if matches!(e, ClientError::Encode(_)) {
+                        fatal = true;
+                    }
+                    break;
+                }
+                None => break,
+            }
+        }
+        if fatal {
+            return (sum, exit::FAILURE);
+        }
+        if let Some(e) = failure {
+            log::warn!("gateway {}: {e}; reconnecting", args.gateway);
+            conn = None;
+        }
+        if at < end {
+            smol::Timer::after(backoff.next_delay()).await;
+        }
+    }
+    (sum, exit::OK)
+}
+
+async fn read_lines(input: Option<&std::path::Path>) -> std::io::Result<Vec<Vec<u8>>> {
+    let input = input.map(|p| p.to_path_buf());
+    smol::unblock(move || {
+        let reader: Box<dyn BufRead> = match input.as_deref() {
+            None => Box::new(std::io::BufReader::new(std::io::stdin())),
+            Some(p) if p.as_os_str() == "-" => Box::new(std::io::BufReader::new(std::io::stdin())),
+            Some(p) => Box::new(std::io::BufReader::new(std::fs::File::open(p)?)),
+        };
+        let mut out = Vec::new();
+        for line in reader.split(b'\n') {
+            let mut line = line?;
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            out.push(line);
+        }
+        Ok(out)
+    })
+    .await
+}
+
+/// Output format of `tail`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TailFormat {
+    /// One JSON object per line, the file sink's keys.
+    Json,
+    /// The payload and a newline.
+    Raw,
+}
+
+/// Settings of `tail`.
+#[derive(Debug, Clone)]
+pub struct TailArgs {
+    /// Gateway.
+    pub gateway: GatewayAddr,
+    /// Start.
+    pub from: StartFrom,
+    /// Keep following new records.
+    pub follow: bool,
+    /// Output format.
+    pub format: TailFormat,
+    /// Reply timeout.
+    pub reply_timeout: Duration,
+}
+
+/// Runs `tail`; returns the exit code. Read-only: commits nothing, fetches anonymously.
+pub async fn tail(args: TailArgs, out: &mut dyn Write) -> i32 {
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    let mut cursor: Option<u64> = None;
+    let mut end: Option<u64> = None;
+    let mut log_id: Option<u128> = None;
+    loop {
+        let mut c = match Client::connect(&args.gateway, CLIENT_NAME, args.reply_timeout).await {
+            Ok(c) => c,
+            Err(e) if args.follow || cursor.is_some() => {
+                let d = backoff.next_delay();
+                log::warn!("gateway {}: {e}; retrying in {d:.1?}", args.gateway);
+                smol::Timer::after(d).await;
+                continue;
+            }
+            Err(e) => {
+                log::error!("gateway {}: {e}", args.gateway);
+                return exit::FAILURE;
+            }
+        };
+        let w = c.welcome().clone();
+        if log_id.is_some_and(|l| l != w.log_id) {
+            log::error!(
+                "gateway log id changed from {} to {}",
+                log_id_hex(log_id.unwrap_or(0)),
+                log_id_hex(w.log_id)
+            );
+            return exit::FAILURE;
+        }
+        log_id = Some(w.log_id);
+        let src = Source {
+            gateway_id: w.gateway_id.clone(),
+            log_id: w.log_id,
+        };
+        let res: Result<bool, ClientError> = async {
+            if cursor.is_none() {
+                let s = c.stats().await?;
+                cursor = Some(match args.from {
+                    StartFrom::Earliest => s.first_offset,
+                    StartFrom::Latest => s.next_offset,
+                    StartFrom::Offset(o) => o,
+                });
+                if !args.follow {
+                    end = Some(s.next_offset);
+                }
+            }
+            loop {
+                let at = cursor.unwrap_or(0);
+                if end.is_some_and(|e| at >= e) {
+                    return Ok(true);
+                }
+                let wait = if args.follow {
+                    Duration::from_secs(1)
+                } else {
+                    Duration::ZERO
+                };
+                match c.fetch(None, at, 256 * 1024, wait).await? {
+                    FetchReply::Dropped { first_available } => {
+                        log::warn!("offsets {at}..{first_available} are gone");
+                        cursor = Some(first_available.max(at));
+                    }
+                    FetchReply::Records {
+                        next_offset,
+                        lost,
+                        records,
+                        ..
+                    } => {
+                        if let Some(l) = lost {
+                            log::warn!("offsets {}..{} are gone ({:?})", l.from, l.to, l.reason);
+                        }
+                        for r in &records {
+                            if end.is_some_and(|e| r.offset >= e) {
+                                break;
+                            }
+                            let ok = match args.format {
+                                TailFormat::Json => {
+                                    out.write_all(JsonRecord::new(&src, r).to_line().as_bytes())
+                                }
+                                TailFormat::Raw => out
+                                    .write_all(&r.payload)
+                                    .and_then(|()| out.write_all(b"\n")),
+                            }
+                            .and_then(|()| out.flush());
+                            if ok.is_err() {
+                                // Output closed (e.g. `| head`): done.
+                                return Ok(true);
+                            }
+                        }
+                        let after = records.last().map_or(at, |r| r.offset + 1);
+                        cursor = Some(next_offset.max(after).max(at));
+                    }
+                }
+                backoff.reset();
+            }
+        }
+        .await;
+        match res {
+            Ok(_) => return exit::OK,
+            Err(ClientError::Gateway { code, message }) => {
+                log::error!("gateway error {code:?}: {message}");
+                return exit::FAILURE;
+            }
+            Err(e) => {
+                let d = backoff.next_delay();
+                log::warn!("gateway {}: {e}; reconnecting in {d:.1?}", args.gateway);
+                smol::Timer::after(d).await;
+            }
+        }
+    }
+}
+
+/// Runs `status`: prints the gateway's stats, consumers and lag, and the local
+/// checkpoints (when a state file is given and exists). Returns the exit code.
+pub async fn status(
+    gateway: &GatewayAddr,
+    state: Option<PathBuf>,
+    reply_timeout: Duration,
+    json: bool,
+    out: &mut dyn Write,
+) -> i32 {
+    let mut c = match Client::connect(gateway, CLIENT_NAME, reply_timeout).await {
+        Ok(c) => c,
+        Err(e) => {
+            log::error!("gateway {gateway}: {e}");
+            return exit::FAILURE;
+        }
+    };
+    let w = c.welcome().clone();
+    let (stats, consumers) =
+        match async { Ok::<_, ClientError>((c.stats().await?, c.consumers().await?)) }.await {
+            Ok(x) => x,
+            Err(e) => {
+                log::error!("gateway {gateway}: {e}");
+                return exit::FAILURE;
+            }
+        };
+    let mut code = exit::OK;
+    let local = match state {
+        None => Ok(Vec::new()),
+        Some(p) => {
+            smol::unblock(move || -> Result<Vec<_>, String> {
+                match Store::open_existing(&p) {
+                    Ok(None) => Ok(Vec::new()),
+                    Ok(Some(s)) => s.list().map_err(|e| e.to_string()),
+                    Err(e) => Err(format!("{e} (is a drain running on it?)")),
+                }
+            })
+            .await
+        }
+    };
+    let local = match local {
+        Ok(l) => l,
+        Err(e) => {
+            log::error!("state file: {e}");
+            code = exit::STATE;
+            Vec::new()
+        }
+    };
+    let r = if json {
+        let v = serde_json::json!({
+            "gateway": gateway.to_string(),
+            "gateway_id": w.gateway_id,
+            "log_id": log_id_hex(w.log_id),
+            "protocol_version": w.protocol_version,
+            "max_record_bytes": w.max_record_bytes,
+            "max_frame_bytes": w.max_frame_bytes,
+            "stats": {
+                "first_offset": stats.first_offset,
+                "next_offset": stats.next_offset,
+                "durable_offset": stats.durable_offset,
+                "records_appended": stats.records_appended,
+                "records_dropped": stats.records_dropped,
+                "records_corrupt": stats.records_corrupt,
+                "capacity_bytes": stats.capacity_bytes,
+                "used_bytes": stats.used_bytes,
+                "buffered_records": stats.buffered_records,
+                "uptime_ms": stats.uptime_ms,
+            },
+            "consumers": consumers.iter().map(|c| serde_json::json!({
+                "name": c.name,
+                "committed_offset": c.committed_offset,
+                "lag": stats.next_offset.saturating_sub(c.committed_offset),
+            })).collect::<Vec<_>>(),
+            "checkpoints": local.iter().map(|(g, c, cp)| serde_json::json!({
+                "gateway_id": g,
+                "consumer": c,
+                "log_id": cp.log_id,
+                "offset": cp.offset,
+                "matches_gateway": g == &w.gateway_id && cp.log_id() == Some(w.log_id),
+                "lag": if g == &w.gateway_id { Some(stats.next_offset.saturating_sub(cp.offset)) } else { None },
+                "records": cp.records,
+                "gaps": cp.gaps,
+                "lost": cp.lost,
+                "resets": cp.resets,
+                "updated_unix_ms": cp.updated_unix_ms,
+            })).collect::<Vec<_>>(),
+        });
+        writeln!(out, "{v}")
+    } else {
+        (|| -> std::io::Result<()> {
+            writeln!(out, "gateway      {gateway}")?;
+            writeln!(out, "gateway id   {}", w.gateway_id)?;
+            writeln!(out, "log id       {}", log_id_hex(w.log_id))?;
+            writeln!(
+                out,
+                "offsets      first {}  next {}  durable {}",
+                stats.first_offset, stats.next_offset, stats.durable_offset
+            )?;
+            writeln!(
+                out,
+                "records      appended {}  dropped {}  corrupt {}  buffered {}",
+                stats.records_appended,
+                stats.records_dropped,
+                stats.records_corrupt,
+                stats.buffered_records
+            )?;
+            writeln!(
+                out,
+                "storage      {} of {} bytes used",
+                stats.used_bytes, stats.capacity_bytes
+            )?;
+            writeln!(out, "consumers")?;
+            for c in &consumers {
+                writeln!(
+                    out,
+                    "  {:<16} committed {:>12}  lag {}",
+                    c.name,
+                    c.committed_offset,
+                    stats.next_offset.saturating_sub(c.committed_offset)
+                )?;
+            }
+            writeln!(out, "checkpoints (state file)")?;
+            for (g, c, cp) in &local {
+                let note = if g != &w.gateway_id {
+                    "other gateway".to_string()
+                } else if cp.log_id() != Some(w.log_id) {
+                    "LOG ID DIFFERS from the gateway's: drain will refuse".to_string()
+                } else {
+                    format!("lag {}", stats.next_offset.saturating_sub(cp.offset))
+                };
+                writeln!(
+                    out,
+                    "  {g}/{c}  log {}  offset {}  forwarded {}  gaps {} ({} lost)  resets {}  {note}",
+                    cp.log_id, cp.offset, cp.records, cp.gaps, cp.lost, cp.resets
+                )?;
+            }
+            Ok(())
+        })()
+    };
+    if let Err(e) = r {
+        log::error!("output: {e}");
+        return exit::FAILURE;
+    }
+    code
+}

@@ -1,0 +1,1024 @@
+//! The drain loop: gateway → sink, with redb checkpoints and an exact resume.
+//!
+//! # One session
+//!
+//! 1. Connect and handshake (learn the gateway id and log id), retrying with backoff.
+//! 2. Load the checkpoint of (gateway id, consumer) from redb (through `smol::unblock`).
+//!    - None: start at `--from` (`earliest` = the gateway's first offset, `latest` = its
+//!      next offset, or a number), save that checkpoint.
+//!    - Some: the **resume check**. The log id must be the checkpoint's, and a probe fetch
+//!      from the checkpoint offset must report, as the CRC of the record before it, the CRC
+//!      of the last record this bridge forwarded (Raft's log matching). An offset beyond the
+//!      log's end fails too. A failure ends the drain with [`DrainError::Resume`] (exit code
+//!      3, never retried) unless `--accept-new-log`: then the checkpoint restarts at the
+//!      gateway's first offset and the reset is recorded in redb.
+//! 3. A fetcher task owns the connection: it fetches ahead of the sink, at most `prefetch`
+//!    batches of at most `max_batch_bytes`, long-polling at the end of the log, sends the
+//!    gateway the latest checkpoint offset as a commit between fetches, and reconnects with
+//!    backoff after a failure (a changed log id ends the session: back to 2).
+//! 4. The main loop takes batches in offset order, checks each batch's `prev_crc` against
+//!    the last record it saw, hands the records to the sink, waits for the sink's
+//!    acknowledgement, saves the checkpoint in redb (durable), and only then lets the
+//!    fetcher commit the offset on the gateway. A sink failure is retried with backoff,
+//!    forever, resending only what was not acknowledged (the checkpoint never passes an
+//!    unacknowledged record).
+//!
+//! # Gaps
+//!
+//! When the gateway says offsets are gone (`lost` in a `Records` reply, or `Dropped`), the
+//! range is logged at `warn`, counted in the metrics and the checkpoint, recorded in redb's
+//! `gaps` table, and the drain continues after it.
+//!
+//! # Stopping
+//!
+//! `--once`: the gateway's next offset is read at the start; the drain ends (exit 0) when
+//! the checkpoint reaches it. Otherwise it runs until the [`Shutdown`] signal (SIGTERM or
+//! SIGINT): the batch being delivered is finished (retrying the sink for at most
+//! `shutdown_grace`), its checkpoint saved and committed on the gateway, then it exits 0.
+//! Batches fetched ahead but not handed to the sink are dropped (fetched again next time).
+//!
+//! # Delivery guarantee
+//!
+//! At-least-once and in order: a crash (kill -9) after the sink acknowledged a batch and
+//! before redb saved the checkpoint resends that batch on restart, so duplicates are at most
+//! one batch (≤ `max_batch_bytes` of records), each carrying the same log id and offset.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use smol::channel::{Receiver, Sender};
+use spillway_core::wire::{ErrorCode, LostReason};
+
+use crate::checkpoint::{
+    Checkpoint, Gap, Reset, ResumeMismatch, Store, StoreError, check_log_id, check_prev_crc, now_ms,
+};
+use crate::client::{Client, ClientError, FetchReply, GatewayAddr, OwnedRecord, log_id_hex};
+use crate::metrics::Metrics;
+use crate::progress::{Mode, Progress};
+use crate::sink::{Sink, SinkError, SinkOptions, SinkSpec, Source};
+
+/// Where to start when the state file has no checkpoint for the gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartFrom {
+    /// The gateway's oldest retained offset.
+    Earliest,
+    /// The gateway's next offset (only records published from now on).
+    Latest,
+    /// This offset.
+    Offset(u64),
+}
+
+impl std::str::FromStr for StartFrom {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "earliest" => Ok(StartFrom::Earliest),
+            "latest" => Ok(StartFrom::Latest),
+            n => n.parse().map(StartFrom::Offset).map_err(|_| {
+                format!("bad start position {s:?}: expected earliest, latest or an offset")
+            }),
+        }
+    }
+}
+
+/// Capped exponential backoff with jitter: each delay is drawn uniformly from
+/// `[d/2, d]`, where `d` doubles from `initial` up to `max`.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    current: Duration,
+}
+
+impl Backoff {
+    /// A backoff from `initial` to at most `max`.
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        let initial = initial.max(Duration::from_millis(1));
+        Backoff {
+            initial,
+            max: max.max(initial),
+            current: initial,
+        }
+    }
+
+    /// The next delay.
+    pub fn next_delay(&mut self) -> Duration {
+        let d = self.current;
+        self.current = (self.current * 2).min(self.max);
+        let half = d / 2;
+        let jitter_ns = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
+        let extra = if jitter_ns == 0 {
+            0
+        } else {
+            rand::random_range(0..=jitter_ns)
+        };
+        half + Duration::from_nanos(extra)
+    }
+
+    /// Back to the initial delay (after a success).
+    pub fn reset(&mut self) {
+        self.current = self.initial;
+    }
+}
+
+/// A shutdown signal; clones wait on the same signal.
+#[derive(Debug, Clone)]
+pub struct Shutdown(Receiver<()>);
+
+/// Triggers a [`Shutdown`].
+#[derive(Debug, Clone)]
+pub struct ShutdownTrigger(Sender<()>);
+
+impl ShutdownTrigger {
+    /// Signals every clone of the paired [`Shutdown`].
+    pub fn trigger(&self) {
+        self.0.close();
+    }
+}
+
+impl Shutdown {
+    /// A signal and its trigger.
+    pub fn new() -> (ShutdownTrigger, Shutdown) {
+        let (tx, rx) = smol::channel::bounded(1);
+        (ShutdownTrigger(tx), Shutdown(rx))
+    }
+
+    /// True once triggered.
+    pub fn is_set(&self) -> bool {
+        self.0.is_closed()
+    }
+
+    /// Resolves once triggered.
+    pub async fn wait(&self) {
+        while self.0.recv().await.is_ok() {}
+    }
+}
+
+/// Sleeps `d` or until `stop` is triggered; returns false if stopped.
+async fn sleep_or_stop(d: Duration, stop: &Shutdown) -> bool {
+    smol::future::or(
+        async {
+            smol::Timer::after(d).await;
+            true
+        },
+        async {
+            stop.wait().await;
+            false
+        },
+    )
+    .await
+}
+
+/// Settings of a drain.
+#[derive(Debug, Clone)]
+pub struct DrainConfig {
+    /// The gateway.
+    pub gateway: GatewayAddr,
+    /// The sink.
+    pub sink: SinkSpec,
+    /// Sink settings.
+    pub sink_options: SinkOptions,
+    /// The redb state file.
+    pub state: PathBuf,
+    /// Consumer name (the checkpoint's key, and the name committed on the gateway).
+    pub consumer: String,
+    /// Start position when there is no checkpoint.
+    pub from: StartFrom,
+    /// Drain up to the gateway's next offset as read at start, then stop.
+    pub once: bool,
+    /// On a failed resume check, start over from the new log's first offset.
+    pub accept_new_log: bool,
+    /// Byte budget of one fetch (`max_bytes`), bytes.
+    pub max_batch_bytes: u32,
+    /// Batches fetched ahead of the sink, at most.
+    pub prefetch: usize,
+    /// Long-poll wait of a fetch at the end of the log.
+    pub poll_wait: Duration,
+    /// First retry delay.
+    pub backoff_initial: Duration,
+    /// Largest retry delay.
+    pub backoff_max: Duration,
+    /// Time to wait for a gateway reply.
+    pub reply_timeout: Duration,
+    /// After a shutdown signal, how long the batch being delivered may still be retried.
+    pub shutdown_grace: Duration,
+    /// Progress display.
+    pub progress: Mode,
+}
+
+impl DrainConfig {
+    /// Defaults for everything but the gateway, sink and state file.
+    pub fn new(gateway: GatewayAddr, sink: SinkSpec, state: PathBuf) -> Self {
+        DrainConfig {
+            gateway,
+            sink,
+            sink_options: SinkOptions::default(),
+            state,
+            consumer: spillway_core::log::BRIDGE_CONSUMER.to_string(),
+            from: StartFrom::Earliest,
+            once: false,
+            accept_new_log: false,
+            max_batch_bytes: 256 * 1024,
+            prefetch: 4,
+            poll_wait: Duration::from_millis(500),
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(30),
+            reply_timeout: crate::client::DEFAULT_REPLY_TIMEOUT,
+            shutdown_grace: Duration::from_secs(30),
+            progress: Mode::Auto,
+        }
+    }
+}
+
+/// Why a drain ended with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DrainError {
+    /// The resume check failed (exit code 3; not retried).
+    #[error("resume check failed: {0}")]
+    Resume(#[from] ResumeMismatch),
+    /// The state file failed (exit code 4).
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// The sink could not be opened (exit code 1).
+    #[error("sink: {0}")]
+    Sink(SinkError),
+    /// A setting does not fit the gateway (exit code 2).
+    #[error("{0}")]
+    Config(String),
+}
+
+/// What a drain did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrainSummary {
+    /// Records forwarded by this run.
+    pub records: u64,
+    /// Payload bytes forwarded by this run.
+    pub bytes: u64,
+    /// Gaps met by this run.
+    pub gaps: u64,
+    /// Checkpoint offset at the end.
+    pub offset: u64,
+    /// Log id drained (0 if the gateway was never reached).
+    pub log_id: u128,
+    /// Gateway id.
+    pub gateway_id: String,
+}
+
+/// What the fetcher hands the main loop.
+enum Item {
+    /// A reply to a fetch from `from`.
+    Batch { from: u64, reply: FetchReply },
+    /// After a reconnect the gateway has another log id: end the session.
+    LogChanged,
+    /// The gateway says the fetch offset is beyond its log.
+    BeyondEnd { offset: u64, next: u64 },
+}
+
+/// The offset the main loop wants committed on the gateway.
+#[derive(Default)]
+struct CommitCell {
+    want: Mutex<u64>,
+}
+
+impl CommitCell {
+    fn set(&self, o: u64) {
+        if let Ok(mut w) = self.want.lock() {
+            *w = (*w).max(o);
+        }
+    }
+    fn get(&self) -> u64 {
+        self.want.lock().map(|w| *w).unwrap_or(0)
+    }
+}
+
+struct FetcherCtx {
+    addr: GatewayAddr,
+    log_id: u128,
+    consumer: String,
+    max_bytes: u32,
+    poll_wait: Duration,
+    reply_timeout: Duration,
+    target: Option<u64>,
+    tx: Sender<Item>,
+    commit: Arc<CommitCell>,
+    stop: Shutdown,
+    metrics: Metrics,
+    backoff: Backoff,
+}
+
+const CLIENT_NAME: &str = concat!("spillway-bridge/", env!("CARGO_PKG_VERSION"));
+const STATS_EVERY: Duration = Duration::from_secs(2);
+const FINAL_COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connects, retrying with backoff until connected or `stop`.
+async fn connect_retry(
+    addr: &GatewayAddr,
+    reply_timeout: Duration,
+    backoff: &mut Backoff,
+    stop: &Shutdown,
+    metrics: &Metrics,
+) -> Option<Client> {
+    loop {
+        if stop.is_set() {
+            return None;
+        }
+        match Client::connect(addr, CLIENT_NAME, reply_timeout).await {
+            Ok(c) => {
+                backoff.reset();
+                return Some(c);
+            }
+            Err(e) => {
+                metrics.gateway_errors.inc();
+                metrics.retries.inc();
+                let d = backoff.next_delay();
+                log::warn!("gateway {addr}: {e}; retrying in {d:.1?}");
+                if !sleep_or_stop(d, stop).await {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherCtx) -> Client {
+    let mut committed_sent = 0u64;
+    let mut last_stats = Instant::now() - STATS_EVERY;
+    let mut send_consumer = true;
+    loop {
+        // Commit what the main loop has made durable.
+        let want = ctx.commit.get();
+        if want > committed_sent {
+            match conn.commit(&ctx.consumer, want).await {
+                Ok(_) => committed_sent = want,
+                Err(e) if e.connection_ok() => {
+                    log::warn!("gateway refused commit of {want}: {e}");
+                    committed_sent = want;
+                }
+                Err(e) => {
+                    conn = match reconnect(&mut ctx, e).await {
+                        Some(c) => c,
+                        None => return conn,
+                    };
+                    continue;
+                }
+            }
+        }
+        if ctx.stop.is_set() {
+            return conn;
+        }
+        if last_stats.elapsed() >= STATS_EVERY {
+            last_stats = Instant::now();
+            match conn.stats().await {
+                Ok(s) => ctx.metrics.set_next(s.next_offset),
+                Err(e) if e.connection_ok() => {}
+                Err(e) => {
+                    conn = match reconnect(&mut ctx, e).await {
+                        Some(c) => c,
+                        None => return conn,
+                    };
+                    continue;
+                }
+            }
+        }
+        if ctx.target.is_some_and(|t| cursor >= t) {
+            // Nothing more to fetch: wait for commits or the end.
+            sleep_or_stop(Duration::from_millis(50), &ctx.stop).await;
+            continue;
+        }
+        let consumer = send_consumer.then_some(ctx.consumer.as_str());
+        match conn
+            .fetch(consumer, cursor, ctx.max_bytes, ctx.poll_wait)
+            .await
+        {
+            Ok(reply) => {
+                ctx.backoff.reset();
+                let next = match &reply {
+                    FetchReply::Records {
+                        next_offset,
+                        records,
+                        ..
+                    } => {
+                        let after_last = records.last().map_or(cursor, |r| r.offset + 1);
+                        (*next_offset).max(after_last).max(cursor)
+                    }
+                    FetchReply::Dropped { first_available } => (*first_available).max(cursor),
+                };
+                let empty = matches!(&reply, FetchReply::Records { records, lost: None, .. }
+                    if records.is_empty())
+                    && next == cursor;
+                if empty {
+                    continue;
+                }
+                let item = Item::Batch {
+                    from: cursor,
+                    reply,
+                };
+                let sent = smol::future::or(async { ctx.tx.send(item).await.is_ok() }, async {
+                    ctx.stop.wait().await;
+                    false
+                })
+                .await;
+                if !sent {
+                    continue;
+                }
+                cursor = next;
+            }
+            Err(ClientError::Gateway {
+                code: ErrorCode::UnknownConsumer,
+                ..
+            }) if send_consumer => {
+                // The consumer does not exist until its first commit: fetch anonymously.
+                send_consumer = false;
+            }
+            Err(ClientError::Gateway {
+                code: ErrorCode::OffsetOutOfRange,
+                ..
+            }) => {
+                let next = conn.stats().await.map(|s| s.next_offset).unwrap_or(0);
+                let _ = ctx
+                    .tx
+                    .send(Item::BeyondEnd {
+                        offset: cursor,
+                        next,
+                    })
+                    .await;
+                return conn;
+            }
+            Err(e) if e.connection_ok() => {
+                ctx.metrics.gateway_errors.inc();
+                ctx.metrics.retries.inc();
+                let d = ctx.backoff.next_delay();
+                log::warn!("gateway refused fetch from {cursor}: {e}; retrying in {d:.1?}");
+                sleep_or_stop(d, &ctx.stop).await;
+            }
+            Err(e) => {
+                conn = match reconnect(&mut ctx, e).await {
+                    Some(c) => c,
+                    None => return conn,
+                };
+            }
+        }
+    }
+}
+
+/// Reconnects after `e`; `None` on stop or when the log id changed (reported to the main
+/// loop).
+async fn reconnect(ctx: &mut FetcherCtx, e: ClientError) -> Option<Client> {
+    ctx.metrics.gateway_errors.inc();
+    log::warn!("gateway {}: {e}; reconnecting", ctx.addr);
+    let d = ctx.backoff.next_delay();
+    if !sleep_or_stop(d, &ctx.stop).await {
+        return None;
+    }
+    let c = connect_retry(
+        &ctx.addr,
+        ctx.reply_timeout,
+        &mut ctx.backoff,
+        &ctx.stop,
+        &ctx.metrics,
+    )
+    .await?;
+    ctx.metrics.retries.inc();
+    if c.welcome().log_id != ctx.log_id {
+        log::warn!(
+            "gateway {} came back with log id {} (was {})",
+            ctx.addr,
+            log_id_hex(c.welcome().log_id),
+            log_id_hex(ctx.log_id)
+        );
+        let _ = ctx.tx.send(Item::LogChanged).await;
+        return None;
+    }
+    log::info!("gateway {}: reconnected", ctx.addr);
+    Some(c)
+}
+
+fn reason_name(r: LostReason) -> &'static str {
+    match r {
+        LostReason::DroppedOldest => "dropped-oldest",
+        LostReason::Corrupt => "corrupt",
+        LostReason::NotPersisted => "not-persisted",
+    }
+}
+
+/// The drain.
+pub struct Drain {
+    cfg: DrainConfig,
+    store: Store,
+    sink: Option<Sink>,
+    metrics: Metrics,
+    stop: Shutdown,
+    summary: DrainSummary,
+    progress: Progress,
+}
+
+/// Result of a session.
+enum SessionEnd {
+    /// Finished (`--once` target reached, or shutdown).
+    Done,
+    /// Reconnect and run the resume check again.
+    Again,
+}
+
+impl Drain {
+    /// Opens the state file and the sink.
+    pub async fn open(
+        cfg: DrainConfig,
+        metrics: Metrics,
+        stop: Shutdown,
+    ) -> Result<Drain, DrainError> {
+        let store = Store::open_async(&cfg.state).await?;
+        let sink = Sink::open(&cfg.sink, &cfg.sink_options)
+            .await
+            .map_err(DrainError::Sink)?;
+        let progress = Progress::new(cfg.progress);
+        Ok(Drain {
+            cfg,
+            store,
+            sink: Some(sink),
+            metrics,
+            stop,
+            summary: DrainSummary::default(),
+            progress,
+        })
+    }
+
+    /// Runs until done (see the module doc).
+    pub async fn run(mut self) -> Result<DrainSummary, DrainError> {
+        let mut backoff = Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max);
+        let mut once_target: Option<u64> = None;
+        let res = loop {
+            let Some(mut conn) = connect_retry(
+                &self.cfg.gateway,
+                self.cfg.reply_timeout,
+                &mut backoff,
+                &self.stop,
+                &self.metrics,
+            )
+            .await
+            else {
+                break Ok(());
+            };
+            let cp = match self.resume(&mut conn).await {
+                Ok(cp) => cp,
+                Err(Resumed::Fatal(e)) => break Err(e),
+                Err(Resumed::Retry(e)) => {
+                    self.metrics.gateway_errors.inc();
+                    self.metrics.retries.inc();
+                    let d = backoff.next_delay();
+                    log::warn!("gateway {}: {e}; retrying in {d:.1?}", self.cfg.gateway);
+                    if !sleep_or_stop(d, &self.stop).await {
+                        break Ok(());
+                    }
+                    continue;
+                }
+            };
+            if self.cfg.once && once_target.is_none() {
+                match conn.stats().await {
+                    Ok(s) => {
+                        log::info!("--once: draining up to offset {}", s.next_offset);
+                        once_target = Some(s.next_offset);
+                    }
+                    Err(e) => {
+                        log::warn!("gateway {}: {e}; retrying", self.cfg.gateway);
+                        sleep_or_stop(backoff.next_delay(), &self.stop).await;
+                        continue;
+                    }
+                }
+            }
+            match self.session(conn, cp, once_target).await {
+                Ok(SessionEnd::Done) => break Ok(()),
+                Ok(SessionEnd::Again) => continue,
+                Err(e) => break Err(e),
+            }
+        };
+        self.progress.finish();
+        if let Some(sink) = self.sink.take() {
+            sink.close(Duration::from_secs(5)).await;
+        }
+        res.map(|()| self.summary)
+    }
+
+    /// Loads the checkpoint and checks it against the gateway (module doc, step 2).
+    async fn resume(&mut self, conn: &mut Client) -> Result<Checkpoint, Resumed> {
+        let w = conn.welcome().clone();
+        self.summary.log_id = w.log_id;
+        self.summary.gateway_id = w.gateway_id.clone();
+        let consumer = self.cfg.consumer.clone();
+        let stored = self
+            .store
+            .load_async(&w.gateway_id, &consumer)
+            .await
+            .map_err(|e| Resumed::Fatal(e.into()))?;
+        let Some(cp) = stored else {
+            let stats = conn.stats().await.map_err(Resumed::Retry)?;
+            let start = match self.cfg.from {
+                StartFrom::Earliest => stats.first_offset,
+                StartFrom::Latest => stats.next_offset,
+                StartFrom::Offset(o) if o > stats.next_offset => {
+                    return Err(Resumed::Fatal(DrainError::Config(format!(
+                        "--from {o} is beyond the gateway's next offset {}",
+                        stats.next_offset
+                    ))));
+                }
+                StartFrom::Offset(o) => o,
+            };
+            let cp = Checkpoint::new(w.log_id, start);
+            self.store
+                .save_async(&w.gateway_id, &consumer, &cp)
+                .await
+                .map_err(|e| Resumed::Fatal(e.into()))?;
+            log::info!(
+                "gateway {:?} log {}: no checkpoint for consumer {consumer:?}, starting at offset {start}",
+                w.gateway_id,
+                cp.log_id
+            );
+            self.metrics.set_committed(cp.offset);
+            return Ok(cp);
+        };
+        let check = match check_log_id(&cp, &w.gateway_id, w.log_id) {
+            Err(m) => Err(m),
+            Ok(()) => match conn.fetch(None, cp.offset, 1, Duration::ZERO).await {
+                Ok(FetchReply::Records {
+                    prev_crc,
+                    lost: None,
+                    ..
+                }) => check_prev_crc(&cp, &w.gateway_id, w.log_id, prev_crc),
+                // The records before the resume point are gone: the gap is handled by the
+                // main loop; nothing to compare.
+                Ok(_) => Ok(()),
+                Err(ClientError::Gateway {
+                    code: ErrorCode::OffsetOutOfRange,
+                    ..
+                }) => {
+                    let next = conn.stats().await.map_err(Resumed::Retry)?.next_offset;
+                    Err(ResumeMismatch::BeyondEnd {
+                        gateway_id: w.gateway_id.clone(),
+                        stored_log_id: cp.log_id.clone(),
+                        gateway_log_id: log_id_hex(w.log_id),
+                        offset: cp.offset,
+                        next_offset: next,
+                    })
+                }
+                Err(e) => return Err(Resumed::Retry(e)),
+            },
+        };
+        match check {
+            Ok(()) => {
+                log::info!(
+                    "gateway {:?} log {}: resuming consumer {consumer:?} at offset {}",
+                    w.gateway_id,
+                    cp.log_id,
+                    cp.offset
+                );
+                self.metrics.set_committed(cp.offset);
+                Ok(cp)
+            }
+            Err(m) if self.cfg.accept_new_log => {
+                let stats = conn.stats().await.map_err(Resumed::Retry)?;
+                let mut new = Checkpoint::new(w.log_id, stats.first_offset);
+                new.resets = cp.resets + 1;
+                let reset = Reset {
+                    old_log_id: cp.log_id.clone(),
+                    old_offset: cp.offset,
+                    new_log_id: new.log_id.clone(),
+                    new_offset: new.offset,
+                    reason: m.to_string(),
+                    at_unix_ms: now_ms(),
+                };
+                self.store
+                    .save_with_reset_async(&w.gateway_id, &consumer, &reset, &new)
+                    .await
+                    .map_err(|e| Resumed::Fatal(e.into()))?;
+                log::warn!(
+                    "--accept-new-log: {m}; starting over at offset {} of log {}",
+                    new.offset,
+                    new.log_id
+                );
+                self.metrics.set_committed(new.offset);
+                Ok(new)
+            }
+            Err(m) => Err(Resumed::Fatal(DrainError::Resume(m))),
+        }
+    }
+
+    /// Runs the fetcher and the main loop until done, a changed log, or an error.
+    async fn session(
+        &mut self,
+        conn: Client,
+        mut cp: Checkpoint,
+        target: Option<u64>,
+    ) -> Result<SessionEnd, DrainError> {
+        let w = conn.welcome().clone();
+        let src = Source {
+            gateway_id: w.gateway_id.clone(),
+            log_id: w.log_id,
+        };
+        if target.is_some_and(|t| cp.offset >= t) {
+            return Ok(SessionEnd::Done);
+        }
+        let (tx, rx) = smol::channel::bounded(self.cfg.prefetch.max(1));
+        let commit = Arc::new(CommitCell::default());
+        commit.set(cp.offset);
+        // The fetcher stops on our own signal, so that a global shutdown still lets the
+        // final commit through.
+        let (fetch_stop_trigger, fetch_stop) = Shutdown::new();
+        let ctx = FetcherCtx {
+            addr: self.cfg.gateway.clone(),
+            log_id: w.log_id,
+            consumer: self.cfg.consumer.clone(),
+            max_bytes: self.cfg.max_batch_bytes,
+            poll_wait: self.cfg.poll_wait,
+            reply_timeout: self.cfg.reply_timeout,
+            target,
+            tx,
+            commit: commit.clone(),
+            stop: fetch_stop,
+            metrics: self.metrics.clone(),
+            backoff: Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max),
+        };
+        let fetch_task = smol::spawn(fetcher(conn, cp.offset, ctx));
+        let mut expect_crc = cp.last_crc;
+        let end = self
+            .main_loop(&rx, &src, &mut cp, &mut expect_crc, target, &commit)
+            .await;
+        // Let the fetcher commit the final checkpoint on the gateway, then stop it.
+        fetch_stop_trigger.trigger();
+        drop(rx);
+        let _ = smol::future::or(
+            async {
+                fetch_task.await;
+            },
+            async {
+                smol::Timer::after(
+                    FINAL_COMMIT_TIMEOUT + self.cfg.poll_wait + self.cfg.reply_timeout,
+                )
+                .await;
+                log::warn!("gateway did not take the final commit in time");
+            },
+        )
+        .await;
+        end
+    }
+
+    async fn main_loop(
+        &mut self,
+        rx: &Receiver<Item>,
+        src: &Source,
+        cp: &mut Checkpoint,
+        expect_crc: &mut Option<u32>,
+        target: Option<u64>,
+        commit: &CommitCell,
+    ) -> Result<SessionEnd, DrainError> {
+        loop {
+            if target.is_some_and(|t| cp.offset >= t) {
+                return Ok(SessionEnd::Done);
+            }
+            if self.stop.is_set() {
+                return Ok(SessionEnd::Done);
+            }
+            let item = smol::future::or(async { rx.recv().await.ok() }, async {
+                self.stop.wait().await;
+                None
+            })
+            .await;
+            let Some(item) = item else {
+                return Ok(SessionEnd::Done);
+            };
+            match item {
+                Item::LogChanged => return Ok(SessionEnd::Again),
+                Item::BeyondEnd { offset, next } => {
+                    return Err(DrainError::Resume(ResumeMismatch::BeyondEnd {
+                        gateway_id: src.gateway_id.clone(),
+                        stored_log_id: cp.log_id.clone(),
+                        gateway_log_id: log_id_hex(src.log_id),
+                        offset,
+                        next_offset: next,
+                    }));
+                }
+                Item::Batch { from, reply } => {
+                    if from != cp.offset {
+                        // Cannot happen: batches are consecutive. Start the session over.
+                        log::warn!(
+                            "batch from {from} but checkpoint at {}; resyncing",
+                            cp.offset
+                        );
+                        return Ok(SessionEnd::Again);
+                    }
+                    match reply {
+                        FetchReply::Dropped { first_available } => {
+                            self.gap(src, cp, from, first_available, "dropped").await?;
+                            *expect_crc = None;
+                        }
+                        FetchReply::Records {
+                            prev_crc,
+                            next_offset,
+                            lost,
+                            records,
+                        } => {
+                            if let Some(l) = lost {
+                                let to = l.to.max(from);
+                                self.gap(src, cp, l.from.max(from), to, reason_name(l.reason))
+                                    .await?;
+                                *expect_crc = None;
+                            } else if !records.is_empty() {
+                                let check = Checkpoint {
+                                    last_crc: *expect_crc,
+                                    ..cp.clone()
+                                };
+                                check_prev_crc(&check, &src.gateway_id, src.log_id, prev_crc)?;
+                            }
+                            // Records below the checkpoint (never expected) are skipped.
+                            let records: Vec<OwnedRecord> = records
+                                .into_iter()
+                                .filter(|r| r.offset >= cp.offset)
+                                .collect();
+                            if let Some(first) = records.first()
+                                && first.offset > cp.offset
+                            {
+                                self.gap(src, cp, cp.offset, first.offset, "unreported")
+                                    .await?;
+                            }
+                            if !records.is_empty() && !self.deliver(src, cp, &records).await? {
+                                // Shut down before the sink took the batch.
+                                commit.set(cp.offset);
+                                return Ok(SessionEnd::Done);
+                            }
+                            if let Some(last) = records.last() {
+                                *expect_crc = Some(last.record_crc);
+                            }
+                            if next_offset > cp.offset {
+                                self.gap(src, cp, cp.offset, next_offset, "unreported")
+                                    .await?;
+                                *expect_crc = None;
+                            }
+                        }
+                    }
+                    commit.set(cp.offset);
+                }
+            }
+        }
+    }
+
+    /// Records a gap `from..to` and moves the checkpoint past it.
+    async fn gap(
+        &mut self,
+        src: &Source,
+        cp: &mut Checkpoint,
+        from: u64,
+        to: u64,
+        reason: &str,
+    ) -> Result<(), DrainError> {
+        if to <= from || to <= cp.offset {
+            return Ok(());
+        }
+        let n = to - from;
+        log::warn!(
+            "gateway {:?} log {}: offsets {from}..{to} ({n} records) are gone ({reason}); continuing at {to}",
+            src.gateway_id,
+            cp.log_id
+        );
+        cp.offset = to;
+        cp.last_crc = None;
+        cp.gaps += 1;
+        cp.lost += n;
+        cp.updated_unix_ms = now_ms();
+        let gap = Gap {
+            gateway_id: src.gateway_id.clone(),
+            from,
+            to,
+            reason: reason.to_string(),
+            at_unix_ms: cp.updated_unix_ms,
+        };
+        self.store
+            .save_with_gap_async(&self.cfg.consumer, src.log_id, &gap, cp)
+            .await?;
+        self.metrics.gaps.inc();
+        self.metrics.lost.inc_by(n);
+        self.metrics.set_committed(cp.offset);
+        self.summary.gaps += 1;
+        self.summary.offset = cp.offset;
+        Ok(())
+    }
+
+    /// Delivers `records` (consecutive from `cp.offset`), retrying forever; advances and
+    /// saves the checkpoint for every acknowledged prefix. Returns false if a shutdown cut
+    /// the retries short (the rest is resent next time).
+    async fn deliver(
+        &mut self,
+        src: &Source,
+        cp: &mut Checkpoint,
+        records: &[OwnedRecord],
+    ) -> Result<bool, DrainError> {
+        let mut rest = records;
+        let mut backoff = Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max);
+        let mut stop_deadline: Option<Instant> = None;
+        let Some(sink) = self.sink.as_mut() else {
+            return Ok(false);
+        };
+        loop {
+            let (done, failure) = match sink.deliver(src, rest).await {
+                Ok(()) => (rest.len(), None),
+                Err(e) => (e.delivered.min(rest.len()), Some(e.error)),
+            };
+            if done > 0 {
+                let acked = &rest[..done];
+                let bytes: u64 = acked.iter().map(|r| r.payload.len() as u64).sum();
+                if let Some(last) = acked.last() {
+                    cp.offset = last.offset + 1;
+                    cp.last_crc = Some(last.record_crc);
+                }
+                cp.records += done as u64;
+                cp.bytes += bytes;
+                cp.updated_unix_ms = now_ms();
+                self.store
+                    .save_async(&src.gateway_id, &self.cfg.consumer, cp)
+                    .await?;
+                self.metrics.forwarded_records.inc_by(done as u64);
+                self.metrics.forwarded_bytes.inc_by(bytes);
+                self.metrics.set_committed(cp.offset);
+                self.summary.records += done as u64;
+                self.summary.bytes += bytes;
+                self.summary.offset = cp.offset;
+                let next = u64::try_from(self.metrics.next_offset.get()).unwrap_or(0);
+                self.progress.update(
+                    cp.offset,
+                    next.max(cp.offset),
+                    self.summary.records,
+                    self.summary.bytes,
+                );
+                rest = &rest[done..];
+            }
+            let Some(err) = failure else {
+                return Ok(true);
+            };
+            if rest.is_empty() {
+                return Ok(true);
+            }
+            self.metrics.sink_error(err.kind());
+            self.metrics.retries.inc();
+            let d = backoff.next_delay();
+            log::warn!(
+                "sink failed at offset {} ({err}); retrying in {d:.1?}",
+                cp.offset
+            );
+            if self.stop.is_set() {
+                let deadline =
+                    *stop_deadline.get_or_insert_with(|| Instant::now() + self.cfg.shutdown_grace);
+                if Instant::now() >= deadline {
+                    log::warn!(
+                        "shutting down with offsets from {} not acknowledged by the sink (resent next time)",
+                        cp.offset
+                    );
+                    return Ok(false);
+                }
+                smol::Timer::after(d).await;
+            } else {
+                sleep_or_stop(d, &self.stop).await;
+            }
+        }
+    }
+}
+
+enum Resumed {
+    Fatal(DrainError),
+    Retry(ClientError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_capped_and_jittered() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let mut prev_cap = Duration::from_millis(100);
+        for _ in 0..20 {
+            let d = b.next_delay();
+            assert!(d <= prev_cap && d >= prev_cap / 2, "{d:?} vs {prev_cap:?}");
+            prev_cap = (prev_cap * 2).min(Duration::from_secs(1));
+        }
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn start_from_parses() {
+        assert_eq!("earliest".parse::<StartFrom>(), Ok(StartFrom::Earliest));
+        assert_eq!("latest".parse::<StartFrom>(), Ok(StartFrom::Latest));
+        assert_eq!("42".parse::<StartFrom>(), Ok(StartFrom::Offset(42)));
+        assert!("-1".parse::<StartFrom>().is_err());
+    }
+
+    #[test]
+    fn shutdown_signal() {
+        let (t, s) = Shutdown::new();
+        assert!(!s.is_set());
+        let s2 = s.clone();
+        t.trigger();
+        assert!(s2.is_set());
+        smol::block_on(s.wait());
+    }
+}

@@ -1,0 +1,225 @@
+//! Prometheus metrics of a drain, served as text (exposition format) on `--metrics ADDR`
+//! at any path (`/metrics` by convention).
+//!
+//! | metric | type | meaning |
+//! |---|---|---|
+//! | `spillway_bridge_forwarded_records_total` | counter | records acknowledged by the sink |
+//! | `spillway_bridge_forwarded_bytes_total` | counter | payload bytes acknowledged by the sink |
+//! | `spillway_bridge_committed_offset` | gauge | checkpoint offset (first offset not yet forwarded) |
+//! | `spillway_bridge_gateway_next_offset` | gauge | the gateway's next offset, as last seen |
+//! | `spillway_bridge_lag_records` | gauge | next offset − committed offset |
+//! | `spillway_bridge_retries_total` | counter | retries after a gateway or sink failure |
+//! | `spillway_bridge_gaps_total` | counter | ranges of offsets the gateway no longer had |
+//! | `spillway_bridge_lost_records_total` | counter | offsets in those ranges |
+//! | `spillway_bridge_sink_errors_total{kind}` | counter | sink failures by kind (`io`, `kafka`, `timeout`) |
+//! | `spillway_bridge_gateway_errors_total` | counter | gateway connection or request failures |
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use smol::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The drain's metrics. Cheap to clone (shared atomics).
+#[derive(Clone, Debug, Default)]
+pub struct Metrics {
+    /// Records acknowledged by the sink.
+    pub forwarded_records: Counter,
+    /// Payload bytes acknowledged by the sink.
+    pub forwarded_bytes: Counter,
+    /// The checkpoint offset.
+    pub committed_offset: Gauge,
+    /// The gateway's next offset as last seen.
+    pub next_offset: Gauge,
+    /// Lag in records.
+    pub lag: Gauge,
+    /// Retries.
+    pub retries: Counter,
+    /// Gaps met.
+    pub gaps: Counter,
+    /// Offsets lost in gaps.
+    pub lost: Counter,
+    /// Sink errors by kind.
+    pub sink_errors: Family<Vec<(String, String)>, Counter>,
+    /// Gateway errors.
+    pub gateway_errors: Counter,
+}
+
+fn as_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl Metrics {
+    /// Sets the committed offset and recomputes the lag.
+    pub fn set_committed(&self, offset: u64) {
+        self.committed_offset.set(as_i64(offset));
+        self.update_lag();
+    }
+
+    /// Sets the gateway's next offset and recomputes the lag.
+    pub fn set_next(&self, offset: u64) {
+        self.next_offset.set(as_i64(offset));
+        self.update_lag();
+    }
+
+    fn update_lag(&self) {
+        let lag = self.next_offset.get() - self.committed_offset.get();
+        self.lag.set(lag.max(0));
+    }
+
+    /// Counts a sink error of `kind`.
+    pub fn sink_error(&self, kind: &str) {
+        self.sink_errors
+            .get_or_create(&vec![("kind".to_string(), kind.to_string())])
+            .inc();
+    }
+
+    /// A registry holding every metric.
+    pub fn registry(&self) -> Registry {
+        let mut r = Registry::with_prefix("spillway_bridge");
+        r.register(
+            "forwarded_records",
+            "Records acknowledged by the sink",
+            self.forwarded_records.clone(),
+        );
+        r.register(
+            "forwarded_bytes",
+            "Payload bytes acknowledged by the sink",
+            self.forwarded_bytes.clone(),
+        );
+        r.register(
+            "committed_offset",
+            "Checkpoint offset: first offset not yet forwarded",
+            self.committed_offset.clone(),
+        );
+        r.register(
+            "gateway_next_offset",
+            "The gateway's next offset as last seen",
+            self.next_offset.clone(),
+        );
+        r.register(
+            "lag_records",
+            "Gateway next offset minus committed offset",
+            self.lag.clone(),
+        );
+        r.register(
+            "retries",
+            "Retries after a gateway or sink failure",
+            self.retries.clone(),
+        );
+        r.register(
+            "gaps",
+            "Ranges of offsets the gateway no longer had",
+            self.gaps.clone(),
+        );
+        r.register("lost_records", "Offsets lost in gaps", self.lost.clone());
+        r.register(
+            "sink_errors",
+            "Sink failures by kind",
+            self.sink_errors.clone(),
+        );
+        r.register(
+            "gateway_errors",
+            "Gateway connection or request failures",
+            self.gateway_errors.clone(),
+        );
+        r
+    }
+
+    /// The metrics in Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut s, &self.registry());
+        s
+    }
+}
+
+/// Serves `metrics` over HTTP on `listener` until the task is dropped. Each connection gets
+/// one response and is closed; requests are read up to 8 KiB and otherwise ignored.
+pub async fn serve(listener: smol::net::TcpListener, metrics: Metrics) {
+    let metrics = Arc::new(metrics);
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            smol::Timer::after(std::time::Duration::from_millis(100)).await;
+            continue;
+        };
+        let metrics = metrics.clone();
+        smol::spawn(async move {
+            let mut buf = vec![0u8; 8192];
+            let mut got = 0;
+            // Read until the end of the request head, a full buffer, or 2 s.
+            let read = async {
+                while got < buf.len() {
+                    match stream.read(&mut buf[got..]).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got += n,
+                    }
+                    if buf[..got].windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+            };
+            smol::future::or(read, async {
+                smol::Timer::after(std::time::Duration::from_secs(2)).await;
+            })
+            .await;
+            let body = metrics.render();
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes()).await;
+            let _ = stream.write_all(body.as_bytes()).await;
+            let _ = stream.flush().await;
+        })
+        .detach();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_all_metrics() {
+        let m = Metrics::default();
+        m.forwarded_records.inc_by(5);
+        m.set_next(100);
+        m.set_committed(40);
+        m.sink_error("timeout");
+        let text = m.render();
+        for name in [
+            "spillway_bridge_forwarded_records_total 5",
+            "spillway_bridge_committed_offset 40",
+            "spillway_bridge_lag_records 60",
+            "spillway_bridge_sink_errors_total{kind=\"timeout\"} 1",
+            "spillway_bridge_gaps_total 0",
+        ] {
+            assert!(text.contains(name), "{name} missing in\n{text}");
+        }
+    }
+
+    #[test]
+    fn serves_over_http() {
+        smol::block_on(async {
+            let l = smol::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            let m = Metrics::default();
+            m.retries.inc();
+            let _task = smol::spawn(serve(l, m));
+            let mut s = smol::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+            assert!(out.contains("spillway_bridge_retries_total 1"), "{out}");
+        });
+    }
+}

@@ -1,0 +1,495 @@
+//! The `file:DIR` sink: newline-delimited JSON, one file set per topic, rotated by size.
+//!
+//! # Layout
+//!
+//! `DIR/<topic>.<n>.jsonl`, where `<topic>` is the topic percent-encoded (every byte but
+//! ASCII letters, digits, `-` and `_` becomes `%XX`, so `buoy/sst` is `buoy%2Fsst` and no
+//! topic is ever used as a path) and `<n>` counts the topic's files from `00000000`, eight
+//! digits at least. An encoded topic longer than [`MAX_STEM`] bytes is cut there and
+//! followed by `~` and the CRC-32 of the topic in 8 hex digits. The topic is in every line,
+//! so readers never need to decode file names.
+//!
+//! Each line is one record with exactly the keys `gateway_id`, `log_id`, `offset`, `topic`,
+//! `timestamp`, `timestamp_us`, `payload`, `payload_encoding` (see
+//! [`JsonRecord`]).
+//!
+//! # Durability
+//!
+//! A batch is written and every file it touched is fsynced (`fdatasync`) before
+//! [`FileSink::deliver`] returns; when a file is created (first file of a topic, or a
+//! rotation) the directory is fsynced too. A crash can leave a torn last line: on open, the
+//! newest file of every topic is cut back to its last newline. After a failed write the
+//! sink reopens itself the same way before the batch is resent, so a resent batch starts on
+//! a line boundary. Records written before a crash but after the last checkpoint are
+//! written again after the restart (at-least-once; duplicates are at most the batches in
+//! flight and carry the same `log_id` and `offset`).
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+use super::{DeliverError, JsonRecord, SinkError, Source};
+use crate::client::OwnedRecord;
+
+/// Default size at which a topic's file is rotated, bytes (64 MiB).
+pub const DEFAULT_ROTATE_BYTES: u64 = 64 * 1024 * 1024;
+/// Longest encoded topic used in a file name, bytes.
+pub const MAX_STEM: usize = 200;
+/// File name suffix.
+pub const SUFFIX: &str = ".jsonl";
+
+const TOPIC_SET: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_');
+
+/// The file name stem of a topic (see the module doc).
+pub fn topic_stem(topic: &str) -> String {
+    if topic.is_empty() {
+        // Never produced by the encoding itself, so it cannot collide.
+        return "%".to_string();
+    }
+    let enc = utf8_percent_encode(topic, TOPIC_SET).to_string();
+    if enc.len() <= MAX_STEM {
+        return enc;
+    }
+    let bytes = enc.as_bytes();
+    let mut cut = MAX_STEM;
+    // Do not cut inside a %XX triple.
+    while cut >= 2 && (bytes[cut - 1] == b'%' || bytes[cut - 2] == b'%') {
+        cut -= 1;
+    }
+    format!(
+        "{}~{:08x}",
+        &enc[..cut],
+        spillway_core::log::format::crc32(topic.as_bytes())
+    )
+}
+
+/// Splits `<stem>.<n>.jsonl` into its stem and number.
+fn parse_name(name: &str) -> Option<(&str, u64)> {
+    let base = name.strip_suffix(SUFFIX)?;
+    let (stem, n) = base.rsplit_once('.')?;
+    if stem.is_empty() || n.len() < 8 || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((stem, n.parse().ok()?))
+}
+
+fn file_name(stem: &str, n: u64) -> String {
+    format!("{stem}.{n:08}{SUFFIX}")
+}
+
+/// Cuts `path` back to just after its last newline (to 0 if it has none); returns the new
+/// length in bytes.
+fn cut_torn_tail(path: &Path) -> std::io::Result<u64> {
+    let mut f = OpenOptions::new().read(true).write(true).open(path)?;
+    let len = f.metadata()?.len();
+    if len == 0 {
+        return Ok(0);
+    }
+    let mut end = len;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let start = end.saturating_sub(buf.len() as u64);
+        let n = usize::try_from(end - start).unwrap_or(buf.len());
+        f.seek(SeekFrom::Start(start))?;
+        f.read_exact(&mut buf[..n])?;
+        if let Some(pos) = buf[..n].iter().rposition(|&b| b == b'\n') {
+            let keep = start + pos as u64 + 1;
+            if keep != len {
+                log::warn!(
+                    "{}: cutting a torn last line ({} bytes) left by a crash",
+                    path.display(),
+                    len - keep
+                );
+                f.set_len(keep)?;
+                f.sync_all()?;
+            }
+            return Ok(keep);
+        }
+        if start == 0 {
+            log::warn!(
+                "{}: no complete line, cutting {len} bytes left by a crash",
+                path.display()
+            );
+            f.set_len(0)?;
+            f.sync_all()?;
+            return Ok(0);
+        }
+        end = start;
+    }
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+struct TopicFile {
+    n: u64,
+    file: File,
+    len: u64,
+}
+
+/// State that lives on the blocking thread during a write.
+struct Inner {
+    dir: PathBuf,
+    rotate_bytes: u64,
+    /// Newest file number per stem found on disk at open.
+    newest: HashMap<String, u64>,
+    open: HashMap<String, TopicFile>,
+}
+
+impl Inner {
+    fn open(dir: PathBuf, rotate_bytes: u64) -> std::io::Result<Inner> {
+        let created = !dir.exists();
+        std::fs::create_dir_all(&dir)?;
+        if created && let Some(parent) = dir.parent() {
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            let _ = sync_dir(parent);
+        }
+        let mut newest: HashMap<String, u64> = HashMap::new();
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Some((stem, n)) = parse_name(name) {
+                let e = newest.entry(stem.to_string()).or_insert(n);
+                *e = (*e).max(n);
+            }
+        }
+        for (stem, n) in &newest {
+            cut_torn_tail(&dir.join(file_name(stem, *n)))?;
+        }
+        Ok(Inner {
+            dir,
+            rotate_bytes: rotate_bytes.max(1),
+            newest,
+            open: HashMap::new(),
+        })
+    }
+
+    fn create(&mut self, stem: &str, n: u64) -> std::io::Result<TopicFile> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(file_name(stem, n)))?;
+        let len = file.metadata()?.len();
+        sync_dir(&self.dir)?;
+        self.newest.insert(stem.to_string(), n);
+        Ok(TopicFile { n, file, len })
+    }
+
+    fn topic_file(&mut self, stem: &str) -> std::io::Result<&mut TopicFile> {
+        if !self.open.contains_key(stem) {
+            let tf = match self.newest.get(stem) {
+                Some(&n) => {
+                    let file = OpenOptions::new()
+                        .append(true)
+                        .open(self.dir.join(file_name(stem, n)))?;
+                    let len = file.metadata()?.len();
+                    TopicFile { n, file, len }
+                }
+                None => self.create(stem, 0)?,
+            };
+            self.open.insert(stem.to_string(), tf);
+        }
+        self.open
+            .get_mut(stem)
+            .ok_or_else(|| std::io::Error::other("topic file vanished"))
+    }
+
+    fn write(&mut self, src: &Source, records: &[OwnedRecord]) -> std::io::Result<()> {
+        // Lines grouped by file, in record order within each topic.
+        let mut order: Vec<String> = Vec::new();
+        let mut lines: HashMap<String, Vec<String>> = HashMap::new();
+        for rec in records {
+            let stem = topic_stem(&rec.topic);
+            let line = JsonRecord::new(src, rec).to_line();
+            lines
+                .entry(stem.clone())
+                .or_insert_with(|| {
+                    order.push(stem.clone());
+                    Vec::new()
+                })
+                .push(line);
+        }
+        let mut touched: Vec<String> = Vec::new();
+        for stem in order {
+            let Some(ls) = lines.remove(&stem) else {
+                continue;
+            };
+            let rotate = self.rotate_bytes;
+            let mut buf: Vec<u8> = Vec::new();
+            for line in ls {
+                let tf = self.topic_file(&stem)?;
+                let pending = tf.len + buf.len() as u64;
+                if pending > 0 && pending + line.len() as u64 > rotate {
+                    // Finish the current file, then start the next one.
+                    tf.file.write_all(&buf)?;
+                    tf.len += buf.len() as u64;
+                    buf.clear();
+                    tf.file.sync_data()?;
+                    let next = tf.n + 1;
+                    let new = self.create(&stem, next)?;
+                    self.open.insert(stem.clone(), new);
+                }
+                buf.extend_from_slice(line.as_bytes());
+            }
+            let tf = self.topic_file(&stem)?;
+            tf.file.write_all(&buf)?;
+            tf.len += buf.len() as u64;
+            touched.push(stem);
+        }
+        for stem in touched {
+            if let Some(tf) = self.open.get(&stem) {
+                tf.file.sync_data()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The file sink. Blocking file work runs on `smol::unblock`'s thread pool.
+pub struct FileSink {
+    dir: PathBuf,
+    rotate_bytes: u64,
+    /// `None` while a write is on the blocking pool, or after a failure (reopened before
+    /// the next write, which cuts back any torn line).
+    inner: Option<Inner>,
+}
+
+impl FileSink {
+    /// Opens (creating) `dir`, cutting back torn last lines. Blocking.
+    pub fn open(dir: PathBuf, rotate_bytes: u64) -> std::io::Result<FileSink> {
+        let inner = Inner::open(dir.clone(), rotate_bytes)?;
+        Ok(FileSink {
+            dir,
+            rotate_bytes,
+            inner: Some(inner),
+        })
+    }
+
+    /// [`FileSink::open`] on the blocking pool.
+    pub async fn open_async(dir: PathBuf, rotate_bytes: u64) -> std::io::Result<FileSink> {
+        smol::unblock(move || FileSink::open(dir, rotate_bytes)).await
+    }
+
+    /// The directory written to.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Writes and fsyncs `records`; all or nothing as far as the caller knows.
+    pub async fn deliver(
+        &mut self,
+        src: &Source,
+        records: &[OwnedRecord],
+    ) -> Result<(), DeliverError> {
+        let fail = |e: std::io::Error| DeliverError {
+            delivered: 0,
+            error: SinkError::Io(e),
+        };
+        let inner = self.inner.take();
+        let (dir, rotate) = (self.dir.clone(), self.rotate_bytes);
+        let src = src.clone();
+        let records = records.to_vec();
+        let (inner, res) = smol::unblock(move || {
+            let mut inner = match inner {
+                Some(i) => i,
+                None => match Inner::open(dir, rotate) {
+                    Ok(i) => i,
+                    Err(e) => return (None, Err(e)),
+                },
+            };
+            match inner.write(&src, &records) {
+                Ok(()) => (Some(inner), Ok(())),
+                // Drop the handles: the next attempt reopens and cuts torn lines.
+                Err(e) => (None, Err(e)),
+            }
+        })
+        .await;
+        self.inner = inner;
+        res.map_err(fail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(offset: u64, topic: &str, payload: &[u8]) -> OwnedRecord {
+        OwnedRecord {
+            offset,
+            record_crc: 0,
+            topic: topic.into(),
+            timestamp_us: 1_700_000_000_000_000 + offset,
+            producer: None,
+            payload: payload.to_vec(),
+        }
+    }
+
+    fn src() -> Source {
+        Source {
+            gateway_id: "gw".into(),
+            log_id: 42,
+        }
+    }
+
+    fn lines(path: &Path) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn stems_are_percent_encoded_and_bounded() {
+        assert_eq!(topic_stem("buoy/sst"), "buoy%2Fsst");
+        assert_eq!(topic_stem(".."), "%2E%2E");
+        assert_eq!(topic_stem("a b_c-d"), "a%20b_c-d");
+        assert_eq!(topic_stem("température"), "temp%C3%A9rature");
+        assert_eq!(topic_stem(""), "%");
+        let long = "/".repeat(255);
+        let s = topic_stem(&long);
+        assert!(s.len() <= MAX_STEM + 9, "{}", s.len());
+        assert!(!s.contains('/'));
+        let long2 = format!("{}x", "/".repeat(254));
+        assert_ne!(topic_stem(&long2), s);
+        assert_eq!(
+            parse_name("buoy%2Fsst.00000003.jsonl"),
+            Some(("buoy%2Fsst", 3))
+        );
+        assert_eq!(parse_name("a.b.00000000.jsonl"), Some(("a.b", 0)));
+        assert_eq!(parse_name("x.3.jsonl"), None);
+        assert_eq!(parse_name("x.00000001.json"), None);
+    }
+
+    #[test]
+    fn writes_exact_lines_per_topic() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        smol::block_on(async {
+            let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+                .await
+                .unwrap();
+            let recs = vec![
+                rec(0, "buoy/sst", b"21.5"),
+                rec(1, "cgm", b"\xff\xfe"),
+                rec(2, "buoy/sst", b"21.6"),
+            ];
+            s.deliver(&src(), &recs).await.unwrap();
+        });
+        let sst = lines(&out.join("buoy%2Fsst.00000000.jsonl"));
+        assert_eq!(sst.len(), 2);
+        assert_eq!(sst[0]["offset"], 0);
+        assert_eq!(sst[1]["offset"], 2);
+        assert_eq!(sst[1]["payload"], "21.6");
+        assert_eq!(sst[0]["log_id"], "0000000000000000000000000000002a");
+        let keys: Vec<&String> = sst[0].as_object().unwrap().keys().collect();
+        let mut want = vec![
+            "gateway_id",
+            "log_id",
+            "offset",
+            "topic",
+            "timestamp",
+            "timestamp_us",
+            "payload",
+            "payload_encoding",
+        ];
+        want.sort();
+        let mut got: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
+        got.sort();
+        assert_eq!(got, want);
+        let cgm = lines(&out.join("cgm.00000000.jsonl"));
+        assert_eq!(cgm[0]["payload_encoding"], "base64");
+        assert_eq!(cgm[0]["payload"], "//4=");
+        // Only the two topic files, nothing named after a raw topic.
+        assert_eq!(std::fs::read_dir(&out).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn rotates_by_size_and_resumes_numbering() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
+        smol::block_on(async {
+            let mut s = FileSink::open_async(out.clone(), line_len * 3)
+                .await
+                .unwrap();
+            let recs: Vec<_> = (0..7).map(|i| rec(i, "t", b"x")).collect();
+            s.deliver(&src(), &recs).await.unwrap();
+        });
+        assert_eq!(lines(&out.join("t.00000000.jsonl")).len(), 3);
+        assert_eq!(lines(&out.join("t.00000001.jsonl")).len(), 3);
+        assert_eq!(lines(&out.join("t.00000002.jsonl")).len(), 1);
+        // Reopen: appends to the newest file, then rotates on.
+        smol::block_on(async {
+            let mut s = FileSink::open_async(out.clone(), line_len * 3)
+                .await
+                .unwrap();
+            let recs: Vec<_> = (7..10).map(|i| rec(i, "t", b"x")).collect();
+            s.deliver(&src(), &recs).await.unwrap();
+        });
+        assert_eq!(lines(&out.join("t.00000002.jsonl")).len(), 3);
+        assert_eq!(lines(&out.join("t.00000003.jsonl")).len(), 1);
+        let all: Vec<u64> = (0..4)
+            .flat_map(|n| lines(&out.join(file_name("t", n))))
+            .map(|v| v["offset"].as_u64().unwrap())
+            .collect();
+        assert_eq!(all, (0..10).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn torn_last_line_is_cut_back_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        smol::block_on(async {
+            let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+                .await
+                .unwrap();
+            s.deliver(&src(), &[rec(0, "t", b"a"), rec(1, "t", b"b")])
+                .await
+                .unwrap();
+        });
+        let path = out.join("t.00000000.jsonl");
+        let good = std::fs::read(&path).unwrap();
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"gateway_id\":\"gw\",\"log_i").unwrap();
+        drop(f);
+        smol::block_on(async {
+            let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+                .await
+                .unwrap();
+            assert_eq!(std::fs::read(&path).unwrap(), good);
+            s.deliver(&src(), &[rec(2, "t", b"c")]).await.unwrap();
+        });
+        let offs: Vec<u64> = lines(&path)
+            .iter()
+            .map(|v| v["offset"].as_u64().unwrap())
+            .collect();
+        assert_eq!(offs, vec![0, 1, 2]);
+
+        // A file with no newline at all is emptied.
+        let p2 = out.join("u.00000000.jsonl");
+        std::fs::write(&p2, b"{\"torn").unwrap();
+        FileSink::open(out.clone(), DEFAULT_ROTATE_BYTES).unwrap();
+        assert_eq!(std::fs::read(&p2).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn torn_line_longer_than_the_scan_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.00000000.jsonl");
+        let mut data = b"{\"ok\":1}\n".to_vec();
+        data.extend(std::iter::repeat_n(b'x', 200_000));
+        std::fs::write(&p, &data).unwrap();
+        assert_eq!(cut_torn_tail(&p).unwrap(), 9);
+        assert_eq!(std::fs::read(&p).unwrap(), b"{\"ok\":1}\n");
+    }
+}

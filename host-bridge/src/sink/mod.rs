@@ -1,0 +1,357 @@
+//! Sinks: where drained records go. [`Sink::deliver`] resolves only when the sink has
+//! acknowledged records durably (file: written and fsynced; Kafka: delivery reports), and
+//! says how many of the leading records were acknowledged when it fails part-way, so the
+//! checkpoint never advances past an unacknowledged record.
+
+pub mod file;
+#[cfg(feature = "kafka")]
+pub mod kafka;
+
+use std::path::PathBuf;
+
+use base64::Engine as _;
+use serde::Serialize;
+
+use crate::client::{OwnedRecord, log_id_hex};
+
+/// Which gateway and log records come from (goes into every output record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    /// The gateway's configured id.
+    pub gateway_id: String,
+    /// The gateway's log id.
+    pub log_id: u128,
+}
+
+/// A `--sink` value: `file:DIR` or `kafka://HOST:PORT[,HOST:PORT…]/TOPIC`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkSpec {
+    /// Newline-delimited JSON files in a directory.
+    File(PathBuf),
+    /// A Kafka topic.
+    Kafka {
+        /// Bootstrap servers, comma-separated `HOST:PORT`.
+        brokers: String,
+        /// Target topic.
+        topic: String,
+    },
+}
+
+/// A `--sink` value that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad sink {spec:?}: {why} (expected file:DIR or kafka://HOST:PORT/TOPIC)")]
+pub struct BadSink {
+    /// The value as given.
+    pub spec: String,
+    /// What is wrong.
+    pub why: &'static str,
+}
+
+impl std::str::FromStr for SinkSpec {
+    type Err = BadSink;
+    fn from_str(s: &str) -> Result<Self, BadSink> {
+        let bad = |why| BadSink {
+            spec: s.to_string(),
+            why,
+        };
+        if let Some(dir) = s.strip_prefix("file:") {
+            let dir = dir.strip_prefix("//").unwrap_or(dir);
+            if dir.is_empty() {
+                return Err(bad("missing directory"));
+            }
+            Ok(SinkSpec::File(PathBuf::from(dir)))
+        } else if let Some(rest) = s.strip_prefix("kafka://") {
+            let (brokers, topic) = rest.split_once('/').ok_or(bad("missing /TOPIC"))?;
+            if brokers.is_empty() {
+                return Err(bad("missing HOST:PORT"));
+            }
+            if topic.is_empty() || topic.contains('/') {
+                return Err(bad("bad topic"));
+            }
+            Ok(SinkSpec::Kafka {
+                brokers: brokers.to_string(),
+                topic: topic.to_string(),
+            })
+        } else {
+            Err(bad("unknown scheme"))
+        }
+    }
+}
+
+/// Why a sink failed. Every kind is retried by the drain loop.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SinkError {
+    /// File system error.
+    #[error("file sink: {0}")]
+    Io(#[from] std::io::Error),
+    /// Kafka producer error (enqueue or delivery report).
+    #[error("kafka: {0}")]
+    Kafka(String),
+    /// No delivery report within the delivery timeout: unknown, resent.
+    #[error("kafka: delivery timed out (outcome unknown, will resend)")]
+    Timeout,
+    /// This build has no such sink.
+    #[error("this build has no {0} sink (cargo feature missing)")]
+    Unsupported(&'static str),
+}
+
+impl SinkError {
+    /// A short label for the `sink_errors_total{kind=…}` metric.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SinkError::Io(_) => "io",
+            SinkError::Kafka(_) => "kafka",
+            SinkError::Timeout => "timeout",
+            SinkError::Unsupported(_) => "unsupported",
+        }
+    }
+}
+
+/// A delivery that failed after `delivered` leading records were acknowledged.
+#[derive(Debug, thiserror::Error)]
+#[error("{error} (after {delivered} records acknowledged)")]
+pub struct DeliverError {
+    /// Records acknowledged before the failure, counted from the first one.
+    pub delivered: usize,
+    /// The failure.
+    #[source]
+    pub error: SinkError,
+}
+
+/// An opened sink.
+pub enum Sink {
+    /// See [`file::FileSink`].
+    File(file::FileSink),
+    /// See [`kafka::KafkaSink`].
+    #[cfg(feature = "kafka")]
+    Kafka(kafka::KafkaSink),
+}
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sink::File(_) => f.write_str("Sink::File"),
+            #[cfg(feature = "kafka")]
+            Sink::Kafka(_) => f.write_str("Sink::Kafka"),
+        }
+    }
+}
+
+/// Sink settings besides the spec.
+#[derive(Debug, Clone)]
+pub struct SinkOptions {
+    /// File sink: rotate a topic's file when it would pass this size, bytes.
+    pub rotate_bytes: u64,
+    /// Kafka: librdkafka's delivery timeout (`message.timeout.ms`), ms.
+    pub kafka_delivery_timeout_ms: u64,
+}
+
+impl Default for SinkOptions {
+    fn default() -> Self {
+        SinkOptions {
+            rotate_bytes: file::DEFAULT_ROTATE_BYTES,
+            kafka_delivery_timeout_ms: 300_000,
+        }
+    }
+}
+
+impl Sink {
+    /// Opens the sink (file: creates the directory and cuts back torn lines; Kafka: creates
+    /// the producer; neither needs the destination to be up).
+    pub async fn open(spec: &SinkSpec, opts: &SinkOptions) -> Result<Sink, SinkError> {
+        match spec {
+            SinkSpec::File(dir) => Ok(Sink::File(
+                file::FileSink::open_async(dir.clone(), opts.rotate_bytes).await?,
+            )),
+            #[cfg(feature = "kafka")]
+            SinkSpec::Kafka { brokers, topic } => Ok(Sink::Kafka(kafka::KafkaSink::new(
+                brokers,
+                topic,
+                opts.kafka_delivery_timeout_ms,
+            )?)),
+            #[cfg(not(feature = "kafka"))]
+            SinkSpec::Kafka { .. } => Err(SinkError::Unsupported("kafka")),
+        }
+    }
+
+    /// Hands `records` (consecutive, oldest first) to the sink and resolves once every one
+    /// is acknowledged durably. Not cancel-safe in the sense of knowing what was written:
+    /// after a cancel or an error, resend from the checkpoint.
+    pub async fn deliver(
+        &mut self,
+        src: &Source,
+        records: &[OwnedRecord],
+    ) -> Result<(), DeliverError> {
+        match self {
+            Sink::File(f) => f.deliver(src, records).await,
+            #[cfg(feature = "kafka")]
+            Sink::Kafka(k) => k.deliver(src, records).await,
+        }
+    }
+
+    /// Waits for anything the sink still holds (Kafka: the producer's queue), up to
+    /// `timeout`.
+    pub async fn close(self, timeout: std::time::Duration) {
+        match self {
+            Sink::File(_) => {}
+            #[cfg(feature = "kafka")]
+            Sink::Kafka(k) => k.close(timeout).await,
+        }
+        let _ = timeout;
+    }
+}
+
+/// One output record as JSON, with exactly the keys of the file sink (also used by
+/// `tail --format json`).
+#[derive(Debug, Serialize)]
+pub struct JsonRecord<'a> {
+    /// The gateway's configured id.
+    pub gateway_id: &'a str,
+    /// The gateway's log id, 32 hex digits.
+    pub log_id: String,
+    /// Offset in the gateway's log.
+    pub offset: u64,
+    /// Topic.
+    pub topic: &'a str,
+    /// RFC 3339 UTC with microseconds; `null` if outside years 0000–9999.
+    pub timestamp: Option<String>,
+    /// µs since the Unix epoch.
+    pub timestamp_us: u64,
+    /// The payload: UTF-8 text as is, otherwise standard base64 with padding.
+    pub payload: String,
+    /// `utf8` or `base64`.
+    pub payload_encoding: &'static str,
+}
+
+impl<'a> JsonRecord<'a> {
+    /// Builds the JSON form of `rec`.
+    pub fn new(src: &'a Source, rec: &'a OwnedRecord) -> Self {
+        let (payload, payload_encoding) = match std::str::from_utf8(&rec.payload) {
+            Ok(s) => (s.to_string(), "utf8"),
+            Err(_) => (
+                base64::engine::general_purpose::STANDARD.encode(&rec.payload),
+                "base64",
+            ),
+        };
+        JsonRecord {
+            gateway_id: &src.gateway_id,
+            log_id: log_id_hex(src.log_id),
+            offset: rec.offset,
+            topic: &rec.topic,
+            timestamp: rfc3339_us(rec.timestamp_us),
+            timestamp_us: rec.timestamp_us,
+            payload,
+            payload_encoding,
+        }
+    }
+
+    /// One line of JSON, newline included.
+    pub fn to_line(&self) -> String {
+        // Serializing a struct of strings and integers cannot fail.
+        let mut s = serde_json::to_string(self).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+}
+
+/// Formats µs since the Unix epoch as RFC 3339 UTC with 6 fractional digits,
+/// e.g. `2023-11-14T22:13:20.000000Z`; `None` past year 9999.
+pub fn rfc3339_us(us: u64) -> Option<String> {
+    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(us) * 1000).ok()?;
+    if t.year() > 9999 {
+        return None;
+    }
+    Some(format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.microsecond()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sinks() {
+        assert_eq!(
+            "file:./out".parse::<SinkSpec>().unwrap(),
+            SinkSpec::File("./out".into())
+        );
+        assert_eq!(
+            "file:///var/spool/x".parse::<SinkSpec>().unwrap(),
+            SinkSpec::File("/var/spool/x".into())
+        );
+        assert_eq!(
+            "kafka://127.0.0.1:9092/sensors"
+                .parse::<SinkSpec>()
+                .unwrap(),
+            SinkSpec::Kafka {
+                brokers: "127.0.0.1:9092".into(),
+                topic: "sensors".into()
+            }
+        );
+        for bad in [
+            "",
+            "file:",
+            "kafka://",
+            "kafka://h:1",
+            "kafka://h:1/",
+            "kafka:///t",
+            "s3://x",
+        ] {
+            assert!(bad.parse::<SinkSpec>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn rfc3339() {
+        assert_eq!(
+            rfc3339_us(1_700_000_000_000_000).as_deref(),
+            Some("2023-11-14T22:13:20.000000Z")
+        );
+        assert_eq!(
+            rfc3339_us(1).as_deref(),
+            Some("1970-01-01T00:00:00.000001Z")
+        );
+        assert_eq!(rfc3339_us(u64::MAX), None);
+    }
+
+    #[test]
+    fn json_keys_and_encodings() {
+        let src = Source {
+            gateway_id: "gw-1".into(),
+            log_id: 0xAB,
+        };
+        let rec = OwnedRecord {
+            offset: 5,
+            record_crc: 1,
+            topic: "buoy/sst".into(),
+            timestamp_us: 1_700_000_000_000_000,
+            producer: None,
+            payload: b"21.5".to_vec(),
+        };
+        let line = JsonRecord::new(&src, &rec).to_line();
+        assert_eq!(
+            line,
+            "{\"gateway_id\":\"gw-1\",\"log_id\":\"000000000000000000000000000000ab\",\
+             \"offset\":5,\"topic\":\"buoy/sst\",\"timestamp\":\"2023-11-14T22:13:20.000000Z\",\
+             \"timestamp_us\":1700000000000000,\"payload\":\"21.5\",\"payload_encoding\":\"utf8\"}\n"
+        );
+        let bin = OwnedRecord {
+            payload: vec![0xff, 0x00, 0x01],
+            ..rec
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&JsonRecord::new(&src, &bin).to_line()).unwrap();
+        assert_eq!(v["payload"], "/wAB");
+        assert_eq!(v["payload_encoding"], "base64");
+        assert_eq!(v.as_object().unwrap().len(), 8);
+    }
+}

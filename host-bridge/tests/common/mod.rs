@@ -1,0 +1,430 @@
+//! A small in-process gateway for tests: speaks the wire protocol over TCP, backed by a real
+//! `spillway_core::log::Log` on a simulated flash. One thread per connection; the log sits
+//! behind a mutex. Test controls: cut every connection and refuse new ones for a while
+//! (outage), replace the log (a reflashed gateway), and pretend offsets below a mark are
+//! gone (a drop-oldest gap).
+#![allow(dead_code, missing_docs)]
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use spillway_core::log::{
+    Config, Log, Memory, Producer as LogProducer, Record, SegmentSlot, segments_for,
+};
+use spillway_core::storage::{Geometry, SimFlash};
+use spillway_core::wire::{
+    self, ConsumerEntry, ErrorCode, GatewayStats, ListWriter, RecordView, RecordsWriter, Request,
+    Response,
+};
+
+type TheLog = Log<'static, SimFlash<Vec<u8>>>;
+
+const MAX_FRAME: usize = 64 * 1024;
+
+fn new_log(log_id: u128) -> TheLog {
+    let g = Geometry {
+        erase_size: 4096,
+        write_size: 4,
+        capacity: 4096 * 258,
+        erased: 0xFF,
+    };
+    let mut flash = SimFlash::new_vec(g).unwrap();
+    Log::format(&mut flash, log_id, 2).unwrap();
+    let buf: &'static mut [u8] = Box::leak(vec![0u8; 16 * 1024].into_boxed_slice());
+    let slots: &'static mut [SegmentSlot] =
+        Box::leak(vec![SegmentSlot::EMPTY; segments_for(&g, 2) as usize].into_boxed_slice());
+    let (log, _) = Log::mount(
+        flash,
+        Config::default(),
+        Memory {
+            buffer: buf,
+            segments: slots,
+        },
+        0,
+    )
+    .unwrap();
+    log
+}
+
+struct State {
+    log: TheLog,
+    log_id: u128,
+    gateway_id: String,
+    /// Offsets below this are answered as dropped.
+    gone_below: u64,
+}
+
+pub struct FakeGateway {
+    pub addr: String,
+    state: Arc<Mutex<State>>,
+    down_until: Arc<Mutex<Option<Instant>>>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+    stop: Arc<AtomicBool>,
+    pub fetches: Arc<AtomicU64>,
+    pub commits: Arc<Mutex<Vec<(String, u64)>>>,
+}
+
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
+
+impl FakeGateway {
+    pub fn start(gateway_id: &str, log_id: u128) -> FakeGateway {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        listener.set_nonblocking(true).unwrap();
+        let state = Arc::new(Mutex::new(State {
+            log: new_log(log_id),
+            log_id,
+            gateway_id: gateway_id.to_string(),
+            gone_below: 0,
+        }));
+        let gw = FakeGateway {
+            addr,
+            state,
+            down_until: Arc::new(Mutex::new(None)),
+            conns: Arc::new(Mutex::new(Vec::new())),
+            stop: Arc::new(AtomicBool::new(false)),
+            fetches: Arc::new(AtomicU64::new(0)),
+            commits: Arc::new(Mutex::new(Vec::new())),
+        };
+        let (state, down, conns, stop, fetches, commits) = (
+            gw.state.clone(),
+            gw.down_until.clone(),
+            gw.conns.clone(),
+            gw.stop.clone(),
+            gw.fetches.clone(),
+            gw.commits.clone(),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        let is_down = down.lock().unwrap().is_some_and(|t| Instant::now() < t);
+                        if is_down {
+                            let _ = s.shutdown(Shutdown::Both);
+                            continue;
+                        }
+                        s.set_nonblocking(false).unwrap();
+                        conns.lock().unwrap().push(s.try_clone().unwrap());
+                        let (state, fetches, commits) =
+                            (state.clone(), fetches.clone(), commits.clone());
+                        std::thread::spawn(move || serve(s, state, fetches, commits));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        gw
+    }
+
+    pub fn uri(&self) -> String {
+        format!("tcp://{}", self.addr)
+    }
+
+    /// Appends records durably; returns their offsets.
+    pub fn publish(&self, topic: &str, payloads: &[&[u8]]) -> Vec<u64> {
+        let mut st = self.state.lock().unwrap();
+        let mut out = Vec::new();
+        for p in payloads {
+            let a = st
+                .log
+                .append(
+                    0,
+                    &Record {
+                        topic,
+                        timestamp_us: now_us(),
+                        producer: None,
+                        payload: p,
+                    },
+                )
+                .unwrap();
+            out.push(a.offset);
+        }
+        st.log.flush(0).unwrap();
+        out
+    }
+
+    pub fn next_offset(&self) -> u64 {
+        self.state.lock().unwrap().log.next_offset()
+    }
+
+    pub fn committed(&self, consumer: &str) -> Option<u64> {
+        self.state.lock().unwrap().log.committed(consumer)
+    }
+
+    /// Cuts every connection and refuses new ones for `d`.
+    pub fn outage(&self, d: Duration) {
+        *self.down_until.lock().unwrap() = Some(Instant::now() + d);
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Replaces the log with a fresh one (a reflashed gateway), cutting connections.
+    pub fn replace_log(&self, log_id: u128) {
+        {
+            let mut st = self.state.lock().unwrap();
+            st.log = new_log(log_id);
+            st.log_id = log_id;
+            st.gone_below = 0;
+        }
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Pretends every offset below `o` is gone (drop-oldest).
+    pub fn drop_below(&self, o: u64) {
+        self.state.lock().unwrap().gone_below = o;
+    }
+}
+
+impl Drop for FakeGateway {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn serve(
+    mut s: TcpStream,
+    state: Arc<Mutex<State>>,
+    fetches: Arc<AtomicU64>,
+    commits: Arc<Mutex<Vec<(String, u64)>>>,
+) {
+    let mut rx: Vec<u8> = Vec::new();
+    let mut tmp = vec![0u8; 8192];
+    let mut out = vec![0u8; MAX_FRAME];
+    let mut handshaken = false;
+    loop {
+        let n = match s.read(&mut tmp) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        rx.extend_from_slice(&tmp[..n]);
+        while let Some(pos) = rx.iter().position(|&b| b == 0) {
+            let mut frame: Vec<u8> = rx.drain(..=pos).collect();
+            if frame.len() <= 1 {
+                continue;
+            }
+            let req: Request<'_> = match wire::decode_message(&mut frame) {
+                Ok(r) => r,
+                Err(_) => continue,
+            };
+            let len = handle(req, &state, &mut out, &mut handshaken, &fetches, &commits);
+            if let Some(len) = len
+                && s.write_all(&out[..len]).is_err()
+            {
+                return;
+            }
+        }
+    }
+}
+
+fn err(out: &mut [u8], seq: u32, code: ErrorCode, message: &str) -> Option<usize> {
+    wire::encode_frame(&Response::Error { seq, code, message }, out).ok()
+}
+
+fn handle(
+    req: Request<'_>,
+    state: &Mutex<State>,
+    out: &mut [u8],
+    handshaken: &mut bool,
+    fetches: &AtomicU64,
+    commits: &Mutex<Vec<(String, u64)>>,
+) -> Option<usize> {
+    if let Request::Hello { .. } = req {
+        *handshaken = true;
+        let st = state.lock().unwrap();
+        return wire::encode_frame(
+            &Response::Welcome {
+                protocol_version: 1,
+                log_id: st.log_id,
+                gateway_id: &st.gateway_id,
+                max_record_bytes: 4096,
+                max_frame_bytes: MAX_FRAME as u32,
+            },
+            out,
+        )
+        .ok();
+    }
+    if !*handshaken {
+        return err(out, 0, ErrorCode::NotHandshaken, "");
+    }
+    match req {
+        Request::Hello { .. } => None,
+        Request::Publish {
+            seq,
+            topic,
+            timestamp_us,
+            payload,
+            ack,
+            producer,
+        } => {
+            let mut st = state.lock().unwrap();
+            let r = st.log.append(
+                0,
+                &Record {
+                    topic,
+                    timestamp_us: timestamp_us.unwrap_or_else(now_us),
+                    producer: producer.map(|p| LogProducer {
+                        id: p.id,
+                        seq: p.seq,
+                    }),
+                    payload,
+                },
+            );
+            let a = match r {
+                Ok(a) => a,
+                Err(e) => return err(out, seq, ErrorCode::Internal, &e.to_string()),
+            };
+            if ack == wire::AckLevel::Durable {
+                st.log.flush(0).unwrap();
+            }
+            if ack == wire::AckLevel::None {
+                return None;
+            }
+            wire::encode_frame(
+                &Response::Ack {
+                    seq,
+                    offset: a.offset,
+                    duplicate: a.duplicate,
+                },
+                out,
+            )
+            .ok()
+        }
+        Request::Fetch {
+            seq,
+            from_offset,
+            max_bytes,
+            wait_ms,
+            ..
+        } => {
+            fetches.fetch_add(1, Ordering::Relaxed);
+            let deadline = Instant::now() + Duration::from_millis(u64::from(wait_ms.unwrap_or(0)));
+            loop {
+                let mut st = state.lock().unwrap();
+                if from_offset < st.gone_below {
+                    let first_available = st.gone_below;
+                    return wire::encode_frame(
+                        &Response::Dropped {
+                            seq,
+                            first_available,
+                        },
+                        out,
+                    )
+                    .ok();
+                }
+                if from_offset == st.log.next_offset() && Instant::now() < deadline {
+                    drop(st);
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                let mut buf = vec![0u8; 32 * 1024];
+                let r = match st.log.read(from_offset, &mut buf) {
+                    Ok(r) => r,
+                    Err(spillway_core::ReadError::OffsetOutOfRange { .. }) => {
+                        return err(out, seq, ErrorCode::OffsetOutOfRange, "beyond the end");
+                    }
+                    Err(spillway_core::ReadError::Dropped {
+                        first_available, ..
+                    }) => {
+                        return wire::encode_frame(
+                            &Response::Dropped {
+                                seq,
+                                first_available,
+                            },
+                            out,
+                        )
+                        .ok();
+                    }
+                    Err(e) => return err(out, seq, ErrorCode::Internal, &e.to_string()),
+                };
+                let mut w = RecordsWriter::new(out, seq, r.prev_crc, max_bytes);
+                let mut next = r.next_offset;
+                for rec in r.records(&buf) {
+                    let view = RecordView {
+                        offset: rec.offset,
+                        record_crc: rec.crc,
+                        topic: rec.topic,
+                        timestamp_us: rec.timestamp_us,
+                        producer: rec.producer.map(|p| wire::Producer {
+                            id: p.id,
+                            seq: p.seq,
+                        }),
+                        payload: rec.payload,
+                    };
+                    if w.push(&view).is_err() {
+                        next = rec.offset;
+                        break;
+                    }
+                }
+                let lost = r.lost.map(|l| wire::LostRange {
+                    from: l.from,
+                    to: l.to,
+                    reason: wire::LostReason::Corrupt,
+                });
+                return w.finish(next, lost).ok();
+            }
+        }
+        Request::Commit {
+            seq,
+            consumer,
+            offset,
+        } => {
+            commits.lock().unwrap().push((consumer.to_string(), offset));
+            let mut st = state.lock().unwrap();
+            match st.log.commit(consumer, offset) {
+                Ok(o) => wire::encode_frame(
+                    &Response::Committed {
+                        seq,
+                        consumer,
+                        offset: o,
+                    },
+                    out,
+                )
+                .ok(),
+                Err(e) => err(out, seq, ErrorCode::OffsetOutOfRange, &e.to_string()),
+            }
+        }
+        Request::ListConsumers { seq } => {
+            let st = state.lock().unwrap();
+            let mut scratch = vec![0u8; 4096];
+            let mut lw = ListWriter::<ConsumerEntry<'_>>::new(&mut scratch);
+            for (name, committed_offset) in st.log.consumers() {
+                let _ = lw.push(&ConsumerEntry {
+                    name,
+                    committed_offset,
+                });
+            }
+            let list = lw.finish();
+            wire::encode_frame(&Response::Consumers { seq, list }, out).ok()
+        }
+        Request::DeleteConsumer { seq, consumer } => {
+            let mut st = state.lock().unwrap();
+            let existed = st.log.delete_consumer(consumer).unwrap_or(false);
+            wire::encode_frame(&Response::Deleted { seq, existed }, out).ok()
+        }
+        Request::Stats { seq } => {
+            let st = state.lock().unwrap();
+            let stats = GatewayStats {
+                first_offset: st.log.first_offset().max(st.gone_below),
+                next_offset: st.log.next_offset(),
+                durable_offset: st.log.durable_offset(),
+                consumers: st.log.consumers().count() as u64,
+                ..GatewayStats::default()
+            };
+            wire::encode_frame(&Response::StatsReply { seq, stats }, out).ok()
+        }
+    }
+}

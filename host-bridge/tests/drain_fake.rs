@@ -1,0 +1,275 @@
+//! Drain tests against an in-process gateway (real log on a simulated flash, real wire
+//! protocol over TCP): file sink output, exact resume, the resume check, gaps, outages and
+//! shutdown.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::FakeGateway;
+use spillway_bridge::checkpoint::{ResumeMismatch, Store};
+use spillway_bridge::drain::{Drain, DrainConfig, DrainError, DrainSummary, Shutdown};
+use spillway_bridge::metrics::Metrics;
+use spillway_bridge::progress::Mode;
+
+fn cfg(gw: &FakeGateway, dir: &Path) -> DrainConfig {
+    let mut c = DrainConfig::new(
+        gw.uri().parse().unwrap(),
+        format!("file:{}", dir.join("out").display())
+            .parse()
+            .unwrap(),
+        dir.join("state.redb"),
+    );
+    c.once = true;
+    c.progress = Mode::Off;
+    c.max_batch_bytes = 2048;
+    c.poll_wait = Duration::from_millis(50);
+    c.backoff_initial = Duration::from_millis(10);
+    c.backoff_max = Duration::from_millis(200);
+    c.reply_timeout = Duration::from_secs(2);
+    c
+}
+
+fn run(c: DrainConfig) -> Result<DrainSummary, DrainError> {
+    let (_t, stop) = Shutdown::new();
+    smol::block_on(async {
+        let d = Drain::open(c, Metrics::default(), stop).await?;
+        d.run().await
+    })
+}
+
+/// (topic, offset, payload) of every line in the output directory, sorted by offset.
+fn read_out(dir: &Path) -> Vec<(String, u64, String)> {
+    let mut v = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir.join("out")) else {
+        return v;
+    };
+    for e in rd {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        for line in text.lines() {
+            let j: serde_json::Value = serde_json::from_str(line).unwrap();
+            v.push((
+                j["topic"].as_str().unwrap().to_string(),
+                j["offset"].as_u64().unwrap(),
+                j["payload"].as_str().unwrap().to_string(),
+            ));
+        }
+    }
+    v.sort_by_key(|x| x.1);
+    v
+}
+
+fn payloads(prefix: &str, n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| format!("{prefix}-{i}").into_bytes())
+        .collect()
+}
+
+fn publish(gw: &FakeGateway, topic: &str, p: &[Vec<u8>]) -> Vec<u64> {
+    let refs: Vec<&[u8]> = p.iter().map(|x| x.as_slice()).collect();
+    gw.publish(topic, &refs)
+}
+
+#[test]
+fn once_drains_everything_in_order_and_commits() {
+    let gw = FakeGateway::start("gw-1", 0x1111);
+    let dir = tempfile::tempdir().unwrap();
+    publish(&gw, "buoy/sst", &payloads("a", 300));
+    publish(&gw, "cgm", &payloads("b", 200));
+    let s = run(cfg(&gw, dir.path())).unwrap();
+    assert_eq!(s.records, 500);
+    assert_eq!(s.offset, 500);
+    let out = read_out(dir.path());
+    assert_eq!(out.len(), 500);
+    for (i, (topic, off, payload)) in out.iter().enumerate() {
+        assert_eq!(*off, i as u64);
+        if i < 300 {
+            assert_eq!(topic, "buoy/sst");
+            assert_eq!(payload, &format!("a-{i}"));
+        } else {
+            assert_eq!(topic, "cgm");
+            assert_eq!(payload, &format!("b-{}", i - 300));
+        }
+    }
+    assert!(dir.path().join("out/buoy%2Fsst.00000000.jsonl").exists());
+    assert_eq!(gw.committed("bridge"), Some(500));
+    let store = Store::open(&dir.path().join("state.redb")).unwrap();
+    let cp = store.load("gw-1", "bridge").unwrap().unwrap();
+    assert_eq!(cp.offset, 500);
+    assert_eq!(cp.records, 500);
+    assert!(cp.last_crc.is_some());
+}
+
+#[test]
+fn resume_continues_exactly_where_it_stopped() {
+    let gw = FakeGateway::start("gw-1", 0x2222);
+    let dir = tempfile::tempdir().unwrap();
+    publish(&gw, "t", &payloads("x", 100));
+    assert_eq!(run(cfg(&gw, dir.path())).unwrap().records, 100);
+    publish(&gw, "t", &payloads("y", 50));
+    let s = run(cfg(&gw, dir.path())).unwrap();
+    assert_eq!(s.records, 50);
+    let out = read_out(dir.path());
+    assert_eq!(out.len(), 150);
+    assert!(out.iter().enumerate().all(|(i, r)| r.1 == i as u64));
+    // Nothing new: nothing forwarded.
+    assert_eq!(run(cfg(&gw, dir.path())).unwrap().records, 0);
+}
+
+#[test]
+fn a_replaced_gateway_is_refused_unless_accepted() {
+    let gw = FakeGateway::start("gw-1", 0xAAAA);
+    let dir = tempfile::tempdir().unwrap();
+    publish(&gw, "t", &payloads("old", 20));
+    run(cfg(&gw, dir.path())).unwrap();
+    gw.replace_log(0xBBBB);
+    publish(&gw, "t", &payloads("new", 5));
+    let e = run(cfg(&gw, dir.path())).unwrap_err();
+    let msg = e.to_string();
+    match e {
+        DrainError::Resume(ResumeMismatch::LogId {
+            stored, gateway, ..
+        }) => {
+            assert_eq!(stored, "0000000000000000000000000000aaaa");
+            assert_eq!(gateway, "0000000000000000000000000000bbbb");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(msg.contains("aaaa") && msg.contains("bbbb"), "{msg}");
+    assert_eq!(read_out(dir.path()).len(), 20);
+
+    let mut c = cfg(&gw, dir.path());
+    c.accept_new_log = true;
+    let s = run(c).unwrap();
+    assert_eq!(s.records, 5);
+    let store = Store::open(&dir.path().join("state.redb")).unwrap();
+    let resets = store.resets("gw-1", "bridge").unwrap();
+    assert_eq!(resets.len(), 1);
+    assert_eq!(resets[0].old_offset, 20);
+    assert_eq!(resets[0].new_log_id, "0000000000000000000000000000bbbb");
+    let cp = store.load("gw-1", "bridge").unwrap().unwrap();
+    assert_eq!((cp.offset, cp.resets), (5, 1));
+}
+
+#[test]
+fn a_crc_mismatch_is_refused() {
+    let gw = FakeGateway::start("gw-1", 0xC0C0);
+    let dir = tempfile::tempdir().unwrap();
+    publish(&gw, "t", &payloads("a", 10));
+    run(cfg(&gw, dir.path())).unwrap();
+    {
+        let store = Store::open(&dir.path().join("state.redb")).unwrap();
+        let mut cp = store.load("gw-1", "bridge").unwrap().unwrap();
+        cp.last_crc = Some(cp.last_crc.unwrap() ^ 1);
+        store.save("gw-1", "bridge", &cp).unwrap();
+    }
+    publish(&gw, "t", &payloads("b", 10));
+    match run(cfg(&gw, dir.path())).unwrap_err() {
+        DrainError::Resume(ResumeMismatch::Crc { offset, .. }) => assert_eq!(offset, 10),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(read_out(dir.path()).len(), 10);
+}
+
+#[test]
+fn a_checkpoint_beyond_the_log_is_refused() {
+    let gw = FakeGateway::start("gw-1", 0xD0D0);
+    let dir = tempfile::tempdir().unwrap();
+    publish(&gw, "t", &payloads("a", 10));
+    run(cfg(&gw, dir.path())).unwrap();
+    {
+        let store = Store::open(&dir.path().join("state.redb")).unwrap();
+        let mut cp = store.load("gw-1", "bridge").unwrap().unwrap();
+        cp.offset = 1000;
+        store.save("gw-1", "bridge", &cp).unwrap();
+    }
+    match run(cfg(&gw, dir.path())).unwrap_err() {
+        DrainError::Resume(ResumeMismatch::BeyondEnd {
+            offset,
+            next_offset,
+            ..
+        }) => assert_eq!((offset, next_offset), (1000, 10)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn gaps_are_recorded_and_skipped() {
+    let gw = FakeGateway::start("gw-1", 0xE0E0);
+    let dir = tempfile::tempdir().unwrap();
+    publish(&gw, "t", &payloads("a", 100));
+    gw.drop_below(40);
+    let mut c = cfg(&gw, dir.path());
+    // Start at 0 even though the gateway's first offset is 40: the gap is met by a fetch.
+    c.from = spillway_bridge::drain::StartFrom::Offset(0);
+    let s = run(c).unwrap();
+    assert_eq!(s.records, 60);
+    assert_eq!(s.gaps, 1);
+    let out = read_out(dir.path());
+    assert_eq!(out.first().unwrap().1, 40);
+    assert_eq!(out.len(), 60);
+    let store = Store::open(&dir.path().join("state.redb")).unwrap();
+    let gaps = store.gaps(0xE0E0).unwrap();
+    assert_eq!(gaps.len(), 1);
+    assert_eq!((gaps[0].from, gaps[0].to), (0, 40));
+    let cp = store.load("gw-1", "bridge").unwrap().unwrap();
+    assert_eq!((cp.gaps, cp.lost, cp.offset), (1, 40, 100));
+}
+
+#[test]
+fn from_latest_skips_the_backlog() {
+    let gw = FakeGateway::start("gw-1", 0xF0F0);
+    let dir = tempfile::tempdir().unwrap();
+    publish(&gw, "t", &payloads("a", 30));
+    let mut c = cfg(&gw, dir.path());
+    c.from = spillway_bridge::drain::StartFrom::Latest;
+    assert_eq!(run(c).unwrap().records, 0);
+    publish(&gw, "t", &payloads("b", 5));
+    // The checkpoint now wins over --from.
+    let mut c = cfg(&gw, dir.path());
+    c.from = spillway_bridge::drain::StartFrom::Earliest;
+    assert_eq!(run(c).unwrap().records, 5);
+    assert_eq!(read_out(dir.path()).first().unwrap().1, 30);
+}
+
+#[test]
+fn survives_a_gateway_outage_and_stops_cleanly_on_shutdown() {
+    let gw = FakeGateway::start("gw-1", 0x0707);
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cfg(&gw, dir.path());
+    c.once = false;
+    let (trigger, stop) = Shutdown::new();
+    let metrics = Metrics::default();
+    let m2 = metrics.clone();
+    let handle = std::thread::spawn(move || {
+        smol::block_on(async {
+            let d = Drain::open(c, m2, stop).await?;
+            d.run().await
+        })
+    });
+    publish(&gw, "t", &payloads("a", 200));
+    let wait_for = |n: usize| {
+        let t = Instant::now();
+        while read_out(dir.path()).len() < n {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "timed out waiting for {n}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for(200);
+    gw.outage(Duration::from_millis(700));
+    publish(&gw, "t", &payloads("b", 200));
+    wait_for(400);
+    trigger.trigger();
+    let s = handle.join().unwrap().unwrap();
+    assert_eq!(s.records, 400);
+    let out = read_out(dir.path());
+    assert_eq!(out.len(), 400);
+    assert!(out.iter().enumerate().all(|(i, r)| r.1 == i as u64));
+    assert!(metrics.retries.get() >= 1, "an outage means retries");
+    // The final checkpoint reached the gateway.
+    assert_eq!(gw.committed("bridge"), Some(400));
+}

@@ -1,0 +1,194 @@
+//! Starting the real `spillway` binary.
+//!
+//! [`spillway_bin`] builds the binary once per test process with the same cargo and
+//! target directory as the running test (`cargo build -p spillway-firmware --bin spillway`,
+//! in the profile the test was built with), so `cargo test --workspace` on a clean checkout
+//! works without a separate build step.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Path of the `spillway` binary, built on first use.
+pub fn spillway_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Ok(p) = std::env::var("SPILLWAY_BIN") {
+            return PathBuf::from(p);
+        }
+        // The test executable lives in <target>/<profile>/deps/ (or benches: same).
+        let exe = std::env::current_exe().expect("current exe");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile> directory")
+            .to_path_buf();
+        let target_dir = profile_dir
+            .parent()
+            .expect("target directory")
+            .to_path_buf();
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+        let mut cmd = Command::new(cargo);
+        cmd.args([
+            "build",
+            "--quiet",
+            "-p",
+            "spillway-firmware",
+            "--bin",
+            "spillway",
+        ])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target_dir);
+        if release {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo build");
+        assert!(status.success(), "building spillway failed");
+        profile_dir.join("spillway")
+    })
+    .clone()
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released; good enough for tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A running gateway process; killed (SIGKILL) on drop.
+pub struct GatewayProcess {
+    child: Option<Child>,
+    /// Every stderr line so far.
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+impl GatewayProcess {
+    /// Starts `spillway run ARGS` and waits until it logged `listening on` for each of
+    /// `listeners` URIs (30 s at most). Panics with the log if it exits first.
+    pub fn start(args: &[String], listeners: usize) -> GatewayProcess {
+        let mut child = Command::new(spillway_bin())
+            .arg("run")
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start spillway");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    if line.contains("listening on ") {
+                        let _ = tx.send(());
+                    }
+                    if let Ok(mut l) = log.lock() {
+                        l.push(line);
+                    }
+                }
+            });
+        }
+        let mut g = GatewayProcess {
+            child: Some(child),
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut seen = 0;
+        while seen < listeners {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(()) => seen += 1,
+                Err(_) => {
+                    if let Some(status) = g.try_wait() {
+                        panic!(
+                            "spillway exited with {status} while starting:\n{}",
+                            g.log_text()
+                        );
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "spillway did not start:\n{}",
+                        g.log_text()
+                    );
+                }
+            }
+        }
+        g
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// The log so far as one string.
+    pub fn log_text(&self) -> String {
+        self.log.lock().map(|l| l.join("\n")).unwrap_or_default()
+    }
+
+    /// The exit status if it exited.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends SIGTERM and waits (20 s at most) for the exit status.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let mut c = self.child.take().expect("running");
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(s)) = c.try_wait() {
+                return s;
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                panic!("spillway did not stop on SIGTERM:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs `spillway ARGS` to completion; returns (exit code, stdout, stderr).
+pub fn run_cli(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(spillway_bin())
+        .args(args)
+        .output()
+        .expect("run spillway");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

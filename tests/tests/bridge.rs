@@ -1,0 +1,412 @@
+//! End-to-end tests of `spillway-bridge` with the real `spillway` gateway: publish, drain to
+//! files and to Kafka (librdkafka's mock cluster, a real TCP listener in this process),
+//! tail and status; kill -9 while draining; a sink outage; a replaced gateway image.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::mocking::MockCluster;
+use rdkafka::{Offset, TopicPartitionList};
+use spillway_tests::gateway::free_port;
+use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
+
+const GATEWAY_ID: &str = "e2e-gw";
+
+fn start_gateway(dir: &Path, port: u16) -> GatewayProcess {
+    let args: Vec<String> = vec![
+        "--image".into(),
+        dir.join("gw.img").display().to_string(),
+        "--size".into(),
+        "4M".into(),
+        "--listen".into(),
+        format!("tcp://127.0.0.1:{port}"),
+        "--gateway-id".into(),
+        GATEWAY_ID.into(),
+    ];
+    GatewayProcess::start(&args, 1)
+}
+
+fn write_input(dir: &Path, n: usize, prefix: &str) -> String {
+    let p = dir.join(format!("{prefix}.txt"));
+    let text: String = (0..n).map(|i| format!("{prefix} {i}\n")).collect();
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+fn publish(gw: &str, topic: &str, file: &str) {
+    let out = run_bridge(&["publish", "--gateway", gw, "--topic", topic, file]);
+    assert!(
+        out.status.success(),
+        "publish failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every line of the file sink: (offset, payload), sorted by offset (duplicates kept).
+fn read_files(out: &Path) -> Vec<(u64, String)> {
+    let mut v = Vec::new();
+    let Ok(rd) = std::fs::read_dir(out) else {
+        return v;
+    };
+    for e in rd {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        for line in text.lines() {
+            let j: serde_json::Value = serde_json::from_str(line).expect("whole JSON lines");
+            v.push((
+                j["offset"].as_u64().unwrap(),
+                j["payload"].as_str().unwrap().to_string(),
+            ));
+        }
+    }
+    v.sort_by_key(|x| x.0);
+    v
+}
+
+fn drain_args<'a>(gw: &'a str, sink: &'a str, state: &'a str) -> Vec<&'a str> {
+    vec![
+        "drain",
+        "--gateway",
+        gw,
+        "--sink",
+        sink,
+        "--state",
+        state,
+        "--progress",
+        "off",
+    ]
+}
+
+fn spawn_bridge(args: &[&str]) -> Child {
+    Command::new(bridge_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn sigterm_and_wait(mut c: Child) -> i32 {
+    let _ = Command::new("kill")
+        .args(["-TERM", &c.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(Some(s)) = c.try_wait() {
+            return s.code().unwrap_or(-1);
+        }
+        if Instant::now() > deadline {
+            let _ = c.kill();
+            panic!("spillway-bridge did not stop on SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The gateway's committed offset for `bridge` (via `status --json`).
+fn gateway_committed(gw: &str) -> u64 {
+    let out = run_bridge(&[
+        "status",
+        "--gateway",
+        gw,
+        "--state",
+        "/nonexistent/x.redb",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v["consumers"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == "bridge"))
+        .and_then(|c| c["committed_offset"].as_u64())
+        .unwrap_or(0)
+}
+
+#[test]
+fn publish_drain_tail_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _g = start_gateway(dir.path(), port);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let n = 1000;
+    let input = write_input(dir.path(), n, "sst");
+    let out = run_bridge(&["publish", "--gateway", &gw, "--topic", "buoy/sst", &input]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains(&format!("acknowledged {n}")), "{err}");
+    assert!(err.contains("first offset 0, last offset 999"), "{err}");
+
+    let sink_dir = dir.path().join("out");
+    let sink = format!("file:{}", sink_dir.display());
+    let state = dir.path().join("s.redb").display().to_string();
+    let mut args = drain_args(&gw, &sink, &state);
+    args.push("--once");
+    let t = Instant::now();
+    let out = run_bridge(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("drained {n} records to files in {:?}", t.elapsed());
+    let lines = read_files(&sink_dir);
+    assert_eq!(lines.len(), n);
+    for (i, (off, payload)) in lines.iter().enumerate() {
+        assert_eq!(*off, i as u64);
+        assert_eq!(payload, &format!("sst {i}"));
+    }
+    assert!(sink_dir.join("buoy%2Fsst.00000000.jsonl").exists());
+
+    let out = run_bridge(&["tail", "--gateway", &gw, "--format", "raw"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text, std::fs::read_to_string(&input).unwrap());
+    let out = run_bridge(&[
+        "tail",
+        "--gateway",
+        &gw,
+        "--from",
+        "998",
+        "--format",
+        "json",
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["gateway_id"], GATEWAY_ID);
+    assert_eq!(rows[1]["offset"], 999);
+    assert_eq!(rows[0].as_object().unwrap().len(), 8);
+
+    let out = run_bridge(&["status", "--gateway", &gw, "--state", &state]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains(GATEWAY_ID), "{text}");
+    assert!(text.contains("lag 0"), "{text}");
+    assert_eq!(gateway_committed(&gw), n as u64);
+}
+
+#[test]
+fn kill_9_while_draining_loses_nothing() {
+    let seed: u64 = std::env::var("SPILLWAY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("seed {seed} (set SPILLWAY_SEED to replay)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _g = start_gateway(dir.path(), port);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let n = 4000usize;
+    publish(&gw, "t", &write_input(dir.path(), n, "r"));
+    let sink_dir = dir.path().join("out");
+    let sink = format!("file:{}", sink_dir.display());
+    let state = dir.path().join("s.redb").display().to_string();
+    let mut args = drain_args(&gw, &sink, &state);
+    // Small batches: many checkpoints, many chances to die in between.
+    args.extend(["--max-batch-bytes", "1024", "--prefetch", "2"]);
+    let max_batch_records = 1024 / 8 + 1;
+    let kills = 25;
+    for _ in 0..kills {
+        let mut c = spawn_bridge(&args);
+        std::thread::sleep(Duration::from_millis(rng.random_range(30..200)));
+        let _ = c.kill(); // SIGKILL
+        let _ = c.wait();
+    }
+    args.push("--once");
+    let out = run_bridge(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = read_files(&sink_dir);
+    let mut distinct: Vec<u64> = lines.iter().map(|l| l.0).collect();
+    distinct.dedup();
+    assert_eq!(
+        distinct,
+        (0..n as u64).collect::<Vec<_>>(),
+        "no record lost"
+    );
+    for (off, payload) in &lines {
+        assert_eq!(payload, &format!("r {off}"));
+    }
+    let dups = lines.len() - n;
+    eprintln!(
+        "{kills} kills: {dups} duplicate lines (bound {})",
+        kills * max_batch_records
+    );
+    assert!(
+        dups <= kills * max_batch_records,
+        "duplicates beyond one in-flight batch per kill: {dups}"
+    );
+}
+
+#[test]
+fn replaced_image_is_refused_by_the_resume_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let sink = format!("file:{}", dir.path().join("out").display());
+    let state = dir.path().join("s.redb").display().to_string();
+    let mut args = drain_args(&gw, &sink, &state);
+    args.push("--once");
+    {
+        let _g = start_gateway(dir.path(), port);
+        publish(&gw, "t", &write_input(dir.path(), 10, "a"));
+        assert!(run_bridge(&args).status.success());
+    }
+    std::fs::remove_file(dir.path().join("gw.img")).unwrap();
+    let _g = start_gateway(dir.path(), port);
+    publish(&gw, "t", &write_input(dir.path(), 3, "b"));
+    let out = run_bridge(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("log id"), "{err}");
+    assert!(err.contains("--accept-new-log"), "{err}");
+    args.push("--accept-new-log");
+    let out = run_bridge(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = read_files(&dir.path().join("out"));
+    assert_eq!(lines.len(), 13);
+}
+
+struct KMsg {
+    offset: u64,
+    payload: String,
+    key: String,
+}
+
+fn consume(brokers: &str, topic: &str, want: usize) -> Vec<KMsg> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "e2e")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let to_msg = |m: rdkafka::message::BorrowedMessage<'_>| {
+        let mut h = HashMap::new();
+        if let Some(hs) = m.headers() {
+            for x in hs.iter() {
+                h.insert(x.key.to_string(), x.value.unwrap_or_default().to_vec());
+            }
+        }
+        KMsg {
+            offset: String::from_utf8_lossy(&h["spillway-offset"])
+                .parse()
+                .unwrap(),
+            payload: String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+            key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+        }
+    };
+    let mut out = Vec::new();
+    let t = Instant::now();
+    while out.len() < want && t.elapsed() < Duration::from_secs(30) {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            out.push(to_msg(m));
+        }
+    }
+    // Anything beyond `want` would be a duplicate: look a little longer.
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(500) {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            out.push(to_msg(m));
+        }
+    }
+    out
+}
+
+#[test]
+fn drains_to_kafka_exactly_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _g = start_gateway(dir.path(), port);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let n = 1000;
+    publish(&gw, "buoy/sst", &write_input(dir.path(), n, "k"));
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("spillway", 1, 1).unwrap();
+    let sink = format!("kafka://{}/spillway", mock.bootstrap_servers());
+    let state = dir.path().join("s.redb").display().to_string();
+    let mut args = drain_args(&gw, &sink, &state);
+    args.push("--once");
+    let t = Instant::now();
+    let out = run_bridge(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("drained {n} records to Kafka (mock) in {:?}", t.elapsed());
+    let msgs = consume(&mock.bootstrap_servers(), "spillway", n);
+    assert_eq!(msgs.len(), n);
+    for (i, m) in msgs.iter().enumerate() {
+        assert_eq!(m.offset, i as u64);
+        assert_eq!(m.payload, format!("k {i}"));
+        assert_eq!(m.key, format!("{GATEWAY_ID}/buoy/sst"));
+    }
+}
+
+#[test]
+fn backlog_drains_after_a_sink_outage_without_new_publishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _g = start_gateway(dir.path(), port);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let n = 500;
+    publish(&gw, "t", &write_input(dir.path(), n, "o"));
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("spillway", 1, 1).unwrap();
+    mock.broker_down(1).unwrap();
+    let sink = format!("kafka://{}/spillway", mock.bootstrap_servers());
+    let state = dir.path().join("s.redb").display().to_string();
+    let mut args = drain_args(&gw, &sink, &state);
+    args.extend([
+        "--kafka-delivery-timeout-ms",
+        "1000",
+        "--backoff-max-ms",
+        "500",
+    ]);
+    let child = spawn_bridge(&args);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        gateway_committed(&gw),
+        0,
+        "nothing acknowledged while the sink is down"
+    );
+    mock.broker_up(1).unwrap();
+    let t = Instant::now();
+    while gateway_committed(&gw) < n as u64 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "backlog did not drain"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!(
+        "backlog of {n} drained {:?} after the sink came back",
+        t.elapsed()
+    );
+    assert_eq!(sigterm_and_wait(child), 0);
+    let msgs = consume(&mock.bootstrap_servers(), "spillway", n);
+    let mut offs: Vec<u64> = msgs.iter().map(|m| m.offset).collect();
+    offs.sort_unstable();
+    offs.dedup();
+    assert_eq!(offs, (0..n as u64).collect::<Vec<_>>());
+}

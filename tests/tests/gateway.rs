@@ -1,0 +1,576 @@
+//! End-to-end tests of the real `spillway` binary: TCP, Unix sockets, serial ports (a pty
+//! pair), line mode, bad clients, SIGKILL during durable publishing, clean SIGTERM.
+//!
+//! `SPILLWAY_KILL_LOOPS=N` runs the SIGKILL test N times (default 20).
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use spillway_core::wire::{AckLevel, ErrorCode, Producer};
+use spillway_tests::client::{Client, Reply};
+use spillway_tests::gateway::{GatewayProcess, free_port, run_cli};
+
+fn image_args(dir: &Path) -> Vec<String> {
+    vec![
+        "--image".into(),
+        dir.join("gw.img").display().to_string(),
+        "--size".into(),
+        "2M".into(),
+        "--erase-size".into(),
+        "4K".into(),
+        "--gateway-id".into(),
+        "test-gw".into(),
+    ]
+}
+
+fn with_listen(mut args: Vec<String>, uris: &[String]) -> Vec<String> {
+    for u in uris {
+        args.push("--listen".into());
+        args.push(u.clone());
+    }
+    args
+}
+
+fn offset_of(r: &Reply) -> u64 {
+    match r {
+        Reply::Ack { offset, .. } => *offset,
+        other => panic!("expected an ack, got {other:?}"),
+    }
+}
+
+#[test]
+fn tcp_and_unix_publish_fetch_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let sock = dir.path().join("gw.sock");
+    // A stale socket file from an earlier run is replaced.
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let tcp = format!("tcp://127.0.0.1:{port}");
+    let unix = format!("unix://{}", sock.display());
+    let _g = GatewayProcess::start(&with_listen(image_args(dir.path()), &[tcp, unix]), 2);
+
+    let mut a = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    let Some(Reply::Welcome {
+        gateway_id,
+        log_id,
+        max_record_bytes,
+        ..
+    }) = a.welcome.clone()
+    else {
+        panic!("no welcome")
+    };
+    assert_eq!(gateway_id, "test-gw");
+    assert_eq!(max_record_bytes, 4096);
+    let mut b = Client::unix(&sock).unwrap();
+    assert!(matches!(b.welcome, Some(Reply::Welcome { log_id: l, .. }) if l == log_id));
+
+    let o0 = offset_of(&a.publish("t/a", b"one", AckLevel::Durable, None).unwrap());
+    let o1 = offset_of(&b.publish("t/b", b"two", AckLevel::Buffered, None).unwrap());
+    let o2 = offset_of(&a.publish("t/a", b"three", AckLevel::Durable, None).unwrap());
+    assert_eq!((o0, o1, o2), (0, 1, 2));
+
+    // Idempotent publish: a resend gets the original offset.
+    let p = Some(Producer { id: 77, seq: 1 });
+    let d0 = a.publish("t/p", b"idem", AckLevel::Durable, p).unwrap();
+    let d1 = b.publish("t/p", b"idem", AckLevel::Durable, p).unwrap();
+    assert!(
+        matches!(
+            d0,
+            Reply::Ack {
+                offset: 3,
+                duplicate: false,
+                ..
+            }
+        ),
+        "{d0:?}"
+    );
+    assert!(
+        matches!(
+            d1,
+            Reply::Ack {
+                offset: 3,
+                duplicate: true,
+                ..
+            }
+        ),
+        "{d1:?}"
+    );
+
+    let recs = b.fetch_all(0).unwrap();
+    let payloads: Vec<&[u8]> = recs.iter().map(|r| r.payload.as_slice()).collect();
+    assert_eq!(payloads, [&b"one"[..], b"two", b"three", b"idem"]);
+    assert_eq!(recs[1].topic, "t/b");
+    assert!(recs[0].timestamp_us > 1_600_000_000_000_000);
+    // The CRC chain: each fetch's prev_crc is the CRC of the record before.
+    match b.fetch(1, 1, None).unwrap() {
+        Reply::Records {
+            prev_crc,
+            records,
+            next_offset,
+            ..
+        } => {
+            assert_eq!(prev_crc, recs[0].crc);
+            assert_eq!(records.len(), 1, "at least one record even above max_bytes");
+            assert_eq!(next_offset, 2);
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A fetch never creates a consumer; an unknown one is an error.
+    match a.fetch_as(Some("nobody"), 0, 1024, None).unwrap() {
+        Reply::Error { code, .. } => assert_eq!(code, ErrorCode::UnknownConsumer),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        a.commit("bridge", 2).unwrap(),
+        Reply::Committed { offset: 2, .. }
+    ));
+    assert!(matches!(
+        a.commit("bridge", 1).unwrap(),
+        Reply::Committed { offset: 2, .. }
+    ));
+    assert!(matches!(
+        a.commit("other", 4).unwrap(),
+        Reply::Committed { offset: 4, .. }
+    ));
+    match a.commit("bridge", 99).unwrap() {
+        Reply::Error { code, .. } => assert_eq!(code, ErrorCode::OffsetOutOfRange),
+        other => panic!("{other:?}"),
+    }
+    match a.fetch(99, 1024, None).unwrap() {
+        Reply::Error { code, .. } => assert_eq!(code, ErrorCode::OffsetOutOfRange),
+        other => panic!("{other:?}"),
+    }
+    match b.consumers().unwrap() {
+        Reply::Consumers { list, .. } => {
+            assert_eq!(
+                list,
+                vec![("bridge".to_string(), 2), ("other".to_string(), 4)]
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        b.delete_consumer("other").unwrap(),
+        Reply::Deleted { existed: true, .. }
+    ));
+    assert!(matches!(
+        b.delete_consumer("other").unwrap(),
+        Reply::Deleted { existed: false, .. }
+    ));
+    let st = a.stats().unwrap();
+    assert_eq!(st.next_offset, 4);
+    assert_eq!(st.durable_offset, 4);
+    assert_eq!(st.duplicates, 1);
+
+    // Long poll: a fetch at the end waits until a record arrives.
+    let t = Instant::now();
+    let waiter = std::thread::spawn(move || {
+        let r = b.fetch(4, 1024, Some(5000)).unwrap();
+        (r, t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    a.publish("t/a", b"late", AckLevel::Buffered, None).unwrap();
+    let (r, waited) = waiter.join().unwrap();
+    match r {
+        Reply::Records { records, .. } => assert_eq!(records[0].payload, b"late"),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        waited >= Duration::from_millis(150) && waited < Duration::from_secs(4),
+        "{waited:?}"
+    );
+    // And an expired long poll answers empty.
+    let t = Instant::now();
+    match a.fetch(5, 1024, Some(300)).unwrap() {
+        Reply::Records {
+            records,
+            next_offset,
+            ..
+        } => {
+            assert!(records.is_empty());
+            assert_eq!(next_offset, 5);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(t.elapsed() >= Duration::from_millis(250));
+}
+
+#[test]
+fn line_mode_listeners() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p1, p2, p3) = (free_port(), free_port(), free_port());
+    let uris = [
+        format!("tcp://127.0.0.1:{p1}"),
+        format!("tcp://127.0.0.1:{p2}?mode=lines&topic=buoy/sst"),
+        format!("tcp://127.0.0.1:{p3}?mode=lines"),
+    ];
+    let mut args = with_listen(image_args(dir.path()), &uris);
+    args.extend(["--ack".into(), "durable".into()]);
+    let _g = GatewayProcess::start(&args, 3);
+    let mut fixed = TcpStream::connect(("127.0.0.1", p2)).unwrap();
+    fixed.write_all(b"21.5\n21.6\r\n\n").unwrap();
+    let mut words = TcpStream::connect(("127.0.0.1", p3)).unwrap();
+    let long = vec![b'x'; 10_000];
+    words.write_all(b"cgm/glucose 5.4\nnotopic\n").unwrap();
+    words.write_all(&long).unwrap();
+    words.write_all(b"\ncgm/glucose 5.5\n").unwrap();
+    drop((fixed, words));
+    let mut c = Client::tcp(&format!("127.0.0.1:{p1}")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let recs = loop {
+        let recs = c.fetch_all(0).unwrap();
+        if recs.len() >= 4 || Instant::now() > deadline {
+            break recs;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut got: Vec<(String, Vec<u8>)> = recs
+        .iter()
+        .map(|r| (r.topic.clone(), r.payload.clone()))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            ("buoy/sst".to_string(), b"21.5".to_vec()),
+            ("buoy/sst".to_string(), b"21.6".to_vec()),
+            ("cgm/glucose".to_string(), b"5.4".to_vec()),
+            ("cgm/glucose".to_string(), b"5.5".to_vec()),
+        ]
+    );
+    assert!(recs.iter().all(|r| r.producer.is_none()));
+    // --ack durable: line records are flushed at once.
+    let st = c.stats().unwrap();
+    assert_eq!(st.durable_offset, st.next_offset);
+}
+
+#[test]
+fn serial_pty_frames_and_lines() {
+    use serialport::{SerialPort, TTYPort};
+    let dir = tempfile::tempdir().unwrap();
+    let (mut frames_master, frames_slave) = TTYPort::pair().expect("pty pair");
+    let (mut lines_master, lines_slave) = TTYPort::pair().expect("pty pair");
+    let fpath = frames_slave.name().expect("pty name");
+    let lpath = lines_slave.name().expect("pty name");
+    let port = free_port();
+    let mut args = with_listen(image_args(dir.path()), &[format!("tcp://127.0.0.1:{port}")]);
+    args.extend([
+        "--serial".into(),
+        format!("serial://{fpath}?baud=115200&mode=frames"),
+        "--serial".into(),
+        format!("serial://{lpath}?baud=9600&mode=lines&topic=uart/temp"),
+    ]);
+    let _g = GatewayProcess::start(&args, 3);
+    frames_master.set_timeout(Duration::from_secs(10)).unwrap();
+    let mut c = Client::new(Box::new(frames_master.try_clone_native().unwrap()));
+    assert!(matches!(c.hello("uart").unwrap(), Reply::Welcome { .. }));
+    let a = c
+        .publish(
+            "uart/frames",
+            b"\x00\x01binary\x00",
+            AckLevel::Durable,
+            None,
+        )
+        .unwrap();
+    let off = offset_of(&a);
+    // Noise on the line costs at most the frame it touches.
+    c.send_raw(b"\x13\x37garbage\x00").unwrap();
+    match c.recv().unwrap() {
+        Reply::Error { code, seq: 0, .. } => assert_eq!(code, ErrorCode::BadFrame),
+        other => panic!("{other:?}"),
+    }
+    let b = c
+        .publish("uart/frames", b"after noise", AckLevel::Buffered, None)
+        .unwrap();
+    assert_eq!(offset_of(&b), off + 1);
+    lines_master.write_all(b"19.25\n19.50\n").unwrap();
+    lines_master.flush().unwrap();
+    let mut t = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let recs = t.fetch_all(0).unwrap();
+        let lines: Vec<_> = recs.iter().filter(|r| r.topic == "uart/temp").collect();
+        if lines.len() == 2 {
+            assert_eq!(lines[0].payload, b"19.25");
+            assert_eq!(lines[1].payload, b"19.50");
+            let f = recs.iter().find(|r| r.offset == off).unwrap();
+            assert_eq!(f.payload, b"\x00\x01binary\x00");
+            break;
+        }
+        assert!(Instant::now() < deadline, "lines never arrived: {recs:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut sink = [0u8; 1];
+    let _ = lines_master.set_timeout(Duration::from_millis(50));
+    assert!(
+        lines_master.read(&mut sink).is_err(),
+        "line mode sends nothing back"
+    );
+    drop((frames_slave, lines_slave));
+}
+
+#[test]
+fn bad_clients_do_not_stall_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let _g = GatewayProcess::start(
+        &with_listen(image_args(dir.path()), &[format!("tcp://{addr}")]),
+        1,
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let good = {
+        let stop = stop.clone();
+        let addr = addr.clone();
+        std::thread::spawn(move || {
+            let mut c = Client::tcp(&addr).unwrap();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let r = c.publish("good", format!("{n}").as_bytes(), AckLevel::Durable, None);
+                assert!(matches!(r, Ok(Reply::Ack { .. })), "{r:?}");
+                n += 1;
+            }
+            n
+        })
+    };
+    let mut bad = Client::tcp(&addr).unwrap();
+    // Oversize payload: TooLarge with the request's seq.
+    let big = vec![7u8; 5000];
+    match bad.publish("big", &big, AckLevel::Buffered, None).unwrap() {
+        Reply::Error { code, .. } => assert_eq!(code, ErrorCode::TooLarge),
+        other => panic!("{other:?}"),
+    }
+    // Oversize frame: TooLarge, seq 0.
+    let mut huge = vec![1u8; 200_000];
+    huge.push(0);
+    bad.send_raw(&huge).unwrap();
+    match bad.recv().unwrap() {
+        Reply::Error { code, seq: 0, .. } => assert_eq!(code, ErrorCode::TooLarge),
+        other => panic!("{other:?}"),
+    }
+    // A bad CRC: BadFrame; the connection goes on.
+    bad.send_raw(&[0x05, 0x01, 0x02, 0x03, 0x04, 0x00]).unwrap();
+    match bad.recv().unwrap() {
+        Reply::Error { code, seq: 0, .. } => assert_eq!(code, ErrorCode::BadFrame),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        bad.publish("ok", b"x", AckLevel::Buffered, None).unwrap(),
+        Reply::Ack { .. }
+    ));
+    // Repeated garbage closes the connection.
+    let mut g = TcpStream::connect(&addr).unwrap();
+    g.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    for _ in 0..40 {
+        let _ = g.write_all(b"\x02\xff\x00");
+    }
+    let mut sink = vec![0u8; 4096];
+    let closed = loop {
+        match g.read(&mut sink) {
+            Ok(0) => break true,
+            Ok(_) => continue,
+            Err(e) => {
+                break !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                );
+            }
+        }
+    };
+    assert!(closed, "garbage connection was not closed");
+    // A client that never reads its replies gets disconnected, not waited for.
+    let mut deaf = TcpStream::connect(&addr).unwrap();
+    let mut frame = vec![0u8; 1024];
+    let mut hello = Vec::new();
+    let n = spillway_core::wire::encode_frame(
+        &spillway_core::wire::Request::Hello {
+            protocol_version: 1,
+            client_name: "deaf",
+        },
+        &mut frame,
+    )
+    .unwrap();
+    hello.extend_from_slice(&frame[..n]);
+    deaf.write_all(&hello).unwrap();
+    let n = spillway_core::wire::encode_frame(
+        &spillway_core::wire::Request::Fetch {
+            seq: 1,
+            consumer: None,
+            from_offset: 0,
+            max_bytes: 60_000,
+            wait_ms: None,
+        },
+        &mut frame,
+    )
+    .unwrap();
+    deaf.set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    for _ in 0..20_000 {
+        if deaf.write_all(&frame[..n]).is_err() {
+            break;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let published = good.join().unwrap();
+    assert!(
+        published > 10,
+        "the good client was stalled: {published} publishes"
+    );
+}
+
+/// Publishers send durable publishes pipelined (several in flight) and record each ack;
+/// the gateway is SIGKILLed at a random moment; after a restart every acknowledged record
+/// is there, at its acknowledged offset, with its payload.
+#[test]
+fn sigkill_during_durable_publishing_loses_nothing_acknowledged() {
+    let loops: u32 = std::env::var("SPILLWAY_KILL_LOOPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let seed: u64 = std::env::var("SPILLWAY_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("seed {seed} (SPILLWAY_SEED), {loops} loops (SPILLWAY_KILL_LOOPS)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut args = with_listen(image_args(dir.path()), &[format!("tcp://{addr}")]);
+    args[3] = "8M".into();
+    args.extend(["--full".into(), "drop-oldest".into()]);
+    let acked: Arc<Mutex<BTreeMap<u64, Vec<u8>>>> = Arc::default();
+    for round in 0..loops {
+        let mut g = GatewayProcess::start(&args, 1);
+        let mut handles = Vec::new();
+        for w in 0..3u32 {
+            let acked = acked.clone();
+            let addr = addr.clone();
+            handles.push(std::thread::spawn(move || {
+                let Ok(mut c) = Client::tcp(&addr) else {
+                    return;
+                };
+                let mut inflight = std::collections::VecDeque::new();
+                for i in 0u32.. {
+                    let payload = format!("r{round}-w{w}-{i}").into_bytes();
+                    let Ok(seq) = c.send_publish("kill", &payload, AckLevel::Durable, None) else {
+                        return;
+                    };
+                    inflight.push_back((seq, payload));
+                    if inflight.len() < 8 {
+                        continue;
+                    }
+                    let Ok(r) = c.recv() else { return };
+                    let (seq, payload) = inflight.pop_front().unwrap();
+                    match r {
+                        Reply::Ack { seq: s, offset, .. } if s == seq => {
+                            acked.lock().unwrap().insert(offset, payload);
+                        }
+                        other => panic!("unexpected reply {other:?}"),
+                    }
+                }
+            }));
+        }
+        std::thread::sleep(Duration::from_millis(rng.random_range(30..200)));
+        g.kill();
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+    let g = GatewayProcess::start(&args, 1);
+    assert!(g.log_text().contains("not clean"), "{}", g.log_text());
+    let mut c = Client::tcp(&addr).unwrap();
+    let recs = c.fetch_all(0).unwrap();
+    let by_offset: BTreeMap<u64, Vec<u8>> =
+        recs.into_iter().map(|r| (r.offset, r.payload)).collect();
+    let acked = acked.lock().unwrap();
+    assert!(
+        acked.len() > loops as usize,
+        "too few acks to prove anything: {}",
+        acked.len()
+    );
+    for (off, payload) in acked.iter() {
+        assert_eq!(
+            by_offset.get(off),
+            Some(payload),
+            "acknowledged record at offset {off} is missing or different (seed {seed})"
+        );
+    }
+    println!(
+        "{} acknowledged records verified after {loops} kills",
+        acked.len()
+    );
+}
+
+#[test]
+fn sigterm_is_clean_and_image_is_protected() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let args = with_listen(image_args(dir.path()), &[format!("tcp://127.0.0.1:{port}")]);
+    let mut g = GatewayProcess::start(&args, 1);
+    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    for i in 0..10 {
+        c.publish("t", format!("{i}").as_bytes(), AckLevel::Buffered, None)
+            .unwrap();
+    }
+    c.commit("bridge", 7).unwrap();
+    // A second gateway cannot open the locked image.
+    let port2 = free_port();
+    let (code, _, err) = {
+        let img = dir.path().join("gw.img").display().to_string();
+        let listen = format!("tcp://127.0.0.1:{port2}");
+        run_cli(&["run", "--image", &img, "--listen", &listen])
+    };
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("in use"), "{err}");
+    let status = g.terminate();
+    assert_eq!(status.code(), Some(0), "{}", g.log_text());
+    let img = dir.path().join("gw.img").display().to_string();
+    let (code, out, err) = run_cli(&["inspect", &img, "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["clean"], true, "{out}");
+    assert_eq!(v["next_offset"], 10);
+    assert_eq!(v["records_verified"], 10);
+    assert_eq!(v["consumers"][0]["committed_offset"], 7);
+    // Geometry that disagrees with the image is an error, never a reformat.
+    let (code, _, err) = run_cli(&["run", "--image", &img, "--erase-size", "8K"]);
+    assert_eq!(code, 3, "{err}");
+    // Corruption is found by inspect (exit 4): flip a byte in the first batch.
+    let mut bytes = std::fs::read(dir.path().join("gw.img")).unwrap();
+    let first_batch = 2 * 4096 + 80 + 40;
+    bytes[first_batch] ^= 0x55;
+    std::fs::write(dir.path().join("gw.img"), &bytes).unwrap();
+    let (code, out, _) = run_cli(&["inspect", &img]);
+    assert_eq!(code, 4, "{out}");
+    // validate and --version
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        "listen = [\"tcp://127.0.0.1:7000\"]\nack = \"durable\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        run_cli(&["validate", "--config", cfg.to_str().unwrap()]).0,
+        0
+    );
+    std::fs::write(&cfg, "listen = [\"ftp://x\"]\n").unwrap();
+    assert_eq!(
+        run_cli(&["validate", "--config", cfg.to_str().unwrap()]).0,
+        2
+    );
+    let (code, out, _) = run_cli(&["--version"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("protocol 1") && out.contains("format 1"),
+        "{out}"
+    );
+}
