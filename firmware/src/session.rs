@@ -21,7 +21,7 @@ use crate::gateway::{Conn, Gateway, Outcome, error_reply};
 pub const MAX_PENDING_ACKS: usize = 16;
 
 /// Bytes read from the transport per call of `read`.
-const READ_CHUNK: usize = 64;
+const READ_CHUNK: usize = 256;
 
 /// Largest encoded `Ack` or `Error` frame kept while waiting for durability, bytes.
 const PENDING_FRAME: usize = 200;
