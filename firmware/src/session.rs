@@ -259,7 +259,7 @@ impl<'t, T: Read + Write, const N: usize> Session<'t, T, N> {
             } else {
                 match gw.handle_line(&self.line, topic, log, now_us, wall_us) {
                     Ok(a) => self.flush_lines |= a.durable,
-                    Err(e) => warn!("line rejected: {:?}", e),
+                    Err(e) => warn!("line rejected: {}", e.reason()),
                 }
             }
             self.line.clear();
