@@ -212,8 +212,14 @@ fn line_mode_listeners() {
         format!("tcp://127.0.0.1:{p3}?mode=lines"),
     ];
     let mut args = with_listen(image_args(dir.path()), &uris);
-    args.extend(["--ack".into(), "durable".into()]);
-    let _g = GatewayProcess::start(&args, 3);
+    let pm = free_port();
+    args.extend([
+        "--ack".into(),
+        "durable".into(),
+        "--metrics".into(),
+        format!("127.0.0.1:{pm}"),
+    ]);
+    let _g = GatewayProcess::start(&args, 4);
     let mut fixed = TcpStream::connect(("127.0.0.1", p2)).unwrap();
     fixed.write_all(b"21.5\n21.6\r\n\n").unwrap();
     let mut words = TcpStream::connect(("127.0.0.1", p3)).unwrap();
@@ -249,6 +255,22 @@ fn line_mode_listeners() {
     // --ack durable: line records are flushed at once.
     let st = c.stats().unwrap();
     assert_eq!(st.durable_offset, st.next_offset);
+    // Prometheus metrics over HTTP/1.1.
+    let mut m = TcpStream::connect(("127.0.0.1", pm)).unwrap();
+    m.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    m.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    for want in [
+        "spillway_records_appended_total 4",
+        "spillway_connections_total",
+        "spillway_flushes_total",
+        "spillway_ingest_errors_total{reason=\"too_large\"} 1",
+        "spillway_consumer_lag_records{consumer=\"bridge\"} 4",
+    ] {
+        assert!(text.contains(want), "{want} missing in:\n{text}");
+    }
 }
 
 #[test]
