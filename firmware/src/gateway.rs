@@ -169,6 +169,19 @@ pub enum LineRejected {
     Internal,
 }
 
+impl LineRejected {
+    /// A short reason, for logs and metrics labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            LineRejected::Malformed(_) => "malformed",
+            LineRejected::TooLarge { .. } => "too_large",
+            LineRejected::BadTopic => "bad_topic",
+            LineRejected::Full => "full",
+            LineRejected::Internal => "internal",
+        }
+    }
+}
+
 /// The gateway: settings and counters shared by all connections.
 #[derive(Debug, Clone)]
 pub struct Gateway {

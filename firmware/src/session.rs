@@ -21,7 +21,7 @@ use crate::gateway::{Conn, Gateway, Outcome, error_reply};
 pub const MAX_PENDING_ACKS: usize = 16;
 
 /// Bytes read from the transport per call of `read`.
-const READ_CHUNK: usize = 64;
+const READ_CHUNK: usize = 256;
 
 /// Largest encoded `Ack` or `Error` frame kept while waiting for durability, bytes.
 const PENDING_FRAME: usize = 200;
@@ -259,7 +259,7 @@ impl<'t, T: Read + Write, const N: usize> Session<'t, T, N> {
             } else {
                 match gw.handle_line(&self.line, topic, log, now_us, wall_us) {
                     Ok(a) => self.flush_lines |= a.durable,
-                    Err(e) => warn!("line rejected: {:?}", e),
+                    Err(e) => warn!("line rejected: {}", e.reason()),
                 }
             }
             self.line.clear();

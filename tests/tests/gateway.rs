@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -212,8 +212,14 @@ fn line_mode_listeners() {
         format!("tcp://127.0.0.1:{p3}?mode=lines"),
     ];
     let mut args = with_listen(image_args(dir.path()), &uris);
-    args.extend(["--ack".into(), "durable".into()]);
-    let _g = GatewayProcess::start(&args, 3);
+    let pm = free_port();
+    args.extend([
+        "--ack".into(),
+        "durable".into(),
+        "--metrics".into(),
+        format!("127.0.0.1:{pm}"),
+    ]);
+    let _g = GatewayProcess::start(&args, 4);
     let mut fixed = TcpStream::connect(("127.0.0.1", p2)).unwrap();
     fixed.write_all(b"21.5\n21.6\r\n\n").unwrap();
     let mut words = TcpStream::connect(("127.0.0.1", p3)).unwrap();
@@ -249,6 +255,22 @@ fn line_mode_listeners() {
     // --ack durable: line records are flushed at once.
     let st = c.stats().unwrap();
     assert_eq!(st.durable_offset, st.next_offset);
+    // Prometheus metrics over HTTP/1.1.
+    let mut m = TcpStream::connect(("127.0.0.1", pm)).unwrap();
+    m.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    m.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    for want in [
+        "spillway_records_appended_total 4",
+        "spillway_connections_total",
+        "spillway_flushes_total",
+        "spillway_ingest_errors_total{reason=\"too_large\"} 1",
+        "spillway_consumer_lag_records{consumer=\"bridge\"} 4",
+    ] {
+        assert!(text.contains(want), "{want} missing in:\n{text}");
+    }
 }
 
 #[test]
@@ -326,8 +348,10 @@ fn bad_clients_do_not_stall_others() {
         1,
     );
     let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
     let good = {
         let stop = stop.clone();
+        let count = count.clone();
         let addr = addr.clone();
         std::thread::spawn(move || {
             let mut c = Client::tcp(&addr).unwrap();
@@ -336,8 +360,8 @@ fn bad_clients_do_not_stall_others() {
                 let r = c.publish("good", format!("{n}").as_bytes(), AckLevel::Durable, None);
                 assert!(matches!(r, Ok(Reply::Ack { .. })), "{r:?}");
                 n += 1;
+                count.store(n, Ordering::Relaxed);
             }
-            n
         })
     };
     let mut bad = Client::tcp(&addr).unwrap();
@@ -417,13 +441,36 @@ fn bad_clients_do_not_stall_others() {
             break;
         }
     }
-    std::thread::sleep(Duration::from_millis(300));
-    stop.store(true, Ordering::Relaxed);
-    let published = good.join().unwrap();
+    // The good client keeps going while the deaf one is being dropped.
+    let before = count.load(Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count.load(Ordering::Relaxed) < before + 20 {
+        assert!(Instant::now() < deadline, "the good client was stalled");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The deaf client was disconnected (or is about to be, once its queue fills).
+    deaf.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut sink = vec![0u8; 1 << 16];
+    let mut total = 0usize;
+    let closed = loop {
+        match deaf.read(&mut sink) {
+            Ok(0) => break true,
+            Ok(n) => total += n,
+            Err(e) => {
+                break !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                );
+            }
+        }
+    };
     assert!(
-        published > 10,
-        "the good client was stalled: {published} publishes"
+        closed,
+        "the deaf client was never disconnected ({total} bytes read)"
     );
+    stop.store(true, Ordering::Relaxed);
+    good.join().unwrap();
 }
 
 /// Publishers send durable publishes pipelined (several in flight) and record each ack;

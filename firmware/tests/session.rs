@@ -1,0 +1,298 @@
+//! The gateway core and the blocking session over an in-memory transport and a simulated
+//! flash.
+
+use std::convert::Infallible;
+
+use spillway_core::log::{Config, Log, Memory, SegmentSlot, segments_for};
+use spillway_core::storage::{Geometry, SimFlash};
+use spillway_core::wire::{
+    AckLevel, ErrorCode, PROTOCOL_VERSION, Producer, Request, Response, decode_message,
+    encode_frame,
+};
+use spillway_firmware::{Conn, Gateway, GatewayConfig, Mode, Outcome, Session};
+
+/// Input delivered `chunk` bytes per read; output collected.
+struct MemIo {
+    input: Vec<u8>,
+    pos: usize,
+    chunk: usize,
+    output: Vec<u8>,
+}
+
+impl embedded_io::ErrorType for MemIo {
+    type Error = Infallible;
+}
+impl embedded_io::Read for MemIo {
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Infallible> {
+        let n = (self.input.len() - self.pos).min(buf.len()).min(self.chunk);
+        buf[..n].copy_from_slice(&self.input[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+impl embedded_io::Write for MemIo {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, Infallible> {
+        self.output.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> Result<(), Infallible> {
+        Ok(())
+    }
+}
+
+fn frames(reqs: &[Request<'_>]) -> Vec<u8> {
+    let mut out = vec![0u8];
+    let mut buf = [0u8; 1024];
+    for r in reqs {
+        let n = encode_frame(r, &mut buf).unwrap();
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
+
+/// Decodes every reply frame and gives each to `f` (responses borrow the frame).
+fn replies(bytes: &[u8], mut f: impl FnMut(Response<'_>)) {
+    for frame in bytes.split(|&b| b == 0).filter(|f| !f.is_empty()) {
+        let mut frame = frame.to_vec();
+        f(decode_message::<Response<'_>>(&mut frame).unwrap());
+    }
+}
+
+fn geo() -> Geometry {
+    Geometry {
+        erase_size: 4096,
+        write_size: 4,
+        capacity: 4096 * 34,
+        erased: 0xFF,
+    }
+}
+
+fn publish(seq: u32, payload: &[u8], ack: AckLevel, producer: Option<Producer>) -> Request<'_> {
+    Request::Publish {
+        seq,
+        topic: "sensor/t",
+        timestamp_us: Some(1_000 + u64::from(seq)),
+        payload,
+        ack,
+        producer,
+    }
+}
+
+fn formatted(id: u128) -> SimFlash<Vec<u8>> {
+    let mut flash = SimFlash::new_vec(geo()).unwrap();
+    Log::format(&mut flash, id, 2).unwrap();
+    flash
+}
+
+#[test]
+fn session_serves_frames_with_group_commit() {
+    let mut flash = formatted(42);
+    let mut buf = vec![0u8; 4096];
+    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo(), 2) as usize];
+    let mem = Memory {
+        buffer: &mut buf,
+        segments: &mut slots,
+    };
+    let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+    let mut gw = Gateway::new(GatewayConfig::new("mcu", 512, 4096), 0);
+    let p = Some(Producer { id: 5, seq: 1 });
+    let mut input = frames(&[
+        Request::Stats { seq: 99 },
+        Request::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            client_name: "t",
+        },
+        publish(1, b"a", AckLevel::Durable, None),
+        publish(2, b"b", AckLevel::Durable, p),
+        publish(3, b"b", AckLevel::Durable, p),
+        publish(4, b"c", AckLevel::Buffered, None),
+        publish(5, b"d", AckLevel::None, None),
+        publish(6, &[0u8; 600], AckLevel::Buffered, None),
+        Request::Fetch {
+            seq: 7,
+            consumer: None,
+            from_offset: 0,
+            max_bytes: 1,
+            wait_ms: Some(1000),
+        },
+        Request::Fetch {
+            seq: 8,
+            consumer: Some("ghost"),
+            from_offset: 0,
+            max_bytes: 100,
+            wait_ms: None,
+        },
+        Request::Commit {
+            seq: 9,
+            consumer: "bridge",
+            offset: 2,
+        },
+        Request::Fetch {
+            seq: 10,
+            consumer: None,
+            from_offset: 50,
+            max_bytes: 100,
+            wait_ms: None,
+        },
+    ]);
+    input.extend_from_slice(&[0x03, 0x11, 0x22, 0x00]); // a bad frame
+    let io = MemIo {
+        input,
+        pos: 0,
+        chunk: 10_000,
+        output: Vec::new(),
+    };
+    let mut s: Session<'_, MemIo, 1024> = Session::new(io, Mode::Frames);
+    let mut scratch = vec![0u8; 4096];
+    let mut out = vec![0u8; 4096];
+    let batches_before = log.stats().batches_written;
+    let mut flushed = false;
+    loop {
+        let rep = s
+            .poll(&mut gw, &mut log, 10, 2_000, &mut scratch, &mut out)
+            .unwrap();
+        flushed |= rep.flushed;
+        if rep.bytes_read == 0 {
+            break;
+        }
+    }
+    assert!(flushed);
+    // The durable publishes arrived in one read: one batch written for all of them.
+    assert_eq!(log.stats().batches_written - batches_before, 1);
+    assert_eq!(log.durable_offset(), 4);
+    let io = s.into_transport();
+    let mut seen = Vec::new();
+    replies(&io.output, |r| {
+        let tag = match r {
+            Response::Error { seq, code, .. } => format!("err{seq} {code:?}"),
+            Response::Welcome {
+                log_id, gateway_id, ..
+            } => {
+                assert_eq!(log_id, 42);
+                assert_eq!(gateway_id, "mcu");
+                "welcome".into()
+            }
+            Response::Ack {
+                seq,
+                offset,
+                duplicate,
+            } => format!("ack{seq} {offset} {duplicate}"),
+            Response::Records {
+                seq,
+                records,
+                next_offset,
+                ..
+            } => {
+                let recs: Vec<_> = records.iter().map(|r| r.unwrap()).collect();
+                assert_eq!(recs[0].payload, b"a");
+                assert_eq!(recs[0].timestamp_us, 1_001);
+                format!("records{seq} {} {next_offset}", recs.len())
+            }
+            Response::Committed { seq, offset, .. } => format!("committed{seq} {offset}"),
+            other => format!("{other:?}"),
+        };
+        seen.push(tag);
+    });
+    // Replies in request order, except the durable acks, which follow the group flush at
+    // the end of the read that brought them.
+    assert_eq!(
+        seen,
+        [
+            "err0 NotHandshaken",
+            "welcome",
+            "ack4 2 false",
+            "ack1 0 false",
+            "ack2 1 false",
+            "ack3 1 true",
+            "err6 TooLarge",
+            "records7 1 1",
+            "err8 UnknownConsumer",
+            "committed9 2",
+            "err10 OffsetOutOfRange",
+            "err0 BadFrame",
+        ]
+    );
+}
+
+#[test]
+fn session_lines_mode() {
+    let mut flash = formatted(7);
+    let mut buf = vec![0u8; 4096];
+    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo(), 2) as usize];
+    let mem = Memory {
+        buffer: &mut buf,
+        segments: &mut slots,
+    };
+    let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+    let mut cfg = GatewayConfig::new("mcu", 64, 4096);
+    cfg.default_ack = AckLevel::Durable;
+    let mut gw = Gateway::new(cfg, 0);
+    let mut input = b"temp 21.5\r\n\nnopayload\n".to_vec();
+    input.extend_from_slice(&[b'x'; 300]);
+    input.extend_from_slice(b"\nhum 40\n");
+    let io = MemIo {
+        input,
+        pos: 0,
+        chunk: 7,
+        output: Vec::new(),
+    };
+    let mut s: Session<'_, MemIo, 128> = Session::new(io, Mode::Lines { topic: None });
+    let mut scratch = vec![0u8; 4096];
+    let mut out = vec![0u8; 4096];
+    while s
+        .poll(&mut gw, &mut log, 1, 5_000, &mut scratch, &mut out)
+        .unwrap()
+        .bytes_read
+        > 0
+    {}
+    assert_eq!(log.next_offset(), 2);
+    assert_eq!(log.durable_offset(), 2, "durable lines are flushed");
+    let c = gw.counters();
+    assert_eq!(c.lines_accepted, 2);
+    assert_eq!(c.rejected_too_large, 1);
+    assert_eq!(c.rejected_invalid, 2);
+    assert!(s.into_transport().output.is_empty());
+    let r = log.read(0, &mut scratch).unwrap();
+    let recs: Vec<_> = r.records(&scratch).collect();
+    assert_eq!(recs[0].topic, "temp");
+    assert_eq!(recs[0].payload, b"21.5");
+    assert_eq!(recs[0].timestamp_us, 5_000);
+    assert_eq!(recs[1].topic, "hum");
+}
+
+#[test]
+fn unsupported_version_and_garbage_messages() {
+    let mut flash = formatted(7);
+    let mut buf = vec![0u8; 4096];
+    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo(), 2) as usize];
+    let mem = Memory {
+        buffer: &mut buf,
+        segments: &mut slots,
+    };
+    let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+    let mut gw = Gateway::new(GatewayConfig::new("g", 64, 4096), 0);
+    let mut conn = Conn::default();
+    let mut scratch = vec![0u8; 4096];
+    let mut out = vec![0u8; 4096];
+    let hello = Request::Hello {
+        protocol_version: 0,
+        client_name: "old",
+    };
+    let o = gw.handle_request(&mut conn, &hello, &mut log, 0, 0, &mut scratch, &mut out);
+    let Outcome::Reply { len } = o else {
+        panic!("{o:?}")
+    };
+    let r: Response<'_> = decode_message(&mut out[..len]).unwrap();
+    assert!(matches!(
+        r,
+        Response::Error {
+            code: ErrorCode::UnsupportedVersion,
+            ..
+        }
+    ));
+    // Message bytes that do not decode: BadFrame, never a panic.
+    for garbage in [&[0xffu8, 0xff, 0xff][..], &[1, 200, 200, 200], &[]] {
+        let o = gw.handle_message(&mut conn, garbage, &mut log, 0, 0, &mut scratch, &mut out);
+        assert!(matches!(o, Outcome::Reply { .. }));
+    }
+}
