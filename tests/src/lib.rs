@@ -1,10 +1,12 @@
 //! Shared helpers for Spillway's end-to-end tests and benchmarks: a blocking protocol
-//! [`client`] and a [`gateway`] process harness that builds and starts the real `spillway`
-//! binary.
+//! [`client`], a [`gateway`] process harness that builds and starts the real `spillway`
+//! binary, the bridge harness, and the core benchmark's measuring functions.
 
+pub mod bench_core;
 pub mod bridge;
 pub mod client;
 pub mod gateway;
+pub mod ram_nor;
 
 pub use bridge::{bridge_bin, run_bridge};
 pub use client::{Client, FetchedRecord, Reply};

@@ -328,6 +328,14 @@ pub struct RecordRef<'a> {
 /// Parses one record encoding at the start of `b`; returns it and its length in bytes.
 /// `None` if the bytes are not a well-formed record (bounds, flags, UTF-8).
 pub fn parse_record(b: &[u8], offset: u64) -> Option<(RecordRef<'_>, usize)> {
+    let (mut r, n) = parse_record_fields(b, offset)?;
+    r.crc = record_crc(offset, r.encoded);
+    Some((r, n))
+}
+
+/// [`parse_record`] without the record CRC (left 0), for walks that need a record's length
+/// or fields but not its CRC: the CRC is a pass over the record's bytes.
+pub(crate) fn parse_record_fields(b: &[u8], offset: u64) -> Option<(RecordRef<'_>, usize)> {
     let tlen = *b.first()? as usize;
     if tlen == 0 {
         return None;
@@ -359,7 +367,7 @@ pub fn parse_record(b: &[u8], offset: u64) -> Option<(RecordRef<'_>, usize)> {
     Some((
         RecordRef {
             offset,
-            crc: record_crc(offset, encoded),
+            crc: 0,
             topic,
             timestamp_us,
             producer,
@@ -422,9 +430,9 @@ pub(crate) fn walk_records(
         if i == skip {
             skipped_len = at;
         }
-        let (r, n) = parse_record(&body[at..], base + i)?;
-        if i < skip {
-            crc = r.crc;
+        let (r, n) = parse_record_fields(&body[at..], base + i)?;
+        if i + 1 == skip.min(count as u64) {
+            crc = record_crc(base + i, r.encoded);
         }
         at += n;
     }
@@ -624,5 +632,68 @@ mod tests {
             let (torn_len, torn_check) = (len | lost_len, !len | lost_check);
             assert_ne!(torn_check, !torn_len, "len {len:#x}");
         }
+    }
+
+    /// Encodes records of growing payloads back to back, as in a batch body.
+    fn body(count: usize) -> std::vec::Vec<u8> {
+        let mut out = std::vec::Vec::new();
+        for i in 0..count {
+            let payload = std::vec![i as u8; 3 + i];
+            let rec = Record {
+                topic: "topic",
+                timestamp_us: 1000 + i as u64,
+                producer: (i % 2 == 1).then_some(Producer {
+                    id: 7,
+                    seq: i as u32,
+                }),
+                payload: &payload,
+            };
+            let at = out.len();
+            out.resize(at + rec.encoded_len(), 0);
+            rec.encode_into(&mut out[at..]);
+        }
+        out
+    }
+
+    #[test]
+    fn walk_records_gives_the_crc_before_the_skipped_prefix_end() {
+        let (base, count, prev) = (40u64, 5u32, 0xDEAD_BEEF);
+        let b = body(count as usize);
+        // Every record's length and CRC, through the public parser.
+        let mut recs = std::vec::Vec::new();
+        let mut at = 0;
+        for i in 0..u64::from(count) {
+            let (r, n) = parse_record(&b[at..], base + i).unwrap();
+            assert_eq!(r.crc, record_crc(base + i, &b[at..at + n]));
+            recs.push((at, r.crc));
+            at += n;
+        }
+        for skip in 0..=u64::from(count) + 1 {
+            let (len, crc) = walk_records(&b, base, count, skip, prev).unwrap();
+            let k = skip.min(u64::from(count)) as usize;
+            let want_len = recs.get(k).map_or(b.len(), |r| r.0);
+            let want_crc = if k == 0 { prev } else { recs[k - 1].1 };
+            assert_eq!((len, crc), (want_len, want_crc), "skip {skip}");
+        }
+        // A body longer or shorter than `count` records is refused.
+        assert_eq!(walk_records(&b, base, count - 1, 0, prev), None);
+        assert_eq!(walk_records(&b[..b.len() - 1], base, count, 0, prev), None);
+    }
+
+    #[test]
+    fn parse_record_fields_leaves_the_crc_out_only() {
+        let b = body(2);
+        let (full, n) = parse_record(&b, 9).unwrap();
+        let (fields, m) = parse_record_fields(&b, 9).unwrap();
+        assert_eq!(n, m);
+        assert_eq!(
+            RecordRef {
+                crc: full.crc,
+                ..fields
+            },
+            full
+        );
+        assert_eq!(fields.crc, 0);
+        assert!(parse_record_fields(&b[..n - 1], 9).is_none());
     }
 }

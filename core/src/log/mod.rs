@@ -40,7 +40,7 @@ use crate::error::{AppendError, CommitError, FlushError, FormatError, MountError
 use crate::storage::{Flash, Geometry};
 use format::{
     BATCH_HEADER_LEN, BatchHeader, HeadCheck, JOURNAL_BLOCKS, MAX_CONSUMER_NAME_LEN, MAX_TOPIC_LEN,
-    SEGMENT_HEADER_LEN, SegmentHeader, align_up, parse_record,
+    SEGMENT_HEADER_LEN, SegmentHeader, align_up, parse_record_fields,
 };
 pub use format::{Producer, Record, RecordIter, RecordRef, record_crc};
 use journal::{Consumer, ProducerState};
@@ -1488,21 +1488,28 @@ impl<'a, F: Flash> Log<'a, F> {
     /// CRC of the last one counted)`.
     fn buffered_fit(&self, k: u32, max_bytes: usize) -> (u32, usize, u32) {
         let mut at = BATCH_HEADER_LEN;
-        let mut crc = self.buf_prev_crc;
+        let mut last = None;
         let mut n = 0u32;
         while n < k.min(self.buf_count) {
-            let Some((r, len)) =
-                parse_record(&self.buf[at..self.buf_len], self.buf_base + n as u64)
+            let Some((_, len)) =
+                parse_record_fields(&self.buf[at..self.buf_len], self.buf_base + n as u64)
             else {
                 break;
             };
             if at - BATCH_HEADER_LEN + len > max_bytes {
                 break;
             }
-            crc = r.crc;
+            last = Some(at..at + len);
             at += len;
             n += 1;
         }
+        // Only the last counted record's CRC is needed; when that is the newest record,
+        // `append` already computed it.
+        let crc = match last {
+            Some(_) if n == self.buf_count => self.last_crc,
+            Some(r) => record_crc(self.buf_base + n as u64 - 1, &self.buf[r]),
+            None => self.buf_prev_crc,
+        };
         (n, at - BATCH_HEADER_LEN, crc)
     }
 
@@ -1711,7 +1718,8 @@ impl<'a, F: Flash> Log<'a, F> {
         let mut at = start;
         let mut n = 0u32;
         while at < self.buf_len {
-            let Some((_, len)) = parse_record(&self.buf[at..self.buf_len], from + n as u64) else {
+            let Some((_, len)) = parse_record_fields(&self.buf[at..self.buf_len], from + n as u64)
+            else {
                 break;
             };
             if at - start + len > buf.len() {
