@@ -50,7 +50,8 @@ pub struct GatewayConfig {
     /// included). Reply buffers passed to the gateway should be this long.
     pub max_frame_bytes: u32,
     /// Acknowledgement level of line-mode records (lines get no reply; `Durable` makes the
-    /// caller flush after them, see [`LineAccepted::durable`]).
+    /// caller flush after them, see [`LineAccepted::durable`]) and of publishes that ask for
+    /// [`AckLevel::GatewayDefault`].
     pub default_ack: AckLevel,
 }
 
@@ -414,12 +415,16 @@ impl Gateway {
         now_us: u64,
         out: &mut [u8],
     ) -> Outcome {
+        let ack = match ack {
+            AckLevel::GatewayDefault => self.cfg.default_ack,
+            named => named,
+        };
         let result = self.append(rec, log, now_us);
         let (code, m) = match result {
             Ok(a) => {
                 return match ack {
                     AckLevel::None => Outcome::NoReply,
-                    AckLevel::Buffered => reply(
+                    AckLevel::Buffered | AckLevel::GatewayDefault => reply(
                         out,
                         &Response::Ack {
                             seq,

@@ -296,3 +296,41 @@ fn unsupported_version_and_garbage_messages() {
         assert!(matches!(o, Outcome::Reply { .. }));
     }
 }
+
+/// A publish that leaves the level to the gateway gets the gateway's configured one:
+/// durable here (acknowledged only once flushed), buffered with the default config.
+#[test]
+fn gateway_default_ack_level_follows_the_configuration() {
+    for (default, want_durable) in [(AckLevel::Durable, true), (AckLevel::Buffered, false)] {
+        let mut flash = formatted(9);
+        let mut buf = vec![0u8; 4096];
+        let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo(), 2) as usize];
+        let mem = Memory {
+            buffer: &mut buf,
+            segments: &mut slots,
+        };
+        let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+        let mut cfg = GatewayConfig::new("mcu", 512, 4096);
+        cfg.default_ack = default;
+        let mut gw = Gateway::new(cfg, 0);
+        let mut conn = Conn::default();
+        let (mut scratch, mut out) = (vec![0u8; 4096], vec![0u8; 4096]);
+        let hello = Request::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            client_name: "t",
+        };
+        let _ = gw.handle_request(&mut conn, &hello, &mut log, 0, 0, &mut scratch, &mut out);
+        let req = publish(1, b"x", AckLevel::GatewayDefault, None);
+        let outcome = gw.handle_request(&mut conn, &req, &mut log, 1, 1, &mut scratch, &mut out);
+        match outcome {
+            Outcome::ReplyWhenDurable { offset, .. } => {
+                assert!(want_durable, "buffered default must answer at once");
+                assert_eq!(offset, 0);
+            }
+            Outcome::Reply { .. } => {
+                assert!(!want_durable, "durable default must wait for the flush")
+            }
+            other => panic!("unexpected outcome {other:?}"),
+        }
+    }
+}

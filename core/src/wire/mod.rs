@@ -58,7 +58,8 @@ pub const PROTOCOL_VERSION: u16 = 1;
 
 /// How far a publish must have got before the gateway acknowledges it.
 ///
-/// Encoded as a varint variant index: `None` = 0, `Buffered` = 1, `Durable` = 2.
+/// Encoded as a varint variant index: `None` = 0, `Buffered` = 1, `Durable` = 2,
+/// `GatewayDefault` = 3.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum AckLevel {
     /// Fire and forget: the gateway sends no reply at all, not even an error.
@@ -68,6 +69,9 @@ pub enum AckLevel {
     Buffered,
     /// Reply once the record is written to flash and synced: it survives a power cut.
     Durable,
+    /// Whatever level the gateway is configured to use for publishes that do not name one
+    /// (its `--ack` setting; buffered unless configured otherwise).
+    GatewayDefault,
 }
 
 /// Identity of an idempotent producer: the gateway deduplicates resends by `(id, seq)`.

@@ -408,9 +408,14 @@ fn enum_indexes_are_frozen() {
         assert_eq!(postcard::to_slice(&c, &mut buf).unwrap(), &[i as u8]);
         assert_eq!(usize::from(c.code()), i);
     }
-    for (i, a) in [AckLevel::None, AckLevel::Buffered, AckLevel::Durable]
-        .into_iter()
-        .enumerate()
+    for (i, a) in [
+        AckLevel::None,
+        AckLevel::Buffered,
+        AckLevel::Durable,
+        AckLevel::GatewayDefault,
+    ]
+    .into_iter()
+    .enumerate()
     {
         assert_eq!(postcard::to_slice(&a, &mut buf).unwrap(), &[i as u8]);
     }

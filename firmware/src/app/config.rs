@@ -119,7 +119,8 @@ pub struct RunArgs {
     /// Serve Prometheus metrics over HTTP on this address (e.g. 127.0.0.1:9187).
     #[arg(long)]
     pub metrics: Option<String>,
-    /// Acknowledgement level of line-mode records [default: buffered].
+    /// Acknowledgement level of line-mode records and of publishes that leave the level to
+    /// the gateway [default: buffered].
     #[arg(long, value_enum)]
     pub ack: Option<AckArg>,
     /// Spill policy [default: always].
@@ -243,7 +244,7 @@ pub struct Settings {
     pub serial: Vec<Serial>,
     /// Metrics address.
     pub metrics: Option<SocketAddr>,
-    /// Line-mode acknowledgement level.
+    /// Acknowledgement level of line mode and of publishes that leave it to the gateway.
     pub ack: AckLevel,
     /// Spill policy.
     pub spill: SpillPolicy,
