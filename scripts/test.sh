@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The test suite, on a fresh Debian machine with the Rust toolchain: installs the system
+# packages the build and tests need when they are missing, starts a Kafka-protocol broker
+# for the Kafka end-to-end test, runs `cargo test --workspace`, stops the broker.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || need+=(libcurl4-openssl-dev)
+command -v socat >/dev/null 2>&1 || need+=(socat)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "test.sh: installing ${need[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${need[@]}"
+fi
+
+if [ -x scripts/kafka-broker.sh ] && [ -z "${SPILLWAY_KAFKA_BROKER:-}" ]; then
+  scripts/kafka-broker.sh start
+  trap 'scripts/kafka-broker.sh stop' EXIT
+  export SPILLWAY_KAFKA_BROKER=127.0.0.1:19092
+fi
+
+cargo test --workspace "$@"
