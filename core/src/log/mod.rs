@@ -71,8 +71,9 @@ pub enum SpillPolicy {
     /// Every record reaches flash.
     Always,
     /// Records that every consumer has committed while they are still in RAM are dropped
-    /// unwritten; the rest is written when the buffer passes its high-water mark, when the
-    /// linger time runs out, or on a durable request.
+    /// unwritten; the rest is written when a record would take the buffer past its
+    /// high-water mark (before that record is added), when the linger time runs out, or on
+    /// a durable request.
     OnPressure,
 }
 
@@ -1318,7 +1319,13 @@ impl<'a, F: Flash> Log<'a, F> {
                 last_seq: last,
             });
         }
-        if self.buf_len + len > self.buf_cap {
+        // `OnPressure` writes the buffer out before this record would take it past the
+        // high-water mark, not after appending it: a failed write must leave the record
+        // unappended (the error tells the producer to retry).
+        let past_high_water = self.cfg.spill == SpillPolicy::OnPressure
+            && (self.buf_len + len - BATCH_HEADER_LEN) * 100
+                > (self.buf_cap - BATCH_HEADER_LEN) * self.cfg.high_water_percent as usize;
+        if self.buf_len + len > self.buf_cap || past_high_water {
             self.spill()?;
         }
         if self.cfg.full == FullPolicy::RejectNew && !self.flash_has_room(self.buf_len + len) {
@@ -1345,12 +1352,6 @@ impl<'a, F: Flash> Log<'a, F> {
         self.dev.stats.payload_bytes_appended += rec.payload.len() as u64;
         if let Some(p) = rec.producer {
             self.note_producer(p.id, p.seq, offset);
-        }
-        if self.cfg.spill == SpillPolicy::OnPressure
-            && (self.buf_len - BATCH_HEADER_LEN) * 100
-                > (self.buf_cap - BATCH_HEADER_LEN) * self.cfg.high_water_percent as usize
-        {
-            self.spill()?;
         }
         Ok(Appended {
             offset,
