@@ -118,3 +118,59 @@ fn high_water_spill_error_appended_the_record() {
     assert_eq!(log.next_offset(), ok);
     assert_eq!(log.durable_offset(), ok);
 }
+
+/// Bug: `append` raised the offset lease in RAM before writing it to the journal and kept
+/// the raised value when that write failed. The caller's next appends then handed out
+/// offsets no journal entry covered; after a crash the log started again at the old lease
+/// and handed the same offsets out a second time, to different records.
+#[test]
+fn failed_lease_write_kept_the_lease_in_ram() {
+    let g = geometry();
+    let mut sim = SimFlash::new_vec(g).unwrap();
+    Log::format(&mut sim, 1, 2).unwrap();
+    let fail = Cell::new(false);
+    let mut buf = vec![0u8; 512];
+    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&g, 2) as usize];
+    let cfg = Config {
+        lease_step: 4,
+        ..Config::default()
+    };
+    let handed = {
+        let mem = Memory {
+            buffer: &mut buf,
+            segments: &mut slots,
+        };
+        let flaky = Flaky {
+            sim: &mut sim,
+            fail: &fail,
+        };
+        let (mut log, _) = Log::mount(flaky, cfg, mem, 0).unwrap();
+        // Offsets 0..4 are covered by the first lease.
+        for _ in 0..4 {
+            log.append(0, &record(b"leased")).unwrap();
+        }
+        log.flush(0).unwrap();
+        // The write of the next lease fails; the append must fail with it.
+        fail.set(true);
+        assert!(matches!(
+            log.append(0, &record(b"x")),
+            Err(AppendError::Flash(_))
+        ));
+        // The storage recovers; appends go on, unflushed, and the power is cut.
+        fail.set(false);
+        for _ in 0..3 {
+            log.append(0, &record(b"not durable")).unwrap();
+        }
+        log.next_offset()
+    };
+    let mem = Memory {
+        buffer: &mut buf,
+        segments: &mut slots,
+    };
+    let (log, rep) = Log::mount(&mut sim, cfg, mem, 0).unwrap();
+    assert!(
+        log.next_offset() >= handed,
+        "offsets {}..{handed} handed out again after a crash ({rep:?})",
+        log.next_offset()
+    );
+}

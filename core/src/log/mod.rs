@@ -1332,8 +1332,14 @@ impl<'a, F: Flash> Log<'a, F> {
             return Err(AppendError::Full);
         }
         if self.next_offset >= self.lease {
+            // Raise the lease in RAM only for the write: if the write fails, the next
+            // append must try again rather than hand out offsets no journal entry covers.
+            let old = self.lease;
             self.lease = self.next_offset.saturating_add(self.cfg.lease_step.max(1));
-            self.persist_journal(false)?;
+            if let Err(e) = self.persist_journal(false) {
+                self.lease = old;
+                return Err(e.into());
+            }
         }
         let offset = self.next_offset;
         let start = self.buf_len;
