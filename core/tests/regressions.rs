@@ -14,10 +14,12 @@ use spillway_core::storage::{Flash, Geometry, SimError, SimFlash};
 
 type Sim = SimFlash<Vec<u8>>;
 
-/// A simulated flash whose writes fail (without changing anything) while `fail` is set.
+/// A simulated flash whose writes fail (without changing anything) while `fail` is set,
+/// and whose syncs fail while `fail_sync` is set.
 struct Flaky<'a> {
     sim: &'a mut Sim,
     fail: &'a Cell<bool>,
+    fail_sync: &'a Cell<bool>,
 }
 
 impl Flash for Flaky<'_> {
@@ -41,6 +43,9 @@ impl Flash for Flaky<'_> {
         self.sim.erase(block)
     }
     fn sync(&mut self) -> Result<(), SimError> {
+        if self.fail_sync.get() {
+            return Err(SimError::PowerCut);
+        }
         self.sim.sync()
     }
 }
@@ -89,6 +94,7 @@ fn high_water_spill_error_appended_the_record() {
     let flaky = Flaky {
         sim: &mut sim,
         fail: &fail,
+        fail_sync: &Cell::new(false),
     };
     let (mut log, _) = Log::mount(flaky, cfg, mem, 0).unwrap();
     // The first append writes the offset lease; later ones only fill the buffer.
@@ -143,6 +149,7 @@ fn failed_lease_write_kept_the_lease_in_ram() {
         let flaky = Flaky {
             sim: &mut sim,
             fail: &fail,
+            fail_sync: &Cell::new(false),
         };
         let (mut log, _) = Log::mount(flaky, cfg, mem, 0).unwrap();
         // Offsets 0..4 are covered by the first lease.
@@ -173,4 +180,59 @@ fn failed_lease_write_kept_the_lease_in_ram() {
         "offsets {}..{handed} handed out again after a crash ({rep:?})",
         log.next_offset()
     );
+}
+
+/// Bug: `flush` with an empty RAM buffer returned at once, leaving
+/// `durable_offset() < next_offset()` although its documentation promises equality:
+/// after an unclean mount (the offsets of the lease gap never existed) and after a flush
+/// whose final sync failed (the batches were written but never synced, and no later flush
+/// synced them).
+#[test]
+fn flush_with_empty_buffer_left_durable_below_next() {
+    let g = geometry();
+    let mut sim = SimFlash::new_vec(g).unwrap();
+    Log::format(&mut sim, 1, 2).unwrap();
+    let mut buf = vec![0u8; 512];
+    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&g, 2) as usize];
+    let cfg = Config::default();
+    {
+        let mem = Memory {
+            buffer: &mut buf,
+            segments: &mut slots,
+        };
+        let (mut log, _) = Log::mount(&mut sim, cfg, mem, 0).unwrap();
+        log.append(0, &record(b"durable")).unwrap();
+        log.flush(0).unwrap();
+        log.append(0, &record(b"lost in the crash")).unwrap();
+    }
+    // Unclean mount: the next offset starts at the lease, past a gap.
+    let fail = Cell::new(false);
+    let fail_sync = Cell::new(false);
+    let mem = Memory {
+        buffer: &mut buf,
+        segments: &mut slots,
+    };
+    let flaky = Flaky {
+        sim: &mut sim,
+        fail: &fail,
+        fail_sync: &fail_sync,
+    };
+    let (mut log, rep) = Log::mount(flaky, cfg, mem, 0).unwrap();
+    assert!(rep.not_durable.is_some(), "{rep:?}");
+    let next = log.next_offset();
+    assert_eq!(log.flush(0).unwrap(), next);
+    assert_eq!(log.durable_offset(), next);
+
+    // A flush whose sync fails (after the batch was written into the segment opened by
+    // the flush before it), then a flush with nothing left in RAM.
+    log.append(0, &record(b"opens a segment")).unwrap();
+    log.flush(0).unwrap();
+    log.append(0, &record(b"written, not synced")).unwrap();
+    fail_sync.set(true);
+    assert!(log.flush(0).is_err());
+    assert_eq!(log.buffered_records(), 0);
+    fail_sync.set(false);
+    let next = log.next_offset();
+    assert_eq!(log.flush(0).unwrap(), next);
+    assert_eq!(log.durable_offset(), next);
 }

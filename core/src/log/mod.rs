@@ -1524,6 +1524,12 @@ impl<'a, F: Flash> Log<'a, F> {
     /// Writes every buffered record to flash, rolling to new segments as needed, then syncs.
     fn write_buffer(&mut self) -> Result<(), FlushError<F::Error>> {
         if self.buf_count == 0 {
+            // Every offset below the next one is on flash, discarded, or was skipped at
+            // mount (never existed); only batches whose sync failed may still need one.
+            if self.durable_end < self.next_offset {
+                self.dev.sync().map_err(FlushError::Flash)?;
+                self.durable_end = self.next_offset;
+            }
             return Ok(());
         }
         let l = self.dev.l;
