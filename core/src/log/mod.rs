@@ -71,8 +71,9 @@ pub enum SpillPolicy {
     /// Every record reaches flash.
     Always,
     /// Records that every consumer has committed while they are still in RAM are dropped
-    /// unwritten; the rest is written when the buffer passes its high-water mark, when the
-    /// linger time runs out, or on a durable request.
+    /// unwritten; the rest is written when a record would take the buffer past its
+    /// high-water mark (before that record is added), when the linger time runs out, or on
+    /// a durable request.
     OnPressure,
 }
 
@@ -1319,15 +1320,27 @@ impl<'a, F: Flash> Log<'a, F> {
                 last_seq: last,
             });
         }
-        if self.buf_len + len > self.buf_cap {
+        // `OnPressure` writes the buffer out before this record would take it past the
+        // high-water mark, not after appending it: a failed write must leave the record
+        // unappended (the error tells the producer to retry).
+        let past_high_water = self.cfg.spill == SpillPolicy::OnPressure
+            && (self.buf_len + len - BATCH_HEADER_LEN) * 100
+                > (self.buf_cap - BATCH_HEADER_LEN) * self.cfg.high_water_percent as usize;
+        if self.buf_len + len > self.buf_cap || past_high_water {
             self.spill()?;
         }
         if self.cfg.full == FullPolicy::RejectNew && !self.flash_has_room(self.buf_len + len) {
             return Err(AppendError::Full);
         }
         if self.next_offset >= self.lease {
+            // Raise the lease in RAM only for the write: if the write fails, the next
+            // append must try again rather than hand out offsets no journal entry covers.
+            let old = self.lease;
             self.lease = self.next_offset.saturating_add(self.cfg.lease_step.max(1));
-            self.persist_journal(false)?;
+            if let Err(e) = self.persist_journal(false) {
+                self.lease = old;
+                return Err(e.into());
+            }
         }
         let offset = self.next_offset;
         let start = self.buf_len;
@@ -1346,12 +1359,6 @@ impl<'a, F: Flash> Log<'a, F> {
         self.dev.stats.payload_bytes_appended += rec.payload.len() as u64;
         if let Some(p) = rec.producer {
             self.note_producer(p.id, p.seq, offset);
-        }
-        if self.cfg.spill == SpillPolicy::OnPressure
-            && (self.buf_len - BATCH_HEADER_LEN) * 100
-                > (self.buf_cap - BATCH_HEADER_LEN) * self.cfg.high_water_percent as usize
-        {
-            self.spill()?;
         }
         Ok(Appended {
             offset,
@@ -1525,6 +1532,12 @@ impl<'a, F: Flash> Log<'a, F> {
     /// Writes every buffered record to flash, rolling to new segments as needed, then syncs.
     fn write_buffer(&mut self) -> Result<(), FlushError<F::Error>> {
         if self.buf_count == 0 {
+            // Every offset below the next one is on flash, discarded, or was skipped at
+            // mount (never existed); only batches whose sync failed may still need one.
+            if self.durable_end < self.next_offset {
+                self.dev.sync().map_err(FlushError::Flash)?;
+                self.durable_end = self.next_offset;
+            }
             return Ok(());
         }
         let l = self.dev.l;

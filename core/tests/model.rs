@@ -1,0 +1,437 @@
+//! Model test: random operations on the log and on a `VecDeque` oracle of
+//! `(offset, record)`, compared after every step.
+//!
+//! Operations: append (random topic, payload, sometimes a producer id), flush, read at a
+//! random offset, commit, tick with an advancing clock, clean close and remount, drop and
+//! remount (unclean), and a power cut armed after a random number of bytes that lands in
+//! whatever operation comes next. The oracle knows which records were acknowledged
+//! durable; after an unclean remount it drops the records that are gone, which must all
+//! be above the durable mark, and reads must report a lost range exactly where it has no
+//! record.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+
+use proptest::prelude::*;
+use spillway_core::log::{
+    BRIDGE_CONSUMER, Config, FullPolicy, Log, LostReason, Memory, Producer, Record, RecoveryReport,
+    SegmentSlot, SpillPolicy, segments_for,
+};
+use spillway_core::storage::{Flash, Geometry, SimError, SimFlash};
+use spillway_core::{AppendError, FlushError, MountError};
+
+type Sim = SimFlash<Vec<u8>>;
+
+/// The flash behind a `RefCell`, so that it can be powered on between mount attempts.
+#[derive(Clone, Copy)]
+struct Shared<'s>(&'s RefCell<Sim>);
+
+impl Flash for Shared<'_> {
+    type Error = SimError;
+    fn geometry(&self) -> Geometry {
+        self.0.borrow().geometry()
+    }
+    fn read(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), SimError> {
+        self.0.borrow_mut().read(addr, buf)
+    }
+    fn write(&mut self, addr: u32, data: &[u8]) -> Result<(), SimError> {
+        self.0.borrow_mut().write(addr, data)
+    }
+    fn erase(&mut self, block: u32) -> Result<(), SimError> {
+        self.0.borrow_mut().erase(block)
+    }
+    fn sync(&mut self) -> Result<(), SimError> {
+        self.0.borrow_mut().sync()
+    }
+}
+
+type TestLog<'a> = Log<'a, Shared<'a>>;
+
+const TOPICS: [&str; 3] = ["t", "sensors/41001/sst", "cgm/glucose"];
+const LINGER_US: u64 = 10_000;
+
+const GEOMETRY: Geometry = Geometry {
+    erase_size: 1024,
+    write_size: 4,
+    capacity: 1024 * (2 + 5),
+    erased: 0xFF,
+};
+
+fn config() -> Config {
+    Config {
+        spill: SpillPolicy::Always,
+        full: FullPolicy::RejectNew,
+        linger_us: LINGER_US,
+        high_water_percent: 75,
+        commit_interval_us: 50_000,
+        lease_step: 16,
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Rec {
+    topic: &'static str,
+    ts: u64,
+    producer: Option<Producer>,
+    payload: Vec<u8>,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Append {
+        topic: usize,
+        payload: Vec<u8>,
+        producer: Option<u64>,
+    },
+    Flush,
+    /// Read at first + (next − first) × n / 256.
+    Read(u8),
+    /// Commit `bridge` at first + (durable − first) × n / 256.
+    Commit(u8),
+    Tick(u64),
+    CloseRemount,
+    DropRemount,
+    /// Arm a power cut after this many more programmed bytes.
+    PowerCut(u16),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        12 => (0..TOPICS.len(), prop::collection::vec(any::<u8>(), 0..120), prop::option::weighted(0.3, 1u64..3))
+            .prop_map(|(topic, payload, producer)| Op::Append { topic, payload, producer }),
+        2 => Just(Op::Flush),
+        3 => any::<u8>().prop_map(Op::Read),
+        2 => any::<u8>().prop_map(Op::Commit),
+        3 => (0..2 * LINGER_US).prop_map(Op::Tick),
+        1 => Just(Op::CloseRemount),
+        1 => Just(Op::DropRemount),
+        1 => (0u16..1500).prop_map(Op::PowerCut),
+    ]
+}
+
+/// The oracle.
+struct Model {
+    recs: VecDeque<(u64, Rec)>,
+    /// Offsets below are acknowledged durable.
+    durable: u64,
+    /// One past the last offset handed out.
+    next: u64,
+    /// `(offset, append time)` of the records not yet durable.
+    unflushed: VecDeque<(u64, u64)>,
+    seqs: [u32; 3],
+    now: u64,
+    ts: u64,
+}
+
+impl Model {
+    fn get(&self, off: u64) -> Option<&Rec> {
+        let i = self.recs.partition_point(|(o, _)| *o < off);
+        self.recs.get(i).filter(|(o, _)| *o == off).map(|(_, r)| r)
+    }
+
+    /// Forgets the records retention reclaimed: only ones every consumer committed.
+    fn retain(&mut self, log: &TestLog<'_>) {
+        let first = log.first_offset();
+        let committed = log.consumers().map(|c| c.1).min().unwrap_or(u64::MAX);
+        assert!(
+            first <= committed,
+            "first {first} above a commit {committed}"
+        );
+        while self.recs.front().is_some_and(|(o, _)| *o < first) {
+            self.recs.pop_front();
+        }
+    }
+
+    fn mark_durable(&mut self, log: &TestLog<'_>) {
+        self.durable = self.durable.max(log.durable_offset());
+        while self.unflushed.front().is_some_and(|u| u.0 < self.durable) {
+            self.unflushed.pop_front();
+        }
+    }
+}
+
+fn mount<'a>(
+    flash: &'a RefCell<Sim>,
+    mems: &'a mut [(Vec<u8>, Vec<SegmentSlot>)],
+    now: u64,
+) -> (TestLog<'a>, RecoveryReport) {
+    for (buffer, segments) in mems.iter_mut() {
+        let mem = Memory { buffer, segments };
+        match Log::mount(Shared(flash), config(), mem, now) {
+            Ok(x) => return x,
+            Err(MountError::Flash(SimError::PowerCut)) => flash.borrow_mut().power_on(),
+            Err(e) => panic!("mount: {e:?}"),
+        }
+    }
+    panic!("mount cut twice");
+}
+
+/// Reads every offset from the first to the next one and compares with the model: a record
+/// where the model has one, a lost range (never corrupt) where it has none.
+fn check_all(log: &mut TestLog<'_>, m: &Model) {
+    let (first, next) = (log.first_offset(), log.next_offset());
+    assert!(m.recs.front().is_none_or(|(o, _)| *o >= first));
+    let mut out = vec![0u8; 700];
+    let mut at = first;
+    let mut steps = 0;
+    while at < next {
+        steps += 1;
+        assert!(steps <= next - first + 1, "read loop stuck at {at}");
+        at = check_read(log, m, at, &mut out);
+    }
+}
+
+/// One read at `at`, checked against the model; returns where the next read starts.
+fn check_read(log: &mut TestLog<'_>, m: &Model, at: u64, out: &mut [u8]) -> u64 {
+    let r = log
+        .read(at, out)
+        .unwrap_or_else(|e| panic!("read {at}: {e:?}"));
+    if at == log.next_offset() {
+        assert_eq!((r.count, r.next_offset, r.lost), (0, at, None));
+        return at;
+    }
+    if let Some(l) = r.lost {
+        // Either reason: a torn batch left by a cut in a segment that is no longer the
+        // head reads as corrupt (its bytes look like a damaged batch), although its
+        // offsets were never durable. What matters is that no known record is in it.
+        assert!(matches!(
+            l.reason,
+            LostReason::Skipped | LostReason::Corrupt
+        ));
+        assert_eq!(l.from, at);
+        for off in l.from..l.to {
+            assert!(m.get(off).is_none(), "record {off} reported lost: {r:?}");
+        }
+        return l.to;
+    }
+    assert!(r.count > 0, "{r:?}");
+    let mut off = at;
+    for rec in r.records(out) {
+        assert_eq!(rec.offset, off);
+        let want = m
+            .get(off)
+            .unwrap_or_else(|| panic!("phantom record at {off}: {rec:?}"));
+        assert_eq!(rec.topic, want.topic);
+        assert_eq!(rec.timestamp_us, want.ts);
+        assert_eq!(rec.producer, want.producer);
+        assert_eq!(rec.payload, &want.payload[..]);
+        off += 1;
+    }
+    assert_eq!(r.next_offset, off);
+    off
+}
+
+/// After an unclean remount: what was acknowledged durable is there, offsets are not
+/// reused, and records that are gone leave the model (only above the durable mark).
+fn recover(log: &mut TestLog<'_>, m: &mut Model) {
+    let next = log.next_offset();
+    assert!(next >= m.next, "offsets reused: next {next} < {}", m.next);
+    m.retain(log);
+    let mut out = vec![0u8; 700];
+    let mut kept = VecDeque::new();
+    for (off, rec) in m.recs.drain(..) {
+        let r = log.read(off, &mut out).unwrap();
+        match r.records(&out).next() {
+            Some(got) if got.offset == off => {
+                assert_eq!(got.payload, &rec.payload[..], "record {off} changed");
+                kept.push_back((off, rec));
+            }
+            _ => assert!(
+                off >= m.durable,
+                "durable record {off} lost (durable {}): {r:?}",
+                m.durable
+            ),
+        }
+    }
+    m.recs = kept;
+    m.next = next;
+    m.durable = log.durable_offset();
+    m.unflushed.clear();
+}
+
+/// Commits `bridge` up to the durable end and persists: room under `RejectNew`.
+fn relieve(log: &mut TestLog<'_>, now: u64) -> Result<(), ()> {
+    let d = log.durable_offset();
+    log.commit(BRIDGE_CONSUMER, d).unwrap();
+    log.persist(now).map_err(|_| ())
+}
+
+fn is_cut<E: std::fmt::Debug>(e: &E) -> bool {
+    format!("{e:?}").contains("PowerCut")
+}
+
+fn run(ops: &[Op], sim_seed: u64) {
+    let mut sim = SimFlash::new_vec(GEOMETRY).unwrap();
+    sim.set_seed(sim_seed);
+    Log::format(&mut sim, 7, 1).unwrap();
+    let flash = RefCell::new(sim);
+    let slots = segments_for(&GEOMETRY, 1) as usize;
+    let mut mems: Vec<(Vec<u8>, Vec<SegmentSlot>)> = (0..2)
+        .map(|_| (vec![0u8; 384], vec![SegmentSlot::EMPTY; slots]))
+        .collect();
+    let mut m = Model {
+        recs: VecDeque::new(),
+        durable: 0,
+        next: 0,
+        unflushed: VecDeque::new(),
+        seqs: [0; 3],
+        now: 1,
+        ts: 1_700_000_000_000_000,
+    };
+    let mut i = 0;
+    'mount: while i <= ops.len() {
+        let (mut log, _) = mount(&flash, &mut mems, m.now);
+        recover(&mut log, &mut m);
+        check_all(&mut log, &m);
+        while i < ops.len() {
+            let op = &ops[i];
+            i += 1;
+            m.now += 13;
+            let cut = match op {
+                Op::Append {
+                    topic,
+                    payload,
+                    producer,
+                } => {
+                    m.ts += 1000;
+                    let producer = producer.map(|id| {
+                        m.seqs[id as usize] += 1;
+                        Producer {
+                            id,
+                            seq: m.seqs[id as usize],
+                        }
+                    });
+                    let rec = Rec {
+                        topic: TOPICS[*topic],
+                        ts: m.ts,
+                        producer,
+                        payload: payload.clone(),
+                    };
+                    let record = Record {
+                        topic: rec.topic,
+                        timestamp_us: rec.ts,
+                        producer: rec.producer,
+                        payload: &rec.payload,
+                    };
+                    let mut res = log.append(m.now, &record);
+                    if matches!(res, Err(AppendError::Full)) {
+                        if relieve(&mut log, m.now).is_err() {
+                            res = Err(AppendError::Full);
+                        } else {
+                            res = log.append(m.now, &record);
+                        }
+                    }
+                    match res {
+                        Ok(a) => {
+                            assert!(!a.duplicate);
+                            assert_eq!(a.offset, log.next_offset() - 1);
+                            assert!(a.offset >= m.next, "offset {} reused", a.offset);
+                            m.next = a.offset + 1;
+                            m.recs.push_back((a.offset, rec));
+                            m.unflushed.push_back((a.offset, m.now));
+                            false
+                        }
+                        Err(AppendError::Full) => false,
+                        Err(e) if is_cut(&e) || flash.borrow().is_cut() => true,
+                        Err(e) => panic!("append: {e:?}"),
+                    }
+                }
+                Op::Flush => {
+                    let mut res = log.flush(m.now);
+                    if matches!(res, Err(FlushError::Full)) && relieve(&mut log, m.now).is_ok() {
+                        res = log.flush(m.now);
+                    }
+                    match res {
+                        Ok(d) => {
+                            assert_eq!(d, log.next_offset());
+                            false
+                        }
+                        Err(FlushError::Full) => false,
+                        Err(e) if is_cut(&e) => true,
+                        Err(e) => panic!("flush: {e:?}"),
+                    }
+                }
+                Op::Read(k) => {
+                    let (first, next) = (log.first_offset(), log.next_offset());
+                    let at = first + (next - first) * *k as u64 / 256;
+                    let mut out = vec![0u8; 700];
+                    check_read(&mut log, &m, at, &mut out);
+                    false
+                }
+                Op::Commit(k) => {
+                    let (first, d) = (log.first_offset(), log.durable_offset());
+                    log.commit(BRIDGE_CONSUMER, first + (d - first) * *k as u64 / 256)
+                        .unwrap();
+                    false
+                }
+                Op::Tick(dt) => {
+                    m.now += dt;
+                    let lingered = m
+                        .unflushed
+                        .front()
+                        .is_some_and(|u| m.now - u.1 >= LINGER_US);
+                    match log.tick(m.now) {
+                        Ok(_) => {
+                            if lingered {
+                                assert_eq!(log.buffered_records(), 0, "linger ran out");
+                                assert_eq!(log.durable_offset(), log.next_offset());
+                            }
+                            false
+                        }
+                        Err(FlushError::Full) => false,
+                        Err(e) if is_cut(&e) => true,
+                        Err(e) => panic!("tick: {e:?}"),
+                    }
+                }
+                Op::CloseRemount => {
+                    let next = log.next_offset();
+                    match log.close(m.now) {
+                        Ok(_) => {
+                            m.durable = next;
+                            let (log, rep) = mount(&flash, &mut mems, m.now);
+                            if !flash.borrow().is_cut() && rep.clean {
+                                assert_eq!(log.next_offset(), next, "clean remount");
+                            }
+                            drop(log);
+                            continue 'mount;
+                        }
+                        Err(FlushError::Full) => continue 'mount,
+                        Err(e) if is_cut(&e) => {
+                            flash.borrow_mut().power_on();
+                            continue 'mount;
+                        }
+                        Err(e) => panic!("close: {e:?}"),
+                    }
+                }
+                Op::DropRemount => continue 'mount,
+                Op::PowerCut(n) => {
+                    flash.borrow_mut().cut_after_bytes(*n as u64);
+                    false
+                }
+            };
+            // A cut can also land in the persist of a commit that made room.
+            if cut || flash.borrow().is_cut() {
+                flash.borrow_mut().power_on();
+                continue 'mount;
+            }
+            m.mark_durable(&log);
+            m.retain(&log);
+            assert!(log.next_offset() == m.next);
+        }
+        break;
+    }
+    // Last: a clean remount with nothing armed sees exactly the model.
+    flash.borrow_mut().disarm();
+    let (mut log, _) = mount(&flash, &mut mems, m.now);
+    recover(&mut log, &mut m);
+    check_all(&mut log, &m);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn log_matches_a_vecdeque(ops in prop::collection::vec(op(), 1..250), seed in any::<u64>()) {
+        run(&ops, seed);
+    }
+}
