@@ -24,12 +24,12 @@
 //! batch, which makes the count depend on the phase of every segment.)
 //!
 //! # The journal
-//! A journal entry is a 64-byte header + `bridge` (1 B name length + 6 B name + 8 B
-//! offset) = 79 B, padded to 80 B. A journal block of 4096 B takes 51 entries
-//! (51 × 80 = 4080). Format wrote entry 1 and mount entry 2 into block 0, so the run's
-//! 50th entry is the first that does not fit: it erases block 1; after that every 51st
+//! A journal entry is a 72-byte header + `bridge` (1 B name length + 6 B name + 8 B
+//! offset) = 87 B, padded to 88 B. A journal block of 4096 B takes 46 entries
+//! (46 × 88 = 4048). Format wrote entry 1 and mount entry 2 into block 0, so the run's
+//! 45th entry is the first that does not fit: it erases block 1; after that every 46th
 //! entry erases the other block. Erases from the journal, for J entries written in the
-//! run: `0` if J < 50, else `(J − 50) / 51 + 1`.
+//! run: `0` if J < 45, else `(J − 45) / 46 + 1`.
 //!
 //! Entries are written for the offset lease (the first append after mount takes the
 //! lease to 1024, then one entry every 1024 offsets: at offsets 0, 1024, …, 11264, so 12
@@ -98,7 +98,7 @@ fn run(payload_len: usize) -> Cost {
         journal_writes: stats.journal_writes - 1,
     };
     // The log's own count agrees with the flash's (its stats include the mount's entry).
-    assert_eq!(stats.flash_bytes_programmed, cost.bytes_programmed + 80);
+    assert_eq!(stats.flash_bytes_programmed, cost.bytes_programmed + 88);
     assert_eq!(stats.erases, cost.erases);
     let payload_bytes = RECORDS * payload_len as u64;
     eprintln!(
@@ -114,10 +114,10 @@ fn run(payload_len: usize) -> Cost {
 /// - Batches: 12,000 / 24 = 500 of 800 B (the last one by the final flush) = 400,000 B.
 /// - Segments: 5 batches each, so 100 segments; the first was opened by `format`, so 99
 ///   rolls, each erasing 1 block and writing an 80-byte header = 7,920 B.
-/// - Journal: 12 lease entries + 99 roll entries = 111 entries of 80 B = 8,880 B; it
-///   erases a block at its 50th and 101st entry: (111 − 50) / 51 + 1 = 2 erases.
-/// - Total programmed: 400,000 + 7,920 + 8,880 = 416,800 B for 12,000 × 17 = 204,000
-///   payload bytes: 2.0431 flash bytes per payload byte (the 32-byte record is 1.882
+/// - Journal: 12 lease entries + 99 roll entries = 111 entries of 88 B = 9,768 B; it
+///   erases a block at its 45th and 91st entry: (111 − 45) / 46 + 1 = 2 erases.
+/// - Total programmed: 400,000 + 7,920 + 9,768 = 417,688 B for 12,000 × 17 = 204,000
+///   payload bytes: 2.0475 flash bytes per payload byte (the 32-byte record is 1.882
 ///   times its payload, the batch header adds 1/24 of a header per record, headers and
 ///   journal the rest).
 /// - Erases: 99 + 2 = 101, or 519.1 per MiB of payload.
@@ -127,7 +127,7 @@ fn exact_counts_32_byte_records() {
     assert_eq!(
         cost,
         Cost {
-            bytes_programmed: 416_800,
+            bytes_programmed: 417_688,
             erases: 101,
             batches: 500,
             segments_opened: 99,
@@ -135,7 +135,7 @@ fn exact_counts_32_byte_records() {
         }
     );
     let per_payload_byte = cost.bytes_programmed as f64 / 204_000.0;
-    assert!((per_payload_byte - 2.0431).abs() < 1e-4);
+    assert!((per_payload_byte - 2.0475).abs() < 1e-4);
     let per_mib = cost.erases as f64 / (204_000.0 / MIB);
     assert!((per_mib - 519.15).abs() < 0.01);
 }
@@ -145,26 +145,26 @@ fn exact_counts_32_byte_records() {
 /// - Batches: 12,000 / 3 = 4,000 of 800 B = 3,200,000 B.
 /// - Segments: 5 batches each, so 800 segments, 799 rolls: 799 erases and
 ///   799 × 80 = 63,920 B of headers.
-/// - Journal: 12 lease entries + 799 roll entries = 811 entries = 64,880 B, erasing a
-///   block (811 − 50) / 51 + 1 = 15 times.
-/// - Total programmed: 3,200,000 + 63,920 + 64,880 = 3,328,800 B for 12,000 × 241 =
-///   2,892,000 payload bytes: 1.1510 flash bytes per payload byte.
-/// - Erases: 799 + 15 = 814, or 295.1 per MiB of payload.
+/// - Journal: 12 lease entries + 799 roll entries = 811 entries of 88 B = 71,368 B,
+///   erasing a block (811 − 45) / 46 + 1 = 17 times.
+/// - Total programmed: 3,200,000 + 63,920 + 71,368 = 3,335,288 B for 12,000 × 241 =
+///   2,892,000 payload bytes: 1.1533 flash bytes per payload byte.
+/// - Erases: 799 + 17 = 816, or 295.9 per MiB of payload.
 #[test]
 fn exact_counts_256_byte_records() {
     let cost = run(241);
     assert_eq!(
         cost,
         Cost {
-            bytes_programmed: 3_328_800,
-            erases: 814,
+            bytes_programmed: 3_335_288,
+            erases: 816,
             batches: 4_000,
             segments_opened: 799,
             journal_writes: 811,
         }
     );
     let per_payload_byte = cost.bytes_programmed as f64 / 2_892_000.0;
-    assert!((per_payload_byte - 1.1510).abs() < 1e-4);
+    assert!((per_payload_byte - 1.1533).abs() < 1e-4);
     let per_mib = cost.erases as f64 / (2_892_000.0 / MIB);
-    assert!((per_mib - 295.14).abs() < 0.01);
+    assert!((per_mib - 295.86).abs() < 0.01);
 }
