@@ -148,3 +148,57 @@ fn mounting_with_another_geometry_is_an_error_not_an_empty_log() {
         "{err:?}"
     );
 }
+
+/// A torn write left at the end of a segment abandoned by an unclean shutdown was never
+/// durable: reads report it as skipped, not as corruption (a bridge alerts on the latter).
+#[test]
+fn torn_tail_of_an_abandoned_segment_reads_as_skipped() {
+    use spillway_core::log::LostReason;
+    let g = geo(4);
+    let mut flash = SimFlash::new_vec(g).unwrap();
+    Log::format(&mut flash, 0x77, 2).unwrap();
+    let mut buf = vec![0u8; 2048];
+    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&g, 2) as usize];
+    let rec = |p: &'static [u8]| Record {
+        topic: "t",
+        timestamp_us: 1,
+        producer: None,
+        payload: p,
+    };
+    // Bytes programmed before the second batch: the mount's journal entry (88), the lease
+    // entry of the first append (88), the first batch (32 + 10 × 22 = 252). The cut falls
+    // 40 bytes into the second batch.
+    flash.cut_after_bytes(88 + 88 + 252 + 40);
+    {
+        let mem = Memory {
+            buffer: &mut buf,
+            segments: &mut slots,
+        };
+        let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+        for _ in 0..10 {
+            log.append(0, &rec(b"durable")).unwrap();
+        }
+        log.flush(0).unwrap();
+        for _ in 0..10 {
+            log.append(0, &rec(b"torn!")).unwrap();
+        }
+        assert!(log.flush(0).is_err(), "the cut interrupts this flush");
+    }
+    flash.power_on();
+    let mem = Memory {
+        buffer: &mut buf,
+        segments: &mut slots,
+    };
+    let (mut log, rep) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+    assert!(!rep.clean);
+    assert!(rep.torn_tail_bytes > 0, "{rep:?}");
+    log.append(0, &rec(b"after")).unwrap();
+    log.flush(0).unwrap();
+    let mut out = vec![0u8; 4096];
+    let r = log.read(10, &mut out).unwrap();
+    let lost = r.lost.expect("offsets after the torn write are lost");
+    assert_eq!(lost.from, 10);
+    assert_eq!(lost.reason, LostReason::Skipped, "{r:?}");
+    let r = log.read(lost.to, &mut out).unwrap();
+    assert_eq!(r.records(&out).next().unwrap().payload, b"after");
+}

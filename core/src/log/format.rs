@@ -39,6 +39,7 @@ pub const RECORD_OVERHEAD: usize = 14;
 pub const PRODUCER_LEN: usize = 12;
 
 const FLAG_PRODUCER: u8 = 0x01;
+const FLAG_AFTER_UNCLEAN: u8 = 0x01;
 
 /// Rounds `n` up to a multiple of `align` (a power of two).
 pub(crate) const fn align_up(n: u32, align: u32) -> u32 {
@@ -100,6 +101,10 @@ pub struct SegmentHeader {
     pub prev_crc: u32,
     /// How many times this segment has been erased (wear figure).
     pub erase_count: u32,
+    /// The segment was opened by the first write after an unclean shutdown: the segment
+    /// before it was abandoned and may end in a torn write (offsets never durable), which
+    /// readers report as skipped rather than corrupt. Flags bit 0.
+    pub after_unclean: bool,
 }
 
 impl SegmentHeader {
@@ -112,7 +117,7 @@ impl SegmentHeader {
         b[8..12].copy_from_slice(&self.erase_size.to_le_bytes());
         b[12..14].copy_from_slice(&(self.write_size as u16).to_le_bytes());
         b[14] = self.erased;
-        b[15] = 0;
+        b[15] = u8::from(self.after_unclean);
         b[16..20].copy_from_slice(&self.blocks_per_segment.to_le_bytes());
         b[20..24].copy_from_slice(&self.segment_count.to_le_bytes());
         b[24..40].copy_from_slice(&self.log_id.to_le_bytes());
@@ -148,6 +153,7 @@ impl SegmentHeader {
             base_offset: u64_at(b, 48),
             prev_crc: u32_at(b, 56),
             erase_count: u32_at(b, 60),
+            after_unclean: b[15] & FLAG_AFTER_UNCLEAN != 0,
         })
     }
 
@@ -603,6 +609,7 @@ mod tests {
             base_offset: 0,
             prev_crc: 0,
             erase_count: 1,
+            after_unclean: false,
         }
         .encode();
         assert!(SegmentHeader::decode(&b).is_some());

@@ -126,6 +126,7 @@ pub struct SegmentSlot {
     base: u64,
     erase_count: u32,
     valid: bool,
+    after_unclean: bool,
 }
 
 impl SegmentSlot {
@@ -135,6 +136,7 @@ impl SegmentSlot {
         base: 0,
         erase_count: 0,
         valid: false,
+        after_unclean: false,
     };
 }
 
@@ -561,6 +563,8 @@ pub struct Log<'a, F: Flash> {
     head: Option<u32>,
     head_pos: u32,
     head_writable: bool,
+    /// The next segment opened follows an unclean shutdown (its header says so).
+    unclean_pending: bool,
     tail: Option<u32>,
 
     next_offset: u64,
@@ -654,6 +658,7 @@ impl<'a, F: Flash> Log<'a, F> {
             base_offset: 0,
             prev_crc: 0,
             erase_count: 1,
+            after_unclean: false,
         };
         dev.write_padded(l.seg_addr(0), &hdr.encode())
             .map_err(FormatError::Flash)?;
@@ -788,6 +793,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 base: h.base_offset,
                 erase_count: h.erase_count,
                 valid: true,
+                after_unclean: h.after_unclean,
             };
             valid += 1;
             max_seq = max_seq.max(h.seq);
@@ -830,6 +836,7 @@ impl<'a, F: Flash> Log<'a, F> {
             head,
             head_pos: 0,
             head_writable: false,
+            unclean_pending: false,
             tail,
             next_offset: 0,
             flash_end: 0,
@@ -940,6 +947,7 @@ impl<'a, F: Flash> Log<'a, F> {
         }
         log.lease = log.next_offset;
         log.head_writable = report.clean;
+        log.unclean_pending = !report.clean;
         log.last_crc = log.flash_last_crc;
         log.buf_base = log.next_offset;
         log.buf_prev_crc = log.last_crc;
@@ -1641,6 +1649,7 @@ impl<'a, F: Flash> Log<'a, F> {
             base_offset: base,
             prev_crc: self.buf_prev_crc,
             erase_count,
+            after_unclean: self.unclean_pending,
         };
         self.dev
             .write_padded(l.seg_addr(target), &hdr.encode())
@@ -1651,7 +1660,9 @@ impl<'a, F: Flash> Log<'a, F> {
             base,
             erase_count,
             valid: true,
+            after_unclean: self.unclean_pending,
         };
+        self.unclean_pending = false;
         self.head = Some(target);
         self.head_pos = l.data_start;
         self.head_writable = true;
@@ -1843,7 +1854,13 @@ impl<'a, F: Flash> Log<'a, F> {
                     if corrupt {
                         self.dev.stats.corrupt_batches += 1;
                     }
-                    let reason = if corrupt || corrupt_before {
+                    // A segment abandoned by an unclean shutdown may end in a torn write:
+                    // what follows its last valid batch was never durable.
+                    let abandoned = Some(seg) != self.head
+                        && self
+                            .next_valid_after(seg)
+                            .is_some_and(|n| self.slots[n as usize].after_unclean);
+                    let reason = if corrupt_before || (corrupt && !abandoned) {
                         LostReason::Corrupt
                     } else {
                         LostReason::Skipped
