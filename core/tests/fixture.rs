@@ -20,13 +20,13 @@ const GEOMETRY: Geometry = Geometry {
 
 /// The records the fixture holds: offset i has this topic, timestamp and payload.
 fn expected(i: u64) -> (String, u64, Vec<u8>, Option<Producer>) {
-    let topic = if i % 3 == 0 {
+    let topic = if i.is_multiple_of(3) {
         "buoy/sst".to_string()
     } else {
         "cgm/isig".to_string()
     };
     let payload = format!("{i}:{}", "x".repeat((i % 50) as usize)).into_bytes();
-    let producer = (i % 2 == 0).then_some(Producer {
+    let producer = i.is_multiple_of(2).then_some(Producer {
         id: 0xfeed,
         seq: i as u32,
     });

@@ -527,6 +527,43 @@ impl<F: Flash> Dev<F> {
         Ok(Next::End { pos, corrupt: true })
     }
 
+    /// Reads the batch at `pos` straight into `dst` if its header is plausible, it holds
+    /// offset `want` (from its base, at or after `expected`) and its body fits in `dst`;
+    /// returns its header if the CRC then checks. `None` means: take the slow path.
+    fn read_wanted_batch(
+        &mut self,
+        seg: u32,
+        pos: u32,
+        expected: u64,
+        want: u64,
+        dst: &mut [u8],
+    ) -> Result<Option<BatchHeader>, F::Error> {
+        let l = self.l;
+        if pos + BATCH_HEADER_LEN as u32 > l.seg_size {
+            return Ok(None);
+        }
+        let mut hb = [0u8; BATCH_HEADER_LEN];
+        self.read(l.seg_addr(seg) + pos, &mut hb)?;
+        if BatchHeader::check(&hb, l.geo.erased, l.seg_size - pos) != HeadCheck::Plausible {
+            return Ok(None);
+        }
+        let h = BatchHeader::decode(&hb);
+        let body_len = h.len as usize - BATCH_HEADER_LEN;
+        if h.base_offset < expected
+            || h.base_offset > want
+            || h.end_offset() <= want
+            || body_len > dst.len()
+        {
+            return Ok(None);
+        }
+        let body = &mut dst[..body_len];
+        self.read(l.seg_addr(seg) + pos + BATCH_HEADER_LEN as u32, body)?;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&hb[16..]);
+        crc.update(body);
+        Ok((crc.finalize() == h.crc).then_some(h))
+    }
+
     /// Length in bytes of the record encoded at `addr` (at most `limit` bytes), read with
     /// three small reads; `None` if malformed.
     fn record_len_at(&mut self, addr: u32, limit: u32) -> Result<Option<u32>, F::Error> {
@@ -1842,10 +1879,23 @@ impl<'a, F: Flash> Log<'a, F> {
             lost: None,
         };
         loop {
-            let next = self
+            // Fast path: the batch at `pos` holds the next wanted offset and fits in the
+            // rest of `buf`: it is read once, straight into `buf`, and checked there.
+            let fast = self
                 .dev
-                .next_batch(seg, pos, expected)
+                .read_wanted_batch(seg, pos, expected, out.next_offset, &mut buf[out.len..])
                 .map_err(ReadError::Flash)?;
+            let next = match fast {
+                Some(h) => Next::Batch {
+                    pos,
+                    h,
+                    after_corruption: false,
+                },
+                None => self
+                    .dev
+                    .next_batch(seg, pos, expected)
+                    .map_err(ReadError::Flash)?,
+            };
             let (p, h) = match next {
                 Next::End { corrupt, .. } => {
                     if out.count > 0 {
@@ -1908,12 +1958,15 @@ impl<'a, F: Flash> Log<'a, F> {
             let body_addr = l.seg_addr(seg) + p + BATCH_HEADER_LEN as u32;
             if body_len <= room {
                 let dst = &mut buf[out.len..out.len + body_len];
-                self.dev.read(body_addr, dst).map_err(ReadError::Flash)?;
-                let mut crc = crc32fast::Hasher::new();
-                crc.update(&BatchHeader::encode(&h)[16..]);
-                crc.update(dst);
+                let crc_ok = fast.is_some() || {
+                    self.dev.read(body_addr, dst).map_err(ReadError::Flash)?;
+                    let mut crc = crc32fast::Hasher::new();
+                    crc.update(&BatchHeader::encode(&h)[16..]);
+                    crc.update(dst);
+                    crc.finalize() == h.crc
+                };
                 let skip = want - h.base_offset;
-                let walked = if crc.finalize() == h.crc {
+                let walked = if crc_ok {
                     format::walk_records(dst, h.base_offset, h.count, skip, h.prev_crc)
                 } else {
                     None
