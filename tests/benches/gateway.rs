@@ -19,15 +19,16 @@
 //!   `fsync`s every message before its `PubAck`). Fewer records than buffered, so that the
 //!   run stays within minutes when the peer syncs each one.
 //! - **disk**: the floor under both, on a file in the same temporary directory: sequential
-//!   4 KiB writes each followed by `fdatasync`, into a preallocated file (as spillway's image)
-//!   and appending to a growing file (as JetStream's block files, where each sync also commits
-//!   the new file size), and 1 MiB writes each followed by `fdatasync`. Printed as MiB/s,
-//!   syncs/s and 100-byte-payload records/s equivalents (bytes/s ÷ 100: the bound if a record
-//!   cost only its payload).
+//!   100-byte appends each followed by `fdatasync` (one record per sync, what a server
+//!   without group commit can reach at best), 4 KiB writes each followed by `fdatasync`, into
+//!   a preallocated file (as spillway's image) and appending to a growing file (as
+//!   JetStream's block files, where each sync also commits the new file size), and 1 MiB
+//!   writes each followed by `fdatasync`. Printed as MiB/s, syncs/s and 100-byte-payload
+//!   records/s equivalents (bytes/s ÷ 100: the bound if a record cost only its payload).
 //!
 //! The cases are interleaved within each repetition, so that other work on the machine
-//! disturbs them alike; the table gives min / median / max over the repetitions and
-//! spillway ÷ NATS on medians.
+//! disturbs them alike, with a `sync` and a short pause between them; the table gives
+//! min / median / max over the repetitions and spillway ÷ NATS on medians.
 //!
 //! The NATS peer needs nats-server 2.10 or later (`sync_interval: always`):
 //! `scripts/nats-server.sh` installs the pinned one under `target/tools/`; the bench also
@@ -136,7 +137,7 @@ fn spillway(ack: AckLevel, per_publisher: usize) -> SpillwayRun {
         "--image",
         &image,
         "--size",
-        "256M",
+        "64M",
         "--erase-size",
         "64K",
         "--buffer-bytes",
@@ -256,7 +257,12 @@ struct DiskCase {
     preallocated: bool,
 }
 
-const DISK_CASES: [DiskCase; 3] = [
+const DISK_CASES: [DiskCase; 4] = [
+    DiskCase {
+        label: "100 B write + fdatasync, appending (one record per sync)",
+        block: PAYLOAD,
+        preallocated: false,
+    },
     DiskCase {
         label: "4 KiB write + fdatasync, preallocated file",
         block: 4 << 10,
@@ -306,6 +312,14 @@ fn disk(case: DiskCase, budget: Duration) -> (f64, f64) {
     }
     let s = start.elapsed().as_secs_f64();
     (at as f64 / s, f64::from(syncs) / s)
+}
+
+/// Lets the previous case's writes and file deletions reach the disk before the next case
+/// starts (`sync`, then 200 ms), so that one case's write-back does not land in another's
+/// timed window.
+fn settle() {
+    let _ = std::process::Command::new("sync").status();
+    std::thread::sleep(Duration::from_millis(200));
 }
 
 fn env_usize(name: &str) -> Option<usize> {
@@ -368,19 +382,25 @@ fn main() {
     // Per case: spillway runs, NATS runs.
     let mut buffered: (Vec<SpillwayRun>, Vec<NatsRun>) = (Vec::new(), Vec::new());
     let mut durable: (Vec<SpillwayRun>, Vec<NatsRun>) = (Vec::new(), Vec::new());
-    let mut disk_rows: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); 3];
+    let mut disk_rows: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); DISK_CASES.len()];
     for rep in 0..reps {
         eprintln!("… repetition {} of {reps}", rep + 1);
+        settle();
         buffered.0.push(spillway(AckLevel::Buffered, per_buffered));
+        settle();
         if let Some(bin) = &nats_bin {
             buffered.1.push(nats(bin, false, per_buffered));
+            settle();
         }
         durable.0.push(spillway(AckLevel::Durable, per_durable));
+        settle();
         if let Some(bin) = &nats_bin {
             durable.1.push(nats(bin, true, per_durable));
+            settle();
         }
         for (case, row) in DISK_CASES.iter().zip(disk_rows.iter_mut()) {
             let (bytes_per_s, syncs_per_s) = disk(*case, disk_budget);
+            settle();
             row.0.push(bytes_per_s);
             row.1.push(syncs_per_s);
         }
@@ -472,7 +492,7 @@ fn main() {
          (10 ms ticks). Bytes stored: spillway's image bytes programmed per record written \
          to the image (record and batch headers, padding), NATS's stream bytes per message. NATS with sync_interval always syncs \
          every message on its own (no group commit), so its durable rate is bounded by the \
-         disk's fdatasync/s."
+         disk's one-record-per-sync row."
     );
     let end = machine();
     println!(
