@@ -492,7 +492,9 @@ fn main() {
          (10 ms ticks). Bytes stored: spillway's image bytes programmed per record written \
          to the image (record and batch headers, padding), NATS's stream bytes per message. NATS with sync_interval always syncs \
          every message on its own (no group commit), so its durable rate is bounded by the \
-         disk's one-record-per-sync row."
+         disk's one-record-per-sync row. The buffered guarantees differ: a spillway buffered ack \
+         means the record is in the gateway's RAM (lost if the process dies), a NATS one that \
+         it is in the stream file (survives the process, not a power cut)."
     );
     let end = machine();
     println!(
