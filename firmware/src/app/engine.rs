@@ -26,6 +26,9 @@ use spillway_firmware::gateway::{Conn, Gateway, GatewayConfig, Outcome, error_re
 /// Most commands applied before a group flush.
 pub const GROUP_MAX: usize = 1024;
 
+/// Offsets reserved by one offset-lease journal entry on the Linux gateway.
+pub const GATEWAY_LEASE_STEP: u64 = 16_384;
+
 /// A connection id, unique for the process's life.
 pub type ConnId = u64;
 
@@ -159,6 +162,10 @@ pub fn run(
         spill: s.spill,
         full: s.full,
         linger_us: s.linger_ms.saturating_mul(1000),
+        // One lease entry (a journal write and a sync) per 16,384 offsets instead of the
+        // core's microcontroller default of 1,024: at high ingest the lease entries were a
+        // fifth of all fdatasyncs. Offsets are u64; a crash skips at most this many.
+        lease_step: GATEWAY_LEASE_STEP,
         ..Config::default()
     };
     let mounted = Log::mount(
