@@ -1,10 +1,12 @@
 //! Shared helpers for Spillway's end-to-end tests and benchmarks: a blocking protocol
 //! [`client`], a [`gateway`] process harness that builds and starts the real `spillway`
-//! binary, the bridge harness, and the core benchmark's measuring functions.
+//! binary, the bridge harness, the core benchmark's measuring functions, and the [`demo`]
+//! scenario (also the `spillway-demo` binary).
 
 pub mod bench_core;
 pub mod bridge;
 pub mod client;
+pub mod demo;
 pub mod gateway;
 pub mod ram_nor;
 
