@@ -1915,9 +1915,9 @@ pub fn run(opts: &Options) -> Result<Summary, DemoError> {
             monitor = None;
             killed_at = Some(t0.elapsed());
             say(format!(
-                "{} SIGKILL gateway (pid {pid}): {unacked} durable publishes in flight without \
-                 acknowledgement, {} buoy lines written so far; the serial line keeps writing \
-                 into the pty",
+                "{} SIGKILL gateway (pid {pid}) with durable publishes in flight: {unacked} \
+                 without acknowledgement; {} buoy lines written so far, and the serial line \
+                 keeps writing into the pty",
                 clock.stamp(),
                 thousands(lines as u64)
             ));
@@ -2020,13 +2020,12 @@ pub fn run(opts: &Options) -> Result<Summary, DemoError> {
                 w.join(format!("bridge-{bridge_runs}.log")).display()
             )));
         }
-        if back_at.is_some() || killed_at.is_none() {
-            if let Some(Ok(Some(st))) = gw.child.as_mut().map(Child::try_wait) {
-                break Err(DemoError::Step(format!(
-                    "spillway exited with {st} (log: {})",
-                    gw_log.display()
-                )));
-            }
+        // (While it is killed, `gw` holds no child.)
+        if let Some(Ok(Some(st))) = gw.child.as_mut().map(Child::try_wait) {
+            break Err(DemoError::Step(format!(
+                "spillway exited with {st} (log: {})",
+                gw_log.display()
+            )));
         }
         if let Some(e) = publishers.iter().find_map(|p| p.lock().error.clone()) {
             break Err(DemoError::Step(e));
