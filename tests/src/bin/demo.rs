@@ -16,7 +16,8 @@ usage: spillway-demo [options]
   --rows N            replay only the first N rows of each series (default: all)
   --replay-secs S     how long the replay takes (default: 40)
   --down-ms MS        how long the gateway stays down after its SIGKILL (default: 1500)
-  --work-dir DIR      image, sink files, logs; emptied first (default: target/spillway-demo)
+  --work-dir DIR      image, sink files, logs; a previous run's is emptied first
+                      (default: target/spillway-demo)
   --data-dir DIR      the two series (default: the source tree's tests/data)
   --seed N            seed of the kill-time jitter (default: random)
   --quiet             print only the summary";
