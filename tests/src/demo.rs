@@ -1181,6 +1181,8 @@ fn run_publisher(
 struct SinkCounter {
     /// Per file: bytes read and lines counted.
     files: HashMap<PathBuf, (u64, u64)>,
+    /// Highest offset seen in a last line.
+    high: Option<u64>,
 }
 
 impl SinkCounter {
@@ -1214,6 +1216,15 @@ impl SinkCounter {
             };
             entry.0 += last_nl as u64 + 1;
             entry.1 += buf[..=last_nl].iter().filter(|&&b| b == b'\n').count() as u64;
+            let start = buf[..last_nl]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |p| p + 1);
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&buf[start..last_nl])
+                && let Some(off) = v["offset"].as_u64()
+            {
+                self.high = Some(self.high.map_or(off, |h| h.max(off)));
+            }
         }
         self.files.values().map(|v| v.1).sum()
     }
@@ -1966,6 +1977,11 @@ pub fn run(opts: &Options) -> Result<Summary, DemoError> {
             for l in gw.log_lines(&["not clean"]) {
                 say(format!("  gateway: {}", log_message(&l)));
             }
+            say(
+                "  (offsets are never reused: new records continue from the offset lease the \
+                 gateway had reserved, so the offsets in between stay unused)"
+                    .to_string(),
+            );
         }
         if bridge_runs == 0 && now >= uplink_at {
             // Records held by the gateway: all but the few lines a kill may have cost.
@@ -2080,20 +2096,22 @@ pub fn run(opts: &Options) -> Result<Summary, DemoError> {
                     thousands(p.records.len() as u64)
                 ));
             }
-            match gateway_stats(&mut monitor, &addr) {
-                Some(s) => line.push_str(&format!(
-                    " | gateway next offset {}",
-                    thousands(s.next_offset)
-                )),
+            let next = gateway_stats(&mut monitor, &addr).map(|s| s.next_offset);
+            match next {
+                Some(n) => line.push_str(&format!(" | gateway next offset {}", thousands(n))),
                 None => line.push_str(" | gateway DOWN"),
             }
             if bridge_runs == 0 {
                 line.push_str(" | uplink down");
             } else {
-                line.push_str(&format!(
-                    " | sink {} lines",
-                    thousands(sink_count.lines(&sink_dir))
-                ));
+                let lines = sink_count.lines(&sink_dir);
+                line.push_str(&format!(" | sink {} lines", thousands(lines)));
+                if let (Some(n), Some(h)) = (next, sink_count.high) {
+                    line.push_str(&format!(
+                        ", {} offsets behind",
+                        thousands(n.saturating_sub(h + 1))
+                    ));
+                }
             }
             say(line);
         }
