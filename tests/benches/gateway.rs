@@ -11,6 +11,7 @@ use std::time::Instant;
 use spillway_core::wire::AckLevel;
 use spillway_tests::client::{Client, Reply};
 use spillway_tests::gateway::{GatewayProcess, free_port};
+use spillway_tests::machine;
 
 const PUBLISHERS: usize = 8;
 const WINDOW: usize = 64;
@@ -66,20 +67,6 @@ fn run(ack: AckLevel, per_publisher: usize) -> f64 {
         h.join().expect("publisher");
     }
     (PUBLISHERS * per_publisher) as f64 / start.elapsed().as_secs_f64()
-}
-
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown cpu".into());
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    format!("{cpu}, {cores} cores, {}", std::env::consts::OS)
 }
 
 fn main() {
