@@ -321,6 +321,8 @@ fn scan_tail_blocking(
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "true")
+        // At the end of a partition, do not let the broker hold the fetch.
+        .set("fetch.wait.max.ms", "10")
         .create()
         .map_err(|e| scan_err("consumer", e))?;
     let mut scan = TailScan::default();
