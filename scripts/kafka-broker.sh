@@ -47,13 +47,19 @@ running_pid() {
 }
 
 install() {
-  if tansu_bin >/dev/null; then
+  if b=$(tansu_bin); then
+    echo "kafka-broker: $("$b" --version) already installed in $VENV"
     return 0
   fi
   local t0 t1
   t0=$(date +%s%N)
   mkdir -p "$TOOLS"
-  python3 -m venv "$VENV"
+  if ! python3 -m venv "$VENV"; then
+    # Debian splits venv out of python3.
+    apt-get update -q && apt-get install -y -q python3-venv
+    rm -rf "$VENV"
+    python3 -m venv "$VENV"
+  fi
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "$PKG"
   t1=$(date +%s%N)
   local b
