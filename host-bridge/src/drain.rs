@@ -48,7 +48,7 @@
 //!
 //! Once per run, after the resume check of step 2 passed at checkpoint offset `c`, the
 //! bridge reads the tail of every partition of the target topic
-//! ([`KafkaSink::scan_tail`](crate::sink::kafka::KafkaSink::scan_tail): watermarks, then
+//! (`sink::kafka::KafkaSink::scan_tail`: watermarks, then
 //! `assign` at `high − kafka_resume_window`, no consumer group) and collects the messages
 //! whose `spillway-log-id` header is this gateway's log id and whose `spillway-offset` is at
 //! least `c`. Those are records delivered before a crash whose checkpoint never reached
@@ -69,7 +69,7 @@
 //!   checkpoint takes the gateway's CRC of record `r − 1`, so the next resume check
 //!   continues the chain.
 //! - The move is saved in one redb transaction with a
-//!   [`SinkResume`](crate::checkpoint::SinkResume) entry (table `sink_resumes`), logged at
+//!   [`checkpoint::SinkResume`](crate::checkpoint::SinkResume) entry (table `sink_resumes`), logged at
 //!   `info`, counted in `spillway_bridge_sink_resumed_records_total`, and committed on the
 //!   gateway.
 //! - If the scan finds records of the log but none at `c`, and the window did not reach
