@@ -328,10 +328,7 @@ impl Gateway {
                 let rec = Record {
                     topic,
                     timestamp_us: timestamp_us.unwrap_or(wall_us),
-                    producer: producer.map(|p| clog::Producer {
-                        id: p.id,
-                        seq: p.seq,
-                    }),
+                    producer,
                     payload,
                 };
                 self.publish(seq, &rec, ack, log, now_us, out)
@@ -572,17 +569,7 @@ impl Gateway {
                 break;
             }
             for rec in r.records(scratch) {
-                let view = RecordView {
-                    offset: rec.offset,
-                    record_crc: rec.crc,
-                    topic: rec.topic,
-                    timestamp_us: rec.timestamp_us,
-                    producer: rec.producer.map(|p| wire::Producer {
-                        id: p.id,
-                        seq: p.seq,
-                    }),
-                    payload: rec.payload,
-                };
+                let view = RecordView::from(rec);
                 if w.push(&view).is_err() {
                     break 'fill;
                 }

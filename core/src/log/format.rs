@@ -248,8 +248,10 @@ impl BatchHeader {
 }
 
 /// Producer identity of an idempotent publisher (Kafka's idempotent producer idea):
-/// a resend with the same `(id, seq)` is stored once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// a resend with the same `(id, seq)` is stored once. A producer numbers its records with
+/// `seq` (0, 1, 2, …) and picks a new `id` when it cannot keep counting (e.g. a random
+/// `u64` per boot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Producer {
     /// Producer id, chosen by the publisher (random per boot of the publisher).

@@ -74,19 +74,9 @@ pub enum AckLevel {
     GatewayDefault,
 }
 
-/// Identity of an idempotent producer: the gateway deduplicates resends by `(id, seq)`.
-///
-/// A producer numbers its records with `seq` (0, 1, 2, …, wrapping at `u32::MAX`); a
-/// publish whose `(id, seq)` the gateway has already stored is acknowledged with the
-/// original offset and `duplicate: true` instead of being appended again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Producer {
-    /// Producer id, chosen by the producer (e.g. a serial number or a random `u64`) and kept
-    /// across its restarts.
-    pub id: u64,
-    /// Producer sequence number of this record.
-    pub seq: u32,
-}
+/// Identity of an idempotent producer (the log's type, carried as is): encoded as `id`
+/// (varint u64) then `seq` (varint u32). See [`Producer`](crate::log::Producer).
+pub use crate::log::Producer;
 
 /// A request, sent by a client (sensor, bridge, tool) to the gateway.
 ///
@@ -389,6 +379,20 @@ pub struct RecordView<'a> {
     /// Payload bytes.
     #[serde(serialize_with = "as_bytes")]
     pub payload: &'a [u8],
+}
+
+impl<'a> From<crate::log::RecordRef<'a>> for RecordView<'a> {
+    /// The wire form of a record read from the log.
+    fn from(r: crate::log::RecordRef<'a>) -> Self {
+        RecordView {
+            offset: r.offset,
+            record_crc: r.crc,
+            topic: r.topic,
+            timestamp_us: r.timestamp_us,
+            producer: r.producer,
+            payload: r.payload,
+        }
+    }
 }
 
 /// One consumer as carried by [`Response::Consumers`]. Encoded as its fields in order.

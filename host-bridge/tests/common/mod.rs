@@ -11,9 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use spillway_core::log::{
-    Config, Log, Memory, Producer as LogProducer, Record, SegmentSlot, segments_for,
-};
+use spillway_core::log::{Config, Log, Memory, Record, SegmentSlot, segments_for};
 use spillway_core::storage::{Geometry, SimFlash};
 use spillway_core::wire::{
     self, ConsumerEntry, ErrorCode, GatewayStats, ListWriter, RecordView, RecordsWriter, Request,
@@ -276,10 +274,7 @@ fn handle(
                 &Record {
                     topic,
                     timestamp_us: timestamp_us.unwrap_or_else(now_us),
-                    producer: producer.map(|p| LogProducer {
-                        id: p.id,
-                        seq: p.seq,
-                    }),
+                    producer,
                     payload,
                 },
             );
@@ -353,17 +348,7 @@ fn handle(
                 let mut w = RecordsWriter::new(out, seq, r.prev_crc, max_bytes);
                 let mut next = r.next_offset;
                 for rec in r.records(&buf) {
-                    let view = RecordView {
-                        offset: rec.offset,
-                        record_crc: rec.crc,
-                        topic: rec.topic,
-                        timestamp_us: rec.timestamp_us,
-                        producer: rec.producer.map(|p| wire::Producer {
-                            id: p.id,
-                            seq: p.seq,
-                        }),
-                        payload: rec.payload,
-                    };
+                    let view = RecordView::from(rec);
                     if w.push(&view).is_err() {
                         next = rec.offset;
                         break;
