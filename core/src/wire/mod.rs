@@ -75,7 +75,7 @@ pub enum AckLevel {
 }
 
 /// Identity of an idempotent producer (the log's type, carried as is): encoded as `id`
-/// (varint u64) then `seq` (varint u32). See [`Producer`](crate::log::Producer).
+/// (varint u64) then `seq` (varint u32).
 pub use crate::log::Producer;
 
 /// A request, sent by a client (sensor, bridge, tool) to the gateway.
