@@ -106,9 +106,15 @@ pub enum AppendError<E: Debug> {
     /// consumers commit).
     #[error("log is full")]
     Full,
-    /// A resend of a producer sequence older than the remembered window.
+    /// A resend of a producer sequence older than the last [`PRODUCER_WINDOW`] the log
+    /// remembers for that producer: the record is already in the log, at an offset below
+    /// `stored_below`, but its exact offset is no longer known. Producers treat it as
+    /// acknowledged (Kafka's producer treats a duplicate sequence the same way); nothing was
+    /// appended.
+    ///
+    /// [`PRODUCER_WINDOW`]: crate::log::PRODUCER_WINDOW
     #[error(
-        "producer {producer:#x} resent sequence {seq}, older than the remembered window (last {last_seq})"
+        "producer {producer:#x} resent sequence {seq}, already stored below offset {stored_below} (older than the last remembered, {last_seq}; the exact offset is no longer known)"
     )]
     SequenceTooOld {
         /// Producer id.
@@ -117,6 +123,8 @@ pub enum AppendError<E: Debug> {
         seq: u32,
         /// Last sequence stored.
         last_seq: u32,
+        /// The resent record's offset is below this one (the oldest remembered record's).
+        stored_below: u64,
     },
     /// An erase block stayed non-blank after repeated erases (worn-out flash).
     #[error("erase block {block} does not erase")]

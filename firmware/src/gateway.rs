@@ -101,6 +101,9 @@ pub struct GatewayCounters {
     pub lines_accepted: u64,
     /// Publishes whose append failed in the log (flash errors).
     pub internal_errors: u64,
+    /// Resends older than the producer's remembered window, answered with
+    /// `DuplicateSequenceUnknownOffset` (already stored; nothing appended).
+    pub duplicates_unknown_offset: u64,
     /// Unclean shutdowns detected at mount (set by the caller).
     pub unclean_mounts: u64,
 }
@@ -192,6 +195,15 @@ pub struct Gateway {
 }
 
 type Message = heapless::String<MAX_ERROR_MESSAGE>;
+
+/// Why the log did not take a record.
+struct Rejected {
+    code: ErrorCode,
+    message: Message,
+    /// For a resend older than the producer's remembered window: the record is stored
+    /// below this offset.
+    stored_below: Option<u64>,
+}
 
 fn message(args: core::fmt::Arguments<'_>) -> Message {
     let mut m = Message::new();
@@ -417,7 +429,7 @@ impl Gateway {
             named => named,
         };
         let result = self.append(rec, log, now_us);
-        let (code, m) = match result {
+        let rejected = match result {
             Ok(a) => {
                 return match ack {
                     AckLevel::None => Outcome::NoReply,
@@ -455,7 +467,19 @@ impl Gateway {
         if ack == AckLevel::None {
             return Outcome::NoReply;
         }
-        error_reply(out, seq, code, &m)
+        let r = error_reply(out, seq, rejected.code, &rejected.message);
+        // A resend older than the producer's remembered window is already stored below the
+        // window's oldest record: a durable publish learns that only once that is durable.
+        if let (AckLevel::Durable, Some(below)) = (ack, rejected.stored_below)
+            && let Outcome::Reply { len } = r
+            && log.durable_offset() < below
+        {
+            return Outcome::ReplyWhenDurable {
+                len,
+                offset: below - 1,
+            };
+        }
+        r
     }
 
     /// Checks and appends one record, counting rejections.
@@ -466,20 +490,22 @@ impl Gateway {
         rec: &Record<'_>,
         log: &mut Log<'_, F>,
         now_us: u64,
-    ) -> Result<clog::Appended, (ErrorCode, Message)> {
+    ) -> Result<clog::Appended, Rejected> {
         let max = self.cfg.max_record_bytes;
         if rec.payload.len() > max as usize {
             self.counters.rejected_too_large += 1;
-            return Err((
-                ErrorCode::TooLarge,
-                message(format_args!(
+            return Err(Rejected {
+                code: ErrorCode::TooLarge,
+                message: message(format_args!(
                     "payload of {} bytes exceeds max_record_bytes {max}",
                     rec.payload.len()
                 )),
-            ));
+                stored_below: None,
+            });
         }
         log.append(now_us, rec).map_err(|e| {
             let m = message(format_args!("{e}"));
+            let mut below = None;
             let code = match e {
                 AppendError::TooLarge { .. } => {
                     self.counters.rejected_too_large += 1;
@@ -493,8 +519,9 @@ impl Gateway {
                     self.counters.rejected_full += 1;
                     ErrorCode::Full
                 }
-                AppendError::SequenceTooOld { .. } => {
-                    self.counters.rejected_invalid += 1;
+                AppendError::SequenceTooOld { stored_below, .. } => {
+                    self.counters.duplicates_unknown_offset += 1;
+                    below = Some(stored_below);
                     ErrorCode::DuplicateSequenceUnknownOffset
                 }
                 _ => {
@@ -503,7 +530,11 @@ impl Gateway {
                     ErrorCode::Internal
                 }
             };
-            (code, m)
+            Rejected {
+                code,
+                message: m,
+                stored_below: below,
+            }
         })
     }
 
@@ -659,7 +690,7 @@ impl Gateway {
                     durable: self.cfg.default_ack == AckLevel::Durable,
                 })
             }
-            Err((code, _)) => Err(match code {
+            Err(rejected) => Err(match rejected.code {
                 ErrorCode::TooLarge => LineRejected::TooLarge {
                     len: payload.len(),
                     max: self.cfg.max_record_bytes,

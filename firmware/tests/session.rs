@@ -334,3 +334,66 @@ fn gateway_default_ack_level_follows_the_configuration() {
         }
     }
 }
+
+/// A resend older than the producer's remembered window is answered "already stored,
+/// offset unknown" — for a durable publish only once what it resends is durable — and
+/// nothing is appended twice. A sequence the window skips is new and is appended.
+#[test]
+fn resend_older_than_the_window_is_a_duplicate_once_durable() {
+    let mut flash = formatted(11);
+    let mut buf = vec![0u8; 4096];
+    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo(), 2) as usize];
+    let mem = Memory {
+        buffer: &mut buf,
+        segments: &mut slots,
+    };
+    let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+    let mut gw = Gateway::new(GatewayConfig::new("mcu", 512, 4096), 0);
+    let mut conn = Conn::default();
+    let (mut scratch, mut out) = (vec![0u8; 4096], vec![0u8; 4096]);
+    let hello = Request::Hello {
+        protocol_version: PROTOCOL_VERSION,
+        client_name: "t",
+    };
+    let _ = gw.handle_request(&mut conn, &hello, &mut log, 0, 0, &mut scratch, &mut out);
+    let id = 0xabc;
+    for s in (0..10u32).filter(|&s| s != 7) {
+        let req = publish(s, b"v", AckLevel::Buffered, Some(Producer { id, seq: s }));
+        let o = gw.handle_request(&mut conn, &req, &mut log, 1, 1, &mut scratch, &mut out);
+        assert!(matches!(o, Outcome::Reply { .. }), "{o:?}");
+    }
+    assert_eq!(log.next_offset(), 9);
+    // Sequence 2 is older than the last four (6, 8, 9 and 5): stored, offset unknown; the
+    // durable publish waits until what it resends (below offset 5) is durable.
+    let req = publish(2, b"v", AckLevel::Durable, Some(Producer { id, seq: 2 }));
+    let o = gw.handle_request(&mut conn, &req, &mut log, 2, 2, &mut scratch, &mut out);
+    let Outcome::ReplyWhenDurable { len, offset } = o else {
+        panic!("{o:?}")
+    };
+    assert_eq!(offset, 4, "stored below offset 5, the oldest remembered");
+    match decode_message::<Response<'_>>(&mut out[..len].to_vec()).unwrap() {
+        Response::Error { code, .. } => assert_eq!(code, ErrorCode::DuplicateSequenceUnknownOffset),
+        other => panic!("{other:?}"),
+    }
+    log.flush(3).unwrap();
+    let o = gw.handle_request(&mut conn, &req, &mut log, 4, 4, &mut scratch, &mut out);
+    assert!(
+        matches!(o, Outcome::Reply { .. }),
+        "durable now: answered at once, {o:?}"
+    );
+    assert_eq!(gw.counters().duplicates_unknown_offset, 2);
+    // Sequence 7 was skipped: inside the window's range but never stored, so it is new.
+    let req = publish(
+        7,
+        b"late",
+        AckLevel::Buffered,
+        Some(Producer { id, seq: 7 }),
+    );
+    let o = gw.handle_request(&mut conn, &req, &mut log, 5, 5, &mut scratch, &mut out);
+    assert!(matches!(o, Outcome::Reply { .. }), "{o:?}");
+    assert_eq!(
+        log.next_offset(),
+        10,
+        "nothing appended twice; the late sequence once"
+    );
+}

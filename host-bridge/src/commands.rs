@@ -149,8 +149,18 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
                         C::Full => {
                             log::warn!("gateway full, retrying: {message}");
                         }
-                        C::TooLarge | C::BadRequest | C::DuplicateSequenceUnknownOffset => {
-                            log::error!("record {} refused: {code:?} {message}", at + 1);
+                        // A resend older than the gateway's per-producer window: it is
+                        // stored already (durable, if that was asked), offset unknown.
+                        C::DuplicateSequenceUnknownOffset => {
+                            sum.acknowledged += 1;
+                            sum.duplicates += 1;
+                            at += 1;
+                            last_progress = Instant::now();
+                            backoff.reset();
+                            continue;
+                        }
+                        C::TooLarge | C::BadRequest => {
+                            log::error!("input line {} refused: {code:?} {message}", at + 1);
                             fatal = true;
                         }
                         _ => log::warn!("gateway error {code:?}: {message}; retrying"),

@@ -1347,10 +1347,16 @@ impl<'a, F: Flash> Log<'a, F> {
                 max: self.max_record_len(),
             });
         }
+        // A sequence at or below the producer's last is a resend: answered from the window,
+        // or, older than the window, known to be stored below its oldest entry. A sequence
+        // inside the window's range that the window lacks was never stored (the producer
+        // skipped it earlier) and is appended as new.
         if let Some(p) = rec.producer
             && let Some(st) = self.producers.iter().find(|s| s.id == p.id)
             && let Some(last) = st.last_seq()
             && p.seq <= last
+            && (st.window.iter().any(|w| w.0 == p.seq)
+                || st.window.first().is_some_and(|w| p.seq < w.0))
         {
             if let Some(&(_, off)) = st.window.iter().find(|w| w.0 == p.seq) {
                 self.dev.stats.duplicates += 1;
@@ -1363,6 +1369,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 producer: p.id,
                 seq: p.seq,
                 last_seq: last,
+                stored_below: st.window.first().map_or(0, |w| w.1),
             });
         }
         // `OnPressure` writes the buffer out before this record would take it past the
