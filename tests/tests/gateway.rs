@@ -621,3 +621,49 @@ fn sigterm_is_clean_and_image_is_protected() {
         "{out}"
     );
 }
+
+/// A crash is not corruption: after a SIGKILL, a restart that writes more and a clean stop,
+/// `inspect` reports the skipped offset lease as never persisted and exits 0. A bit flip in
+/// the head after a clean stop is corruption (exit 4).
+#[test]
+fn inspect_after_a_crash_is_not_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let args = with_listen(image_args(dir.path()), &[format!("tcp://127.0.0.1:{port}")]);
+    let img = dir.path().join("gw.img").display().to_string();
+    let mut g = GatewayProcess::start(&args, 1);
+    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    for i in 0..100 {
+        c.publish("t", format!("{i}").as_bytes(), AckLevel::Durable, None)
+            .unwrap();
+    }
+    g.kill();
+    let mut g = GatewayProcess::start(&args, 1);
+    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    for i in 0..10 {
+        c.publish(
+            "t",
+            format!("after {i}").as_bytes(),
+            AckLevel::Durable,
+            None,
+        )
+        .unwrap();
+    }
+    assert_eq!(g.terminate().code(), Some(0), "{}", g.log_text());
+    let (code, out, err) = run_cli(&["inspect", &img, "--json"]);
+    assert_eq!(code, 0, "a crash is not corruption: {out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["records_verified"], 110, "{out}");
+    assert!(
+        out.contains("not_persisted"),
+        "the skipped lease is reported: {out}"
+    );
+    // Damage the last batch of the head after the clean stop: that is corruption.
+    let mut bytes = std::fs::read(dir.path().join("gw.img")).unwrap();
+    let last = bytes.iter().rposition(|&b| b != 0xFF).unwrap();
+    assert!(last > 2 * 4096, "data follows the two journal blocks");
+    bytes[last - 3] ^= 0x10;
+    std::fs::write(dir.path().join("gw.img"), &bytes).unwrap();
+    let (code, out, _) = run_cli(&["inspect", &img]);
+    assert_eq!(code, 4, "{out}");
+}

@@ -235,6 +235,10 @@ pub struct RecoveryReport {
     pub torn_tail_bytes: u32,
     /// The last shutdown was clean (and the head may be appended to).
     pub clean: bool,
+    /// The journal recorded a clean shutdown. If `clean` is false all the same, the head
+    /// segment changed after that shutdown (a bit flip or a damaged write, not a power cut):
+    /// records that were durable may be missing.
+    pub journal_clean: bool,
     /// A valid journal entry was found.
     pub journal_found: bool,
     /// Offsets handed out before the crash but not durable: `from..to`, never reused.
@@ -911,6 +915,7 @@ impl<'a, F: Flash> Log<'a, F> {
             torn_tail_bytes: 0,
             clean: false,
             journal_found: entry.is_some(),
+            journal_clean: false,
             not_durable: None,
             head_lost: None,
             first_offset: 0,
@@ -976,7 +981,10 @@ impl<'a, F: Flash> Log<'a, F> {
         let (jlease, jdurable, jclean) = entry
             .as_ref()
             .map_or((0, 0, false), |e| (e.lease, e.durable_next, e.clean));
-        report.clean = jclean && head_clean && jdurable == log.flash_end && head.is_some();
+        // A clean shutdown leaves a head that ends in erased flash. (The journal's durable
+        // end may be past the head's data: records consumed from RAM and never written.)
+        report.clean = jclean && head_clean && jdurable >= log.flash_end && head.is_some();
+        report.journal_clean = jclean;
         log.durable_end = log.flash_end.max(jdurable);
         log.next_offset = log.durable_end.max(jlease);
         if log.next_offset > log.durable_end {

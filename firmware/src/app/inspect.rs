@@ -103,20 +103,16 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
         }
         at = r.next_offset.max(at + 1);
     }
-    // Offsets below the durable offset that cannot be read were acknowledged as durable:
-    // that is corruption, unless every consumer had committed them (records consumed from
-    // RAM and never written under `on-pressure`).
-    let durable = log.durable_offset();
-    let min_committed = consumers.iter().map(|c| c.1).min().unwrap_or(first);
-    for l in lost.iter_mut() {
-        if l.2 == "not_persisted" && l.0.max(min_committed) < l.1.min(durable) {
-            problems.push(format!(
-                "offsets {}..{} are below the durable offset {durable} but cannot be read",
-                l.0.max(min_committed),
-                l.1.min(durable)
-            ));
-            l.2 = "missing_durable";
-        }
+    // Offsets that read as never persisted are not corruption: offset leases skipped at a
+    // crash, torn writes that were never acknowledged, records consumed from RAM. But after
+    // a shutdown the journal recorded as clean, the head must end in erased flash: a torn
+    // or corrupt head then means durable records were damaged.
+    if report.journal_clean && (report.torn_tail_bytes > 0 || report.head_lost.is_some()) {
+        problems.push(format!(
+            "the last shutdown was clean, yet the head segment has {} damaged bytes after its last valid batch{}",
+            report.torn_tail_bytes,
+            if report.head_lost.is_some() { " and a corrupt batch inside" } else { "" }
+        ));
     }
     let corrupt_lost = lost.iter().filter(|l| l.2 == "corrupt").count();
     let corrupt = !problems.is_empty() || corrupt_lost > 0 || report.head_lost.is_some();
