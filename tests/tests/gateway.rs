@@ -227,12 +227,14 @@ fn line_mode_listeners() {
     words.write_all(b"cgm/glucose 5.4\nnotopic\n").unwrap();
     words.write_all(&long).unwrap();
     words.write_all(b"\ncgm/glucose 5.5\n").unwrap();
+    // The last line of a stream needs no newline.
+    fixed.write_all(b"21.7").unwrap();
     drop((fixed, words));
     let mut c = Client::tcp(&format!("127.0.0.1:{p1}")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let recs = loop {
         let recs = c.fetch_all(0).unwrap();
-        if recs.len() >= 4 || Instant::now() > deadline {
+        if recs.len() >= 5 || Instant::now() > deadline {
             break recs;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -247,6 +249,7 @@ fn line_mode_listeners() {
         vec![
             ("buoy/sst".to_string(), b"21.5".to_vec()),
             ("buoy/sst".to_string(), b"21.6".to_vec()),
+            ("buoy/sst".to_string(), b"21.7".to_vec()),
             ("cgm/glucose".to_string(), b"5.4".to_vec()),
             ("cgm/glucose".to_string(), b"5.5".to_vec()),
         ]
@@ -263,11 +266,11 @@ fn line_mode_listeners() {
     m.read_to_string(&mut text).unwrap();
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     for want in [
-        "spillway_records_appended_total 4",
+        "spillway_records_appended_total 5",
         "spillway_connections_total",
         "spillway_flushes_total",
         "spillway_ingest_errors_total{reason=\"too_large\"} 1",
-        "spillway_consumer_lag_records{consumer=\"bridge\"} 4",
+        "spillway_consumer_lag_records{consumer=\"bridge\"} 5",
     ] {
         assert!(text.contains(want), "{want} missing in:\n{text}");
     }

@@ -195,12 +195,20 @@ pub fn run(
     let mut gw = Gateway::new(gcfg, clock.now_us());
     if !report.clean && !created {
         gw.counters_mut().unclean_mounts += 1;
+        let durable = report
+            .not_durable
+            .map_or(report.next_offset, |(from, _)| from);
         log::warn!(
-            "last shutdown was not clean: recovered offsets {}..{}, torn tail {} bytes",
+            "last shutdown was not clean: offsets {}..{} recovered, torn tail {} bytes",
             report.first_offset,
-            report.next_offset,
+            durable,
             report.torn_tail_bytes
         );
+        if let Some((from, to)) = report.not_durable {
+            log::warn!(
+                "offsets {from}..{to} were reserved before the crash but never persisted: no record acknowledged as durable had them; they are never reused"
+            );
+        }
     }
     log::info!(
         "log {:032x} mounted: offsets {}..{}, {} segments",

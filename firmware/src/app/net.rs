@@ -187,7 +187,19 @@ where
                 let mut overflow = false;
                 loop {
                     let n = match r.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
+                        Ok(0) => {
+                            // A last line without its newline at end of stream is still a
+                            // line (what `nc`, `printf` and log shippers send).
+                            if !line.is_empty() && !overflow {
+                                let last = Cmd::Line {
+                                    line: std::mem::take(&mut line),
+                                    topic: topic.clone(),
+                                };
+                                let _ = cmds.send(last).await;
+                            }
+                            return;
+                        }
+                        Err(_) => return,
                         Ok(n) => n,
                     };
                     let mut input = &buf[..n];
