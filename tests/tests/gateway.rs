@@ -670,3 +670,33 @@ fn inspect_after_a_crash_is_not_corruption() {
     let (code, out, _) = run_cli(&["inspect", &img]);
     assert_eq!(code, 4, "{out}");
 }
+
+/// `--max-connections` bounds what idle clients can hold: one past the limit is closed at
+/// once, and a slot is free again when a client leaves.
+#[test]
+fn connections_beyond_the_limit_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut args = with_listen(image_args(dir.path()), &[format!("tcp://127.0.0.1:{port}")]);
+    args.extend(["--max-connections".into(), "3".into()]);
+    let g = GatewayProcess::start(&args, 1);
+    let mut idle: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut extra = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(extra.read(&mut b).unwrap_or(0), 0, "closed at once");
+    assert!(
+        g.log_text().contains("--max-connections"),
+        "{}",
+        g.log_text()
+    );
+    idle.pop();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    c.publish("t", b"x", AckLevel::Buffered, None).unwrap();
+}

@@ -141,6 +141,10 @@ pub struct RunArgs {
     /// Gateway name announced to clients [default: the host name].
     #[arg(long)]
     pub gateway_id: Option<String>,
+    /// Most client connections served at once (TCP and Unix, all listeners); further
+    /// connections are closed at once [default: 256].
+    #[arg(long)]
+    pub max_connections: Option<usize>,
 }
 
 /// A size in a config file: an integer or a string with a suffix.
@@ -178,6 +182,7 @@ struct FileConfig {
     buffer_bytes: Option<SizeValue>,
     max_record_bytes: Option<SizeValue>,
     gateway_id: Option<String>,
+    max_connections: Option<usize>,
 }
 
 /// What a listener or serial port carries.
@@ -258,10 +263,14 @@ pub struct Settings {
     pub max_record_bytes: u32,
     /// Gateway id.
     pub gateway_id: String,
+    /// Most client connections served at once.
+    pub max_connections: usize,
 }
 
 /// Default image size, bytes.
 pub const DEFAULT_SIZE: u64 = 16 << 20;
+/// Default limit of client connections served at once.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 /// Default erase size, bytes.
 pub const DEFAULT_ERASE: u32 = 4096;
 /// Default write size, bytes.
@@ -529,6 +538,10 @@ pub fn settings(args: &RunArgs) -> Result<Settings, AppError> {
         buffer_bytes,
         max_record_bytes,
         gateway_id,
+        max_connections: args
+            .max_connections
+            .or(file.max_connections)
+            .unwrap_or(DEFAULT_MAX_CONNECTIONS),
     };
     check(&s)?;
     Ok(s)

@@ -9,7 +9,7 @@ pub mod net;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::time::Duration;
 
 use config::{Endpoint, RunArgs};
@@ -162,6 +162,8 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
         max_frame: started.max_frame_bytes as usize,
         max_line: s.max_record_bytes as usize + 256,
         metrics: metrics.clone(),
+        active: Arc::new(AtomicUsize::new(0)),
+        max_connections: s.max_connections,
     };
     let mut unix_paths = Vec::new();
     let served: Result<(), AppError> = smol::block_on(async {
@@ -178,16 +180,22 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
                         loop {
                             match listener.accept().await {
                                 Ok((stream, peer)) => {
+                                    let peer = peer.to_string();
+                                    let Some(slot) = ctx.admit(&peer) else {
+                                        continue;
+                                    };
                                     let _ = stream.set_nodelay(true);
-                                    let ctx = ctx.clone();
-                                    let mode = mode.clone();
-                                    smol::spawn(net::serve(
+                                    let served = net::serve(
                                         stream.clone(),
                                         stream,
-                                        mode,
-                                        ctx,
-                                        peer.to_string(),
-                                    ))
+                                        mode.clone(),
+                                        ctx.clone(),
+                                        peer,
+                                    );
+                                    smol::spawn(async move {
+                                        served.await;
+                                        drop(slot);
+                                    })
                                     .detach();
                                 }
                                 Err(e) => {
@@ -209,13 +217,20 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
                         loop {
                             match listener.accept().await {
                                 Ok((stream, _)) => {
-                                    smol::spawn(net::serve(
+                                    let Some(slot) = ctx.admit(&name) else {
+                                        continue;
+                                    };
+                                    let served = net::serve(
                                         stream.clone(),
                                         stream,
                                         mode.clone(),
                                         ctx.clone(),
                                         name.clone(),
-                                    ))
+                                    );
+                                    smol::spawn(async move {
+                                        served.await;
+                                        drop(slot);
+                                    })
                                     .detach();
                                 }
                                 Err(e) => {

@@ -4,7 +4,7 @@
 
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_channel::Sender;
@@ -40,6 +40,36 @@ pub struct Ctx {
     pub max_line: usize,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Client connections being served now.
+    pub active: Arc<AtomicUsize>,
+    /// Most client connections served at once.
+    pub max_connections: usize,
+}
+
+/// A slot among the `max_connections`: taken when a connection is accepted, given back
+/// when its task ends.
+pub struct ConnSlot(Arc<AtomicUsize>);
+
+impl Ctx {
+    /// Takes a connection slot, or `None` (and a warning) when all are in use.
+    pub fn admit(&self, peer: &str) -> Option<ConnSlot> {
+        let taken = self.active.fetch_add(1, Ordering::AcqRel);
+        if taken >= self.max_connections {
+            self.active.fetch_sub(1, Ordering::AcqRel);
+            log::warn!(
+                "{peer}: refused: {} connections already served (--max-connections)",
+                self.max_connections
+            );
+            return None;
+        }
+        Some(ConnSlot(self.active.clone()))
+    }
+}
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Cuts a byte stream at 0x00 with a bound on the frame length.
