@@ -23,7 +23,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use crate::client::log_id_hex;
@@ -46,6 +46,9 @@ pub enum StoreError {
     /// The blocking task was lost.
     #[error("state file task failed: {0}")]
     Task(String),
+    /// A write to a state file opened read-only.
+    #[error("state file is open read-only")]
+    ReadOnly,
 }
 
 macro_rules! redb_from {
@@ -281,7 +284,30 @@ pub fn check_prev_crc(
 /// The state file. Cheap to clone (one shared redb handle).
 #[derive(Clone)]
 pub struct Store {
-    db: Arc<Database>,
+    db: Arc<Db>,
+}
+
+/// The redb handle: read-write for a drain, read-only for `status` (which may look at the
+/// state file of a running drain).
+enum Db {
+    ReadWrite(Database),
+    ReadOnly(ReadOnlyDatabase),
+}
+
+impl Db {
+    fn begin_read(&self) -> Result<redb::ReadTransaction, redb::TransactionError> {
+        match self {
+            Db::ReadWrite(db) => db.begin_read(),
+            Db::ReadOnly(db) => db.begin_read(),
+        }
+    }
+
+    fn begin_write(&self) -> Result<redb::WriteTransaction, StoreError> {
+        match self {
+            Db::ReadWrite(db) => Ok(db.begin_write()?),
+            Db::ReadOnly(_) => Err(StoreError::ReadOnly),
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -300,16 +326,22 @@ impl Store {
         tx.open_table(RESETS)?;
         tx.open_table(SINK_RESUMES)?;
         tx.commit()?;
-        Ok(Store { db: Arc::new(db) })
+        Ok(Store {
+            db: Arc::new(Db::ReadWrite(db)),
+        })
     }
 
-    /// Opens the state file if it exists (for `status`, which must not create one);
-    /// `None` when there is no file at `path`.
+    /// Opens the state file read-only if it exists (for `status`, which must not create
+    /// one and may run beside a drain); `None` when there is no file at `path`. Tables a
+    /// drain has not created yet read as empty.
     pub fn open_existing(path: &Path) -> Result<Option<Store>, StoreError> {
         if !path.exists() {
             return Ok(None);
         }
-        Store::open(path).map(Some)
+        let db = ReadOnlyDatabase::open(path)?;
+        Ok(Some(Store {
+            db: Arc::new(Db::ReadOnly(db)),
+        }))
     }
 
     /// The checkpoint of `consumer` on gateway `gateway_id`.

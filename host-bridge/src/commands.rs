@@ -380,17 +380,21 @@ pub async fn status(
                 match Store::open_existing(&p) {
                     Ok(None) => Ok(Vec::new()),
                     Ok(Some(s)) => s.list().map_err(|e| e.to_string()),
-                    Err(e) => Err(format!("{e} (is a drain running on it?)")),
+                    Err(e) => Err(format!(
+                        "{e} (a running drain holds it; its checkpoint is the gateway's committed offset above, or its --metrics)"
+                    )),
                 }
             })
             .await
         }
     };
+    let mut state_error = None;
     let local = match local {
         Ok(l) => l,
         Err(e) => {
-            log::error!("state file: {e}");
+            log::error!("{e}");
             code = exit::STATE;
+            state_error = Some(e);
             Vec::new()
         }
     };
@@ -432,6 +436,8 @@ pub async fn status(
                 "resets": cp.resets,
                 "updated_unix_ms": cp.updated_unix_ms,
             })).collect::<Vec<_>>(),
+            // Set when the state file could not be read: then `checkpoints` is not known.
+            "state_error": state_error,
         });
         writeln!(out, "{v}")
     } else {
