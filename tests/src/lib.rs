@@ -6,6 +6,7 @@
 //! ([`bench_kafka`]), footprint beside nats-server and mosquitto ([`bench_footprint`]), and
 //! the report's [`plot`]s.
 
+pub mod bench_all;
 pub mod bench_core;
 pub mod bench_footprint;
 pub mod bench_gateway;
