@@ -2,8 +2,8 @@
 //! into a results folder. See `spillway_tests::bench_all` for what is compared; run it
 //! through `scripts/bench.sh`, which installs and starts the peers first.
 //!
-//! `cargo bench -p spillway-tests --bench all -- [--out DIR]` (default `bench-results` in
-//! the workspace root). The peers: nats-server from `$SPILLWAY_NATS_SERVER` or
+//! `cargo bench -p spillway-tests --bench all -- [--out DIR] [--only 1,2,...]` (default
+//! `bench-results` in the workspace root; `--only` runs some comparisons, by number). The peers: nats-server from `$SPILLWAY_NATS_SERVER` or
 //! `scripts/nats-server.sh`'s install; the Kafka-protocol broker at
 //! `$SPILLWAY_KAFKA_BROKER` (`host:port`); mosquitto from `$SPILLWAY_MOSQUITTO` or
 //! `/usr/sbin/mosquitto`. A missing peer is skipped and the report says so. Under
@@ -23,11 +23,20 @@ fn main() {
         .ok()
         .filter(|b| !b.is_empty());
     let nats = nats_server_bin();
-    let opts = if smoke {
+    let mut opts = if smoke {
         Options::smoke(nats, broker)
     } else {
         Options::full(nats, broker)
     };
+    if let Some(i) = args.iter().position(|a| a == "--only") {
+        let only: Vec<u8> = args
+            .get(i + 1)
+            .expect("--only N,N")
+            .split(',')
+            .filter_map(|n| n.trim().parse().ok())
+            .collect();
+        opts = opts.only(&only);
+    }
     let tmp = tempfile::tempdir().expect("tempdir");
     let out: PathBuf = match args.iter().position(|a| a == "--out") {
         Some(i) => PathBuf::from(args.get(i + 1).expect("--out DIR")),

@@ -53,9 +53,19 @@ pub struct Options {
     pub kafka: Option<(bench_kafka::Options, String)>,
     /// Comparison 5.
     pub footprint: bench_footprint::Options,
+    /// Which comparisons run (index 0 is comparison 1); all of them normally.
+    pub parts: [bool; 5],
 }
 
 impl Options {
+    /// Runs only the comparisons numbered in `only` (1–5).
+    pub fn only(mut self, only: &[u8]) -> Options {
+        for (i, p) in self.parts.iter_mut().enumerate() {
+            *p = only.contains(&(i as u8 + 1));
+        }
+        self
+    }
+
     /// The full run: about ten minutes on a 2-core machine.
     pub fn full(nats_bin: Option<PathBuf>, broker: Option<String>) -> Options {
         let core = bench_core::Options {
@@ -91,6 +101,7 @@ impl Options {
                 mosquitto_bin: bench_footprint::mosquitto_bin(),
             },
             nats_bin,
+            parts: [true; 5],
         }
     }
 
@@ -119,6 +130,7 @@ impl Options {
                 mosquitto_bin: bench_footprint::mosquitto_bin(),
             },
             nats_bin,
+            parts: [true; 5],
         }
     }
 }
@@ -152,12 +164,12 @@ pub struct AllReport {
     pub writes: Vec<WriteRun>,
     /// Comparison 2, by size.
     pub mounts: Vec<MountRow>,
-    /// Comparison 3.
-    pub gateway: bench_gateway::Report,
-    /// Comparison 4, if a broker was given.
+    /// Comparison 3 (`None` if not run).
+    pub gateway: Option<bench_gateway::Report>,
+    /// Comparison 4 (`None` if not run or no broker was given).
     pub kafka: Option<bench_kafka::Report>,
-    /// Comparison 5.
-    pub footprint: bench_footprint::Report,
+    /// Comparison 5 (`None` if not run).
+    pub footprint: Option<bench_footprint::Report>,
     /// Wall time of each comparison.
     pub timings: Vec<(&'static str, Duration)>,
     /// Wall time of the whole run.
@@ -177,7 +189,12 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> AllReport {
 
     let t = Instant::now();
     let mut writes = Vec::new();
-    for &case in &opts.core.write_cases {
+    let cases = if opts.parts[0] {
+        opts.core.write_cases.as_slice()
+    } else {
+        &[]
+    };
+    for &case in cases {
         progress(&format!(
             "1. core: append and read {} B records, write size {}",
             case.payload_len, case.write_size
@@ -188,7 +205,12 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> AllReport {
 
     let t = Instant::now();
     let mut mounts = Vec::new();
-    for &size_mib in &opts.mount_sizes_mib {
+    let sizes = if opts.parts[1] {
+        opts.mount_sizes_mib.as_slice()
+    } else {
+        &[]
+    };
+    for &size_mib in sizes {
         progress(&format!("2. mount: {size_mib} MiB images"));
         let fixed_bps = (size_mib * 256 / opts.mount_fixed_segments).max(1);
         let mut bps = vec![bench_core::BLOCKS_PER_SEGMENT];
@@ -218,19 +240,22 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> AllReport {
     timings.push(("2. mount against image size", t.elapsed()));
 
     let t = Instant::now();
-    let gateway = bench_gateway::run(&opts.gateway, opts.nats_bin.as_deref(), |w| {
-        progress(&format!("3. {w}"))
+    let gateway = opts.parts[2].then(|| {
+        bench_gateway::run(&opts.gateway, opts.nats_bin.as_deref(), |w| {
+            progress(&format!("3. {w}"))
+        })
     });
     timings.push(("3. gateway ingest", t.elapsed()));
 
     let t = Instant::now();
-    let kafka = opts.kafka.as_ref().map(|(k, broker)| {
+    let kafka = opts.kafka.as_ref().filter(|_| opts.parts[3]).map(|(k, broker)| {
         bench_kafka::run(k, broker, |w| progress(&format!("4. kafka: {w}")))
     });
     timings.push(("4. bridge drain into Kafka", t.elapsed()));
 
     let t = Instant::now();
-    let footprint = bench_footprint::run(&opts.footprint, |w| progress(&format!("5. {w}")));
+    let footprint = opts.parts[4]
+        .then(|| bench_footprint::run(&opts.footprint, |w| progress(&format!("5. {w}"))));
     timings.push(("5. footprint", t.elapsed()));
 
     AllReport {
@@ -306,7 +331,7 @@ fn si(x: f64) -> String {
 }
 
 fn mib(kib: u64) -> String {
-    format!("{:.1} MiB", kib as f64 / 1024.0)
+    format!("{:.2} MiB", kib as f64 / 1024.0)
 }
 
 impl AllReport {
@@ -402,7 +427,7 @@ impl AllReport {
                     comparison: 2,
                     label: format!("mount ms, {} MiB ({what}) vs reading the image", m.size_mib),
                     spillway: format!("{:.3} ms", s.ms.median),
-                    peer: format!("{:.1} ms", s.full_scan_ms.median),
+                    peer: format!("{:.3} ms", s.full_scan_ms.median),
                     peer_name: "full scan".into(),
                     ratio: s.ms.median / s.full_scan_ms.median,
                     range: Some(bounds(&s.ms, &s.full_scan_ms)),
@@ -410,8 +435,11 @@ impl AllReport {
                 });
             }
         }
-        let g = &self.gateway;
-        for (what, runs) in [("buffered", &g.buffered), ("durable", &g.durable)] {
+        let runs = self
+            .gateway
+            .iter()
+            .flat_map(|g| [("buffered", &g.buffered), ("durable", &g.durable)]);
+        for (what, runs) in runs {
             let (sw, peer) = (runs.spillway_rates(), runs.nats_rates());
             if peer.is_empty() {
                 continue;
@@ -441,7 +469,10 @@ impl AllReport {
                 higher_is_better: true,
             });
         }
-        let servers = &self.footprint.servers;
+        let servers = self
+            .footprint
+            .as_ref()
+            .map_or(&[][..], |f| f.servers.as_slice());
         if let Some(sw) = servers.first() {
             for peer in &servers[1..] {
                 let short = peer.name.split_whitespace().next().unwrap_or("peer");
@@ -450,6 +481,24 @@ impl AllReport {
                     out.push(Ratio {
                         comparison: 5,
                         label: format!("stripped binary size vs {short}"),
+                        spillway: mib(a / 1024),
+                        peer: mib(b / 1024),
+                        peer_name: peer.name.clone(),
+                        ratio: a as f64 / b as f64,
+                        range: None,
+                        higher_is_better: false,
+                    });
+                }
+                if !peer.binary.shared_libs.is_empty() {
+                    let with_libs = |b: &bench_footprint::BinarySize| {
+                        b.stripped_bytes.unwrap_or(b.file_bytes) + b.extra_libs_bytes
+                    };
+                    let (a, b) = (with_libs(&sw.binary), with_libs(&peer.binary));
+                    out.push(Ratio {
+                        comparison: 5,
+                        label: format!(
+                            "stripped binary + shared libraries besides the C runtime vs {short}"
+                        ),
                         spillway: mib(a / 1024),
                         peer: mib(b / 1024),
                         peer_name: peer.name.clone(),
@@ -661,10 +710,15 @@ impl AllReport {
             o.gateway.reps
         )?;
         writeln!(f)?;
-        // The gateway report's own machine line is the one above.
-        let g = self.gateway.to_string();
-        for line in g.lines().skip_while(|l| l.starts_with("machine:")) {
-            writeln!(f, "{line}")?;
+        match &self.gateway {
+            Some(g) => {
+                // The gateway report's own machine line is the one above.
+                let g = g.to_string();
+                for line in g.lines().skip_while(|l| l.starts_with("machine:")) {
+                    writeln!(f, "{line}")?;
+                }
+            }
+            None => writeln!(f, "Not run.")?,
         }
         writeln!(f)?;
 
@@ -693,7 +747,12 @@ impl AllReport {
             None => {
                 writeln!(
                     f,
-                    "Skipped: no broker (`SPILLWAY_KAFKA_BROKER` was not set)."
+                    "Not run{}.",
+                    if self.options.kafka.is_none() {
+                        ": no broker (`SPILLWAY_KAFKA_BROKER` was not set)"
+                    } else {
+                        ""
+                    }
                 )?;
                 writeln!(f)?;
             }
@@ -714,7 +773,10 @@ impl AllReport {
             bench_footprint::IDLE_CLIENTS
         )?;
         writeln!(f)?;
-        writeln!(f, "{}", self.footprint)?;
+        match &self.footprint {
+            Some(r) => writeln!(f, "{r}")?,
+            None => writeln!(f, "Not run.\n")?,
+        }
         writeln!(f, "## Run")?;
         writeln!(f)?;
         writeln!(f, "| part | wall time, s |")?;
@@ -782,43 +844,72 @@ impl AllReport {
              wrapped, its head is mid-flash) and left as a power cut leaves it; then the \
              first operation after a reboot is timed on a fresh copy of the image: \
              spillway's mount, a plain read of every byte (what any full scan costs at \
-             least), the peer's first `peek` with a fresh cache. Spillway runs with 16 KiB \
-             segments (the segment count grows with the image) and with {} segments (the \
-             segment size grows). {} repetitions up to 64 MiB, {} above. The peer is filled \
-             and timed up to {} MiB only: it is filled one push at a time, and at 1 GiB that \
-             alone would take minutes of this run's budget; its cold start grows with the \
-             pages it must read, which the table shows up to that size.",
+             least), the peer's first `peek` and first `push` with a fresh cache. Spillway \
+             runs with 16 KiB segments (the segment count grows with the image: one header \
+             read per segment) and with {} segments (the segment size grows: the head \
+             segment is scanned batch by batch). {} repetitions up to 64 MiB, {} above.",
             self.options.core.mount_fill_percent,
             o.mount_fixed_segments,
             o.mount_reps,
             o.mount_reps_large,
-            o.mount_peer_max_mib
         )?;
         writeln!(f)?;
+        let fills: Vec<String> = self
+            .mounts
+            .iter()
+            .filter_map(|m| {
+                m.peer
+                    .as_ref()
+                    .map(|p| format!("{:.1} s at {} MiB", p.fill.as_secs_f64(), m.size_mib))
+            })
+            .collect();
+        if self
+            .mounts
+            .iter()
+            .any(|m| m.size_mib > o.mount_peer_max_mib)
+        {
+            writeln!(
+                f,
+                "The peer is capped at {} MiB: its images are filled one push at a time, and \
+                 filling took {} in this run, growing faster than the size; the larger \
+                 images would take many minutes each, beyond this run's budget. Above the \
+                 cap only spillway and the full read are measured.",
+                o.mount_peer_max_mib,
+                fills.join(", ")
+            )?;
+            writeln!(f)?;
+        }
         writeln!(f, "![mount time vs image size](mount.svg)")?;
         writeln!(f)?;
         writeln!(
             f,
             "| image | spillway, 16 KiB segments: mount ms | flash reads | spillway, {} \
              segments: mount ms | read every byte, ms | mount ÷ read (16 KiB) | \
-             sequential-storage first peek ms | flash reads | mount ÷ peek (16 KiB) |",
+             sequential-storage first peek ms | flash reads | first push ms | \
+             mount ÷ peek (16 KiB) |",
             o.mount_fixed_segments
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|---|---|")?;
+        writeln!(f, "|---|---|---|---|---|---|---|---|---|---|")?;
         let ms = |s: &Spread| format!("{:.3} / {:.3} / {:.3}", s.min, s.median, s.max);
         for m in &self.mounts {
             let a = &m.small_segments;
-            let (peek, reads, ratio) = match &m.peer {
+            let (peek, reads, push, ratio) = match &m.peer {
                 Some(p) => (
                     ms(&p.peek_ms),
                     p.peek_reads.to_string(),
+                    ms(&p.push_ms),
                     format!("{:.3}", a.ms.median / p.peek_ms.median),
                 ),
-                None => ("not run (cap)".into(), "–".into(), "–".into()),
+                None => (
+                    "not run (cap)".into(),
+                    "–".into(),
+                    "–".into(),
+                    "–".into(),
+                ),
             };
             writeln!(
                 f,
-                "| {} MiB | {} | {} | {} | {} | {:.4} | {} | {} | {} |",
+                "| {} MiB | {} | {} | {} | {} | {:.4} | {} | {} | {} | {} |",
                 m.size_mib,
                 ms(&a.ms),
                 a.reads,
@@ -827,6 +918,7 @@ impl AllReport {
                 a.ms.median / a.full_scan_ms.median,
                 peek,
                 reads,
+                push,
                 ratio
             )?;
         }

@@ -621,6 +621,9 @@ pub struct PeerCold {
     pub push_ms: Spread,
     /// Flash read operations of the first `push`.
     pub push_reads: u64,
+    /// Time it took to fill the image, one push at a time (not a benchmark figure: it
+    /// shows what filling larger images would cost).
+    pub fill: Duration,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -696,11 +699,13 @@ pub fn mount_size(
         .map(|&bps| spillway_image(capacity, bps, opts.mount_fill_percent))
         .collect();
     let with_peer = size_mib <= opts.mount_peer_max_mib;
+    let t = Instant::now();
     let peer = if with_peer {
         peer_image(capacity, opts.mount_fill_percent)
     } else {
         Vec::new()
     };
+    let peer_fill = t.elapsed();
     let pages = capacity / ram_nor::ERASE_SIZE;
 
     let k = blocks_per_segment.len();
@@ -795,6 +800,7 @@ pub fn mount_size(
         peek_bytes_read,
         push_ms: Spread::of(&pushes),
         push_reads,
+        fill: peer_fill,
     });
     (spillway, peer)
 }

@@ -93,7 +93,21 @@ pub struct BinarySize {
     pub stripped_bytes: Option<u64>,
     /// Shared libraries `ldd` lists (not counting the vDSO and the dynamic loader).
     pub shared_libs: Vec<String>,
+    /// Total size of the shared libraries besides the C runtime every program here links
+    /// (`libc`, `libm`, `libgcc_s`, `libpthread`, `libdl`, `librt`), bytes: what the binary
+    /// brings with it.
+    pub extra_libs_bytes: u64,
 }
+
+/// The C runtime libraries that every binary here links or that the system has anyway.
+const C_RUNTIME: [&str; 6] = [
+    "libc.so",
+    "libm.so",
+    "libgcc_s.so",
+    "libpthread.so",
+    "libdl.so",
+    "librt.so",
+];
 
 /// Measures `bin`: its size, a stripped copy's size (in a temporary directory), its shared
 /// libraries.
@@ -110,17 +124,27 @@ pub fn binary_size(bin: &Path) -> io::Result<BinarySize> {
         .and_then(|_| std::fs::metadata(&copy).ok())
         .map(|m| m.len());
     let ldd = Command::new("ldd").arg(bin).output()?;
-    let shared_libs = String::from_utf8_lossy(&ldd.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|l| !l.starts_with("linux-vdso") && !l.contains("ld-linux") && l.contains(".so"))
-        .map(str::to_string)
-        .collect();
+    let mut shared_libs = Vec::new();
+    let mut extra_libs_bytes = 0;
+    // Lines: `libssl.so.3 => /lib/x86_64-linux-gnu/libssl.so.3 (0x...)`.
+    for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+        let mut words = line.split_whitespace();
+        let Some(name) = words.next() else { continue };
+        if name.starts_with("linux-vdso") || name.contains("ld-linux") || !name.contains(".so") {
+            continue;
+        }
+        if !C_RUNTIME.iter().any(|c| name.starts_with(c)) {
+            let path = words.nth(1).unwrap_or(name);
+            extra_libs_bytes += std::fs::metadata(path).map_or(0, |m| m.len());
+        }
+        shared_libs.push(name.to_string());
+    }
     Ok(BinarySize {
         path: bin.to_path_buf(),
         file_bytes,
         stripped_bytes,
         shared_libs,
+        extra_libs_bytes,
     })
 }
 
@@ -524,7 +548,11 @@ impl fmt::Display for Report {
             let libs = if s.binary.shared_libs.is_empty() {
                 "none (static)".to_string()
             } else {
-                format!("{}", s.binary.shared_libs.len())
+                format!(
+                    "{}, {} besides the C runtime",
+                    s.binary.shared_libs.len(),
+                    size(s.binary.extra_libs_bytes)
+                )
             };
             writeln!(
                 f,
