@@ -13,6 +13,7 @@
 //! | `checkpoints` | (gateway id, consumer) | [`Checkpoint`]: log id, committed offset, CRC of the last forwarded record, counters |
 //! | `gaps` | (log id, first lost offset) | [`Gap`]: the lost range, why, when |
 //! | `resets` | (gateway id, consumer, reset number) | [`Reset`]: old and new log ids, why, when |
+//! | `sink_resumes` | (log id, checkpoint offset it moved from) | [`SinkResume`]: a resume taken from the sink (records the sink already had) |
 //!
 //! A checkpoint is keyed by the gateway's configured id (its `Welcome`), not by its log id:
 //! a reflashed or replaced gateway keeps its id but gets a new log id, and that mismatch is
@@ -30,6 +31,7 @@ use crate::client::log_id_hex;
 const CHECKPOINTS: TableDefinition<(&str, &str), &str> = TableDefinition::new("checkpoints");
 const GAPS: TableDefinition<(u128, u64), &str> = TableDefinition::new("gaps");
 const RESETS: TableDefinition<(&str, &str, u64), &str> = TableDefinition::new("resets");
+const SINK_RESUMES: TableDefinition<(u128, u64), &str> = TableDefinition::new("sink_resumes");
 
 /// Errors of the state file.
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +142,32 @@ pub struct Reset {
     pub new_offset: u64,
     /// The resume check that failed, in words.
     pub reason: String,
+    /// When, ms since the Unix epoch.
+    pub at_unix_ms: u64,
+}
+
+/// A checkpoint moved forward at start because the sink already held the records after it
+/// (delivered before a crash, never checkpointed): the effectively-once resume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SinkResume {
+    /// Gateway id.
+    pub gateway_id: String,
+    /// Consumer name.
+    pub consumer: String,
+    /// Log id (32 hex digits).
+    pub log_id: String,
+    /// The checkpoint offset before.
+    pub from: u64,
+    /// The offset resumed at: the sink held every offset in `from..to`.
+    pub to: u64,
+    /// The highest offset of this log the sink held (≥ `to − 1`; more means a hole after
+    /// `to`, whose records are sent again).
+    pub highest_in_sink: u64,
+    /// Records in `from..to` compared with the gateway's, field by field (topic, timestamp,
+    /// payload); equal to `to − from` unless the gateway no longer had some of them.
+    pub verified: u64,
+    /// Where the records were found, e.g. `kafka topic "t" (3 partitions)`.
+    pub sink: String,
     /// When, ms since the Unix epoch.
     pub at_unix_ms: u64,
 }
@@ -270,6 +298,7 @@ impl Store {
         tx.open_table(CHECKPOINTS)?;
         tx.open_table(GAPS)?;
         tx.open_table(RESETS)?;
+        tx.open_table(SINK_RESUMES)?;
         tx.commit()?;
         Ok(Store { db: Arc::new(db) })
     }
@@ -350,6 +379,38 @@ impl Store {
         }
         tx.commit()?;
         Ok(())
+    }
+
+    /// Records a resume taken from the sink and saves the checkpoint it moved to, in one
+    /// transaction.
+    pub fn save_with_sink_resume(&self, r: &SinkResume, cp: &Checkpoint) -> Result<(), StoreError> {
+        let cp_json = serde_json::to_string(cp)?;
+        let r_json = serde_json::to_string(r)?;
+        let log_id = cp.log_id().unwrap_or(0);
+        let tx = self.db.begin_write()?;
+        {
+            let mut t = tx.open_table(SINK_RESUMES)?;
+            t.insert((log_id, r.from), r_json.as_str())?;
+            let mut t = tx.open_table(CHECKPOINTS)?;
+            t.insert(
+                (r.gateway_id.as_str(), r.consumer.as_str()),
+                cp_json.as_str(),
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The resumes taken from the sink for a log id, oldest first.
+    pub fn sink_resumes(&self, log_id: u128) -> Result<Vec<SinkResume>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(SINK_RESUMES)?;
+        let mut out = Vec::new();
+        for item in t.range((log_id, 0)..=(log_id, u64::MAX))? {
+            let (_, v) = item?;
+            out.push(serde_json::from_str(v.value())?);
+        }
+        Ok(out)
     }
 
     /// Every checkpoint: (gateway id, consumer, checkpoint).
@@ -437,6 +498,16 @@ impl Store {
         smol::unblock(move || s.save_with_gap(&c, log_id, &gap, &cp)).await
     }
 
+    /// [`Store::save_with_sink_resume`] on the blocking pool.
+    pub async fn save_with_sink_resume_async(
+        &self,
+        r: &SinkResume,
+        cp: &Checkpoint,
+    ) -> Result<(), StoreError> {
+        let (s, r, cp) = (self.clone(), r.clone(), cp.clone());
+        smol::unblock(move || s.save_with_sink_resume(&r, &cp)).await
+    }
+
     /// [`Store::save_with_reset`] on the blocking pool.
     pub async fn save_with_reset_async(
         &self,
@@ -517,6 +588,30 @@ mod tests {
         s.save_with_reset("gw", "bridge", &reset, &new).unwrap();
         assert_eq!(s.resets("gw", "bridge").unwrap(), vec![reset]);
         assert_eq!(s.load("gw", "bridge").unwrap().unwrap().log_id(), Some(9));
+    }
+
+    #[test]
+    fn sink_resumes_are_recorded_with_the_checkpoint() {
+        let (_dir, s) = store();
+        let mut cp = Checkpoint::new(0x77, 10);
+        s.save("gw", "bridge", &cp).unwrap();
+        let r = SinkResume {
+            gateway_id: "gw".into(),
+            consumer: "bridge".into(),
+            log_id: cp.log_id.clone(),
+            from: 10,
+            to: 14,
+            highest_in_sink: 13,
+            verified: 4,
+            sink: "kafka topic \"t\" (1 partitions)".into(),
+            at_unix_ms: 5,
+        };
+        cp.offset = 14;
+        cp.last_crc = Some(9);
+        s.save_with_sink_resume(&r, &cp).unwrap();
+        assert_eq!(s.sink_resumes(0x77).unwrap(), vec![r]);
+        assert!(s.sink_resumes(0x78).unwrap().is_empty());
+        assert_eq!(s.load("gw", "bridge").unwrap().unwrap(), cp);
     }
 
     #[test]

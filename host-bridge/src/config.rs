@@ -15,6 +15,7 @@
 //! prefetch = 4                         # batches fetched ahead of the sink
 //! rotate-bytes = 67108864              # file sink rotation size, bytes
 //! kafka-delivery-timeout-ms = 300000
+//! kafka-resume-window = 10000          # messages per partition read at start; 0 = off
 //! poll-wait-ms = 500                   # long poll at the end of the log, ms
 //! backoff-initial-ms = 100
 //! backoff-max-ms = 30000
@@ -55,6 +56,8 @@ pub struct FileConfig {
     pub rotate_bytes: Option<u64>,
     /// Kafka delivery timeout, ms.
     pub kafka_delivery_timeout_ms: Option<u64>,
+    /// Kafka resume scan window, messages per partition.
+    pub kafka_resume_window: Option<u64>,
     /// Long-poll wait, ms.
     pub poll_wait_ms: Option<u64>,
     /// First retry delay, ms.

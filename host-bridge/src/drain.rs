@@ -42,6 +42,42 @@
 //! At-least-once and in order: a crash (kill -9) after the sink acknowledged a batch and
 //! before redb saved the checkpoint resends that batch on restart, so duplicates are at most
 //! one batch (≤ `max_batch_bytes` of records), each carrying the same log id and offset.
+//! With a Kafka sink the effectively-once resume below removes those duplicates.
+//!
+//! # Effectively-once resume (Kafka)
+//!
+//! Once per run, after the resume check of step 2 passed at checkpoint offset `c`, the
+//! bridge reads the tail of every partition of the target topic
+//! (`sink::kafka::KafkaSink::scan_tail`: watermarks, then
+//! `assign` at `high − kafka_resume_window`, no consumer group) and collects the messages
+//! whose `spillway-log-id` header is this gateway's log id and whose `spillway-offset` is at
+//! least `c`. Those are records delivered before a crash whose checkpoint never reached
+//! redb.
+//!
+//! - Resume point: the end `r` of the run of consecutive offsets `c, c+1, …` found. With
+//!   one partition (or one key) that is the highest `spillway-offset` + 1, because a
+//!   partition holds a prefix of what the idempotent producer sent to it. With several
+//!   partitions a crash can leave offset `c+5` delivered and `c+4` not (other key, other
+//!   partition), so the highest offset alone could lose `c+4`: everything from the first
+//!   hole is sent again (duplicates, never loss).
+//! - Log matching: the checkpoint's CRC has already been checked against the gateway's
+//!   record before `c` (step 2). The bridge then fetches `c..r` from the gateway and
+//!   compares every record with the Kafka message at the same offset (topic, timestamp,
+//!   payload): a mismatch means the messages are not this log's records, and the resume
+//!   falls back to `c` (with a warning). Records the gateway no longer has cannot be
+//!   compared; the resume stops before them (the main loop then records the gap). The new
+//!   checkpoint takes the gateway's CRC of record `r − 1`, so the next resume check
+//!   continues the chain.
+//! - The move is saved in one redb transaction with a
+//!   [`checkpoint::SinkResume`](crate::checkpoint::SinkResume) entry (table `sink_resumes`), logged at
+//!   `info`, counted in `spillway_bridge_sink_resumed_records_total`, and committed on the
+//!   gateway.
+//! - If the scan finds records of the log but none at `c`, and the window did not reach
+//!   back past `c`, the window grows (×8, up to [`MAX_RESUME_WINDOW`]). A broker that cannot
+//!   be read is retried with backoff like any sink outage.
+//! - Assumption: only this consumer writes this log to the topic. A second bridge
+//!   draining the same gateway into the same topic under another consumer name would make
+//!   this one skip records it never sent.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -50,6 +86,8 @@ use std::time::{Duration, Instant};
 use smol::channel::{Receiver, Sender};
 use spillway_core::wire::{ErrorCode, LostReason};
 
+#[cfg(feature = "kafka")]
+use crate::checkpoint::SinkResume;
 use crate::checkpoint::{
     Checkpoint, Gap, Reset, ResumeMismatch, Store, StoreError, check_log_id, check_prev_crc, now_ms,
 };
@@ -205,7 +243,15 @@ pub struct DrainConfig {
     pub shutdown_grace: Duration,
     /// Progress display.
     pub progress: Mode,
+    /// Kafka: messages read from the end of each partition at start to find records
+    /// delivered but not checkpointed (effectively-once resume); 0 turns the scan off.
+    pub kafka_resume_window: u64,
+    /// Kafka: how long one scan of the partition tails may take before it is retried.
+    pub kafka_resume_timeout: Duration,
 }
+
+/// The largest window the effectively-once resume grows to, messages per partition.
+pub const MAX_RESUME_WINDOW: u64 = 1 << 20;
 
 impl DrainConfig {
     /// Defaults for everything but the gateway, sink and state file.
@@ -227,6 +273,8 @@ impl DrainConfig {
             reply_timeout: crate::client::DEFAULT_REPLY_TIMEOUT,
             shutdown_grace: Duration::from_secs(30),
             progress: Mode::Auto,
+            kafka_resume_window: 10_000,
+            kafka_resume_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -512,6 +560,8 @@ pub struct Drain {
     stop: Shutdown,
     summary: DrainSummary,
     progress: Progress,
+    /// The sink's tail was scanned (once per run).
+    sink_scanned: bool,
 }
 
 /// Result of a session.
@@ -542,6 +592,7 @@ impl Drain {
             stop,
             summary: DrainSummary::default(),
             progress,
+            sink_scanned: false,
         })
     }
 
@@ -601,8 +652,189 @@ impl Drain {
         res.map(|()| self.summary)
     }
 
-    /// Loads the checkpoint and checks it against the gateway (module doc, step 2).
+    /// Loads the checkpoint, checks it against the gateway (module doc, step 2), then, once
+    /// per run, moves it past records the sink already holds (effectively-once resume).
     async fn resume(&mut self, conn: &mut Client) -> Result<Checkpoint, Resumed> {
+        let cp = self.resume_check(conn).await?;
+        if self.sink_scanned {
+            return Ok(cp);
+        }
+        #[cfg(feature = "kafka")]
+        let cp = self.resume_from_sink(conn, cp).await?;
+        self.sink_scanned = true;
+        Ok(cp)
+    }
+
+    /// The effectively-once resume (module doc): scans the Kafka topic's partition tails
+    /// for records of this log at or after `cp.offset`, checks them against the gateway's,
+    /// and returns the checkpoint moved past them (saved and committed), or `cp`.
+    #[cfg(feature = "kafka")]
+    async fn resume_from_sink(
+        &mut self,
+        conn: &mut Client,
+        cp: Checkpoint,
+    ) -> Result<Checkpoint, Resumed> {
+        let window = self.cfg.kafka_resume_window;
+        let Some(Sink::Kafka(kafka)) = self.sink.as_ref() else {
+            return Ok(cp);
+        };
+        if window == 0 {
+            return Ok(cp);
+        }
+        let w = conn.welcome().clone();
+        let c = cp.offset;
+        let mut window = window;
+        let mut backoff = Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max);
+        let t0 = Instant::now();
+        let scan = loop {
+            match kafka
+                .scan_tail(w.log_id, c, window, self.cfg.kafka_resume_timeout)
+                .await
+            {
+                Ok(s) => {
+                    let short = !s.found.is_empty()
+                        && !s.found.contains_key(&c)
+                        && s.lowest.is_some_and(|l| l >= c)
+                        && !s.whole_topic
+                        && window < MAX_RESUME_WINDOW;
+                    if short {
+                        window = (window * 8).min(MAX_RESUME_WINDOW);
+                        log::info!(
+                            "partition tails hold records of log {} after offset {c} but not {c}: widening the scan to {window} messages",
+                            cp.log_id
+                        );
+                        continue;
+                    }
+                    break s;
+                }
+                Err(e) => {
+                    self.metrics.sink_error(e.kind());
+                    self.metrics.retries.inc();
+                    let d = backoff.next_delay();
+                    log::warn!("{e}; retrying in {d:.1?}");
+                    if !sleep_or_stop(d, &self.stop).await {
+                        return Ok(cp);
+                    }
+                }
+            }
+        };
+        let end = scan.contiguous_end(c);
+        log::info!(
+            "kafka topic {:?}: read {} messages from the tails of {} partitions in {:.1?}; records of log {} from offset {c}: {}",
+            kafka.topic(),
+            scan.messages_read,
+            scan.partitions,
+            t0.elapsed(),
+            cp.log_id,
+            if end > c {
+                format!("{c}..{end}")
+            } else {
+                "none".to_string()
+            }
+        );
+        if end == c {
+            return Ok(cp);
+        }
+        // Log matching: the gateway's records c..end must be the ones in Kafka.
+        let mut at = c;
+        let mut last_crc = cp.last_crc;
+        let mut bytes = 0u64;
+        'verify: while at < end {
+            let reply = conn
+                .fetch(None, at, self.cfg.max_batch_bytes, Duration::ZERO)
+                .await
+                .map_err(Resumed::Retry)?;
+            let FetchReply::Records {
+                lost: None,
+                records,
+                ..
+            } = reply
+            else {
+                log::warn!(
+                    "the gateway no longer has offset {at}: the records from it are not compared with Kafka's, and are resent"
+                );
+                break;
+            };
+            if records.is_empty() {
+                break;
+            }
+            for r in records {
+                if r.offset != at || at >= end {
+                    break 'verify;
+                }
+                let k = &scan.found[&at];
+                if k.topic != r.topic || k.timestamp_us != r.timestamp_us || k.payload != r.payload
+                {
+                    log::warn!(
+                        "kafka topic {:?} partition {} offset {} claims log {} offset {at} but differs from the gateway's record (topic {:?}/{:?}, timestamp {}/{}, {}/{} payload bytes): ignoring the partition tails, resuming at the checkpoint {c}",
+                        kafka.topic(),
+                        k.partition,
+                        k.kafka_offset,
+                        cp.log_id,
+                        k.topic,
+                        r.topic,
+                        k.timestamp_us,
+                        r.timestamp_us,
+                        k.payload.len(),
+                        r.payload.len()
+                    );
+                    return Ok(cp);
+                }
+                last_crc = Some(r.record_crc);
+                bytes += r.payload.len() as u64;
+                at += 1;
+            }
+        }
+        if at == c {
+            return Ok(cp);
+        }
+        let mut new = cp.clone();
+        new.offset = at;
+        new.last_crc = last_crc;
+        new.records += at - c;
+        new.bytes += bytes;
+        new.updated_unix_ms = now_ms();
+        let r = SinkResume {
+            gateway_id: w.gateway_id.clone(),
+            consumer: self.cfg.consumer.clone(),
+            log_id: cp.log_id.clone(),
+            from: c,
+            to: at,
+            highest_in_sink: scan.highest.unwrap_or(at - 1),
+            verified: at - c,
+            sink: format!(
+                "kafka topic {:?} ({} partitions)",
+                kafka.topic(),
+                scan.partitions
+            ),
+            at_unix_ms: new.updated_unix_ms,
+        };
+        self.store
+            .save_with_sink_resume_async(&r, &new)
+            .await
+            .map_err(|e| Resumed::Fatal(e.into()))?;
+        log::info!(
+            "kafka topic {:?} already holds offsets {c}..{at} of log {} (delivered before a restart, not checkpointed): checked against the gateway, resuming at {at}",
+            kafka.topic(),
+            cp.log_id
+        );
+        if let Some(h) = scan.highest.filter(|&h| h >= at) {
+            log::warn!(
+                "kafka topic {:?} also holds offsets up to {h} after a hole at {at}: those are sent again (duplicates)",
+                kafka.topic()
+            );
+        }
+        self.metrics.sink_resumed.inc_by(at - c);
+        self.metrics.set_committed(at);
+        self.summary.offset = at;
+        conn.commit(&self.cfg.consumer, at)
+            .await
+            .map_err(Resumed::Retry)?;
+        Ok(new)
+    }
+
+    /// Loads the checkpoint and checks it against the gateway (module doc, step 2).
+    async fn resume_check(&mut self, conn: &mut Client) -> Result<Checkpoint, Resumed> {
         let w = conn.welcome().clone();
         self.summary.log_id = w.log_id;
         self.summary.gateway_id = w.gateway_id.clone();

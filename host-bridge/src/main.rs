@@ -101,6 +101,11 @@ struct DrainArgs {
     /// [default: 300000]
     #[arg(long)]
     kafka_delivery_timeout_ms: Option<u64>,
+    /// Kafka: messages read from the end of each partition at start to find records
+    /// delivered before a crash but not checkpointed (not sent again); 0 turns it off
+    /// [default: 10000]
+    #[arg(long)]
+    kafka_resume_window: Option<u64>,
     /// Progress display: auto (a bar on a terminal, else a log line every 10 s), log, off
     /// [default: auto]
     #[arg(long)]
@@ -324,6 +329,9 @@ fn run_drain(a: DrainArgs, file: &FileConfig, reply_timeout: Duration) -> i32 {
         .or(file.kafka_delivery_timeout_ms)
     {
         cfg.sink_options.kafka_delivery_timeout_ms = v.max(1);
+    }
+    if let Some(v) = a.kafka_resume_window.or(file.kafka_resume_window) {
+        cfg.kafka_resume_window = v;
     }
     if let Some(v) = file.poll_wait_ms {
         cfg.poll_wait = Duration::from_millis(v);

@@ -13,6 +13,7 @@
 //! | `spillway_bridge_lost_records_total` | counter | offsets in those ranges |
 //! | `spillway_bridge_sink_errors_total{kind}` | counter | sink failures by kind (`io`, `kafka`, `timeout`) |
 //! | `spillway_bridge_gateway_errors_total` | counter | gateway connection or request failures |
+//! | `spillway_bridge_sink_resumed_records_total` | counter | records found already in the sink at start and not sent again (Kafka effectively-once resume) |
 
 use std::sync::Arc;
 
@@ -46,6 +47,8 @@ pub struct Metrics {
     pub sink_errors: Family<Vec<(String, String)>, Counter>,
     /// Gateway errors.
     pub gateway_errors: Counter,
+    /// Records found already in the sink at start (not sent again).
+    pub sink_resumed: Counter,
 }
 
 fn as_i64(v: u64) -> i64 {
@@ -125,6 +128,11 @@ impl Metrics {
             "gateway_errors",
             "Gateway connection or request failures",
             self.gateway_errors.clone(),
+        );
+        r.register(
+            "sink_resumed_records",
+            "Records found already in the sink at start and not sent again",
+            self.sink_resumed.clone(),
         );
         r
     }

@@ -1,5 +1,8 @@
 //! Kafka sink tests against librdkafka's in-process mock cluster (and, when
-//! `SPILLWAY_KAFKA_BROKER=host:port` is set, a real broker).
+//! `SPILLWAY_KAFKA_BROKER=host:port` is set, a real broker): keys, headers and order; the
+//! checkpoint held while the broker is down; the effectively-once resume from the
+//! partition tails (a crash between delivery and the redb commit, a hole in one
+//! partition, messages that do not match the gateway's records).
 #![cfg(feature = "kafka")]
 
 mod common;
@@ -9,13 +12,15 @@ use std::time::{Duration, Instant};
 
 use common::FakeGateway;
 use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::mocking::MockCluster;
 use rdkafka::{Offset, TopicPartitionList};
 use spillway_bridge::checkpoint::Store;
-use spillway_bridge::client::OwnedRecord;
-use spillway_bridge::drain::{Drain, DrainConfig, Shutdown};
+use spillway_bridge::client::{Client, FetchReply, OwnedRecord};
+use spillway_bridge::drain::{Drain, DrainConfig, DrainSummary, Shutdown};
 use spillway_bridge::metrics::Metrics;
 use spillway_bridge::progress::Mode;
 use spillway_bridge::sink::kafka::KafkaSink;
@@ -26,6 +31,138 @@ struct Msg {
     payload: Vec<u8>,
     headers: HashMap<String, String>,
     partition: i32,
+}
+
+/// Reads every message of `topic` (partitions 0..parts), up to the end of each partition
+/// as the fetch responses report it (not ListOffsets: some brokers under-report it).
+fn consume_everything(brokers: &str, topic: &str, parts: i32) -> Vec<Msg> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "test")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..parts {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut eof = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    let t = Instant::now();
+    while eof.len() < parts as usize {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "partitions not read to the end"
+        );
+        match c.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                eof.insert(p);
+            }
+            Some(Err(e)) => panic!("consume: {e}"),
+            Some(Ok(m)) => out.push(to_msg(&m)),
+        }
+    }
+    out
+}
+
+fn to_msg<M: Message>(m: &M) -> Msg {
+    let mut headers = HashMap::new();
+    if let Some(h) = m.headers() {
+        for hd in h.iter() {
+            headers.insert(
+                hd.key.to_string(),
+                String::from_utf8(hd.value.unwrap_or_default().to_vec()).unwrap(),
+            );
+        }
+    }
+    Msg {
+        key: String::from_utf8(m.key().unwrap_or_default().to_vec()).unwrap(),
+        payload: m.payload().unwrap_or_default().to_vec(),
+        headers,
+        partition: m.partition(),
+    }
+}
+
+/// Creates `topic` with the admin API (brokers that do not auto-create topics need it).
+fn create_topic(brokers: &str, topic: &str, parts: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let t = NewTopic::new(topic, parts, TopicReplication::Fixed(1));
+    let res = smol::block_on(admin.create_topics([&t], &AdminOptions::new())).unwrap();
+    for r in res {
+        r.unwrap_or_else(|(name, e)| panic!("creating topic {name}: {e}"));
+    }
+}
+
+/// A `--once` drain of `gw` into `kafka://brokers/topic`.
+fn kafka_cfg(gw: &FakeGateway, brokers: &str, topic: &str, dir: &std::path::Path) -> DrainConfig {
+    let mut c = DrainConfig::new(
+        gw.uri().parse().unwrap(),
+        format!("kafka://{brokers}/{topic}").parse().unwrap(),
+        dir.join("state.redb"),
+    );
+    c.once = true;
+    c.progress = Mode::Off;
+    c.max_batch_bytes = 2048;
+    c.poll_wait = Duration::from_millis(50);
+    c.backoff_initial = Duration::from_millis(10);
+    c.backoff_max = Duration::from_millis(200);
+    c.sink_options.kafka_delivery_timeout_ms = 10_000;
+    c
+}
+
+fn run(c: DrainConfig) -> (DrainSummary, Metrics) {
+    let (_t, stop) = Shutdown::new();
+    let m = Metrics::default();
+    let s = smol::block_on(async {
+        let d = Drain::open(c, m.clone(), stop).await?;
+        d.run().await
+    })
+    .unwrap();
+    (s, m)
+}
+
+/// The gateway's records `from..to`, as the bridge fetches them.
+fn gateway_records(gw: &FakeGateway, from: u64, to: u64) -> Vec<OwnedRecord> {
+    smol::block_on(async {
+        let mut c = Client::connect(&gw.uri().parse().unwrap(), "test", Duration::from_secs(2))
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        while (out.len() as u64) < to - from {
+            let at = from + out.len() as u64;
+            let FetchReply::Records { records, .. } =
+                c.fetch(None, at, 64 * 1024, Duration::ZERO).await.unwrap()
+            else {
+                panic!("records gone")
+            };
+            out.extend(records.into_iter().filter(|r| r.offset < to));
+        }
+        out
+    })
+}
+
+fn publish_n(gw: &FakeGateway, topics: &[&str], from: usize, n: usize) {
+    for i in from..from + n {
+        let p = format!("r{i}");
+        gw.publish(topics[i % topics.len()], &[p.as_bytes()]);
+    }
+}
+
+/// Gateway offsets (header `spillway-offset`) of every message, sorted.
+fn offsets(msgs: &[Msg]) -> Vec<u64> {
+    let mut v: Vec<u64> = msgs
+        .iter()
+        .map(|m| m.headers["spillway-offset"].parse().unwrap())
+        .collect();
+    v.sort_unstable();
+    v
 }
 
 /// Reads every message of `topic` (partitions 0..parts) from the beginning.
@@ -48,22 +185,7 @@ fn consume_all(brokers: &str, topic: &str, parts: i32, want: usize) -> Vec<Msg> 
         let Some(m) = c.poll(Duration::from_millis(200)) else {
             continue;
         };
-        let m = m.unwrap();
-        let mut headers = HashMap::new();
-        if let Some(h) = m.headers() {
-            for hd in h.iter() {
-                headers.insert(
-                    hd.key.to_string(),
-                    String::from_utf8(hd.value.unwrap_or_default().to_vec()).unwrap(),
-                );
-            }
-        }
-        out.push(Msg {
-            key: String::from_utf8(m.key().unwrap_or_default().to_vec()).unwrap(),
-            payload: m.payload().unwrap_or_default().to_vec(),
-            headers,
-            partition: m.partition(),
-        });
+        out.push(to_msg(&m.unwrap()));
     }
     out
 }
@@ -148,6 +270,7 @@ fn a_down_broker_holds_the_checkpoint_until_delivery() {
     c.backoff_max = Duration::from_millis(200);
     // Short delivery timeout so a down broker shows as failures (then resends).
     c.sink_options.kafka_delivery_timeout_ms = 1000;
+    c.kafka_resume_timeout = Duration::from_millis(500);
     let metrics = Metrics::default();
     let m2 = metrics.clone();
     let (_t, stop) = Shutdown::new();
@@ -201,25 +324,258 @@ fn sink_enum_opens_kafka() {
     });
 }
 
-/// Produces to a real broker when `SPILLWAY_KAFKA_BROKER=host:port` is set (the topic
-/// `SPILLWAY_KAFKA_TOPIC`, default `spillway-test`, must exist: some brokers do not
-/// auto-create topics). Skipped otherwise.
+/// A crash after Kafka acknowledged records and before redb saved their checkpoint
+/// (simulated by putting an older checkpoint back): the next start finds the records in
+/// the partition tail, checks them against the gateway, and resumes after them, so the
+/// topic holds every offset exactly once. A window of 4 messages is too small and grows.
+#[test]
+fn resume_from_the_partition_tail_sends_nothing_twice() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("out", 1, 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let gw = FakeGateway::start("gw-eo", 0xE0);
+    let dir = tempfile::tempdir().unwrap();
+    publish_n(&gw, &["a", "b"], 0, 40);
+    assert_eq!(
+        run(kafka_cfg(&gw, &brokers, "out", dir.path())).0.records,
+        40
+    );
+    let state = dir.path().join("state.redb");
+    let load = || {
+        Store::open(&state)
+            .unwrap()
+            .load("gw-eo", "bridge")
+            .unwrap()
+            .unwrap()
+    };
+    let at_40 = load();
+    publish_n(&gw, &["a", "b"], 40, 60);
+    assert_eq!(
+        run(kafka_cfg(&gw, &brokers, "out", dir.path())).0.records,
+        60
+    );
+    let at_100 = load();
+    // The crash: Kafka has 40..100, redb still says 40.
+    Store::open(&state)
+        .unwrap()
+        .save("gw-eo", "bridge", &at_40)
+        .unwrap();
+
+    let mut c = kafka_cfg(&gw, &brokers, "out", dir.path());
+    c.kafka_resume_window = 4;
+    let (s, m) = run(c);
+    assert_eq!(s.records, 0, "nothing sent again");
+    assert_eq!(s.offset, 100);
+    assert_eq!(m.sink_resumed.get(), 60);
+    let store = Store::open(&dir.path().join("state.redb")).unwrap();
+    let cp = store.load("gw-eo", "bridge").unwrap().unwrap();
+    assert_eq!(cp.offset, 100);
+    assert_eq!(cp.last_crc, at_100.last_crc, "CRC chain continues");
+    let resumes = store.sink_resumes(0xE0).unwrap();
+    assert_eq!(resumes.len(), 1);
+    assert_eq!((resumes[0].from, resumes[0].to), (40, 100));
+    assert_eq!((resumes[0].verified, resumes[0].highest_in_sink), (60, 99));
+    assert_eq!(gw.committed("bridge"), Some(100));
+    drop(store);
+
+    // Later records still flow, and the resume check at 100 uses the CRC taken above.
+    publish_n(&gw, &["a", "b"], 100, 10);
+    assert_eq!(
+        run(kafka_cfg(&gw, &brokers, "out", dir.path())).0.records,
+        10
+    );
+    let msgs = consume_everything(&brokers, "out", 1);
+    assert_eq!(offsets(&msgs), (0..110).collect::<Vec<_>>(), "each once");
+}
+
+/// Offsets 10..20 reached Kafka except 15 (another partition, say): the resume takes the
+/// consecutive run 10..15 only, so 15 is not lost; 16..19 are sent again.
+#[test]
+fn a_hole_stops_the_resume_at_the_first_missing_offset() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("out", 3, 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let gw = FakeGateway::start("gw-hole", 0x401E);
+    let dir = tempfile::tempdir().unwrap();
+    publish_n(&gw, &["a", "b", "c"], 0, 10);
+    assert_eq!(
+        run(kafka_cfg(&gw, &brokers, "out", dir.path())).0.records,
+        10
+    );
+    publish_n(&gw, &["a", "b", "c"], 10, 10);
+    // Kafka gets 10..20 but 15; redb stays at 10 (the crash).
+    let src = Source {
+        gateway_id: "gw-hole".into(),
+        log_id: 0x401E,
+    };
+    let recs: Vec<_> = gateway_records(&gw, 10, 20)
+        .into_iter()
+        .filter(|r| r.offset != 15)
+        .collect();
+    smol::block_on(async {
+        let mut k = KafkaSink::new(&brokers, "out", 10_000).unwrap();
+        k.deliver(&src, &recs).await.unwrap();
+    });
+    let (s, _) = run(kafka_cfg(&gw, &brokers, "out", dir.path()));
+    assert_eq!(s.records, 5, "15..20 sent");
+    assert_eq!(s.offset, 20);
+    let store = Store::open(&dir.path().join("state.redb")).unwrap();
+    let r = &store.sink_resumes(0x401E).unwrap()[0];
+    assert_eq!((r.from, r.to, r.highest_in_sink), (10, 15, 19));
+    let offs = offsets(&consume_everything(&brokers, "out", 3));
+    let mut distinct = offs.clone();
+    distinct.dedup();
+    assert_eq!(distinct, (0..20).collect::<Vec<_>>(), "nothing lost");
+    assert_eq!(offs.len(), 24, "16..19 twice");
+}
+
+/// Messages that carry this log id but not the gateway's records (payloads differ) are
+/// not trusted: the drain resumes at its checkpoint and sends everything after it.
+#[test]
+fn messages_that_differ_from_the_gateway_are_not_trusted() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("out", 1, 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let gw = FakeGateway::start("gw-x", 0x5EED);
+    let dir = tempfile::tempdir().unwrap();
+    publish_n(&gw, &["t"], 0, 10);
+    assert_eq!(
+        run(kafka_cfg(&gw, &brokers, "out", dir.path())).0.records,
+        10
+    );
+    publish_n(&gw, &["t"], 10, 10);
+    let src = Source {
+        gateway_id: "gw-x".into(),
+        log_id: 0x5EED,
+    };
+    let forged: Vec<_> = gateway_records(&gw, 10, 20)
+        .into_iter()
+        .map(|mut r| {
+            r.payload = b"not this".to_vec();
+            r
+        })
+        .collect();
+    smol::block_on(async {
+        let mut k = KafkaSink::new(&brokers, "out", 10_000).unwrap();
+        k.deliver(&src, &forged).await.unwrap();
+    });
+    let (s, m) = run(kafka_cfg(&gw, &brokers, "out", dir.path()));
+    assert_eq!(s.records, 10);
+    assert_eq!(m.sink_resumed.get(), 0);
+    let store = Store::open(&dir.path().join("state.redb")).unwrap();
+    assert!(store.sink_resumes(0x5EED).unwrap().is_empty());
+}
+
+/// The scan reads only the tail window of each partition and only this log's records;
+/// a topic that does not exist holds nothing.
+#[test]
+fn scan_tail_reads_each_partition_tail() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("out", 2, 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let mine = Source {
+        gateway_id: "g".into(),
+        log_id: 7,
+    };
+    let other = Source {
+        gateway_id: "g".into(),
+        log_id: 8,
+    };
+    let recs: Vec<_> = (0..30)
+        .map(|i| rec(i, if i % 2 == 0 { "even" } else { "odd" }))
+        .collect();
+    smol::block_on(async {
+        let mut k = KafkaSink::new(&brokers, "out", 10_000).unwrap();
+        k.deliver(&mine, &recs).await.unwrap();
+        k.deliver(&other, &recs[..5]).await.unwrap();
+        let s = k
+            .scan_tail(7, 20, 1000, Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(s.partitions, 2);
+        assert_eq!(s.messages_read, 35);
+        assert!(s.whole_topic);
+        assert_eq!(s.highest, Some(29));
+        assert_eq!(s.lowest, Some(0));
+        assert_eq!(
+            s.found.keys().copied().collect::<Vec<_>>(),
+            (20..30).collect::<Vec<_>>()
+        );
+        assert_eq!(s.found[&21].topic, "odd");
+        assert_eq!(s.found[&21].payload, b"p21");
+        assert_eq!(s.contiguous_end(20), 30);
+        // A window of 3 messages per partition: the other log's 5 came last.
+        let s = k.scan_tail(7, 0, 3, Duration::from_secs(10)).await.unwrap();
+        assert!(!s.whole_topic);
+        assert!(
+            s.found.is_empty() || s.lowest.unwrap() >= 26,
+            "{:?}",
+            s.lowest
+        );
+        let none = KafkaSink::new(&brokers, "absent", 10_000).unwrap();
+        let s = none
+            .scan_tail(7, 0, 10, Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert!(s.found.is_empty());
+    });
+}
+
+/// Against a real broker when `SPILLWAY_KAFKA_BROKER=host:port` is set (`.ci/run` starts
+/// one): creates a fresh topic with the admin API, delivers records, reads back exactly
+/// those records in order with their headers, and scans the partition tail. Skipped
+/// otherwise.
 #[test]
 fn real_broker_if_configured() {
     let Ok(broker) = std::env::var("SPILLWAY_KAFKA_BROKER") else {
         eprintln!("SPILLWAY_KAFKA_BROKER not set: skipping the real broker test");
         return;
     };
-    let topic = std::env::var("SPILLWAY_KAFKA_TOPIC").unwrap_or_else(|_| "spillway-test".into());
+    let topic = format!("spillway-sink-{:x}", rand_id());
+    create_topic(&broker, &topic, 1);
+    let log_id = rand_id();
     let src = Source {
         gateway_id: "gw-real".into(),
-        log_id: rand_id(),
+        log_id,
     };
-    let recs: Vec<_> = (0..20).map(|i| rec(i, "t")).collect();
+    let n = 200u64;
+    let recs: Vec<_> = (0..n).map(|i| rec(i, "t")).collect();
     smol::block_on(async {
         let mut s = KafkaSink::new(&broker, &topic, 30_000).unwrap();
         s.deliver(&src, &recs).await.unwrap();
+        let scan = s
+            .scan_tail(log_id, 150, 100, Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(scan.partitions, 1);
+        // At least the window; more where the broker under-reports the high watermark.
+        assert!(
+            (100..=n).contains(&scan.messages_read),
+            "{}",
+            scan.messages_read
+        );
+        assert_eq!(scan.highest, Some(n - 1));
+        assert!(scan.lowest.is_some_and(|l| l <= 100), "{:?}", scan.lowest);
+        assert_eq!(
+            scan.found.keys().copied().collect::<Vec<_>>(),
+            (150..n).collect::<Vec<_>>()
+        );
+        assert_eq!(scan.contiguous_end(150), n);
+        s.close(Duration::from_secs(5)).await;
     });
+    let msgs = consume_everything(&broker, &topic, 1);
+    assert_eq!(msgs.len() as u64, n, "exactly the records sent");
+    for (i, m) in msgs.iter().enumerate() {
+        assert_eq!(m.headers["spillway-offset"], i.to_string(), "in order");
+        assert_eq!(m.headers["spillway-log-id"], format!("{log_id:032x}"));
+        assert_eq!(m.headers["spillway-gateway"], "gw-real");
+        assert_eq!(m.headers["spillway-topic"], "t");
+        assert_eq!(m.key, "gw-real/t");
+        assert_eq!(m.payload, format!("p{i}").into_bytes());
+    }
+    let absent = KafkaSink::new(&broker, &format!("{topic}-absent"), 30_000).unwrap();
+    let scan = smol::block_on(absent.scan_tail(log_id, 0, 10, Duration::from_secs(10))).unwrap();
+    assert_eq!(scan.partitions, 0);
 }
 
 fn rand_id() -> u128 {

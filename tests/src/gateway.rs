@@ -13,48 +13,50 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Path of the `spillway` binary, built on first use.
+/// Path of the `spillway` binary, built on first use (or `SPILLWAY_BIN`).
 pub fn spillway_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Ok(p) = std::env::var("SPILLWAY_BIN") {
-            return PathBuf::from(p);
-        }
-        // The test executable lives in <target>/<profile>/deps/ (or benches: same).
-        let exe = std::env::current_exe().expect("current exe");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile> directory")
-            .to_path_buf();
-        let target_dir = profile_dir
-            .parent()
-            .expect("target directory")
-            .to_path_buf();
-        let release = profile_dir.file_name().is_some_and(|n| n == "release");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-        let mut cmd = Command::new(cargo);
-        cmd.args([
-            "build",
-            "--quiet",
-            "-p",
-            "spillway-firmware",
-            "--bin",
-            "spillway",
-        ])
+    BIN.get_or_init(|| workspace_bin("SPILLWAY_BIN", "spillway-firmware", "spillway"))
+        .clone()
+}
+
+/// Path of binary `bin` of package `package`: the path in environment variable
+/// `override_var` if set, else built with `cargo build -p PACKAGE --bin BIN` into the target
+/// directory and profile of the running test or benchmark (its executable lives in
+/// `<target>/<profile>/deps/`), so `cargo test --workspace` on a clean checkout needs no
+/// separate build step.
+///
+/// # Panics
+/// If the build fails (a test cannot go on without the binary).
+pub fn workspace_bin(override_var: &str, package: &str, bin: &str) -> PathBuf {
+    if let Ok(p) = std::env::var(override_var) {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile> directory")
+        .to_path_buf();
+    let target_dir = profile_dir
+        .parent()
+        .expect("target directory")
+        .to_path_buf();
+    let release = profile_dir.file_name().is_some_and(|n| n == "release");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "-p", package, "--bin", bin])
         .arg("--manifest-path")
         .arg(&manifest)
         .arg("--target-dir")
         .arg(&target_dir);
-        if release {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().expect("run cargo build");
-        assert!(status.success(), "building spillway failed");
-        profile_dir.join("spillway")
-    })
-    .clone()
+    if release {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().expect("run cargo build");
+    assert!(status.success(), "building {bin} failed");
+    profile_dir.join(bin)
 }
 
 /// A free TCP port on 127.0.0.1 (bound and released; good enough for tests).

@@ -1,6 +1,8 @@
 //! End-to-end tests of `spillway-bridge` with the real `spillway` gateway: publish, drain to
-//! files and to Kafka (librdkafka's mock cluster, a real TCP listener in this process),
-//! tail and status; kill -9 while draining; a sink outage; a replaced gateway image.
+//! files and to Kafka (librdkafka's mock cluster, a real TCP listener in this process, and
+//! a real broker process when `SPILLWAY_KAFKA_BROKER` is set), tail and status; kill -9
+//! while draining (files: at-least-once; Kafka: no duplicates); a sink outage; a replaced
+//! gateway image.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -8,12 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
-use rdkafka::mocking::MockCluster;
-use rdkafka::{Offset, TopicPartitionList};
 use spillway_tests::gateway::free_port;
+use spillway_tests::kafka::{Broker, KMsg, consume_all};
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
 
 const GATEWAY_ID: &str = "e2e-gw";
@@ -283,66 +281,18 @@ fn replaced_image_is_refused_by_the_resume_check() {
     assert_eq!(lines.len(), 13);
 }
 
-struct KMsg {
-    offset: u64,
-    payload: String,
-    key: String,
-}
-
-fn consume(brokers: &str, topic: &str, want: usize) -> Vec<KMsg> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", "e2e")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .unwrap();
-    c.assign(&tpl).unwrap();
-    let to_msg = |m: rdkafka::message::BorrowedMessage<'_>| {
-        let mut h = HashMap::new();
-        if let Some(hs) = m.headers() {
-            for x in hs.iter() {
-                h.insert(x.key.to_string(), x.value.unwrap_or_default().to_vec());
-            }
-        }
-        KMsg {
-            offset: String::from_utf8_lossy(&h["spillway-offset"])
-                .parse()
-                .unwrap(),
-            payload: String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
-            key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
-        }
-    };
-    let mut out = Vec::new();
-    let t = Instant::now();
-    while out.len() < want && t.elapsed() < Duration::from_secs(30) {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
-            out.push(to_msg(m));
-        }
-    }
-    // Anything beyond `want` would be a duplicate: look a little longer.
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_millis(500) {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
-            out.push(to_msg(m));
-        }
-    }
-    out
-}
-
-#[test]
-fn drains_to_kafka_exactly_in_order() {
+/// Publishes `n` records durably, drains them with `drain --once` into a fresh topic of
+/// `broker`, and reads back exactly `n` messages in order, with their offsets, key and
+/// headers.
+fn drain_to_kafka_exactly_in_order(broker: &Broker) {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let _g = start_gateway(dir.path(), port);
     let gw = format!("tcp://127.0.0.1:{port}");
     let n = 1000;
     publish(&gw, "buoy/sst", &write_input(dir.path(), n, "k"));
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("spillway", 1, 1).unwrap();
-    let sink = format!("kafka://{}/spillway", mock.bootstrap_servers());
+    let topic = broker.new_topic("spillway-e2e", 1);
+    let sink = format!("kafka://{}/{topic}", broker.bootstrap());
     let state = dir.path().join("s.redb").display().to_string();
     let mut args = drain_args(&gw, &sink, &state);
     args.push("--once");
@@ -353,14 +303,115 @@ fn drains_to_kafka_exactly_in_order() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    eprintln!("drained {n} records to Kafka (mock) in {:?}", t.elapsed());
-    let msgs = consume(&mock.bootstrap_servers(), "spillway", n);
-    assert_eq!(msgs.len(), n);
+    eprintln!(
+        "drained {n} records to Kafka ({}) in {:?}",
+        broker.describe(),
+        t.elapsed()
+    );
+    let msgs = consume_all(&broker.bootstrap(), &topic, 1);
+    assert_eq!(msgs.len(), n, "exactly the records published");
+    let log_id = msgs[0].headers["spillway-log-id"].clone();
+    assert_eq!(log_id.len(), 32);
     for (i, m) in msgs.iter().enumerate() {
-        assert_eq!(m.offset, i as u64);
-        assert_eq!(m.payload, format!("k {i}"));
+        assert_eq!(m.kafka_offset, i as i64);
+        assert_eq!(m.spillway_offset(), i as u64, "in order");
+        assert_eq!(m.payload, format!("k {i}").into_bytes());
         assert_eq!(m.key, format!("{GATEWAY_ID}/buoy/sst"));
+        assert_eq!(m.headers["spillway-gateway"], GATEWAY_ID);
+        assert_eq!(m.headers["spillway-log-id"], log_id);
+        assert_eq!(m.headers["spillway-topic"], "buoy/sst");
+        let ts: u64 = m.headers["spillway-timestamp-us"].parse().unwrap();
+        assert!(ts > 1_600_000_000_000_000, "{ts}");
     }
+}
+
+#[test]
+fn drains_to_kafka_exactly_in_order() {
+    drain_to_kafka_exactly_in_order(&Broker::mock());
+}
+
+/// The same against the broker process of `SPILLWAY_KAFKA_BROKER` (`.ci/run` starts tansu).
+#[test]
+fn drains_to_a_real_kafka_broker_exactly_in_order() {
+    let Some(broker) = Broker::real() else {
+        eprintln!("SPILLWAY_KAFKA_BROKER not set: skipping the real broker test");
+        return;
+    };
+    drain_to_kafka_exactly_in_order(&broker);
+}
+
+/// kill -9 the bridge at random moments while it drains into Kafka (the real broker when
+/// `SPILLWAY_KAFKA_BROKER` is set, else the mock cluster), then let it finish: every offset
+/// is in the topic exactly once, counted by (log id, offset). Without the resume from the
+/// partition tails, each kill between a delivery and its redb commit left a duplicate batch.
+#[test]
+fn kill_9_while_draining_into_kafka_sends_nothing_twice() {
+    let seed: u64 = std::env::var("SPILLWAY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("seed {seed} (set SPILLWAY_SEED to replay)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let broker = Broker::real_or_mock();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _g = start_gateway(dir.path(), port);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let n = 6000usize;
+    publish(&gw, "t", &write_input(dir.path(), n, "r"));
+    let topic = broker.new_topic("spillway-kill", 1);
+    let sink = format!("kafka://{}/{topic}", broker.bootstrap());
+    let state = dir.path().join("s.redb").display().to_string();
+    let mut args = drain_args(&gw, &sink, &state);
+    args.extend(["--max-batch-bytes", "1024", "--prefetch", "2"]);
+    let kills = 20;
+    let mut resumed_runs = 0;
+    for k in 0..kills {
+        let log = dir.path().join(format!("bridge-{k}.log"));
+        let mut c = Command::new(bridge_bin())
+            .args(&args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        // Each run spends about 0.2 s starting (producer, tail scan) before it delivers.
+        std::thread::sleep(Duration::from_millis(rng.random_range(200..500)));
+        let _ = c.kill(); // SIGKILL
+        let _ = c.wait();
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("already holds offsets") {
+            resumed_runs += 1;
+        }
+    }
+    args.push("--once");
+    let out = run_bridge(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let msgs = consume_all(&broker.bootstrap(), &topic, 1);
+    let mut count: HashMap<(String, u64), usize> = HashMap::new();
+    for m in &msgs {
+        assert_eq!(m.payload, format!("r {}", m.spillway_offset()).into_bytes());
+        *count
+            .entry((m.headers["spillway-log-id"].clone(), m.spillway_offset()))
+            .or_default() += 1;
+    }
+    let dups: Vec<_> = count.iter().filter(|(_, c)| **c > 1).collect();
+    eprintln!(
+        "{kills} kills into {}: {} messages, {} distinct (log id, offset), {} duplicated; {resumed_runs} runs resumed from the partition tail",
+        broker.describe(),
+        msgs.len(),
+        count.len(),
+        dups.len()
+    );
+    assert_eq!(count.len(), n, "no record lost");
+    assert!(dups.is_empty(), "duplicates: {dups:?}");
+    let in_order: Vec<u64> = msgs.iter().map(KMsg::spillway_offset).collect();
+    assert_eq!(in_order, (0..n as u64).collect::<Vec<_>>(), "in order");
 }
 
 #[test]
@@ -371,7 +422,10 @@ fn backlog_drains_after_a_sink_outage_without_new_publishes() {
     let gw = format!("tcp://127.0.0.1:{port}");
     let n = 500;
     publish(&gw, "t", &write_input(dir.path(), n, "o"));
-    let mock = MockCluster::new(1).unwrap();
+    let broker = Broker::mock();
+    let Broker::Mock(mock) = &broker else {
+        unreachable!()
+    };
     mock.create_topic("spillway", 1, 1).unwrap();
     mock.broker_down(1).unwrap();
     let sink = format!("kafka://{}/spillway", mock.bootstrap_servers());
@@ -404,8 +458,8 @@ fn backlog_drains_after_a_sink_outage_without_new_publishes() {
         t.elapsed()
     );
     assert_eq!(sigterm_and_wait(child), 0);
-    let msgs = consume(&mock.bootstrap_servers(), "spillway", n);
-    let mut offs: Vec<u64> = msgs.iter().map(|m| m.offset).collect();
+    let msgs = consume_all(&broker.bootstrap(), "spillway", 1);
+    let mut offs: Vec<u64> = msgs.iter().map(KMsg::spillway_offset).collect();
     offs.sort_unstable();
     offs.dedup();
     assert_eq!(offs, (0..n as u64).collect::<Vec<_>>());

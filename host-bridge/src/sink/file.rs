@@ -20,9 +20,30 @@
 //! rotation) the directory is fsynced too. A crash can leave a torn last line: on open, the
 //! newest file of every topic is cut back to its last newline. After a failed write the
 //! sink reopens itself the same way before the batch is resent, so a resent batch starts on
-//! a line boundary. Records written before a crash but after the last checkpoint are
-//! written again after the restart (at-least-once; duplicates are at most the batches in
-//! flight and carry the same `log_id` and `offset`).
+//! a line boundary.
+//!
+//! # Exactly once
+//!
+//! The drain resends, after a restart, everything after its last checkpoint, and some of
+//! it may already be in the files (written and fsynced, but the bridge died before redb
+//! saved the checkpoint). The sink therefore remembers, per file set (topic stem) and log
+//! id, the highest offset written; on open it reads it from the last complete line of each
+//! topic's newest file (from an older file if the newest is empty, as after a crash right
+//! after a rotation). A record at or below that offset for the same stem and log id is
+//! acknowledged without being written again, and counted as a skipped duplicate.
+//!
+//! Why per stem and not per log: offsets are global across topics, and one batch is written
+//! topic by topic, so a crash can leave topic `a`'s lines of a batch on disk and topic
+//! `b`'s not. A single high-water mark per log would then skip `b`'s records for good.
+//! Within one stem the lines are appended in offset order and the drain delivers batches
+//! one after another, so every record of that stem and log at or below the mark is
+//! already in the files.
+//!
+//! The mark only ever skips records that are known to be written. A log id that is not the
+//! last one in a stem's files (two gateways draining into one directory in turns) has no
+//! mark after a reopen: its resent records are written again (at-least-once, never lost;
+//! duplicates carry the same `log_id` and `offset`). A last line that does not parse is
+//! ignored the same way.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -121,6 +142,80 @@ fn cut_torn_tail(path: &Path) -> std::io::Result<u64> {
     }
 }
 
+/// The last line of `path` without its newline; `None` if the file is empty or does not
+/// end with a newline (it always does after [`cut_torn_tail`]).
+fn last_line(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    let mut f = File::open(path)?;
+    let len = f.metadata()?.len();
+    if len == 0 {
+        return Ok(None);
+    }
+    let mut last = [0u8; 1];
+    f.seek(SeekFrom::Start(len - 1))?;
+    f.read_exact(&mut last)?;
+    if last[0] != b'\n' {
+        return Ok(None);
+    }
+    // Chunks of the line, collected from its end backwards.
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    let mut end = len - 1;
+    let mut buf = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        let n = usize::try_from(end - start).unwrap_or(buf.len());
+        f.seek(SeekFrom::Start(start))?;
+        f.read_exact(&mut buf[..n])?;
+        if let Some(pos) = buf[..n].iter().rposition(|&b| b == b'\n') {
+            chunks.push(buf[pos + 1..n].to_vec());
+            break;
+        }
+        chunks.push(buf[..n].to_vec());
+        end = start;
+    }
+    Ok(Some(chunks.into_iter().rev().flatten().collect()))
+}
+
+/// The two keys of a line that identify its record.
+#[derive(serde::Deserialize)]
+struct LineKey {
+    log_id: String,
+    offset: u64,
+}
+
+/// `(log id, offset)` of one output line, if it is one.
+fn line_key(line: &[u8]) -> Option<(u128, u64)> {
+    let k: LineKey = serde_json::from_slice(line).ok()?;
+    if k.log_id.len() != 32 {
+        return None;
+    }
+    Some((u128::from_str_radix(&k.log_id, 16).ok()?, k.offset))
+}
+
+/// The `(log id, offset)` of the last line of the stem's files, looking from file `newest`
+/// back to the first non-empty one.
+fn last_key(dir: &Path, stem: &str, newest: u64) -> std::io::Result<Option<(u128, u64)>> {
+    for n in (0..=newest).rev() {
+        let path = dir.join(file_name(stem, n));
+        let line = match last_line(&path) {
+            Ok(l) => l,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        if let Some(line) = line {
+            let key = line_key(&line);
+            if key.is_none() {
+                log::warn!(
+                    "{}: last line is not a record of this sink; records of its topic \
+                     are not checked for duplicates",
+                    path.display()
+                );
+            }
+            return Ok(key);
+        }
+    }
+    Ok(None)
+}
+
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -138,6 +233,8 @@ struct Inner {
     /// Newest file number per stem found on disk at open.
     newest: HashMap<String, u64>,
     open: HashMap<String, TopicFile>,
+    /// Highest offset written per (stem, log id): see the module doc, "Exactly once".
+    marks: HashMap<(String, u128), u64>,
 }
 
 impl Inner {
@@ -162,14 +259,19 @@ impl Inner {
                 *e = (*e).max(n);
             }
         }
+        let mut marks = HashMap::new();
         for (stem, n) in &newest {
             cut_torn_tail(&dir.join(file_name(stem, *n)))?;
+            if let Some((log_id, offset)) = last_key(&dir, stem, *n)? {
+                marks.insert((stem.clone(), log_id), offset);
+            }
         }
         Ok(Inner {
             dir,
             rotate_bytes: rotate_bytes.max(1),
             newest,
             open: HashMap::new(),
+            marks,
         })
     }
 
@@ -203,12 +305,21 @@ impl Inner {
             .ok_or_else(|| std::io::Error::other("topic file vanished"))
     }
 
-    fn write(&mut self, src: &Source, records: &[OwnedRecord]) -> std::io::Result<()> {
+    /// Writes the records not yet in the files; returns how many were skipped as already
+    /// written. On error the caller drops `self` (the marks may be ahead of the files).
+    fn write(&mut self, src: &Source, records: &[OwnedRecord]) -> std::io::Result<u64> {
         // Lines grouped by file, in record order within each topic.
         let mut order: Vec<String> = Vec::new();
         let mut lines: HashMap<String, Vec<String>> = HashMap::new();
+        let mut skipped = 0u64;
         for rec in records {
             let stem = topic_stem(&rec.topic);
+            let key = (stem.clone(), src.log_id);
+            if self.marks.get(&key).is_some_and(|&m| rec.offset <= m) {
+                skipped += 1;
+                continue;
+            }
+            self.marks.insert(key, rec.offset);
             let line = JsonRecord::new(src, rec).to_line();
             lines
                 .entry(stem.clone())
@@ -250,7 +361,7 @@ impl Inner {
                 tf.file.sync_data()?;
             }
         }
-        Ok(())
+        Ok(skipped)
     }
 }
 
@@ -261,6 +372,8 @@ pub struct FileSink {
     /// `None` while a write is on the blocking pool, or after a failure (reopened before
     /// the next write, which cuts back any torn line).
     inner: Option<Inner>,
+    /// Records acknowledged without writing because they were already in the files.
+    skipped_duplicates: u64,
 }
 
 impl FileSink {
@@ -271,6 +384,7 @@ impl FileSink {
             dir,
             rotate_bytes,
             inner: Some(inner),
+            skipped_duplicates: 0,
         })
     }
 
@@ -284,7 +398,15 @@ impl FileSink {
         &self.dir
     }
 
-    /// Writes and fsyncs `records`; all or nothing as far as the caller knows.
+    /// Records acknowledged so far without being written, because the files already held
+    /// them (resent by the drain after a restart).
+    pub fn skipped_duplicates(&self) -> u64 {
+        self.skipped_duplicates
+    }
+
+    /// Writes and fsyncs `records`, except those already in the files (see the module doc,
+    /// "Exactly once"), which are acknowledged as they are; all or nothing as far as the
+    /// caller knows.
     pub async fn deliver(
         &mut self,
         src: &Source,
@@ -298,6 +420,7 @@ impl FileSink {
         let (dir, rotate) = (self.dir.clone(), self.rotate_bytes);
         let src = src.clone();
         let records = records.to_vec();
+        let first = records.first().map_or(0, |r| r.offset);
         let (inner, res) = smol::unblock(move || {
             let mut inner = match inner {
                 Some(i) => i,
@@ -307,14 +430,23 @@ impl FileSink {
                 },
             };
             match inner.write(&src, &records) {
-                Ok(()) => (Some(inner), Ok(())),
+                Ok(skipped) => (Some(inner), Ok(skipped)),
                 // Drop the handles: the next attempt reopens and cuts torn lines.
                 Err(e) => (None, Err(e)),
             }
         })
         .await;
         self.inner = inner;
-        res.map_err(fail)
+        let skipped = res.map_err(fail)?;
+        if skipped > 0 {
+            self.skipped_duplicates += skipped;
+            log::info!(
+                "file sink: skipped {skipped} duplicates in the batch from offset {first} \
+                 (already written before a restart; {} skipped so far)",
+                self.skipped_duplicates
+            );
+        }
+        Ok(())
     }
 }
 
@@ -480,6 +612,147 @@ mod tests {
         std::fs::write(&p2, b"{\"torn").unwrap();
         FileSink::open(out.clone(), DEFAULT_ROTATE_BYTES).unwrap();
         assert_eq!(std::fs::read(&p2).unwrap().len(), 0);
+    }
+
+    fn offsets(path: &Path) -> Vec<u64> {
+        lines(path)
+            .iter()
+            .map(|v| v["offset"].as_u64().unwrap())
+            .collect()
+    }
+
+    fn deliver(out: &Path, rotate: u64, src: &Source, recs: &[OwnedRecord]) -> u64 {
+        smol::block_on(async {
+            let mut s = FileSink::open_async(out.to_path_buf(), rotate)
+                .await
+                .unwrap();
+            s.deliver(src, recs).await.unwrap();
+            s.skipped_duplicates()
+        })
+    }
+
+    #[test]
+    fn resent_records_are_acknowledged_without_a_second_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let recs: Vec<_> = (0..8).map(|i| rec(i, "t", b"x")).collect();
+        assert_eq!(deliver(&out, DEFAULT_ROTATE_BYTES, &src(), &recs[..5]), 0);
+        // The bridge died before its checkpoint: it resends from 3 after the restart.
+        assert_eq!(deliver(&out, DEFAULT_ROTATE_BYTES, &src(), &recs[3..]), 2);
+        assert_eq!(
+            offsets(&out.join("t.00000000.jsonl")),
+            (0..8).collect::<Vec<_>>()
+        );
+        // The same within one open sink (a retried batch).
+        smol::block_on(async {
+            let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+                .await
+                .unwrap();
+            s.deliver(&src(), &recs[6..]).await.unwrap();
+            s.deliver(&src(), &recs[6..]).await.unwrap();
+            assert_eq!(s.skipped_duplicates(), 4);
+        });
+        assert_eq!(offsets(&out.join("t.00000000.jsonl")).len(), 8);
+    }
+
+    /// Guards against one high-water mark per log: offsets are global across topics and a
+    /// batch is written topic by topic, so a crash can leave one topic's part of a batch
+    /// on disk and not another's. The later topic's records must still be written.
+    #[test]
+    fn crash_between_the_topics_of_one_batch_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let batch: Vec<_> = (0..6)
+            .map(|i| rec(i, if i % 2 == 0 { "a" } else { "b" }, b"x"))
+            .collect();
+        // What the crash left: topic a's lines of the batch (0, 2, 4), none of b's.
+        let a_only: Vec<_> = batch.iter().filter(|r| r.topic == "a").cloned().collect();
+        deliver(&out, DEFAULT_ROTATE_BYTES, &src(), &a_only);
+        // The drain resends the whole batch.
+        assert_eq!(deliver(&out, DEFAULT_ROTATE_BYTES, &src(), &batch), 3);
+        assert_eq!(offsets(&out.join("a.00000000.jsonl")), vec![0, 2, 4]);
+        assert_eq!(offsets(&out.join("b.00000000.jsonl")), vec![1, 3, 5]);
+    }
+
+    #[test]
+    fn mark_survives_rotation_and_an_empty_newest_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
+        let rotate = line_len * 3;
+        let recs: Vec<_> = (0..10).map(|i| rec(i, "t", b"x")).collect();
+        deliver(&out, rotate, &src(), &recs[..6]);
+        assert_eq!(offsets(&out.join("t.00000001.jsonl")), vec![3, 4, 5]);
+        // A crash right after a rotation created the next file, and one torn line in it.
+        std::fs::write(out.join("t.00000002.jsonl"), b"{\"gateway_id\":").unwrap();
+        assert_eq!(deliver(&out, rotate, &src(), &recs[2..]), 4);
+        let all: Vec<u64> = (0..4)
+            .flat_map(|n| {
+                let p = out.join(file_name("t", n));
+                if p.exists() { offsets(&p) } else { Vec::new() }
+            })
+            .collect();
+        assert_eq!(all, (0..10).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn another_log_id_is_never_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let recs: Vec<_> = (0..4).map(|i| rec(i, "t", b"x")).collect();
+        deliver(&out, DEFAULT_ROTATE_BYTES, &src(), &recs);
+        let new_log = Source {
+            gateway_id: "gw".into(),
+            log_id: 43,
+        };
+        // A reflashed gateway starts again at offset 0 with a new log id.
+        assert_eq!(deliver(&out, DEFAULT_ROTATE_BYTES, &new_log, &recs[..2]), 0);
+        let v = lines(&out.join("t.00000000.jsonl"));
+        assert_eq!(v.len(), 6);
+        assert_eq!(v[5]["log_id"], "0000000000000000000000000000002b");
+        // And the old log's mark is kept in memory while the sink stays open.
+        smol::block_on(async {
+            let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+                .await
+                .unwrap();
+            s.deliver(&new_log, &recs[..3]).await.unwrap();
+            assert_eq!(s.skipped_duplicates(), 2);
+        });
+    }
+
+    #[test]
+    fn a_foreign_last_line_disables_skipping_for_its_topic() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(out.join("t.00000000.jsonl"), b"not json\n").unwrap();
+        let recs: Vec<_> = (0..2).map(|i| rec(i, "t", b"x")).collect();
+        assert_eq!(deliver(&out, DEFAULT_ROTATE_BYTES, &src(), &recs), 0);
+        let text = std::fs::read_to_string(out.join("t.00000000.jsonl")).unwrap();
+        assert_eq!(text.lines().count(), 3);
+    }
+
+    #[test]
+    fn last_line_longer_than_the_scan_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.00000000.jsonl");
+        let long = vec![b'y'; 150_000];
+        let mut data = b"first\n".to_vec();
+        data.extend_from_slice(&long);
+        data.push(b'\n');
+        std::fs::write(&p, &data).unwrap();
+        assert_eq!(last_line(&p).unwrap(), Some(long.clone()));
+        std::fs::write(&p, [&long[..], b"\n"].concat()).unwrap();
+        assert_eq!(last_line(&p).unwrap(), Some(long));
+        std::fs::write(&p, b"\n").unwrap();
+        assert_eq!(last_line(&p).unwrap(), Some(Vec::new()));
+        std::fs::write(&p, b"").unwrap();
+        assert_eq!(last_line(&p).unwrap(), None);
+        assert_eq!(
+            line_key(br#"{"log_id":"0000000000000000000000000000002a","offset":7}"#),
+            Some((42, 7))
+        );
+        assert_eq!(line_key(br#"{"log_id":"2a","offset":7}"#), None);
     }
 
     #[test]

@@ -14,17 +14,24 @@
 //!   every record arrived: the checkpoint advances on delivery reports, never on enqueue.
 //!   When a report is an error, the records before it (in offset order) count as delivered
 //!   and the rest is resent by the drain loop.
+//! - [`KafkaSink::scan_tail`] reads the last records of every partition of the topic (for
+//!   the effectively-once resume, see [`crate::drain`]): it asks each partition for its
+//!   watermarks, `assign`s a consumer (no consumer group, nothing committed) at
+//!   `high − window`, reads up to the high watermark, and keeps the records whose
+//!   `spillway-log-id` header is the log being drained.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use rdkafka::ClientConfig;
 use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::util::AsyncRuntime;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::{DeliverError, SinkError, Source};
 use crate::client::{OwnedRecord, log_id_hex};
@@ -76,7 +83,71 @@ pub fn record_key(gateway_id: &str, topic: &str) -> String {
 /// The Kafka sink.
 pub struct KafkaSink {
     producer: SmolProducer,
+    brokers: String,
     topic: String,
+}
+
+/// A record of the drained log found in a partition tail: what the resume compares with
+/// the gateway's record at the same offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TailRecord {
+    /// The Kafka partition it is in.
+    pub partition: i32,
+    /// Its offset in that partition.
+    pub kafka_offset: i64,
+    /// The `spillway-topic` header.
+    pub topic: String,
+    /// The `spillway-timestamp-us` header.
+    pub timestamp_us: u64,
+    /// The message value.
+    pub payload: Vec<u8>,
+}
+
+/// What the partition tails of the topic hold of one log (see [`KafkaSink::scan_tail`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TailScan {
+    /// Records of the log at or above the scan's `min_offset`, by gateway offset (a
+    /// duplicate keeps the first one read).
+    pub found: BTreeMap<u64, TailRecord>,
+    /// The highest `spillway-offset` seen for the log (also below `min_offset`).
+    pub highest: Option<u64>,
+    /// The lowest `spillway-offset` seen for the log: below `min_offset` means the window
+    /// reached back past the checkpoint.
+    pub lowest: Option<u64>,
+    /// Every partition was read from its low watermark (a wider window finds no more).
+    pub whole_topic: bool,
+    /// Partitions of the topic (0 when the topic does not exist).
+    pub partitions: usize,
+    /// Messages read, of any log.
+    pub messages_read: u64,
+}
+
+impl TailScan {
+    /// The end of the run of consecutive offsets found from `from`: every offset in
+    /// `from..end` is in the topic. `from` itself when it is not.
+    ///
+    /// This, not [`TailScan::highest`], is where a resume may start: records of different
+    /// keys go to different partitions, and a crash can leave a later offset delivered in
+    /// one partition while an earlier one never reached another.
+    pub fn contiguous_end(&self, from: u64) -> u64 {
+        let mut end = from;
+        while self.found.contains_key(&end) {
+            end += 1;
+        }
+        end
+    }
+}
+
+/// Why a tail scan failed (the drain retries it like any sink failure).
+fn scan_err(what: &str, e: KafkaError) -> SinkError {
+    SinkError::Kafka(format!("reading the partition tails ({what}): {e}"))
+}
+
+fn header_str<'a, H: Headers>(h: &'a H, key: &str) -> Option<&'a str> {
+    h.iter()
+        .find(|x| x.key == key)
+        .and_then(|x| x.value)
+        .and_then(|v| std::str::from_utf8(v).ok())
 }
 
 fn kafka_err(e: KafkaError) -> SinkError {
@@ -103,8 +174,33 @@ impl KafkaSink {
             .map_err(|e| SinkError::Kafka(e.to_string()))?;
         Ok(KafkaSink {
             producer,
+            brokers: brokers.to_string(),
             topic: topic.to_string(),
         })
+    }
+
+    /// The target topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Reads the last `window` messages of every partition of the topic and collects the
+    /// records of log `log_id` (header `spillway-log-id`) whose `spillway-offset` is at
+    /// least `min_offset`. A topic that does not exist yet holds nothing. Blocking work runs
+    /// on `smol::unblock`; the whole scan gives up after `timeout`.
+    pub async fn scan_tail(
+        &self,
+        log_id: u128,
+        min_offset: u64,
+        window: u64,
+        timeout: Duration,
+    ) -> Result<TailScan, SinkError> {
+        let brokers = self.brokers.clone();
+        let topic = self.topic.clone();
+        smol::unblock(move || {
+            scan_tail_blocking(&brokers, &topic, log_id, min_offset, window, timeout)
+        })
+        .await
     }
 
     /// The underlying producer (for tests and the resume scan).
@@ -204,5 +300,152 @@ impl KafkaSink {
     pub async fn close(self, timeout: Duration) {
         let p = self.producer;
         let _ = smol::unblock(move || p.flush(timeout)).await;
+    }
+}
+
+/// [`KafkaSink::scan_tail`], blocking.
+fn scan_tail_blocking(
+    brokers: &str,
+    topic: &str,
+    log_id: u128,
+    min_offset: u64,
+    window: u64,
+    timeout: Duration,
+) -> Result<TailScan, SinkError> {
+    let deadline = Instant::now() + timeout;
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        // `assign` only: the group id is never joined and nothing is committed.
+        .set("group.id", "spillway-bridge-tail-scan")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "true")
+        // At the end of a partition, do not let the broker hold the fetch.
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .map_err(|e| scan_err("consumer", e))?;
+    let mut scan = TailScan::default();
+    let md = consumer
+        .fetch_metadata(Some(topic), left())
+        .map_err(|e| scan_err("metadata", e))?;
+    let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
+        return Ok(scan);
+    };
+    if let Some(code) = t.error() {
+        let code = RDKafkaErrorCode::from(code);
+        if code == RDKafkaErrorCode::UnknownTopicOrPartition {
+            return Ok(scan);
+        }
+        return Err(SinkError::Kafka(format!(
+            "reading the partition tails (metadata of {topic:?}): {code}"
+        )));
+    }
+    scan.partitions = t.partitions().len();
+    scan.whole_topic = true;
+    // The high watermark from ListOffsets only places the start of the window: some
+    // brokers under-report it (tansu 0.6 answers the last batch's base offset + 1), which
+    // only widens the window. The end of each partition is the end-of-partition event,
+    // which comes from the high watermark of the fetch responses.
+    let mut tpl = TopicPartitionList::new();
+    let mut unread: BTreeSet<i32> = BTreeSet::new();
+    for p in t.partitions() {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p.id(), left())
+            .map_err(|e| scan_err("watermarks", e))?;
+        if high <= low {
+            // Empty (an under-reported high watermark is still above the low one).
+            continue;
+        }
+        let start = high.saturating_sub(i64::try_from(window).unwrap_or(i64::MAX));
+        let start = if start <= low {
+            low
+        } else {
+            scan.whole_topic = false;
+            start
+        };
+        tpl.add_partition_offset(topic, p.id(), Offset::Offset(start))
+            .map_err(|e| scan_err("assign", e))?;
+        unread.insert(p.id());
+    }
+    if unread.is_empty() {
+        return Ok(scan);
+    }
+    consumer.assign(&tpl).map_err(|e| scan_err("assign", e))?;
+    let want = log_id_hex(log_id);
+    while !unread.is_empty() {
+        if Instant::now() >= deadline {
+            return Err(SinkError::Kafka(format!(
+                "reading the partition tails: timed out after {timeout:?} with {} partitions unread",
+                unread.len()
+            )));
+        }
+        let Some(m) = consumer.poll(left().min(Duration::from_millis(200))) else {
+            continue;
+        };
+        let m = match m {
+            Ok(m) => m,
+            Err(KafkaError::PartitionEOF(p)) => {
+                unread.remove(&p);
+                continue;
+            }
+            Err(e) => return Err(scan_err("fetch", e)),
+        };
+        scan.messages_read += 1;
+        let p = m.partition();
+        let Some(h) = m.headers() else { continue };
+        if header_str(h, headers::LOG_ID) != Some(want.as_str()) {
+            continue;
+        }
+        let Some(offset) = header_str(h, headers::OFFSET).and_then(|v| v.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        scan.highest = scan.highest.max(Some(offset));
+        scan.lowest = Some(scan.lowest.map_or(offset, |l| l.min(offset)));
+        if offset < min_offset {
+            continue;
+        }
+        let rec = TailRecord {
+            partition: p,
+            kafka_offset: m.offset(),
+            topic: header_str(h, headers::TOPIC)
+                .unwrap_or_default()
+                .to_string(),
+            timestamp_us: header_str(h, headers::TIMESTAMP_US)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            payload: m.payload().unwrap_or_default().to_vec(),
+        };
+        scan.found.entry(offset).or_insert(rec);
+    }
+    Ok(scan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec() -> TailRecord {
+        TailRecord {
+            partition: 0,
+            kafka_offset: 0,
+            topic: "t".into(),
+            timestamp_us: 0,
+            payload: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn contiguous_end_stops_at_the_first_hole() {
+        let mut s = TailScan::default();
+        assert_eq!(s.contiguous_end(5), 5);
+        for o in [5, 6, 7, 9] {
+            s.found.insert(o, rec());
+        }
+        assert_eq!(s.contiguous_end(5), 8);
+        assert_eq!(s.contiguous_end(8), 8);
+        assert_eq!(s.contiguous_end(9), 10);
+        assert_eq!(s.contiguous_end(4), 4);
     }
 }
