@@ -585,7 +585,11 @@ impl fmt::Display for Report {
                     format!("{:.2}", Spread::of(&sw).median / Spread::of(&peer).median),
                 )
             };
-            writeln!(f, "| {label} | {} | {peer_cell} | {ratio} |", spread_text(&sw))?;
+            writeln!(
+                f,
+                "| {label} | {} | {peer_cell} | {ratio} |",
+                spread_text(&sw)
+            )?;
         }
         writeln!(f)?;
         writeln!(

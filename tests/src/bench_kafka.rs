@@ -1,40 +1,28 @@
-//! Bridge drain into a Kafka-protocol broker, side by side with a plain rdkafka producer
-//! sending the same records to the same broker (the ceiling), in the same run. [`run`]
-//! measures; its [`Report`] prints as a Markdown table.
+//! Records/s drained into Kafka by `spillway-bridge drain --once` from a real `spillway`
+//! gateway, side by side with a plain rdkafka producer sending the same records (same key,
+//! headers and payload sizes; idempotent, `acks=all`, the bridge's batching settings) to
+//! the same broker: the ceiling. [`run`] measures; its [`Report`] prints as a Markdown table
+//! with min/median/max over the runs and the ratio.
 //!
-//! ## What is compared
-//! A real `spillway` gateway is filled once with [`Options::records`] records of
-//! [`PAYLOAD`] bytes (durable publishes, not timed). Then, [`Options::runs`] times and
-//! alternating:
-//! - **bridge**: `spillway-bridge drain --once` from that gateway into a fresh topic (one
-//!   partition) with a fresh state file and consumer name, timed as a whole process: start,
-//!   handshake, fetches, produce, delivery reports, final checkpoint, exit.
-//! - **producer**: an rdkafka `FutureProducer` (the bridge's settings: idempotent,
-//!   `acks=all`, 5 requests in flight, `linger.ms=5`) sending the same records (same key,
-//!   same five headers, same payload sizes) into another fresh topic, timed from its creation
-//!   until the last delivery report. The records are built before the clock starts.
+//! The broker is a [`Broker`]: a real one (`scripts/kafka-broker.sh start` runs tansu in
+//! memory on 127.0.0.1:19092) or librdkafka's in-process mock cluster.
 //!
-//! Both sides' first runs are checked by reading the topic back and counting.
-//!
-//! The broker is any Kafka-protocol broker at a `host:port` (tansu in memory in
-//! `scripts/bench.sh`). Topics are created through the admin API (tansu does not create
-//! them on first use).
+//! What is timed: the bridge's whole process (start, handshake, tail scan, drain, final
+//! commit, exit), and the producer from its creation to the last delivery report. The
+//! gateway is filled once with durable publishes (not timed); every run writes to a fresh
+//! topic, bridge and producer alternating; the first run of each side is checked by reading
+//! the topic back.
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::ClientConfig;
+use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
-use rdkafka::util::AsyncRuntime;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use spillway_core::wire::AckLevel;
 
 use crate::bench_core::{Machine, Spread, machine};
@@ -42,15 +30,7 @@ use crate::bench_gateway::thousands;
 use crate::bridge::bridge_bin;
 use crate::client::{Client, Reply};
 use crate::gateway::{GatewayProcess, free_port};
-
-/// Payload bytes per record.
-pub const PAYLOAD: usize = 100;
-/// Topic of the records on the gateway.
-const TOPIC: &str = "bench/sst";
-/// Gateway id announced by the benchmark's gateway (part of every message key).
-const GATEWAY_ID: &str = "bench-gw";
-/// Durable publishes in flight while the gateway is filled.
-const WINDOW: usize = 256;
+use crate::kafka::{Broker, consume_all};
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,127 +50,44 @@ impl Default for Options {
     }
 }
 
-/// rdkafka's async runtime hooks on smol: tasks go to smol's global executor, timers are
-/// smol timers.
-#[derive(Debug, Clone, Copy)]
-pub struct SmolRuntime;
+/// Payload bytes per record.
+pub const PAYLOAD: usize = 100;
+/// Topic of the records on the gateway.
+const TOPIC: &str = "bench/sst";
+/// Gateway id announced by the benchmark's gateway (part of every message key).
+const GATEWAY_ID: &str = "bench-gw";
+/// Durable publishes in flight while the gateway is filled.
+const WINDOW: usize = 256;
 
-impl AsyncRuntime for SmolRuntime {
-    type Delay = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-    fn spawn<T>(task: T)
-    where
-        T: Future<Output = ()> + Send + 'static,
-    {
-        smol::spawn(task).detach();
-    }
-
-    fn delay_for(duration: Duration) -> Self::Delay {
-        Box::pin(async move {
-            smol::Timer::after(duration).await;
-        })
-    }
+/// Counts delivery reports.
+struct Counting {
+    ok: std::sync::atomic::AtomicU64,
+    failed: std::sync::atomic::AtomicU64,
 }
 
-/// Everything one run measured.
-#[derive(Debug, Clone)]
-pub struct Report {
-    /// Where it ran.
-    pub machine: Machine,
-    /// What ran.
-    pub options: Options,
-    /// The broker's address.
-    pub broker: String,
-    /// Bridge records/s per run.
-    pub bridge: Vec<f64>,
-    /// Producer records/s per run, in the same order.
-    pub producer: Vec<f64>,
-    /// Time to fill the gateway (durable publishes).
-    pub fill: Duration,
-}
+impl ClientContext for Counting {}
 
-impl Report {
-    /// Bridge ÷ producer per run (the runs alternate, so each pair saw the same machine).
-    pub fn ratios(&self) -> Vec<f64> {
-        self.bridge
-            .iter()
-            .zip(&self.producer)
-            .map(|(b, p)| b / p)
-            .collect()
+impl ProducerContext for Counting {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, r: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {
+        use std::sync::atomic::Ordering::Relaxed;
+        match r {
+            Ok(_) => self.ok.fetch_add(1, Relaxed),
+            Err(_) => self.failed.fetch_add(1, Relaxed),
+        };
     }
 }
 
-/// The payload of record `i`: [`PAYLOAD`] bytes, distinct per record.
+/// The payload of record `i`: `PAYLOAD` bytes, distinct per record.
 fn payload(i: usize) -> Vec<u8> {
     let mut p = format!("{i:010} ").into_bytes();
     p.resize(PAYLOAD, b'x');
     p
 }
 
-/// Creates `topic` with one partition through the admin API.
-///
-/// # Panics
-/// If the broker refuses.
-pub fn create_topic(brokers: &str, topic: &str) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .expect("admin client");
-    let t = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
-    let res =
-        smol::block_on(admin.create_topics([&t], &AdminOptions::new())).expect("create topics");
-    for r in res {
-        if let Err((name, e)) = r {
-            panic!("creating topic {name}: {e}");
-        }
-    }
-}
-
-/// A topic name that no earlier run used.
-fn fresh_topic(brokers: &str, prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let name = format!("{prefix}-{nanos:x}");
-    create_topic(brokers, &name);
-    name
-}
-
-/// Counts the messages of partition 0 of `topic`, reading from the beginning to the end the
-/// fetch responses report (60 s at most).
-///
-/// # Panics
-/// On a consumer error or the time limit.
-pub fn count_messages(brokers: &str, topic: &str) -> usize {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", "spillway-bench")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .create()
-        .expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .expect("partition");
-    c.assign(&tpl).expect("assign");
-    let t = Instant::now();
-    let mut n = 0;
-    loop {
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "topic {topic} not read to the end in 60 s"
-        );
-        match c.poll(Duration::from_millis(200)) {
-            None => {}
-            Some(Err(KafkaError::PartitionEOF(_))) => return n,
-            Some(Err(e)) => panic!("consuming {topic}: {e}"),
-            Some(Ok(_)) => n += 1,
-        }
-    }
-}
-
 /// Publishes `n` records durably, pipelined; returns the gateway's log id.
-fn fill(addr: &str, n: usize) -> u128 {
+fn publish(addr: &str, n: usize) -> u128 {
     let mut c = Client::tcp(addr).expect("connect");
     let Some(Reply::Welcome { log_id, .. }) = c.welcome.clone() else {
         panic!("no welcome from the gateway")
@@ -215,19 +112,17 @@ fn fill(addr: &str, n: usize) -> u128 {
 }
 
 /// One `spillway-bridge drain --once` into a fresh topic; records/s.
-fn bridge_run(brokers: &str, gateway: &str, n: usize, run: usize, check: bool) -> f64 {
+fn bridge_run(broker: &Broker, gw: &str, n: usize, check: bool) -> f64 {
     let dir = tempfile::tempdir().expect("tempdir");
-    let topic = fresh_topic(brokers, "bench-bridge");
+    let topic = broker.new_topic("bench-bridge", 1);
+    let state = dir.path().join("s.redb");
     let t = Instant::now();
     let out = Command::new(bridge_bin())
-        .args(["drain", "--once", "--progress", "off", "--from", "earliest"])
-        .args(["--gateway", gateway])
+        .args(["drain", "--once", "--progress", "off", "--gateway", gw])
         .arg("--sink")
-        .arg(format!("kafka://{brokers}/{topic}"))
+        .arg(format!("kafka://{}/{topic}", broker.bootstrap()))
         .arg("--state")
-        .arg(dir.path().join("state.redb"))
-        .arg("--consumer")
-        .arg(format!("bench{run}"))
+        .arg(&state)
         .env("RUST_LOG", "warn")
         .output()
         .expect("run spillway-bridge");
@@ -238,105 +133,129 @@ fn bridge_run(brokers: &str, gateway: &str, n: usize, run: usize, check: bool) -
         String::from_utf8_lossy(&out.stderr)
     );
     if check {
-        assert_eq!(count_messages(brokers, &topic), n, "bridge: records in topic");
+        let msgs = consume_all(&broker.bootstrap(), &topic, 1);
+        assert_eq!(msgs.len(), n, "bridge: records in the topic");
+        assert_eq!(msgs[n - 1].payload, payload(n - 1));
     }
     n as f64 / secs
 }
 
-/// A plain producer sending the same `n` records (key, headers, payload) into a fresh
-/// topic; records/s.
-fn producer_run(brokers: &str, log_id: u128, n: usize, check: bool) -> f64 {
-    let topic = fresh_topic(brokers, "bench-producer");
+/// A plain idempotent producer sending the same `n` records (key, headers, payload) to a
+/// fresh topic; records/s.
+fn producer_run(broker: &Broker, log_id: u128, n: usize, check: bool) -> f64 {
+    use std::sync::atomic::Ordering::Relaxed;
+    let topic = broker.new_topic("bench-producer", 1);
     let key = format!("{GATEWAY_ID}/{TOPIC}");
     let log_hex = format!("{log_id:032x}");
     let ts_us: u64 = 1_700_000_000_000_000;
-    // The ceiling has its records in memory before the clock starts.
+    // Build the records before the clock starts: the ceiling has them in memory.
     let payloads: Vec<Vec<u8>> = (0..n).map(payload).collect();
-    let offsets: Vec<String> = (0..n).map(|i| i.to_string()).collect();
-    let stamps: Vec<String> = (0..n).map(|i| (ts_us + i as u64).to_string()).collect();
     let t = Instant::now();
-    let p: FutureProducer<DefaultClientContext, SmolRuntime> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+    let p: BaseProducer<Counting> = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("max.in.flight.requests.per.connection", "5")
         .set("linger.ms", "5")
         .set("queue.buffering.max.messages", "100000")
-        .create()
+        .create_with_context(Counting {
+            ok: 0.into(),
+            failed: 0.into(),
+        })
         .expect("producer");
-    let mut pending: VecDeque<DeliveryFuture> = VecDeque::with_capacity(n);
-    let await_one = |f: DeliveryFuture| match smol::block_on(f) {
-        Ok(Ok(_)) => {}
-        Ok(Err((e, _))) => panic!("delivery failed: {e}"),
-        Err(_) => panic!("delivery report lost"),
-    };
-    for i in 0..n {
-        let headers = OwnedHeaders::new_with_capacity(5)
-            .insert(Header {
-                key: "spillway-gateway",
-                value: Some(GATEWAY_ID),
-            })
-            .insert(Header {
-                key: "spillway-log-id",
-                value: Some(log_hex.as_str()),
-            })
-            .insert(Header {
-                key: "spillway-offset",
-                value: Some(offsets[i].as_str()),
-            })
-            .insert(Header {
-                key: "spillway-topic",
-                value: Some(TOPIC),
-            })
-            .insert(Header {
-                key: "spillway-timestamp-us",
-                value: Some(stamps[i].as_str()),
-            });
-        let mut rec = FutureRecord::to(&topic)
+    for (i, pl) in payloads.iter().enumerate() {
+        let off = i.to_string();
+        let ts = (ts_us + i as u64).to_string();
+        let mut rec = BaseRecord::to(&topic)
             .key(key.as_str())
-            .payload(payloads[i].as_slice())
-            .timestamp(i64::try_from((ts_us + i as u64) / 1000).unwrap_or(0))
-            .headers(headers);
+            .payload(pl.as_slice())
+            .timestamp(i64::try_from(ts_us / 1000).unwrap_or(0))
+            .headers(
+                OwnedHeaders::new_with_capacity(5)
+                    .insert(Header {
+                        key: "spillway-gateway",
+                        value: Some(GATEWAY_ID),
+                    })
+                    .insert(Header {
+                        key: "spillway-log-id",
+                        value: Some(log_hex.as_str()),
+                    })
+                    .insert(Header {
+                        key: "spillway-offset",
+                        value: Some(off.as_str()),
+                    })
+                    .insert(Header {
+                        key: "spillway-topic",
+                        value: Some(TOPIC),
+                    })
+                    .insert(Header {
+                        key: "spillway-timestamp-us",
+                        value: Some(ts.as_str()),
+                    }),
+            );
         loop {
-            match p.send_result(rec) {
-                Ok(f) => {
-                    pending.push_back(f);
-                    break;
-                }
+            match p.send(rec) {
+                Ok(()) => break,
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                     rec = r;
-                    match pending.pop_front() {
-                        Some(f) => await_one(f),
-                        None => std::thread::sleep(Duration::from_millis(1)),
-                    }
+                    p.poll(Duration::from_millis(5));
                 }
                 Err((e, _)) => panic!("produce: {e}"),
             }
         }
+        p.poll(Duration::ZERO);
     }
-    for f in pending {
-        await_one(f);
+    p.flush(Duration::from_secs(120)).expect("flush");
+    while p.context().ok.load(Relaxed) + p.context().failed.load(Relaxed) < n as u64 {
+        p.poll(Duration::from_millis(10));
     }
     let secs = t.elapsed().as_secs_f64();
-    drop(p);
+    assert_eq!(p.context().failed.load(Relaxed), 0, "delivery failures");
     if check {
-        assert_eq!(
-            count_messages(brokers, &topic),
-            n,
-            "producer: records in topic"
-        );
+        let msgs = consume_all(&broker.bootstrap(), &topic, 1);
+        assert_eq!(msgs.len(), n, "producer: records in the topic");
+        assert_eq!(msgs[0].payload, payload(0));
     }
     n as f64 / secs
 }
 
-/// Fills a fresh gateway and runs both sides `opts.runs` times, alternating, against the
-/// broker at `brokers`; `progress` is told what starts.
+/// Everything one run measured.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Where it ran.
+    pub machine: Machine,
+    /// What ran.
+    pub options: Options,
+    /// The broker, described.
+    pub broker: String,
+    /// Bridge records/s per run.
+    pub bridge: Vec<f64>,
+    /// Producer records/s per run, in the same order.
+    pub producer: Vec<f64>,
+    /// Time to fill the gateway (durable publishes).
+    pub fill: Duration,
+}
+
+impl Report {
+    /// Bridge ÷ producer per run (the runs alternate, so each pair saw the same machine).
+    pub fn ratios(&self) -> Vec<f64> {
+        self.bridge
+            .iter()
+            .zip(&self.producer)
+            .map(|(b, p)| b / p)
+            .collect()
+    }
+}
+
+/// Fills a fresh gateway and runs both sides `opts.runs` times, alternating, against
+/// `broker`; `progress` is told what starts and what each run measured.
 ///
 /// # Panics
-/// If the gateway, the bridge or the broker fails, or a topic holds a different number of
-/// records than was sent.
-pub fn run(opts: &Options, brokers: &str, mut progress: impl FnMut(&str)) -> Report {
+/// If the gateway, the bridge or the broker fails, or a topic holds other records than were
+/// sent.
+pub fn run(opts: &Options, broker: &Broker, mut progress: impl FnMut(&str)) -> Report {
     let at_start = machine();
+    let n = opts.records;
     let dir = tempfile::tempdir().expect("tempdir");
     let addr = format!("127.0.0.1:{}", free_port());
     let args: Vec<String> = [
@@ -355,26 +274,33 @@ pub fn run(opts: &Options, brokers: &str, mut progress: impl FnMut(&str)) -> Rep
     .map(|s| s.to_string())
     .collect();
     let _gateway = GatewayProcess::start(&args, 1);
-    progress(&format!("fill the gateway with {} records", opts.records));
+    progress(&format!(
+        "publish {n} records of {PAYLOAD} bytes durably; each run drains all of them into a fresh topic"
+    ));
     let t = Instant::now();
-    let log_id = fill(&addr, opts.records);
-    let filled = t.elapsed();
-    let gateway = format!("tcp://{addr}");
+    let log_id = publish(&addr, n);
+    let fill = t.elapsed();
+    let gw = format!("tcp://{addr}");
     let _ = bridge_bin();
     let mut bridge = Vec::new();
     let mut producer = Vec::new();
     for r in 0..opts.runs.max(1) {
-        progress(&format!("bridge drain and producer, run {}", r + 1));
-        bridge.push(bridge_run(brokers, &gateway, opts.records, r, r == 0));
-        producer.push(producer_run(brokers, log_id, opts.records, r == 0));
+        let b = bridge_run(broker, &gw, n, r == 0);
+        let p = producer_run(broker, log_id, n, r == 0);
+        progress(&format!(
+            "run {}: bridge {b:.0} records/s, producer {p:.0} records/s",
+            r + 1
+        ));
+        bridge.push(b);
+        producer.push(p);
     }
     Report {
         machine: at_start,
         options: opts.clone(),
-        broker: brokers.to_string(),
+        broker: broker.describe(),
         bridge,
         producer,
-        fill: filled,
+        fill,
     }
 }
 
@@ -394,7 +320,7 @@ impl fmt::Display for Report {
         };
         writeln!(
             f,
-            "| {n} records of {PAYLOAD} B into the broker at {}, {runs} runs | min | median | max |",
+            "| {n} records of {PAYLOAD} B, {}, {runs} runs | min | median | max |",
             self.broker
         )?;
         writeln!(f, "|---|---|---|---|")?;
@@ -405,7 +331,7 @@ impl fmt::Display for Report {
         )?;
         row(
             f,
-            "plain rdkafka FutureProducer, records/s (the ceiling)",
+            "plain rdkafka producer, records/s (the ceiling)",
             &self.producer,
         )?;
         let r = Spread::of(&self.ratios());
