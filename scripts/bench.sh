@@ -7,7 +7,8 @@
 #
 # Usage: scripts/bench.sh [--only 1,2,...]     (arguments go to the bench program)
 # Environment: SPILLWAY_BENCH_OUT (default bench-results), SPILLWAY_KAFKA_PORT (default
-# 19092), SPILLWAY_KAFKA_BROKER (use a broker already running instead of starting one).
+# 19092, or any free port if another program holds it), SPILLWAY_KAFKA_BROKER (use a
+# broker already running instead of starting one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
@@ -31,9 +32,17 @@ export SPILLWAY_MOSQUITTO=/usr/sbin/mosquitto
 SPILLWAY_NATS_SERVER=$(scripts/nats-server.sh)
 export SPILLWAY_NATS_SERVER
 
+port_open() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
 if [ -z "${SPILLWAY_KAFKA_BROKER:-}" ]; then
   export SPILLWAY_KAFKA_PORT=${SPILLWAY_KAFKA_PORT:-19092}
   if ! scripts/kafka-broker.sh status; then
+    if port_open "$SPILLWAY_KAFKA_PORT"; then
+      # Another program holds the port: take any free one.
+      SPILLWAY_KAFKA_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    fi
     scripts/kafka-broker.sh start
     trap 'scripts/kafka-broker.sh stop' EXIT
   fi

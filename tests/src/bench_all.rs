@@ -66,31 +66,22 @@ impl Options {
         self
     }
 
-    /// The full run: about ten minutes on a 2-core machine.
+    /// The full run: about six minutes on a 2-core machine (the standalone benchmarks'
+    /// defaults, fewer mount repetitions above 64 MiB, fewer Kafka runs).
     pub fn full(nats_bin: Option<PathBuf>, broker: Option<String>) -> Options {
-        let core = bench_core::Options {
-            reps: 3,
-            write_payload_total: 16 << 20,
-            ..bench_core::Options::default()
-        };
         Options {
-            core,
+            core: bench_core::Options::default(),
             mount_sizes_mib: vec![1, 4, 16, 64, 256, 1024],
-            mount_reps: 9,
-            mount_reps_large: 5,
+            mount_reps: 15,
+            mount_reps_large: 7,
             mount_peer_max_mib: 64,
             mount_fixed_segments: 64,
-            gateway: bench_gateway::Options {
-                per_buffered: 20_000,
-                per_durable: 1_000,
-                reps: 3,
-                disk_budget: Duration::from_millis(700),
-            },
+            gateway: bench_gateway::Options::default(),
             kafka: broker.map(|b| {
                 (
                     bench_kafka::Options {
                         records: 50_000,
-                        runs: 3,
+                        runs: 5,
                     },
                     b,
                 )
