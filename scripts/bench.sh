@@ -14,6 +14,8 @@ cd "$(dirname "$0")/.."
 started=$(date +%s)
 
 out=${SPILLWAY_BENCH_OUT:-bench-results}
+# cargo runs benchmarks in the package's directory: hand it an absolute path.
+case "$out" in /*) ;; *) out=$PWD/$out ;; esac
 
 need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
@@ -50,7 +52,10 @@ if [ -z "${SPILLWAY_KAFKA_BROKER:-}" ]; then
 fi
 
 echo "bench.sh: building release"
-cargo build --release -q -p spillway-firmware --bin spillway -p spillway-bridge --bin spillway-bridge
+# One package per command, as the harnesses build them (`workspace_bin`): built together,
+# feature unification would give them other features and the harnesses would rebuild.
+cargo build --release -q -p spillway-firmware --bin spillway
+cargo build --release -q -p spillway-bridge --bin spillway-bridge
 cargo bench -q -p spillway-tests --bench all --no-run
 built=$(date +%s)
 
