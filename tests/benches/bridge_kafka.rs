@@ -1,8 +1,6 @@
 //! Records/s drained into Kafka by `spillway-bridge drain --once` from a real `spillway`
-//! gateway, side by side with a plain rdkafka producer sending the same records (same key,
-//! headers and payload sizes; idempotent, `acks=all`, the bridge's batching settings) to
-//! the same broker: the ceiling. Prints min/median/max over several runs, the ratio, and
-//! the machine.
+//! gateway, side by side with a plain rdkafka producer sending the same records: the
+//! ceiling. See `spillway_tests::bench_kafka` for what is measured and how.
 //!
 //! The broker is the one of `SPILLWAY_KAFKA_BROKER=host:port` (`scripts/kafka-broker.sh
 //! start` runs tansu in memory on 127.0.0.1:19092), or librdkafka's in-process mock
@@ -10,210 +8,20 @@
 //!
 //! `cargo bench -p spillway-tests --bench bridge_kafka`; `SPILLWAY_BENCH_RECORDS=N`
 //! (default 50000), `SPILLWAY_BENCH_RUNS=N` (default 5).
-//!
-//! What is timed: the bridge's whole process (start, handshake, tail scan, drain, final
-//! commit, exit), and the producer from its creation to the last delivery report. Every
-//! run writes to a fresh topic; the first run of each side is checked by reading the topic
-//! back.
 
-use std::collections::VecDeque;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use spillway_tests::bench_kafka::{Options, run};
+use spillway_tests::kafka::Broker;
 
-use rdkafka::ClientConfig;
-use rdkafka::ClientContext;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use spillway_core::wire::AckLevel;
-use spillway_tests::bench_core::machine;
-use spillway_tests::bridge_bin;
-use spillway_tests::client::{Client, Reply};
-use spillway_tests::gateway::{GatewayProcess, free_port};
-use spillway_tests::kafka::{Broker, consume_all};
-
-const PAYLOAD: usize = 100;
-const TOPIC: &str = "bench/sst";
-const GATEWAY_ID: &str = "bench-gw";
-const WINDOW: usize = 256;
-
-/// Counts delivery reports.
-struct Counting {
-    ok: std::sync::atomic::AtomicU64,
-    failed: std::sync::atomic::AtomicU64,
-}
-
-impl ClientContext for Counting {}
-
-impl ProducerContext for Counting {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, r: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {
-        use std::sync::atomic::Ordering::Relaxed;
-        match r {
-            Ok(_) => self.ok.fetch_add(1, Relaxed),
-            Err(_) => self.failed.fetch_add(1, Relaxed),
-        };
-    }
-}
-
-/// The payload of record `i`: `PAYLOAD` bytes, distinct per record.
-fn payload(i: usize) -> Vec<u8> {
-    let mut p = format!("{i:010} ").into_bytes();
-    p.resize(PAYLOAD, b'x');
-    p
-}
-
-/// Publishes `n` records durably, pipelined; returns the gateway's log id.
-fn publish(addr: &str, n: usize) -> u128 {
-    let mut c = Client::tcp(addr).expect("connect");
-    let Some(Reply::Welcome { log_id, .. }) = c.welcome.clone() else {
-        panic!("no welcome from the gateway")
-    };
-    let mut inflight = VecDeque::new();
-    for i in 0..n {
-        let seq = c
-            .send_publish(TOPIC, &payload(i), AckLevel::Durable, None)
-            .expect("send");
-        inflight.push_back(seq);
-        if inflight.len() >= WINDOW {
-            let r = c.recv().expect("reply");
-            assert!(matches!(r, Reply::Ack { .. }), "{r:?}");
-            inflight.pop_front();
-        }
-    }
-    while inflight.pop_front().is_some() {
-        let r = c.recv().expect("reply");
-        assert!(matches!(r, Reply::Ack { .. }), "{r:?}");
-    }
-    log_id
-}
-
-/// One `spillway-bridge drain --once` into a fresh topic; records/s.
-fn bridge_run(broker: &Broker, gw: &str, n: usize, check: bool) -> f64 {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let topic = broker.new_topic("bench-bridge", 1);
-    let state = dir.path().join("s.redb");
-    let t = Instant::now();
-    let out = Command::new(bridge_bin())
-        .args(["drain", "--once", "--progress", "off", "--gateway", gw])
-        .arg("--sink")
-        .arg(format!("kafka://{}/{topic}", broker.bootstrap()))
-        .arg("--state")
-        .arg(&state)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run spillway-bridge");
-    let secs = t.elapsed().as_secs_f64();
-    assert!(
-        out.status.success(),
-        "drain failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if check {
-        let msgs = consume_all(&broker.bootstrap(), &topic, 1);
-        assert_eq!(msgs.len(), n, "bridge: records in the topic");
-        assert_eq!(msgs[n - 1].payload, payload(n - 1));
-    }
-    n as f64 / secs
-}
-
-/// A plain idempotent producer sending the same `n` records (key, headers, payload) to a
-/// fresh topic; records/s.
-fn producer_run(broker: &Broker, log_id: u128, n: usize, check: bool) -> f64 {
-    use std::sync::atomic::Ordering::Relaxed;
-    let topic = broker.new_topic("bench-producer", 1);
-    let key = format!("{GATEWAY_ID}/{TOPIC}");
-    let log_hex = format!("{log_id:032x}");
-    let ts_us: u64 = 1_700_000_000_000_000;
-    // Build the records before the clock starts: the ceiling has them in memory.
-    let payloads: Vec<Vec<u8>> = (0..n).map(payload).collect();
-    let t = Instant::now();
-    let p: BaseProducer<Counting> = ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("max.in.flight.requests.per.connection", "5")
-        .set("linger.ms", "5")
-        .set("queue.buffering.max.messages", "100000")
-        .create_with_context(Counting {
-            ok: 0.into(),
-            failed: 0.into(),
-        })
-        .expect("producer");
-    for (i, pl) in payloads.iter().enumerate() {
-        let off = i.to_string();
-        let ts = (ts_us + i as u64).to_string();
-        let mut rec = BaseRecord::to(&topic)
-            .key(key.as_str())
-            .payload(pl.as_slice())
-            .timestamp(i64::try_from(ts_us / 1000).unwrap_or(0))
-            .headers(
-                OwnedHeaders::new_with_capacity(5)
-                    .insert(Header {
-                        key: "spillway-gateway",
-                        value: Some(GATEWAY_ID),
-                    })
-                    .insert(Header {
-                        key: "spillway-log-id",
-                        value: Some(log_hex.as_str()),
-                    })
-                    .insert(Header {
-                        key: "spillway-offset",
-                        value: Some(off.as_str()),
-                    })
-                    .insert(Header {
-                        key: "spillway-topic",
-                        value: Some(TOPIC),
-                    })
-                    .insert(Header {
-                        key: "spillway-timestamp-us",
-                        value: Some(ts.as_str()),
-                    }),
-            );
-        loop {
-            match p.send(rec) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    rec = r;
-                    p.poll(Duration::from_millis(5));
-                }
-                Err((e, _)) => panic!("produce: {e}"),
-            }
-        }
-        p.poll(Duration::ZERO);
-    }
-    p.flush(Duration::from_secs(120)).expect("flush");
-    while p.context().ok.load(Relaxed) + p.context().failed.load(Relaxed) < n as u64 {
-        p.poll(Duration::from_millis(10));
-    }
-    let secs = t.elapsed().as_secs_f64();
-    assert_eq!(p.context().failed.load(Relaxed), 0, "delivery failures");
-    if check {
-        let msgs = consume_all(&broker.bootstrap(), &topic, 1);
-        assert_eq!(msgs.len(), n, "producer: records in the topic");
-        assert_eq!(msgs[0].payload, payload(0));
-    }
-    n as f64 / secs
-}
-
-/// (min, median, max).
-fn stats(v: &[f64]) -> (f64, f64, f64) {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    (s[0], s[s.len() / 2], s[s.len() - 1])
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
 fn main() {
-    let n: usize = std::env::var("SPILLWAY_BENCH_RECORDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(50_000);
-    let runs: usize = std::env::var("SPILLWAY_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5)
-        .max(1);
+    let d = Options::default();
+    let opts = Options {
+        records: env_usize("SPILLWAY_BENCH_RECORDS").unwrap_or(d.records),
+        runs: env_usize("SPILLWAY_BENCH_RUNS").unwrap_or(d.runs).max(1),
+    };
     let broker = match Broker::real() {
         Some(b) => b,
         None => {
@@ -223,61 +31,8 @@ fn main() {
             Broker::mock()
         }
     };
-    let m = machine();
-    println!(
-        "machine: {}, {} logical cores, {}; load average {}",
-        m.cpu, m.cores, m.os, m.load
-    );
-    println!("broker: {}", broker.describe());
-
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let args: Vec<String> = [
-        "--image",
-        &dir.path().join("bench.img").display().to_string(),
-        "--size",
-        "128M",
-        "--erase-size",
-        "64K",
-        "--listen",
-        &format!("tcp://{addr}"),
-        "--gateway-id",
-        GATEWAY_ID,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let _g = GatewayProcess::start(&args, 1);
-    let t = Instant::now();
-    let log_id = publish(&addr, n);
-    println!(
-        "published {n} records of {PAYLOAD} bytes durably in {:.2?}; each run drains all of them into a fresh topic",
-        t.elapsed()
-    );
-    let gw = format!("tcp://{addr}");
-    let _ = bridge_bin();
-    let mut bridge = Vec::new();
-    let mut producer = Vec::new();
-    let mut ratio = Vec::new();
-    for r in 0..runs {
-        let b = bridge_run(&broker, &gw, n, r == 0);
-        let p = producer_run(&broker, log_id, n, r == 0);
-        println!(
-            "run {}: bridge {b:.0} records/s, producer {p:.0} records/s",
-            r + 1
-        );
-        bridge.push(b);
-        producer.push(p);
-        ratio.push(b / p);
-    }
-    let (bmin, bmed, bmax) = stats(&bridge);
-    let (pmin, pmed, pmax) = stats(&producer);
-    let (rmin, rmed, rmax) = stats(&ratio);
+    let report = run(&opts, &broker, |what| println!("{what}"));
+    println!("machine: {}", report.machine);
     println!();
-    println!("| {n} records of {PAYLOAD} B, {runs} runs | min | median | max |");
-    println!("|---|---|---|---|");
-    println!("| `spillway-bridge drain --once` (records/s) | {bmin:.0} | {bmed:.0} | {bmax:.0} |");
-    println!("| plain rdkafka producer, ceiling (records/s) | {pmin:.0} | {pmed:.0} | {pmax:.0} |");
-    println!("| bridge / producer (per run) | {rmin:.2} | {rmed:.2} | {rmax:.2} |");
+    print!("{report}");
 }

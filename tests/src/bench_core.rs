@@ -103,6 +103,9 @@ pub struct Options {
     /// How full the mount images are filled, percent of their capacity in payload bytes
     /// (above 100 the ring has wrapped).
     pub mount_fill_percent: u32,
+    /// Largest image the peer is filled and timed on, MiB: filling it one push at a time
+    /// takes minutes at the largest sizes. Above it, spillway's rows have no peer figures.
+    pub mount_peer_max_mib: u32,
 }
 
 impl Default for Options {
@@ -135,6 +138,7 @@ impl Default for Options {
             mount_cases,
             mount_reps: 15,
             mount_fill_percent: 150,
+            mount_peer_max_mib: u32::MAX,
         }
     }
 }
@@ -157,6 +161,7 @@ impl Options {
             }],
             mount_reps: 2,
             mount_fill_percent: 150,
+            mount_peer_max_mib: u32::MAX,
         }
     }
 }
@@ -170,6 +175,8 @@ pub struct Machine {
     pub cores: usize,
     /// Operating system and architecture.
     pub os: String,
+    /// Kernel release from `/proc/sys/kernel/osrelease` (or "unknown").
+    pub kernel: String,
     /// The 1-, 5- and 15-minute load averages from `/proc/loadavg` when described (other
     /// work on the machine disturbs the timings).
     pub load: String,
@@ -190,9 +197,22 @@ pub fn machine() -> Machine {
         cpu,
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         os: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown".to_string()),
         load: std::fs::read_to_string("/proc/loadavg")
             .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
             .unwrap_or_else(|_| "unknown".to_string()),
+    }
+}
+
+impl fmt::Display for Machine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}, {} logical cores, {}, kernel {}, load average {}",
+            self.cpu, self.cores, self.os, self.kernel, self.load
+        )
     }
 }
 
@@ -601,6 +621,9 @@ pub struct PeerCold {
     pub push_ms: Spread,
     /// Flash read operations of the first `push`.
     pub push_reads: u64,
+    /// Time it took to fill the image, one push at a time (not a benchmark figure: it
+    /// shows what filling larger images would cost).
+    pub fill: Duration,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -658,7 +681,8 @@ fn peer_image(capacity: usize, fill_percent: u32) -> Vec<u8> {
 /// Fills one image of `size_mib` MiB per entry of `blocks_per_segment` with spillway and one
 /// with the peer, then times, `opts.mount_reps` times and interleaved: spillway's mount after
 /// a power cut and a read of every byte of its image, the peer's first `peek` and first
-/// `push` with a fresh cache. Every repetition starts from a fresh copy of the image.
+/// `push` with a fresh cache. Every repetition starts from a fresh copy of the image. The
+/// peer is left out (`None`) above [`Options::mount_peer_max_mib`].
 ///
 /// # Panics
 /// If an engine fails, if a mount does not find every segment, or if the peer's first
@@ -667,14 +691,21 @@ pub fn mount_size(
     size_mib: u32,
     blocks_per_segment: &[u32],
     opts: &Options,
-) -> (Vec<SpillwayMount>, PeerCold) {
+) -> (Vec<SpillwayMount>, Option<PeerCold>) {
     const WS: usize = MOUNT_WRITE_SIZE as usize;
     let capacity = (size_mib as usize) << 20;
     let images: Vec<Vec<u8>> = blocks_per_segment
         .iter()
         .map(|&bps| spillway_image(capacity, bps, opts.mount_fill_percent))
         .collect();
-    let peer = peer_image(capacity, opts.mount_fill_percent);
+    let with_peer = size_mib <= opts.mount_peer_max_mib;
+    let t = Instant::now();
+    let peer = if with_peer {
+        peer_image(capacity, opts.mount_fill_percent)
+    } else {
+        Vec::new()
+    };
+    let peer_fill = t.elapsed();
     let pages = capacity / ram_nor::ERASE_SIZE;
 
     let k = blocks_per_segment.len();
@@ -722,6 +753,9 @@ pub fn mount_size(
             scans[j].push(ms(t.elapsed()));
         }
 
+        if !with_peer {
+            continue;
+        }
         let mut q = peer_queue(RamNor::<WS>::from_image(peer.clone()));
         let t = Instant::now();
         let got = block_on(q.peek(&mut read_buf))
@@ -758,7 +792,7 @@ pub fn mount_size(
             }
         })
         .collect();
-    let peer = PeerCold {
+    let peer = with_peer.then(|| PeerCold {
         size_mib,
         pages: pages as u32,
         peek_ms: Spread::of(&peeks),
@@ -766,7 +800,8 @@ pub fn mount_size(
         peek_bytes_read,
         push_ms: Spread::of(&pushes),
         push_reads,
-    };
+        fill: peer_fill,
+    });
     (spillway, peer)
 }
 
@@ -783,7 +818,7 @@ pub struct Report {
     pub writes: Vec<WriteRun>,
     /// Spillway mounts, in `options.mount_cases` order.
     pub mounts: Vec<SpillwayMount>,
-    /// Peer cold starts, one per distinct image size.
+    /// Peer cold starts, one per distinct image size up to [`Options::mount_peer_max_mib`].
     pub peer_cold: Vec<PeerCold>,
     /// Wall time of the whole run.
     pub elapsed: Duration,
@@ -815,7 +850,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Report {
         progress(&format!("mount {size_mib} MiB"));
         let (m, p) = mount_size(size_mib, &bps, opts);
         mounts.extend(m);
-        peer.push(p);
+        peer.extend(p);
     }
     Report {
         machine: at_start,
@@ -855,12 +890,13 @@ impl fmt::Display for Report {
         writeln!(f)?;
         writeln!(
             f,
-            "Machine: {}, {} logical cores, {}; load average {} at the start, {} at the end. \
+            "Machine: {}, {} logical cores, {}, kernel {}; load average {} at the start, {} at the end. \
              Every figure: min / median / max of {} runs ({} for mounts), the engines \
              interleaved; ×peer is spillway / sequential-storage on medians. Whole run {:.0} s.",
             m.cpu,
             m.cores,
             m.os,
+            m.kernel,
             m.load,
             self.load_at_end,
             o.reps,

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Every Spillway benchmark against its peers in one run, on a fresh Debian machine with the
+# Rust toolchain: installs what is missing (the build's system packages, mosquitto, the
+# pinned nats-server, the tansu Kafka-protocol broker), starts the broker, builds release,
+# runs `cargo bench --bench all`, stops what it started. Writes bench-results/BENCH.md and
+# its SVG plots (generated: the folder is not committed).
+#
+# Usage: scripts/bench.sh [--only 1,2,...]     (arguments go to the bench program)
+# Environment: SPILLWAY_BENCH_OUT (default bench-results), SPILLWAY_KAFKA_PORT (default
+# 19092, or any free port if another program holds it), SPILLWAY_KAFKA_BROKER (use a
+# broker already running instead of starting one).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started=$(date +%s)
+
+out=${SPILLWAY_BENCH_OUT:-bench-results}
+# cargo runs benchmarks in the package's directory: hand it an absolute path.
+case "$out" in /*) ;; *) out=$PWD/$out ;; esac
+
+need=()
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || need+=(libcurl4-openssl-dev)
+[ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "bench.sh: installing ${need[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${need[@]}"
+fi
+export SPILLWAY_MOSQUITTO=/usr/sbin/mosquitto
+
+SPILLWAY_NATS_SERVER=$(scripts/nats-server.sh)
+export SPILLWAY_NATS_SERVER
+
+port_open() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+if [ -z "${SPILLWAY_KAFKA_BROKER:-}" ]; then
+  export SPILLWAY_KAFKA_PORT=${SPILLWAY_KAFKA_PORT:-19092}
+  if ! scripts/kafka-broker.sh status; then
+    if port_open "$SPILLWAY_KAFKA_PORT"; then
+      # Another program holds the port: take any free one.
+      SPILLWAY_KAFKA_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    fi
+    scripts/kafka-broker.sh start
+    trap 'scripts/kafka-broker.sh stop' EXIT
+  fi
+  export SPILLWAY_KAFKA_BROKER=127.0.0.1:$SPILLWAY_KAFKA_PORT
+fi
+
+echo "bench.sh: building release"
+# One package per command, as the harnesses build them (`workspace_bin`): built together,
+# feature unification would give them other features and the harnesses would rebuild.
+cargo build --release -q -p spillway-firmware --bin spillway
+cargo build --release -q -p spillway-bridge --bin spillway-bridge
+cargo bench -q -p spillway-tests --bench all --no-run
+built=$(date +%s)
+
+rm -rf "$out"
+cargo bench -q -p spillway-tests --bench all -- --out "$out" "$@"
+
+ended=$(date +%s)
+echo "bench.sh: $out/BENCH.md written; install and build $((built - started)) s, benchmarks $((ended - built)) s, total $((ended - started)) s"
