@@ -51,11 +51,20 @@ pub struct PublishSummary {
     pub first_offset: Option<u64>,
     /// Highest acknowledged offset.
     pub last_offset: Option<u64>,
+    /// No acknowledgements were asked for (`--ack none`).
+    pub unacknowledged_mode: bool,
 }
 
 impl std::fmt::Display for PublishSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let o = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+        if self.unacknowledged_mode {
+            return write!(
+                f,
+                "records read {}, sent {} (--ack none: the gateway acknowledges nothing)",
+                self.read, self.sent
+            );
+        }
         write!(
             f,
             "records read {}, sent {}, acknowledged {} ({} duplicates), first offset {}, last offset {}",
@@ -81,6 +90,7 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
         }
     };
     sum.read = lines.len() as u64;
+    sum.unacknowledged_mode = args.ack == AckLevel::None;
     let producer_id = args.producer_id.unwrap_or_else(rand::random);
     let use_producer = args.ack != AckLevel::None || args.producer_id.is_some();
     let mut conn: Option<Client> = None;
