@@ -288,6 +288,10 @@ pub struct DrainConfig {
     pub kafka_resume_timeout: Duration,
 }
 
+/// How long the Kafka producer's metadata warm-up may hold up the start of the drain.
+#[cfg(feature = "kafka")]
+pub const WARM_UP_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Default of [`DrainConfig::max_in_flight_batches`].
 pub const DEFAULT_MAX_IN_FLIGHT_BATCHES: usize = 4;
 
@@ -699,7 +703,16 @@ impl Drain {
 
     /// Loads the checkpoint, checks it against the gateway (module doc, step 2), then, once
     /// per run, moves it past records the sink already holds (effectively-once resume).
+    ///
+    /// The first time, a Kafka sink's producer also loads the topic's metadata meanwhile
+    /// ([`KafkaSink::warm_up`](crate::sink::kafka::KafkaSink::warm_up)), waited for at most
+    /// [`WARM_UP_TIMEOUT`] after the checks.
     async fn resume(&mut self, conn: &mut Client) -> Result<Checkpoint, Resumed> {
+        #[cfg(feature = "kafka")]
+        let warm_up = match self.sink.as_ref() {
+            Some(Sink::Kafka(k)) if !self.sink_scanned => Some(k.warm_up(WARM_UP_TIMEOUT)),
+            _ => None,
+        };
         let cp = self.resume_check(conn).await?;
         if self.sink_scanned {
             return Ok(cp);
@@ -707,6 +720,12 @@ impl Drain {
         #[cfg(feature = "kafka")]
         let cp = self.resume_from_sink(conn, cp).await?;
         self.sink_scanned = true;
+        #[cfg(feature = "kafka")]
+        if let Some(w) = warm_up
+            && let Err(e) = w.await
+        {
+            log::debug!("kafka producer warm-up: {e}");
+        }
         Ok(cp)
     }
 
