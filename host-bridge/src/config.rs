@@ -13,6 +13,7 @@
 //! metrics = "127.0.0.1:9185"
 //! max-batch-bytes = 262144             # bytes per fetch
 //! prefetch = 4                         # batches fetched ahead of the sink
+//! max-in-flight-batches = 4            # Kafka: batches awaiting delivery reports
 //! rotate-bytes = 67108864              # file sink rotation size, bytes
 //! kafka-delivery-timeout-ms = 300000
 //! kafka-resume-window = 10000          # messages per partition read at start; 0 = off
@@ -52,6 +53,8 @@ pub struct FileConfig {
     pub max_batch_bytes: Option<u32>,
     /// Prefetched batches.
     pub prefetch: Option<usize>,
+    /// Batches in flight at a pipelined sink.
+    pub max_in_flight_batches: Option<usize>,
     /// File sink rotation size, bytes.
     pub rotate_bytes: Option<u64>,
     /// Kafka delivery timeout, ms.

@@ -17,11 +17,39 @@
 //!    gateway the latest checkpoint offset as a commit between fetches, and reconnects with
 //!    backoff after a failure (a changed log id ends the session: back to 2).
 //! 4. The main loop takes batches in offset order, checks each batch's `prev_crc` against
-//!    the last record it saw, hands the records to the sink, waits for the sink's
-//!    acknowledgement, saves the checkpoint in redb (durable), and only then lets the
+//!    the last record it saw, and hands the records to the sink, keeping up to
+//!    `max_in_flight_batches` batches in flight (see "Pipelining"). As the oldest batch is
+//!    acknowledged it saves the checkpoint in redb (durable), and only then lets the
 //!    fetcher commit the offset on the gateway. A sink failure is retried with backoff,
-//!    forever, resending only what was not acknowledged (the checkpoint never passes an
-//!    unacknowledged record).
+//!    forever, resending from the first unacknowledged record (the checkpoint never passes
+//!    an unacknowledged record).
+//!
+//! # Pipelining
+//!
+//! Waiting for every delivery report of a batch before handing over the next leaves the
+//! Kafka producer idle for a round trip per batch (linger, broker, acks). So a pipelined
+//! sink ([`Sink::pipelined`]: Kafka) gets up to `max_in_flight_batches` (default
+//! [`DEFAULT_MAX_IN_FLIGHT_BATCHES`], `--max-in-flight-batches`) batches at once, at most
+//! `max_in_flight_batches × max_batch_bytes` of records, which the drain keeps (for a
+//! resend) until they are acknowledged. The file sink writes and fsyncs each batch before
+//! taking the next, as before (one in flight).
+//!
+//! - The checkpoint advances strictly in offset order: only over the oldest batches whose
+//!   every record has its acknowledgement (Kafka: a successful delivery report). A later
+//!   batch acknowledged first (another partition, a faster broker) waits for the ones
+//!   before it; the acknowledged run at the head of the window is saved in one redb
+//!   transaction.
+//! - A failed delivery report (or enqueue) at offset `f`: the records before `f` are
+//!   checkpointed; every later batch in flight is waited for until all its reports are in
+//!   (whatever their outcome), so that nothing sent in the first attempt is still queued
+//!   in the producer when the resend starts; then, after the backoff, everything from `f`
+//!   on is handed over again, in order, in the same batches, before any new batch.
+//!   Records of later batches that were delivered are sent again (duplicates, same log id
+//!   and offset), never skipped. Per partition the order of the last copy of each record
+//!   is the offset order (with the idempotent producer, `max.in.flight` ≤ 5).
+//! - Gaps, a changed log, and the end of the fetcher are handled once nothing is in
+//!   flight: the window is finished first, so the checkpoint is exactly where the gap
+//!   starts.
 //!
 //! # Gaps
 //!
@@ -33,16 +61,20 @@
 //!
 //! `--once`: the gateway's next offset is read at the start; the drain ends (exit 0) when
 //! the checkpoint reaches it. Otherwise it runs until the [`Shutdown`] signal (SIGTERM or
-//! SIGINT): the batch being delivered is finished (retrying the sink for at most
-//! `shutdown_grace`), its checkpoint saved and committed on the gateway, then it exits 0.
-//! Batches fetched ahead but not handed to the sink are dropped (fetched again next time).
+//! SIGINT): no new batch is handed to the sink, the batches in flight are finished
+//! (waiting for their acknowledgements and retrying failures for at most
+//! `shutdown_grace` in all), their checkpoint saved and committed on the gateway, then it
+//! exits 0. Batches fetched ahead but not handed to the sink are dropped (fetched again
+//! next time), and so is anything still unacknowledged when the grace runs out.
 //!
 //! # Delivery guarantee
 //!
-//! At-least-once and in order: a crash (kill -9) after the sink acknowledged a batch and
-//! before redb saved the checkpoint resends that batch on restart, so duplicates are at most
-//! one batch (≤ `max_batch_bytes` of records), each carrying the same log id and offset.
-//! With a Kafka sink the effectively-once resume below removes those duplicates.
+//! At-least-once and in order: a crash (kill -9) after the sink acknowledged records and
+//! before redb saved the checkpoint resends them on restart, so duplicates are at most one
+//! window (file sink: one batch, ≤ `max_batch_bytes` of records, and its duplicate check
+//! drops them; Kafka: ≤ `max_in_flight_batches × max_batch_bytes`), each carrying the same
+//! log id and offset. With a Kafka sink the effectively-once resume below removes those
+//! duplicates.
 //!
 //! # Effectively-once resume (Kafka)
 //!
@@ -72,13 +104,16 @@
 //!   [`checkpoint::SinkResume`](crate::checkpoint::SinkResume) entry (table `sink_resumes`), logged at
 //!   `info`, counted in `spillway_bridge_sink_resumed_records_total`, and committed on the
 //!   gateway.
-//! - If the scan finds records of the log but none at `c`, and the window did not reach
-//!   back past `c`, the window grows (×8, up to [`MAX_RESUME_WINDOW`]). A broker that cannot
+//! - With several batches in flight at a crash (see "Pipelining"), the records after `c`
+//!   in the topic can be a whole window's worth. If the scan finds records of the log but
+//!   none at `c`, and the window did not reach back past `c`, the window grows (×8, up to [`MAX_RESUME_WINDOW`]). A broker that cannot
 //!   be read is retried with backoff like any sink outage.
 //! - Assumption: only this consumer writes this log to the topic. A second bridge
 //!   draining the same gateway into the same topic under another consumer name would make
 //!   this one skip records it never sent.
 
+use std::collections::VecDeque;
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -94,7 +129,7 @@ use crate::checkpoint::{
 use crate::client::{Client, ClientError, FetchReply, GatewayAddr, OwnedRecord, log_id_hex};
 use crate::metrics::Metrics;
 use crate::progress::{Mode, Progress};
-use crate::sink::{Sink, SinkError, SinkOptions, SinkSpec, Source};
+use crate::sink::{DeliverError, Pending, Sink, SinkError, SinkOptions, SinkSpec, Source};
 
 /// Where to start when the state file has no checkpoint for the gateway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -231,6 +266,9 @@ pub struct DrainConfig {
     pub max_batch_bytes: u32,
     /// Batches fetched ahead of the sink, at most.
     pub prefetch: usize,
+    /// Batches handed to a pipelined sink (Kafka) whose acknowledgements are outstanding,
+    /// at most (module doc, "Pipelining"); at least 1. The file sink always has 1.
+    pub max_in_flight_batches: usize,
     /// Long-poll wait of a fetch at the end of the log.
     pub poll_wait: Duration,
     /// First retry delay.
@@ -250,6 +288,13 @@ pub struct DrainConfig {
     pub kafka_resume_timeout: Duration,
 }
 
+/// How long the Kafka producer's metadata warm-up may hold up the start of the drain.
+#[cfg(feature = "kafka")]
+pub const WARM_UP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Default of [`DrainConfig::max_in_flight_batches`].
+pub const DEFAULT_MAX_IN_FLIGHT_BATCHES: usize = 4;
+
 /// The largest window the effectively-once resume grows to, messages per partition.
 pub const MAX_RESUME_WINDOW: u64 = 1 << 20;
 
@@ -267,6 +312,7 @@ impl DrainConfig {
             accept_new_log: false,
             max_batch_bytes: 256 * 1024,
             prefetch: 4,
+            max_in_flight_batches: DEFAULT_MAX_IN_FLIGHT_BATCHES,
             poll_wait: Duration::from_millis(500),
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(30),
@@ -562,6 +608,8 @@ pub struct Drain {
     progress: Progress,
     /// The sink's tail was scanned (once per run).
     sink_scanned: bool,
+    /// When the shutdown grace ends (set when the shutdown signal is first seen).
+    stop_deadline: Option<Instant>,
 }
 
 /// Result of a session.
@@ -593,6 +641,7 @@ impl Drain {
             summary: DrainSummary::default(),
             progress,
             sink_scanned: false,
+            stop_deadline: None,
         })
     }
 
@@ -654,7 +703,16 @@ impl Drain {
 
     /// Loads the checkpoint, checks it against the gateway (module doc, step 2), then, once
     /// per run, moves it past records the sink already holds (effectively-once resume).
+    ///
+    /// The first time, a Kafka sink's producer also loads the topic's metadata meanwhile
+    /// ([`KafkaSink::warm_up`](crate::sink::kafka::KafkaSink::warm_up)), waited for at most
+    /// [`WARM_UP_TIMEOUT`] after the checks.
     async fn resume(&mut self, conn: &mut Client) -> Result<Checkpoint, Resumed> {
+        #[cfg(feature = "kafka")]
+        let warm_up = match self.sink.as_ref() {
+            Some(Sink::Kafka(k)) if !self.sink_scanned => Some(k.warm_up(WARM_UP_TIMEOUT)),
+            _ => None,
+        };
         let cp = self.resume_check(conn).await?;
         if self.sink_scanned {
             return Ok(cp);
@@ -662,6 +720,12 @@ impl Drain {
         #[cfg(feature = "kafka")]
         let cp = self.resume_from_sink(conn, cp).await?;
         self.sink_scanned = true;
+        #[cfg(feature = "kafka")]
+        if let Some(w) = warm_up
+            && let Err(e) = w.await
+        {
+            log::debug!("kafka producer warm-up: {e}");
+        }
         Ok(cp)
     }
 
@@ -995,6 +1059,8 @@ impl Drain {
         end
     }
 
+    /// Takes batches from the fetcher and keeps up to `win.max` of them in flight at the
+    /// sink (module doc, step 4 and "Pipelining").
     async fn main_loop(
         &mut self,
         rx: &Receiver<Item>,
@@ -1004,44 +1070,76 @@ impl Drain {
         target: Option<u64>,
         commit: &CommitCell,
     ) -> Result<SessionEnd, DrainError> {
+        let pipelined = self.sink.as_ref().is_some_and(Sink::pipelined);
+        let mut win = Window {
+            in_flight: VecDeque::new(),
+            resend: VecDeque::new(),
+            resend_at: Instant::now(),
+            max: if pipelined {
+                self.cfg.max_in_flight_batches.max(1)
+            } else {
+                1
+            },
+            next: cp.offset,
+            backoff: Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max),
+        };
+        let mut ctx = SinkCtx {
+            win: &mut win,
+            src,
+            cp,
+            commit,
+        };
+        let s = &mut ctx;
         loop {
-            if target.is_some_and(|t| cp.offset >= t) {
+            if s.win.is_idle() && target.is_some_and(|t| s.cp.offset >= t) {
                 return Ok(SessionEnd::Done);
             }
-            if self.stop.is_set() {
+            if self.stop.is_set() && s.win.is_idle() {
                 return Ok(SessionEnd::Done);
             }
-            let item = smol::future::or(async { rx.recv().await.ok() }, async {
-                self.stop.wait().await;
-                None
-            })
-            .await;
-            let Some(item) = item else {
-                return Ok(SessionEnd::Done);
+            let item = match self.advance(s, Some(rx)).await? {
+                Step::GaveUp => return Ok(SessionEnd::Done),
+                Step::Progress | Step::Idle => continue,
+                Step::Item(None) => {
+                    // The fetcher ended: finish what is in flight.
+                    self.flush(s).await?;
+                    return Ok(SessionEnd::Done);
+                }
+                Step::Item(Some(item)) => item,
             };
             match item {
-                Item::LogChanged => return Ok(SessionEnd::Again),
+                Item::LogChanged => {
+                    self.flush(s).await?;
+                    return Ok(SessionEnd::Again);
+                }
                 Item::BeyondEnd { offset, next } => {
+                    self.flush(s).await?;
                     return Err(DrainError::Resume(ResumeMismatch::BeyondEnd {
                         gateway_id: src.gateway_id.clone(),
-                        stored_log_id: cp.log_id.clone(),
+                        stored_log_id: s.cp.log_id.clone(),
                         gateway_log_id: log_id_hex(src.log_id),
                         offset,
                         next_offset: next,
                     }));
                 }
                 Item::Batch { from, reply } => {
-                    if from != cp.offset {
+                    if from != s.win.next {
                         // Cannot happen: batches are consecutive. Start the session over.
                         log::warn!(
-                            "batch from {from} but checkpoint at {}; resyncing",
-                            cp.offset
+                            "batch from {from} but the sink has everything up to {}; resyncing",
+                            s.win.next
                         );
+                        self.flush(s).await?;
                         return Ok(SessionEnd::Again);
                     }
                     match reply {
                         FetchReply::Dropped { first_available } => {
-                            self.gap(src, cp, from, first_available, "dropped").await?;
+                            if !self.flush(s).await? {
+                                return Ok(SessionEnd::Done);
+                            }
+                            self.gap(src, s.cp, from, first_available, "dropped")
+                                .await?;
+                            s.win.next = s.cp.offset;
                             *expect_crc = None;
                         }
                         FetchReply::Records {
@@ -1051,44 +1149,57 @@ impl Drain {
                             records,
                         } => {
                             if let Some(l) = lost {
+                                if !self.flush(s).await? {
+                                    return Ok(SessionEnd::Done);
+                                }
                                 let to = l.to.max(from);
-                                self.gap(src, cp, l.from.max(from), to, reason_name(l.reason))
+                                self.gap(src, s.cp, l.from.max(from), to, reason_name(l.reason))
                                     .await?;
+                                s.win.next = s.cp.offset;
                                 *expect_crc = None;
                             } else if !records.is_empty() {
                                 let check = Checkpoint {
+                                    offset: s.win.next,
                                     last_crc: *expect_crc,
-                                    ..cp.clone()
+                                    ..s.cp.clone()
                                 };
-                                check_prev_crc(&check, &src.gateway_id, src.log_id, prev_crc)?;
+                                if let Err(m) =
+                                    check_prev_crc(&check, &src.gateway_id, src.log_id, prev_crc)
+                                {
+                                    self.flush(s).await?;
+                                    return Err(m.into());
+                                }
                             }
-                            // Records below the checkpoint (never expected) are skipped.
-                            let records: Vec<OwnedRecord> = records
-                                .into_iter()
-                                .filter(|r| r.offset >= cp.offset)
-                                .collect();
+                            // Records below the next offset (never expected) are skipped.
+                            let next = s.win.next;
+                            let records: Vec<OwnedRecord> =
+                                records.into_iter().filter(|r| r.offset >= next).collect();
                             if let Some(first) = records.first()
-                                && first.offset > cp.offset
+                                && first.offset > s.win.next
                             {
-                                self.gap(src, cp, cp.offset, first.offset, "unreported")
+                                if !self.flush(s).await? {
+                                    return Ok(SessionEnd::Done);
+                                }
+                                self.gap(src, s.cp, s.cp.offset, first.offset, "unreported")
                                     .await?;
-                            }
-                            if !records.is_empty() && !self.deliver(src, cp, &records).await? {
-                                // Shut down before the sink took the batch.
-                                commit.set(cp.offset);
-                                return Ok(SessionEnd::Done);
                             }
                             if let Some(last) = records.last() {
                                 *expect_crc = Some(last.record_crc);
+                                s.win.next = last.offset + 1;
+                                self.submit(s, records).await;
                             }
-                            if next_offset > cp.offset {
-                                self.gap(src, cp, cp.offset, next_offset, "unreported")
+                            if next_offset > s.win.next {
+                                if !self.flush(s).await? {
+                                    return Ok(SessionEnd::Done);
+                                }
+                                self.gap(src, s.cp, s.cp.offset, next_offset, "unreported")
                                     .await?;
+                                s.win.next = s.cp.offset;
                                 *expect_crc = None;
                             }
                         }
                     }
-                    commit.set(cp.offset);
+                    s.commit.set(s.cp.offset);
                 }
             }
         }
@@ -1135,83 +1246,273 @@ impl Drain {
         Ok(())
     }
 
-    /// Delivers `records` (consecutive from `cp.offset`), retrying forever; advances and
-    /// saves the checkpoint for every acknowledged prefix. Returns false if a shutdown cut
-    /// the retries short (the rest is resent next time).
-    async fn deliver(
-        &mut self,
-        src: &Source,
-        cp: &mut Checkpoint,
-        records: &[OwnedRecord],
-    ) -> Result<bool, DrainError> {
-        let mut rest = records;
-        let mut backoff = Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max);
-        let mut stop_deadline: Option<Instant> = None;
-        let Some(sink) = self.sink.as_mut() else {
-            return Ok(false);
-        };
-        loop {
-            let (done, failure) = match sink.deliver(src, rest).await {
-                Ok(()) => (rest.len(), None),
-                Err(e) => (e.delivered.min(rest.len()), Some(e.error)),
-            };
-            if done > 0 {
-                let acked = &rest[..done];
-                let bytes: u64 = acked.iter().map(|r| r.payload.len() as u64).sum();
-                if let Some(last) = acked.last() {
-                    cp.offset = last.offset + 1;
-                    cp.last_crc = Some(last.record_crc);
-                }
-                cp.records += done as u64;
-                cp.bytes += bytes;
-                cp.updated_unix_ms = now_ms();
-                self.store
-                    .save_async(&src.gateway_id, &self.cfg.consumer, cp)
-                    .await?;
-                self.metrics.forwarded_records.inc_by(done as u64);
-                self.metrics.forwarded_bytes.inc_by(bytes);
-                self.metrics.set_committed(cp.offset);
-                self.summary.records += done as u64;
-                self.summary.bytes += bytes;
-                self.summary.offset = cp.offset;
-                let next = u64::try_from(self.metrics.next_offset.get()).unwrap_or(0);
-                self.progress.update(
-                    cp.offset,
-                    next.max(cp.offset),
-                    self.summary.records,
-                    self.summary.bytes,
-                );
-                rest = &rest[done..];
-            }
-            let Some(err) = failure else {
-                return Ok(true);
-            };
-            if rest.is_empty() {
-                return Ok(true);
-            }
-            self.metrics.sink_error(err.kind());
-            self.metrics.retries.inc();
-            let d = backoff.next_delay();
-            log::warn!(
-                "sink failed at offset {} ({err}); retrying in {d:.1?}",
-                cp.offset
-            );
-            if self.stop.is_set() {
-                let deadline =
-                    *stop_deadline.get_or_insert_with(|| Instant::now() + self.cfg.shutdown_grace);
-                if Instant::now() >= deadline {
-                    log::warn!(
-                        "shutting down with offsets from {} not acknowledged by the sink (resent next time)",
-                        cp.offset
-                    );
-                    return Ok(false);
-                }
-                smol::Timer::after(d).await;
-            } else {
-                sleep_or_stop(d, &self.stop).await;
-            }
+    /// Sets the shutdown deadline when the signal has come.
+    fn note_stop(&mut self) {
+        if self.stop.is_set() && self.stop_deadline.is_none() {
+            self.stop_deadline = Some(Instant::now() + self.cfg.shutdown_grace);
         }
     }
+
+    /// True once the shutdown grace has run out.
+    fn gave_up(&self) -> bool {
+        self.stop.is_set() && self.stop_deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Runs `fut` to its end, or returns `None` when the shutdown signal arrives (the first
+    /// time) or the shutdown grace runs out, so the caller can look again.
+    async fn until_halt<F: Future>(&mut self, fut: F) -> Option<F::Output> {
+        self.note_stop();
+        let deadline = self.stop_deadline;
+        smol::future::or(async { Some(fut.await) }, async {
+            match deadline {
+                None => self.stop.wait().await,
+                Some(d) => {
+                    smol::Timer::at(d).await;
+                }
+            }
+            None
+        })
+        .await
+    }
+
+    /// One step of the sink side: resends after a failure (once its backoff has passed),
+    /// takes the acknowledgements of the oldest batch in flight, or, with `rx` and room in
+    /// the window, takes the next item from the fetcher.
+    async fn advance(
+        &mut self,
+        s: &mut SinkCtx<'_>,
+        rx: Option<&Receiver<Item>>,
+    ) -> Result<Step, DrainError> {
+        self.note_stop();
+        if self.gave_up() && !s.win.is_idle() {
+            log::warn!(
+                "shutting down with offsets from {} not acknowledged by the sink (resent next time)",
+                s.cp.offset
+            );
+            return Ok(Step::GaveUp);
+        }
+        if !s.win.resend.is_empty() && s.win.in_flight.len() < s.win.max {
+            let at = s.win.resend_at;
+            if Instant::now() < at {
+                self.until_halt(smol::Timer::at(at)).await;
+                return Ok(Step::Progress);
+            }
+            while s.win.in_flight.len() < s.win.max
+                && let Some(records) = s.win.resend.pop_front()
+            {
+                self.submit(s, records).await;
+            }
+            return Ok(Step::Progress);
+        }
+        let room =
+            !self.stop.is_set() && s.win.resend.is_empty() && s.win.in_flight.len() < s.win.max;
+        let rx = rx.filter(|_| room);
+        if s.win.in_flight.is_empty() && rx.is_none() {
+            return Ok(Step::Idle);
+        }
+        let event = {
+            let front = s.win.in_flight.front_mut();
+            let settled = async {
+                match front {
+                    Some(b) => {
+                        b.pending.settle().await;
+                        None
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let received = async {
+                match rx {
+                    Some(rx) => Some(rx.recv().await.ok()),
+                    None => std::future::pending().await,
+                }
+            };
+            self.until_halt(smol::future::or(settled, received)).await
+        };
+        match event {
+            None => Ok(Step::Progress),
+            Some(None) => {
+                self.complete(s).await?;
+                Ok(Step::Progress)
+            }
+            Some(Some(item)) => Ok(Step::Item(item)),
+        }
+    }
+
+    /// Finishes every batch in flight and every resend, retrying as usual; false if the
+    /// shutdown grace ran out first. Afterwards the checkpoint is at `win.next`.
+    async fn flush(&mut self, s: &mut SinkCtx<'_>) -> Result<bool, DrainError> {
+        while !s.win.is_idle() {
+            if let Step::GaveUp = self.advance(s, None).await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Hands `records` to the sink as the newest batch in flight.
+    async fn submit(&mut self, s: &mut SinkCtx<'_>, records: Vec<OwnedRecord>) {
+        let pending = match self.sink.as_mut() {
+            Some(sink) => sink.submit(s.src, &records).await,
+            None => Pending::Done(Some(Err(DeliverError {
+                delivered: 0,
+                error: SinkError::Kafka("sink closed".into()),
+            }))),
+        };
+        s.win.in_flight.push_back(InFlight { records, pending });
+    }
+
+    /// Called once the oldest batch in flight has settled: moves the checkpoint over it and
+    /// over every following batch that has settled too, up to the first unacknowledged
+    /// record, and saves it once (redb, then the gateway's commit). On a failure, see
+    /// [`Drain::fail`].
+    async fn complete(&mut self, s: &mut SinkCtx<'_>) -> Result<(), DrainError> {
+        let mut records = 0u64;
+        let mut bytes = 0u64;
+        let mut failure = None;
+        while let Some(front) = s.win.in_flight.front_mut() {
+            if smol::future::poll_once(front.pending.settle())
+                .await
+                .is_none()
+            {
+                break;
+            }
+            let Some(mut b) = s.win.in_flight.pop_front() else {
+                break;
+            };
+            let done = match b.pending.result() {
+                Ok(()) => {
+                    s.win.backoff.reset();
+                    b.records.len()
+                }
+                Err(e) => {
+                    let done = e.delivered.min(b.records.len());
+                    failure = Some((b.records.split_off(done), e.error));
+                    done
+                }
+            };
+            if let Some(last) = b.records[..done].last() {
+                s.cp.offset = last.offset + 1;
+                s.cp.last_crc = Some(last.record_crc);
+            }
+            records += done as u64;
+            bytes += b.records[..done]
+                .iter()
+                .map(|r| r.payload.len() as u64)
+                .sum::<u64>();
+            if failure.is_some() {
+                break;
+            }
+        }
+        if records > 0 {
+            s.cp.records += records;
+            s.cp.bytes += bytes;
+            s.cp.updated_unix_ms = now_ms();
+            self.store
+                .save_async(&s.src.gateway_id, &self.cfg.consumer, s.cp)
+                .await?;
+            s.commit.set(s.cp.offset);
+            self.metrics.forwarded_records.inc_by(records);
+            self.metrics.forwarded_bytes.inc_by(bytes);
+            self.metrics.set_committed(s.cp.offset);
+            self.summary.records += records;
+            self.summary.bytes += bytes;
+            self.summary.offset = s.cp.offset;
+            let next = u64::try_from(self.metrics.next_offset.get()).unwrap_or(0);
+            self.progress.update(
+                s.cp.offset,
+                next.max(s.cp.offset),
+                self.summary.records,
+                self.summary.bytes,
+            );
+        }
+        if let Some((rest, err)) = failure {
+            self.fail(s, rest, err).await;
+        }
+        Ok(())
+    }
+
+    /// A delivery failed at `s.cp.offset` (the first unacknowledged record; `rest` is what
+    /// is left of its batch). Waits until every later batch in flight has settled too, so
+    /// that no resend overtakes a message still queued from the first attempt, then queues
+    /// everything from `s.cp.offset` on for resending, in order, after a backoff. Whatever
+    /// later batches got acknowledged is sent again (duplicates, never a skipped record).
+    async fn fail(&mut self, s: &mut SinkCtx<'_>, rest: Vec<OwnedRecord>, err: SinkError) {
+        self.metrics.sink_error(err.kind());
+        self.metrics.retries.inc();
+        let mut later = std::mem::take(&mut s.win.in_flight);
+        for b in later.iter_mut() {
+            while self.until_halt(b.pending.settle()).await.is_none() {
+                if self.gave_up() {
+                    break;
+                }
+            }
+        }
+        let mut resend: VecDeque<Vec<OwnedRecord>> = VecDeque::new();
+        resend.extend(Some(rest).filter(|r| !r.is_empty()));
+        resend.extend(later.into_iter().map(|b| b.records));
+        resend.append(&mut s.win.resend);
+        s.win.resend = resend;
+        let n: usize = s.win.resend.iter().map(Vec::len).sum();
+        let d = s.win.backoff.next_delay();
+        s.win.resend_at = Instant::now() + d;
+        log::warn!(
+            "sink failed at offset {} ({err}); resending {n} records from there in {d:.1?}",
+            s.cp.offset
+        );
+    }
+}
+
+/// A batch handed to the sink, waiting for its acknowledgements.
+struct InFlight {
+    /// The batch, kept for a resend.
+    records: Vec<OwnedRecord>,
+    /// Its acknowledgements.
+    pending: Pending,
+}
+
+/// The sink side of a session (module doc, "Pipelining").
+struct Window {
+    /// Batches handed to the sink and not yet checkpointed, oldest first.
+    in_flight: VecDeque<InFlight>,
+    /// After a failure: the unacknowledged records, as batches, to hand over again (in
+    /// order, before anything new).
+    resend: VecDeque<Vec<OwnedRecord>>,
+    /// When the resend may start (backoff).
+    resend_at: Instant,
+    /// Batches in flight at most.
+    max: usize,
+    /// The offset after the last record handed to the sink: where the next batch starts.
+    next: u64,
+    /// Backoff between resends; reset by a batch acknowledged whole.
+    backoff: Backoff,
+}
+
+impl Window {
+    /// Nothing in flight and nothing to resend: the checkpoint is at `next`.
+    fn is_idle(&self) -> bool {
+        self.in_flight.is_empty() && self.resend.is_empty()
+    }
+}
+
+/// What the sink side of a session works on.
+struct SinkCtx<'a> {
+    win: &'a mut Window,
+    src: &'a Source,
+    cp: &'a mut Checkpoint,
+    commit: &'a CommitCell,
+}
+
+/// What [`Drain::advance`] did.
+enum Step {
+    /// Something (or nothing, after a signal): look again.
+    Progress,
+    /// Nothing in flight and nothing to take.
+    Idle,
+    /// The shutdown grace ran out with records unacknowledged.
+    GaveUp,
+    /// The next item from the fetcher (`None`: the fetcher ended).
+    Item(Option<Item>),
 }
 
 enum Resumed {

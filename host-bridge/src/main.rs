@@ -94,6 +94,12 @@ struct DrainArgs {
     /// Batches fetched ahead of the sink [default: 4]
     #[arg(long)]
     prefetch: Option<usize>,
+    /// Kafka: batches handed to the producer whose delivery reports are still outstanding,
+    /// at most, so the producer always has records queued (bytes in flight stay below this
+    /// times --max-batch-bytes); the checkpoint still advances in offset order. The file
+    /// sink writes one batch at a time [default: 4]
+    #[arg(long, value_name = "N")]
+    max_in_flight_batches: Option<usize>,
     /// File sink: rotate a topic's file at this size in bytes [default: 67108864]
     #[arg(long)]
     rotate_bytes: Option<u64>,
@@ -320,6 +326,9 @@ fn run_drain(a: DrainArgs, file: &FileConfig, reply_timeout: Duration) -> i32 {
     }
     if let Some(v) = a.prefetch.or(file.prefetch) {
         cfg.prefetch = v.clamp(1, 1024);
+    }
+    if let Some(v) = a.max_in_flight_batches.or(file.max_in_flight_batches) {
+        cfg.max_in_flight_batches = v.clamp(1, 1024);
     }
     if let Some(v) = a.rotate_bytes.or(file.rotate_bytes) {
         cfg.sink_options.rotate_bytes = v.max(1);

@@ -1,6 +1,8 @@
 //! Kafka sink tests against librdkafka's in-process mock cluster (and, when
 //! `SPILLWAY_KAFKA_BROKER=host:port` is set, a real broker): keys, headers and order; the
-//! checkpoint held while the broker is down; the effectively-once resume from the
+//! checkpoint held while the broker is down; with several batches in flight, the
+//! checkpoint held at the first unacknowledged record while later batches are acknowledged
+//! first, and a shutdown bounded by its grace; the effectively-once resume from the
 //! partition tails (a crash between delivery and the redb commit, a hole in one
 //! partition, messages that do not match the gateway's records).
 #![cfg(feature = "kafka")]
@@ -304,6 +306,254 @@ fn a_down_broker_holds_the_checkpoint_until_delivery() {
     offs.sort_unstable();
     offs.dedup();
     assert_eq!(offs, (0..100).collect::<Vec<_>>());
+}
+
+/// Gateway offsets (header `spillway-offset`) of partition `partition` of `topic`, in log
+/// order (duplicates kept), read up to the end of that partition only.
+fn partition_offsets(brokers: &str, topic: &str, partition: i32) -> Vec<u64> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "test")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Beginning)
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let t = Instant::now();
+    let mut out = Vec::new();
+    loop {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "partition {partition} not read to the end"
+        );
+        match c.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => return out,
+            // A broker that is down (not this partition's leader) shows up as transport
+            // errors: not about this partition.
+            Some(Err(_)) => {}
+            Some(Ok(m)) => out.push(to_msg(&m).headers["spillway-offset"].parse().unwrap()),
+        }
+    }
+}
+
+/// Two gateway topics whose keys (`<gateway id>/<topic>`) the producer's partitioner puts
+/// in partitions 0 and 1 of a 2-partition topic, found by producing probes.
+fn topics_for_partitions(brokers: &str, gateway_id: &str) -> (String, String) {
+    let names: Vec<String> = (0..16).map(|i| format!("t{i}")).collect();
+    let src = Source {
+        gateway_id: gateway_id.into(),
+        log_id: 1,
+    };
+    let recs: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| rec(i as u64, n))
+        .collect();
+    smol::block_on(async {
+        let mut k = KafkaSink::new(brokers, "probe", 10_000).unwrap();
+        k.deliver(&src, &recs).await.unwrap();
+    });
+    let msgs = consume_everything(brokers, "probe", 2);
+    let in_partition = |p: i32| {
+        msgs.iter()
+            .find(|m| m.partition == p)
+            .map(|m| m.headers["spillway-topic"].clone())
+            .unwrap_or_else(|| panic!("no probe key landed in partition {p}"))
+    };
+    (in_partition(0), in_partition(1))
+}
+
+/// With several batches in flight, the checkpoint never passes an unacknowledged record.
+///
+/// Partition 0's leader (broker 1) goes down mid-stream: the next batch, of topic `slow`
+/// (partition 0), cannot be delivered, while the batches after it, of topic `fast`
+/// (partition 1, broker 2), are acknowledged first. For the whole outage the checkpoint
+/// (metrics, the gateway's commit) stays at the first `slow` record even though later
+/// offsets are in Kafka, and the failures are retried. After the broker returns,
+/// everything arrives, each record in its key's partition, and in each partition the last
+/// copy of every record is in offset order (resends repeat a suffix in order, never
+/// reorder). Guards against checkpointing the highest acknowledged batch instead of the
+/// acknowledged head of the window.
+#[test]
+fn a_later_batch_acknowledged_first_never_moves_the_checkpoint_past_an_earlier_one() {
+    let mock = MockCluster::new(2).unwrap();
+    mock.create_topic("out", 2, 1).unwrap();
+    mock.create_topic("probe", 2, 1).unwrap();
+    mock.partition_leader("out", 0, Some(1)).unwrap();
+    mock.partition_leader("out", 1, Some(2)).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let gw_id = "gw-ooo";
+    let (slow, fast) = topics_for_partitions(&brokers, gw_id);
+    let gw = FakeGateway::start(gw_id, 0x000F);
+    // Offsets 0..20: both partitions, while both brokers are up.
+    for i in 0..20 {
+        let t = if i % 2 == 0 { &slow } else { &fast };
+        gw.publish(t, &[format!("r{i}").as_bytes()]);
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = DrainConfig::new(
+        gw.uri().parse().unwrap(),
+        format!("kafka://{brokers}/out").parse().unwrap(),
+        dir.path().join("state.redb"),
+    );
+    c.progress = Mode::Off;
+    c.max_batch_bytes = 256;
+    c.max_in_flight_batches = 4;
+    c.poll_wait = Duration::from_millis(50);
+    c.backoff_initial = Duration::from_millis(20);
+    c.backoff_max = Duration::from_millis(200);
+    c.sink_options.kafka_delivery_timeout_ms = 800;
+    c.kafka_resume_window = 0;
+    let metrics = Metrics::default();
+    let m2 = metrics.clone();
+    let (trigger, stop) = Shutdown::new();
+    let handle = std::thread::spawn(move || {
+        smol::block_on(async {
+            let d = Drain::open(c, m2, stop).await?;
+            d.run().await
+        })
+    });
+    let wait_committed = |o: u64, what: &str| {
+        let t = Instant::now();
+        while gw.committed("bridge") != Some(o) {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "{what}: gateway commit {:?}, want {o}",
+                gw.committed("bridge")
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    wait_committed(20, "before the outage");
+
+    // Broker 1 goes down; offsets 20..26 go to it, 26..86 to broker 2.
+    mock.broker_down(1).unwrap();
+    let retries_before = metrics.retries.get();
+    let publish = |topic: &str, offsets: std::ops::Range<u64>| {
+        let payloads: Vec<Vec<u8>> = offsets
+            .clone()
+            .map(|i| format!("r{i}").into_bytes())
+            .collect();
+        let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
+        assert_eq!(gw.publish(topic, &refs), offsets.collect::<Vec<_>>());
+    };
+    publish(&slow, 20..26);
+    publish(&fast, 26..86);
+    let t = Instant::now();
+    let mut later_delivered = false;
+    while t.elapsed() < Duration::from_secs(3) || !later_delivered {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no batch after the failed one was delivered during the outage"
+        );
+        let committed = metrics.committed_offset.get();
+        assert!(
+            committed <= 20,
+            "checkpoint {committed} passed offset 20, which is not acknowledged"
+        );
+        let on_gateway = gw.committed("bridge").unwrap();
+        assert!(on_gateway <= 20, "gateway commit {on_gateway} passed 20");
+        if !later_delivered {
+            later_delivered = partition_offsets(&brokers, "out", 1)
+                .iter()
+                .any(|&o| o >= 26);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(metrics.committed_offset.get(), 20);
+    assert!(
+        metrics.retries.get() > retries_before,
+        "the failed delivery must be retried"
+    );
+
+    mock.broker_up(1).unwrap();
+    wait_committed(86, "after the outage");
+    trigger.trigger();
+    let s = handle.join().unwrap().unwrap();
+    assert_eq!(s.offset, 86);
+    let store = Store::open(&dir.path().join("state.redb")).unwrap();
+    assert_eq!(store.load(gw_id, "bridge").unwrap().unwrap().offset, 86);
+
+    let want = |p: &str| -> Vec<u64> {
+        (0..86u64)
+            .filter(|&i| {
+                let t = if i < 20 {
+                    if i % 2 == 0 { &slow } else { &fast }
+                } else if i < 26 {
+                    &slow
+                } else {
+                    &fast
+                };
+                t == p
+            })
+            .collect()
+    };
+    for (partition, topic) in [(0, &slow), (1, &fast)] {
+        let log = partition_offsets(&brokers, "out", partition);
+        // The last copy of each record, in log order.
+        let mut last: Vec<u64> = Vec::new();
+        for (i, o) in log.iter().enumerate() {
+            if !log[i + 1..].contains(o) {
+                last.push(*o);
+            }
+        }
+        assert_eq!(
+            last,
+            want(topic),
+            "partition {partition}: every record of {topic:?}, last copies in offset order \
+             (log: {log:?})"
+        );
+    }
+}
+
+/// A shutdown with batches in flight that the broker never acknowledges (it is down and the
+/// delivery timeout is long) exits cleanly once the grace has run out, with the checkpoint
+/// where it was; the next run delivers everything.
+#[test]
+fn shutdown_gives_up_on_unacknowledged_batches_after_the_grace() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("out", 1, 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let gw = FakeGateway::start("gw-stop", 0x570);
+    publish_n(&gw, &["t"], 0, 50);
+    mock.broker_down(1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = kafka_cfg(&gw, &brokers, "out", dir.path());
+    c.once = false;
+    c.max_batch_bytes = 256;
+    c.kafka_resume_window = 0;
+    c.sink_options.kafka_delivery_timeout_ms = 60_000;
+    c.shutdown_grace = Duration::from_millis(500);
+    let metrics = Metrics::default();
+    let m2 = metrics.clone();
+    let (trigger, stop) = Shutdown::new();
+    let handle = std::thread::spawn(move || {
+        smol::block_on(async {
+            let d = Drain::open(c, m2, stop).await?;
+            d.run().await
+        })
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    trigger.trigger();
+    let s = handle.join().unwrap().unwrap();
+    // The grace, the producer's final flush (5 s at most) and the final commit.
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    assert_eq!(s.offset, 0);
+    assert_eq!(metrics.committed_offset.get(), 0);
+    assert_eq!(gw.committed("bridge"), Some(0));
+
+    mock.broker_up(1).unwrap();
+    let (s, _) = run(kafka_cfg(&gw, &brokers, "out", dir.path()));
+    assert_eq!(s.offset, 50);
+    let mut offs = offsets(&consume_everything(&brokers, "out", 1));
+    offs.dedup();
+    assert_eq!(offs, (0..50).collect::<Vec<_>>());
 }
 
 #[test]

@@ -10,17 +10,19 @@
 //!   timestamp in ms; headers `spillway-gateway`, `spillway-log-id` (32 hex digits),
 //!   `spillway-offset` (decimal), `spillway-topic`, `spillway-timestamp-us` (decimal), so
 //!   downstream can deduplicate by (log id, offset).
-//! - [`KafkaSink::deliver`] enqueues a batch and resolves only when the delivery report of
-//!   every record arrived: the checkpoint advances on delivery reports, never on enqueue.
-//!   When a report is an error, the records before it (in offset order) count as delivered
-//!   and the rest is resent by the drain loop.
+//! - [`KafkaSink::submit`] enqueues a batch and returns a [`Pending`] that settles when the
+//!   delivery report of every record arrived: the checkpoint advances on delivery reports,
+//!   never on enqueue. The drain keeps several batches submitted at once (see
+//!   [`crate::drain`], "Pipelining"). When a report is an error, the records before it (in
+//!   offset order) count as delivered and the drain resends from the first one that was
+//!   not. [`KafkaSink::deliver`] is submit and settle in one.
 //! - [`KafkaSink::scan_tail`] reads the last records of every partition of the topic (for
 //!   the effectively-once resume, see [`crate::drain`]): it asks each partition for its
 //!   watermarks, `assign`s a consumer (no consumer group, nothing committed) at
 //!   `high − window`, reads up to the high watermark, and keeps the records whose
 //!   `spillway-log-id` header is the log being drained.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
@@ -85,6 +87,74 @@ pub struct KafkaSink {
     producer: SmolProducer,
     brokers: String,
     topic: String,
+}
+
+/// How long [`KafkaSink::submit`] waits before enqueueing again when the producer's queue
+/// is full.
+const QUEUE_FULL_WAIT: Duration = Duration::from_millis(5);
+
+/// A batch enqueued by [`KafkaSink::submit`] whose delivery reports are outstanding.
+///
+/// Dropping it does not take the messages back (they may still be delivered); it only
+/// stops listening for their reports.
+pub struct Pending {
+    /// Reports not yet received, in offset order.
+    reports: VecDeque<DeliveryFuture>,
+    /// Leading records acknowledged, counted from the first.
+    acked: usize,
+    /// The first failed report.
+    failure: Option<SinkError>,
+    /// Enqueueing stopped after the records in `reports` with this error.
+    enqueue_failure: Option<SinkError>,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("outstanding", &self.reports.len())
+            .field("acked", &self.acked)
+            .field("failure", &self.failure)
+            .field("enqueue_failure", &self.enqueue_failure)
+            .finish()
+    }
+}
+
+impl Pending {
+    /// Waits until every enqueued record has a delivery report (success or failure). Waits
+    /// for all of them even after a failure, so that a resend never overtakes a message
+    /// of the same batch still queued in the producer.
+    ///
+    /// Cancel-safe: reports already received are kept, and a later call continues.
+    pub async fn settle(&mut self) {
+        while let Some(f) = self.reports.front_mut() {
+            let r = KafkaSink::report(f).await;
+            self.reports.pop_front();
+            match r {
+                Ok(()) if self.failure.is_none() => self.acked += 1,
+                Ok(()) => {}
+                Err(e) => {
+                    self.failure.get_or_insert(e);
+                }
+            }
+        }
+    }
+
+    /// After [`Pending::settle`]: `Ok` if every record was acknowledged, else the first
+    /// failure and how many leading records were acknowledged before it. Before settling,
+    /// the records not settled yet count as not acknowledged.
+    pub fn result(&mut self) -> Result<(), DeliverError> {
+        match self.failure.take().or_else(|| self.enqueue_failure.take()) {
+            Some(error) => Err(DeliverError {
+                delivered: self.acked,
+                error,
+            }),
+            None if self.reports.is_empty() => Ok(()),
+            None => Err(DeliverError {
+                delivered: self.acked,
+                error: SinkError::Kafka("delivery reports still outstanding".into()),
+            }),
+        }
+    }
 }
 
 /// A record of the drained log found in a partition tail: what the resume compares with
@@ -203,21 +273,55 @@ impl KafkaSink {
         .await
     }
 
+    /// Starts loading the topic's metadata into the producer (on the blocking pool, at
+    /// once, whether or not the task is awaited), so that the first batch does not wait for
+    /// it: librdkafka otherwise looks a topic up only when the first message for it is
+    /// enqueued, and the first delivery report of a run was seen to come up to about 1 s
+    /// late. Best-effort: a failure only means the first batch waits. (The idempotent
+    /// producer's id is acquired on librdkafka's own timer; nothing here speeds that up.)
+    pub fn warm_up(&self, timeout: Duration) -> smol::Task<Result<(), SinkError>> {
+        let producer = self.producer.clone();
+        let topic = self.topic.clone();
+        smol::unblock(move || {
+            producer
+                .client()
+                .fetch_metadata(Some(&topic), timeout)
+                .map(|_| ())
+                .map_err(|e| SinkError::Kafka(format!("metadata of {topic:?}: {e}")))
+        })
+    }
+
     /// The underlying producer (for tests and the resume scan).
     pub fn producer(&self) -> &SmolProducer {
         &self.producer
     }
 
-    /// Enqueues `records` and waits for every delivery report.
+    /// Enqueues `records` and waits for every delivery report ([`KafkaSink::submit`],
+    /// then [`Pending::settle`]).
     pub async fn deliver(
         &mut self,
         src: &Source,
         records: &[OwnedRecord],
     ) -> Result<(), DeliverError> {
+        let mut p = self.submit(src, records).await;
+        p.settle().await;
+        p.result()
+    }
+
+    /// Enqueues `records` (consecutive, oldest first) in the producer and returns without
+    /// waiting for their delivery reports: the drain keeps several batches in flight this
+    /// way, and the producer's queue never runs dry between them. When the queue is full,
+    /// waits for it to make room (it does as reports arrive or messages time out). An
+    /// enqueue error stops the batch there: the records after it are not enqueued, and
+    /// [`Pending::result`] reports the failure after the ones before it settled.
+    pub async fn submit(&mut self, src: &Source, records: &[OwnedRecord]) -> Pending {
         let log_id = log_id_hex(src.log_id);
-        let mut pending: std::collections::VecDeque<DeliveryFuture> =
-            std::collections::VecDeque::with_capacity(records.len());
-        let mut delivered = 0usize;
+        let mut pending = Pending {
+            reports: VecDeque::with_capacity(records.len()),
+            acked: 0,
+            failure: None,
+            enqueue_failure: None,
+        };
         for rec in records {
             let key = record_key(&src.gateway_id, &rec.topic);
             let offset = rec.offset.to_string();
@@ -251,42 +355,24 @@ impl KafkaSink {
                     .headers(hdrs);
                 match self.producer.send_result(msg) {
                     Ok(f) => {
-                        pending.push_back(f);
+                        pending.reports.push_back(f);
                         break;
                     }
                     Err((e, _)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
-                        // Make room: wait for the oldest report, or a moment if none is ours.
-                        match pending.pop_front() {
-                            Some(f) => {
-                                Self::report(f)
-                                    .await
-                                    .map_err(|error| DeliverError { delivered, error })?;
-                                delivered += 1;
-                            }
-                            None => {
-                                smol::Timer::after(Duration::from_millis(10)).await;
-                            }
-                        }
+                        // The producer's own thread drains the queue; give it a moment.
+                        smol::Timer::after(QUEUE_FULL_WAIT).await;
                     }
                     Err((e, _)) => {
-                        return Err(DeliverError {
-                            delivered,
-                            error: kafka_err(e),
-                        });
+                        pending.enqueue_failure = Some(kafka_err(e));
+                        return pending;
                     }
                 }
             }
         }
-        while let Some(f) = pending.pop_front() {
-            Self::report(f)
-                .await
-                .map_err(|error| DeliverError { delivered, error })?;
-            delivered += 1;
-        }
-        Ok(())
+        pending
     }
 
-    async fn report(f: DeliveryFuture) -> Result<(), SinkError> {
+    async fn report(f: &mut DeliveryFuture) -> Result<(), SinkError> {
         match f.await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err((e, _))) => Err(kafka_err(e)),

@@ -1,7 +1,8 @@
-//! Sinks: where drained records go. [`Sink::deliver`] resolves only when the sink has
-//! acknowledged records durably (file: written and fsynced; Kafka: delivery reports), and
-//! says how many of the leading records were acknowledged when it fails part-way, so the
-//! checkpoint never advances past an unacknowledged record.
+//! Sinks: where drained records go. [`Sink::submit`] hands a batch over and returns a
+//! [`Pending`] that settles only when the sink has acknowledged the records durably (file:
+//! written and fsynced, before `submit` returns; Kafka: delivery reports, later), and says
+//! how many of the leading records were acknowledged when it fails part-way, so the
+//! checkpoint never advances past an unacknowledged record. [`Sink::deliver`] does both.
 
 pub mod file;
 #[cfg(feature = "kafka")]
@@ -119,6 +120,38 @@ pub struct DeliverError {
     pub error: SinkError,
 }
 
+/// A batch handed to the sink by [`Sink::submit`] whose acknowledgements may still be
+/// outstanding.
+#[derive(Debug)]
+pub enum Pending {
+    /// The outcome is known (file sink); `None` once [`Pending::result`] took it.
+    Done(Option<Result<(), DeliverError>>),
+    /// Delivery reports to wait for.
+    #[cfg(feature = "kafka")]
+    Kafka(kafka::Pending),
+}
+
+impl Pending {
+    /// Waits until every record of the batch has an outcome. Cancel-safe.
+    pub async fn settle(&mut self) {
+        match self {
+            Pending::Done(_) => {}
+            #[cfg(feature = "kafka")]
+            Pending::Kafka(k) => k.settle().await,
+        }
+    }
+
+    /// After [`Pending::settle`]: `Ok` if every record was acknowledged, else the failure
+    /// and how many leading records were acknowledged before it.
+    pub fn result(&mut self) -> Result<(), DeliverError> {
+        match self {
+            Pending::Done(r) => r.take().unwrap_or(Ok(())),
+            #[cfg(feature = "kafka")]
+            Pending::Kafka(k) => k.result(),
+        }
+    }
+}
+
 /// An opened sink.
 pub enum Sink {
     /// See [`file::FileSink`].
@@ -187,6 +220,30 @@ impl Sink {
             Sink::File(f) => f.deliver(src, records).await,
             #[cfg(feature = "kafka")]
             Sink::Kafka(k) => k.deliver(src, records).await,
+        }
+    }
+
+    /// True if [`Sink::submit`] returns before the records are acknowledged, so that the
+    /// drain can keep several batches in flight (Kafka). The file sink writes and fsyncs in
+    /// `submit` itself: one batch at a time.
+    pub fn pipelined(&self) -> bool {
+        match self {
+            Sink::File(_) => false,
+            #[cfg(feature = "kafka")]
+            Sink::Kafka(_) => true,
+        }
+    }
+
+    /// Hands `records` (consecutive, oldest first) to the sink and returns what is still
+    /// to be acknowledged: Kafka enqueues them and returns at once; the file sink writes
+    /// and fsyncs them first (its [`Pending`] is already settled). Not cancel-safe in the
+    /// sense of knowing what was written: after a cancel or an error, resend from the
+    /// checkpoint.
+    pub async fn submit(&mut self, src: &Source, records: &[OwnedRecord]) -> Pending {
+        match self {
+            Sink::File(f) => Pending::Done(Some(f.deliver(src, records).await)),
+            #[cfg(feature = "kafka")]
+            Sink::Kafka(k) => Pending::Kafka(k.submit(src, records).await),
         }
     }
 
