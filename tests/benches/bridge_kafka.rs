@@ -7,7 +7,7 @@
 //! cluster when it is not set (said in the output).
 //!
 //! `cargo bench -p spillway-tests --bench bridge_kafka`; `SPILLWAY_BENCH_RECORDS=N`
-//! (default 50000), `SPILLWAY_BENCH_RUNS=N` (default 5).
+//! (default 300000), `SPILLWAY_BENCH_RUNS=N` (default 3).
 
 use spillway_tests::bench_kafka::{Options, run};
 use spillway_tests::kafka::Broker;

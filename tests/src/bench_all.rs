@@ -79,10 +79,7 @@ impl Options {
             gateway: bench_gateway::Options::default(),
             kafka: broker.map(|b| {
                 (
-                    bench_kafka::Options {
-                        records: 50_000,
-                        runs: 5,
-                    },
+                    bench_kafka::Options::default(),
                     b,
                 )
             }),
