@@ -765,17 +765,7 @@ impl<'a, F: Flash> Log<'a, F> {
         // 2. Geometry and log id: from the journal, else from the first segment's header.
         let (log_id, bps) = match &entry {
             Some(e) => {
-                if e.erase_size != geo.erase_size
-                    || e.write_size != geo.write_size
-                    || e.erased != geo.erased
-                {
-                    return Err(MountError::GeometryMismatch {
-                        image_erase_size: e.erase_size,
-                        image_write_size: e.write_size,
-                        erase_size: geo.erase_size,
-                        write_size: geo.write_size,
-                    });
-                }
+                same_geometry(&geo, e.erase_size, e.write_size, e.erased)?;
                 (e.log_id, e.blocks_per_segment)
             }
             None => {
@@ -815,17 +805,7 @@ impl<'a, F: Flash> Log<'a, F> {
             if h.log_id != log_id {
                 continue;
             }
-            if h.erase_size != geo.erase_size
-                || h.write_size != geo.write_size
-                || h.erased != geo.erased
-            {
-                return Err(MountError::GeometryMismatch {
-                    image_erase_size: h.erase_size,
-                    image_write_size: h.write_size,
-                    erase_size: geo.erase_size,
-                    write_size: geo.write_size,
-                });
-            }
+            same_geometry(&geo, h.erase_size, h.write_size, h.erased)?;
             if h.blocks_per_segment != bps || h.segment_count != l.seg_count {
                 continue;
             }
@@ -2173,6 +2153,25 @@ impl<'a, F: Flash> Log<'a, F> {
         self.persist_journal(false)?;
         Ok(())
     }
+}
+
+/// The geometry recorded in the image must be the storage's: an error otherwise, never a
+/// reinterpretation.
+fn same_geometry<E: core::fmt::Debug>(
+    geo: &Geometry,
+    erase_size: u32,
+    write_size: u32,
+    erased: u8,
+) -> Result<(), MountError<E>> {
+    if erase_size != geo.erase_size || write_size != geo.write_size || erased != geo.erased {
+        return Err(MountError::GeometryMismatch {
+            image_erase_size: erase_size,
+            image_write_size: write_size,
+            erase_size: geo.erase_size,
+            write_size: geo.write_size,
+        });
+    }
+    Ok(())
 }
 
 fn check_name<E: core::fmt::Debug>(name: &str) -> Result<(), CommitError<E>> {
