@@ -2,6 +2,9 @@
 //! and failing erases. Mount and read must never panic or loop forever; damage must cost
 //! exactly the records it touched.
 
+mod common;
+use common::{Rng, Sim};
+
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
@@ -12,8 +15,6 @@ use spillway_core::log::{
 };
 use spillway_core::storage::{Flash, Geometry, SimError, SimFlash};
 
-type Sim = SimFlash<Vec<u8>>;
-
 const ERASE: u32 = 1024;
 const SEGMENTS: u32 = 6;
 const GEOMETRY: Geometry = Geometry {
@@ -22,21 +23,6 @@ const GEOMETRY: Geometry = Geometry {
     capacity: ERASE * (2 + SEGMENTS),
     erased: 0xFF,
 };
-
-/// SplitMix64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn payload_of(off: u64) -> Vec<u8> {
     let len = 8 + (off * 7 % 50) as usize;

@@ -9,6 +9,9 @@
 //! be above the durable mark, and reads must report a lost range exactly where it has no
 //! record.
 
+mod common;
+use common::{Shared, Sim};
+
 use std::cell::RefCell;
 use std::collections::VecDeque;
 
@@ -17,33 +20,8 @@ use spillway_core::log::{
     BRIDGE_CONSUMER, Config, FullPolicy, Log, LostReason, Memory, Producer, Record, RecoveryReport,
     SegmentSlot, SpillPolicy, segments_for,
 };
-use spillway_core::storage::{Flash, Geometry, SimError, SimFlash};
+use spillway_core::storage::{Geometry, SimError, SimFlash};
 use spillway_core::{AppendError, FlushError, MountError};
-
-type Sim = SimFlash<Vec<u8>>;
-
-/// The flash behind a `RefCell`, so that it can be powered on between mount attempts.
-#[derive(Clone, Copy)]
-struct Shared<'s>(&'s RefCell<Sim>);
-
-impl Flash for Shared<'_> {
-    type Error = SimError;
-    fn geometry(&self) -> Geometry {
-        self.0.borrow().geometry()
-    }
-    fn read(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), SimError> {
-        self.0.borrow_mut().read(addr, buf)
-    }
-    fn write(&mut self, addr: u32, data: &[u8]) -> Result<(), SimError> {
-        self.0.borrow_mut().write(addr, data)
-    }
-    fn erase(&mut self, block: u32) -> Result<(), SimError> {
-        self.0.borrow_mut().erase(block)
-    }
-    fn sync(&mut self) -> Result<(), SimError> {
-        self.0.borrow_mut().sync()
-    }
-}
 
 type TestLog<'a> = Log<'a, Shared<'a>>;
 

@@ -22,6 +22,9 @@
 //! of random runs (default [`RANDOM_RUNS`]); `SPILLWAY_SEED=S` replays a random campaign.
 //! Every run prints what it needs to be replayed.
 
+mod common;
+use common::{Rng, Shared, Sim, mix};
+
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -30,10 +33,8 @@ use spillway_core::log::{
     BRIDGE_CONSUMER, Config, FullPolicy, Log, Memory, Producer, Record, RecoveryReport,
     SegmentSlot, SpillPolicy, segments_for,
 };
-use spillway_core::storage::{Flash, Geometry, SimError, SimFlash};
+use spillway_core::storage::{Geometry, SimError, SimFlash};
 use spillway_core::{AppendError, FlushError, MountError};
-
-type Sim = SimFlash<Vec<u8>>;
 
 /// Default number of random runs in a normal `cargo test`.
 const RANDOM_RUNS: u64 = 8000;
@@ -42,30 +43,6 @@ const SECOND_CONSUMER: &str = "c2";
 const LOG_ID: u128 = 0x5350_494c_4c57_4159_0000_0000_0000_0001;
 
 // ----- A flash shared between the log and the test --------------------------------------
-
-/// The simulated flash behind a `RefCell`, so the test can power it on between two mount
-/// attempts while the memory of a failed attempt is still borrowed.
-#[derive(Clone, Copy)]
-struct Shared<'s>(&'s RefCell<Sim>);
-
-impl Flash for Shared<'_> {
-    type Error = SimError;
-    fn geometry(&self) -> Geometry {
-        self.0.borrow().geometry()
-    }
-    fn read(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), SimError> {
-        self.0.borrow_mut().read(addr, buf)
-    }
-    fn write(&mut self, addr: u32, data: &[u8]) -> Result<(), SimError> {
-        self.0.borrow_mut().write(addr, data)
-    }
-    fn erase(&mut self, block: u32) -> Result<(), SimError> {
-        self.0.borrow_mut().erase(block)
-    }
-    fn sync(&mut self) -> Result<(), SimError> {
-        self.0.borrow_mut().sync()
-    }
-}
 
 type TestLog<'a> = Log<'a, Shared<'a>>;
 
@@ -76,30 +53,6 @@ struct Mem {
 }
 
 // ----- Deterministic randomness ---------------------------------------------------------
-
-/// SplitMix64.
-#[derive(Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
-
-fn mix(a: u64, b: u64) -> u64 {
-    Rng(a ^ b.rotate_left(32)).next()
-}
 
 // ----- Scenario -------------------------------------------------------------------------
 
