@@ -1,5 +1,6 @@
 //! `publish`, `tail` and `status`: the kcat / mosquitto_pub habits.
 
+use std::collections::VecDeque;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -78,32 +79,92 @@ impl std::fmt::Display for PublishSummary {
     }
 }
 
+/// Lines read ahead of the gateway by `publish`'s reader thread, at most.
+pub const PUBLISH_INPUT_QUEUE: usize = 1024;
+
+/// A line of `publish`'s input not yet acknowledged.
+struct Unacked {
+    /// Its line number in the input (from 1).
+    line: u64,
+    /// Its producer sequence (the line's index, wrapping), the same on every resend.
+    seq: u32,
+    /// The payload.
+    payload: Vec<u8>,
+}
+
 /// Runs `publish`; returns the summary and the exit code (non-zero if any record was not
 /// acknowledged).
+///
+/// The input is streamed: a blocking reader thread hands lines through a bounded channel
+/// ([`PUBLISH_INPUT_QUEUE`] lines), and each line is sent as soon as it is read (together
+/// with whatever else is waiting, up to [`PUBLISH_WINDOW`] records pipelined). Only the
+/// records sent and not yet acknowledged are kept, for a resend after a reconnect, so
+/// `tail -F app.log | spillway-bridge publish --topic t -` publishes as the file grows
+/// and memory stays bounded whatever the input's length. Waiting for input does not count
+/// towards `--retry-for`.
 pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
-    let mut sum = PublishSummary::default();
-    let lines = match read_lines(args.input.as_deref()).await {
-        Ok(l) => l,
+    let mut sum = PublishSummary {
+        unacknowledged_mode: args.ack == AckLevel::None,
+        ..PublishSummary::default()
+    };
+    let input = match open_input(args.input.as_deref()) {
+        Ok(r) => r,
         Err(e) => {
             log::error!("reading input: {e}");
             return (sum, exit::FAILURE);
         }
     };
-    sum.read = lines.len() as u64;
-    sum.unacknowledged_mode = args.ack == AckLevel::None;
+    let lines = spawn_line_reader(input, PUBLISH_INPUT_QUEUE);
     let producer_id = args.producer_id.unwrap_or_else(rand::random);
     let use_producer = args.ack != AckLevel::None || args.producer_id.is_some();
     let mut conn: Option<Client> = None;
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     let mut last_progress = Instant::now();
-    let mut at = 0usize;
-    let mut sent_upto = 0usize;
-    while at < lines.len() {
+    let mut pending: VecDeque<Unacked> = VecDeque::new();
+    let mut input_open = true;
+    let mut input_failed = false;
+    let mut sent_upto = 0u64;
+    loop {
+        // Take what the input has, waiting only when there is nothing to send.
+        while input_open && pending.len() < PUBLISH_WINDOW {
+            let next = if pending.is_empty() {
+                let r = lines.recv().await.ok();
+                // Time spent waiting for input is not time without progress.
+                last_progress = Instant::now();
+                r
+            } else {
+                match lines.try_recv() {
+                    Ok(r) => Some(r),
+                    Err(smol::channel::TryRecvError::Empty) => break,
+                    Err(smol::channel::TryRecvError::Closed) => None,
+                }
+            };
+            match next {
+                Some(Ok(payload)) => {
+                    pending.push_back(Unacked {
+                        line: sum.read + 1,
+                        seq: sum.read as u32,
+                        payload,
+                    });
+                    sum.read += 1;
+                }
+                Some(Err(e)) => {
+                    log::error!("reading input after line {}: {e}", sum.read);
+                    input_failed = true;
+                    input_open = false;
+                }
+                None => input_open = false,
+            }
+        }
+        if pending.is_empty() {
+            break;
+        }
         if last_progress.elapsed() > args.retry_for {
             log::error!(
-                "giving up after {:?} without progress; {} records not acknowledged",
+                "giving up after {:?} without progress; {} records read and not acknowledged (from input line {})",
                 args.retry_for,
-                lines.len() - at
+                pending.len(),
+                pending.front().map_or(0, |u| u.line)
             );
             return (sum, exit::FAILURE);
         }
@@ -119,17 +180,21 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
                 }
             },
         };
-        let end = (at + PUBLISH_WINDOW).min(lines.len());
-        let producer = use_producer.then_some(Producer {
-            id: producer_id,
-            // Sequence = line index (wrapping), so a resend is recognised.
-            seq: at as u32,
-        });
-        let res = c
-            .publish_batch(&args.topic, &lines[at..end], args.ack, producer)
-            .await;
-        sum.sent += end.saturating_sub(at.max(sent_upto)) as u64;
-        sent_upto = sent_upto.max(end);
+        let batch: Vec<(Option<Producer>, &[u8])> = pending
+            .iter()
+            .map(|u| {
+                let producer = use_producer.then_some(Producer {
+                    id: producer_id,
+                    seq: u.seq,
+                });
+                (producer, u.payload.as_slice())
+            })
+            .collect();
+        let res = c.publish_batch(&args.topic, &batch, args.ack).await;
+        drop(batch);
+        let last_line = pending.back().map_or(0, |u| u.line);
+        sum.sent += last_line.saturating_sub(sent_upto);
+        sent_upto = sent_upto.max(last_line);
         let (results, failure) = match res {
             Ok(r) => (r.into_iter().map(Some).collect::<Vec<_>>(), None),
             Err((r, e)) => (r, Some(e)),
@@ -137,6 +202,7 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
         // Take the acknowledged prefix; stop at the first record without one.
         let mut fatal = false;
         for r in results {
+            let line = pending.front().map_or(0, |u| u.line);
             match r {
                 Some(Ok(ack)) => {
                     sum.acknowledged += 1;
@@ -149,7 +215,7 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
                         sum.last_offset =
                             Some(sum.last_offset.map_or(a.offset, |o| o.max(a.offset)));
                     }
-                    at += 1;
+                    pending.pop_front();
                     last_progress = Instant::now();
                     backoff.reset();
                 }
@@ -164,13 +230,13 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
                         C::DuplicateSequenceUnknownOffset => {
                             sum.acknowledged += 1;
                             sum.duplicates += 1;
-                            at += 1;
+                            pending.pop_front();
                             last_progress = Instant::now();
                             backoff.reset();
                             continue;
                         }
                         C::TooLarge | C::BadRequest => {
-                            log::error!("input line {} refused: {code:?} {message}", at + 1);
+                            log::error!("input line {line} refused: {code:?} {message}");
                             fatal = true;
                         }
                         _ => log::warn!("gateway error {code:?}: {message}; retrying"),
@@ -178,7 +244,7 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
                     break;
                 }
                 Some(Err(e)) => {
-                    log::warn!("record {}: {e}", at + 1);
+                    log::warn!("input line {line}: {e}");
                     if matches!(e, ClientError::Encode(_)) {
                         fatal = true;
                     }
@@ -194,32 +260,51 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
             log::warn!("gateway {}: {e}; reconnecting", args.gateway);
             conn = None;
         }
-        if at < end {
+        if !pending.is_empty() {
             smol::Timer::after(backoff.next_delay()).await;
         }
     }
-    (sum, exit::OK)
+    let code = if input_failed {
+        exit::FAILURE
+    } else {
+        exit::OK
+    };
+    (sum, code)
 }
 
-async fn read_lines(input: Option<&std::path::Path>) -> std::io::Result<Vec<Vec<u8>>> {
-    let input = input.map(|p| p.to_path_buf());
-    smol::unblock(move || {
-        let reader: Box<dyn BufRead> = match input.as_deref() {
-            None => Box::new(std::io::BufReader::new(std::io::stdin())),
-            Some(p) if p.as_os_str() == "-" => Box::new(std::io::BufReader::new(std::io::stdin())),
-            Some(p) => Box::new(std::io::BufReader::new(std::fs::File::open(p)?)),
-        };
-        let mut out = Vec::new();
-        for line in reader.split(b'\n') {
-            let mut line = line?;
-            if line.last() == Some(&b'\r') {
-                line.pop();
-            }
-            out.push(line);
-        }
-        Ok(out)
+/// Opens `publish`'s input: the file, or stdin for `None` and `-`.
+fn open_input(input: Option<&std::path::Path>) -> std::io::Result<Box<dyn BufRead + Send>> {
+    Ok(match input {
+        None => Box::new(std::io::BufReader::new(std::io::stdin())),
+        Some(p) if p.as_os_str() == "-" => Box::new(std::io::BufReader::new(std::io::stdin())),
+        Some(p) => Box::new(std::io::BufReader::new(std::fs::File::open(p)?)),
     })
-    .await
+}
+
+/// Reads `input` line by line on a blocking thread and hands each line (without its `\n`
+/// or `\r\n`) through a channel of at most `queue` lines, so a slow gateway holds the
+/// reader back instead of filling memory. The channel closes at the end of the input,
+/// after an error (sent as the last item), or when the receiver is dropped.
+fn spawn_line_reader(
+    input: Box<dyn BufRead + Send>,
+    queue: usize,
+) -> smol::channel::Receiver<std::io::Result<Vec<u8>>> {
+    let (tx, rx) = smol::channel::bounded(queue.max(1));
+    std::thread::spawn(move || {
+        for line in input.split(b'\n') {
+            let item = line.map(|mut l| {
+                if l.last() == Some(&b'\r') {
+                    l.pop();
+                }
+                l
+            });
+            let failed = item.is_err();
+            if tx.send_blocking(item).is_err() || failed {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 /// Output format of `tail`.

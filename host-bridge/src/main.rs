@@ -148,7 +148,9 @@ struct PublishCli {
     /// How long to keep reconnecting and resending without progress, e.g. 5s, 500ms.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     retry_for: Duration,
-    /// Input file, or - for stdin (the default).
+    /// Input file, or - for stdin (the default). Streamed: each line is sent as soon as it
+    /// is read (`tail -F app.log | spillway-bridge publish --topic t -` works), and only
+    /// records not yet acknowledged are held for a resend.
     #[arg(value_name = "FILE|-")]
     input: Option<PathBuf>,
 }

@@ -77,12 +77,7 @@ impl Options {
             mount_peer_max_mib: 64,
             mount_fixed_segments: 64,
             gateway: bench_gateway::Options::default(),
-            kafka: broker.map(|b| {
-                (
-                    bench_kafka::Options::default(),
-                    b,
-                )
-            }),
+            kafka: broker.map(|b| (bench_kafka::Options::default(), b)),
             footprint: bench_footprint::Options {
                 per_publisher: 20_000,
                 nats_bin: nats_bin.clone(),
