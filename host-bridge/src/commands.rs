@@ -48,6 +48,9 @@ pub struct PublishSummary {
     pub acknowledged: u64,
     /// Acknowledged as duplicates of earlier sends.
     pub duplicates: u64,
+    /// Records the gateway refused for good (too large, bad request) or that do not fit
+    /// a frame: logged with their input line number, not resent.
+    pub rejected: u64,
     /// Lowest acknowledged offset.
     pub first_offset: Option<u64>,
     /// Highest acknowledged offset.
@@ -62,17 +65,18 @@ impl std::fmt::Display for PublishSummary {
         if self.unacknowledged_mode {
             return write!(
                 f,
-                "records read {}, sent {} (--ack none: the gateway acknowledges nothing)",
-                self.read, self.sent
+                "records read {}, sent {}, rejected {} (--ack none: the gateway acknowledges nothing)",
+                self.read, self.sent, self.rejected
             );
         }
         write!(
             f,
-            "records read {}, sent {}, acknowledged {} ({} duplicates), first offset {}, last offset {}",
+            "records read {}, sent {}, acknowledged {} ({} duplicates), rejected {}, first offset {}, last offset {}",
             self.read,
             self.sent,
             self.acknowledged,
             self.duplicates,
+            self.rejected,
             o(self.first_offset),
             o(self.last_offset)
         )
@@ -92,8 +96,8 @@ struct Unacked {
     payload: Vec<u8>,
 }
 
-/// Runs `publish`; returns the summary and the exit code (non-zero if any record was not
-/// acknowledged).
+/// Runs `publish`; returns the summary and the exit code (non-zero if any record was
+/// rejected or not acknowledged).
 ///
 /// The input is streamed: a blocking reader thread hands lines through a bounded channel
 /// ([`PUBLISH_INPUT_QUEUE`] lines), and each line is sent as soon as it is read (together
@@ -102,6 +106,11 @@ struct Unacked {
 /// `tail -F app.log | spillway-bridge publish --topic t -` publishes as the file grows
 /// and memory stays bounded whatever the input's length. Waiting for input does not count
 /// towards `--retry-for`.
+///
+/// A record the gateway refuses for good (`TooLarge`, `BadRequest`, or too large for a
+/// frame) is logged with its input line number and counted in
+/// [`PublishSummary::rejected`]; publishing goes on with the next lines, and the exit code
+/// is non-zero at the end.
 pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
     let mut sum = PublishSummary {
         unacknowledged_mode: args.ack == AckLevel::None,
@@ -199,11 +208,12 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
             Ok(r) => (r.into_iter().map(Some).collect::<Vec<_>>(), None),
             Err((r, e)) => (r, Some(e)),
         };
-        // Take the acknowledged prefix; stop at the first record without one.
-        let mut fatal = false;
-        for r in results {
-            let line = pending.front().map_or(0, |u| u.line);
-            match r {
+        // Settle every record that got a final answer (acknowledged or rejected); keep the
+        // others, in order, for the resend.
+        let mut unsettled = VecDeque::with_capacity(pending.len());
+        let mut results = results.into_iter();
+        while let Some(u) = pending.pop_front() {
+            let settled = match results.next().flatten() {
                 Some(Ok(ack)) => {
                     sum.acknowledged += 1;
                     if let Some(a) = ack {
@@ -215,47 +225,60 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
                         sum.last_offset =
                             Some(sum.last_offset.map_or(a.offset, |o| o.max(a.offset)));
                     }
-                    pending.pop_front();
-                    last_progress = Instant::now();
-                    backoff.reset();
+                    true
                 }
                 Some(Err(ClientError::Gateway { code, message })) => {
                     use spillway_core::wire::ErrorCode as C;
                     match code {
                         C::Full => {
                             log::warn!("gateway full, retrying: {message}");
+                            false
                         }
                         // A resend older than the gateway's per-producer window: it is
                         // stored already (durable, if that was asked), offset unknown.
                         C::DuplicateSequenceUnknownOffset => {
                             sum.acknowledged += 1;
                             sum.duplicates += 1;
-                            pending.pop_front();
-                            last_progress = Instant::now();
-                            backoff.reset();
-                            continue;
+                            true
                         }
                         C::TooLarge | C::BadRequest => {
-                            log::error!("input line {line} refused: {code:?} {message}");
-                            fatal = true;
+                            log::error!(
+                                "input line {} rejected ({} bytes): {code:?} {message}; not resent",
+                                u.line,
+                                u.payload.len()
+                            );
+                            sum.rejected += 1;
+                            true
                         }
-                        _ => log::warn!("gateway error {code:?}: {message}; retrying"),
+                        _ => {
+                            log::warn!("gateway error {code:?}: {message}; retrying");
+                            false
+                        }
                     }
-                    break;
+                }
+                Some(Err(e @ ClientError::Encode(_))) => {
+                    log::error!(
+                        "input line {} rejected ({} bytes): {e}; not resent",
+                        u.line,
+                        u.payload.len()
+                    );
+                    sum.rejected += 1;
+                    true
                 }
                 Some(Err(e)) => {
-                    log::warn!("input line {line}: {e}");
-                    if matches!(e, ClientError::Encode(_)) {
-                        fatal = true;
-                    }
-                    break;
+                    log::warn!("input line {}: {e}", u.line);
+                    false
                 }
-                None => break,
+                None => false,
+            };
+            if settled {
+                last_progress = Instant::now();
+                backoff.reset();
+            } else {
+                unsettled.push_back(u);
             }
         }
-        if fatal {
-            return (sum, exit::FAILURE);
-        }
+        pending = unsettled;
         if let Some(e) = failure {
             log::warn!("gateway {}: {e}; reconnecting", args.gateway);
             conn = None;
@@ -264,7 +287,10 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
             smol::Timer::after(backoff.next_delay()).await;
         }
     }
-    let code = if input_failed {
+    if sum.rejected > 0 {
+        log::error!("{} input lines were rejected by the gateway", sum.rejected);
+    }
+    let code = if input_failed || sum.rejected > 0 {
         exit::FAILURE
     } else {
         exit::OK

@@ -18,8 +18,8 @@ use spillway_core::wire::AckLevel;
 const EXIT_CODES: &str = "\
 Exit codes:
   0  success (drain: --once reached its target, or SIGTERM/SIGINT after in-flight work)
-  1  failure (publish: records not acknowledged; gateway unreachable for tail/status;
-     sink could not be opened)
+  1  failure (publish: records rejected or not acknowledged; gateway unreachable for
+     tail/status; sink could not be opened)
   2  usage or configuration error
   3  drain: resume check failed (gateway log id or previous record CRC differs from the
      checkpoint, or the checkpoint is beyond the log); not retried, see --accept-new-log

@@ -92,3 +92,40 @@ fn publish_waits_for_slow_input_beyond_retry_for() {
     assert!(out.status.success(), "{err}");
     assert!(err.contains("acknowledged 2"), "{err}");
 }
+
+/// A line over the gateway's record size in the middle of the input is logged with its
+/// line number, counted as rejected, and publishing goes on: the lines after it (pipelined
+/// in the same window) are stored and counted as acknowledged; the exit code is 1. Before,
+/// the first rejection aborted publish and miscounted the stored lines after it.
+#[test]
+fn a_rejected_line_is_counted_and_publish_goes_on() {
+    let gw = FakeGateway::start("gw-r", 0x5353);
+    let mut c = spawn_publish(&gw, &["-"]);
+    let mut stdin = c.stdin.take().unwrap();
+    let big = "x".repeat(5000);
+    let mut input = String::from("a\n");
+    input.push_str(&big);
+    input.push('\n');
+    for i in 0..100 {
+        input.push_str(&format!("after {i}\n"));
+    }
+    input.push_str(&big);
+    input.push_str("\nlast\n");
+    stdin.write_all(input.as_bytes()).unwrap();
+    drop(stdin);
+    let (out, err) = finish(c);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("input line 2 rejected"), "{err}");
+    assert!(err.contains("input line 103 rejected"), "{err}");
+    assert!(err.contains("TooLarge"), "{err}");
+    assert!(
+        err.contains("records read 104, sent 104, acknowledged 102 (0 duplicates), rejected 2"),
+        "{err}"
+    );
+    assert!(err.contains("first offset 0, last offset 101"), "{err}");
+    assert_eq!(
+        gw.next_offset(),
+        102,
+        "every line but the rejected ones stored"
+    );
+}

@@ -21,6 +21,8 @@ use spillway_core::wire::{
 type TheLog = Log<'static, SimFlash<Vec<u8>>>;
 
 const MAX_FRAME: usize = 64 * 1024;
+/// The largest payload accepted (announced in the `Welcome`); larger ones get `TooLarge`.
+const MAX_RECORD: u32 = 4096;
 
 fn new_log(log_id: u128) -> TheLog {
     let g = Geometry {
@@ -248,7 +250,7 @@ fn handle(
                 protocol_version: 1,
                 log_id: st.log_id,
                 gateway_id: &st.gateway_id,
-                max_record_bytes: 4096,
+                max_record_bytes: MAX_RECORD,
                 max_frame_bytes: MAX_FRAME as u32,
             },
             out,
@@ -268,6 +270,10 @@ fn handle(
             ack,
             producer,
         } => {
+            if payload.len() > MAX_RECORD as usize {
+                let m = format!("payload of {} bytes exceeds {MAX_RECORD}", payload.len());
+                return err(out, seq, ErrorCode::TooLarge, &m);
+            }
             let mut st = state.lock().unwrap();
             let r = st.log.append(
                 0,
@@ -280,6 +286,9 @@ fn handle(
             );
             let a = match r {
                 Ok(a) => a,
+                Err(e @ spillway_core::AppendError::BadTopic { .. }) => {
+                    return err(out, seq, ErrorCode::BadRequest, &e.to_string());
+                }
                 Err(e) => return err(out, seq, ErrorCode::Internal, &e.to_string()),
             };
             if ack == wire::AckLevel::Durable {
