@@ -5,7 +5,7 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use spillway_core::wire::{AckLevel, Producer};
+use spillway_core::wire::{AckLevel, LostReason, Producer};
 
 use crate::checkpoint::Store;
 use crate::client::{Client, ClientError, FetchReply, GatewayAddr, log_id_hex};
@@ -424,8 +424,16 @@ pub async fn tail(args: TailArgs, out: &mut dyn Write) -> i32 {
                         records,
                         ..
                     } => {
-                        if let Some(l) = lost {
-                            log::warn!("offsets {}..{} are gone ({:?})", l.from, l.to, l.reason);
+                        match lost {
+                            Some(l) if l.reason == LostReason::NotPersisted => log::info!(
+                                "offsets {}..{} were never persisted by the gateway (skipped after a crash)",
+                                l.from,
+                                l.to
+                            ),
+                            Some(l) => {
+                                log::warn!("offsets {}..{} are gone ({:?})", l.from, l.to, l.reason)
+                            }
+                            None => {}
                         }
                         for r in &records {
                             if end.is_some_and(|e| r.offset >= e) {

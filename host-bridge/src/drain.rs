@@ -53,9 +53,17 @@
 //!
 //! # Gaps
 //!
-//! When the gateway says offsets are gone (`lost` in a `Records` reply, or `Dropped`), the
-//! range is logged at `warn`, counted in the metrics and the checkpoint, recorded in redb's
-//! `gaps` table, and the drain continues after it.
+//! When the gateway says offsets are gone (`lost` in a `Records` reply with reason
+//! `DroppedOldest` or `Corrupt`, or `Dropped`), the range is logged at `warn`, counted in
+//! the metrics (`gaps`, `lost_records`) and the checkpoint, recorded in redb's `gaps`
+//! table, and the drain continues after it.
+//!
+//! A `lost` range with reason `NotPersisted` is not a gap: those offsets were handed out
+//! in the gateway's RAM and never written before a crash (mostly the rest of its offset
+//! lease, which it skips on restart), so no durably acknowledged record had them. The range
+//! is logged at `info`, counted in `spillway_bridge_skipped_offsets_total`, and the
+//! checkpoint moves past it; it is not counted as lost and not recorded in `gaps`, so a
+//! power cut does not look like data loss.
 //!
 //! # Stopping
 //!
@@ -352,6 +360,9 @@ pub struct DrainSummary {
     pub bytes: u64,
     /// Gaps met by this run.
     pub gaps: u64,
+    /// Offsets skipped by this run that the gateway never persisted (`NotPersisted`: the
+    /// rest of an offset lease after a crash); not gaps, no record is missing.
+    pub skipped_offsets: u64,
     /// Checkpoint offset at the end.
     pub offset: u64,
     /// Log id drained (0 if the gateway was never reached).
@@ -1153,8 +1164,18 @@ impl Drain {
                                     return Ok(SessionEnd::Done);
                                 }
                                 let to = l.to.max(from);
-                                self.gap(src, s.cp, l.from.max(from), to, reason_name(l.reason))
+                                if l.reason == LostReason::NotPersisted {
+                                    self.skip(src, s.cp, l.from.max(from), to).await?;
+                                } else {
+                                    self.gap(
+                                        src,
+                                        s.cp,
+                                        l.from.max(from),
+                                        to,
+                                        reason_name(l.reason),
+                                    )
                                     .await?;
+                                }
                                 s.win.next = s.cp.offset;
                                 *expect_crc = None;
                             } else if !records.is_empty() {
@@ -1242,6 +1263,40 @@ impl Drain {
         self.metrics.lost.inc_by(n);
         self.metrics.set_committed(cp.offset);
         self.summary.gaps += 1;
+        self.summary.offset = cp.offset;
+        Ok(())
+    }
+
+    /// Moves the checkpoint past `from..to`, a range the gateway never persisted
+    /// (`NotPersisted`: offsets handed out from RAM and not durable at a crash, mostly the
+    /// rest of its offset lease). No durably acknowledged record had those offsets, so this
+    /// is not a gap: logged at `info`, counted in `spillway_bridge_skipped_offsets_total`,
+    /// and neither counted as lost nor recorded in redb's `gaps` table.
+    async fn skip(
+        &mut self,
+        src: &Source,
+        cp: &mut Checkpoint,
+        from: u64,
+        to: u64,
+    ) -> Result<(), DrainError> {
+        if to <= from || to <= cp.offset {
+            return Ok(());
+        }
+        let n = to - from;
+        log::info!(
+            "gateway {:?} log {}: offsets {from}..{to} were never persisted by the gateway (skipped after a crash); no durably acknowledged record had them; continuing at {to}",
+            src.gateway_id,
+            cp.log_id
+        );
+        cp.offset = to;
+        cp.last_crc = None;
+        cp.updated_unix_ms = now_ms();
+        self.store
+            .save_async(&src.gateway_id, &self.cfg.consumer, cp)
+            .await?;
+        self.metrics.skipped_offsets.inc_by(n);
+        self.metrics.set_committed(cp.offset);
+        self.summary.skipped_offsets += n;
         self.summary.offset = cp.offset;
         Ok(())
     }

@@ -415,10 +415,11 @@ fn run_drain(a: DrainArgs, file: &FileConfig, reply_timeout: Duration) -> i32 {
         match drain.run().await {
             Ok(s) => {
                 log::info!(
-                    "done: forwarded {} records ({} bytes), {} gaps; checkpoint at offset {}",
+                    "done: forwarded {} records ({} bytes), {} gaps, {} never-persisted offsets skipped; checkpoint at offset {}",
                     s.records,
                     s.bytes,
                     s.gaps,
+                    s.skipped_offsets,
                     s.offset
                 );
                 exit::OK

@@ -273,3 +273,65 @@ fn survives_a_gateway_outage_and_stops_cleanly_on_shutdown() {
     // The final checkpoint reached the gateway.
     assert_eq!(gw.committed("bridge"), Some(400));
 }
+
+fn run_with(c: DrainConfig, m: &Metrics) -> Result<DrainSummary, DrainError> {
+    let (_t, stop) = Shutdown::new();
+    smol::block_on(async {
+        let d = Drain::open(c, m.clone(), stop).await?;
+        d.run().await
+    })
+}
+
+/// Offsets the gateway skipped after a crash (`NotPersisted`: the rest of its offset
+/// lease) never held a durable record: the drain moves past them without calling them a
+/// gap. Before, every power cut counted the skipped lease as lost records in the metrics
+/// and in redb, which fired data-loss alerts.
+#[test]
+fn never_persisted_offsets_are_skipped_not_counted_as_lost() {
+    let gw = FakeGateway::start("gw-1", 0x5EED);
+    let dir = tempfile::tempdir().unwrap();
+    publish(&gw, "t", &payloads("a", 100));
+    gw.pretend_lost(40, 60, spillway_core::wire::LostReason::NotPersisted);
+    let m = Metrics::default();
+    let s = run_with(cfg(&gw, dir.path()), &m).unwrap();
+    assert_eq!((s.records, s.gaps, s.skipped_offsets), (80, 0, 20));
+    let offs: Vec<u64> = read_out(dir.path()).iter().map(|r| r.1).collect();
+    assert_eq!(offs, (0..40).chain(60..100).collect::<Vec<_>>());
+    assert_eq!(m.skipped_offsets.get(), 20);
+    assert_eq!((m.gaps.get(), m.lost.get()), (0, 0));
+    let text = m.render();
+    assert!(
+        text.contains("spillway_bridge_skipped_offsets_total 20"),
+        "{text}"
+    );
+    let store = Store::open(&dir.path().join("state.redb")).unwrap();
+    assert!(store.gaps(0x5EED).unwrap().is_empty(), "not a gap in redb");
+    let cp = store.load("gw-1", "bridge").unwrap().unwrap();
+    assert_eq!((cp.gaps, cp.lost, cp.offset), (0, 0, 100));
+    assert_eq!(gw.committed("bridge"), Some(100));
+}
+
+/// A corrupt range is still a real gap: counted as lost and recorded in redb.
+#[test]
+fn corrupt_offsets_are_still_a_gap() {
+    let gw = FakeGateway::start("gw-1", 0xBAD0);
+    let dir = tempfile::tempdir().unwrap();
+    publish(&gw, "t", &payloads("a", 100));
+    gw.pretend_lost(40, 60, spillway_core::wire::LostReason::Corrupt);
+    let m = Metrics::default();
+    let s = run_with(cfg(&gw, dir.path()), &m).unwrap();
+    assert_eq!((s.records, s.gaps, s.skipped_offsets), (80, 1, 0));
+    assert_eq!(
+        (m.gaps.get(), m.lost.get(), m.skipped_offsets.get()),
+        (1, 20, 0)
+    );
+    let store = Store::open(&dir.path().join("state.redb")).unwrap();
+    let gaps = store.gaps(0xBAD0).unwrap();
+    assert_eq!(gaps.len(), 1);
+    assert_eq!(
+        (gaps[0].from, gaps[0].to, gaps[0].reason.as_str()),
+        (40, 60, "corrupt")
+    );
+    let cp = store.load("gw-1", "bridge").unwrap().unwrap();
+    assert_eq!((cp.gaps, cp.lost, cp.offset), (1, 20, 100));
+}
