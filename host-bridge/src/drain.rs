@@ -4,8 +4,13 @@
 //!
 //! 1. Connect and handshake (learn the gateway id and log id), retrying with backoff.
 //! 2. Load the checkpoint of (gateway id, consumer) from redb (through `smol::unblock`).
-//!    - None: start at `--from` (`earliest` = the gateway's first offset, `latest` = its
-//!      next offset, or a number), save that checkpoint.
+//!    - None: start at `--from` when it was given (`earliest` = the gateway's first
+//!      offset, `latest` = its next offset, or a number). Without `--from`, start at the
+//!      gateway's committed offset for this consumer when it is above the log's first
+//!      offset (a deleted state file, a renamed gateway id: what a Kafka consumer group
+//!      would do), logged at `warn` because the CRC of the record before it cannot be
+//!      checked (nothing local says what was forwarded); else at the first offset. Save
+//!      that checkpoint.
 //!    - Some: the **resume check**. The log id must be the checkpoint's, and a probe fetch
 //!      from the checkpoint offset must report, as the CRC of the record before it, the CRC
 //!      of the last record this bridge forwarded (Raft's log matching). An offset beyond the
@@ -264,8 +269,10 @@ pub struct DrainConfig {
     pub state: PathBuf,
     /// Consumer name (the checkpoint's key, and the name committed on the gateway).
     pub consumer: String,
-    /// Start position when there is no checkpoint.
-    pub from: StartFrom,
+    /// Start position when there is no checkpoint (`--from`). `None`: the gateway's
+    /// committed offset for [`DrainConfig::consumer`] when it is above the log's first
+    /// offset, else the first offset.
+    pub from: Option<StartFrom>,
     /// Drain up to the gateway's next offset as read at start, then stop.
     pub once: bool,
     /// On a failed resume check, start over from the new log's first offset.
@@ -315,7 +322,7 @@ impl DrainConfig {
             sink_options: SinkOptions::default(),
             state,
             consumer: spillway_core::log::BRIDGE_CONSUMER.to_string(),
-            from: StartFrom::Earliest,
+            from: None,
             once: false,
             accept_new_log: false,
             max_batch_bytes: 256 * 1024,
@@ -922,15 +929,35 @@ impl Drain {
         let Some(cp) = stored else {
             let stats = conn.stats().await.map_err(Resumed::Retry)?;
             let start = match self.cfg.from {
-                StartFrom::Earliest => stats.first_offset,
-                StartFrom::Latest => stats.next_offset,
-                StartFrom::Offset(o) if o > stats.next_offset => {
+                None => {
+                    let consumers = conn.consumers().await.map_err(Resumed::Retry)?;
+                    let committed = consumers
+                        .iter()
+                        .find(|c| c.name == consumer)
+                        .map(|c| c.committed_offset)
+                        .filter(|&o| o > stats.first_offset && o <= stats.next_offset);
+                    match committed {
+                        Some(o) => {
+                            log::warn!(
+                                "gateway {:?} log {}: the state file {} has no checkpoint for consumer {consumer:?}; starting at the gateway's committed offset {o} for it (the CRC of the record before it cannot be checked without the local checkpoint; pass --from to choose another start)",
+                                w.gateway_id,
+                                log_id_hex(w.log_id),
+                                self.cfg.state.display()
+                            );
+                            o
+                        }
+                        None => stats.first_offset,
+                    }
+                }
+                Some(StartFrom::Earliest) => stats.first_offset,
+                Some(StartFrom::Latest) => stats.next_offset,
+                Some(StartFrom::Offset(o)) if o > stats.next_offset => {
                     return Err(Resumed::Fatal(DrainError::Config(format!(
                         "--from {o} is beyond the gateway's next offset {}",
                         stats.next_offset
                     ))));
                 }
-                StartFrom::Offset(o) => o,
+                Some(StartFrom::Offset(o)) => o,
             };
             let cp = Checkpoint::new(w.log_id, start);
             self.store

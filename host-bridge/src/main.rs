@@ -74,8 +74,11 @@ struct DrainArgs {
     /// Consumer name on the gateway and in the state file [default: bridge]
     #[arg(long)]
     consumer: Option<String>,
-    /// Where to start when the state file has no checkpoint for this gateway:
-    /// earliest, latest or an offset [default: earliest]
+    /// Where to start when the state file has no checkpoint for this gateway: earliest,
+    /// latest or an offset. Without it: the gateway's committed offset for --consumer when
+    /// it is above the log's first offset (a deleted state file or a renamed gateway id
+    /// resumes there, with a warning: the previous record's CRC cannot be checked), else
+    /// earliest
     #[arg(long)]
     from: Option<String>,
     /// Drain up to the gateway's next offset as read at start, then exit 0.
@@ -320,7 +323,12 @@ fn run_drain(a: DrainArgs, file: &FileConfig, reply_timeout: Duration) -> i32 {
         }
         cfg.consumer = c;
     }
-    cfg.from = start_from(a.from, file);
+    // Only an explicit --from (flag or config file) overrides the gateway's committed
+    // offset when the state file has no checkpoint.
+    cfg.from = a
+        .from
+        .or_else(|| file.from.clone())
+        .map(|s| s.parse().unwrap_or_else(|e| usage(e)));
     cfg.once = a.once || file.once.unwrap_or(false);
     cfg.accept_new_log = a.accept_new_log || file.accept_new_log.unwrap_or(false);
     if let Some(v) = a.max_batch_bytes.or(file.max_batch_bytes) {
