@@ -1,4 +1,4 @@
-//! `publish`, `tail` and `status`: the kcat / mosquitto_pub habits.
+//! `publish`, `tail`, `status` and `consumers`: the kcat / mosquitto_pub habits.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, Write};
@@ -625,4 +625,88 @@ pub async fn status(
         return exit::FAILURE;
     }
     code
+}
+
+/// Runs `consumers`: lists the gateway's consumers with their committed offset and lag
+/// (the gateway's next offset minus the committed offset), or, with `delete`, deletes that
+/// consumer on the gateway and prints whether it existed. A deleted consumer no longer
+/// holds back retention; a drain using that name commits it again on its next commit.
+/// Returns the exit code (1 if the gateway cannot be reached or refuses).
+pub async fn consumers(
+    gateway: &GatewayAddr,
+    delete: Option<&str>,
+    reply_timeout: Duration,
+    json: bool,
+    out: &mut dyn Write,
+) -> i32 {
+    let mut c = match Client::connect(gateway, CLIENT_NAME, reply_timeout).await {
+        Ok(c) => c,
+        Err(e) => {
+            log::error!("gateway {gateway}: {e}");
+            return exit::FAILURE;
+        }
+    };
+    let r = match delete {
+        Some(name) => {
+            let existed = match c.delete_consumer(name).await {
+                Ok(e) => e,
+                Err(e) => {
+                    log::error!("gateway {gateway}: deleting consumer {name:?}: {e}");
+                    return exit::FAILURE;
+                }
+            };
+            if json {
+                let v = serde_json::json!({ "deleted": name, "existed": existed });
+                writeln!(out, "{v}")
+            } else if existed {
+                writeln!(out, "deleted consumer {name:?}")
+            } else {
+                writeln!(out, "consumer {name:?} did not exist")
+            }
+        }
+        None => {
+            let (stats, list) = match async {
+                Ok::<_, ClientError>((c.stats().await?, c.consumers().await?))
+            }
+            .await
+            {
+                Ok(x) => x,
+                Err(e) => {
+                    log::error!("gateway {gateway}: {e}");
+                    return exit::FAILURE;
+                }
+            };
+            let lag = |o: u64| stats.next_offset.saturating_sub(o);
+            if json {
+                let v = serde_json::json!({
+                    "next_offset": stats.next_offset,
+                    "consumers": list.iter().map(|c| serde_json::json!({
+                        "name": c.name,
+                        "committed_offset": c.committed_offset,
+                        "lag": lag(c.committed_offset),
+                    })).collect::<Vec<_>>(),
+                });
+                writeln!(out, "{v}")
+            } else {
+                (|| -> std::io::Result<()> {
+                    writeln!(out, "{:<24} {:>20} {:>20}", "consumer", "committed", "lag")?;
+                    for c in &list {
+                        writeln!(
+                            out,
+                            "{:<24} {:>20} {:>20}",
+                            c.name,
+                            c.committed_offset,
+                            lag(c.committed_offset)
+                        )?;
+                    }
+                    Ok(())
+                })()
+            }
+        }
+    };
+    if let Err(e) = r {
+        log::error!("output: {e}");
+        return exit::FAILURE;
+    }
+    exit::OK
 }

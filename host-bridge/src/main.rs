@@ -1,4 +1,5 @@
-//! `spillway-bridge`: drains a Spillway gateway upstream, and `publish`, `tail`, `status`.
+//! `spillway-bridge`: drains a Spillway gateway upstream, and `publish`, `tail`, `status`,
+//! `consumers`.
 //! See the library crate's doc for the exit codes.
 
 use std::path::PathBuf;
@@ -19,7 +20,7 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0  success (drain: --once reached its target, or SIGTERM/SIGINT after in-flight work)
   1  failure (publish: records rejected or not acknowledged; gateway unreachable for
-     tail/status; sink could not be opened)
+     tail/status/consumers; sink could not be opened)
   2  usage or configuration error
   3  drain: resume check failed (gateway log id or previous record CRC differs from the
      checkpoint, or the checkpoint is beyond the log); not retried, see --accept-new-log
@@ -57,6 +58,12 @@ enum Cmd {
     /// Show the gateway's stats, consumers, lag and the local checkpoint.
     #[command(after_help = EXIT_CODES)]
     Status(StatusCli),
+    /// List the gateway's consumers (committed offset, lag), or delete one with --delete.
+    ///
+    /// A consumer that never commits holds back retention under --full reject-new:
+    /// delete it. A drain using a deleted name creates it again with its next commit.
+    #[command(after_help = EXIT_CODES)]
+    Consumers(ConsumersCli),
 }
 
 #[derive(Args, Debug)]
@@ -193,6 +200,19 @@ struct StatusCli {
     json: bool,
 }
 
+#[derive(Args, Debug)]
+struct ConsumersCli {
+    /// Gateway URI [default: tcp://127.0.0.1:7878]
+    #[arg(long)]
+    gateway: Option<String>,
+    /// Delete this consumer on the gateway and print whether it existed.
+    #[arg(long, value_name = "NAME")]
+    delete: Option<String>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let (num, unit) = s
         .find(|c: char| !c.is_ascii_digit() && c != '.')
@@ -288,6 +308,27 @@ fn main() {
             smol::block_on(commands::status(
                 &gw,
                 Some(state),
+                reply_timeout,
+                a.json,
+                &mut out,
+            ))
+        }
+        Cmd::Consumers(a) => {
+            let gw = gateway_addr(a.gateway, &file);
+            if let Some(name) = &a.delete
+                && (name.is_empty()
+                    || name.len() > spillway_core::log::format::MAX_CONSUMER_NAME_LEN)
+            {
+                usage(format!(
+                    "--delete: a consumer name is 1 to {} bytes",
+                    spillway_core::log::format::MAX_CONSUMER_NAME_LEN
+                ));
+            }
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            smol::block_on(commands::consumers(
+                &gw,
+                a.delete.as_deref(),
                 reply_timeout,
                 a.json,
                 &mut out,
