@@ -345,7 +345,9 @@ impl DrainConfig {
 #[non_exhaustive]
 pub enum DrainError {
     /// The resume check failed (exit code 3; not retried).
-    #[error("resume check failed: {0}")]
+    #[error(
+        "resume check failed: {0}; rerun with --accept-new-log to start over from the gateway's first offset"
+    )]
     Resume(#[from] ResumeMismatch),
     /// The state file failed (exit code 4).
     #[error("{0}")]
@@ -1027,7 +1029,7 @@ impl Drain {
                     .await
                     .map_err(|e| Resumed::Fatal(e.into()))?;
                 log::warn!(
-                    "--accept-new-log: {m}; starting over at offset {} of log {}",
+                    "resume check failed: {m}; --accept-new-log is set: starting over at the gateway's first offset {} of log {} (the reset is recorded in the state file)",
                     new.offset,
                     new.log_id
                 );

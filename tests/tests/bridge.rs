@@ -272,11 +272,14 @@ fn replaced_image_is_refused_by_the_resume_check() {
     assert!(err.contains("--accept-new-log"), "{err}");
     args.push("--accept-new-log");
     let out = run_bridge(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // With the flag set, the warning says what happens instead of asking for the flag.
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        err.contains("--accept-new-log is set: starting over"),
+        "{err}"
     );
+    assert!(!err.contains("rerun with --accept-new-log"), "{err}");
     let lines = read_files(&dir.path().join("out"));
     assert_eq!(lines.len(), 13);
 }
