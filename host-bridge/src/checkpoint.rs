@@ -184,13 +184,16 @@ pub fn now_ms() -> u64 {
 }
 
 /// Why the bridge refuses to resume (Raft's log matching applied to a checkpoint).
+///
+/// The message says what differs, not what to do about it: the drain adds the
+/// `--accept-new-log` hint when it refuses ([`DrainError::Resume`](crate::drain::DrainError::Resume)),
+/// and says it is starting over when the flag is set.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResumeMismatch {
     /// The gateway's log is not the one the checkpoint was taken on: reflashed or replaced.
     #[error(
         "gateway {gateway_id:?} now has log id {gateway} but the checkpoint is for log id \
-         {stored} (offset {offset}): the gateway was reflashed or replaced; rerun with \
-         --accept-new-log to start over from the new log's first offset"
+         {stored} (offset {offset}): the gateway was reflashed or replaced"
     )]
     LogId {
         /// Gateway id.
@@ -206,7 +209,7 @@ pub enum ResumeMismatch {
     #[error(
         "gateway {gateway_id:?} (log id {gateway_log_id}, checkpoint log id {stored_log_id}): \
          the record before offset {offset} has CRC {gateway:#010x} but the last forwarded \
-         record had CRC {stored:#010x}; rerun with --accept-new-log to start over"
+         record had CRC {stored:#010x}"
     )]
     Crc {
         /// Gateway id.
@@ -225,8 +228,7 @@ pub enum ResumeMismatch {
     /// The checkpoint is past the end of the gateway's log.
     #[error(
         "gateway {gateway_id:?} (log id {gateway_log_id}, checkpoint log id {stored_log_id}): \
-         the checkpoint offset {offset} is beyond the log's next offset {next_offset}; rerun \
-         with --accept-new-log to start over"
+         the checkpoint offset {offset} is beyond the log's next offset {next_offset}"
     )]
     BeyondEnd {
         /// Gateway id.
@@ -654,7 +656,7 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("00000000000000000000000000000001"), "{msg}");
         assert!(msg.contains("00000000000000000000000000000002"), "{msg}");
-        assert!(msg.contains("--accept-new-log"), "{msg}");
+        assert!(msg.contains("reflashed or replaced"), "{msg}");
         // A checkpoint with a mangled log id never matches.
         let mut bad = cp.clone();
         bad.log_id = "zz".into();

@@ -606,26 +606,21 @@ impl Client {
         }
     }
 
-    /// Publishes `payloads` to `topic` pipelined: every request is sent, then the replies
-    /// are collected (any order). `producer` gives the producer id and the sequence of the
-    /// first payload (the others follow, wrapping). Returns one result per payload, in
-    /// order, with `Ok(None)` for `AckLevel::None`. A connection failure returns
-    /// `Err` with the results gathered so far (the rest unknown).
+    /// Publishes `records` to `topic` pipelined: every request is sent, then the replies
+    /// are collected (any order). Each record carries its own producer (id and sequence),
+    /// so a resend of some records of an earlier batch keeps their sequences. Returns one
+    /// result per record, in order, with `Ok(None)` for `AckLevel::None`. A connection
+    /// failure returns `Err` with the results gathered so far (the rest unknown).
     pub async fn publish_batch(
         &mut self,
         topic: &str,
-        payloads: &[Vec<u8>],
+        records: &[(Option<Producer>, &[u8])],
         ack: AckLevel,
-        producer: Option<Producer>,
     ) -> Result<Vec<PublishResult>, (Vec<Option<PublishResult>>, ClientError)> {
-        let mut results: Vec<Option<PublishResult>> = (0..payloads.len()).map(|_| None).collect();
-        let mut seqs = std::collections::HashMap::with_capacity(payloads.len());
-        for (i, p) in payloads.iter().enumerate() {
+        let mut results: Vec<Option<PublishResult>> = (0..records.len()).map(|_| None).collect();
+        let mut seqs = std::collections::HashMap::with_capacity(records.len());
+        for (i, &(producer, p)) in records.iter().enumerate() {
             let seq = self.next_seq();
-            let producer = producer.map(|pr| Producer {
-                id: pr.id,
-                seq: pr.seq.wrapping_add(i as u32),
-            });
             let req = Request::Publish {
                 seq,
                 topic,

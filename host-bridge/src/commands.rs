@@ -1,10 +1,11 @@
-//! `publish`, `tail` and `status`: the kcat / mosquitto_pub habits.
+//! `publish`, `tail`, `status` and `consumers`: the kcat / mosquitto_pub habits.
 
+use std::collections::VecDeque;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use spillway_core::wire::{AckLevel, Producer};
+use spillway_core::wire::{AckLevel, LostReason, Producer};
 
 use crate::checkpoint::Store;
 use crate::client::{Client, ClientError, FetchReply, GatewayAddr, log_id_hex};
@@ -47,6 +48,9 @@ pub struct PublishSummary {
     pub acknowledged: u64,
     /// Acknowledged as duplicates of earlier sends.
     pub duplicates: u64,
+    /// Records the gateway refused for good (too large, bad request) or that do not fit
+    /// a frame: logged with their input line number, not resent.
+    pub rejected: u64,
     /// Lowest acknowledged offset.
     pub first_offset: Option<u64>,
     /// Highest acknowledged offset.
@@ -61,49 +65,115 @@ impl std::fmt::Display for PublishSummary {
         if self.unacknowledged_mode {
             return write!(
                 f,
-                "records read {}, sent {} (--ack none: the gateway acknowledges nothing)",
-                self.read, self.sent
+                "records read {}, sent {}, rejected {} (--ack none: the gateway acknowledges nothing)",
+                self.read, self.sent, self.rejected
             );
         }
         write!(
             f,
-            "records read {}, sent {}, acknowledged {} ({} duplicates), first offset {}, last offset {}",
+            "records read {}, sent {}, acknowledged {} ({} duplicates), rejected {}, first offset {}, last offset {}",
             self.read,
             self.sent,
             self.acknowledged,
             self.duplicates,
+            self.rejected,
             o(self.first_offset),
             o(self.last_offset)
         )
     }
 }
 
-/// Runs `publish`; returns the summary and the exit code (non-zero if any record was not
-/// acknowledged).
+/// Lines read ahead of the gateway by `publish`'s reader thread, at most.
+pub const PUBLISH_INPUT_QUEUE: usize = 1024;
+
+/// A line of `publish`'s input not yet acknowledged.
+struct Unacked {
+    /// Its line number in the input (from 1).
+    line: u64,
+    /// Its producer sequence (the line's index, wrapping), the same on every resend.
+    seq: u32,
+    /// The payload.
+    payload: Vec<u8>,
+}
+
+/// Runs `publish`; returns the summary and the exit code (non-zero if any record was
+/// rejected or not acknowledged).
+///
+/// The input is streamed: a blocking reader thread hands lines through a bounded channel
+/// ([`PUBLISH_INPUT_QUEUE`] lines), and each line is sent as soon as it is read (together
+/// with whatever else is waiting, up to [`PUBLISH_WINDOW`] records pipelined). Only the
+/// records sent and not yet acknowledged are kept, for a resend after a reconnect, so
+/// `tail -F app.log | spillway-bridge publish --topic t -` publishes as the file grows
+/// and memory stays bounded whatever the input's length. Waiting for input does not count
+/// towards `--retry-for`.
+///
+/// A record the gateway refuses for good (`TooLarge`, `BadRequest`, or too large for a
+/// frame) is logged with its input line number and counted in
+/// [`PublishSummary::rejected`]; publishing goes on with the next lines, and the exit code
+/// is non-zero at the end.
 pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
-    let mut sum = PublishSummary::default();
-    let lines = match read_lines(args.input.as_deref()).await {
-        Ok(l) => l,
+    let mut sum = PublishSummary {
+        unacknowledged_mode: args.ack == AckLevel::None,
+        ..PublishSummary::default()
+    };
+    let input = match open_input(args.input.as_deref()) {
+        Ok(r) => r,
         Err(e) => {
             log::error!("reading input: {e}");
             return (sum, exit::FAILURE);
         }
     };
-    sum.read = lines.len() as u64;
-    sum.unacknowledged_mode = args.ack == AckLevel::None;
+    let lines = spawn_line_reader(input, PUBLISH_INPUT_QUEUE);
     let producer_id = args.producer_id.unwrap_or_else(rand::random);
     let use_producer = args.ack != AckLevel::None || args.producer_id.is_some();
     let mut conn: Option<Client> = None;
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     let mut last_progress = Instant::now();
-    let mut at = 0usize;
-    let mut sent_upto = 0usize;
-    while at < lines.len() {
+    let mut pending: VecDeque<Unacked> = VecDeque::new();
+    let mut input_open = true;
+    let mut input_failed = false;
+    let mut sent_upto = 0u64;
+    loop {
+        // Take what the input has, waiting only when there is nothing to send.
+        while input_open && pending.len() < PUBLISH_WINDOW {
+            let next = if pending.is_empty() {
+                let r = lines.recv().await.ok();
+                // Time spent waiting for input is not time without progress.
+                last_progress = Instant::now();
+                r
+            } else {
+                match lines.try_recv() {
+                    Ok(r) => Some(r),
+                    Err(smol::channel::TryRecvError::Empty) => break,
+                    Err(smol::channel::TryRecvError::Closed) => None,
+                }
+            };
+            match next {
+                Some(Ok(payload)) => {
+                    pending.push_back(Unacked {
+                        line: sum.read + 1,
+                        seq: sum.read as u32,
+                        payload,
+                    });
+                    sum.read += 1;
+                }
+                Some(Err(e)) => {
+                    log::error!("reading input after line {}: {e}", sum.read);
+                    input_failed = true;
+                    input_open = false;
+                }
+                None => input_open = false,
+            }
+        }
+        if pending.is_empty() {
+            break;
+        }
         if last_progress.elapsed() > args.retry_for {
             log::error!(
-                "giving up after {:?} without progress; {} records not acknowledged",
+                "giving up after {:?} without progress; {} records read and not acknowledged (from input line {})",
                 args.retry_for,
-                lines.len() - at
+                pending.len(),
+                pending.front().map_or(0, |u| u.line)
             );
             return (sum, exit::FAILURE);
         }
@@ -119,25 +189,31 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
                 }
             },
         };
-        let end = (at + PUBLISH_WINDOW).min(lines.len());
-        let producer = use_producer.then_some(Producer {
-            id: producer_id,
-            // Sequence = line index (wrapping), so a resend is recognised.
-            seq: at as u32,
-        });
-        let res = c
-            .publish_batch(&args.topic, &lines[at..end], args.ack, producer)
-            .await;
-        sum.sent += end.saturating_sub(at.max(sent_upto)) as u64;
-        sent_upto = sent_upto.max(end);
+        let batch: Vec<(Option<Producer>, &[u8])> = pending
+            .iter()
+            .map(|u| {
+                let producer = use_producer.then_some(Producer {
+                    id: producer_id,
+                    seq: u.seq,
+                });
+                (producer, u.payload.as_slice())
+            })
+            .collect();
+        let res = c.publish_batch(&args.topic, &batch, args.ack).await;
+        drop(batch);
+        let last_line = pending.back().map_or(0, |u| u.line);
+        sum.sent += last_line.saturating_sub(sent_upto);
+        sent_upto = sent_upto.max(last_line);
         let (results, failure) = match res {
             Ok(r) => (r.into_iter().map(Some).collect::<Vec<_>>(), None),
             Err((r, e)) => (r, Some(e)),
         };
-        // Take the acknowledged prefix; stop at the first record without one.
-        let mut fatal = false;
-        for r in results {
-            match r {
+        // Settle every record that got a final answer (acknowledged or rejected); keep the
+        // others, in order, for the resend.
+        let mut unsettled = VecDeque::with_capacity(pending.len());
+        let mut results = results.into_iter();
+        while let Some(u) = pending.pop_front() {
+            let settled = match results.next().flatten() {
                 Some(Ok(ack)) => {
                     sum.acknowledged += 1;
                     if let Some(a) = ack {
@@ -149,77 +225,112 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
                         sum.last_offset =
                             Some(sum.last_offset.map_or(a.offset, |o| o.max(a.offset)));
                     }
-                    at += 1;
-                    last_progress = Instant::now();
-                    backoff.reset();
+                    true
                 }
                 Some(Err(ClientError::Gateway { code, message })) => {
                     use spillway_core::wire::ErrorCode as C;
                     match code {
                         C::Full => {
                             log::warn!("gateway full, retrying: {message}");
+                            false
                         }
                         // A resend older than the gateway's per-producer window: it is
                         // stored already (durable, if that was asked), offset unknown.
                         C::DuplicateSequenceUnknownOffset => {
                             sum.acknowledged += 1;
                             sum.duplicates += 1;
-                            at += 1;
-                            last_progress = Instant::now();
-                            backoff.reset();
-                            continue;
+                            true
                         }
                         C::TooLarge | C::BadRequest => {
-                            log::error!("input line {} refused: {code:?} {message}", at + 1);
-                            fatal = true;
+                            log::error!(
+                                "input line {} rejected ({} bytes): {code:?} {message}; not resent",
+                                u.line,
+                                u.payload.len()
+                            );
+                            sum.rejected += 1;
+                            true
                         }
-                        _ => log::warn!("gateway error {code:?}: {message}; retrying"),
+                        _ => {
+                            log::warn!("gateway error {code:?}: {message}; retrying");
+                            false
+                        }
                     }
-                    break;
+                }
+                Some(Err(e @ ClientError::Encode(_))) => {
+                    log::error!(
+                        "input line {} rejected ({} bytes): {e}; not resent",
+                        u.line,
+                        u.payload.len()
+                    );
+                    sum.rejected += 1;
+                    true
                 }
                 Some(Err(e)) => {
-                    log::warn!("record {}: {e}", at + 1);
-                    if matches!(e, ClientError::Encode(_)) {
-                        fatal = true;
-                    }
-                    break;
+                    log::warn!("input line {}: {e}", u.line);
+                    false
                 }
-                None => break,
+                None => false,
+            };
+            if settled {
+                last_progress = Instant::now();
+                backoff.reset();
+            } else {
+                unsettled.push_back(u);
             }
         }
-        if fatal {
-            return (sum, exit::FAILURE);
-        }
+        pending = unsettled;
         if let Some(e) = failure {
             log::warn!("gateway {}: {e}; reconnecting", args.gateway);
             conn = None;
         }
-        if at < end {
+        if !pending.is_empty() {
             smol::Timer::after(backoff.next_delay()).await;
         }
     }
-    (sum, exit::OK)
+    if sum.rejected > 0 {
+        log::error!("{} input lines were rejected by the gateway", sum.rejected);
+    }
+    let code = if input_failed || sum.rejected > 0 {
+        exit::FAILURE
+    } else {
+        exit::OK
+    };
+    (sum, code)
 }
 
-async fn read_lines(input: Option<&std::path::Path>) -> std::io::Result<Vec<Vec<u8>>> {
-    let input = input.map(|p| p.to_path_buf());
-    smol::unblock(move || {
-        let reader: Box<dyn BufRead> = match input.as_deref() {
-            None => Box::new(std::io::BufReader::new(std::io::stdin())),
-            Some(p) if p.as_os_str() == "-" => Box::new(std::io::BufReader::new(std::io::stdin())),
-            Some(p) => Box::new(std::io::BufReader::new(std::fs::File::open(p)?)),
-        };
-        let mut out = Vec::new();
-        for line in reader.split(b'\n') {
-            let mut line = line?;
-            if line.last() == Some(&b'\r') {
-                line.pop();
-            }
-            out.push(line);
-        }
-        Ok(out)
+/// Opens `publish`'s input: the file, or stdin for `None` and `-`.
+fn open_input(input: Option<&std::path::Path>) -> std::io::Result<Box<dyn BufRead + Send>> {
+    Ok(match input {
+        None => Box::new(std::io::BufReader::new(std::io::stdin())),
+        Some(p) if p.as_os_str() == "-" => Box::new(std::io::BufReader::new(std::io::stdin())),
+        Some(p) => Box::new(std::io::BufReader::new(std::fs::File::open(p)?)),
     })
-    .await
+}
+
+/// Reads `input` line by line on a blocking thread and hands each line (without its `\n`
+/// or `\r\n`) through a channel of at most `queue` lines, so a slow gateway holds the
+/// reader back instead of filling memory. The channel closes at the end of the input,
+/// after an error (sent as the last item), or when the receiver is dropped.
+fn spawn_line_reader(
+    input: Box<dyn BufRead + Send>,
+    queue: usize,
+) -> smol::channel::Receiver<std::io::Result<Vec<u8>>> {
+    let (tx, rx) = smol::channel::bounded(queue.max(1));
+    std::thread::spawn(move || {
+        for line in input.split(b'\n') {
+            let item = line.map(|mut l| {
+                if l.last() == Some(&b'\r') {
+                    l.pop();
+                }
+                l
+            });
+            let failed = item.is_err();
+            if tx.send_blocking(item).is_err() || failed {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 /// Output format of `tail`.
@@ -313,8 +424,16 @@ pub async fn tail(args: TailArgs, out: &mut dyn Write) -> i32 {
                         records,
                         ..
                     } => {
-                        if let Some(l) = lost {
-                            log::warn!("offsets {}..{} are gone ({:?})", l.from, l.to, l.reason);
+                        match lost {
+                            Some(l) if l.reason == LostReason::NotPersisted => log::info!(
+                                "offsets {}..{} were never persisted by the gateway (skipped after a crash)",
+                                l.from,
+                                l.to
+                            ),
+                            Some(l) => {
+                                log::warn!("offsets {}..{} are gone ({:?})", l.from, l.to, l.reason)
+                            }
+                            None => {}
                         }
                         for r in &records {
                             if end.is_some_and(|e| r.offset >= e) {
@@ -506,4 +625,88 @@ pub async fn status(
         return exit::FAILURE;
     }
     code
+}
+
+/// Runs `consumers`: lists the gateway's consumers with their committed offset and lag
+/// (the gateway's next offset minus the committed offset), or, with `delete`, deletes that
+/// consumer on the gateway and prints whether it existed. A deleted consumer no longer
+/// holds back retention; a drain using that name commits it again on its next commit.
+/// Returns the exit code (1 if the gateway cannot be reached or refuses).
+pub async fn consumers(
+    gateway: &GatewayAddr,
+    delete: Option<&str>,
+    reply_timeout: Duration,
+    json: bool,
+    out: &mut dyn Write,
+) -> i32 {
+    let mut c = match Client::connect(gateway, CLIENT_NAME, reply_timeout).await {
+        Ok(c) => c,
+        Err(e) => {
+            log::error!("gateway {gateway}: {e}");
+            return exit::FAILURE;
+        }
+    };
+    let r = match delete {
+        Some(name) => {
+            let existed = match c.delete_consumer(name).await {
+                Ok(e) => e,
+                Err(e) => {
+                    log::error!("gateway {gateway}: deleting consumer {name:?}: {e}");
+                    return exit::FAILURE;
+                }
+            };
+            if json {
+                let v = serde_json::json!({ "deleted": name, "existed": existed });
+                writeln!(out, "{v}")
+            } else if existed {
+                writeln!(out, "deleted consumer {name:?}")
+            } else {
+                writeln!(out, "consumer {name:?} did not exist")
+            }
+        }
+        None => {
+            let (stats, list) = match async {
+                Ok::<_, ClientError>((c.stats().await?, c.consumers().await?))
+            }
+            .await
+            {
+                Ok(x) => x,
+                Err(e) => {
+                    log::error!("gateway {gateway}: {e}");
+                    return exit::FAILURE;
+                }
+            };
+            let lag = |o: u64| stats.next_offset.saturating_sub(o);
+            if json {
+                let v = serde_json::json!({
+                    "next_offset": stats.next_offset,
+                    "consumers": list.iter().map(|c| serde_json::json!({
+                        "name": c.name,
+                        "committed_offset": c.committed_offset,
+                        "lag": lag(c.committed_offset),
+                    })).collect::<Vec<_>>(),
+                });
+                writeln!(out, "{v}")
+            } else {
+                (|| -> std::io::Result<()> {
+                    writeln!(out, "{:<24} {:>20} {:>20}", "consumer", "committed", "lag")?;
+                    for c in &list {
+                        writeln!(
+                            out,
+                            "{:<24} {:>20} {:>20}",
+                            c.name,
+                            c.committed_offset,
+                            lag(c.committed_offset)
+                        )?;
+                    }
+                    Ok(())
+                })()
+            }
+        }
+    };
+    if let Err(e) = r {
+        log::error!("output: {e}");
+        return exit::FAILURE;
+    }
+    exit::OK
 }

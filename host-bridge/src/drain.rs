@@ -4,8 +4,13 @@
 //!
 //! 1. Connect and handshake (learn the gateway id and log id), retrying with backoff.
 //! 2. Load the checkpoint of (gateway id, consumer) from redb (through `smol::unblock`).
-//!    - None: start at `--from` (`earliest` = the gateway's first offset, `latest` = its
-//!      next offset, or a number), save that checkpoint.
+//!    - None: start at `--from` when it was given (`earliest` = the gateway's first
+//!      offset, `latest` = its next offset, or a number). Without `--from`, start at the
+//!      gateway's committed offset for this consumer when it is above the log's first
+//!      offset (a deleted state file, a renamed gateway id: what a Kafka consumer group
+//!      would do), logged at `warn` because the CRC of the record before it cannot be
+//!      checked (nothing local says what was forwarded); else at the first offset. Save
+//!      that checkpoint.
 //!    - Some: the **resume check**. The log id must be the checkpoint's, and a probe fetch
 //!      from the checkpoint offset must report, as the CRC of the record before it, the CRC
 //!      of the last record this bridge forwarded (Raft's log matching). An offset beyond the
@@ -53,9 +58,17 @@
 //!
 //! # Gaps
 //!
-//! When the gateway says offsets are gone (`lost` in a `Records` reply, or `Dropped`), the
-//! range is logged at `warn`, counted in the metrics and the checkpoint, recorded in redb's
-//! `gaps` table, and the drain continues after it.
+//! When the gateway says offsets are gone (`lost` in a `Records` reply with reason
+//! `DroppedOldest` or `Corrupt`, or `Dropped`), the range is logged at `warn`, counted in
+//! the metrics (`gaps`, `lost_records`) and the checkpoint, recorded in redb's `gaps`
+//! table, and the drain continues after it.
+//!
+//! A `lost` range with reason `NotPersisted` is not a gap: those offsets were handed out
+//! in the gateway's RAM and never written before a crash (mostly the rest of its offset
+//! lease, which it skips on restart), so no durably acknowledged record had them. The range
+//! is logged at `info`, counted in `spillway_bridge_skipped_offsets_total`, and the
+//! checkpoint moves past it; it is not counted as lost and not recorded in `gaps`, so a
+//! power cut does not look like data loss.
 //!
 //! # Stopping
 //!
@@ -256,8 +269,10 @@ pub struct DrainConfig {
     pub state: PathBuf,
     /// Consumer name (the checkpoint's key, and the name committed on the gateway).
     pub consumer: String,
-    /// Start position when there is no checkpoint.
-    pub from: StartFrom,
+    /// Start position when there is no checkpoint (`--from`). `None`: the gateway's
+    /// committed offset for [`DrainConfig::consumer`] when it is above the log's first
+    /// offset, else the first offset.
+    pub from: Option<StartFrom>,
     /// Drain up to the gateway's next offset as read at start, then stop.
     pub once: bool,
     /// On a failed resume check, start over from the new log's first offset.
@@ -307,7 +322,7 @@ impl DrainConfig {
             sink_options: SinkOptions::default(),
             state,
             consumer: spillway_core::log::BRIDGE_CONSUMER.to_string(),
-            from: StartFrom::Earliest,
+            from: None,
             once: false,
             accept_new_log: false,
             max_batch_bytes: 256 * 1024,
@@ -330,7 +345,9 @@ impl DrainConfig {
 #[non_exhaustive]
 pub enum DrainError {
     /// The resume check failed (exit code 3; not retried).
-    #[error("resume check failed: {0}")]
+    #[error(
+        "resume check failed: {0}; rerun with --accept-new-log to start over from the gateway's first offset"
+    )]
     Resume(#[from] ResumeMismatch),
     /// The state file failed (exit code 4).
     #[error("{0}")]
@@ -352,6 +369,9 @@ pub struct DrainSummary {
     pub bytes: u64,
     /// Gaps met by this run.
     pub gaps: u64,
+    /// Offsets skipped by this run that the gateway never persisted (`NotPersisted`: the
+    /// rest of an offset lease after a crash); not gaps, no record is missing.
+    pub skipped_offsets: u64,
     /// Checkpoint offset at the end.
     pub offset: u64,
     /// Log id drained (0 if the gateway was never reached).
@@ -911,15 +931,35 @@ impl Drain {
         let Some(cp) = stored else {
             let stats = conn.stats().await.map_err(Resumed::Retry)?;
             let start = match self.cfg.from {
-                StartFrom::Earliest => stats.first_offset,
-                StartFrom::Latest => stats.next_offset,
-                StartFrom::Offset(o) if o > stats.next_offset => {
+                None => {
+                    let consumers = conn.consumers().await.map_err(Resumed::Retry)?;
+                    let committed = consumers
+                        .iter()
+                        .find(|c| c.name == consumer)
+                        .map(|c| c.committed_offset)
+                        .filter(|&o| o > stats.first_offset && o <= stats.next_offset);
+                    match committed {
+                        Some(o) => {
+                            log::warn!(
+                                "gateway {:?} log {}: the state file {} has no checkpoint for consumer {consumer:?}; starting at the gateway's committed offset {o} for it (the CRC of the record before it cannot be checked without the local checkpoint; pass --from to choose another start)",
+                                w.gateway_id,
+                                log_id_hex(w.log_id),
+                                self.cfg.state.display()
+                            );
+                            o
+                        }
+                        None => stats.first_offset,
+                    }
+                }
+                Some(StartFrom::Earliest) => stats.first_offset,
+                Some(StartFrom::Latest) => stats.next_offset,
+                Some(StartFrom::Offset(o)) if o > stats.next_offset => {
                     return Err(Resumed::Fatal(DrainError::Config(format!(
                         "--from {o} is beyond the gateway's next offset {}",
                         stats.next_offset
                     ))));
                 }
-                StartFrom::Offset(o) => o,
+                Some(StartFrom::Offset(o)) => o,
             };
             let cp = Checkpoint::new(w.log_id, start);
             self.store
@@ -989,7 +1029,7 @@ impl Drain {
                     .await
                     .map_err(|e| Resumed::Fatal(e.into()))?;
                 log::warn!(
-                    "--accept-new-log: {m}; starting over at offset {} of log {}",
+                    "resume check failed: {m}; --accept-new-log is set: starting over at the gateway's first offset {} of log {} (the reset is recorded in the state file)",
                     new.offset,
                     new.log_id
                 );
@@ -1153,8 +1193,18 @@ impl Drain {
                                     return Ok(SessionEnd::Done);
                                 }
                                 let to = l.to.max(from);
-                                self.gap(src, s.cp, l.from.max(from), to, reason_name(l.reason))
+                                if l.reason == LostReason::NotPersisted {
+                                    self.skip(src, s.cp, l.from.max(from), to).await?;
+                                } else {
+                                    self.gap(
+                                        src,
+                                        s.cp,
+                                        l.from.max(from),
+                                        to,
+                                        reason_name(l.reason),
+                                    )
                                     .await?;
+                                }
                                 s.win.next = s.cp.offset;
                                 *expect_crc = None;
                             } else if !records.is_empty() {
@@ -1242,6 +1292,40 @@ impl Drain {
         self.metrics.lost.inc_by(n);
         self.metrics.set_committed(cp.offset);
         self.summary.gaps += 1;
+        self.summary.offset = cp.offset;
+        Ok(())
+    }
+
+    /// Moves the checkpoint past `from..to`, a range the gateway never persisted
+    /// (`NotPersisted`: offsets handed out from RAM and not durable at a crash, mostly the
+    /// rest of its offset lease). No durably acknowledged record had those offsets, so this
+    /// is not a gap: logged at `info`, counted in `spillway_bridge_skipped_offsets_total`,
+    /// and neither counted as lost nor recorded in redb's `gaps` table.
+    async fn skip(
+        &mut self,
+        src: &Source,
+        cp: &mut Checkpoint,
+        from: u64,
+        to: u64,
+    ) -> Result<(), DrainError> {
+        if to <= from || to <= cp.offset {
+            return Ok(());
+        }
+        let n = to - from;
+        log::info!(
+            "gateway {:?} log {}: offsets {from}..{to} were never persisted by the gateway (skipped after a crash); no durably acknowledged record had them; continuing at {to}",
+            src.gateway_id,
+            cp.log_id
+        );
+        cp.offset = to;
+        cp.last_crc = None;
+        cp.updated_unix_ms = now_ms();
+        self.store
+            .save_async(&src.gateway_id, &self.cfg.consumer, cp)
+            .await?;
+        self.metrics.skipped_offsets.inc_by(n);
+        self.metrics.set_committed(cp.offset);
+        self.summary.skipped_offsets += n;
         self.summary.offset = cp.offset;
         Ok(())
     }

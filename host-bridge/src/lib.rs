@@ -9,14 +9,14 @@
 //! - [`drain`]: the drain loop (fetch ahead, deliver, checkpoint, commit; gaps; backoff).
 //! - [`sink`]: the `file:` and `kafka://` sinks.
 //! - [`metrics`]: Prometheus metrics; [`progress`]: backlog display.
-//! - [`commands`]: `publish`, `tail`, `status`.
+//! - [`commands`]: `publish`, `tail`, `status`, `consumers`.
 //!
 //! ## Exit codes of `spillway-bridge`
 //!
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success (`drain`: `--once` reached its target, or stopped by SIGTERM/SIGINT after finishing in-flight work) |
-//! | 1 | failure: `publish` left records unacknowledged, the gateway could not be reached by `tail`/`status`, the sink could not be opened, output failed |
+//! | 1 | failure: `publish` had records rejected or left them unacknowledged, the gateway could not be reached by `tail`/`status`/`consumers`, the sink could not be opened, output failed |
 //! | 2 | usage or configuration error (bad flag, config file, URI, `--from` beyond the log) |
 //! | 3 | `drain`: the resume check failed (log id, previous record CRC, or checkpoint beyond the log's end); not retried — see `--accept-new-log` |
 //! | 4 | the state file could not be opened or written (e.g. another drain holds it) |

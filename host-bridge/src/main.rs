@@ -1,4 +1,5 @@
-//! `spillway-bridge`: drains a Spillway gateway upstream, and `publish`, `tail`, `status`.
+//! `spillway-bridge`: drains a Spillway gateway upstream, and `publish`, `tail`, `status`,
+//! `consumers`.
 //! See the library crate's doc for the exit codes.
 
 use std::path::PathBuf;
@@ -18,8 +19,8 @@ use spillway_core::wire::AckLevel;
 const EXIT_CODES: &str = "\
 Exit codes:
   0  success (drain: --once reached its target, or SIGTERM/SIGINT after in-flight work)
-  1  failure (publish: records not acknowledged; gateway unreachable for tail/status;
-     sink could not be opened)
+  1  failure (publish: records rejected or not acknowledged; gateway unreachable for
+     tail/status/consumers; sink could not be opened)
   2  usage or configuration error
   3  drain: resume check failed (gateway log id or previous record CRC differs from the
      checkpoint, or the checkpoint is beyond the log); not retried, see --accept-new-log
@@ -57,6 +58,12 @@ enum Cmd {
     /// Show the gateway's stats, consumers, lag and the local checkpoint.
     #[command(after_help = EXIT_CODES)]
     Status(StatusCli),
+    /// List the gateway's consumers (committed offset, lag), or delete one with --delete.
+    ///
+    /// A consumer that never commits holds back retention under --full reject-new:
+    /// delete it. A drain using a deleted name creates it again with its next commit.
+    #[command(after_help = EXIT_CODES)]
+    Consumers(ConsumersCli),
 }
 
 #[derive(Args, Debug)]
@@ -74,8 +81,11 @@ struct DrainArgs {
     /// Consumer name on the gateway and in the state file [default: bridge]
     #[arg(long)]
     consumer: Option<String>,
-    /// Where to start when the state file has no checkpoint for this gateway:
-    /// earliest, latest or an offset [default: earliest]
+    /// Where to start when the state file has no checkpoint for this gateway: earliest,
+    /// latest or an offset. Without it: the gateway's committed offset for --consumer when
+    /// it is above the log's first offset (a deleted state file or a renamed gateway id
+    /// resumes there, with a warning: the previous record's CRC cannot be checked), else
+    /// earliest
     #[arg(long)]
     from: Option<String>,
     /// Drain up to the gateway's next offset as read at start, then exit 0.
@@ -148,7 +158,9 @@ struct PublishCli {
     /// How long to keep reconnecting and resending without progress, e.g. 5s, 500ms.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     retry_for: Duration,
-    /// Input file, or - for stdin (the default).
+    /// Input file, or - for stdin (the default). Streamed: each line is sent as soon as it
+    /// is read (`tail -F app.log | spillway-bridge publish --topic t -` works), and only
+    /// records not yet acknowledged are held for a resend.
     #[arg(value_name = "FILE|-")]
     input: Option<PathBuf>,
 }
@@ -183,6 +195,19 @@ struct StatusCli {
     /// State file to show the local checkpoints of [default: ./spillway-bridge.redb]
     #[arg(long, value_name = "FILE.redb")]
     state: Option<PathBuf>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct ConsumersCli {
+    /// Gateway URI [default: tcp://127.0.0.1:7878]
+    #[arg(long)]
+    gateway: Option<String>,
+    /// Delete this consumer on the gateway and print whether it existed.
+    #[arg(long, value_name = "NAME")]
+    delete: Option<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -288,6 +313,27 @@ fn main() {
                 &mut out,
             ))
         }
+        Cmd::Consumers(a) => {
+            let gw = gateway_addr(a.gateway, &file);
+            if let Some(name) = &a.delete
+                && (name.is_empty()
+                    || name.len() > spillway_core::log::format::MAX_CONSUMER_NAME_LEN)
+            {
+                usage(format!(
+                    "--delete: a consumer name is 1 to {} bytes",
+                    spillway_core::log::format::MAX_CONSUMER_NAME_LEN
+                ));
+            }
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            smol::block_on(commands::consumers(
+                &gw,
+                a.delete.as_deref(),
+                reply_timeout,
+                a.json,
+                &mut out,
+            ))
+        }
     };
     std::process::exit(code);
 }
@@ -318,7 +364,12 @@ fn run_drain(a: DrainArgs, file: &FileConfig, reply_timeout: Duration) -> i32 {
         }
         cfg.consumer = c;
     }
-    cfg.from = start_from(a.from, file);
+    // Only an explicit --from (flag or config file) overrides the gateway's committed
+    // offset when the state file has no checkpoint.
+    cfg.from = a
+        .from
+        .or_else(|| file.from.clone())
+        .map(|s| s.parse().unwrap_or_else(|e| usage(e)));
     cfg.once = a.once || file.once.unwrap_or(false);
     cfg.accept_new_log = a.accept_new_log || file.accept_new_log.unwrap_or(false);
     if let Some(v) = a.max_batch_bytes.or(file.max_batch_bytes) {
@@ -413,10 +464,11 @@ fn run_drain(a: DrainArgs, file: &FileConfig, reply_timeout: Duration) -> i32 {
         match drain.run().await {
             Ok(s) => {
                 log::info!(
-                    "done: forwarded {} records ({} bytes), {} gaps; checkpoint at offset {}",
+                    "done: forwarded {} records ({} bytes), {} gaps, {} never-persisted offsets skipped; checkpoint at offset {}",
                     s.records,
                     s.bytes,
                     s.gaps,
+                    s.skipped_offsets,
                     s.offset
                 );
                 exit::OK

@@ -11,6 +11,7 @@
 //! | `spillway_bridge_retries_total` | counter | retries after a gateway or sink failure |
 //! | `spillway_bridge_gaps_total` | counter | ranges of offsets the gateway no longer had |
 //! | `spillway_bridge_lost_records_total` | counter | offsets in those ranges |
+//! | `spillway_bridge_skipped_offsets_total` | counter | offsets the gateway never persisted (skipped after a crash: `NotPersisted`); no record is missing, not counted as gaps or lost |
 //! | `spillway_bridge_sink_errors_total{kind}` | counter | sink failures by kind (`io`, `kafka`, `timeout`) |
 //! | `spillway_bridge_gateway_errors_total` | counter | gateway connection or request failures |
 //! | `spillway_bridge_sink_resumed_records_total` | counter | records found already in the sink at start and not sent again (Kafka effectively-once resume) |
@@ -43,6 +44,8 @@ pub struct Metrics {
     pub gaps: Counter,
     /// Offsets lost in gaps.
     pub lost: Counter,
+    /// Offsets the gateway never persisted (not gaps; no record is missing).
+    pub skipped_offsets: Counter,
     /// Sink errors by kind.
     pub sink_errors: Family<Vec<(String, String)>, Counter>,
     /// Gateway errors.
@@ -119,6 +122,11 @@ impl Metrics {
             self.gaps.clone(),
         );
         r.register("lost_records", "Offsets lost in gaps", self.lost.clone());
+        r.register(
+            "skipped_offsets",
+            "Offsets the gateway never persisted (skipped after a crash); no record is missing",
+            self.skipped_offsets.clone(),
+        );
         r.register(
             "sink_errors",
             "Sink failures by kind",
@@ -207,6 +215,7 @@ mod tests {
             "spillway_bridge_lag_records 60",
             "spillway_bridge_sink_errors_total{kind=\"timeout\"} 1",
             "spillway_bridge_gaps_total 0",
+            "spillway_bridge_skipped_offsets_total 0",
         ] {
             assert!(text.contains(name), "{name} missing in\n{text}");
         }

@@ -202,7 +202,7 @@ fn gaps_are_recorded_and_skipped() {
     gw.drop_below(40);
     let mut c = cfg(&gw, dir.path());
     // Start at 0 even though the gateway's first offset is 40: the gap is met by a fetch.
-    c.from = spillway_bridge::drain::StartFrom::Offset(0);
+    c.from = Some(spillway_bridge::drain::StartFrom::Offset(0));
     let s = run(c).unwrap();
     assert_eq!(s.records, 60);
     assert_eq!(s.gaps, 1);
@@ -223,12 +223,12 @@ fn from_latest_skips_the_backlog() {
     let dir = tempfile::tempdir().unwrap();
     publish(&gw, "t", &payloads("a", 30));
     let mut c = cfg(&gw, dir.path());
-    c.from = spillway_bridge::drain::StartFrom::Latest;
+    c.from = Some(spillway_bridge::drain::StartFrom::Latest);
     assert_eq!(run(c).unwrap().records, 0);
     publish(&gw, "t", &payloads("b", 5));
     // The checkpoint now wins over --from.
     let mut c = cfg(&gw, dir.path());
-    c.from = spillway_bridge::drain::StartFrom::Earliest;
+    c.from = Some(spillway_bridge::drain::StartFrom::Earliest);
     assert_eq!(run(c).unwrap().records, 5);
     assert_eq!(read_out(dir.path()).first().unwrap().1, 30);
 }
@@ -272,4 +272,101 @@ fn survives_a_gateway_outage_and_stops_cleanly_on_shutdown() {
     assert!(metrics.retries.get() >= 1, "an outage means retries");
     // The final checkpoint reached the gateway.
     assert_eq!(gw.committed("bridge"), Some(400));
+}
+
+fn run_with(c: DrainConfig, m: &Metrics) -> Result<DrainSummary, DrainError> {
+    let (_t, stop) = Shutdown::new();
+    smol::block_on(async {
+        let d = Drain::open(c, m.clone(), stop).await?;
+        d.run().await
+    })
+}
+
+/// Offsets the gateway skipped after a crash (`NotPersisted`: the rest of its offset
+/// lease) never held a durable record: the drain moves past them without calling them a
+/// gap. Before, every power cut counted the skipped lease as lost records in the metrics
+/// and in redb, which fired data-loss alerts.
+#[test]
+fn never_persisted_offsets_are_skipped_not_counted_as_lost() {
+    let gw = FakeGateway::start("gw-1", 0x5EED);
+    let dir = tempfile::tempdir().unwrap();
+    publish(&gw, "t", &payloads("a", 100));
+    gw.pretend_lost(40, 60, spillway_core::wire::LostReason::NotPersisted);
+    let m = Metrics::default();
+    let s = run_with(cfg(&gw, dir.path()), &m).unwrap();
+    assert_eq!((s.records, s.gaps, s.skipped_offsets), (80, 0, 20));
+    let offs: Vec<u64> = read_out(dir.path()).iter().map(|r| r.1).collect();
+    assert_eq!(offs, (0..40).chain(60..100).collect::<Vec<_>>());
+    assert_eq!(m.skipped_offsets.get(), 20);
+    assert_eq!((m.gaps.get(), m.lost.get()), (0, 0));
+    let text = m.render();
+    assert!(
+        text.contains("spillway_bridge_skipped_offsets_total 20"),
+        "{text}"
+    );
+    let store = Store::open(&dir.path().join("state.redb")).unwrap();
+    assert!(store.gaps(0x5EED).unwrap().is_empty(), "not a gap in redb");
+    let cp = store.load("gw-1", "bridge").unwrap().unwrap();
+    assert_eq!((cp.gaps, cp.lost, cp.offset), (0, 0, 100));
+    assert_eq!(gw.committed("bridge"), Some(100));
+}
+
+/// A corrupt range is still a real gap: counted as lost and recorded in redb.
+#[test]
+fn corrupt_offsets_are_still_a_gap() {
+    let gw = FakeGateway::start("gw-1", 0xBAD0);
+    let dir = tempfile::tempdir().unwrap();
+    publish(&gw, "t", &payloads("a", 100));
+    gw.pretend_lost(40, 60, spillway_core::wire::LostReason::Corrupt);
+    let m = Metrics::default();
+    let s = run_with(cfg(&gw, dir.path()), &m).unwrap();
+    assert_eq!((s.records, s.gaps, s.skipped_offsets), (80, 1, 0));
+    assert_eq!(
+        (m.gaps.get(), m.lost.get(), m.skipped_offsets.get()),
+        (1, 20, 0)
+    );
+    let store = Store::open(&dir.path().join("state.redb")).unwrap();
+    let gaps = store.gaps(0xBAD0).unwrap();
+    assert_eq!(gaps.len(), 1);
+    assert_eq!(
+        (gaps[0].from, gaps[0].to, gaps[0].reason.as_str()),
+        (40, 60, "corrupt")
+    );
+    let cp = store.load("gw-1", "bridge").unwrap().unwrap();
+    assert_eq!((cp.gaps, cp.lost, cp.offset), (1, 20, 100));
+}
+
+/// Without a checkpoint in the state file (deleted, or the gateway renamed) and without
+/// `--from`, the drain starts at the gateway's committed offset for its consumer, as a
+/// Kafka consumer group would; an explicit `--from` still wins. Before, it started at the
+/// earliest offset and sent everything again.
+#[test]
+fn without_a_checkpoint_the_gateways_committed_offset_is_used() {
+    let gw = FakeGateway::start("gw-1", 0xC0_11);
+    let first = tempfile::tempdir().unwrap();
+    publish(&gw, "t", &payloads("a", 100));
+    assert_eq!(run(cfg(&gw, first.path())).unwrap().records, 100);
+    assert_eq!(gw.committed("bridge"), Some(100));
+    publish(&gw, "t", &payloads("b", 20));
+
+    // The state file is gone: resume at the gateway's committed offset.
+    let lost_state = tempfile::tempdir().unwrap();
+    let s = run(cfg(&gw, lost_state.path())).unwrap();
+    assert_eq!(s.records, 20);
+    let offs: Vec<u64> = read_out(lost_state.path()).iter().map(|r| r.1).collect();
+    assert_eq!(offs, (100..120).collect::<Vec<_>>());
+    let store = Store::open(&lost_state.path().join("state.redb")).unwrap();
+    assert_eq!(store.load("gw-1", "bridge").unwrap().unwrap().offset, 120);
+
+    // An explicit --from wins over the gateway's committed offset.
+    let explicit = tempfile::tempdir().unwrap();
+    let mut c = cfg(&gw, explicit.path());
+    c.from = Some(spillway_bridge::drain::StartFrom::Earliest);
+    assert_eq!(run(c).unwrap().records, 120);
+
+    // Another consumer has no committed offset: it starts at the earliest.
+    let other = tempfile::tempdir().unwrap();
+    let mut c = cfg(&gw, other.path());
+    c.consumer = "archive".into();
+    assert_eq!(run(c).unwrap().records, 120);
 }

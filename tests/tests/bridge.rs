@@ -272,11 +272,14 @@ fn replaced_image_is_refused_by_the_resume_check() {
     assert!(err.contains("--accept-new-log"), "{err}");
     args.push("--accept-new-log");
     let out = run_bridge(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // With the flag set, the warning says what happens instead of asking for the flag.
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        err.contains("--accept-new-log is set: starting over"),
+        "{err}"
     );
+    assert!(!err.contains("rerun with --accept-new-log"), "{err}");
     let lines = read_files(&dir.path().join("out"));
     assert_eq!(lines.len(), 13);
 }
@@ -543,4 +546,67 @@ fn gateway_next_offset(gw: &str) -> u64 {
         .ok()
         .and_then(|j| j["stats"]["next_offset"].as_u64())
         .unwrap_or(0)
+}
+
+/// `consumers` lists the real gateway's consumers with committed offset and lag, and
+/// `--delete` removes one (saying whether it existed), so a consumer that stopped draining
+/// no longer holds back retention.
+#[test]
+fn consumers_lists_and_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _g = start_gateway(dir.path(), port);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    publish(&gw, "t", &write_input(dir.path(), 10, "c"));
+    let sink = format!("file:{}", dir.path().join("out").display());
+    for (consumer, state) in [("bridge", "a.redb"), ("old-bridge", "b.redb")] {
+        let state = dir.path().join(state).display().to_string();
+        let mut args = drain_args(&gw, &sink, &state);
+        args.extend(["--once", "--consumer", consumer]);
+        let out = run_bridge(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    publish(&gw, "t", &write_input(dir.path(), 5, "d"));
+
+    let out = run_bridge(&["consumers", "--gateway", &gw]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(rows.contains(&vec!["bridge", "10", "5"]), "{text}");
+    assert!(rows.contains(&vec!["old-bridge", "10", "5"]), "{text}");
+
+    let out = run_bridge(&["consumers", "--gateway", &gw, "--delete", "old-bridge"]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "deleted consumer \"old-bridge\"\n"
+    );
+    let out = run_bridge(&["consumers", "--gateway", &gw, "--delete", "old-bridge"]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "consumer \"old-bridge\" did not exist\n"
+    );
+
+    let out = run_bridge(&["consumers", "--gateway", &gw, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = v["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["bridge"]);
+    assert_eq!(v["consumers"][0]["lag"], 5);
+
+    let help = run_bridge(&["--help"]);
+    assert!(String::from_utf8_lossy(&help.stdout).contains("consumers"));
 }

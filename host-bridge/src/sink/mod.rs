@@ -271,8 +271,10 @@ pub struct JsonRecord<'a> {
     pub offset: u64,
     /// Topic.
     pub topic: &'a str,
-    /// RFC 3339 UTC with microseconds; `null` if outside years 0000–9999.
-    pub timestamp: Option<String>,
+    /// RFC 3339 UTC with microseconds, always a string: a `timestamp_us` past the end of
+    /// year 9999 (RFC 3339's range) is shown as the largest representable time,
+    /// [`MAX_RFC3339`]; `timestamp_us` keeps the exact value.
+    pub timestamp: String,
     /// µs since the Unix epoch.
     pub timestamp_us: u64,
     /// The payload: UTF-8 text as is, otherwise standard base64 with padding.
@@ -312,14 +314,20 @@ impl<'a> JsonRecord<'a> {
     }
 }
 
+/// The largest time RFC 3339 can write (four-digit years), with microseconds.
+pub const MAX_RFC3339: &str = "9999-12-31T23:59:59.999999Z";
+
 /// Formats µs since the Unix epoch as RFC 3339 UTC with 6 fractional digits,
-/// e.g. `2023-11-14T22:13:20.000000Z`; `None` past year 9999.
-pub fn rfc3339_us(us: u64) -> Option<String> {
-    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(us) * 1000).ok()?;
+/// e.g. `2023-11-14T22:13:20.000000Z`. A time past year 9999 (up to `u64::MAX` µs, about
+/// year 586,912) is clamped to [`MAX_RFC3339`].
+pub fn rfc3339_us(us: u64) -> String {
+    let Ok(t) = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(us) * 1000) else {
+        return MAX_RFC3339.to_string();
+    };
     if t.year() > 9999 {
-        return None;
+        return MAX_RFC3339.to_string();
     }
-    Some(format!(
+    format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
         t.year(),
         u8::from(t.month()),
@@ -328,7 +336,7 @@ pub fn rfc3339_us(us: u64) -> Option<String> {
         t.minute(),
         t.second(),
         t.microsecond()
-    ))
+    )
 }
 
 #[cfg(test)]
@@ -370,14 +378,36 @@ mod tests {
     #[test]
     fn rfc3339() {
         assert_eq!(
-            rfc3339_us(1_700_000_000_000_000).as_deref(),
-            Some("2023-11-14T22:13:20.000000Z")
+            rfc3339_us(1_700_000_000_000_000),
+            "2023-11-14T22:13:20.000000Z"
         );
-        assert_eq!(
-            rfc3339_us(1).as_deref(),
-            Some("1970-01-01T00:00:00.000001Z")
-        );
-        assert_eq!(rfc3339_us(u64::MAX), None);
+        assert_eq!(rfc3339_us(1), "1970-01-01T00:00:00.000001Z");
+        // The last microsecond of year 9999, and anything later, clamped.
+        assert_eq!(rfc3339_us(253_402_300_799_999_999), MAX_RFC3339);
+        assert_eq!(rfc3339_us(253_402_300_800_000_000), MAX_RFC3339);
+        assert_eq!(rfc3339_us(u64::MAX), MAX_RFC3339);
+    }
+
+    /// A record stamped `u64::MAX` µs (beyond RFC 3339's years) still gets a string
+    /// `timestamp` in the file sink and `tail` JSON, never `null`.
+    #[test]
+    fn json_timestamp_out_of_range_is_clamped_not_null() {
+        let src = Source {
+            gateway_id: "gw".into(),
+            log_id: 1,
+        };
+        let rec = OwnedRecord {
+            offset: 0,
+            record_crc: 0,
+            topic: "t".into(),
+            timestamp_us: u64::MAX,
+            producer: None,
+            payload: b"x".to_vec(),
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&JsonRecord::new(&src, &rec).to_line()).unwrap();
+        assert_eq!(v["timestamp"], MAX_RFC3339);
+        assert_eq!(v["timestamp_us"], u64::MAX);
     }
 
     #[test]

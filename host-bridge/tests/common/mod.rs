@@ -1,8 +1,9 @@
 //! A small in-process gateway for tests: speaks the wire protocol over TCP, backed by a real
 //! `spillway_core::log::Log` on a simulated flash. One thread per connection; the log sits
 //! behind a mutex. Test controls: cut every connection and refuse new ones for a while
-//! (outage), replace the log (a reflashed gateway), and pretend offsets below a mark are
-//! gone (a drop-oldest gap).
+//! (outage), replace the log (a reflashed gateway), pretend offsets below a mark are
+//! gone (a drop-oldest gap), and pretend a range of offsets is lost for a given reason
+//! (corrupt, or never persisted after a crash).
 #![allow(dead_code, missing_docs)]
 
 use std::io::{Read, Write};
@@ -21,6 +22,8 @@ use spillway_core::wire::{
 type TheLog = Log<'static, SimFlash<Vec<u8>>>;
 
 const MAX_FRAME: usize = 64 * 1024;
+/// The largest payload accepted (announced in the `Welcome`); larger ones get `TooLarge`.
+const MAX_RECORD: u32 = 4096;
 
 fn new_log(log_id: u128) -> TheLog {
     let g = Geometry {
@@ -53,6 +56,8 @@ struct State {
     gateway_id: String,
     /// Offsets below this are answered as dropped.
     gone_below: u64,
+    /// A range answered as `lost` with this reason instead of its records.
+    lost: Option<(u64, u64, wire::LostReason)>,
 }
 
 pub struct FakeGateway {
@@ -82,6 +87,7 @@ impl FakeGateway {
             log_id,
             gateway_id: gateway_id.to_string(),
             gone_below: 0,
+            lost: None,
         }));
         let gw = FakeGateway {
             addr,
@@ -172,6 +178,7 @@ impl FakeGateway {
             st.log = new_log(log_id);
             st.log_id = log_id;
             st.gone_below = 0;
+            st.lost = None;
         }
         for c in self.conns.lock().unwrap().drain(..) {
             let _ = c.shutdown(Shutdown::Both);
@@ -181,6 +188,13 @@ impl FakeGateway {
     /// Pretends every offset below `o` is gone (drop-oldest).
     pub fn drop_below(&self, o: u64) {
         self.state.lock().unwrap().gone_below = o;
+    }
+
+    /// Pretends offsets `from..to` cannot be read for `reason`: a fetch from inside the
+    /// range gets a `Records` reply with that `lost` range and no records, and a fetch from
+    /// before it stops at `from`.
+    pub fn pretend_lost(&self, from: u64, to: u64, reason: wire::LostReason) {
+        self.state.lock().unwrap().lost = Some((from, to, reason));
     }
 }
 
@@ -248,7 +262,7 @@ fn handle(
                 protocol_version: 1,
                 log_id: st.log_id,
                 gateway_id: &st.gateway_id,
-                max_record_bytes: 4096,
+                max_record_bytes: MAX_RECORD,
                 max_frame_bytes: MAX_FRAME as u32,
             },
             out,
@@ -268,6 +282,10 @@ fn handle(
             ack,
             producer,
         } => {
+            if payload.len() > MAX_RECORD as usize {
+                let m = format!("payload of {} bytes exceeds {MAX_RECORD}", payload.len());
+                return err(out, seq, ErrorCode::TooLarge, &m);
+            }
             let mut st = state.lock().unwrap();
             let r = st.log.append(
                 0,
@@ -280,6 +298,9 @@ fn handle(
             );
             let a = match r {
                 Ok(a) => a,
+                Err(e @ spillway_core::AppendError::BadTopic { .. }) => {
+                    return err(out, seq, ErrorCode::BadRequest, &e.to_string());
+                }
                 Err(e) => return err(out, seq, ErrorCode::Internal, &e.to_string()),
             };
             if ack == wire::AckLevel::Durable {
@@ -325,6 +346,18 @@ fn handle(
                     std::thread::sleep(Duration::from_millis(10));
                     continue;
                 }
+                if let Some((lf, lt, reason)) = st.lost
+                    && (lf..lt).contains(&from_offset)
+                {
+                    let w = RecordsWriter::new(out, seq, 0, max_bytes);
+                    let lost = wire::LostRange {
+                        from: lf,
+                        to: lt,
+                        reason,
+                    };
+                    return w.finish(lt, Some(lost)).ok();
+                }
+                let lost_from = st.lost.map(|l| l.0).filter(|&lf| lf > from_offset);
                 let mut buf = vec![0u8; 32 * 1024];
                 let r = match st.log.read(from_offset, &mut buf) {
                     Ok(r) => r,
@@ -348,6 +381,10 @@ fn handle(
                 let mut w = RecordsWriter::new(out, seq, r.prev_crc, max_bytes);
                 let mut next = r.next_offset;
                 for rec in r.records(&buf) {
+                    if lost_from.is_some_and(|lf| rec.offset >= lf) {
+                        next = rec.offset;
+                        break;
+                    }
                     let view = RecordView::from(rec);
                     if w.push(&view).is_err() {
                         next = rec.offset;
