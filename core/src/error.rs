@@ -132,6 +132,20 @@ pub enum AppendError<E: Debug> {
         /// Index of the erase block in the partition.
         block: u32,
     },
+    /// A resend older than the remembered window from before a skipped sequence (one the
+    /// log refused, or that never arrived): whether it was stored is not known, so it is
+    /// neither appended nor acknowledged. The producer must treat it as not acknowledged.
+    #[error(
+        "producer {producer:#x} resent sequence {seq}, older than the remembered window and before a skipped sequence: whether it was stored is not known (last {last_seq})"
+    )]
+    SequenceUnknown {
+        /// Producer id.
+        producer: u64,
+        /// Sequence resent.
+        seq: u32,
+        /// Last sequence stored.
+        last_seq: u32,
+    },
 }
 
 /// Writing the RAM buffer to flash failed; the records stay in RAM.

@@ -519,6 +519,10 @@ impl Gateway {
                     self.counters.rejected_full += 1;
                     ErrorCode::Full
                 }
+                AppendError::SequenceUnknown { .. } => {
+                    self.counters.rejected_invalid += 1;
+                    ErrorCode::SequenceUnknown
+                }
                 AppendError::SequenceTooOld { stored_below, .. } => {
                     self.counters.duplicates_unknown_offset += 1;
                     below = Some(stored_below);

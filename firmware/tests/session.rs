@@ -337,7 +337,8 @@ fn gateway_default_ack_level_follows_the_configuration() {
 
 /// A resend older than the producer's remembered window is answered "already stored,
 /// offset unknown" — for a durable publish only once what it resends is durable — and
-/// nothing is appended twice. A sequence the window skips is new and is appended.
+/// nothing is appended twice. A sequence the window skips is new and is appended. After a
+/// skipped sequence, older resends are "unknown", never "stored".
 #[test]
 fn resend_older_than_the_window_is_a_duplicate_once_durable() {
     let mut flash = formatted(11);
@@ -357,43 +358,85 @@ fn resend_older_than_the_window_is_a_duplicate_once_durable() {
     };
     let _ = gw.handle_request(&mut conn, &hello, &mut log, 0, 0, &mut scratch, &mut out);
     let id = 0xabc;
-    for s in (0..10u32).filter(|&s| s != 7) {
-        let req = publish(s, b"v", AckLevel::Buffered, Some(Producer { id, seq: s }));
-        let o = gw.handle_request(&mut conn, &req, &mut log, 1, 1, &mut scratch, &mut out);
-        assert!(matches!(o, Outcome::Reply { .. }), "{o:?}");
+    let mut send =
+        |gw: &mut Gateway, log: &mut Log<'_, _>, s: u32, ack: AckLevel, out: &mut Vec<u8>| {
+            let req = publish(s, b"v", ack, Some(Producer { id, seq: s }));
+            gw.handle_request(&mut conn, &req, log, 1, 1, &mut scratch, out)
+        };
+    let code_of = |o: Outcome, out: &[u8]| {
+        let len = match o {
+            Outcome::Reply { len } | Outcome::ReplyWhenDurable { len, .. } => len,
+            other => panic!("{other:?}"),
+        };
+        match decode_message::<Response<'_>>(&mut out[..len].to_vec()).unwrap() {
+            Response::Error { code, .. } => Some(code),
+            Response::Ack { .. } => None,
+            other => panic!("{other:?}"),
+        }
+    };
+    for s in 0..10u32 {
+        let o = send(&mut gw, &mut log, s, AckLevel::Buffered, &mut out);
+        assert_eq!(code_of(o, &out), None);
     }
-    assert_eq!(log.next_offset(), 9);
-    // Sequence 2 is older than the last four (6, 8, 9 and 5): stored, offset unknown; the
-    // durable publish waits until what it resends (below offset 5) is durable.
-    let req = publish(2, b"v", AckLevel::Durable, Some(Producer { id, seq: 2 }));
-    let o = gw.handle_request(&mut conn, &req, &mut log, 2, 2, &mut scratch, &mut out);
-    let Outcome::ReplyWhenDurable { len, offset } = o else {
+    assert_eq!(log.next_offset(), 10);
+    // Sequence 2 is older than the last four (6..=9) and inside the unbroken run: stored,
+    // offset unknown; the durable publish waits until what it resends (below offset 6) is
+    // durable.
+    let o = send(&mut gw, &mut log, 2, AckLevel::Durable, &mut out);
+    let Outcome::ReplyWhenDurable { offset, .. } = o else {
         panic!("{o:?}")
     };
-    assert_eq!(offset, 4, "stored below offset 5, the oldest remembered");
-    match decode_message::<Response<'_>>(&mut out[..len].to_vec()).unwrap() {
-        Response::Error { code, .. } => assert_eq!(code, ErrorCode::DuplicateSequenceUnknownOffset),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(offset, 5, "stored below offset 6, the oldest remembered");
+    assert_eq!(
+        code_of(o, &out),
+        Some(ErrorCode::DuplicateSequenceUnknownOffset)
+    );
     log.flush(3).unwrap();
-    let o = gw.handle_request(&mut conn, &req, &mut log, 4, 4, &mut scratch, &mut out);
+    let o = send(&mut gw, &mut log, 2, AckLevel::Durable, &mut out);
     assert!(
         matches!(o, Outcome::Reply { .. }),
         "durable now: answered at once, {o:?}"
     );
     assert_eq!(gw.counters().duplicates_unknown_offset, 2);
-    // Sequence 7 was skipped: inside the window's range but never stored, so it is new.
-    let req = publish(
-        7,
-        b"late",
-        AckLevel::Buffered,
-        Some(Producer { id, seq: 7 }),
+    // Sequence 11 arrives before 10 (10 was refused, say): 10 inside the window's range
+    // is new and is appended late.
+    assert_eq!(
+        code_of(
+            send(&mut gw, &mut log, 11, AckLevel::Buffered, &mut out),
+            &out
+        ),
+        None
     );
-    let o = gw.handle_request(&mut conn, &req, &mut log, 5, 5, &mut scratch, &mut out);
-    assert!(matches!(o, Outcome::Reply { .. }), "{o:?}");
+    assert_eq!(
+        code_of(
+            send(&mut gw, &mut log, 10, AckLevel::Buffered, &mut out),
+            &out
+        ),
+        None
+    );
     assert_eq!(
         log.next_offset(),
-        10,
+        12,
         "nothing appended twice; the late sequence once"
     );
+    // Once the window has moved past the skip, a resend from before it is unknown: the
+    // gateway cannot tell whether it was stored, and never says it was.
+    for s in 12..16u32 {
+        assert_eq!(
+            code_of(
+                send(&mut gw, &mut log, s, AckLevel::Buffered, &mut out),
+                &out
+            ),
+            None
+        );
+    }
+    for s in [3u32, 10] {
+        let o = send(&mut gw, &mut log, s, AckLevel::Buffered, &mut out);
+        assert_eq!(
+            code_of(o, &out),
+            Some(ErrorCode::SequenceUnknown),
+            "sequence {s}"
+        );
+    }
+    assert_eq!(log.next_offset(), 16);
 }

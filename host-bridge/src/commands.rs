@@ -241,6 +241,13 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
                             sum.duplicates += 1;
                             true
                         }
+                        // The gateway cannot tell whether an old resend was stored: it
+                        // stays not acknowledged (resending cannot change the answer).
+                        C::SequenceUnknown => {
+                            log::error!("input line {} not acknowledged: {message}", u.line);
+                            sum.rejected += 1;
+                            true
+                        }
                         C::TooLarge | C::BadRequest => {
                             log::error!(
                                 "input line {} rejected ({} bytes): {code:?} {message}; not resent",

@@ -15,7 +15,7 @@ pub const PRODUCER_WINDOW: usize = 4;
 
 /// Longest journal entry in bytes.
 pub const MAX_ENTRY_LEN: usize =
-    JOURNAL_HEADER_LEN + MAX_CONSUMERS * (1 + MAX_CONSUMER_NAME_LEN + 8) + MAX_PRODUCERS * 20;
+    JOURNAL_HEADER_LEN + MAX_CONSUMERS * (1 + MAX_CONSUMER_NAME_LEN + 8) + MAX_PRODUCERS * 24;
 
 const FLAG_CLEAN: u8 = 0x01;
 
@@ -37,6 +37,9 @@ pub struct ProducerState {
     pub id: u64,
     /// The last records' `(sequence, offset)`, oldest first, at most [`PRODUCER_WINDOW`].
     pub window: Vec<(u32, u64), PRODUCER_WINDOW>,
+    /// Every sequence from this one up to the last was stored (no sequence skipped since):
+    /// a resend at or above it, older than the window, is known to be stored.
+    pub contiguous_from: u32,
 }
 
 impl ProducerState {
@@ -45,8 +48,23 @@ impl ProducerState {
         self.window.last().map(|w| w.0)
     }
 
-    /// Records `(seq, offset)`, forgetting the oldest when the window is full.
+    /// A producer whose first remembered record is `(seq, offset)`.
+    pub fn new(id: u64, seq: u32, offset: u64) -> Self {
+        let mut st = ProducerState {
+            id,
+            window: Vec::new(),
+            contiguous_from: seq,
+        };
+        let _ = st.window.push((seq, offset));
+        st
+    }
+
+    /// Records `(seq, offset)` (a sequence above the last), forgetting the oldest when the
+    /// window is full. A skipped sequence restarts the contiguous run.
     pub fn push(&mut self, seq: u32, offset: u64) {
+        if self.last_seq().is_some_and(|l| seq != l.wrapping_add(1)) {
+            self.contiguous_from = seq;
+        }
         if self.window.is_full() {
             self.window.remove(0);
         }
@@ -77,8 +95,8 @@ pub struct Entry {
     pub clean: bool,
     /// Consumers and their committed offsets.
     pub consumers: Vec<(heapless::String<MAX_CONSUMER_NAME_LEN>, u64), MAX_CONSUMERS>,
-    /// Producers: `(id, last durable sequence, its offset)`.
-    pub producers: Vec<(u64, u32, u64), MAX_PRODUCERS>,
+    /// Producers: `(id, last durable sequence, its offset, start of its contiguous run)`.
+    pub producers: Vec<(u64, u32, u64, u32), MAX_PRODUCERS>,
 }
 
 /// Encodes a journal entry into `out` (at least [`MAX_ENTRY_LEN`] bytes); returns its
@@ -94,7 +112,7 @@ pub fn encode<'c>(
     geometry: (u32, u32, u8, u32),
     clean: bool,
     consumers: impl Iterator<Item = (&'c str, u64)>,
-    producers: impl Iterator<Item = (u64, u32, u64)>,
+    producers: impl Iterator<Item = (u64, u32, u64, u32)>,
 ) -> usize {
     let mut at = JOURNAL_HEADER_LEN;
     let mut nc = 0u8;
@@ -108,14 +126,15 @@ pub fn encode<'c>(
         nc += 1;
     }
     let mut np = 0u8;
-    for (id, pseq, off) in producers {
-        if at + 20 > max_len || np as usize >= MAX_PRODUCERS {
+    for (id, pseq, off, from) in producers {
+        if at + 24 > max_len || np as usize >= MAX_PRODUCERS {
             break;
         }
         out[at..at + 8].copy_from_slice(&id.to_le_bytes());
         out[at + 8..at + 12].copy_from_slice(&pseq.to_le_bytes());
         out[at + 12..at + 20].copy_from_slice(&off.to_le_bytes());
-        at += 20;
+        out[at + 20..at + 24].copy_from_slice(&from.to_le_bytes());
+        at += 24;
         np += 1;
     }
     let len = at as u32;
@@ -203,8 +222,9 @@ pub fn decode(b: &[u8]) -> Option<Entry> {
         let id = u64_at(at)?;
         let seq = u32::from_le_bytes(b.get(at + 8..at + 12)?.try_into().ok()?);
         let off = u64_at(at + 12)?;
-        at += 20;
-        e.producers.push((id, seq, off)).ok()?;
+        let from = u32::from_le_bytes(b.get(at + 20..at + 24)?.try_into().ok()?);
+        at += 24;
+        e.producers.push((id, seq, off, from)).ok()?;
     }
     (at == b.len()).then_some(e)
 }

@@ -986,12 +986,9 @@ impl<'a, F: Flash> Log<'a, F> {
                         persisted: c,
                     });
                 }
-                for &(id, seq, off) in &e.producers {
-                    let mut st = ProducerState {
-                        id,
-                        window: Vec::new(),
-                    };
-                    st.push(seq, off);
+                for &(id, seq, off, from) in &e.producers {
+                    let mut st = ProducerState::new(id, seq, off);
+                    st.contiguous_from = from.min(seq);
                     let _ = log.producers.push(st);
                 }
             }
@@ -1104,12 +1101,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 self.producers.swap_remove(i);
             }
         }
-        let mut st = ProducerState {
-            id,
-            window: Vec::new(),
-        };
-        st.push(seq, offset);
-        let _ = self.producers.push(st);
+        let _ = self.producers.push(ProducerState::new(id, seq, offset));
     }
 
     /// Reads the journal blocks: the newest valid entry, the block it is in, and where the
@@ -1174,7 +1166,9 @@ impl<'a, F: Flash> Log<'a, F> {
                     .iter()
                     .rev()
                     .find(|w| w.1 < durable)
-                    .map(|w| (p.id, w.0, w.1))
+                    // The contiguous run is known to reach this sequence only if it
+                    // started at or below it.
+                    .map(|w| (p.id, w.0, w.1, p.contiguous_from.min(w.0)))
             }),
         );
         let padded = align_up(len as u32, l.ws());
@@ -1336,7 +1330,8 @@ impl<'a, F: Flash> Log<'a, F> {
             });
         }
         // A sequence at or below the producer's last is a resend: answered from the window,
-        // or, older than the window, known to be stored below its oldest entry. A sequence
+        // or, older than the window and inside the producer's unbroken run of sequences,
+        // known to be stored below its oldest entry (else unknown). A sequence
         // inside the window's range that the window lacks was never stored (the producer
         // skipped it earlier) and is appended as new.
         if let Some(p) = rec.producer
@@ -1351,6 +1346,15 @@ impl<'a, F: Flash> Log<'a, F> {
                 return Ok(Appended {
                     offset: off,
                     duplicate: true,
+                });
+            }
+            if p.seq < st.contiguous_from {
+                // A sequence was skipped since (rejected, or never sent): whether this one
+                // was stored is not known. Never answer "stored" for it.
+                return Err(AppendError::SequenceUnknown {
+                    producer: p.id,
+                    seq: p.seq,
+                    last_seq: last,
                 });
             }
             return Err(AppendError::SequenceTooOld {

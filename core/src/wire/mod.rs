@@ -328,6 +328,10 @@ pub enum ErrorCode {
     Internal = 9,
     /// \[10\] A request other than `Hello` arrived before the handshake.
     NotHandshaken = 10,
+    /// \[11\] A producer resend older than the remembered window, from before a sequence
+    /// the gateway skipped (refused, or never received): whether it was stored is not
+    /// known. Treat the record as not acknowledged.
+    SequenceUnknown = 11,
 }
 
 impl ErrorCode {
