@@ -577,6 +577,16 @@ fn check(s: &Settings) -> Result<(), AppError> {
             spillway_core::log::MIN_BUFFER
         )));
     }
+    // A new image must hold two segments of the buffer's size (what `run` would create).
+    if !s.image.exists() {
+        let geo = spillway_core::storage::Geometry {
+            erase_size: erase,
+            write_size: write,
+            capacity: s.size as u32,
+            erased: 0xFF,
+        };
+        super::image::blocks_per_segment(&geo, s.buffer_bytes)?;
+    }
     // Largest record: payload + longest topic + producer + record header.
     let need = s.max_record_bytes as usize + 255 + 12 + 14 + 32;
     if s.max_record_bytes == 0 || need > s.buffer_bytes {

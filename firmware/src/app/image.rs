@@ -58,14 +58,14 @@ fn flash_err(e: FileFlashError) -> AppError {
 
 /// Blocks per segment for a new image: about 64 segments, each at least twice the RAM
 /// buffer, at least 2 segments.
-fn blocks_per_segment(geo: &Geometry, buffer_bytes: usize) -> Result<u32, AppError> {
+pub(crate) fn blocks_per_segment(geo: &Geometry, buffer_bytes: usize) -> Result<u32, AppError> {
     let data_blocks = geo.blocks().saturating_sub(JOURNAL_BLOCKS);
     let by_count = (data_blocks / 64).max(1);
     let by_buffer = ((buffer_bytes as u64 * 2).div_ceil(u64::from(geo.erase_size))) as u32;
     let bps = by_count.max(by_buffer).max(1);
     if data_blocks / bps < 2 {
         return Err(AppError::Usage(format!(
-            "image of {} bytes is too small for a {buffer_bytes} byte buffer: at least 2 segments of {} erase blocks are needed",
+            "image of {} bytes is too small for a {buffer_bytes} byte buffer: at least 2 segments of {} erase blocks are needed (lower --buffer-bytes or raise --size)",
             geo.capacity, bps
         )));
     }
