@@ -617,6 +617,12 @@ fn sigterm_is_clean_and_image_is_protected() {
         run_cli(&["validate", "--config", cfg.to_str().unwrap()]).0,
         2
     );
+    // A new image too small for two segments of the RAM buffer is refused before `run`.
+    let small = dir.path().join("small.img").display().to_string();
+    std::fs::write(&cfg, format!("image = \"{small}\"\nsize = \"256K\"\n")).unwrap();
+    let (code, _, err) = run_cli(&["validate", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--buffer-bytes"), "{err}");
     let (code, out, _) = run_cli(&["--version"]);
     assert_eq!(code, 0);
     assert!(
