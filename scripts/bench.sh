@@ -17,18 +17,7 @@ out=${SPILLWAY_BENCH_OUT:-bench-results}
 # cargo runs benchmarks in the package's directory: hand it an absolute path.
 case "$out" in /*) ;; *) out=$PWD/$out ;; esac
 
-need=()
-command -v cmake >/dev/null 2>&1 || need+=(cmake)
-dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || need+=(libcurl4-openssl-dev)
-[ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
-python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "bench.sh: installing ${need[*]}"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${need[@]}"
-fi
+scripts/install-deps.sh mosquitto
 export SPILLWAY_MOSQUITTO=/usr/sbin/mosquitto
 
 SPILLWAY_NATS_SERVER=$(scripts/nats-server.sh)

@@ -8,34 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# librdkafka (the bridge's Kafka sink) is built from source: C and C++ compilers, make,
-# cmake and the libcurl headers.
-need=()
-command -v cmake >/dev/null 2>&1 || need+=(cmake)
-if ! command -v cc >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1 ||
-  ! command -v make >/dev/null 2>&1; then
-  need+=(build-essential)
-fi
-if ! dpkg -s libcurl4-openssl-dev >/dev/null 2>&1; then
-  need+=(libcurl4-openssl-dev)
-fi
-if [ ${#need[@]} -gt 0 ]; then
-  if ! command -v apt-get >/dev/null 2>&1; then
-    echo "demo.sh: no apt-get here; install the equivalents of: ${need[*]}" >&2
-    exit 2
-  fi
-  if [ "$(id -u)" -eq 0 ]; then
-    as_root=()
-  elif command -v sudo >/dev/null 2>&1; then
-    as_root=(sudo)
-  else
-    echo "demo.sh: need root or sudo to install: ${need[*]}" >&2
-    exit 2
-  fi
-  echo "installing: ${need[*]}"
-  "${as_root[@]}" apt-get update -q
-  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}"
-fi
+scripts/install-deps.sh
 
 if ! command -v cargo >/dev/null 2>&1; then
   echo "demo.sh: cargo not found; install the Rust toolchain first (https://rustup.rs)" >&2

@@ -5,17 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need=()
-command -v cmake >/dev/null 2>&1 || need+=(cmake)
-dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || need+=(libcurl4-openssl-dev)
-command -v socat >/dev/null 2>&1 || need+=(socat)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "test.sh: installing ${need[*]}"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${need[@]}"
-fi
+scripts/install-deps.sh
 
 if [ -x scripts/kafka-broker.sh ] && [ -z "${SPILLWAY_KAFKA_BROKER:-}" ]; then
   # Port 19092 unless another program holds it (then any free port).

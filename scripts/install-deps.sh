@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Spillway's build and tests need, when they are missing:
+# C/C++ compilers, make, cmake and the libcurl headers (librdkafka, the bridge's Kafka
+# client, is built from source), socat, python3-venv (the test broker's installer).
+# Extra package names on the command line are installed too, e.g. `mosquitto` for the
+# benchmarks. Uses sudo only when not root. Does nothing when everything is there.
+set -euo pipefail
+
+need=()
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+if ! command -v cc >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1 ||
+  ! command -v make >/dev/null 2>&1; then
+  need+=(build-essential)
+fi
+dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || need+=(libcurl4-openssl-dev)
+command -v socat >/dev/null 2>&1 || need+=(socat)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+for pkg in "$@"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+[ ${#need[@]} -gt 0 ] || exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-deps: no apt-get here; install the equivalents of: ${need[*]}" >&2
+  exit 2
+fi
+if [ "$(id -u)" -eq 0 ]; then
+  as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+  as_root=(sudo)
+else
+  echo "install-deps: need root or sudo to install: ${need[*]}" >&2
+  exit 2
+fi
+echo "install-deps: installing ${need[*]}"
+"${as_root[@]}" apt-get update -q
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}"
