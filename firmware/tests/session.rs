@@ -84,16 +84,37 @@ fn formatted(id: u128) -> SimFlash<Vec<u8>> {
     flash
 }
 
+/// A formatted simulated flash and the RAM a log mounted on it works in.
+struct Rig {
+    flash: SimFlash<Vec<u8>>,
+    buf: Vec<u8>,
+    slots: Vec<SegmentSlot>,
+}
+
+impl Rig {
+    fn new(log_id: u128) -> Self {
+        Rig {
+            flash: formatted(log_id),
+            buf: vec![0u8; 4096],
+            slots: vec![SegmentSlot::EMPTY; segments_for(&geo(), 2) as usize],
+        }
+    }
+
+    fn mount(&mut self) -> Log<'_, &mut SimFlash<Vec<u8>>> {
+        let mem = Memory {
+            buffer: &mut self.buf,
+            segments: &mut self.slots,
+        };
+        Log::mount(&mut self.flash, Config::default(), mem, 0)
+            .unwrap()
+            .0
+    }
+}
+
 #[test]
 fn session_serves_frames_with_group_commit() {
-    let mut flash = formatted(42);
-    let mut buf = vec![0u8; 4096];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo(), 2) as usize];
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+    let mut rig = Rig::new(42);
+    let mut log = rig.mount();
     let mut gw = Gateway::new(GatewayConfig::new("mcu", 512, 4096), 0);
     let p = Some(Producer { id: 5, seq: 1 });
     let mut input = frames(&[
@@ -216,14 +237,8 @@ fn session_serves_frames_with_group_commit() {
 
 #[test]
 fn session_lines_mode() {
-    let mut flash = formatted(7);
-    let mut buf = vec![0u8; 4096];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo(), 2) as usize];
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+    let mut rig = Rig::new(7);
+    let mut log = rig.mount();
     let mut cfg = GatewayConfig::new("mcu", 64, 4096);
     cfg.default_ack = AckLevel::Durable;
     let mut gw = Gateway::new(cfg, 0);
@@ -262,14 +277,8 @@ fn session_lines_mode() {
 
 #[test]
 fn unsupported_version_and_garbage_messages() {
-    let mut flash = formatted(7);
-    let mut buf = vec![0u8; 4096];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo(), 2) as usize];
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+    let mut rig = Rig::new(7);
+    let mut log = rig.mount();
     let mut gw = Gateway::new(GatewayConfig::new("g", 64, 4096), 0);
     let mut conn = Conn::default();
     let mut scratch = vec![0u8; 4096];
@@ -302,14 +311,8 @@ fn unsupported_version_and_garbage_messages() {
 #[test]
 fn gateway_default_ack_level_follows_the_configuration() {
     for (default, want_durable) in [(AckLevel::Durable, true), (AckLevel::Buffered, false)] {
-        let mut flash = formatted(9);
-        let mut buf = vec![0u8; 4096];
-        let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo(), 2) as usize];
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
-        let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+        let mut rig = Rig::new(9);
+        let mut log = rig.mount();
         let mut cfg = GatewayConfig::new("mcu", 512, 4096);
         cfg.default_ack = default;
         let mut gw = Gateway::new(cfg, 0);
@@ -341,14 +344,8 @@ fn gateway_default_ack_level_follows_the_configuration() {
 /// skipped sequence, older resends are "unknown", never "stored".
 #[test]
 fn resend_older_than_the_window_is_a_duplicate_once_durable() {
-    let mut flash = formatted(11);
-    let mut buf = vec![0u8; 4096];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo(), 2) as usize];
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+    let mut rig = Rig::new(11);
+    let mut log = rig.mount();
     let mut gw = Gateway::new(GatewayConfig::new("mcu", 512, 4096), 0);
     let mut conn = Conn::default();
     let (mut scratch, mut out) = (vec![0u8; 4096], vec![0u8; 4096]);
