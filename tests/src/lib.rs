@@ -1,12 +1,12 @@
 //! Shared helpers for Spillway's end-to-end tests and benchmarks: a blocking protocol
 //! [`client`], a [`gateway`] process harness that builds and starts the real `spillway`
-//! binary, the same for the [`bridge`], the NATS JetStream peer ([`nats`]), a [`kafka`]
-//! broker (real or mock) with a whole-topic consumer, the [`demo`] scenario (also the
-//! `spillway-demo` binary), and the benchmarks' measuring code: the core against
-//! `sequential-storage` ([`bench_core`]), gateway ingest against NATS ([`bench_gateway`]),
-//! bridge drain against a plain Kafka producer ([`bench_kafka`]), footprint beside
-//! nats-server and mosquitto ([`bench_footprint`]), all of them in one report
-//! ([`bench_all`]) with its [`plot`]s.
+//! binary, the same for the [`bridge`], the [`faultfs`] fault-injection shim for them, the
+//! NATS JetStream peer ([`nats`]), a [`kafka`] broker (real or mock) with a whole-topic
+//! consumer, the [`demo`] scenario (also the `spillway-demo` binary), and the benchmarks'
+//! measuring code: the core against `sequential-storage` ([`bench_core`]), gateway ingest
+//! against NATS ([`bench_gateway`]), bridge drain against a plain Kafka producer
+//! ([`bench_kafka`]), footprint beside nats-server and mosquitto ([`bench_footprint`]), all
+//! of them in one report ([`bench_all`]) with its [`plot`]s.
 
 pub mod bench_all;
 pub mod bench_core;
@@ -16,6 +16,7 @@ pub mod bench_kafka;
 pub mod bridge;
 pub mod client;
 pub mod demo;
+pub mod faultfs;
 pub mod gateway;
 pub mod kafka;
 pub mod nats;
