@@ -6,6 +6,37 @@
 
 use core::fmt::Debug;
 
+/// The kind of flash operation whose failure poisoned a log (see [`Log::poisoned`]).
+///
+/// [`Log::poisoned`]: crate::log::Log::poisoned
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum StorageOp {
+    /// Programming words ([`Flash::write`](crate::storage::Flash::write)).
+    Write,
+    /// Erasing an erase block ([`Flash::erase`](crate::storage::Flash::erase)).
+    Erase,
+    /// Making writes durable ([`Flash::sync`](crate::storage::Flash::sync)).
+    Sync,
+}
+
+impl StorageOp {
+    /// The operation's name: `"write"`, `"erase"` or `"sync"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StorageOp::Write => "write",
+            StorageOp::Erase => "erase",
+            StorageOp::Sync => "sync",
+        }
+    }
+}
+
+impl core::fmt::Display for StorageOp {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Formatting a partition failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -146,6 +177,15 @@ pub enum AppendError<E: Debug> {
         /// Last sequence stored.
         last_seq: u32,
     },
+    /// An earlier flash write, erase or sync failed (`op` says which): the log is poisoned.
+    /// It writes nothing more and never advances its durable offset again; mount the storage
+    /// again to go on. Retryable after that remount. Records appended but not yet durable
+    /// when the failure happened may or may not be on flash.
+    #[error("log is poisoned by a failed flash {op}; remount to recover")]
+    Poisoned {
+        /// The operation whose failure poisoned the log.
+        op: StorageOp,
+    },
 }
 
 /// Writing the RAM buffer to flash failed; the records stay in RAM.
@@ -164,6 +204,15 @@ pub enum FlushError<E: Debug> {
         /// Index of the erase block in the partition.
         block: u32,
     },
+    /// An earlier flash write, erase or sync failed (`op` says which): the log is poisoned.
+    /// It writes nothing more and never advances its durable offset again; mount the storage
+    /// again to go on. Retryable after that remount. Records appended but not yet durable
+    /// when the failure happened may or may not be on flash.
+    #[error("log is poisoned by a failed flash {op}; remount to recover")]
+    Poisoned {
+        /// The operation whose failure poisoned the log.
+        op: StorageOp,
+    },
 }
 
 impl<E: Debug> From<FlushError<E>> for AppendError<E> {
@@ -172,6 +221,7 @@ impl<E: Debug> From<FlushError<E>> for AppendError<E> {
             FlushError::Flash(e) => AppendError::Flash(e),
             FlushError::Full => AppendError::Full,
             FlushError::BadBlock { block } => AppendError::BadBlock { block },
+            FlushError::Poisoned { op } => AppendError::Poisoned { op },
         }
     }
 }
@@ -239,5 +289,14 @@ pub enum CommitError<E: Debug> {
     BadName {
         /// Name length in bytes.
         len: usize,
+    },
+    /// An earlier flash write, erase or sync failed (`op` says which): the log is poisoned.
+    /// It writes nothing more and never advances its durable offset again; mount the storage
+    /// again to go on. Retryable after that remount. Records appended but not yet durable
+    /// when the failure happened may or may not be on flash.
+    #[error("log is poisoned by a failed flash {op}; remount to recover")]
+    Poisoned {
+        /// The operation whose failure poisoned the log.
+        op: StorageOp,
     },
 }

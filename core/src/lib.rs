@@ -31,5 +31,7 @@ pub mod log;
 pub mod storage;
 pub mod wire;
 
-pub use error::{AppendError, CommitError, FlushError, FormatError, MountError, ReadError};
+pub use error::{
+    AppendError, CommitError, FlushError, FormatError, MountError, ReadError, StorageOp,
+};
 pub use log::{Config, FullPolicy, Log, Memory, Record, SegmentSlot, SpillPolicy};

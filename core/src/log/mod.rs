@@ -36,7 +36,9 @@ mod journal;
 
 use heapless::Vec;
 
-use crate::error::{AppendError, CommitError, FlushError, FormatError, MountError, ReadError};
+use crate::error::{
+    AppendError, CommitError, FlushError, FormatError, MountError, ReadError, StorageOp,
+};
 use crate::storage::{Flash, Geometry};
 use format::{
     BATCH_HEADER_LEN, BatchHeader, HeadCheck, JOURNAL_BLOCKS, MAX_CONSUMER_NAME_LEN, MAX_TOPIC_LEN,
@@ -362,11 +364,13 @@ impl Layout {
     }
 }
 
-/// Thin wrapper that counts flash operations.
+/// Thin wrapper that counts flash operations and remembers the first failed write, erase
+/// or sync (after which the log is poisoned).
 struct Dev<F: Flash> {
     flash: F,
     l: Layout,
     stats: Stats,
+    failed: Option<StorageOp>,
 }
 
 impl<F: Flash> Dev<F> {
@@ -375,19 +379,33 @@ impl<F: Flash> Dev<F> {
         self.flash.read(addr, buf)
     }
 
+    /// Notes a failed write, erase or sync: the first one poisons the log.
+    fn fail<T>(&mut self, op: StorageOp, r: Result<T, F::Error>) -> Result<T, F::Error> {
+        if r.is_err() && self.failed.is_none() {
+            warn!(
+                "flash {} failed: the log is poisoned until remounted",
+                op.as_str()
+            );
+            self.failed = Some(op);
+        }
+        r
+    }
+
     /// Writes `data` at `addr` (aligned), padding the last word with the erased value.
     fn write_padded(&mut self, addr: u32, data: &[u8]) -> Result<(), F::Error> {
         let ws = self.l.ws() as usize;
         let full = data.len() & !(ws - 1);
         if full > 0 {
-            self.flash.write(addr, &data[..full])?;
+            let r = self.flash.write(addr, &data[..full]);
+            self.fail(StorageOp::Write, r)?;
             self.stats.flash_bytes_programmed += full as u64;
         }
         let rest = data.len() - full;
         if rest > 0 {
             let mut word = [self.l.geo.erased; 32];
             word[..rest].copy_from_slice(&data[full..]);
-            self.flash.write(addr + full as u32, &word[..ws])?;
+            let r = self.flash.write(addr + full as u32, &word[..ws]);
+            self.fail(StorageOp::Write, r)?;
             self.stats.flash_bytes_programmed += ws as u64;
         }
         Ok(())
@@ -414,7 +432,8 @@ impl<F: Flash> Dev<F> {
         for block in first..first + count {
             let mut ok = false;
             for _ in 0..ERASE_ATTEMPTS {
-                self.flash.erase(block).map_err(Io::Flash)?;
+                let r = self.flash.erase(block);
+                self.fail(StorageOp::Erase, r).map_err(Io::Flash)?;
                 self.stats.erases += 1;
                 if self.is_blank(block * e, e).map_err(Io::Flash)? {
                     ok = true;
@@ -431,7 +450,8 @@ impl<F: Flash> Dev<F> {
 
     fn sync(&mut self) -> Result<(), F::Error> {
         self.stats.syncs += 1;
-        self.flash.sync()
+        let r = self.flash.sync();
+        self.fail(StorageOp::Sync, r)
     }
 
     /// CRC-32 of `len` bytes at `addr`, streamed.
@@ -680,6 +700,7 @@ impl<'a, F: Flash> Log<'a, F> {
             flash,
             l,
             stats: Stats::default(),
+            failed: None,
         };
         let map = |e: Io<F::Error>| match e {
             Io::Flash(e) => FormatError::Flash(e),
@@ -757,6 +778,7 @@ impl<'a, F: Flash> Log<'a, F> {
             flash,
             l: Layout::new(geo, 1),
             stats: Stats::default(),
+            failed: None,
         };
 
         // 1. The journal.
@@ -1172,20 +1194,31 @@ impl<'a, F: Flash> Log<'a, F> {
             }),
         );
         let padded = align_up(len as u32, l.ws());
-        let pos = match self.jpos {
-            Some(pos) if pos + padded <= e => pos,
+        let (block, pos) = match self.jpos {
+            Some(pos) if pos + padded <= e => (self.jblock, pos),
             _ => {
+                // `self.jblock` holds the newest valid entry and stays the journal's block
+                // until an entry in the other one is written and synced: a failure on the
+                // way leaves that copy alone, and the next attempt erases the other again.
                 let other = 1 - self.jblock.min(1);
                 self.dev.erase_verified(other, 1)?;
-                self.jblock = other;
-                0
+                (other, 0)
             }
         };
-        self.dev
-            .write_padded(self.jblock * e + pos, &buf[..len])
-            .map_err(Io::Flash)?;
+        let written = self
+            .dev
+            .write_padded(block * e + pos, &buf[..len])
+            .and_then(|()| self.dev.sync());
+        if let Err(err) = written {
+            // Words from `pos` may be programmed (partly, or not durably): never write
+            // them again. In the current block that means: switch at the next entry.
+            if block == self.jblock {
+                self.jpos = None;
+            }
+            return Err(Io::Flash(err));
+        }
+        self.jblock = block;
         self.jpos = Some(pos + padded);
-        self.dev.sync().map_err(Io::Flash)?;
         self.jseq = seq;
         self.dev.stats.journal_writes += 1;
         for c in self.consumers.iter_mut() {
@@ -1209,9 +1242,27 @@ impl<'a, F: Flash> Log<'a, F> {
     }
 
     /// Every offset below this one survives a power cut (it is on flash and synced, or it
-    /// was committed by every consumer and discarded, or it never existed).
+    /// was committed by every consumer and discarded, or it never existed). It only
+    /// advances after a successful sync, and never again once the log is
+    /// [poisoned](Log::poisoned).
     pub fn durable_offset(&self) -> u64 {
         self.durable_end
+    }
+
+    /// Whether the log is poisoned: a flash write, erase or sync failed since mount. A
+    /// poisoned log writes nothing more, its [`Log::durable_offset`] never advances again,
+    /// and every operation that would write ([`Log::append`], [`Log::flush`], [`Log::tick`],
+    /// [`Log::commit`], [`Log::persist`], [`Log::delete_consumer`], [`Log::close`]) fails
+    /// with a `Poisoned` error. Reads serve only offsets below the durable offset. To go
+    /// on, take the storage back with [`Log::into_flash`] (for a file image: drop it and open
+    /// it again) and mount it again.
+    pub fn poisoned(&self) -> bool {
+        self.dev.failed.is_some()
+    }
+
+    /// The operation whose failure poisoned the log, if it is poisoned.
+    pub fn poisoned_by(&self) -> Option<StorageOp> {
+        self.dev.failed
     }
 
     /// The first offset still retained (older ones were dropped or reused).
@@ -1311,13 +1362,17 @@ impl<'a, F: Flash> Log<'a, F> {
     ///
     /// Errors: [`AppendError::BadTopic`], [`AppendError::TooLarge`] (see
     /// [`Log::max_record_len`]), [`AppendError::Full`] under `RejectNew`,
-    /// [`AppendError::SequenceTooOld`], storage errors.
+    /// [`AppendError::SequenceTooOld`], [`AppendError::Poisoned`] once a flash write, erase
+    /// or sync has failed (see [`Log::poisoned`]), storage errors (the first failure).
     pub fn append(
         &mut self,
         now_us: u64,
         rec: &Record<'_>,
     ) -> Result<Appended, AppendError<F::Error>> {
         self.now_us = now_us;
+        if let Some(op) = self.dev.failed {
+            return Err(AppendError::Poisoned { op });
+        }
         let tlen = rec.topic.len();
         if tlen == 0 || tlen > MAX_TOPIC_LEN {
             return Err(AppendError::BadTopic { len: tlen });
@@ -1416,9 +1471,12 @@ impl<'a, F: Flash> Log<'a, F> {
     ///
     /// Cancel-safety: an interruption is a power cut; what was synced stays durable.
     /// Errors: [`FlushError::Full`] under `RejectNew` when no segment can be reused (the
-    /// records stay in RAM), storage errors.
+    /// records stay in RAM), [`FlushError::Poisoned`] once a flash write, erase or sync has
+    /// failed, storage errors (the first failure, which poisons the log: the durable
+    /// offset stays where the last successful sync left it).
     pub fn flush(&mut self, now_us: u64) -> Result<u64, FlushError<F::Error>> {
         self.now_us = now_us;
+        self.check_poisoned()?;
         self.spill()?;
         Ok(self.durable_end)
     }
@@ -1426,8 +1484,11 @@ impl<'a, F: Flash> Log<'a, F> {
     /// Housekeeping driven by the caller's clock: writes the buffer when its oldest record
     /// has waited `linger_us`, persists commits older than `commit_interval_us`.
     /// Returns the time (µs) of the next deadline, for the caller's timer.
+    ///
+    /// Errors: as [`Log::flush`] ([`FlushError::Poisoned`] on every call once poisoned).
     pub fn tick(&mut self, now_us: u64) -> Result<u64, FlushError<F::Error>> {
         self.now_us = now_us;
+        self.check_poisoned()?;
         if self.buf_count > 0 && now_us.saturating_sub(self.buf_first_us) >= self.cfg.linger_us {
             self.spill()?;
         }
@@ -1451,12 +1512,25 @@ impl<'a, F: Flash> Log<'a, F> {
     /// Clean shutdown: writes the buffer, persists commits with the lease at the next
     /// offset (so no offsets are skipped) and marks the shutdown clean. Gives the storage
     /// back.
+    ///
+    /// Errors: as [`Log::flush`]. A poisoned log cannot shut down cleanly: it fails with
+    /// [`FlushError::Poisoned`] without writing (use [`Log::into_flash`] to get the storage
+    /// back for a remount).
     pub fn close(mut self, now_us: u64) -> Result<F, FlushError<F::Error>> {
         self.now_us = now_us;
+        self.check_poisoned()?;
         self.spill()?;
         self.lease = self.next_offset;
         self.persist_journal(true)?;
         Ok(self.dev.flash)
+    }
+
+    /// [`FlushError::Poisoned`] if a flash write, erase or sync failed since mount.
+    fn check_poisoned(&self) -> Result<(), FlushError<F::Error>> {
+        match self.dev.failed {
+            Some(op) => Err(FlushError::Poisoned { op }),
+            None => Ok(()),
+        }
     }
 
     /// Whether the flash can take `bytes` of records now (looking at the head segment and
@@ -1577,9 +1651,13 @@ impl<'a, F: Flash> Log<'a, F> {
     fn write_buffer(&mut self) -> Result<(), FlushError<F::Error>> {
         if self.buf_count == 0 {
             // Every offset below the next one is on flash, discarded, or was skipped at
-            // mount (never existed); only batches whose sync failed may still need one.
+            // mount (never existed). Batches written but not synced are left only by a
+            // failed write or sync, which poisons the log: a sync now would prove nothing
+            // about them (the storage may have dropped them), so callers stop before this.
             if self.durable_end < self.next_offset {
-                self.dev.sync().map_err(FlushError::Flash)?;
+                if self.flash_end > self.durable_end {
+                    self.dev.sync().map_err(FlushError::Flash)?;
+                }
                 self.durable_end = self.next_offset;
             }
             return Ok(());
@@ -1615,9 +1693,12 @@ impl<'a, F: Flash> Log<'a, F> {
             hdr.crc = h.finalize();
             self.buf[..BATCH_HEADER_LEN].copy_from_slice(&hdr.encode());
             let addr = l.seg_addr(head) + self.head_pos;
-            self.dev
-                .write_padded(addr, &self.buf[..len])
-                .map_err(FlushError::Flash)?;
+            if let Err(e) = self.dev.write_padded(addr, &self.buf[..len]) {
+                // The words from `addr` may be partly programmed: seal the head so that
+                // they are never programmed again; the log is poisoned from here on.
+                self.head_writable = false;
+                return Err(FlushError::Flash(e));
+            }
             self.head_pos += align_up(len as u32, l.ws());
             self.dev.stats.batches_written += 1;
             self.flash_end = self.buf_base + k as u64;
@@ -1734,6 +1815,62 @@ impl<'a, F: Flash> Log<'a, F> {
     /// [`ReadError::Dropped`] below the first retained offset,
     /// [`ReadError::BufferTooSmall`] when the first record does not fit, storage errors.
     pub fn read(&mut self, from: u64, buf: &mut [u8]) -> Result<ReadOutcome, ReadError<F::Error>> {
+        if self.dev.failed.is_some() {
+            return self.read_durable(from, buf);
+        }
+        self.read_any(from, buf)
+    }
+
+    /// A poisoned log's read: only offsets below the durable offset are served (what is
+    /// above may never have reached flash); at or past it a read returns no records.
+    fn read_durable(
+        &mut self,
+        from: u64,
+        buf: &mut [u8],
+    ) -> Result<ReadOutcome, ReadError<F::Error>> {
+        let end = self.durable_end;
+        if from >= end && from <= self.next_offset {
+            return Ok(ReadOutcome {
+                first_offset: from,
+                count: 0,
+                len: 0,
+                prev_crc: if from == self.next_offset {
+                    self.last_crc
+                } else {
+                    0
+                },
+                next_offset: from,
+                lost: None,
+            });
+        }
+        let mut out = self.read_any(from, buf)?;
+        if out.next_offset <= end {
+            return Ok(out);
+        }
+        if let Some(lost) = out.lost.as_mut() {
+            lost.to = lost.to.min(end);
+            out.next_offset = lost.to;
+            return Ok(out);
+        }
+        // Keep the records below `end` (whole batches are durable or not, so this cuts
+        // only when the read went on into a batch written after the last good sync).
+        let (mut at, mut count) = (0usize, 0u32);
+        while count < out.count && out.first_offset + u64::from(count) < end {
+            let Some((_, len)) =
+                parse_record_fields(&buf[at..out.len], out.first_offset + u64::from(count))
+            else {
+                break;
+            };
+            at += len;
+            count += 1;
+        }
+        out.count = count;
+        out.len = at;
+        out.next_offset = out.first_offset + u64::from(count);
+        Ok(out)
+    }
+
+    fn read_any(&mut self, from: u64, buf: &mut [u8]) -> Result<ReadOutcome, ReadError<F::Error>> {
         if from > self.next_offset {
             return Err(ReadError::OffsetOutOfRange {
                 offset: from,
@@ -2096,8 +2233,12 @@ impl<'a, F: Flash> Log<'a, F> {
     /// before a segment it frees is reused.
     ///
     /// Errors: [`CommitError::OffsetOutOfRange`] above the next offset,
-    /// [`CommitError::BadName`], [`CommitError::TooManyConsumers`].
+    /// [`CommitError::BadName`], [`CommitError::TooManyConsumers`],
+    /// [`CommitError::Poisoned`] once a flash write, erase or sync has failed.
     pub fn commit(&mut self, consumer: &str, offset: u64) -> Result<u64, CommitError<F::Error>> {
+        if let Some(op) = self.dev.failed {
+            return Err(CommitError::Poisoned { op });
+        }
         check_name(consumer)?;
         if offset > self.next_offset {
             return Err(CommitError::OffsetOutOfRange {
@@ -2142,7 +2283,13 @@ impl<'a, F: Flash> Log<'a, F> {
     }
 
     /// Deletes a consumer (persisted at once); returns whether it existed.
+    ///
+    /// Errors: [`CommitError::Poisoned`] once a flash write, erase or sync has failed,
+    /// storage errors (the first failure).
     pub fn delete_consumer(&mut self, consumer: &str) -> Result<bool, CommitError<F::Error>> {
+        if let Some(op) = self.dev.failed {
+            return Err(CommitError::Poisoned { op });
+        }
         let Some(i) = self.consumers.iter().position(|c| c.name == consumer) else {
             return Ok(false);
         };
@@ -2152,8 +2299,14 @@ impl<'a, F: Flash> Log<'a, F> {
     }
 
     /// Persists committed offsets now (one journal write and a sync).
+    ///
+    /// Errors: [`CommitError::Poisoned`] once a flash write, erase or sync has failed,
+    /// storage errors (the first failure).
     pub fn persist(&mut self, now_us: u64) -> Result<(), CommitError<F::Error>> {
         self.now_us = now_us;
+        if let Some(op) = self.dev.failed {
+            return Err(CommitError::Poisoned { op });
+        }
         self.persist_journal(false)?;
         Ok(())
     }
