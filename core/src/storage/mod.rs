@@ -25,7 +25,7 @@ pub mod sim;
 pub use file::{FileFlash, FileFlashError};
 pub use nor::{MAX_READ_SIZE, NorFlashAdapter, NorFlashAdapterError};
 #[cfg(feature = "sim")]
-pub use sim::{SimCounters, SimError, SimFlash};
+pub use sim::{EraseTear, SimCounters, SimError, SimFaults, SimFlash};
 
 /// Geometry of a flash partition. All sizes in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,6 +17,24 @@
 //!   engine that writes into space that reads erased is never refused.
 //! - Counters of operations and bytes ([`SimCounters`]) and an erase count per block.
 //!
+//! Further faults, all off by default (so a plain simulator behaves as described above):
+//! - [`SimFlash::set_program_unit`]: a cut inside a write leaves each program unit of that
+//!   write complete, untouched or torn, chosen at random, so a later unit may be programmed
+//!   while an earlier one is not (a write-back cache or an SD card reordering pages);
+//! - [`SimFlash::set_erase_tear`]: what an interrupted erase leaves ([`EraseTear`]), from a
+//!   mix of erased, old and random bytes (the default) to arbitrary bits everywhere or a
+//!   block that reads erased but for a few stray bits;
+//! - [`SimFlash::fail_write_after_bytes`]: a write that programs part of its words, tears
+//!   one and fails with [`SimError::ProgramFailed`], the power staying on;
+//! - [`SimFlash::fail_read_after`]: one read that fails with [`SimError::ReadFailed`]
+//!   (a transient error: the same read succeeds when retried);
+//! - [`SimFlash::flip_next_read`]: one read that returns a bit inverted (right on re-read);
+//! - [`SimFlash::set_flaky`]: a flaky cell, one byte that reads wrong on a given share of
+//!   reads, drawn from the seeded generator.
+//!
+//! Faults that fired are counted in [`SimFaults`]; they never change [`SimCounters`]
+//! beyond the operation itself (a failed read or write counts as the call it is).
+//!
 //! Randomness (which bits of a torn word are done, what an interrupted erase leaves) comes
 //! from a SplitMix64 generator seeded with [`SimFlash::set_seed`], so a failing case is
 //! replayed from its seed.
@@ -75,6 +93,22 @@ pub enum SimError {
         /// Bytes given.
         got: usize,
     },
+    /// A write armed with [`SimFlash::fail_write_after_bytes`] failed: the words before
+    /// `addr` are programmed, the word at `addr` is torn, later words are untouched.
+    #[error("program failure at address {addr:#x}")]
+    ProgramFailed {
+        /// Address of the torn word, in bytes.
+        addr: u32,
+    },
+    /// A read armed with [`SimFlash::fail_read_after`] failed; nothing was returned and
+    /// the flash is unchanged (the same read succeeds when retried).
+    #[error("read of {len} bytes at address {addr:#x} failed")]
+    ReadFailed {
+        /// Start of the read, in bytes.
+        addr: u32,
+        /// Length of the read in bytes.
+        len: u32,
+    },
     /// An image given to [`SimFlash::load_image`] is not exactly `capacity` bytes long.
     #[error("image is {len} bytes, the flash is {capacity}")]
     ImageSize {
@@ -105,6 +139,48 @@ pub struct SimCounters {
     pub syncs: u64,
 }
 
+/// Faults a [`SimFlash`] injected since it was created (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct SimFaults {
+    /// Power cuts that landed in a write with a program unit set (units left in random
+    /// states).
+    pub reordered_cuts: u64,
+    /// Power cuts that landed in an erase.
+    pub torn_erases: u64,
+    /// Writes failed by [`SimFlash::fail_write_after_bytes`].
+    pub failed_writes: u64,
+    /// Reads failed by [`SimFlash::fail_read_after`].
+    pub failed_reads: u64,
+    /// Reads that returned a bit inverted by [`SimFlash::flip_next_read`].
+    pub flipped_reads: u64,
+    /// Reads that returned the flaky byte wrong ([`SimFlash::set_flaky`]).
+    pub flaky_reads: u64,
+}
+
+/// What a power cut during an erase leaves in the block (see
+/// [`SimFlash::set_erase_tear`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum EraseTear {
+    /// Each byte at random: erased, old, old with some bits erased, or random.
+    #[default]
+    Mixed,
+    /// Every bit of the block at random.
+    Arbitrary,
+    /// The block reads erased except for 1 to 8 random bits left programmed: the hardest
+    /// to tell from a finished erase.
+    Sparse,
+}
+
+/// A byte that reads wrong on some reads ([`SimFlash::set_flaky`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Flaky {
+    addr: u32,
+    mask: u8,
+    percent: u8,
+}
+
 /// Simulated NOR flash over the memory buffer `S`. See the [module docs](self).
 #[derive(Debug)]
 pub struct SimFlash<S> {
@@ -118,6 +194,17 @@ pub struct SimFlash<S> {
     /// Erases that may still complete before the armed cut.
     cut_erases: Option<u64>,
     cut: bool,
+    /// Bytes of a program unit when cuts land out of order inside a write.
+    program_unit: Option<u32>,
+    erase_tear: EraseTear,
+    /// Bytes that may still be programmed before the armed write failure.
+    fail_bytes: Option<u64>,
+    /// Reads that still succeed before the armed read failure.
+    fail_reads: Option<u64>,
+    /// The next read covering this address returns this bit inverted.
+    flip_read: Option<(u32, u8)>,
+    flaky: Option<Flaky>,
+    faults: SimFaults,
 }
 
 const DEFAULT_SEED: u64 = 0x5EED_F1A5_0000_0001;
@@ -177,6 +264,13 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> SimFlash<S> {
             cut_bytes: None,
             cut_erases: None,
             cut: false,
+            program_unit: None,
+            erase_tear: EraseTear::Mixed,
+            fail_bytes: None,
+            fail_reads: None,
+            flip_read: None,
+            flaky: None,
+            faults: SimFaults::default(),
         })
     }
 
@@ -212,6 +306,70 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> SimFlash<S> {
     pub fn cut_after_erases(&mut self, n: u64) {
         self.cut_erases = Some(n);
         self.cut_bytes = None;
+    }
+
+    /// Makes cuts land out of order inside a write: when a cut lands in a write, each
+    /// program unit of `unit` bytes of that write (counted from the write's start) is left
+    /// complete, untouched or torn, at random, instead of the write being done in address
+    /// order up to the cut. `None` (the default) restores address order. A unit that is not
+    /// a multiple of `write_size` is rounded up to one.
+    pub fn set_program_unit(&mut self, unit: Option<u32>) {
+        let ws = self.geometry.write_size;
+        self.program_unit = unit.map(|u| u.max(ws).div_ceil(ws) * ws);
+    }
+
+    /// Chooses what a power cut during an erase leaves in the block ([`EraseTear::Mixed`]
+    /// by default).
+    pub fn set_erase_tear(&mut self, tear: EraseTear) {
+        self.erase_tear = tear;
+    }
+
+    /// Arms a write failure: the next `n` bytes written (counted from now, across write
+    /// calls) complete; the write holding byte `n + 1` tears that word (a random subset of
+    /// its bit transitions), leaves its later words untouched and returns
+    /// [`SimError::ProgramFailed`]. The power stays on and later operations work. One-shot.
+    pub fn fail_write_after_bytes(&mut self, n: u64) {
+        self.fail_bytes = Some(n);
+    }
+
+    /// Arms a transient read failure: the next `n` reads succeed, the one after returns
+    /// [`SimError::ReadFailed`] without data. One-shot.
+    pub fn fail_read_after(&mut self, n: u64) {
+        self.fail_reads = Some(n);
+    }
+
+    /// The next read whose range covers `addr` returns bit `bit` (0 to 7) of that byte
+    /// inverted; the flash keeps the right value, so a re-read is right. One-shot.
+    pub fn flip_next_read(&mut self, addr: u32, bit: u8) {
+        self.flip_read = Some((addr, bit & 7));
+    }
+
+    /// Makes the byte at `addr` a flaky cell: every read covering it returns it XORed with
+    /// `mask` (nonzero) on `percent`% of reads (0 to 100), drawn from the seeded generator.
+    /// The flash keeps the right value. `clear_flaky` ends it.
+    pub fn set_flaky(&mut self, addr: u32, mask: u8, percent: u8) {
+        self.flaky = Some(Flaky {
+            addr,
+            mask: mask.max(1),
+            percent: percent.min(100),
+        });
+    }
+
+    /// Ends the flaky cell set by [`set_flaky`](Self::set_flaky).
+    pub fn clear_flaky(&mut self) {
+        self.flaky = None;
+    }
+
+    /// Cancels the armed write failure, read failure and one-shot read flip.
+    pub fn disarm_faults(&mut self) {
+        self.fail_bytes = None;
+        self.fail_reads = None;
+        self.flip_read = None;
+    }
+
+    /// Faults injected so far.
+    pub fn faults(&self) -> SimFaults {
+        self.faults
     }
 
     /// Cancels an armed cut that has not happened.
@@ -381,6 +539,43 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> SimFlash<S> {
         }
     }
 
+    /// Programs the first `done` bytes of word `word` with `chunk` and gives the rest a
+    /// random subset of their bit transitions; marks the word programmed if it changed.
+    fn tear_word(&mut self, word: u32, chunk: &[u8], done: usize) {
+        let erased = self.geometry.erased;
+        let at = (word * self.geometry.write_size) as usize;
+        for (j, &d) in chunk.iter().enumerate() {
+            let random = self.next_random() as u8;
+            let old = self.bytes()[at + j];
+            let target = program(old, d, erased);
+            let mask = if j < done { 0xFF } else { random };
+            self.bytes_mut()[at + j] = old ^ ((old ^ target) & mask);
+        }
+        self.mark_programmed_if_not_erased(word, 1);
+    }
+
+    /// A cut inside the write of `data` at word `first` with out-of-order program units of
+    /// `unit` bytes: each unit is left complete, untouched or torn, at random. Counts the
+    /// bytes of the units whose programming began.
+    fn cut_out_of_order(&mut self, first: u32, data: &[u8], unit: u32) -> SimError {
+        let ws = self.geometry.write_size as usize;
+        let words_per_unit = unit as usize / ws;
+        for (u, unit_data) in data.chunks(unit as usize).enumerate() {
+            let state = self.next_random() % 3;
+            if state == 0 {
+                continue;
+            }
+            for (i, chunk) in unit_data.chunks_exact(ws).enumerate() {
+                let word = first + (u * words_per_unit + i) as u32;
+                self.counters.bytes_written += ws as u64;
+                let done = if state == 1 { ws } else { 0 };
+                self.tear_word(word, chunk, done);
+            }
+        }
+        self.faults.reordered_cuts += 1;
+        self.cut_now()
+    }
+
     fn cut_now(&mut self) -> SimError {
         self.cut = true;
         self.disarm();
@@ -409,10 +604,38 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> Flash for SimFlash<S> {
     fn read(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), SimError> {
         self.power()?;
         self.check_range(addr, buf.len())?;
-        let at = addr as usize;
-        buf.copy_from_slice(&self.bytes()[at..at + buf.len()]);
         self.counters.reads += 1;
         self.counters.bytes_read += buf.len() as u64;
+        match self.fail_reads {
+            Some(0) => {
+                self.fail_reads = None;
+                self.faults.failed_reads += 1;
+                return Err(SimError::ReadFailed {
+                    addr,
+                    len: buf.len() as u32,
+                });
+            }
+            Some(n) => self.fail_reads = Some(n - 1),
+            None => {}
+        }
+        let at = addr as usize;
+        buf.copy_from_slice(&self.bytes()[at..at + buf.len()]);
+        let len = buf.len();
+        let covers = |a: u32| a >= addr && ((a - addr) as usize) < len;
+        if let Some((a, bit)) = self.flip_read
+            && covers(a)
+        {
+            buf[(a - addr) as usize] ^= 1 << bit;
+            self.flip_read = None;
+            self.faults.flipped_reads += 1;
+        }
+        if let Some(f) = self.flaky
+            && covers(f.addr)
+            && self.next_random() % 100 < u64::from(f.percent)
+        {
+            buf[(f.addr - addr) as usize] ^= f.mask;
+            self.faults.flaky_reads += 1;
+        }
         Ok(())
     }
 
@@ -420,7 +643,8 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> Flash for SimFlash<S> {
     ///
     /// # Errors
     /// [`SimError::PowerCut`] while the power is cut or when an armed cut lands in this
-    /// write; [`SimError::OutOfBounds`]; [`SimError::Unaligned`]; [`SimError::Rewrite`].
+    /// write; [`SimError::ProgramFailed`] when an armed write failure lands in it;
+    /// [`SimError::OutOfBounds`]; [`SimError::Unaligned`]; [`SimError::Rewrite`].
     fn write(&mut self, addr: u32, data: &[u8]) -> Result<(), SimError> {
         self.power()?;
         self.check_range(addr, data.len())?;
@@ -438,22 +662,31 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> Flash for SimFlash<S> {
             return Err(SimError::Rewrite { addr: word * ws });
         }
         self.counters.writes += 1;
+        if let (Some(unit), Some(budget)) = (self.program_unit, self.cut_bytes)
+            && budget < data.len() as u64
+        {
+            return Err(self.cut_out_of_order(first, data, unit));
+        }
         for (i, chunk) in data.chunks_exact(ws as usize).enumerate() {
             let word = first + i as u32;
             let at = (word * ws) as usize;
             self.counters.bytes_written += u64::from(ws);
+            if let Some(budget) = self.fail_bytes {
+                if budget < u64::from(ws) {
+                    self.fail_bytes = None;
+                    self.tear_word(word, chunk, budget as usize);
+                    self.faults.failed_writes += 1;
+                    if let Some(c) = self.cut_bytes {
+                        self.cut_bytes = Some(c.saturating_sub(u64::from(ws)));
+                    }
+                    return Err(SimError::ProgramFailed { addr: word * ws });
+                }
+                self.fail_bytes = Some(budget - u64::from(ws));
+            }
             match self.cut_bytes {
                 Some(budget) if budget < u64::from(ws) => {
                     // The cut lands in this word: `budget` bytes finish, the rest tear.
-                    let done = budget as usize;
-                    for (j, &d) in chunk.iter().enumerate() {
-                        let random = self.next_random() as u8;
-                        let old = self.bytes()[at + j];
-                        let target = program(old, d, g.erased);
-                        let mask = if j < done { 0xFF } else { random };
-                        self.bytes_mut()[at + j] = old ^ ((old ^ target) & mask);
-                    }
-                    self.mark_programmed_if_not_erased(word, 1);
+                    self.tear_word(word, chunk, budget as usize);
                     return Err(self.cut_now());
                 }
                 Some(budget) => self.cut_bytes = Some(budget - u64::from(ws)),
@@ -494,17 +727,37 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> Flash for SimFlash<S> {
         }
         match self.cut_erases {
             Some(0) => {
-                for at in start..end {
-                    let r = self.next_random();
-                    let old = self.bytes()[at];
-                    let byte = match r % 4 {
-                        0 => g.erased,
-                        1 => old,
-                        // Some bits reached their erased state.
-                        2 => old ^ ((old ^ g.erased) & (r >> 8) as u8),
-                        _ => (r >> 16) as u8,
-                    };
-                    self.bytes_mut()[at] = byte;
+                self.faults.torn_erases += 1;
+                match self.erase_tear {
+                    EraseTear::Mixed => {
+                        for at in start..end {
+                            let r = self.next_random();
+                            let old = self.bytes()[at];
+                            let byte = match r % 4 {
+                                0 => g.erased,
+                                1 => old,
+                                // Some bits reached their erased state.
+                                2 => old ^ ((old ^ g.erased) & (r >> 8) as u8),
+                                _ => (r >> 16) as u8,
+                            };
+                            self.bytes_mut()[at] = byte;
+                        }
+                    }
+                    EraseTear::Arbitrary => {
+                        for at in start..end {
+                            let r = self.next_random() as u8;
+                            self.bytes_mut()[at] = r;
+                        }
+                    }
+                    EraseTear::Sparse => {
+                        self.bytes_mut()[start..end].fill(g.erased);
+                        let stray = 1 + self.next_random() % 8;
+                        for _ in 0..stray {
+                            let r = self.next_random();
+                            let at = start + (r >> 8) as usize % (end - start);
+                            self.bytes_mut()[at] ^= 1 << (r % 8);
+                        }
+                    }
                 }
                 self.mark_programmed_if_not_erased(block * words_per_block, words_per_block);
                 return Err(self.cut_now());
@@ -890,6 +1143,143 @@ mod tests {
         f.flip_bit(8, 3).unwrap();
         assert_eq!(f.bytes()[8], 0x00);
         assert_eq!(f.counters().writes, 1);
+    }
+
+    #[test]
+    fn out_of_order_cut_can_leave_a_later_unit_done_and_an_earlier_not() {
+        let mut seen = false;
+        for seed in 0..64u64 {
+            let mut mem = [0u8; LEN];
+            let mut f = sim(&mut mem, G);
+            f.set_seed(seed);
+            f.set_program_unit(Some(16));
+            f.cut_after_bytes(100);
+            // A 128-byte write: the cut lands in it, units end in random states.
+            assert_eq!(f.write(0, &[0x00; 128]), Err(SimError::PowerCut));
+            let units: std::vec::Vec<bool> = f.bytes()[..128]
+                .chunks(16)
+                .map(|u| u.iter().all(|&b| b == 0x00))
+                .collect();
+            let untouched: std::vec::Vec<bool> = f.bytes()[..128]
+                .chunks(16)
+                .map(|u| u.iter().all(|&b| b == 0xFF))
+                .collect();
+            // Bytes written counts the units begun, exactly.
+            let begun = f.bytes()[..128]
+                .chunks(16)
+                .zip(&untouched)
+                .filter(|(u, t)| !**t || u.iter().any(|&b| b != 0xFF))
+                .count() as u64;
+            assert!(f.counters().bytes_written >= begun * 16, "seed {seed}");
+            assert!(f.bytes()[128..].iter().all(|&b| b == 0xFF));
+            assert_eq!(f.faults().reordered_cuts, 1);
+            seen |= (1..8).any(|i| units[i] && untouched[i - 1]);
+            f.power_on();
+            // A unit left untouched reads erased and may be written.
+            if let Some(i) = untouched.iter().position(|&t| t) {
+                f.write(16 * i as u32, &[1; 16]).unwrap();
+            }
+        }
+        assert!(
+            seen,
+            "some seed programs a later unit but not an earlier one"
+        );
+        // Without a program unit, the same cut is in address order.
+        let mut mem = [0u8; LEN];
+        let mut f = sim(&mut mem, G);
+        f.cut_after_bytes(100);
+        assert_eq!(f.write(0, &[0x00; 128]), Err(SimError::PowerCut));
+        assert!(f.bytes()[..100].iter().all(|&b| b == 0));
+        assert!(f.bytes()[104..].iter().all(|&b| b == 0xFF));
+    }
+
+    #[test]
+    fn torn_erase_modes() {
+        for (tear, min_random) in [(EraseTear::Arbitrary, 100), (EraseTear::Sparse, 0)] {
+            let mut mem = [0u8; LEN];
+            let mut f = sim(&mut mem, G);
+            f.set_erase_tear(tear);
+            f.write(256, &[0x00; 256]).unwrap();
+            f.cut_after_erases(0);
+            assert_eq!(f.erase(1), Err(SimError::PowerCut));
+            f.power_on();
+            let block = &f.bytes()[256..512];
+            let not_old_or_erased = block.iter().filter(|&&b| b != 0 && b != 0xFF).count();
+            assert!(not_old_or_erased >= min_random, "{tear:?}");
+            if tear == EraseTear::Sparse {
+                let stray: u32 = block.iter().map(|b| (!b).count_ones()).sum();
+                assert!((1..=8).contains(&stray), "{stray} stray bits");
+            }
+            assert_eq!(f.faults().torn_erases, 1);
+            f.erase(1).unwrap();
+            assert!(f.bytes()[256..512].iter().all(|&b| b == 0xFF));
+        }
+    }
+
+    #[test]
+    fn a_failed_write_leaves_partial_data_and_the_power_on() {
+        let mut mem = [0u8; LEN];
+        let mut f = sim(&mut mem, G);
+        f.fail_write_after_bytes(10);
+        f.write(0, &[0x11; 8]).unwrap();
+        assert_eq!(
+            f.write(8, &[0x22; 8]),
+            Err(SimError::ProgramFailed { addr: 8 })
+        );
+        assert!(!f.is_cut());
+        assert_eq!(
+            &f.bytes()[..10],
+            &[0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x22, 0x22]
+        );
+        assert_eq!(&f.bytes()[12..16], &[0xFF; 4], "later words untouched");
+        assert_eq!(f.faults().failed_writes, 1);
+        assert_eq!(f.counters().bytes_written, 12);
+        // One-shot: later writes work.
+        f.write(16, &[0x33; 4]).unwrap();
+        assert_eq!(f.write(8, &[0; 4]), Err(SimError::Rewrite { addr: 8 }));
+    }
+
+    #[test]
+    fn read_faults_are_transient() {
+        let mut mem = [0u8; LEN];
+        let mut f = sim(&mut mem, G);
+        f.write(0, &[0x5A; 8]).unwrap();
+        let mut buf = [0u8; 8];
+        f.fail_read_after(1);
+        f.read(0, &mut buf).unwrap();
+        assert_eq!(
+            f.read(0, &mut buf),
+            Err(SimError::ReadFailed { addr: 0, len: 8 })
+        );
+        f.read(0, &mut buf).unwrap();
+        assert_eq!(buf, [0x5A; 8]);
+        // A one-shot flip: wrong once, right on re-read; reads elsewhere do not spend it.
+        f.flip_next_read(5, 0);
+        f.read(6, &mut buf[..2]).unwrap();
+        f.read(0, &mut buf).unwrap();
+        assert_eq!(buf[5], 0x5B);
+        f.read(0, &mut buf).unwrap();
+        assert_eq!(buf, [0x5A; 8]);
+        assert_eq!(f.bytes()[5], 0x5A);
+        let faults = f.faults();
+        assert_eq!((faults.failed_reads, faults.flipped_reads), (1, 1));
+        assert_eq!(f.counters().reads, 6);
+        // A flaky cell: wrong on about the given share of reads, never in memory.
+        f.set_seed(7);
+        f.set_flaky(3, 0x10, 70);
+        let wrong = (0..1000)
+            .filter(|_| {
+                f.read(0, &mut buf).unwrap();
+                buf[3] != 0x5A
+            })
+            .count();
+        assert!((620..780).contains(&wrong), "{wrong} of 1000");
+        f.set_flaky(3, 0x10, 100);
+        f.read(3, &mut buf[..1]).unwrap();
+        assert_eq!(buf[0], 0x4A);
+        f.clear_flaky();
+        f.read(3, &mut buf[..1]).unwrap();
+        assert_eq!(buf[0], 0x5A);
     }
 
     #[cfg(feature = "std")]
