@@ -327,6 +327,7 @@ impl Gateway {
             }
             return error_reply(out, 0, ErrorCode::NotHandshaken, "send Hello first");
         }
+        let version = conn.protocol_version.unwrap_or(1);
         match *req {
             Request::Hello { .. } => Outcome::NoReply, // handled above
             Request::Publish {
@@ -343,7 +344,7 @@ impl Gateway {
                     producer,
                     payload,
                 };
-                self.publish(seq, &rec, ack, log, now_us, out)
+                self.publish(seq, &rec, ack, version, log, now_us, out)
             }
             Request::Fetch {
                 seq,
@@ -380,7 +381,8 @@ impl Gateway {
                         CommitError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
                         CommitError::TooManyConsumers { .. } => ErrorCode::TooManyConsumers,
                         CommitError::BadName { .. } => ErrorCode::BadRequest,
-                        _ => ErrorCode::Internal,
+                        // Flash errors, bad blocks, a poisoned log.
+                        _ => ErrorCode::StorageFailed.for_version(version),
                     };
                     let m = message(format_args!("{e}"));
                     error_reply(out, seq, code, &m)
@@ -405,7 +407,11 @@ impl Gateway {
                 Ok(existed) => reply(out, &Response::Deleted { seq, existed }),
                 Err(e) => {
                     let m = message(format_args!("{e}"));
-                    error_reply(out, seq, ErrorCode::Internal, &m)
+                    let code = match e {
+                        CommitError::BadName { .. } => ErrorCode::BadRequest,
+                        _ => ErrorCode::StorageFailed.for_version(version),
+                    };
+                    error_reply(out, seq, code, &m)
                 }
             },
             Request::Stats { seq } => {
@@ -415,11 +421,13 @@ impl Gateway {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn publish<F: Flash>(
         &mut self,
         seq: u32,
         rec: &Record<'_>,
         ack: AckLevel,
+        version: u16,
         log: &mut Log<'_, F>,
         now_us: u64,
         out: &mut [u8],
@@ -467,7 +475,12 @@ impl Gateway {
         if ack == AckLevel::None {
             return Outcome::NoReply;
         }
-        let r = error_reply(out, seq, rejected.code, &rejected.message);
+        let r = error_reply(
+            out,
+            seq,
+            rejected.code.for_version(version),
+            &rejected.message,
+        );
         // A resend older than the producer's remembered window is already stored below the
         // window's oldest record: a durable publish learns that only once that is durable.
         if let (AckLevel::Durable, Some(below)) = (ack, rejected.stored_below)
@@ -528,10 +541,12 @@ impl Gateway {
                     below = Some(stored_below);
                     ErrorCode::DuplicateSequenceUnknownOffset
                 }
+                // Flash errors, bad blocks, a log poisoned by an earlier failure: the
+                // record is not stored; the client resends after a remount.
                 _ => {
                     self.counters.internal_errors += 1;
                     error!("append failed: {}", m.as_str());
-                    ErrorCode::Internal
+                    ErrorCode::StorageFailed
                 }
             };
             Rejected {

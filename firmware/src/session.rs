@@ -290,7 +290,9 @@ impl<'t, T: Read + Write, const N: usize> Session<'t, T, N> {
                 let seq = ack_seq(frame).unwrap_or(0);
                 let code = match flushed {
                     Err(spillway_core::error::FlushError::Full) => ErrorCode::Full,
-                    _ => ErrorCode::Internal,
+                    // A flash error, or a log poisoned by one: remount, then resend.
+                    _ => ErrorCode::StorageFailed
+                        .for_version(self.conn.protocol_version.unwrap_or(1)),
                 };
                 if let Outcome::Reply { len } =
                     error_reply(out, seq, code, "record not durable: flush failed")

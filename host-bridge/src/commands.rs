@@ -234,6 +234,13 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
                             log::warn!("gateway full, retrying: {message}");
                             false
                         }
+                        // Nothing of it was acknowledged as durable: resend once the
+                        // gateway has remounted or restarted (the producer id deduplicates
+                        // what did reach flash).
+                        C::StorageFailed => {
+                            log::warn!("gateway storage failed, resending: {message}");
+                            false
+                        }
                         // A resend older than the gateway's per-producer window: it is
                         // stored already (durable, if that was asked), offset unknown.
                         C::DuplicateSequenceUnknownOffset => {

@@ -117,6 +117,19 @@ pub enum Reply {
 }
 
 impl Reply {
+    /// Whether this is an error whose request may be resent once the gateway recovers:
+    /// `StorageFailed` (its storage failed; it remounts or is restarted) or `Internal`
+    /// (what a version 1 connection gets in its place).
+    pub fn is_storage_failure(&self) -> bool {
+        matches!(
+            self,
+            Reply::Error {
+                code: ErrorCode::StorageFailed | ErrorCode::Internal,
+                ..
+            }
+        )
+    }
+
     fn from_response(r: &Response<'_>) -> io::Result<Reply> {
         let bad = |e: postcard::Error| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
         Ok(match *r {

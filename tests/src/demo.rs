@@ -889,6 +889,8 @@ struct PubState {
     resent: u64,
     /// Acknowledgements with `duplicate: true`.
     duplicate_acks: u64,
+    /// `StorageFailed` answers (each ends the connection; its records are resent).
+    storage_failures: u64,
     /// Connections after the first.
     reconnects: u64,
     /// Log id of the first `Welcome`.
@@ -933,6 +935,7 @@ impl Publisher {
             next: 0,
             resent: 0,
             duplicate_acks: 0,
+            storage_failures: 0,
             reconnects: 0,
             log_id: None,
             error: None,
@@ -1012,6 +1015,15 @@ fn reply_reader(
                         st.duplicate_acks += 1;
                     }
                 }
+            }
+            // The gateway's storage failed: nothing waiting was made durable. Reconnect
+            // and resend every unacknowledged record once it has recovered (the producer
+            // ids deduplicate what did reach flash).
+            Ok(ref e @ Reply::Error { .. }) if e.is_storage_failure() => {
+                st.storage_failures += 1;
+                st.dead = true;
+                cv.notify_all();
+                return;
             }
             Ok(Reply::Error { seq, code, message }) => {
                 st.error = Some(format!(
@@ -1720,6 +1732,13 @@ fn verify(o: &Observed<'_>, summary: &mut Summary) {
                 thousands(empty),
                 thousands(row.input_rows),
                 thousands(expect)
+            ));
+        }
+        if st.storage_failures > 0 {
+            notes.push(format!(
+                "{topic}: the gateway answered {} durable publishes with StorageFailed; \
+                 they were resent after it recovered",
+                thousands(st.storage_failures)
             ));
         }
         resent_total += st.resent;

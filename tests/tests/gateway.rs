@@ -626,7 +626,7 @@ fn sigterm_is_clean_and_image_is_protected() {
     let (code, out, _) = run_cli(&["--version"]);
     assert_eq!(code, 0);
     assert!(
-        out.contains("protocol 1") && out.contains("format 1"),
+        out.contains("protocol 2") && out.contains("format 1"),
         "{out}"
     );
 }

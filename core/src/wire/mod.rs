@@ -53,8 +53,8 @@ pub use list::{
 use serde::{Deserialize, Serialize};
 
 /// The protocol version this crate speaks, sent in [`Request::Hello`] and
-/// [`Response::Welcome`].
-pub const PROTOCOL_VERSION: u16 = 1;
+/// [`Response::Welcome`]. Version 2 added [`ErrorCode::StorageFailed`].
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// How far a publish must have got before the gateway acknowledges it.
 ///
@@ -332,12 +332,46 @@ pub enum ErrorCode {
     /// the gateway skipped (refused, or never received): whether it was stored is not
     /// known. Treat the record as not acknowledged.
     SequenceUnknown = 11,
+    /// \[12\] (protocol version 2) The gateway's storage failed (a flash write, erase or
+    /// sync): nothing in this request was acknowledged as durable, and no record waiting
+    /// for a durable acknowledgement got one. Resend after the gateway has remounted its
+    /// storage or restarted (reconnect with backoff); with a producer id the resends of
+    /// records that did reach flash are deduplicated. A client that announced version 1
+    /// gets [`ErrorCode::Internal`] instead.
+    StorageFailed = 12,
 }
 
 impl ErrorCode {
     /// The code's number on the wire.
     pub const fn code(self) -> u16 {
         self as u16
+    }
+
+    /// The first protocol version that has this code.
+    pub const fn since_version(self) -> u16 {
+        match self {
+            ErrorCode::StorageFailed => 2,
+            _ => 1,
+        }
+    }
+
+    /// This code as a client speaking `protocol_version` knows it: a code newer than that
+    /// version becomes [`ErrorCode::Internal`].
+    pub const fn for_version(self, protocol_version: u16) -> ErrorCode {
+        if protocol_version >= self.since_version() {
+            self
+        } else {
+            ErrorCode::Internal
+        }
+    }
+
+    /// Whether resending the same request later can succeed (the failure was the
+    /// gateway's state, not the request): `Full`, `BadFrame`, `Internal`, `StorageFailed`.
+    pub const fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::Full | ErrorCode::BadFrame | ErrorCode::Internal | ErrorCode::StorageFailed
+        )
     }
 }
 

@@ -63,10 +63,11 @@ fn resp(frame: &mut [u8]) -> Response<'static> {
 
 #[test]
 fn golden_hello() {
-    // 00 variant Hello | 01 protocol_version | 06 "buoy-7"
+    // 00 variant Hello | 01 protocol_version | 06 "buoy-7" (PROTOCOL.md's worked example:
+    // a version 1 client).
     golden(
         &Request::Hello {
-            protocol_version: PROTOCOL_VERSION,
+            protocol_version: 1,
             client_name: "buoy-7",
         },
         "00 01 06 62756f792d37",
@@ -404,6 +405,7 @@ fn enum_indexes_are_frozen() {
         ErrorCode::Internal,
         ErrorCode::NotHandshaken,
         ErrorCode::SequenceUnknown,
+        ErrorCode::StorageFailed,
     ];
     for (i, c) in codes.into_iter().enumerate() {
         assert_eq!(postcard::to_slice(&c, &mut buf).unwrap(), &[i as u8]);
@@ -836,4 +838,17 @@ fn protocol_md_examples() {
             &hex(enc)[..]
         );
     }
+}
+
+#[test]
+fn storage_failed_reaches_only_clients_of_version_2() {
+    assert_eq!(ErrorCode::StorageFailed.code(), 12);
+    assert_eq!(ErrorCode::StorageFailed.for_version(1), ErrorCode::Internal);
+    assert_eq!(
+        ErrorCode::StorageFailed.for_version(PROTOCOL_VERSION),
+        ErrorCode::StorageFailed
+    );
+    assert_eq!(ErrorCode::Full.for_version(1), ErrorCode::Full);
+    assert!(ErrorCode::StorageFailed.is_retryable());
+    assert!(!ErrorCode::TooLarge.is_retryable());
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_channel::{Receiver, Sender, TryRecvError, TrySendError};
 use spillway_core::log::{Config, Log, Memory, SegmentSlot, segments_for};
-use spillway_core::wire::{FrameError, Request};
+use spillway_core::wire::{ErrorCode, FrameError, Request};
 
 use super::AppError;
 use super::config::Settings;
@@ -353,11 +353,14 @@ pub fn run(
                 if p.offset < durable {
                     send_frame(&mut conns, p.conn, p.frame);
                 } else {
+                    let version = conns
+                        .get(&p.conn)
+                        .and_then(|c| c.conn.protocol_version)
+                        .unwrap_or(1);
                     let code = match flushed {
-                        Err(spillway_core::error::FlushError::Full) => {
-                            spillway_core::wire::ErrorCode::Full
-                        }
-                        _ => spillway_core::wire::ErrorCode::Internal,
+                        Err(spillway_core::error::FlushError::Full) => ErrorCode::Full,
+                        // A flash error, or a log poisoned by one.
+                        _ => ErrorCode::StorageFailed.for_version(version),
                     };
                     let o = error_reply(&mut out, p.seq, code, "record not durable: flush failed");
                     deliver(&mut conns, p.conn, o, &out);
