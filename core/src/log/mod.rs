@@ -31,6 +31,17 @@
 //! keeps its bits. A corrupt batch deeper in the log (a bit flip) costs only its own
 //! records: reads report the exact lost range and go on after it.
 
+//! ## Storage errors
+//! A failed write, erase or sync is final: the log cannot know what the storage kept (a
+//! write may have programmed part of its words; a failed sync may have lost every write
+//! since the last good one, while a cache still shows them). The first failure is returned
+//! as the storage error and poisons the log ([`Log::poisoned`]): the durable offset stays
+//! where the last successful sync left it, nothing more is written, and every writing call
+//! fails with a `Poisoned` error until the storage is mounted again. The mount then decides
+//! from what the flash holds; the words a failed write touched are never programmed again
+//! in place (the head segment is sealed), and the journal keeps its newest valid entry
+//! until an entry in its other block is written and synced.
+
 pub mod format;
 mod journal;
 

@@ -1,6 +1,8 @@
 //! Helpers shared by the log's integration tests.
 #![allow(dead_code)]
 
+pub mod faults;
+
 use std::cell::RefCell;
 
 use spillway_core::storage::{Flash, Geometry, SimError, SimFlash};
