@@ -19,6 +19,7 @@
 //! a reflashed or replaced gateway keeps its id but gets a new log id, and that mismatch is
 //! what the resume check ([`check_log_id`], [`check_prev_crc`]) detects.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -49,6 +50,21 @@ pub enum StoreError {
     /// A write to a state file opened read-only.
     #[error("state file is open read-only")]
     ReadOnly,
+    /// The handle was closed by [`Store::reopen`] and opening the file again failed.
+    #[error("state file is closed (reopening it failed)")]
+    Closed,
+}
+
+impl StoreError {
+    /// True for a failure of redb itself (I/O, a failed commit, a poisoned handle), which
+    /// reopening the state file may cure; false for a value that does not parse or a
+    /// read-only handle, which reopening cannot change.
+    pub fn is_storage(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Redb(_) | StoreError::Task(_) | StoreError::Closed
+        )
+    }
 }
 
 macro_rules! redb_from {
@@ -90,6 +106,38 @@ pub struct Checkpoint {
     pub resets: u64,
     /// Wall-clock time of the last update, ms since the Unix epoch.
     pub updated_unix_ms: u64,
+    /// File sink only: what the sink had synced when this checkpoint was saved (absent in
+    /// checkpoints written by earlier versions and for the Kafka sink). A restart cuts the
+    /// files back to it before writing, see [`SinkFiles`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink_files: Option<SinkFiles>,
+}
+
+/// The file sink's synced state saved with a checkpoint: per topic stem, the newest file and
+/// how many of its bytes were fsynced when every record below the checkpoint offset had been
+/// written. Bytes past these lengths were written after the checkpoint (or their fsync
+/// failed): the sink cuts them off, and syncs, before it writes again, and the drain resends
+/// their records from the checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SinkFiles {
+    /// The sink directory, absolute (canonical); a checkpoint taken for another directory
+    /// is not applied.
+    pub dir: String,
+    /// The log id (32 hex digits) whose lines were being written: only lines of this log
+    /// (or lines that are not records at all, such as a torn line) are ever cut off.
+    pub log_id: String,
+    /// Every topic stem in the directory at that time (file name without `.<n>.jsonl`),
+    /// with its newest file. A stem not listed had no lines then.
+    pub files: BTreeMap<String, SyncedFile>,
+}
+
+/// One topic's newest file in [`SinkFiles`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncedFile {
+    /// File number (`<stem>.<n>.jsonl`); older files of the stem are complete.
+    pub n: u64,
+    /// Bytes of that file fsynced, always at a line boundary.
+    pub len: u64,
 }
 
 impl Checkpoint {
@@ -105,6 +153,7 @@ impl Checkpoint {
             lost: 0,
             resets: 0,
             updated_unix_ms: now_ms(),
+            sink_files: None,
         }
     }
 
@@ -294,13 +343,16 @@ pub struct Store {
 enum Db {
     ReadWrite(Database),
     ReadOnly(ReadOnlyDatabase),
+    /// Released by [`Store::reopen`], which failed to open the file again.
+    Closed,
 }
 
 impl Db {
-    fn begin_read(&self) -> Result<redb::ReadTransaction, redb::TransactionError> {
+    fn begin_read(&self) -> Result<redb::ReadTransaction, StoreError> {
         match self {
-            Db::ReadWrite(db) => db.begin_read(),
-            Db::ReadOnly(db) => db.begin_read(),
+            Db::ReadWrite(db) => Ok(db.begin_read()?),
+            Db::ReadOnly(db) => Ok(db.begin_read()?),
+            Db::Closed => Err(StoreError::Closed),
         }
     }
 
@@ -308,6 +360,7 @@ impl Db {
         match self {
             Db::ReadWrite(db) => Ok(db.begin_write()?),
             Db::ReadOnly(_) => Err(StoreError::ReadOnly),
+            Db::Closed => Err(StoreError::Closed),
         }
     }
 }
@@ -331,6 +384,25 @@ impl Store {
         Ok(Store {
             db: Arc::new(Db::ReadWrite(db)),
         })
+    }
+
+    /// Releases the redb handle and opens `path` again (read-write), as after a failed
+    /// commit: redb refuses further transactions on a handle whose write failed, and opening
+    /// the file again recovers it to its last durable commit. The old handle must not be
+    /// shared any more (no clone of this `Store` alive), or the open fails because the file
+    /// is still held; on failure this `Store` stays closed ([`StoreError::Closed`]) and
+    /// `reopen` may be called again.
+    pub fn reopen(&mut self, path: &Path) -> Result<(), StoreError> {
+        self.db = Arc::new(Db::Closed);
+        *self = Store::open(path)?;
+        Ok(())
+    }
+
+    /// [`Store::reopen`] on the blocking pool.
+    pub async fn reopen_async(&mut self, path: &Path) -> Result<(), StoreError> {
+        self.db = Arc::new(Db::Closed);
+        *self = Store::open_async(path).await?;
+        Ok(())
     }
 
     /// Opens the state file read-only if it exists (for `status`, which must not create
@@ -681,6 +753,62 @@ mod tests {
             }
         ));
         assert!(e.to_string().contains("00000000000000000000000000000001"));
+    }
+
+    /// A checkpoint saved by an earlier version (no `sink_files`) still loads, and one
+    /// with it round-trips.
+    #[test]
+    fn checkpoints_without_sink_files_still_load() {
+        let (dir, s) = store();
+        let path = dir.path().join("state.redb");
+        let old = r#"{"log_id":"0000000000000000000000000000abcd","offset":10,"last_crc":7,"records":10,"bytes":40,"gaps":0,"lost":0,"resets":0,"updated_unix_ms":1}"#;
+        {
+            let Db::ReadWrite(db) = s.db.as_ref() else {
+                panic!("read-write")
+            };
+            let tx = db.begin_write().unwrap();
+            tx.open_table(CHECKPOINTS)
+                .unwrap()
+                .insert(("gw", "bridge"), old)
+                .unwrap();
+            tx.commit().unwrap();
+        }
+        drop(s);
+        let s = Store::open(&path).unwrap();
+        let mut cp = s.load("gw", "bridge").unwrap().unwrap();
+        assert_eq!((cp.offset, cp.sink_files.clone()), (10, None));
+        let mut files = BTreeMap::new();
+        files.insert("t".to_string(), SyncedFile { n: 2, len: 300 });
+        cp.sink_files = Some(SinkFiles {
+            dir: "/var/spool/out".into(),
+            log_id: cp.log_id.clone(),
+            files,
+        });
+        s.save("gw", "bridge", &cp).unwrap();
+        assert_eq!(s.load("gw", "bridge").unwrap().unwrap(), cp);
+    }
+
+    /// After a failed transaction the drain reopens the state file: the handle is
+    /// released first (redb refuses a second open in one process), and the last durable
+    /// checkpoint is there.
+    #[test]
+    fn reopen_releases_the_handle_and_keeps_the_checkpoint() {
+        let (dir, mut s) = store();
+        let path = dir.path().join("state.redb");
+        let cp = Checkpoint::new(5, 99);
+        s.save("gw", "bridge", &cp).unwrap();
+        assert!(Store::open(&path).is_err(), "held by this handle");
+        s.reopen(&path).unwrap();
+        assert_eq!(s.load("gw", "bridge").unwrap(), Some(cp));
+        // A clone still alive keeps the file held: the reopen fails and the store is
+        // closed until a later reopen succeeds.
+        let clone = s.clone();
+        let e = s.reopen(&path).unwrap_err();
+        assert!(e.is_storage(), "{e}");
+        assert!(matches!(s.load("gw", "bridge"), Err(StoreError::Closed)));
+        drop(clone);
+        s.reopen(&path).unwrap();
+        assert_eq!(s.load("gw", "bridge").unwrap().unwrap().offset, 99);
     }
 
     #[test]

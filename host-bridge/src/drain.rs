@@ -6,11 +6,13 @@
 //! 2. Load the checkpoint of (gateway id, consumer) from redb (through `smol::unblock`).
 //!    - None: start at `--from` when it was given (`earliest` = the gateway's first
 //!      offset, `latest` = its next offset, or a number). Without `--from`, start at the
-//!      gateway's committed offset for this consumer when it is above the log's first
-//!      offset (a deleted state file, a renamed gateway id: what a Kafka consumer group
-//!      would do), logged at `warn` because the CRC of the record before it cannot be
-//!      checked (nothing local says what was forwarded); else at the first offset. Save
-//!      that checkpoint.
+//!      gateway's committed offset for this consumer when it has one other than the log's
+//!      first offset: above it (a deleted state file, a renamed gateway id: what a Kafka
+//!      consumer group would do), logged at `warn` because the CRC of the record before it
+//!      cannot be checked (nothing local says what was forwarded); below it (records the
+//!      consumer never took were dropped, e.g. by `--full drop-oldest` before any drain),
+//!      so that the main loop records those offsets as a gap. Else (no such consumer on
+//!      the gateway) at the first offset. Save that checkpoint.
 //!    - Some: the **resume check**. The log id must be the checkpoint's, and a probe fetch
 //!      from the checkpoint offset must report, as the CRC of the record before it, the CRC
 //!      of the last record this bridge forwarded (Raft's log matching). An offset beyond the
@@ -63,12 +65,45 @@
 //! the metrics (`gaps`, `lost_records`) and the checkpoint, recorded in redb's `gaps`
 //! table, and the drain continues after it.
 //!
+//! Every offset between where the consumer stood (its checkpoint, or, for a new state file,
+//! its committed offset on the gateway) and what the gateway can still deliver is a gap,
+//! met and recorded by whichever run gets there first: records dropped by drop-oldest
+//! before a bridge ever drained count as lost. A consumer the gateway did not know when
+//! they were dropped, or a drain started with `--from`, has no gap for them.
+//!
+//! A range reported `Corrupt` may be a flash cell that reads wrong only sometimes: the
+//! fetcher fetches it again, [`CORRUPT_REFETCH_DELAY`] apart, up to [`CORRUPT_REFETCHES`]
+//! times or until [`CORRUPT_REFETCH_FOR`] has passed since the first such reply, and
+//! records the gap only if every fetch said corrupt (counted in
+//! `spillway_bridge_corrupt_refetches_total`). A range corrupt on every read becomes a gap
+//! in about 1.5 s.
+//!
 //! A `lost` range with reason `NotPersisted` is not a gap: those offsets were handed out
 //! in the gateway's RAM and never written before a crash (mostly the rest of its offset
 //! lease, which it skips on restart), so no durably acknowledged record had them. The range
 //! is logged at `info`, counted in `spillway_bridge_skipped_offsets_total`, and the
 //! checkpoint moves past it; it is not counted as lost and not recorded in `gaps`, so a
 //! power cut does not look like data loss.
+//!
+//! # Sink files
+//!
+//! With the file sink, every checkpoint saved after a batch also records what the sink had
+//! synced ([`Checkpoint::sink_files`]: per topic, the newest file and its synced length),
+//! in the same redb transaction. Each time a session resumes, the checkpoint loaded from
+//! redb is handed to the sink, which cuts off whatever was written after it (synced or
+//! not, see `sink::file`, "Synced lengths") before it writes again; the drain then resends
+//! from that checkpoint. A failed write or fsync cuts back the same way inside the sink.
+//!
+//! # State file failures
+//!
+//! A failed redb transaction (a commit whose fsync failed, an I/O error; not a value that
+//! does not parse) ends the session, with nothing committed on the gateway past the last
+//! saved checkpoint. Without `--once` the drain releases the redb handle, waits a backoff
+//! (from `backoff_initial` doubling to `backoff_max`, reset by the next checkpoint saved),
+//! opens the state file again, retrying the same way until it opens, and resumes from its
+//! last durable checkpoint: the records after it are sent again (the file sink cuts its
+//! files back to that checkpoint first). Counted in `spillway_bridge_state_errors_total`.
+//! With `--once` the drain ends with [`DrainError::Store`] (exit code 4) instead.
 //!
 //! # Stopping
 //!
@@ -422,6 +457,16 @@ struct FetcherCtx {
     backoff: Backoff,
 }
 
+/// Fetches repeated, at most, after the gateway reported a range corrupt, before the range
+/// is recorded as a gap (module doc, "Gaps").
+pub const CORRUPT_REFETCHES: u32 = 24;
+/// Pause between those fetches.
+pub const CORRUPT_REFETCH_DELAY: Duration = Duration::from_millis(50);
+/// No fetch is repeated once this much time has passed since the first corrupt reply for
+/// the offset, so a range that is corrupt on every read becomes a gap within about this
+/// time plus one fetch (over a slow serial line, after fewer than [`CORRUPT_REFETCHES`]).
+pub const CORRUPT_REFETCH_FOR: Duration = Duration::from_millis(1500);
+
 const CLIENT_NAME: &str = concat!("spillway-bridge/", env!("CARGO_PKG_VERSION"));
 const STATS_EVERY: Duration = Duration::from_secs(2);
 const FINAL_COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -460,6 +505,8 @@ async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherCtx) -> Clie
     let mut committed_sent = 0u64;
     let mut last_stats = Instant::now() - STATS_EVERY;
     let mut send_consumer = true;
+    // A fetch answered "corrupt": (its offset, when first, fetches again so far).
+    let mut corrupt_at: Option<(u64, Instant, u32)> = None;
     loop {
         // Commit what the main loop has made durable.
         let want = ctx.commit.get();
@@ -508,6 +555,33 @@ async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherCtx) -> Clie
         {
             Ok(reply) => {
                 ctx.backoff.reset();
+                let corrupt = matches!(&reply, FetchReply::Records { lost: Some(l), .. }
+                    if l.reason == LostReason::Corrupt);
+                if corrupt {
+                    let (since, tries) = corrupt_at
+                        .filter(|c| c.0 == cursor)
+                        .map_or((Instant::now(), 0), |c| (c.1, c.2));
+                    if tries < CORRUPT_REFETCHES && since.elapsed() < CORRUPT_REFETCH_FOR {
+                        corrupt_at = Some((cursor, since, tries + 1));
+                        ctx.metrics.corrupt_refetches.inc();
+                        log::debug!(
+                            "gateway reports offsets from {cursor} corrupt; fetching again ({} of {CORRUPT_REFETCHES})",
+                            tries + 1
+                        );
+                        sleep_or_stop(CORRUPT_REFETCH_DELAY, &ctx.stop).await;
+                        continue;
+                    }
+                    log::warn!(
+                        "gateway still reports offsets from {cursor} corrupt after {tries} fetches again over {:.1?}",
+                        since.elapsed()
+                    );
+                } else if corrupt_at.is_some_and(|c| c.0 == cursor) {
+                    log::info!(
+                        "offsets from {cursor} read back whole after {} fetches again (the gateway first reported them corrupt)",
+                        corrupt_at.map_or(0, |c| c.2)
+                    );
+                }
+                corrupt_at = None;
                 let next = match &reply {
                     FetchReply::Records {
                         next_offset,
@@ -630,6 +704,8 @@ pub struct Drain {
     sink_scanned: bool,
     /// When the shutdown grace ends (set when the shutdown signal is first seen).
     stop_deadline: Option<Instant>,
+    /// Delay before reopening a failed state file; reset by a checkpoint saved.
+    state_backoff: Backoff,
 }
 
 /// Result of a session.
@@ -652,6 +728,7 @@ impl Drain {
             .await
             .map_err(DrainError::Sink)?;
         let progress = Progress::new(cfg.progress);
+        let cfg_backoff = (cfg.backoff_initial, cfg.backoff_max);
         Ok(Drain {
             cfg,
             store,
@@ -662,6 +739,7 @@ impl Drain {
             progress,
             sink_scanned: false,
             stop_deadline: None,
+            state_backoff: Backoff::new(cfg_backoff.0, cfg_backoff.1),
         })
     }
 
@@ -683,6 +761,14 @@ impl Drain {
             };
             let cp = match self.resume(&mut conn).await {
                 Ok(cp) => cp,
+                Err(Resumed::Stopped) => break Ok(()),
+                Err(Resumed::Fatal(DrainError::Store(e))) if e.is_storage() => {
+                    match self.state_failed(e).await {
+                        Ok(true) => continue,
+                        Ok(false) => break Ok(()),
+                        Err(e) => break Err(e),
+                    }
+                }
                 Err(Resumed::Fatal(e)) => break Err(e),
                 Err(Resumed::Retry(e)) => {
                     self.metrics.gateway_errors.inc();
@@ -711,6 +797,11 @@ impl Drain {
             match self.session(conn, cp, once_target).await {
                 Ok(SessionEnd::Done) => break Ok(()),
                 Ok(SessionEnd::Again) => continue,
+                Err(DrainError::Store(e)) if e.is_storage() => match self.state_failed(e).await {
+                    Ok(true) => continue,
+                    Ok(false) => break Ok(()),
+                    Err(e) => break Err(e),
+                },
                 Err(e) => break Err(e),
             }
         };
@@ -719,6 +810,43 @@ impl Drain {
             sink.close(Duration::from_secs(5)).await;
         }
         res.map(|()| self.summary)
+    }
+
+    /// A state file transaction failed (module doc, "State file failures"). With `--once`
+    /// returns the error (exit code 4). Otherwise reopens the state file after a backoff,
+    /// retrying until it opens (`Ok(true)`: resume from its last durable checkpoint) or the
+    /// shutdown signal comes (`Ok(false)`).
+    async fn state_failed(&mut self, e: StoreError) -> Result<bool, DrainError> {
+        self.metrics.state_errors.inc();
+        let path = self.cfg.state.display().to_string();
+        if self.cfg.once {
+            log::error!(
+                "state file {path}: {e}; --once: giving up (exit code 4); without --once the drain reopens the state file and resumes from its last durable checkpoint"
+            );
+            return Err(DrainError::Store(e));
+        }
+        log::warn!(
+            "state file {path}: {e}; reopening it and resuming from its last durable checkpoint"
+        );
+        loop {
+            self.metrics.retries.inc();
+            let d = self.state_backoff.next_delay();
+            if !sleep_or_stop(d, &self.stop).await {
+                return Ok(false);
+            }
+            match self.store.reopen_async(&self.cfg.state).await {
+                Ok(()) => {
+                    log::info!("state file {path}: reopened");
+                    // What the sink holds past the durable checkpoint is looked at again.
+                    self.sink_scanned = false;
+                    return Ok(true);
+                }
+                Err(e) => {
+                    self.metrics.state_errors.inc();
+                    log::warn!("state file {path}: reopening failed: {e}");
+                }
+            }
+        }
     }
 
     /// Loads the checkpoint, checks it against the gateway (module doc, step 2), then, once
@@ -734,6 +862,7 @@ impl Drain {
             _ => None,
         };
         let cp = self.resume_check(conn).await?;
+        self.restore_sink(&cp).await?;
         if self.sink_scanned {
             return Ok(cp);
         }
@@ -747,6 +876,45 @@ impl Drain {
             log::debug!("kafka producer warm-up: {e}");
         }
         Ok(cp)
+    }
+
+    /// File sink: cuts the files back to what `cp` recorded as synced, before anything is
+    /// written (module doc, "Sink files"); retried with backoff while the file system
+    /// fails, until the shutdown signal.
+    async fn restore_sink(&mut self, cp: &Checkpoint) -> Result<(), Resumed> {
+        let Some(files) = cp.sink_files.as_ref() else {
+            return Ok(());
+        };
+        let mut backoff = Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max);
+        loop {
+            let Some(Sink::File(f)) = self.sink.as_mut() else {
+                return Ok(());
+            };
+            match f.restore(files).await {
+                Ok(Some(cut)) if cut.files > 0 => {
+                    log::warn!(
+                        "file sink: cut {} bytes off {} files written after the checkpoint at offset {} (sent again from there)",
+                        cut.bytes,
+                        cut.files,
+                        cp.offset
+                    );
+                    return Ok(());
+                }
+                Ok(_) => return Ok(()),
+                Err(e) => {
+                    let e = SinkError::Io(e);
+                    self.metrics.sink_error(e.kind());
+                    self.metrics.retries.inc();
+                    let d = backoff.next_delay();
+                    log::warn!(
+                        "{e} while cutting the files back to the checkpoint; retrying in {d:.1?}"
+                    );
+                    if !sleep_or_stop(d, &self.stop).await {
+                        return Err(Resumed::Stopped);
+                    }
+                }
+            }
+        }
     }
 
     /// The effectively-once resume (module doc): scans the Kafka topic's partition tails
@@ -937,8 +1105,21 @@ impl Drain {
                         .iter()
                         .find(|c| c.name == consumer)
                         .map(|c| c.committed_offset)
-                        .filter(|&o| o > stats.first_offset && o <= stats.next_offset);
+                        .filter(|&o| o != stats.first_offset && o <= stats.next_offset);
                     match committed {
+                        Some(o) if o < stats.first_offset => {
+                            // Records the consumer had not taken were dropped before this
+                            // state file's first run: start at its committed offset, so that
+                            // the main loop meets them as a gap with the gateway's reason.
+                            log::warn!(
+                                "gateway {:?} log {}: consumer {consumer:?} committed offset {o} on the gateway, but the log now starts at {}: offsets {o}..{} were dropped before this bridge drained them (recorded as a gap)",
+                                w.gateway_id,
+                                log_id_hex(w.log_id),
+                                stats.first_offset,
+                                stats.first_offset
+                            );
+                            o
+                        }
                         Some(o) => {
                             log::warn!(
                                 "gateway {:?} log {}: the state file {} has no checkpoint for consumer {consumer:?}; starting at the gateway's committed offset {o} for it (the CRC of the record before it cannot be checked without the local checkpoint; pass --from to choose another start)",
@@ -1016,6 +1197,7 @@ impl Drain {
                 let stats = conn.stats().await.map_err(Resumed::Retry)?;
                 let mut new = Checkpoint::new(w.log_id, stats.first_offset);
                 new.resets = cp.resets + 1;
+                new.sink_files = cp.sink_files.clone();
                 let reset = Reset {
                     old_log_id: cp.log_id.clone(),
                     old_offset: cp.offset,
@@ -1492,9 +1674,15 @@ impl Drain {
             s.cp.records += records;
             s.cp.bytes += bytes;
             s.cp.updated_unix_ms = now_ms();
+            if let Some(Sink::File(f)) = self.sink.as_ref() {
+                // The file sink delivers one batch at a time: what it has synced now is
+                // exactly the records below the new checkpoint offset.
+                s.cp.sink_files = f.synced_files();
+            }
             self.store
                 .save_async(&s.src.gateway_id, &self.cfg.consumer, s.cp)
                 .await?;
+            self.state_backoff.reset();
             s.commit.set(s.cp.offset);
             self.metrics.forwarded_records.inc_by(records);
             self.metrics.forwarded_bytes.inc_by(bytes);
@@ -1602,6 +1790,8 @@ enum Step {
 enum Resumed {
     Fatal(DrainError),
     Retry(ClientError),
+    /// The shutdown signal came first.
+    Stopped,
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@
 //! | 1 | failure: `publish` had records rejected or left them unacknowledged, the gateway could not be reached by `tail`/`status`/`consumers`, the sink could not be opened, output failed |
 //! | 2 | usage or configuration error (bad flag, config file, URI, `--from` beyond the log) |
 //! | 3 | `drain`: the resume check failed (log id, previous record CRC, or checkpoint beyond the log's end); not retried — see `--accept-new-log` |
-//! | 4 | the state file could not be opened or written (e.g. another drain holds it) |
+//! | 4 | the state file could not be opened (e.g. another drain holds it) or, for `drain --once`, a transaction on it failed (without `--once` the drain reopens it and resumes from its last durable checkpoint) |
 //!
 //! ## Features
 //! - `kafka` (default): the `kafka://` sink (librdkafka built from source: needs `cmake`

@@ -24,7 +24,9 @@ Exit codes:
   2  usage or configuration error
   3  drain: resume check failed (gateway log id or previous record CRC differs from the
      checkpoint, or the checkpoint is beyond the log); not retried, see --accept-new-log
-  4  state file could not be opened or written (e.g. held by another drain)";
+  4  state file could not be opened (e.g. held by another drain), or with drain
+     --once a write to it failed (without --once the drain reopens it and resumes
+     from its last durable checkpoint)";
 
 const DEFAULT_GATEWAY: &str = "tcp://127.0.0.1:7878";
 const DEFAULT_SINK: &str = "file:./spillway-out";

@@ -15,6 +15,8 @@
 //! | `spillway_bridge_sink_errors_total{kind}` | counter | sink failures by kind (`io`, `kafka`, `timeout`) |
 //! | `spillway_bridge_gateway_errors_total` | counter | gateway connection or request failures |
 //! | `spillway_bridge_sink_resumed_records_total` | counter | records found already in the sink at start and not sent again (Kafka effectively-once resume) |
+//! | `spillway_bridge_state_errors_total` | counter | state file failures (a failed redb commit or read); each reopens the file and resumes from its last durable checkpoint |
+//! | `spillway_bridge_corrupt_refetches_total` | counter | fetches repeated because the gateway reported a range corrupt (a flash cell that reads wrong only sometimes) |
 
 use std::sync::Arc;
 
@@ -52,6 +54,10 @@ pub struct Metrics {
     pub gateway_errors: Counter,
     /// Records found already in the sink at start (not sent again).
     pub sink_resumed: Counter,
+    /// State file failures (each reopens the file).
+    pub state_errors: Counter,
+    /// Fetches repeated after a range reported corrupt.
+    pub corrupt_refetches: Counter,
 }
 
 fn as_i64(v: u64) -> i64 {
@@ -141,6 +147,16 @@ impl Metrics {
             "sink_resumed_records",
             "Records found already in the sink at start and not sent again",
             self.sink_resumed.clone(),
+        );
+        r.register(
+            "state_errors",
+            "State file failures; each reopens the file and resumes from its last durable checkpoint",
+            self.state_errors.clone(),
+        );
+        r.register(
+            "corrupt_refetches",
+            "Fetches repeated because the gateway reported a range corrupt",
+            self.corrupt_refetches.clone(),
         );
         r
     }

@@ -370,3 +370,97 @@ fn without_a_checkpoint_the_gateways_committed_offset_is_used() {
     c.consumer = "archive".into();
     assert_eq!(run(c).unwrap().records, 120);
 }
+
+/// A flash cell that reads wrong on 70% of reads: the gateway reports the range corrupt on
+/// most fetches, and the drain fetches it again until a read comes back whole. 20 fresh
+/// drains in a row lose nothing.
+#[test]
+fn a_range_corrupt_on_some_reads_is_fetched_again_and_never_a_gap() {
+    let gw = FakeGateway::start("gw-1", 0xF1A4);
+    publish(&gw, "t", &payloads("a", 100));
+    gw.pretend_lost_sometimes(40, 60, spillway_core::wire::LostReason::Corrupt, 70);
+    let mut refetches = 0;
+    let t = Instant::now();
+    for _ in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Metrics::default();
+        let mut c = cfg(&gw, dir.path());
+        c.from = Some(spillway_bridge::drain::StartFrom::Earliest);
+        let s = run_with(c, &m).unwrap();
+        assert_eq!((s.records, s.gaps), (100, 0));
+        let offs: Vec<u64> = read_out(dir.path()).iter().map(|r| r.1).collect();
+        assert_eq!(offs, (0..100).collect::<Vec<_>>());
+        refetches += m.corrupt_refetches.get();
+    }
+    eprintln!(
+        "20 fresh drains past a range corrupt on 70% of reads: 0 gaps, {refetches} fetches again, {:?}",
+        t.elapsed()
+    );
+}
+
+/// A range corrupt on every read becomes a gap after a bounded number of fetches again,
+/// within 2 s.
+#[test]
+fn a_range_corrupt_on_every_read_becomes_a_gap_within_2_s() {
+    let gw = FakeGateway::start("gw-1", 0xBAD1);
+    let dir = tempfile::tempdir().unwrap();
+    publish(&gw, "t", &payloads("a", 100));
+    gw.pretend_lost(40, 60, spillway_core::wire::LostReason::Corrupt);
+    let m = Metrics::default();
+    let t = Instant::now();
+    let s = run_with(cfg(&gw, dir.path()), &m).unwrap();
+    let took = t.elapsed();
+    assert_eq!((s.records, s.gaps), (80, 1));
+    let n = m.corrupt_refetches.get();
+    eprintln!("corrupt on every read: gap after {n} fetches again; whole drain {took:?}");
+    assert!(
+        n >= 3 && n <= u64::from(spillway_bridge::drain::CORRUPT_REFETCHES),
+        "{n}"
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+/// Records the consumer never took, dropped before this state file's first run (drop-oldest
+/// on a gateway nobody drained yet), are a gap with its reason and count, met by the first
+/// run and by no later one; `--from`, or a consumer the gateway did not know, has none.
+#[test]
+fn records_dropped_before_the_first_drain_are_a_gap() {
+    let gw = FakeGateway::start("gw-1", 0xD0_01);
+    publish(&gw, "t", &payloads("a", 100));
+    gw.drop_below(40);
+    assert_eq!(gw.committed("bridge"), Some(0));
+
+    let dir = tempfile::tempdir().unwrap();
+    let m = Metrics::default();
+    let s = run_with(cfg(&gw, dir.path()), &m).unwrap();
+    assert_eq!((s.records, s.gaps), (60, 1));
+    assert_eq!((m.gaps.get(), m.lost.get()), (1, 40));
+    let store = Store::open(&dir.path().join("state.redb")).unwrap();
+    let gaps = store.gaps(0xD0_01).unwrap();
+    assert_eq!(gaps.len(), 1);
+    assert_eq!(
+        (gaps[0].from, gaps[0].to, gaps[0].reason.as_str()),
+        (0, 40, "dropped")
+    );
+    let cp = store.load("gw-1", "bridge").unwrap().unwrap();
+    assert_eq!((cp.gaps, cp.lost, cp.offset), (1, 40, 100));
+    drop(store);
+    // The next run has nothing more to say about it.
+    let s = run(cfg(&gw, dir.path())).unwrap();
+    assert_eq!((s.records, s.gaps), (0, 0));
+
+    // An explicit --from: no gap.
+    let explicit = tempfile::tempdir().unwrap();
+    let mut c = cfg(&gw, explicit.path());
+    c.from = Some(spillway_bridge::drain::StartFrom::Earliest);
+    c.consumer = "replay".into();
+    let s = run(c).unwrap();
+    assert_eq!((s.records, s.gaps), (60, 0));
+
+    // A consumer the gateway did not know when the records were dropped: no gap.
+    let other = tempfile::tempdir().unwrap();
+    let mut c = cfg(&gw, other.path());
+    c.consumer = "archive".into();
+    let s = run(c).unwrap();
+    assert_eq!((s.records, s.gaps), (60, 0));
+}

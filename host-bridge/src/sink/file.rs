@@ -18,15 +18,36 @@
 //! A batch is written and every file it touched is fsynced (`fdatasync`) before
 //! [`FileSink::deliver`] returns; when a file is created (first file of a topic, or a
 //! rotation) the directory is fsynced too. A crash can leave a torn last line: on open, the
-//! newest file of every topic is cut back to its last newline. After a failed write the
-//! sink reopens itself the same way before the batch is resent, so a resent batch starts on
-//! a line boundary.
+//! newest file of every topic is cut back to its last newline.
+//!
+//! # Synced lengths
+//!
+//! Bytes that were written but whose fsync failed may still be read back: Linux reports a
+//! failed writeback once and can keep the pages in its cache, marked clean, though they are
+//! not on disk (in the same process, and after a restart without a reboot). The duplicate
+//! check below must never take such lines for written records. So the sink knows, per topic,
+//! its newest file and how many bytes of it are synced ([`FileSink::synced_files`]); the
+//! drain saves that with every checkpoint ([`SinkFiles`]), in the same redb transaction.
+//!
+//! - After a failed write or fsync the sink drops its handles, and before it writes
+//!   anything again it cuts every file back to the state after the last batch that was
+//!   synced whole (later files of a topic, and topics created since, to 0 bytes), fsyncs
+//!   each file it cut, and reopens. The drain resends the batch from its checkpoint, which
+//!   is exactly that state.
+//! - At a start, the drain hands the checkpoint's state to [`FileSink::restore`], which cuts
+//!   back the same way before the first write: whatever was written after that checkpoint
+//!   (synced or not) is gone and is sent again.
+//! - Only lines of the log being drained are cut (or lines that are not records, such as a
+//!   torn line): if a line of another log follows a synced length, another drain writes
+//!   into the same directory and that topic is left as it is. A checkpoint saved by an
+//!   earlier version has no synced lengths: only torn last lines are cut then, as on open.
 //!
 //! # Exactly once
 //!
 //! The drain resends, after a restart, everything after its last checkpoint, and some of
 //! it may already be in the files (written and fsynced, but the bridge died before redb
-//! saved the checkpoint). The sink therefore remembers, per file set (topic stem) and log
+//! saved the checkpoint, and the checkpoint had no synced lengths to cut back to: a state
+//! file saved by an earlier version, a new state file, another directory). The sink therefore remembers, per file set (topic stem) and log
 //! id, the highest offset written; on open it reads it from the last complete line of each
 //! topic's newest file (from an older file if the newest is empty, as after a crash right
 //! after a rotation). A record at or below that offset for the same stem and log id is
@@ -45,15 +66,16 @@
 //! duplicates carry the same `log_id` and `offset`). A last line that does not parse is
 //! ignored the same way.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 use super::{DeliverError, JsonRecord, SinkError, Source};
-use crate::client::OwnedRecord;
+use crate::checkpoint::{SinkFiles, SyncedFile};
+use crate::client::{OwnedRecord, log_id_hex};
 
 /// Default size at which a topic's file is rotated, bytes (64 MiB).
 pub const DEFAULT_ROTATE_BYTES: u64 = 64 * 1024 * 1024;
@@ -216,6 +238,119 @@ fn last_key(dir: &Path, stem: &str, newest: u64) -> std::io::Result<Option<(u128
     Ok(None)
 }
 
+/// What [`cut_back`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CutBack {
+    /// Files cut.
+    pub files: u64,
+    /// Bytes cut off in all.
+    pub bytes: u64,
+}
+
+/// The log id of the first complete line in `path` from byte `from` on that is a record of
+/// another log than `log_id`; lines that are not records (a torn line, garbage left by a
+/// failed write) are not anyone's.
+fn foreign_line(path: &Path, from: u64, log_id: u128) -> std::io::Result<Option<u128>> {
+    let mut f = File::open(path)?;
+    f.seek(SeekFrom::Start(from))?;
+    let mut r = BufReader::new(f);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if r.read_until(b'\n', &mut line)? == 0 {
+            return Ok(None);
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+            if let Some((id, _)) = line_key(&line)
+                && id != log_id
+            {
+                return Ok(Some(id));
+            }
+        }
+    }
+}
+
+/// Cuts every topic's files in `dir` back to `synced` (see the module doc, "Synced
+/// lengths"), and fsyncs each file it cut: the newest file of a listed stem to its synced
+/// length, its later files and every file of an unlisted stem to 0 bytes. Bytes past a synced
+/// length are cut only if no line among them is a record of another log than `log_id`
+/// (another drain writing into the same directory): such a stem is left as it is, with a
+/// warning, and its records rely on the duplicate check. A file shorter than its synced
+/// length lost synced bytes outside the bridge: logged at `error`, left as it is.
+fn cut_back(
+    dir: &Path,
+    synced: &BTreeMap<String, SyncedFile>,
+    log_id: u128,
+) -> std::io::Result<CutBack> {
+    let mut stems: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some((stem, n)) = parse_name(name) {
+            stems.entry(stem.to_string()).or_default().push(n);
+        }
+    }
+    let mut done = CutBack::default();
+    for (stem, ns) in stems {
+        let target = synced.get(&stem);
+        // (path, bytes to keep, bytes now)
+        let mut cuts: Vec<(PathBuf, u64, u64)> = Vec::new();
+        for n in ns {
+            let keep = match target {
+                Some(t) if n < t.n => continue,
+                Some(t) if n == t.n => t.len,
+                _ => 0,
+            };
+            let path = dir.join(file_name(&stem, n));
+            let len = std::fs::metadata(&path)?.len();
+            if len > keep {
+                cuts.push((path, keep, len));
+            } else if len < keep {
+                log::error!(
+                    "{}: {len} bytes, but {keep} bytes of it were synced when the checkpoint \
+                     was saved: the file system lost synced lines (not written again)",
+                    path.display()
+                );
+            }
+        }
+        let mut foreign = None;
+        for (path, keep, _) in &cuts {
+            if let Some(id) = foreign_line(path, *keep, log_id)? {
+                foreign = Some((path.clone(), id));
+                break;
+            }
+        }
+        if let Some((path, id)) = foreign {
+            log::warn!(
+                "{}: holds lines of log {} after the length synced for log {}: another drain \
+                 writes here; not cutting topic file set {stem:?} (its records are checked \
+                 for duplicates only)",
+                path.display(),
+                log_id_hex(id),
+                log_id_hex(log_id)
+            );
+            continue;
+        }
+        for (path, keep, len) in cuts {
+            let f = OpenOptions::new().write(true).open(&path)?;
+            f.set_len(keep)?;
+            f.sync_all()?;
+            log::warn!(
+                "{}: cut back from {len} to {keep} bytes, the length synced at the last \
+                 checkpoint ({} bytes written after it or not synced; their records are \
+                 sent again)",
+                path.display(),
+                len - keep
+            );
+            done.files += 1;
+            done.bytes += len - keep;
+        }
+    }
+    Ok(done)
+}
+
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -235,6 +370,9 @@ struct Inner {
     open: HashMap<String, TopicFile>,
     /// Highest offset written per (stem, log id): see the module doc, "Exactly once".
     marks: HashMap<(String, u128), u64>,
+    /// Per stem, the newest file and its length: as found at open, then as synced by the
+    /// last successful [`Inner::write`] (see the module doc, "Synced lengths").
+    state: BTreeMap<String, SyncedFile>,
 }
 
 impl Inner {
@@ -260,8 +398,10 @@ impl Inner {
             }
         }
         let mut marks = HashMap::new();
+        let mut state = BTreeMap::new();
         for (stem, n) in &newest {
-            cut_torn_tail(&dir.join(file_name(stem, *n)))?;
+            let len = cut_torn_tail(&dir.join(file_name(stem, *n)))?;
+            state.insert(stem.clone(), SyncedFile { n: *n, len });
             if let Some((log_id, offset)) = last_key(&dir, stem, *n)? {
                 marks.insert((stem.clone(), log_id), offset);
             }
@@ -272,6 +412,7 @@ impl Inner {
             newest,
             open: HashMap::new(),
             marks,
+            state,
         })
     }
 
@@ -356,9 +497,21 @@ impl Inner {
             tf.len += buf.len() as u64;
             touched.push(stem);
         }
+        for stem in &touched {
+            if let Some(tf) = self.open.get(stem) {
+                tf.file.sync_data()?;
+            }
+        }
+        // Every touched file is synced: record what is now durable.
         for stem in touched {
             if let Some(tf) = self.open.get(&stem) {
-                tf.file.sync_data()?;
+                self.state.insert(
+                    stem,
+                    SyncedFile {
+                        n: tf.n,
+                        len: tf.len,
+                    },
+                );
             }
         }
         Ok(skipped)
@@ -368,10 +521,17 @@ impl Inner {
 /// The file sink. Blocking file work runs on `smol::unblock`'s thread pool.
 pub struct FileSink {
     dir: PathBuf,
+    /// `dir` made absolute and canonical, as recorded in [`SinkFiles::dir`].
+    canonical: String,
     rotate_bytes: u64,
     /// `None` while a write is on the blocking pool, or after a failure (reopened before
-    /// the next write, which cuts back any torn line).
+    /// the next write, after cutting the files back to `synced`).
     inner: Option<Inner>,
+    /// What the files hold durably: as found at open (or restored from a checkpoint by
+    /// [`FileSink::restore`]), then as synced by each successful [`FileSink::deliver`].
+    synced: BTreeMap<String, SyncedFile>,
+    /// The log whose lines were written last ([`SinkFiles::log_id`]).
+    log_id: Option<u128>,
     /// Records acknowledged without writing because they were already in the files.
     skipped_duplicates: u64,
 }
@@ -380,10 +540,14 @@ impl FileSink {
     /// Opens (creating) `dir`, cutting back torn last lines. Blocking.
     pub fn open(dir: PathBuf, rotate_bytes: u64) -> std::io::Result<FileSink> {
         let inner = Inner::open(dir.clone(), rotate_bytes)?;
+        let canonical = std::fs::canonicalize(&dir)?.to_string_lossy().into_owned();
         Ok(FileSink {
             dir,
+            canonical,
             rotate_bytes,
+            synced: inner.state.clone(),
             inner: Some(inner),
+            log_id: None,
             skipped_duplicates: 0,
         })
     }
@@ -404,9 +568,60 @@ impl FileSink {
         self.skipped_duplicates
     }
 
+    /// What the files hold durably after the last successful [`FileSink::deliver`] (or
+    /// [`FileSink::restore`]), for the checkpoint saved with it; `None` before anything was
+    /// written or restored (the log id is not known yet).
+    pub fn synced_files(&self) -> Option<SinkFiles> {
+        Some(SinkFiles {
+            dir: self.canonical.clone(),
+            log_id: log_id_hex(self.log_id?),
+            files: self.synced.clone(),
+        })
+    }
+
+    /// Cuts the files back to what a checkpoint recorded as synced (see the module doc,
+    /// "Synced lengths") and reopens, so that the duplicate check sees only lines that were
+    /// durable at that checkpoint; the drain then resends everything after it. A checkpoint
+    /// taken for another directory, or whose log id does not parse, is not applied (returns
+    /// `Ok(None)`). Errors: the I/O error of a read, cut or fsync (nothing is written until
+    /// a later `restore` or [`FileSink::deliver`] succeeds in cutting back).
+    pub async fn restore(&mut self, files: &SinkFiles) -> std::io::Result<Option<CutBack>> {
+        if files.dir != self.canonical {
+            log::info!(
+                "the checkpoint's file sink state is for {:?}, not {:?}: not applied",
+                files.dir,
+                self.canonical
+            );
+            return Ok(None);
+        }
+        let Some(log_id) = (files.log_id.len() == 32)
+            .then(|| u128::from_str_radix(&files.log_id, 16).ok())
+            .flatten()
+        else {
+            log::warn!(
+                "the checkpoint's file sink state has a bad log id {:?}: not applied",
+                files.log_id
+            );
+            return Ok(None);
+        };
+        self.inner = None;
+        self.synced = files.files.clone();
+        self.log_id = Some(log_id);
+        let (dir, rotate, synced) = (self.dir.clone(), self.rotate_bytes, self.synced.clone());
+        let (inner, cut) = smol::unblock(move || {
+            let cut = cut_back(&dir, &synced, log_id)?;
+            Ok::<_, std::io::Error>((Inner::open(dir, rotate)?, cut))
+        })
+        .await?;
+        self.synced = inner.state.clone();
+        self.inner = Some(inner);
+        Ok(Some(cut))
+    }
+
     /// Writes and fsyncs `records`, except those already in the files (see the module doc,
     /// "Exactly once"), which are acknowledged as they are; all or nothing as far as the
-    /// caller knows.
+    /// caller knows. After a failure the next call first cuts every file back to its synced
+    /// length (module doc, "Synced lengths").
     pub async fn deliver(
         &mut self,
         src: &Source,
@@ -418,26 +633,38 @@ impl FileSink {
         };
         let inner = self.inner.take();
         let (dir, rotate) = (self.dir.clone(), self.rotate_bytes);
+        let synced = self.synced.clone();
+        // Lines after the synced lengths were written by the last attempt, for its log.
+        let cut_log = self.log_id.unwrap_or(src.log_id);
+        self.log_id = Some(src.log_id);
         let src = src.clone();
         let records = records.to_vec();
         let first = records.first().map_or(0, |r| r.offset);
         let (inner, res) = smol::unblock(move || {
             let mut inner = match inner {
                 Some(i) => i,
-                None => match Inner::open(dir, rotate) {
-                    Ok(i) => i,
-                    Err(e) => return (None, Err(e)),
-                },
+                None => {
+                    let reopened =
+                        cut_back(&dir, &synced, cut_log).and_then(|_| Inner::open(dir, rotate));
+                    match reopened {
+                        Ok(i) => i,
+                        Err(e) => return (None, Err(e)),
+                    }
+                }
             };
             match inner.write(&src, &records) {
                 Ok(skipped) => (Some(inner), Ok(skipped)),
-                // Drop the handles: the next attempt reopens and cuts torn lines.
+                // Drop the handles: the next attempt cuts back to the synced lengths and
+                // reopens.
                 Err(e) => (None, Err(e)),
             }
         })
         .await;
         self.inner = inner;
         let skipped = res.map_err(fail)?;
+        if let Some(i) = &self.inner {
+            self.synced = i.state.clone();
+        }
         if skipped > 0 {
             self.skipped_duplicates += skipped;
             log::info!(
@@ -753,6 +980,148 @@ mod tests {
             Some((42, 7))
         );
         assert_eq!(line_key(br#"{"log_id":"2a","offset":7}"#), None);
+    }
+
+    fn all_offsets(out: &Path) -> Vec<u64> {
+        let mut names: Vec<_> = std::fs::read_dir(out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names.iter().flat_map(|n| offsets(&out.join(n))).collect()
+    }
+
+    /// Lines written after the checkpoint (their fsync may have failed, yet Linux can still
+    /// show them) are cut off at a start, so the duplicate check cannot take them for
+    /// written records; the resent records are written again, once.
+    #[test]
+    fn restore_cuts_back_to_the_checkpoints_synced_lengths() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let recs: Vec<_> = (0..8).map(|i| rec(i, "t", b"x")).collect();
+        let synced = smol::block_on(async {
+            let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+                .await
+                .unwrap();
+            assert_eq!(s.synced_files(), None);
+            s.deliver(&src(), &recs[..5]).await.unwrap();
+            let synced = s.synced_files().unwrap();
+            // Written after the checkpoint was saved (not in it).
+            s.deliver(&src(), &recs[5..7]).await.unwrap();
+            synced
+        });
+        assert_eq!(synced.log_id, log_id_hex(42));
+        assert_eq!(synced.files["t"].n, 0);
+        let path = out.join("t.00000000.jsonl");
+        let at_checkpoint = synced.files["t"].len;
+        assert!(std::fs::metadata(&path).unwrap().len() > at_checkpoint);
+        smol::block_on(async {
+            let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+                .await
+                .unwrap();
+            let cut = s.restore(&synced).await.unwrap().unwrap();
+            assert_eq!(cut.files, 1);
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), at_checkpoint);
+            // The drain resends from the checkpoint: nothing is skipped.
+            s.deliver(&src(), &recs[5..]).await.unwrap();
+            assert_eq!(s.skipped_duplicates(), 0);
+        });
+        assert_eq!(offsets(&path), (0..8).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn restore_empties_files_and_topics_created_after_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
+        let rotate = line_len * 3;
+        let recs: Vec<_> = (0..10).map(|i| rec(i, "t", b"x")).collect();
+        let synced = smol::block_on(async {
+            let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
+            s.deliver(&src(), &recs[..4]).await.unwrap();
+            let synced = s.synced_files().unwrap();
+            s.deliver(&src(), &recs[4..8]).await.unwrap();
+            s.deliver(&src(), &[rec(8, "new", b"y")]).await.unwrap();
+            synced
+        });
+        assert_eq!(
+            synced.files["t"],
+            SyncedFile {
+                n: 1,
+                len: line_len
+            }
+        );
+        smol::block_on(async {
+            let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
+            let cut = s.restore(&synced).await.unwrap().unwrap();
+            assert_eq!(cut.files, 3, "t.1 cut, t.2 and new.0 emptied");
+            assert_eq!(all_offsets(&out), vec![0, 1, 2, 3]);
+            s.deliver(&src(), &recs[4..]).await.unwrap();
+            assert_eq!(s.skipped_duplicates(), 0);
+        });
+        assert_eq!(all_offsets(&out), (0..10).collect::<Vec<_>>());
+    }
+
+    /// Another drain writing into the same directory: its lines are never cut.
+    #[test]
+    fn restore_leaves_lines_of_another_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let recs: Vec<_> = (0..4).map(|i| rec(i, "t", b"x")).collect();
+        let other = Source {
+            gateway_id: "gw2".into(),
+            log_id: 43,
+        };
+        let synced = smol::block_on(async {
+            let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+                .await
+                .unwrap();
+            s.deliver(&src(), &recs[..2]).await.unwrap();
+            s.synced_files().unwrap()
+        });
+        deliver(&out, DEFAULT_ROTATE_BYTES, &other, &recs);
+        let before = std::fs::read(out.join("t.00000000.jsonl")).unwrap();
+        smol::block_on(async {
+            let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+                .await
+                .unwrap();
+            assert_eq!(s.restore(&synced).await.unwrap().unwrap().files, 0);
+        });
+        assert_eq!(std::fs::read(out.join("t.00000000.jsonl")).unwrap(), before);
+        // A checkpoint taken for another directory is not applied.
+        let mut elsewhere = synced.clone();
+        elsewhere.dir = "/nonexistent/out".into();
+        smol::block_on(async {
+            let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+                .await
+                .unwrap();
+            assert_eq!(s.restore(&elsewhere).await.unwrap(), None);
+        });
+    }
+
+    /// A batch that fails half-way (here: the next file of a rotation cannot be created,
+    /// after the current one was written and synced) is cut back whole before the resend,
+    /// so the resent batch lands once.
+    #[test]
+    fn a_failed_batch_is_cut_back_before_it_is_resent() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
+        let rotate = line_len * 3;
+        let recs: Vec<_> = (0..6).map(|i| rec(i, "t", b"x")).collect();
+        smol::block_on(async {
+            let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
+            s.deliver(&src(), &recs[..1]).await.unwrap();
+            let blocker = out.join("t.00000001.jsonl");
+            std::fs::create_dir(&blocker).unwrap();
+            assert!(s.deliver(&src(), &recs[1..]).await.is_err());
+            // Written and synced by the failed attempt, past the synced length.
+            assert_eq!(offsets(&out.join("t.00000000.jsonl")), vec![0, 1, 2]);
+            std::fs::remove_dir(&blocker).unwrap();
+            s.deliver(&src(), &recs[1..]).await.unwrap();
+            assert_eq!(s.skipped_duplicates(), 0);
+        });
+        assert_eq!(all_offsets(&out), (0..6).collect::<Vec<_>>());
     }
 
     #[test]

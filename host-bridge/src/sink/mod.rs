@@ -154,8 +154,8 @@ impl Pending {
 
 /// An opened sink.
 pub enum Sink {
-    /// See [`file::FileSink`].
-    File(file::FileSink),
+    /// See [`file::FileSink`] (boxed: it is much larger than the Kafka producer handle).
+    File(Box<file::FileSink>),
     /// See [`kafka::KafkaSink`].
     #[cfg(feature = "kafka")]
     Kafka(kafka::KafkaSink),
@@ -194,9 +194,9 @@ impl Sink {
     /// the producer; neither needs the destination to be up).
     pub async fn open(spec: &SinkSpec, opts: &SinkOptions) -> Result<Sink, SinkError> {
         match spec {
-            SinkSpec::File(dir) => Ok(Sink::File(
+            SinkSpec::File(dir) => Ok(Sink::File(Box::new(
                 file::FileSink::open_async(dir.clone(), opts.rotate_bytes).await?,
-            )),
+            ))),
             #[cfg(feature = "kafka")]
             SinkSpec::Kafka { brokers, topic } => Ok(Sink::Kafka(kafka::KafkaSink::new(
                 brokers,

@@ -58,6 +58,8 @@ struct State {
     gone_below: u64,
     /// A range answered as `lost` with this reason instead of its records.
     lost: Option<(u64, u64, wire::LostReason)>,
+    /// Percent of fetches that see `lost` (a flash cell that reads wrong only sometimes).
+    lost_percent: u32,
 }
 
 pub struct FakeGateway {
@@ -88,6 +90,7 @@ impl FakeGateway {
             gateway_id: gateway_id.to_string(),
             gone_below: 0,
             lost: None,
+            lost_percent: 100,
         }));
         let gw = FakeGateway {
             addr,
@@ -194,7 +197,21 @@ impl FakeGateway {
     /// range gets a `Records` reply with that `lost` range and no records, and a fetch from
     /// before it stops at `from`.
     pub fn pretend_lost(&self, from: u64, to: u64, reason: wire::LostReason) {
-        self.state.lock().unwrap().lost = Some((from, to, reason));
+        self.pretend_lost_sometimes(from, to, reason, 100);
+    }
+
+    /// As [`FakeGateway::pretend_lost`], but each fetch sees the range lost only with
+    /// probability `percent` / 100 (drawn per fetch), and whole otherwise.
+    pub fn pretend_lost_sometimes(
+        &self,
+        from: u64,
+        to: u64,
+        reason: wire::LostReason,
+        percent: u32,
+    ) {
+        let mut st = self.state.lock().unwrap();
+        st.lost = Some((from, to, reason));
+        st.lost_percent = percent;
     }
 }
 
@@ -346,7 +363,10 @@ fn handle(
                     std::thread::sleep(Duration::from_millis(10));
                     continue;
                 }
-                if let Some((lf, lt, reason)) = st.lost
+                let lost_now = st
+                    .lost
+                    .filter(|_| rand::random_range(0..100) < st.lost_percent);
+                if let Some((lf, lt, reason)) = lost_now
                     && (lf..lt).contains(&from_offset)
                 {
                     let w = RecordsWriter::new(out, seq, 0, max_bytes);
@@ -357,7 +377,7 @@ fn handle(
                     };
                     return w.finish(lt, Some(lost)).ok();
                 }
-                let lost_from = st.lost.map(|l| l.0).filter(|&lf| lf > from_offset);
+                let lost_from = lost_now.map(|l| l.0).filter(|&lf| lf > from_offset);
                 let mut buf = vec![0u8; 32 * 1024];
                 let r = match st.log.read(from_offset, &mut buf) {
                     Ok(r) => r,
