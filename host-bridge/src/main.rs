@@ -85,8 +85,9 @@ struct DrainArgs {
     consumer: Option<String>,
     /// Where to start when the state file has no checkpoint for this gateway: earliest,
     /// latest or an offset. Without it: the gateway's committed offset for --consumer when
-    /// it is above the log's first offset (a deleted state file or a renamed gateway id
-    /// resumes there, with a warning: the previous record's CRC cannot be checked), else
+    /// it has one other than the log's first offset (a deleted state file or a renamed
+    /// gateway id resumes there, with a warning: the previous record's CRC cannot be
+    /// checked; one below the first offset makes the records dropped since a gap), else
     /// earliest
     #[arg(long)]
     from: Option<String>,

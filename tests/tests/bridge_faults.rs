@@ -1,0 +1,391 @@
+//! `spillway-bridge drain` on the real binaries under storage faults, injected with the
+//! `LD_PRELOAD` shim of `tests/faultfs`: an `fdatasync` of a sink file that fails with EIO
+//! (its writes dropped, or kept in the page cache but not on disk), a kill -9 after it, and a
+//! failed redb commit of the state file. Every record must end up in the sink exactly once,
+//! in order, also after a "reboot" that shows only what reached the disk.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use spillway_tests::faultfs::{Kept, faultfs_env, reboot};
+use spillway_tests::gateway::free_port;
+use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
+
+const GATEWAY_ID: &str = "faults-gw";
+
+fn start_gateway(dir: &Path, port: u16, extra: &[&str]) -> GatewayProcess {
+    let mut args: Vec<String> = vec![
+        "--image".into(),
+        dir.join("gw.img").display().to_string(),
+        "--listen".into(),
+        format!("tcp://127.0.0.1:{port}"),
+        "--gateway-id".into(),
+        GATEWAY_ID.into(),
+    ];
+    if !extra.contains(&"--size") {
+        args.extend(["--size".into(), "4M".into()]);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    GatewayProcess::start(&args, 1)
+}
+
+fn publish(dir: &Path, gw: &str, topic: &str, n: usize) {
+    let p = dir.join(format!("{topic}.txt"));
+    let text: String = (0..n).map(|i| format!("{topic} {i}\n")).collect();
+    std::fs::write(&p, text).unwrap();
+    let out = run_bridge(&[
+        "publish",
+        "--gateway",
+        gw,
+        "--topic",
+        topic,
+        &p.display().to_string(),
+    ]);
+    assert!(
+        out.status.success(),
+        "publish failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// (offset, payload) of every line of the file sink, file by file in file-number order and
+/// line by line as written (nothing sorted: order is part of what is checked).
+fn sink_lines(out: &Path) -> Vec<(u64, String)> {
+    let mut names: Vec<String> = match std::fs::read_dir(out) {
+        Ok(rd) => rd
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect(),
+        Err(_) => return Vec::new(),
+    };
+    names.sort();
+    let mut v = Vec::new();
+    for name in names {
+        let bytes = std::fs::read(out.join(&name)).unwrap();
+        for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let j: serde_json::Value = serde_json::from_slice(line).unwrap_or_else(|e| {
+                panic!(
+                    "{name}: not a whole JSON line ({e}): {:?}",
+                    String::from_utf8_lossy(line)
+                )
+            });
+            v.push((
+                j["offset"].as_u64().unwrap(),
+                j["payload"].as_str().unwrap().to_string(),
+            ));
+        }
+    }
+    v
+}
+
+/// Every record `topic i` for `i` in `0..n` exactly once, in offset order.
+fn assert_exactly_once(out: &Path, topic: &str, n: usize, when: &str) {
+    let lines = sink_lines(out);
+    let offsets: Vec<u64> = lines.iter().map(|l| l.0).collect();
+    assert_eq!(
+        offsets,
+        (0..n as u64).collect::<Vec<_>>(),
+        "{when}: every record once, in order"
+    );
+    for (off, payload) in &lines {
+        assert_eq!(payload, &format!("{topic} {off}"), "{when}");
+    }
+}
+
+fn drain_args(gw: &str, sink: &Path, state: &Path) -> Vec<String> {
+    [
+        "drain",
+        "--gateway",
+        gw,
+        "--sink",
+        &format!("file:{}", sink.display()),
+        "--state",
+        &state.display().to_string(),
+        "--progress",
+        "off",
+        // Small batches: many fsyncs and checkpoints.
+        "--max-batch-bytes",
+        "2048",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn run_with_env(args: &[String], env: &[(String, String)]) -> Output {
+    Command::new(bridge_bin())
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("run spillway-bridge")
+}
+
+/// Starts the bridge with its stderr read by a thread: every line goes to the returned
+/// channel.
+fn spawn_with_env(args: &[String], env: &[(String, String)]) -> (Child, mpsc::Receiver<String>) {
+    let mut c = Command::new(bridge_bin())
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = c.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (c, rx)
+}
+
+/// Waits (20 s at most) for a line containing `needle`; returns every line seen.
+fn wait_for_line(rx: &mpsc::Receiver<String>, needle: &str, seen: &mut Vec<String>) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(50)) {
+            let hit = line.contains(needle);
+            seen.push(line);
+            if hit {
+                return;
+            }
+        }
+    }
+    panic!("no line with {needle:?} in:\n{}", seen.join("\n"));
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The `n`th fdatasync of a sink file fails with EIO; the sink cuts the file back to its
+/// synced length, the drain resends from its checkpoint, and every record is in the files
+/// once, in order, also after a reboot shows only what reached the disk.
+fn sink_fsync_eio(kept: Kept) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _g = start_gateway(dir.path(), port, &[]);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let n = 2000;
+    publish(dir.path(), &gw, "t", n);
+    let out = dir.path().join("out");
+    let state = dir.path().join("s.redb");
+    let shim_state = dir.path().join("faultfs.state");
+    let env = faultfs_env(".jsonl", &shim_state, kept, Some(5));
+    let mut args = drain_args(&gw, &out, &state);
+    args.push("--once".into());
+    let o = run_with_env(&args, &env);
+    let err = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("faultfs: "), "the shim fired: {err}");
+    assert_exactly_once(&out, "t", n, "after the drain");
+    let r = reboot(&shim_state);
+    eprintln!("{kept:?}: {}", r.trim());
+    assert_exactly_once(&out, "t", n, "after a reboot");
+    assert!(err.contains("sink failed at offset"), "{err}");
+    if kept == Kept::Kept {
+        // The failed lines were still shown: cut off before the resend.
+        assert!(err.contains("cut back from"), "{err}");
+    }
+    assert!(
+        !err.contains("duplicates"),
+        "no line taken for a duplicate: {err}"
+    );
+}
+
+#[test]
+fn sink_fsync_eio_with_dropped_pages_lands_every_record_once() {
+    sink_fsync_eio(Kept::Dropped);
+}
+
+#[test]
+fn sink_fsync_eio_with_kept_pages_lands_every_record_once() {
+    sink_fsync_eio(Kept::Kept);
+}
+
+/// The failed fsync leaves its lines visible (kept pages) and the bridge is killed -9 right
+/// after: the restarted bridge, still seeing those lines, cuts the files back to the
+/// checkpoint's synced lengths before writing, so none of them is taken for a written
+/// record; after a reboot every record is there once, in order.
+#[test]
+fn sink_fsync_eio_then_kill_9_with_kept_pages_lands_every_record_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _g = start_gateway(dir.path(), port, &[]);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let n = 2000;
+    publish(dir.path(), &gw, "t", n);
+    let out = dir.path().join("out");
+    let state = dir.path().join("s.redb");
+    let shim_state = dir.path().join("faultfs.state");
+    let env = faultfs_env(".jsonl", &shim_state, Kept::Kept, Some(5));
+    let args = drain_args(&gw, &out, &state);
+    let (mut c, rx) = spawn_with_env(&args, &env);
+    let mut seen = Vec::new();
+    wait_for_line(&rx, "sink failed at offset", &mut seen);
+    let _ = c.kill(); // SIGKILL, during the resend's backoff
+    let _ = c.wait();
+    let visible = sink_lines(&out).len();
+    assert!(seen.iter().any(|l| l.contains("faultfs: ")), "{seen:?}");
+
+    // Restart without a reboot: the failed lines are still shown by the cache.
+    let mut args = args;
+    args.push("--once".into());
+    let o = run_with_env(&args, &env);
+    let err = text(&o);
+    assert!(o.status.success(), "{err}");
+    eprintln!("kill -9 after the failed fsync: {visible} lines visible at the kill");
+    assert_exactly_once(&out, "t", n, "after the restart");
+    reboot(&shim_state);
+    assert_exactly_once(&out, "t", n, "after a reboot");
+    assert!(err.contains("cut back from"), "{err}");
+    assert!(
+        !err.contains("duplicates"),
+        "no line taken for a duplicate: {err}"
+    );
+}
+
+/// A failed fsync of the state file (a redb commit): `drain --once` exits 4 naming the
+/// file; without `--once` the drain reopens it and resumes from its last durable
+/// checkpoint, and every record lands once.
+#[test]
+fn a_failed_state_commit_exits_4_with_once_and_resumes_without() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _g = start_gateway(dir.path(), port, &[]);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let n = 2000;
+    publish(dir.path(), &gw, "t", n);
+
+    let out = dir.path().join("out-once");
+    let state = dir.path().join("once.redb");
+    let shim = dir.path().join("once.faultfs");
+    let env = faultfs_env("once.redb", &shim, Kept::Dropped, Some(12));
+    let mut args = drain_args(&gw, &out, &state);
+    args.push("--once".into());
+    let o = run_with_env(&args, &env);
+    let err = text(&o);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains("faultfs: "), "{err}");
+    assert!(err.contains(&state.display().to_string()), "{err}");
+    // Run again (the shim fires once per state file): it finishes the job.
+    let o = run_with_env(&args, &env);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_exactly_once(&out, "t", n, "--once after exit 4");
+
+    let out = dir.path().join("out-run");
+    let state = dir.path().join("run.redb");
+    let shim = dir.path().join("run.faultfs");
+    let env = faultfs_env("run.redb", &shim, Kept::Dropped, Some(12));
+    let mut args = drain_args(&gw, &out, &state);
+    args.extend(["--consumer".into(), "second".into()]);
+    args.extend(["--from".into(), "earliest".into()]);
+    let (mut c, rx) = spawn_with_env(&args, &env);
+    let mut seen = Vec::new();
+    wait_for_line(&rx, "reopened", &mut seen);
+    // Done when the checkpoint reached the end (the sink's lines are all there).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sink_lines(&out).len() < n {
+        assert!(Instant::now() < deadline, "{}", seen.join("\n"));
+        while let Ok(l) = rx.try_recv() {
+            seen.push(l);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &c.id().to_string()])
+        .status();
+    let status = c.wait().unwrap();
+    while let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+        seen.push(l);
+    }
+    assert!(status.success(), "{}", seen.join("\n"));
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("resuming from its last durable checkpoint")),
+        "{}",
+        seen.join("\n")
+    );
+    assert_exactly_once(&out, "t", n, "after the reopen");
+}
+
+/// On a 256 KiB image under `--full drop-oldest`, records dropped before any bridge drained
+/// are a gap with its reason and count for the first drain and in `status`; a drain started
+/// with `--from earliest` has none.
+#[test]
+fn records_dropped_before_the_first_drain_are_reported_as_a_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _g = start_gateway(
+        dir.path(),
+        port,
+        &[
+            "--size",
+            "256K",
+            "--erase-size",
+            "4096",
+            "--buffer-bytes",
+            "16384",
+            "--full",
+            "drop-oldest",
+        ],
+    );
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let n = 20_000;
+    publish(dir.path(), &gw, "t", n);
+
+    let out = dir.path().join("out");
+    let state = dir.path().join("s.redb");
+    let mut args = drain_args(&gw, &out, &state);
+    args.push("--once".into());
+    let o = run_with_env(&args, &[]);
+    let err = text(&o);
+    assert!(o.status.success(), "{err}");
+    let lines = sink_lines(&out);
+    let first = lines.first().map(|l| l.0).expect("some records left");
+    assert!(first > 0, "records were dropped");
+    assert_eq!(lines.len() as u64, n as u64 - first, "the rest, once");
+    assert!(
+        err.contains(&format!("offsets 0..{first} ({first} records) are gone")),
+        "{err}"
+    );
+    assert!(err.contains("1 gaps"), "{err}");
+    let s = run_bridge(&[
+        "status",
+        "--gateway",
+        &gw,
+        "--state",
+        &state.display().to_string(),
+    ]);
+    let status = String::from_utf8_lossy(&s.stdout);
+    assert!(
+        status.contains(&format!("gaps 1 ({first} lost)")),
+        "{status}"
+    );
+    eprintln!("256 KiB image, {n} records: first drain reports offsets 0..{first} as a gap");
+
+    // An explicit --from: no gap.
+    let out2 = dir.path().join("out2");
+    let state2 = dir.path().join("s2.redb");
+    let mut args = drain_args(&gw, &out2, &state2);
+    args.extend([
+        "--once".into(),
+        "--from".into(),
+        "earliest".into(),
+        "--consumer".into(),
+        "replay".into(),
+    ]);
+    let o = run_with_env(&args, &[]);
+    let err = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("0 gaps"), "{err}");
+}
