@@ -8,6 +8,25 @@
 //! block; [`Flash::sync`] is `fdatasync`. Reads and writes use positioned I/O, so the file
 //! offset is never used.
 //!
+//! ## Storage errors and the page cache
+//! Bytes that only the page cache holds are never trusted. On Linux a failed `fdatasync`
+//! reports the writeback error once and leaves the pages it could not write in the page
+//! cache marked clean: the next `fdatasync` succeeds, and a read in the same process, or in
+//! a new process before a reboot, returns data that is not on disk. Hence:
+//! - a write, erase or sync that fails poisons the open image: every later operation
+//!   (reads included) fails with [`FileFlashError::Poisoned`], naming the path and the
+//!   operation, until the value is dropped and the image opened again;
+//! - [`FileFlash::open`] first `fdatasync`s the file, then drops its cached pages with
+//!   `posix_fadvise(POSIX_FADV_DONTNEED)` over the whole file, so that the mount reads
+//!   what is on disk ([`FileFlash::open_read_only`] drops the clean pages without the
+//!   sync). The advice is advisory: the
+//!   kernel drops only pages that are clean, not under writeback, not mapped and not
+//!   locked at that moment. After the `fdatasync` no page of the file is dirty or under
+//!   writeback, the exclusive lock keeps other Spillway processes from writing or reading
+//!   it, and Spillway never maps the file (it uses `pread`/`pwrite`), so every cached page,
+//!   the clean pages a failed writeback left behind included, is dropped and the next read
+//!   goes to the disk. (On systems without `posix_fadvise`, only the sync is done.)
+//!
 //! An image is opened by one process at a time: [`FileFlash::create`] and
 //! [`FileFlash::open`] take an exclusive `flock` on the file (a second open fails with
 //! [`FileFlashError::Locked`], in the same process too, since the lock belongs to the open
@@ -31,7 +50,8 @@ pub enum FileFlashError {
     /// A system call on the image failed.
     #[error("cannot {op} flash image {}", path.display())]
     Io {
-        /// What was being done ("create", "open", "lock", "read", "write", "erase", "sync").
+        /// What was being done ("create", "open", "lock", "read", "write", "erase", "sync",
+        /// "drop cached pages of").
         op: &'static str,
         /// The image file.
         path: PathBuf,
@@ -88,6 +108,17 @@ pub enum FileFlashError {
     /// The image was opened with [`FileFlash::open_read_only`].
     #[error("flash image is open read-only")]
     ReadOnly,
+    /// An earlier write, erase or sync of this open image failed: what the file holds is
+    /// not known (a failed `fdatasync` may have lost writes that the page cache still
+    /// shows), so every later operation fails. Drop the value and open the image again,
+    /// which re-reads it from disk.
+    #[error("flash image {} is unusable after a failed {op}: reopen it", path.display())]
+    Poisoned {
+        /// The operation that failed first ("write", "erase" or "sync").
+        op: &'static str,
+        /// The image file.
+        path: PathBuf,
+    },
 }
 
 /// A flash partition in an image file. See the [module docs](self).
@@ -99,6 +130,8 @@ pub struct FileFlash {
     writable: bool,
     /// `min(erase_size, CHUNK)` bytes of the erased value, for erases.
     erased_chunk: Vec<u8>,
+    /// The first write, erase or sync that failed; every operation fails after it.
+    failed: Option<&'static str>,
 }
 
 impl FileFlash {
@@ -148,10 +181,13 @@ impl FileFlash {
 
     /// Opens the existing image `path` for reading and writing, with the given erase size and
     /// write size (bytes) and erased value; the capacity is the file's length. Takes an
-    /// exclusive lock on the file.
+    /// exclusive lock on the file. Then `fdatasync`s the file and drops its cached pages, so
+    /// that what is read afterwards is what the disk holds (see the
+    /// [module docs](self#storage-errors-and-the-page-cache)).
     ///
     /// # Errors
-    /// [`FileFlashError::Io`] if the file cannot be opened or its length read;
+    /// [`FileFlashError::Io`] if the file cannot be opened or its length read, or (op
+    /// "sync", "drop cached pages of") if the sync or the cache drop fails;
     /// [`FileFlashError::Locked`] if another open holds the lock;
     /// [`FileFlashError::BadLength`] if the length is not a nonzero multiple of `erase_size`
     /// below 4 GiB; [`FileFlashError::InvalidGeometry`] if the sizes fail
@@ -167,10 +203,13 @@ impl FileFlash {
 
     /// Opens the existing image `path` read-only, for inspection: writes, erases and syncs
     /// fail with [`FileFlashError::ReadOnly`]. Takes a shared lock, so it fails while a
-    /// writer has the image open (and keeps writers out while it is open).
+    /// writer has the image open (and keeps writers out while it is open). Like
+    /// [`open`](Self::open), it drops the file's clean cached pages first, so that it shows
+    /// what the disk holds; it never writes, so it does not sync (pages a writer that has
+    /// ended left dirty are writes still on their way to the disk, and are shown).
     ///
     /// # Errors
-    /// As [`open`](Self::open).
+    /// As [`open`](Self::open), without its sync.
     pub fn open_read_only(
         path: impl AsRef<Path>,
         erase_size: u32,
@@ -225,7 +264,9 @@ impl FileFlash {
         if !geometry.is_valid() {
             return Err(FileFlashError::InvalidGeometry { geometry });
         }
-        Self::finish(file, path, geometry, writable)
+        let flash = Self::finish(file, path, geometry, writable)?;
+        Self::drop_cached_pages(&flash.file, path, writable)?;
+        Ok(flash)
     }
 
     /// Locks the open image and builds the value.
@@ -266,7 +307,42 @@ impl FileFlash {
             geometry,
             writable,
             erased_chunk,
+            failed: None,
         })
+    }
+
+    /// Syncs the file (if `sync`) and drops its cached pages (see the
+    /// [module docs](self#storage-errors-and-the-page-cache)), under the lock.
+    fn drop_cached_pages(file: &File, path: &Path, sync: bool) -> Result<(), FileFlashError> {
+        let io = |op, source| FileFlashError::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        };
+        if sync {
+            file.sync_data().map_err(|e| io("sync", e))?;
+        }
+        #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+        rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::DontNeed)
+            .map_err(|e| io("drop cached pages of", e.into()))?;
+        Ok(())
+    }
+
+    /// Fails if an earlier write, erase or sync failed.
+    fn check_poisoned(&self) -> Result<(), FileFlashError> {
+        match self.failed {
+            Some(op) => Err(FileFlashError::Poisoned {
+                op,
+                path: self.path.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Maps a failed write, erase or sync to its error and poisons the open image.
+    fn fail(&mut self, op: &'static str, source: io::Error) -> FileFlashError {
+        self.failed = Some(op);
+        self.io(op, source)
     }
 
     fn io(&self, op: &'static str, source: io::Error) -> FileFlashError {
@@ -306,8 +382,10 @@ impl Flash for FileFlash {
     /// Reads `buf.len()` bytes at `addr`, any alignment.
     ///
     /// # Errors
+    /// [`FileFlashError::Poisoned`] after a failed write, erase or sync;
     /// [`FileFlashError::OutOfBounds`]; [`FileFlashError::Io`] (op "read").
     fn read(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), FileFlashError> {
+        self.check_poisoned()?;
         self.check_range(addr, buf.len())?;
         self.file
             .read_exact_at(buf, u64::from(addr))
@@ -319,11 +397,13 @@ impl Flash for FileFlash {
     /// # Errors
     /// [`FileFlashError::ReadOnly`]; [`FileFlashError::OutOfBounds`];
     /// [`FileFlashError::Unaligned`]; [`FileFlashError::NotErased`] (nothing written);
-    /// [`FileFlashError::Io`] (op "read" or "write").
+    /// [`FileFlashError::Io`] (op "read" or "write"; a failed write poisons the image);
+    /// [`FileFlashError::Poisoned`] after a failed write, erase or sync.
     fn write(&mut self, addr: u32, data: &[u8]) -> Result<(), FileFlashError> {
         if !self.writable {
             return Err(FileFlashError::ReadOnly);
         }
+        self.check_poisoned()?;
         self.check_range(addr, data.len())?;
         let ws = self.geometry.write_size as usize;
         if !(addr as usize).is_multiple_of(ws) || !data.len().is_multiple_of(ws) {
@@ -346,18 +426,20 @@ impl Flash for FileFlash {
         }
         self.file
             .write_all_at(data, u64::from(addr))
-            .map_err(|e| self.io("write", e))
+            .map_err(|e| self.fail("write", e))
     }
 
     /// Erases block `block` by writing the erased value over it.
     ///
     /// # Errors
     /// [`FileFlashError::ReadOnly`]; [`FileFlashError::OutOfBounds`] if there is no such
-    /// block; [`FileFlashError::Io`] (op "erase").
+    /// block; [`FileFlashError::Io`] (op "erase"; it poisons the image);
+    /// [`FileFlashError::Poisoned`] after a failed write, erase or sync.
     fn erase(&mut self, block: u32) -> Result<(), FileFlashError> {
         if !self.writable {
             return Err(FileFlashError::ReadOnly);
         }
+        self.check_poisoned()?;
         let size = self.geometry.erase_size;
         let start = block.saturating_mul(size);
         if block >= self.geometry.blocks() {
@@ -370,9 +452,9 @@ impl Flash for FileFlash {
         let mut at = u64::from(start);
         while at < end {
             let n = self.erased_chunk.len().min((end - at) as usize);
-            self.file
-                .write_all_at(&self.erased_chunk[..n], at)
-                .map_err(|e| self.io("erase", e))?;
+            if let Err(e) = self.file.write_all_at(&self.erased_chunk[..n], at) {
+                return Err(self.fail("erase", e));
+            }
             at += n as u64;
         }
         Ok(())
@@ -381,12 +463,15 @@ impl Flash for FileFlash {
     /// `fdatasync`: every completed write and erase survives a crash of the machine.
     ///
     /// # Errors
-    /// [`FileFlashError::ReadOnly`]; [`FileFlashError::Io`] (op "sync").
+    /// [`FileFlashError::ReadOnly`]; [`FileFlashError::Io`] (op "sync"; it poisons the
+    /// image: the writes since the last successful sync may be lost though they read back);
+    /// [`FileFlashError::Poisoned`] after a failed write, erase or sync.
     fn sync(&mut self) -> Result<(), FileFlashError> {
         if !self.writable {
             return Err(FileFlashError::ReadOnly);
         }
-        self.file.sync_data().map_err(|e| self.io("sync", e))
+        self.check_poisoned()?;
+        self.file.sync_data().map_err(|e| self.fail("sync", e))
     }
 }
 
@@ -550,6 +635,145 @@ mod tests {
         ));
         assert!(matches!(r1.erase(0), Err(FileFlashError::ReadOnly)));
         assert!(matches!(r1.sync(), Err(FileFlashError::ReadOnly)));
+    }
+
+    /// A file descriptor on which `fdatasync` fails (a pipe: EINVAL).
+    fn unsyncable_file() -> File {
+        let (reader, _writer) = std::io::pipe().unwrap();
+        File::from(std::os::fd::OwnedFd::from(reader))
+    }
+
+    #[test]
+    fn a_failed_sync_poisons_the_image_until_it_is_reopened() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = image_path(&dir);
+        let mut flash = FileFlash::create(&path, G).unwrap();
+        flash.write(8, &[7; 8]).unwrap();
+        flash.sync().unwrap();
+        // The storage under the open image starts failing its syncs.
+        let good = std::mem::replace(&mut flash.file, unsyncable_file());
+        let err = flash.sync().unwrap_err();
+        assert!(
+            matches!(err, FileFlashError::Io { op: "sync", .. }),
+            "{err:?}"
+        );
+        // It works again, but nothing it shows is trusted any more.
+        flash.file = good;
+        let mut buf = [0u8; 8];
+        for err in [
+            flash.read(8, &mut buf).unwrap_err(),
+            flash.write(16, &[1; 8]).unwrap_err(),
+            flash.erase(1).unwrap_err(),
+            flash.sync().unwrap_err(),
+        ] {
+            assert!(
+                matches!(&err, FileFlashError::Poisoned { op: "sync", path: p } if *p == path),
+                "{err:?}"
+            );
+            let msg = err.to_string();
+            assert!(
+                msg.contains("flash.img") && msg.contains("failed sync"),
+                "{msg}"
+            );
+        }
+        drop(flash);
+        let mut flash = FileFlash::open(&path, 4096, 8, 0xFF).unwrap();
+        flash.read(8, &mut buf).unwrap();
+        assert_eq!(buf, [7; 8]);
+        flash.write(16, &[1; 8]).unwrap();
+        flash.sync().unwrap();
+    }
+
+    #[test]
+    fn a_failed_write_or_erase_poisons_the_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = image_path(&dir);
+        for op in ["write", "erase"] {
+            let _ = std::fs::remove_file(&path);
+            let mut flash = FileFlash::create(&path, G).unwrap();
+            // A descriptor open for reading only: `pwrite` fails with EBADF.
+            let good = std::mem::replace(&mut flash.file, File::open(&path).unwrap());
+            let err = match op {
+                "write" => flash.write(0, &[0; 8]).unwrap_err(),
+                _ => flash.erase(0).unwrap_err(),
+            };
+            assert!(
+                matches!(&err, FileFlashError::Io { op: o, .. } if *o == op),
+                "{err:?}"
+            );
+            flash.file = good;
+            let mut buf = [0u8; 4];
+            let err = flash.read(0, &mut buf).unwrap_err();
+            assert!(
+                matches!(&err, FileFlashError::Poisoned { op: o, .. } if *o == op),
+                "{err:?}"
+            );
+        }
+    }
+
+    /// Pages of `file` in the page cache, counted with `mincore` over a shared read-only
+    /// mapping; `None` where that cannot be observed.
+    #[cfg(target_os = "linux")]
+    fn cached_pages(file: &File, len: usize) -> Option<usize> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: `sysconf` has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+        // SAFETY: a fresh shared read-only mapping of `len` bytes of an open file; it is
+        // only passed to `mincore` and unmapped below, never read through.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return None;
+        }
+        let mut vec = std::vec![0u8; len.div_ceil(page)];
+        // SAFETY: `map` is a live mapping of `len` bytes and `vec` has one byte per page.
+        let rc = unsafe { libc::mincore(map, len, vec.as_mut_ptr()) };
+        // SAFETY: `map` was returned by `mmap` with this length and is not used after.
+        unsafe { libc::munmap(map, len) };
+        (rc == 0).then(|| vec.iter().filter(|&&b| b & 1 != 0).count())
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn open_drops_the_cached_pages_of_the_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = image_path(&dir);
+        // tmpfs keeps files in the page cache only: nothing there can be dropped.
+        let fs = rustix::fs::statfs(dir.path()).unwrap();
+        if fs.f_type as i64 == 0x0102_1994 {
+            std::eprintln!("skipped: the temporary directory is on tmpfs");
+            return;
+        }
+        let mut flash = FileFlash::create(&path, G).unwrap();
+        flash.write(4096, &[3; 64]).unwrap();
+        flash.sync().unwrap();
+        drop(flash);
+        // Bring every page of the image into the cache.
+        let raw = std::fs::read(&path).unwrap();
+        let probe = File::open(&path).unwrap();
+        let len = raw.len();
+        let Some(before) = cached_pages(&probe, len) else {
+            std::eprintln!("skipped: mincore is not available");
+            return;
+        };
+        assert!(before > 0, "reading the image cached none of its pages");
+        let mut flash = FileFlash::open(&path, 4096, 8, 0xFF).unwrap();
+        assert_eq!(cached_pages(&probe, len), Some(0), "cached pages left");
+        let mut buf = [0u8; 64];
+        flash.read(4096, &mut buf).unwrap();
+        assert_eq!(buf, [3; 64]);
+        drop(flash);
+        std::fs::read(&path).unwrap();
+        FileFlash::open_read_only(&path, 4096, 8, 0xFF).unwrap();
+        assert_eq!(cached_pages(&probe, len), Some(0), "cached pages left");
     }
 
     #[test]
