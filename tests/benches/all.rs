@@ -54,6 +54,18 @@ fn main() {
         begun.elapsed().as_secs_f64(),
         bench.display()
     );
+    let failures = report.failures();
+    if !failures.is_empty() {
+        eprintln!(
+            "BENCHMARK FAILED: {} check(s) failed, the figures in {} are not valid:",
+            failures.len(),
+            bench.display()
+        );
+        for e in &failures {
+            eprintln!("  {e}");
+        }
+        std::process::exit(1);
+    }
     if smoke {
         let text = std::fs::read_to_string(&bench).expect("BENCH.md");
         assert!(text.contains("## Headline ratios"), "{text}");

@@ -35,4 +35,15 @@ fn main() {
     println!("machine: {}", report.machine);
     println!();
     print!("{report}");
+    let failures = report.failures();
+    if !failures.is_empty() {
+        eprintln!(
+            "BENCHMARK FAILED: {} run(s) did not deliver every record:",
+            failures.len()
+        );
+        for e in &failures {
+            eprintln!("  {e}");
+        }
+        std::process::exit(1);
+    }
 }

@@ -445,15 +445,21 @@ impl AllReport {
             });
         }
         if let Some(k) = &self.kafka {
-            let (a, b) = (Spread::of(&k.bridge), Spread::of(&k.producer));
+            let (bridge, producer) = (k.bridge_rates(), k.producer_rates());
+            let (a, b) = (Spread::of(&bridge), Spread::of(&producer));
+            let unverified = if k.failures().is_empty() {
+                ""
+            } else {
+                " (FAILED its check: not valid)"
+            };
             out.push(Ratio {
                 comparison: 4,
-                label: "records/s into Kafka, bridge drain vs plain producer".into(),
+                label: format!("records/s into Kafka, bridge drain vs plain producer{unverified}"),
                 spillway: si(a.median),
                 peer: si(b.median),
                 peer_name: "rdkafka producer".into(),
                 ratio: a.median / b.median,
-                range: paired(&k.bridge, &k.producer),
+                range: paired(&bridge, &producer),
                 higher_is_better: true,
             });
         }
@@ -517,6 +523,14 @@ impl AllReport {
             }
         }
         out
+    }
+
+    /// Every check this run failed, described (empty when every figure's run did the work
+    /// it claims). The benchmark program exits non-zero when there is any.
+    pub fn failures(&self) -> Vec<String> {
+        self.kafka
+            .as_ref()
+            .map_or_else(Vec::new, bench_kafka::Report::failures)
     }
 
     /// Writes `BENCH.md`, `mount.svg` and `ratios.svg` into `dir` (created if missing).
@@ -634,6 +648,18 @@ impl AllReport {
              much less."
         )?;
         writeln!(f)?;
+        let failures = self.failures();
+        if !failures.is_empty() {
+            writeln!(
+                f,
+                "**This run FAILED its checks: the figures below are not valid.**"
+            )?;
+            writeln!(f)?;
+            for e in &failures {
+                writeln!(f, "- {e}")?;
+            }
+            writeln!(f)?;
+        }
         writeln!(f, "## Headline ratios")?;
         writeln!(f)?;
         writeln!(f, "![spillway ÷ peer](ratios.svg)")?;
@@ -721,11 +747,14 @@ impl AllReport {
                     "A real gateway holds {} records of 100 B; each run drains all of them with \
                      `spillway-bridge drain --once` into a fresh topic (whole process timed: \
                      start, handshake, tail scan, fetches, delivery reports, checkpoint, exit), \
-                     then a plain rdkafka producer with the bridge's settings (idempotent, \
-                     acks=all, linger 5 ms) sends the same records (same key, headers, sizes) \
-                     into another fresh topic, timed from its creation to the last delivery \
-                     report. Broker: tansu in memory. Filling the gateway took {:.1} s \
-                     (durable publishes, not timed).",
+                     from a fresh state file under a consumer name of its own (deleted on the \
+                     gateway after the run), then a plain rdkafka producer with the bridge's \
+                     settings (idempotent, acks=all, linger 5 ms) sends the same records (same \
+                     key, headers, sizes) into another fresh topic, timed from its creation to \
+                     the last delivery report. After each run its topic is read back to the end \
+                     (not timed): a run counts only if the topic holds exactly the records \
+                     sent, in order, payload and offset header each in place. Broker: tansu in \
+                     memory. Filling the gateway took {:.1} s (durable publishes, not timed).",
                     k.options.records,
                     k.fill.as_secs_f64()
                 )?;

@@ -10,19 +10,28 @@
 //! What is timed: the bridge's whole process (start, handshake, tail scan, drain, final
 //! commit, exit), and the producer from its creation to the last delivery report. The
 //! gateway is filled once with durable publishes (not timed); every run writes to a fresh
-//! topic, bridge and producer alternating; the first run of each side is checked by reading
-//! the topic back.
+//! topic, bridge and producer alternating.
+//!
+//! Every bridge run starts from nothing: a fresh state file and a consumer name of its own
+//! (`bench-run-N`), so it drains the gateway from its first offset; a drain under a name
+//! the gateway already holds would resume at that name's committed offset and forward
+//! nothing. The run's consumer is deleted on the gateway afterwards (not timed), so any
+//! number of runs fits the gateway's consumer table. Every run of both sides is then
+//! verified by reading its topic back ([`verify_topic`]): exactly the records sent, in
+//! order, each payload and `spillway-offset` header as sent. A run that fails this is kept
+//! in the [`Report`] with what was found, its rate counts only the records that arrived,
+//! and [`Report::failures`] names it: the benchmark programs exit non-zero on any.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientConfig;
-use rdkafka::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use spillway_core::wire::AckLevel;
 
 use crate::bench_core::{Machine, Spread, machine};
@@ -30,7 +39,7 @@ use crate::bench_gateway::thousands;
 use crate::bridge::bridge_bin;
 use crate::client::{Client, Reply};
 use crate::gateway::{GatewayProcess, free_port};
-use crate::kafka::{Broker, consume_all};
+use crate::kafka::Broker;
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,14 +122,149 @@ fn publish(addr: &str, n: usize) -> u128 {
     log_id
 }
 
-/// One `spillway-bridge drain --once` into a fresh topic; records/s.
-fn bridge_run(broker: &Broker, gw: &str, n: usize, check: bool) -> f64 {
+/// What reading a run's topic back found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// Records the run had to put into the topic.
+    pub expected: u64,
+    /// Records read back from the topic.
+    pub found: u64,
+    /// Records read back that are the ones sent, in their place: the topic's record `i` has
+    /// the payload of record `i`, `spillway-offset` header `i` and a key that starts with
+    /// the gateway id.
+    pub matching: u64,
+    /// What is wrong with the run, `None` when its topic holds exactly the records sent.
+    pub problem: Option<String>,
+}
+
+impl Verified {
+    /// Whether the topic holds exactly the records sent, in order.
+    pub fn ok(&self) -> bool {
+        self.problem.is_none()
+    }
+}
+
+/// No record and no end of partition for this long ends a read-back.
+const READ_BACK_IDLE: Duration = Duration::from_secs(30);
+
+/// Reads partition 0 of `topic` from the beginning to its end and compares it with the
+/// `n` records the benchmark sends (see [`Verified::matching`]). Streams: nothing but the
+/// counts is kept, so it also checks millions of records.
+///
+/// # Panics
+/// If no consumer can be created or assigned (the broker's address is wrong).
+pub fn verify_topic(bootstrap: &str, topic: &str, n: u64) -> Verified {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "spillway-bench-verify")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()
+        .expect("read-back consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .expect("partition");
+    c.assign(&tpl).expect("assign");
+    let (mut found, mut matching) = (0u64, 0u64);
+    let mut first_wrong: Option<String> = None;
+    let mut read_error: Option<String> = None;
+    let mut last = Instant::now();
+    loop {
+        match c.poll(Duration::from_millis(200)) {
+            None if last.elapsed() > READ_BACK_IDLE => {
+                read_error = Some(format!(
+                    "no record and no end of partition for {} s after {found} records",
+                    READ_BACK_IDLE.as_secs()
+                ));
+                break;
+            }
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(_))) => break,
+            Some(Err(e)) => {
+                read_error = Some(format!("reading the topic back: {e}"));
+                break;
+            }
+            Some(Ok(m)) => {
+                last = Instant::now();
+                let i = found;
+                found += 1;
+                let offset = m.headers().and_then(|h| {
+                    h.iter()
+                        .find(|x| x.key == "spillway-offset")
+                        .and_then(|x| x.value)
+                        .and_then(|v| std::str::from_utf8(v).ok())
+                        .and_then(|v| v.parse::<u64>().ok())
+                });
+                let key_ok = m
+                    .key()
+                    .is_some_and(|k| k.starts_with(GATEWAY_ID.as_bytes()));
+                let payload_ok = i < n
+                    && usize::try_from(i).is_ok_and(|i| m.payload() == Some(payload(i).as_slice()));
+                if offset == Some(i) && key_ok && payload_ok {
+                    matching += 1;
+                } else if first_wrong.is_none() {
+                    first_wrong = Some(format!(
+                        "record {i} of the topic is not the record sent at that place \
+                         (spillway-offset {offset:?}, key ok {key_ok}, payload ok {payload_ok})"
+                    ));
+                }
+            }
+        }
+    }
+    let problem = if found != n {
+        Some(format!("{found} records in the topic, {n} sent"))
+    } else {
+        read_error.or(first_wrong)
+    };
+    Verified {
+        expected: n,
+        found,
+        matching,
+        problem,
+    }
+}
+
+/// One timed run of one side.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    /// Wall time, s.
+    pub secs: f64,
+    /// What its topic held afterwards.
+    pub verified: Verified,
+}
+
+impl Run {
+    /// Records/s, counting only the records found in their place in the topic (all of them
+    /// for a run that passed its check).
+    pub fn records_per_s(&self) -> f64 {
+        self.verified.matching as f64 / self.secs
+    }
+}
+
+/// Consumer name of bridge run `run` on the gateway and in its state file.
+fn run_consumer(run: usize) -> String {
+    format!("bench-run-{run}")
+}
+
+/// One `spillway-bridge drain --once` of the whole gateway into a fresh topic, with a fresh
+/// state file and the consumer name of run `run` (nothing of an earlier run can make it
+/// start past the gateway's first offset); verified by reading the topic back and by the
+/// consumer's committed offset on the gateway, which is then deleted (not timed).
+///
+/// # Panics
+/// If the gateway cannot be reached afterwards.
+fn bridge_run(broker: &Broker, addr: &str, n: usize, run: usize) -> Run {
     let dir = tempfile::tempdir().expect("tempdir");
     let topic = broker.new_topic("bench-bridge", 1);
     let state = dir.path().join("s.redb");
+    let consumer = run_consumer(run);
     let t = Instant::now();
     let out = Command::new(bridge_bin())
-        .args(["drain", "--once", "--progress", "off", "--gateway", gw])
+        .args(["drain", "--once", "--progress", "off"])
+        .arg("--gateway")
+        .arg(format!("tcp://{addr}"))
+        .arg("--consumer")
+        .arg(&consumer)
         .arg("--sink")
         .arg(format!("kafka://{}/{topic}", broker.bootstrap()))
         .arg("--state")
@@ -129,22 +273,40 @@ fn bridge_run(broker: &Broker, gw: &str, n: usize, check: bool) -> f64 {
         .output()
         .expect("run spillway-bridge");
     let secs = t.elapsed().as_secs_f64();
+    let mut verified = verify_topic(&broker.bootstrap(), &topic, n as u64);
+    let mut c = Client::tcp(addr).expect("connect to the gateway");
+    let committed = match c.consumers().expect("list consumers") {
+        Reply::Consumers { list, .. } => list
+            .iter()
+            .find(|(name, _)| *name == consumer)
+            .map(|&(_, o)| o),
+        other => panic!("listing consumers: {other:?}"),
+    };
+    let deleted = c.delete_consumer(&consumer).expect("delete consumer");
     assert!(
-        out.status.success(),
-        "drain failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+        matches!(deleted, Reply::Deleted { .. }),
+        "deleting consumer {consumer}: {deleted:?}"
     );
-    if check {
-        let msgs = consume_all(&broker.bootstrap(), &topic, 1);
-        assert_eq!(msgs.len(), n, "bridge: records in the topic");
-        assert_eq!(msgs[n - 1].payload, payload(n - 1));
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(5).collect();
+        verified.problem = Some(format!(
+            "drain exited with {}: {}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+        ));
+    } else if verified.ok() && committed != Some(n as u64) {
+        verified.problem = Some(format!(
+            "the topic holds every record, but consumer {consumer} committed {committed:?} \
+             on the gateway, not {n}"
+        ));
     }
-    n as f64 / secs
+    Run { secs, verified }
 }
 
 /// A plain idempotent producer sending the same `n` records (key, headers, payload) to a
-/// fresh topic; records/s.
-fn producer_run(broker: &Broker, log_id: u128, n: usize, check: bool) -> f64 {
+/// fresh topic, verified by reading the topic back.
+fn producer_run(broker: &Broker, log_id: u128, n: usize) -> Run {
     use std::sync::atomic::Ordering::Relaxed;
     let topic = broker.new_topic("bench-producer", 1);
     let key = format!("{GATEWAY_ID}/{TOPIC}");
@@ -212,13 +374,13 @@ fn producer_run(broker: &Broker, log_id: u128, n: usize, check: bool) -> f64 {
         p.poll(Duration::from_millis(10));
     }
     let secs = t.elapsed().as_secs_f64();
-    assert_eq!(p.context().failed.load(Relaxed), 0, "delivery failures");
-    if check {
-        let msgs = consume_all(&broker.bootstrap(), &topic, 1);
-        assert_eq!(msgs.len(), n, "producer: records in the topic");
-        assert_eq!(msgs[0].payload, payload(0));
+    let failed = p.context().failed.load(Relaxed);
+    drop(p);
+    let mut verified = verify_topic(&broker.bootstrap(), &topic, n as u64);
+    if failed > 0 {
+        verified.problem = Some(format!("{failed} delivery failures"));
     }
-    n as f64 / secs
+    Run { secs, verified }
 }
 
 /// Everything one run measured.
@@ -230,31 +392,56 @@ pub struct Report {
     pub options: Options,
     /// The broker, described.
     pub broker: String,
-    /// Bridge records/s per run.
-    pub bridge: Vec<f64>,
-    /// Producer records/s per run, in the same order.
-    pub producer: Vec<f64>,
+    /// Bridge runs.
+    pub bridge: Vec<Run>,
+    /// Producer runs, in the same order (run `i` of each side ran back to back).
+    pub producer: Vec<Run>,
     /// Time to fill the gateway (durable publishes).
     pub fill: Duration,
 }
 
 impl Report {
+    /// Bridge records/s per run (see [`Run::records_per_s`]).
+    pub fn bridge_rates(&self) -> Vec<f64> {
+        self.bridge.iter().map(Run::records_per_s).collect()
+    }
+
+    /// Producer records/s per run.
+    pub fn producer_rates(&self) -> Vec<f64> {
+        self.producer.iter().map(Run::records_per_s).collect()
+    }
+
     /// Bridge ÷ producer per run (the runs alternate, so each pair saw the same machine).
     pub fn ratios(&self) -> Vec<f64> {
-        self.bridge
+        self.bridge_rates()
             .iter()
-            .zip(&self.producer)
+            .zip(self.producer_rates())
             .map(|(b, p)| b / p)
             .collect()
+    }
+
+    /// Every run whose topic did not hold exactly the records sent, described (empty when
+    /// every run passed).
+    pub fn failures(&self) -> Vec<String> {
+        let sides = [("bridge", &self.bridge), ("producer", &self.producer)];
+        let mut out = Vec::new();
+        for (side, runs) in sides {
+            for (i, r) in runs.iter().enumerate() {
+                if let Some(p) = &r.verified.problem {
+                    out.push(format!("Kafka {side} run {}: {p}", i + 1));
+                }
+            }
+        }
+        out
     }
 }
 
 /// Fills a fresh gateway and runs both sides `opts.runs` times, alternating, against
-/// `broker`; `progress` is told what starts and what each run measured.
+/// `broker`; `progress` is told what starts and what each run measured and found. A run
+/// that fails its check does not stop the others: see [`Report::failures`].
 ///
 /// # Panics
-/// If the gateway, the bridge or the broker fails, or a topic holds other records than were
-/// sent.
+/// If the gateway or the broker fails.
 pub fn run(opts: &Options, broker: &Broker, mut progress: impl FnMut(&str)) -> Report {
     let at_start = machine();
     let n = opts.records;
@@ -277,21 +464,29 @@ pub fn run(opts: &Options, broker: &Broker, mut progress: impl FnMut(&str)) -> R
     .collect();
     let _gateway = GatewayProcess::start(&args, 1);
     progress(&format!(
-        "publish {n} records of {PAYLOAD} bytes durably; each run drains all of them into a fresh topic"
+        "publish {n} records of {PAYLOAD} bytes durably; each run drains all of them into a \
+         fresh topic, and every topic is read back"
     ));
     let t = Instant::now();
     let log_id = publish(&addr, n);
     let fill = t.elapsed();
-    let gw = format!("tcp://{addr}");
     let _ = bridge_bin();
     let mut bridge = Vec::new();
     let mut producer = Vec::new();
+    let check = |r: &Run| match &r.verified.problem {
+        None => format!("{} records read back", r.verified.found),
+        Some(p) => format!("FAILED: {p}"),
+    };
     for r in 0..opts.runs.max(1) {
-        let b = bridge_run(broker, &gw, n, r == 0);
-        let p = producer_run(broker, log_id, n, r == 0);
+        let b = bridge_run(broker, &addr, n, r + 1);
+        let p = producer_run(broker, log_id, n);
         progress(&format!(
-            "run {}: bridge {b:.0} records/s, producer {p:.0} records/s",
-            r + 1
+            "run {}: bridge {:.0} records/s ({}), producer {:.0} records/s ({})",
+            r + 1,
+            b.records_per_s(),
+            check(&b),
+            p.records_per_s(),
+            check(&p)
         ));
         bridge.push(b);
         producer.push(p);
@@ -329,18 +524,73 @@ impl fmt::Display for Report {
         row(
             f,
             "`spillway-bridge drain --once`, records/s (whole process)",
-            &self.bridge,
+            &self.bridge_rates(),
         )?;
         row(
             f,
             "plain rdkafka producer, records/s (the ceiling)",
-            &self.producer,
+            &self.producer_rates(),
         )?;
         let r = Spread::of(&self.ratios());
         writeln!(
             f,
             "| bridge ÷ producer, per run | {:.2} | {:.2} | {:.2} |",
             r.min, r.median, r.max
-        )
+        )?;
+        writeln!(f)?;
+        writeln!(
+            f,
+            "| run | bridge s | bridge: records in its topic, in place | producer s | \
+             producer: records in its topic, in place | bridge ÷ producer | check |"
+        )?;
+        writeln!(f, "|---|---|---|---|---|---|---|")?;
+        for (i, (b, p)) in self.bridge.iter().zip(&self.producer).enumerate() {
+            let problems: Vec<String> = [("bridge", b), ("producer", p)]
+                .iter()
+                .filter_map(|(side, r)| r.verified.problem.as_ref().map(|e| format!("{side}: {e}")))
+                .collect();
+            let check = if problems.is_empty() {
+                "verified".to_string()
+            } else {
+                format!("**FAILED**: {}", problems.join("; "))
+            };
+            writeln!(
+                f,
+                "| {} | {:.2} | {} of {} | {:.2} | {} of {} | {:.2} | {check} |",
+                i + 1,
+                b.secs,
+                thousands(b.verified.matching as f64),
+                thousands(b.verified.expected as f64),
+                p.secs,
+                thousands(p.verified.matching as f64),
+                thousands(p.verified.expected as f64),
+                b.records_per_s() / p.records_per_s(),
+            )?;
+        }
+        writeln!(f)?;
+        let failures = self.failures();
+        if failures.is_empty() {
+            writeln!(
+                f,
+                "Every run verified: its topic, read back to the end, holds exactly the {} \
+                 records sent, in order, each with its payload and `spillway-offset` header; \
+                 every bridge run drained under its own consumer name from a fresh state \
+                 file, and that consumer's committed offset on the gateway was {}.",
+                thousands(n as f64),
+                thousands(n as f64),
+            )
+        } else {
+            writeln!(
+                f,
+                "**{} of {} runs FAILED their check**: the rates above count only the records \
+                 found in place, and the figures are not valid.",
+                failures.len(),
+                2 * runs
+            )?;
+            for e in failures {
+                writeln!(f, "- {e}")?;
+            }
+            Ok(())
+        }
     }
 }
