@@ -84,6 +84,16 @@ pub fn faultfs_env(
     env
 }
 
+/// The environment that loads the shim for files ending with `suffix` and makes their
+/// `hang_sync`th sync never return.
+pub fn faultfs_hang_env(suffix: &str, hang_sync: u32) -> Vec<(String, String)> {
+    vec![
+        ("LD_PRELOAD".into(), faultfs_lib().display().to_string()),
+        ("FAULTFS_PATH_SUFFIX".into(), suffix.into()),
+        ("FAULTFS_HANG_SYNC".into(), hang_sync.to_string()),
+    ]
+}
+
 /// "Reboots": applies every undo pending in `state` to its file, so the file holds what the
 /// disk holds. Returns the shim's report line.
 ///

@@ -78,10 +78,20 @@ impl GatewayProcess {
     /// Starts `spillway run ARGS` and waits until it logged `listening on` for each of
     /// `listeners` URIs (30 s at most). Panics with the log if it exits first.
     pub fn start(args: &[String], listeners: usize) -> GatewayProcess {
+        Self::start_with_env(args, listeners, &[])
+    }
+
+    /// [`GatewayProcess::start`] with extra environment variables (e.g. the fault shim's).
+    pub fn start_with_env(
+        args: &[String],
+        listeners: usize,
+        env: &[(String, String)],
+    ) -> GatewayProcess {
         let mut child = Command::new(spillway_bin())
             .arg("run")
             .args(args)
             .env("RUST_LOG", "info")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -8,6 +8,13 @@
 //! durable acknowledgements to the connections. Replies go through each connection's own
 //! bounded queue with `try_send`: a connection whose queue is full (a client that does not
 //! read its replies) is disconnected instead of blocking this thread.
+//!
+//! A storage failure (a failed write, erase or sync of the image) poisons the log: every
+//! durable acknowledgement still waiting is answered `StorageFailed`, and the thread ends
+//! with a run-time error, so the process exits with code 1 and its supervisor (systemd with
+//! `packaging/spillway.service`) starts it again; the new process opens and remounts the
+//! image, and publishers resend. Under systemd's watchdog this thread also sends
+//! `WATCHDOG=1` from its loop: a sync that hangs stops the pings and ends in a restart too.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -233,6 +240,7 @@ pub fn run(
     let mut tick_at = u64::MAX;
     let mut stop = false;
     metrics.update(&log, &gw);
+    let mut watchdog = Watchdog::from_env(clock.now_us());
 
     while !stop {
         let wake_at = parked
@@ -240,7 +248,8 @@ pub fn run(
             .map(|p| p.deadline_us)
             .min()
             .unwrap_or(u64::MAX)
-            .min(tick_at);
+            .min(tick_at)
+            .min(watchdog.due_us());
         let first = if wake_at == u64::MAX {
             Some(rx.recv_blocking())
         } else {
@@ -417,6 +426,17 @@ pub fn run(
             }
         }
         metrics.update(&log, &gw);
+        if let Some(op) = log.poisoned_by() {
+            // Nothing more is written: the waiting acknowledgements were answered
+            // StorageFailed by the flush above; a restart remounts the image.
+            let why = format!(
+                "flash {op} of {} failed: the log is poisoned; exiting so that the supervisor restarts the gateway and remounts the image",
+                s.image.display()
+            );
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&why)]);
+            return Err(AppError::Runtime(why));
+        }
+        watchdog.feed(clock.now_us());
     }
     log::info!("shutting down: flushing and persisting committed offsets");
     let next = log.next_offset();
@@ -425,6 +445,50 @@ pub fn run(
         .map_err(|e| AppError::Runtime(format!("clean shutdown failed: {e}")))?;
     log::info!("log closed cleanly at offset {next}");
     Ok(())
+}
+
+/// systemd's watchdog, fed from the log thread's loop: `WATCHDOG=1` at least every half
+/// `WATCHDOG_USEC`. Without `WATCHDOG_USEC` (or `NOTIFY_SOCKET`) it does nothing.
+struct Watchdog {
+    /// Interval between pings, µs; `None` when no watchdog is asked for.
+    every_us: Option<u64>,
+    /// Monotonic time of the last ping, µs.
+    last_us: u64,
+}
+
+impl Watchdog {
+    fn from_env(now_us: u64) -> Self {
+        let every_us = sd_notify::watchdog_enabled()
+            .map(|d| (d.as_micros() / 2).clamp(1_000, u128::from(u64::MAX)) as u64);
+        let mut w = Watchdog {
+            every_us,
+            last_us: 0,
+        };
+        w.ping(now_us);
+        w
+    }
+
+    /// When the loop must wake up to ping next, µs (`u64::MAX` without a watchdog).
+    fn due_us(&self) -> u64 {
+        self.every_us
+            .map_or(u64::MAX, |e| self.last_us.saturating_add(e))
+    }
+
+    /// Pings if the interval has passed.
+    fn feed(&mut self, now_us: u64) {
+        if now_us >= self.due_us() {
+            self.ping(now_us);
+        }
+    }
+
+    fn ping(&mut self, now_us: u64) {
+        if self.every_us.is_some() {
+            self.last_us = now_us;
+            if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]) {
+                log::warn!("cannot notify the service manager: {e}");
+            }
+        }
+    }
 }
 
 /// Waits for a command or until `when`; `None` at the deadline.

@@ -105,12 +105,19 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
     let metrics = Arc::new(metrics::Metrics::new());
     let (cmd_tx, cmd_rx) = async_channel::bounded(4096);
     let (started_tx, started_rx) = std::sync::mpsc::sync_channel(1);
+    // Stops serving on SIGTERM/SIGINT, or when the log thread ends (a storage failure).
+    let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
     let log_thread = {
         let s = s.clone();
         let metrics = metrics.clone();
+        let stop_tx = stop_tx.clone();
         std::thread::Builder::new()
             .name("spillway-log".into())
-            .spawn(move || engine::run(s, cmd_rx, started_tx, metrics))
+            .spawn(move || {
+                let r = engine::run(s, cmd_rx, started_tx, metrics);
+                let _ = stop_tx.try_send(());
+                r
+            })
             .map_err(|e| AppError::Runtime(format!("cannot start the log thread: {e}")))?
     };
     let started = match started_rx.recv() {
@@ -140,7 +147,6 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
         }
     );
 
-    let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
@@ -151,7 +157,8 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
                 log::info!("signal {sig} received: stopping");
-                let _ = stop_tx.send_blocking(());
+                let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+                let _ = stop_tx.try_send(());
             }
         })
         .map_err(|e| AppError::Runtime(format!("cannot start the signal thread: {e}")))?;
@@ -267,6 +274,14 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
                 }
             }));
             log::info!("listening on http://{addr}/metrics");
+        }
+        // Every listener is up: tell the service manager (no-op without NOTIFY_SOCKET).
+        let status = format!("serving log {:032x}", started.log_id);
+        if let Err(e) = sd_notify::notify(&[
+            sd_notify::NotifyState::Ready,
+            sd_notify::NotifyState::Status(&status),
+        ]) {
+            log::warn!("cannot notify the service manager: {e}");
         }
         let _ = stop_rx.recv().await;
         // Stop accepting: cancel the accept loops (closes the listeners).

@@ -16,6 +16,8 @@
 //!   sync succeeds, as Linux reports a writeback error once. With `FAULTFS_STATE` it fires
 //!   once per state file, so a restarted process given the same environment does not fail
 //!   again.
+//! - `FAULTFS_HANG_SYNC=N`: the `N`th `fdatasync`/`fsync` on a matching file never returns
+//!   (a sync stuck on a dying SD card), counted like `FAULTFS_FAIL_SYNC`.
 //! - `FAULTFS_MODE`: what the failed sync did to the writes it covered (every write to that
 //!   file since its last successful sync):
 //!   - `dropped` (default): they are undone at once, in the page cache and on disk; a re-read
@@ -60,6 +62,7 @@ enum Mode {
 struct Config {
     suffix: Vec<u8>,
     fail_sync: Option<u64>,
+    hang_sync: Option<u64>,
     mode: Mode,
     state: Option<PathBuf>,
 }
@@ -132,6 +135,9 @@ fn config() -> Option<&'static Config> {
             Some(Config {
                 suffix: suffix.as_bytes().to_vec(),
                 fail_sync: std::env::var("FAULTFS_FAIL_SYNC")
+                    .ok()
+                    .and_then(|n| n.parse().ok()),
+                hang_sync: std::env::var("FAULTFS_HANG_SYNC")
                     .ok()
                     .and_then(|n| n.parse().ok()),
                 mode,
@@ -367,6 +373,15 @@ fn tracked_sync(fd: c_int, sync: impl FnOnce() -> c_int) -> c_int {
     };
     let mut s = state();
     s.syncs += 1;
+    if config.hang_sync == Some(s.syncs) {
+        let shown = String::from_utf8_lossy(&path).into_owned();
+        let n = s.syncs;
+        drop(s);
+        guarded(|| eprintln!("faultfs: sync #{n} of {shown} hangs"));
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
     let (mine, others): (Vec<Undo>, Vec<Undo>) = std::mem::take(&mut s.unsynced)
         .into_iter()
         .partition(|u| u.path == path);
