@@ -9,7 +9,8 @@
 //!   unsynced data left readable, as a page cache that kept the pages shows it) and of the
 //!   contents of the last successful sync (the unsynced writes lost): mount, find every
 //!   record any call reported durable, in order and unchanged, never hand out an offset
-//!   twice, show no record that was not appended at its offset, and append again.
+//!   twice, show no record that was not appended at its offset, report what the fault
+//!   left unsynced as never persisted (not as damage), and append again.
 //!
 //! `cargo test` runs a quick sweep. `SPILLWAY_FAULT_SEEDS=N` runs the sweep for `N` seeds
 //! per configuration (default 2) and `SPILLWAY_FAULT_POINTS=N` tries `N` write-fault points
@@ -22,7 +23,8 @@ use std::collections::BTreeMap;
 use common::faults::{Fault, FaultFlash, sim_from_image};
 use common::{Rng, mix};
 use spillway_core::log::{
-    Config, FullPolicy, Log, Memory, Producer, Record, SegmentSlot, SpillPolicy, segments_for,
+    Config, FullPolicy, Log, LostReason, Memory, Producer, Record, SegmentSlot, SpillPolicy,
+    segments_for,
 };
 use spillway_core::storage::{Flash, Geometry, SimFlash};
 use spillway_core::{AppendError, CommitError, FlushError, StorageOp};
@@ -92,6 +94,9 @@ struct Oracle {
     promised: u64,
     /// The highest offset committed for the bridge consumer.
     committed: u64,
+    /// The bridge consumer's committed offset (clamped to the durable offset) at the last
+    /// successful persist or clean close: a remount finds at least this.
+    persisted_commit: u64,
     /// Segments opened, erase blocks erased and clean closes, over the sessions that
     /// ended with a close (to show what the workload covers).
     segments_opened: u64,
@@ -100,6 +105,11 @@ struct Oracle {
 }
 
 impl Oracle {
+    fn note_persisted(&mut self, log: &Log<'_, &mut FaultFlash>) {
+        let c = log.committed(BRIDGE).unwrap_or(0).min(log.durable_offset());
+        self.persisted_commit = self.persisted_commit.max(c);
+    }
+
     fn note_close(&mut self, log: &Log<'_, &mut FaultFlash>) {
         let st = log.stats();
         self.segments_opened += st.segments_opened;
@@ -221,7 +231,10 @@ fn session(
                 false
             }
             85..=89 => match log.persist(*now) {
-                Ok(()) => false,
+                Ok(()) => {
+                    oracle.note_persisted(&log);
+                    false
+                }
                 Err(CommitError::Flash(_)) => true,
                 Err(e) => panic!("persist: {e:?}"),
             },
@@ -234,8 +247,12 @@ fn session(
                 let fired = flash_of(&log).fired().is_some();
                 assert!(!fired);
                 oracle.note_close(&log);
+                let persisted = log.committed(BRIDGE).unwrap_or(0);
                 match log.close(*now) {
-                    Ok(_) => return End::Closed,
+                    Ok(_) => {
+                        oracle.persisted_commit = oracle.persisted_commit.max(persisted);
+                        return End::Closed;
+                    }
                     Err(FlushError::Full) => return End::Closed,
                     Err(FlushError::Flash(_)) => {
                         assert!(flash.fired().is_some(), "close failed without a fault");
@@ -259,8 +276,13 @@ fn session(
         oracle.promised = oracle.promised.max(log.durable_offset());
     }
     oracle.note_close(&log);
+    let persisted = log.committed(BRIDGE).unwrap_or(0);
     match log.close(*now) {
-        Ok(_) | Err(FlushError::Full) => End::Done,
+        Ok(_) => {
+            oracle.persisted_commit = oracle.persisted_commit.max(persisted);
+            End::Done
+        }
+        Err(FlushError::Full) => End::Done,
         Err(FlushError::Flash(_)) => End::Fault,
         Err(e) => panic!("close: {e:?}"),
     }
@@ -446,6 +468,14 @@ fn verify(log: &mut Log<'_, &mut common::Sim>, oracle: &Oracle, what: &str, rep:
         log.next_offset(),
         oracle.handed
     );
+    // The journal kept its newest synced entry: the committed offset is not older.
+    let committed = log.committed(BRIDGE).unwrap_or(0);
+    assert!(
+        committed >= oracle.persisted_commit && committed <= oracle.committed,
+        "{what}: bridge committed offset {committed}, persisted {}, highest commit {} ({rep})",
+        oracle.persisted_commit,
+        oracle.committed
+    );
     let must_from = oracle.committed.min(oracle.promised);
     assert!(
         log.first_offset() <= must_from,
@@ -465,6 +495,13 @@ fn verify(log: &mut Log<'_, &mut common::Sim>, oracle: &Oracle, what: &str, rep:
                 lost.from.max(must_from) >= lost.to.min(oracle.promised),
                 "{what}: durable offsets lost: {lost:?}, promised {must_from}..{} ({rep})",
                 oracle.promised
+            );
+            // What a fault left behind was never durable: it is "never persisted", not
+            // damage.
+            assert_eq!(
+                lost.reason,
+                LostReason::Skipped,
+                "{what}: {lost:?} reported as damage ({rep})"
             );
         }
         for rec in r.records(&out) {

@@ -44,6 +44,8 @@
 
 pub mod format;
 mod journal;
+#[cfg(test)]
+mod tests;
 
 use heapless::Vec;
 
