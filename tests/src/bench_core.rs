@@ -45,8 +45,10 @@
 //! The peer gets its best cache (page states and page pointers for every page, on the heap)
 //! and is driven by a busy-polling `block_on`: its operations never wait.
 
+use std::cell::Cell;
 use std::fmt;
 use std::hint::black_box;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use embassy_futures::block_on;
@@ -57,7 +59,7 @@ use sequential_storage::queue::{QueueConfig, QueueStorage};
 use spillway_core::log::{Config, FullPolicy, Log, Memory, Record, SegmentSlot, segments_for};
 use spillway_core::storage::{Flash, NorFlashAdapter};
 
-use crate::ram_nor::{self, RamNor};
+use crate::ram_nor::{self, NorCounters, RamNor};
 
 /// Erase block size of every flash in the benchmark, bytes.
 pub const ERASE_SIZE: u32 = ram_nor::ERASE_SIZE as u32;
@@ -379,8 +381,14 @@ pub fn write_case(case: WriteCase, opts: &Options) -> Vec<WriteRun> {
             let rep = match (engine, case.write_size) {
                 (Engine::Peer, 4) => peer_rep::<4>(cap, len, records),
                 (Engine::Peer, 16) => peer_rep::<16>(cap, len, records),
-                (_, 4) => spillway_rep(spillway_flash::<4>(cap), durable, records, len),
-                (_, 16) => spillway_rep(spillway_flash::<16>(cap), durable, records, len),
+                (_, 4) => {
+                    let (flash, device) = counted_flash::<4>(cap);
+                    spillway_rep(flash, Some(&device), durable, records, len)
+                }
+                (_, 16) => {
+                    let (flash, device) = counted_flash::<16>(cap);
+                    spillway_rep(flash, Some(&device), durable, records, len)
+                }
                 (_, ws) => panic!("no flash with a {ws}-byte write size"),
             };
             let c = (rep.programmed, rep.erases, rep.records_read);
@@ -423,8 +431,19 @@ fn spillway_config() -> Config {
 /// Runs spillway on a fresh `flash`: formats, mounts, appends `records` records (flushing
 /// after each when `durable`), then reads back every retained record. Programmed bytes and
 /// erases are the log's own counts (see `Stats`), which cover every program and erase it
-/// sends to the flash after the mount.
-fn spillway_rep<F: Flash>(mut flash: F, durable: bool, records: u64, payload_len: usize) -> Rep {
+/// sends to the flash after the mount; with `device`, the flash's own counters, they are
+/// checked against what the flash saw in the measured window.
+///
+/// # Panics
+/// If the log fails, if a read does not end with the newest record, or if the log's counts
+/// differ from the device's.
+fn spillway_rep<F: Flash>(
+    mut flash: F,
+    device: Option<&Cell<NorCounters>>,
+    durable: bool,
+    records: u64,
+    payload_len: usize,
+) -> Rep {
     let warm_up = u64::from(flash.geometry().capacity) / payload_len as u64;
     let g = flash.geometry();
     Log::format(&mut flash, LOG_ID, BLOCKS_PER_SEGMENT).expect("format");
@@ -437,11 +456,13 @@ fn spillway_rep<F: Flash>(mut flash: F, durable: bool, records: u64, payload_len
     let (mut log, _) = Log::mount(&mut flash, spillway_config(), mem, 0).expect("mount");
     let mut p = payload(payload_len);
     let mut before = log.stats();
+    let mut device_before = device.map(Cell::get);
     let mut t = Instant::now();
     for i in 0..warm_up + records {
         if i == warm_up {
             log.flush(i).expect("flush");
             before = log.stats();
+            device_before = device.map(Cell::get);
             t = Instant::now();
         }
         stamp(&mut p, i);
@@ -459,6 +480,16 @@ fn spillway_rep<F: Flash>(mut flash: F, durable: bool, records: u64, payload_len
     log.flush(warm_up + records).expect("flush");
     let write = t.elapsed();
     let after = log.stats();
+    let programmed = after.flash_bytes_programmed - before.flash_bytes_programmed;
+    let erases = after.erases - before.erases;
+    if let (Some(d0), Some(d1)) = (device_before, device.map(Cell::get)) {
+        assert_eq!(
+            (programmed, erases),
+            (d1.bytes_written - d0.bytes_written, d1.erases - d0.erases),
+            "spillway's own counts of bytes programmed and erases (left) differ from the \
+             flash's (right)"
+        );
+    }
 
     let mut out = vec![0u8; READ_BUFFER];
     let (first, end) = (log.first_offset(), log.next_offset());
@@ -492,10 +523,19 @@ fn spillway_rep<F: Flash>(mut flash: F, durable: bool, records: u64, payload_len
         write,
         read,
         read_total: passes * (end - first),
-        programmed: after.flash_bytes_programmed - before.flash_bytes_programmed,
-        erases: after.erases - before.erases,
+        programmed,
+        erases,
         records_read: end - first,
     }
+}
+
+/// [`spillway_flash`] with a cell that holds its counters (see [`RamNor::shared_counters`]).
+fn counted_flash<const WS: usize>(
+    capacity: usize,
+) -> (NorFlashAdapter<RamNor<WS>>, Rc<Cell<NorCounters>>) {
+    let mut nor = RamNor::<WS>::new(capacity);
+    let device = nor.shared_counters();
+    (NorFlashAdapter::new(nor), device)
 }
 
 /// The benchmark's flash for spillway: a [`RamNor`] of `capacity` bytes with `WS`-byte
@@ -734,7 +774,13 @@ pub fn mount_size(
             assert_eq!(rep.segments_valid, segments, "{rep:?}");
             assert!(!rep.clean);
             drop(log);
-            let bytes_read = flash.inner_mut().counters().bytes_read;
+            let device = flash.inner_mut().counters();
+            assert_eq!(
+                rep.flash_reads, device.reads,
+                "{size_mib} MiB: spillway's own count of mount reads (left) differs from the \
+                 flash's (right)"
+            );
+            let bytes_read = device.bytes_read;
             found[j] = (
                 segments,
                 rep.next_offset - rep.first_offset,
@@ -1052,8 +1098,9 @@ mod tests {
                 erased: 0xFF,
             };
             let mut sim = SimFlash::new_vec(g).unwrap();
-            let on_sim = spillway_rep(&mut sim, durable, 5000, 32);
-            let on_ram = spillway_rep(spillway_flash::<16>(64 << 10), durable, 5000, 32);
+            let on_sim = spillway_rep(&mut sim, None, durable, 5000, 32);
+            let (flash, device) = counted_flash::<16>(64 << 10);
+            let on_ram = spillway_rep(flash, Some(&device), durable, 5000, 32);
             assert_eq!(
                 (on_sim.programmed, on_sim.erases, on_sim.records_read),
                 (on_ram.programmed, on_ram.erases, on_ram.records_read)

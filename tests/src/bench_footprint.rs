@@ -199,6 +199,14 @@ fn spillway_footprint(opts: &Options) -> Server {
     );
     let loaded = settled_memory(pid);
     drop(idle);
+    let stats = Client::tcp(&addr)
+        .and_then(|mut c| c.stats())
+        .expect("spillway stats");
+    assert_eq!(
+        stats.records_appended,
+        (PUBLISHERS * opts.per_publisher) as u64,
+        "footprint: spillway appended a different number of records than the load sent"
+    );
     Server {
         name: "spillway".to_string(),
         binary: binary_size(&spillway_bin()).expect("spillway binary"),
@@ -228,6 +236,15 @@ fn nats_footprint(bin: &Path, opts: &Options) -> Server {
     );
     let loaded = settled_memory(pid);
     drop(idle);
+    let info = admin
+        .request("$JS.API.STREAM.INFO.BENCH", b"")
+        .expect("stream info");
+    let info: serde_json::Value = serde_json::from_slice(&info.payload).expect("stream info");
+    assert_eq!(
+        info["state"]["messages"].as_u64(),
+        Some((PUBLISHERS * opts.per_publisher) as u64),
+        "footprint: JetStream stored a different number of messages than the load sent: {info}"
+    );
     let version = crate::nats::nats_server_version(bin).unwrap_or_default();
     Server {
         name: version.replace(": v", " "),
@@ -392,6 +409,28 @@ impl Mqtt {
         Ok(())
     }
 
+    /// Counts the `PUBLISH` packets the server sends until none comes for `quiet` (what
+    /// it had queued for this persistent session); acknowledges none of them.
+    pub fn count_publishes(&mut self, quiet: Duration) -> io::Result<usize> {
+        self.s.set_read_timeout(Some(quiet))?;
+        let mut n = 0;
+        loop {
+            match self.read_packet() {
+                Ok((kind, _)) if kind >> 4 == 3 => n += 1,
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Ok(n);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Sends `DISCONNECT` and closes.
     pub fn disconnect(mut self) -> io::Result<()> {
         self.s.write_all(&[0xE0, 0x00])
@@ -478,6 +517,14 @@ fn mosquitto_footprint(bin: &Path, opts: &Options) -> Server {
     );
     let loaded = settled_memory(pid);
     drop(idle);
+    let queued = Mqtt::connect(&m.addr, "away", false)
+        .and_then(|mut c| c.count_publishes(Duration::from_secs(2)))
+        .expect("count the queued messages");
+    assert_eq!(
+        queued,
+        PUBLISHERS * opts.per_publisher,
+        "footprint: mosquitto queued a different number of messages than the load sent"
+    );
     Server {
         name: mosquitto_version(bin),
         binary: binary_size(bin).expect("mosquitto binary"),

@@ -219,6 +219,13 @@ pub fn spillway(ack: AckLevel, per_publisher: usize) -> SpillwayRun {
         (PUBLISHERS * per_publisher) as u64,
         "spillway appended a different number of records"
     );
+    if ack == AckLevel::Durable {
+        // Every record was acknowledged as durable: none may still be only in RAM.
+        assert!(
+            stats.buffered_records == 0 && stats.syncs > 0,
+            "spillway acknowledged durable publishes without writing and syncing them: {stats:?}"
+        );
+    }
     SpillwayRun { measured, stats }
 }
 

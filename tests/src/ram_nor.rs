@@ -6,6 +6,9 @@
 //! from 1 to 0), which is also the `MultiwriteNorFlash` contract; it does not refuse a second
 //! write to a word, since the peer relies on that contract to mark items popped.
 
+use std::cell::Cell;
+use std::rc::Rc;
+
 use embedded_storage::nor_flash::{
     ErrorType, MultiwriteNorFlash, NorFlash, NorFlashError, NorFlashErrorKind, ReadNorFlash,
 };
@@ -61,6 +64,9 @@ impl NorFlashError for RamNorError {
 pub struct RamNor<const WS: usize> {
     mem: Vec<u8>,
     counters: NorCounters,
+    /// A copy of `counters` kept up to date for whoever holds the other end (see
+    /// [`RamNor::shared_counters`]).
+    shared: Option<Rc<Cell<NorCounters>>>,
 }
 
 impl<const WS: usize> RamNor<WS> {
@@ -84,6 +90,7 @@ impl<const WS: usize> RamNor<WS> {
         RamNor {
             mem: image,
             counters: NorCounters::default(),
+            shared: None,
         }
     }
 
@@ -105,6 +112,21 @@ impl<const WS: usize> RamNor<WS> {
     /// Zeroes the operation counters.
     pub fn reset_counters(&mut self) {
         self.counters = NorCounters::default();
+        self.publish();
+    }
+
+    /// A cell that holds this flash's counters after every operation from now on: readable
+    /// while the flash itself is borrowed by a storage engine that gives no access to it.
+    pub fn shared_counters(&mut self) -> Rc<Cell<NorCounters>> {
+        let cell = Rc::new(Cell::new(self.counters));
+        self.shared = Some(cell.clone());
+        cell
+    }
+
+    fn publish(&self) {
+        if let Some(c) = &self.shared {
+            c.set(self.counters);
+        }
     }
 
     fn range(&self, addr: u32, len: usize) -> Result<core::ops::Range<usize>, RamNorError> {
@@ -120,6 +142,7 @@ impl<const WS: usize> RamNor<WS> {
         buf.copy_from_slice(&self.mem[r]);
         self.counters.reads += 1;
         self.counters.bytes_read += buf.len() as u64;
+        self.publish();
         Ok(())
     }
 
@@ -136,6 +159,7 @@ impl<const WS: usize> RamNor<WS> {
         }
         self.counters.writes += 1;
         self.counters.bytes_written += data.len() as u64;
+        self.publish();
         Ok(())
     }
 
@@ -150,6 +174,7 @@ impl<const WS: usize> RamNor<WS> {
         }
         self.mem[r].fill(0xFF);
         self.counters.erases += (len / ERASE_SIZE) as u64;
+        self.publish();
         Ok(())
     }
 }
