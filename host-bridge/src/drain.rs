@@ -119,8 +119,10 @@
 //!
 //! At-least-once and in order: a crash (kill -9) after the sink acknowledged records and
 //! before redb saved the checkpoint resends them on restart, so duplicates are at most one
-//! window (file sink: one batch, ≤ `max_batch_bytes` of records, and its duplicate check
-//! drops them; Kafka: ≤ `max_in_flight_batches × max_batch_bytes`), each carrying the same
+//! window (file sink: one batch, ≤ `max_batch_bytes` of records, which the restart cuts
+//! off the files before resending it, see "Sink files", or, without synced lengths in the
+//! checkpoint, its duplicate check drops; Kafka: ≤ `max_in_flight_batches ×
+//! max_batch_bytes`), each carrying the same
 //! log id and offset. With a Kafka sink the effectively-once resume below removes those
 //! duplicates.
 //!
@@ -384,9 +386,21 @@ pub enum DrainError {
         "resume check failed: {0}; rerun with --accept-new-log to start over from the gateway's first offset"
     )]
     Resume(#[from] ResumeMismatch),
-    /// The state file failed (exit code 4).
+    /// The state file failed (exit code 4): with `--once`, any failed transaction;
+    /// without it, one that reopening cannot cure (a value that does not parse).
     #[error("{0}")]
     Store(#[from] StoreError),
+    /// The state file could not be opened at start (exit code 4).
+    #[error(
+        "cannot open the state file {}: {source} (another drain may be using it; if it is damaged, move it aside: without a checkpoint the next drain starts at the gateway's committed offset for its consumer)",
+        path.display()
+    )]
+    StateOpen {
+        /// The state file.
+        path: PathBuf,
+        /// Why.
+        source: StoreError,
+    },
     /// The sink could not be opened (exit code 1).
     #[error("sink: {0}")]
     Sink(SinkError),
@@ -723,7 +737,13 @@ impl Drain {
         metrics: Metrics,
         stop: Shutdown,
     ) -> Result<Drain, DrainError> {
-        let store = Store::open_async(&cfg.state).await?;
+        let store =
+            Store::open_async(&cfg.state)
+                .await
+                .map_err(|source| DrainError::StateOpen {
+                    path: cfg.state.clone(),
+                    source,
+                })?;
         let sink = Sink::open(&cfg.sink, &cfg.sink_options)
             .await
             .map_err(DrainError::Sink)?;

@@ -487,7 +487,7 @@ fn run_drain(a: DrainArgs, file: &FileConfig, reply_timeout: Duration) -> i32 {
 fn code_of(e: &DrainError) -> i32 {
     match e {
         DrainError::Resume(_) => exit::RESUME,
-        DrainError::Store(_) => exit::STATE,
+        DrainError::Store(_) | DrainError::StateOpen { .. } => exit::STATE,
         DrainError::Config(_) => exit::USAGE,
         _ => exit::FAILURE,
     }

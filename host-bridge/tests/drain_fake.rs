@@ -371,48 +371,65 @@ fn without_a_checkpoint_the_gateways_committed_offset_is_used() {
     assert_eq!(run(c).unwrap().records, 120);
 }
 
-/// A flash cell that reads wrong on 70% of reads: the gateway reports the range corrupt on
-/// most fetches, and the drain fetches it again until a read comes back whole. 20 fresh
-/// drains in a row lose nothing.
+/// 100 records in 4 flushes, with one byte of record 35's payload a flaky cell of the
+/// simulated flash, wrong on `percent`% of reads: the real log finds the batch's CRC wrong
+/// on those reads and the gateway reports the range corrupt.
+fn flaky_gateway(log_id: u128, percent: u8) -> FakeGateway {
+    let gw = FakeGateway::start("gw-1", log_id);
+    for chunk in 0..4 {
+        publish(&gw, "t", &payloads(&format!("c{chunk}"), 25));
+    }
+    gw.flaky_cell(b"c1-10", 3, percent);
+    gw
+}
+
+fn fresh_drain(gw: &FakeGateway, m: &Metrics) -> DrainSummary {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cfg(gw, dir.path());
+    c.from = Some(spillway_bridge::drain::StartFrom::Earliest);
+    let s = run_with(c, m).unwrap();
+    let offs: Vec<u64> = read_out(dir.path()).iter().map(|r| r.1).collect();
+    assert_eq!(offs.len() as u64, s.records);
+    s
+}
+
+/// A flash cell that reads wrong on 70% of reads: the drain fetches the range the gateway
+/// reported corrupt again until a read comes back whole. 20 fresh drains in a row lose
+/// nothing.
 #[test]
-fn a_range_corrupt_on_some_reads_is_fetched_again_and_never_a_gap() {
-    let gw = FakeGateway::start("gw-1", 0xF1A4);
-    publish(&gw, "t", &payloads("a", 100));
-    gw.pretend_lost_sometimes(40, 60, spillway_core::wire::LostReason::Corrupt, 70);
-    let mut refetches = 0;
-    let t = Instant::now();
+fn a_cell_wrong_on_70_percent_of_reads_is_never_a_gap() {
+    let gw = flaky_gateway(0xF1A4, 70);
+    let (mut refetches, mut slowest) = (0, Duration::ZERO);
     for _ in 0..20 {
-        let dir = tempfile::tempdir().unwrap();
         let m = Metrics::default();
-        let mut c = cfg(&gw, dir.path());
-        c.from = Some(spillway_bridge::drain::StartFrom::Earliest);
-        let s = run_with(c, &m).unwrap();
+        let t = Instant::now();
+        let s = fresh_drain(&gw, &m);
+        slowest = slowest.max(t.elapsed());
         assert_eq!((s.records, s.gaps), (100, 0));
-        let offs: Vec<u64> = read_out(dir.path()).iter().map(|r| r.1).collect();
-        assert_eq!(offs, (0..100).collect::<Vec<_>>());
         refetches += m.corrupt_refetches.get();
     }
     eprintln!(
-        "20 fresh drains past a range corrupt on 70% of reads: 0 gaps, {refetches} fetches again, {:?}",
-        t.elapsed()
+        "20 fresh drains past a cell wrong on 70% of reads: 0 gaps, {refetches} fetches again in all, slowest drain {slowest:?}"
     );
+    assert!(refetches > 0, "the cell was met");
 }
 
-/// A range corrupt on every read becomes a gap after a bounded number of fetches again,
-/// within 2 s.
+/// A cell wrong on every read: its batch becomes a gap after a bounded number of fetches
+/// again, within 2 s.
 #[test]
-fn a_range_corrupt_on_every_read_becomes_a_gap_within_2_s() {
-    let gw = FakeGateway::start("gw-1", 0xBAD1);
-    let dir = tempfile::tempdir().unwrap();
-    publish(&gw, "t", &payloads("a", 100));
-    gw.pretend_lost(40, 60, spillway_core::wire::LostReason::Corrupt);
+fn a_cell_wrong_on_every_read_becomes_a_gap_within_2_s() {
+    let gw = flaky_gateway(0xBAD1, 100);
     let m = Metrics::default();
     let t = Instant::now();
-    let s = run_with(cfg(&gw, dir.path()), &m).unwrap();
+    let s = fresh_drain(&gw, &m);
     let took = t.elapsed();
-    assert_eq!((s.records, s.gaps), (80, 1));
+    assert_eq!(s.gaps, 1);
+    assert!(s.records < 100 && s.records >= 75, "{}", s.records);
     let n = m.corrupt_refetches.get();
-    eprintln!("corrupt on every read: gap after {n} fetches again; whole drain {took:?}");
+    eprintln!(
+        "cell wrong on every read: gap of {} offsets after {n} fetches again; whole drain {took:?}",
+        m.lost.get()
+    );
     assert!(
         n >= 3 && n <= u64::from(spillway_bridge::drain::CORRUPT_REFETCHES),
         "{n}"
@@ -463,4 +480,21 @@ fn records_dropped_before_the_first_drain_are_a_gap() {
     c.consumer = "archive".into();
     let s = run(c).unwrap();
     assert_eq!((s.records, s.gaps), (60, 0));
+}
+
+/// A state file held by another drain is refused at start with its path and what to do
+/// (exit code 4).
+#[test]
+fn a_state_file_in_use_is_refused_with_its_path() {
+    let gw = FakeGateway::start("gw-1", 0x0BE1);
+    let dir = tempfile::tempdir().unwrap();
+    let _held = Store::open(&dir.path().join("state.redb")).unwrap();
+    let e = run(cfg(&gw, dir.path())).unwrap_err();
+    assert!(matches!(e, DrainError::StateOpen { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&dir.path().join("state.redb").display().to_string()),
+        "{msg}"
+    );
+    assert!(msg.contains("another drain"), "{msg}");
 }

@@ -33,6 +33,10 @@ fn start_gateway(dir: &Path, port: u16, extra: &[&str]) -> GatewayProcess {
 }
 
 fn publish(dir: &Path, gw: &str, topic: &str, n: usize) {
+    publish_ack(dir, gw, topic, n, "durable");
+}
+
+fn publish_ack(dir: &Path, gw: &str, topic: &str, n: usize, ack: &str) {
     let p = dir.join(format!("{topic}.txt"));
     let text: String = (0..n).map(|i| format!("{topic} {i}\n")).collect();
     std::fs::write(&p, text).unwrap();
@@ -42,6 +46,8 @@ fn publish(dir: &Path, gw: &str, topic: &str, n: usize) {
         gw,
         "--topic",
         topic,
+        "--ack",
+        ack,
         &p.display().to_string(),
     ]);
     assert!(
@@ -341,7 +347,7 @@ fn records_dropped_before_the_first_drain_are_reported_as_a_gap() {
     );
     let gw = format!("tcp://127.0.0.1:{port}");
     let n = 20_000;
-    publish(dir.path(), &gw, "t", n);
+    publish_ack(dir.path(), &gw, "t", n, "buffered");
 
     let out = dir.path().join("out");
     let state = dir.path().join("s.redb");

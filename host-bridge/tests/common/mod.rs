@@ -2,8 +2,9 @@
 //! `spillway_core::log::Log` on a simulated flash. One thread per connection; the log sits
 //! behind a mutex. Test controls: cut every connection and refuse new ones for a while
 //! (outage), replace the log (a reflashed gateway), pretend offsets below a mark are
-//! gone (a drop-oldest gap), and pretend a range of offsets is lost for a given reason
-//! (corrupt, or never persisted after a crash).
+//! gone (a drop-oldest gap), pretend a range of offsets is lost for a given reason
+//! (corrupt, or never persisted after a crash), and make one byte of the flash a flaky
+//! cell.
 #![allow(dead_code, missing_docs)]
 
 use std::io::{Read, Write};
@@ -13,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use spillway_core::log::{Config, Log, Memory, Record, SegmentSlot, segments_for};
-use spillway_core::storage::{Geometry, SimFlash};
+use spillway_core::storage::{Flash, Geometry, SimFlash};
 use spillway_core::wire::{
     self, ConsumerEntry, ErrorCode, GatewayStats, ListWriter, RecordView, RecordsWriter, Request,
     Response,
@@ -34,6 +35,11 @@ fn new_log(log_id: u128) -> TheLog {
     };
     let mut flash = SimFlash::new_vec(g).unwrap();
     Log::format(&mut flash, log_id, 2).unwrap();
+    mount_log(flash)
+}
+
+fn mount_log(flash: SimFlash<Vec<u8>>) -> TheLog {
+    let g = flash.geometry();
     let buf: &'static mut [u8] = Box::leak(vec![0u8; 16 * 1024].into_boxed_slice());
     let slots: &'static mut [SegmentSlot] =
         Box::leak(vec![SegmentSlot::EMPTY; segments_for(&g, 2) as usize].into_boxed_slice());
@@ -58,8 +64,6 @@ struct State {
     gone_below: u64,
     /// A range answered as `lost` with this reason instead of its records.
     lost: Option<(u64, u64, wire::LostReason)>,
-    /// Percent of fetches that see `lost` (a flash cell that reads wrong only sometimes).
-    lost_percent: u32,
 }
 
 pub struct FakeGateway {
@@ -90,7 +94,6 @@ impl FakeGateway {
             gateway_id: gateway_id.to_string(),
             gone_below: 0,
             lost: None,
-            lost_percent: 100,
         }));
         let gw = FakeGateway {
             addr,
@@ -188,6 +191,24 @@ impl FakeGateway {
         }
     }
 
+    /// Makes the byte `at` bytes into the first copy of `needle` on the flash a flaky cell
+    /// (`SimFlash::set_flaky`: wrong on `percent`% of reads): the log is closed cleanly, the
+    /// cell armed, and the log mounted again. Returns the cell's flash address.
+    pub fn flaky_cell(&self, needle: &[u8], at: usize, percent: u8) -> u32 {
+        let mut st = self.state.lock().unwrap();
+        let log = std::mem::replace(&mut st.log, new_log(0));
+        let mut flash = log.close(now_us()).unwrap();
+        let pos = flash
+            .bytes()
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .expect("needle on the flash");
+        let addr = u32::try_from(pos + at).unwrap();
+        flash.set_flaky(addr, 0x01, percent);
+        st.log = mount_log(flash);
+        addr
+    }
+
     /// Pretends every offset below `o` is gone (drop-oldest).
     pub fn drop_below(&self, o: u64) {
         self.state.lock().unwrap().gone_below = o;
@@ -197,21 +218,7 @@ impl FakeGateway {
     /// range gets a `Records` reply with that `lost` range and no records, and a fetch from
     /// before it stops at `from`.
     pub fn pretend_lost(&self, from: u64, to: u64, reason: wire::LostReason) {
-        self.pretend_lost_sometimes(from, to, reason, 100);
-    }
-
-    /// As [`FakeGateway::pretend_lost`], but each fetch sees the range lost only with
-    /// probability `percent` / 100 (drawn per fetch), and whole otherwise.
-    pub fn pretend_lost_sometimes(
-        &self,
-        from: u64,
-        to: u64,
-        reason: wire::LostReason,
-        percent: u32,
-    ) {
-        let mut st = self.state.lock().unwrap();
-        st.lost = Some((from, to, reason));
-        st.lost_percent = percent;
+        self.state.lock().unwrap().lost = Some((from, to, reason));
     }
 }
 
@@ -363,10 +370,7 @@ fn handle(
                     std::thread::sleep(Duration::from_millis(10));
                     continue;
                 }
-                let lost_now = st
-                    .lost
-                    .filter(|_| rand::random_range(0..100) < st.lost_percent);
-                if let Some((lf, lt, reason)) = lost_now
+                if let Some((lf, lt, reason)) = st.lost
                     && (lf..lt).contains(&from_offset)
                 {
                     let w = RecordsWriter::new(out, seq, 0, max_bytes);
@@ -377,7 +381,7 @@ fn handle(
                     };
                     return w.finish(lt, Some(lost)).ok();
                 }
-                let lost_from = lost_now.map(|l| l.0).filter(|&lf| lf > from_offset);
+                let lost_from = st.lost.map(|l| l.0).filter(|&lf| lf > from_offset);
                 let mut buf = vec![0u8; 32 * 1024];
                 let r = match st.log.read(from_offset, &mut buf) {
                     Ok(r) => r,
