@@ -1027,6 +1027,30 @@ impl fmt::Display for Report {
         writeln!(f)?;
         writeln!(
             f,
+            "## Exact flash counts of one append run (the same in every repetition; spillway's \
+             checked against the flash's own counters)"
+        )?;
+        writeln!(f)?;
+        writeln!(
+            f,
+            "| payload | write size | engine | payload bytes | bytes programmed | erases |"
+        )?;
+        writeln!(f, "|---|---|---|---|---|---|")?;
+        for r in &self.writes {
+            writeln!(
+                f,
+                "| {} B | {} B | {} | {} | {} | {} |",
+                r.case.payload_len,
+                r.case.write_size,
+                r.engine.label(),
+                r.payload_bytes,
+                r.bytes_programmed,
+                r.erases,
+            )?;
+        }
+        writeln!(f)?;
+        writeln!(
+            f,
             "## Mount: image filled to {}% of capacity with {} B records (ring wrapped, head \
              mid-flash), 4-byte words; first operation after a reboot",
             o.mount_fill_percent, MOUNT_PAYLOAD
