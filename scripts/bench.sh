@@ -49,7 +49,10 @@ cargo bench -q -p spillway-tests --bench all --no-run
 built=$(date +%s)
 
 rm -rf "$out"
-cargo bench -q -p spillway-tests --bench all -- --out "$out" "$@"
+if ! cargo bench -q -p spillway-tests --bench all -- --out "$out" "$@"; then
+  echo "bench.sh: FAILED after $(($(date +%s) - built)) s: a check of the runs failed (see above); no figure of this run is valid" >&2
+  exit 1
+fi
 
 ended=$(date +%s)
 echo "bench.sh: $out/BENCH.md written; install and build $((built - started)) s, benchmarks $((ended - built)) s, total $((ended - started)) s"
