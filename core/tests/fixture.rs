@@ -1,13 +1,27 @@
-//! A frozen format-version-1 image: every later version must keep mounting it and reading
-//! the same records. `SPILLWAY_REGEN_FIXTURE=1 cargo test -p spillway-core --test fixture`
-//! writes it again (only ever when the format version changes, next to the old one).
+//! Frozen images, one per format version: every later version must keep mounting them and
+//! reading the same records, and the current version's image must be what the encoder
+//! writes today. `SPILLWAY_REGEN_FIXTURE=1 cargo test -p spillway-core --test fixture`
+//! writes the current version's image (only ever when the format version changes, next to
+//! the old ones, which are never rewritten).
 
-use spillway_core::log::{Config, Log, Memory, Producer, Record, SegmentSlot, segments_for};
+mod common;
+use common::Shared;
+use std::cell::RefCell;
+
+use spillway_core::log::format::FORMAT_VERSION;
+use spillway_core::log::{
+    Config, Log, LostReason, Memory, Producer, Record, SegmentSlot, segments_for,
+};
 use spillway_core::storage::{Geometry, SimFlash};
 
-const PATH: &str = concat!(
+const V1_PATH: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/format-v1-4k-w4.img"
+);
+/// The image of the current format version ([`FORMAT_VERSION`]).
+const CURRENT_PATH: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/format-v2-4k-w4.img"
 );
 const LOG_ID: u128 = 0x5350_494c_4c57_4159_0000_0000_0000_0001;
 
@@ -71,14 +85,11 @@ fn generate() -> Vec<u8> {
     flash.bytes().to_vec()
 }
 
-#[test]
-fn frozen_v1_image_mounts_and_reads_back() {
-    if std::env::var_os("SPILLWAY_REGEN_FIXTURE").is_some() {
-        std::fs::write(PATH, generate()).unwrap();
-    }
-    let image = std::fs::read(PATH).expect("fixture image");
+/// Mounts `image` (made by [`generate`] with some format version) and checks every record,
+/// the consumers and the producer table.
+fn check_image(image: &[u8]) {
     let mut flash = SimFlash::new_vec(GEOMETRY).unwrap();
-    flash.load_image(&image).unwrap();
+    flash.load_image(image).unwrap();
     let mut buf = vec![0u8; 1024];
     let mut slots = vec![SegmentSlot::EMPTY; segments_for(&GEOMETRY, 2) as usize];
     let mem = Memory {
@@ -91,21 +102,7 @@ fn frozen_v1_image_mounts_and_reads_back() {
     assert_eq!(log.next_offset(), RECORDS);
     assert_eq!(log.committed("bridge"), Some(100));
     assert_eq!(log.committed("archive"), Some(50));
-    let mut out = vec![0u8; 2048];
-    let mut at = log.first_offset();
-    assert_eq!(at, 0, "nothing was reclaimed in the fixture");
-    while at < RECORDS {
-        let r = log.read(at, &mut out).unwrap();
-        assert!(r.lost.is_none(), "{r:?}");
-        for rec in r.records(&out) {
-            let (topic, ts, payload, producer) = expected(rec.offset);
-            assert_eq!(
-                (rec.topic, rec.timestamp_us, rec.payload, rec.producer),
-                (topic.as_str(), ts, payload.as_slice(), producer)
-            );
-        }
-        at = r.next_offset;
-    }
+    read_all_back(&mut log, RECORDS);
     // A resend of a stored producer sequence is recognised from the image alone.
     let (topic, ts, payload, producer) = expected(298);
     let a = log
@@ -121,9 +118,98 @@ fn frozen_v1_image_mounts_and_reads_back() {
         .unwrap();
     assert!(a.duplicate);
     assert_eq!(a.offset, 298);
-    // And the image as generated today is byte-identical: the format did not drift.
+}
+
+/// Reads offsets `0..end` and checks each record against [`expected`]; offsets reported
+/// lost must be `Skipped` (never persisted) and none of `0..RECORDS`.
+fn read_all_back<F: spillway_core::storage::Flash>(log: &mut Log<'_, F>, end: u64) {
+    let mut out = vec![0u8; 2048];
+    let mut at = log.first_offset();
+    assert_eq!(at, 0, "nothing was reclaimed in the fixture");
+    let mut seen = 0u64;
+    while at < end {
+        let r = log.read(at, &mut out).unwrap();
+        if let Some(lost) = r.lost {
+            assert_eq!(lost.reason, LostReason::Skipped, "{r:?}");
+            assert!(lost.from >= RECORDS, "{r:?}");
+        }
+        for rec in r.records(&out) {
+            let (topic, ts, payload, producer) = expected(rec.offset);
+            assert_eq!(
+                (rec.topic, rec.timestamp_us, rec.payload, rec.producer),
+                (topic.as_str(), ts, payload.as_slice(), producer)
+            );
+            seen += 1;
+        }
+        at = r.next_offset;
+    }
+    assert!(seen >= RECORDS.min(end), "{seen} records read");
+}
+
+#[test]
+fn frozen_v1_image_mounts_and_reads_back() {
+    check_image(&std::fs::read(V1_PATH).expect("fixture image"));
+}
+
+#[test]
+fn frozen_current_image_mounts_reads_back_and_has_not_drifted() {
+    assert_eq!(
+        FORMAT_VERSION, 2,
+        "a new format version needs its own frozen image"
+    );
+    if std::env::var_os("SPILLWAY_REGEN_FIXTURE").is_some() {
+        std::fs::write(CURRENT_PATH, generate()).unwrap();
+    }
+    let image = std::fs::read(CURRENT_PATH).expect("fixture image");
+    check_image(&image);
+    // The image as generated today is byte-identical: the format did not drift.
     assert!(
         generate() == image,
         "format drift: the encoder no longer writes the frozen image"
     );
+}
+
+/// A version 1 head segment that ends in a torn write is never resumed in place (a version
+/// 1 segment holds no resume marker): the next batch opens a fresh segment, and every
+/// record of the old image and the new one reads back.
+#[test]
+fn a_torn_version_1_head_is_abandoned_for_a_fresh_segment() {
+    let image = std::fs::read(V1_PATH).expect("fixture image");
+    let mut sim = SimFlash::new_vec(GEOMETRY).unwrap();
+    sim.load_image(&image).unwrap();
+    let flash = RefCell::new(sim);
+    let mut buf = vec![0u8; 1024];
+    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&GEOMETRY, 2) as usize];
+    let rec = Record {
+        topic: "t",
+        timestamp_us: 1,
+        producer: None,
+        payload: b"after the fixture",
+    };
+    {
+        let mem = Memory {
+            buffer: &mut buf,
+            segments: &mut slots,
+        };
+        let (mut log, _) = Log::mount(Shared(&flash), Config::default(), mem, 0).unwrap();
+        log.append(0, &rec).unwrap();
+        // The power fails 20 bytes into the batch.
+        flash.borrow_mut().cut_after_bytes(20);
+        assert!(log.flush(1).is_err());
+    }
+    flash.borrow_mut().power_on();
+    let mem = Memory {
+        buffer: &mut buf,
+        segments: &mut slots,
+    };
+    let (mut log, report) = Log::mount(Shared(&flash), Config::default(), mem, 2).unwrap();
+    assert!(!report.clean && report.torn_tail_bytes > 0, "{report:?}");
+    let at = log.append(3, &rec).unwrap().offset;
+    log.flush(3).unwrap();
+    assert_eq!(log.stats().segments_opened, 1, "{:?}", log.stats());
+    let mut out = vec![0u8; 2048];
+    let r = log.read(at, &mut out).unwrap();
+    assert_eq!(r.count, 1);
+    assert_eq!(r.records(&out).next().unwrap().payload, rec.payload);
+    read_all_back(&mut log, RECORDS);
 }

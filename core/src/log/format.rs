@@ -8,7 +8,12 @@
 use crate::storage::Geometry;
 
 /// Version of the on-flash format written by this crate, stored in every segment header.
-pub const FORMAT_VERSION: u16 = 1;
+/// Version 2 adds the resume marker ([`ResumeMarker`]); segments of version 1 are still
+/// mounted and read.
+pub const FORMAT_VERSION: u16 = 2;
+
+/// Oldest segment header version a mount accepts.
+pub const MIN_FORMAT_VERSION: u16 = 1;
 
 /// Magic of a segment header: the bytes `S P W S`.
 pub const SEGMENT_MAGIC: u32 = u32::from_le_bytes(*b"SPWS");
@@ -16,11 +21,15 @@ pub const SEGMENT_MAGIC: u32 = u32::from_le_bytes(*b"SPWS");
 pub const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"SPWB");
 /// Magic of a journal entry: the bytes `S P W J`.
 pub const JOURNAL_MAGIC: u32 = u32::from_le_bytes(*b"SPWJ");
+/// Magic of a resume marker: the bytes `S P W R`.
+pub const RESUME_MAGIC: u32 = u32::from_le_bytes(*b"SPWR");
 
 /// Length of a segment header in bytes (before padding to the write size).
 pub const SEGMENT_HEADER_LEN: usize = 80;
 /// Length of a batch header in bytes.
 pub const BATCH_HEADER_LEN: usize = 32;
+/// Length of a resume marker in bytes (a multiple of every write size).
+pub const RESUME_LEN: usize = 32;
 /// Length of the fixed part of a journal entry in bytes.
 pub const JOURNAL_HEADER_LEN: usize = 72;
 
@@ -81,6 +90,9 @@ pub fn record_crc(offset: u64, encoded: &[u8]) -> u32 {
 /// The segment header, stored at the start of the first erase block of every segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentHeader {
+    /// Format version the header was written with ([`FORMAT_VERSION`] for new headers;
+    /// decoding accepts [`MIN_FORMAT_VERSION`] up to it).
+    pub version: u16,
     /// Erase block size of the partition, bytes.
     pub erase_size: u32,
     /// Write granularity of the partition, bytes.
@@ -112,7 +124,7 @@ impl SegmentHeader {
     pub fn encode(&self) -> [u8; SEGMENT_HEADER_LEN] {
         let mut b = [0u8; SEGMENT_HEADER_LEN];
         b[0..4].copy_from_slice(&SEGMENT_MAGIC.to_le_bytes());
-        b[4..6].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[4..6].copy_from_slice(&self.version.to_le_bytes());
         b[6..8].copy_from_slice(&(SEGMENT_HEADER_LEN as u16).to_le_bytes());
         b[8..12].copy_from_slice(&self.erase_size.to_le_bytes());
         b[12..14].copy_from_slice(&(self.write_size as u16).to_le_bytes());
@@ -132,17 +144,19 @@ impl SegmentHeader {
         b
     }
 
-    /// Decodes a header; `None` if the magic, version, length or CRC is wrong.
+    /// Decodes a header; `None` if the magic, length or CRC is wrong or the version is not
+    /// one of [`MIN_FORMAT_VERSION`]`..=`[`FORMAT_VERSION`].
     pub fn decode(b: &[u8]) -> Option<Self> {
         if b.len() < SEGMENT_HEADER_LEN
             || u32_at(b, 0) != SEGMENT_MAGIC
-            || u16_at(b, 4) != FORMAT_VERSION
+            || !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&u16_at(b, 4))
             || u16_at(b, 6) as usize != SEGMENT_HEADER_LEN
             || crc32(&b[..76]) != u32_at(b, 76)
         {
             return None;
         }
         Some(SegmentHeader {
+            version: u16_at(b, 4),
             erase_size: u32_at(b, 8),
             write_size: u16_at(b, 12) as u32,
             erased: b[14],
@@ -244,6 +258,65 @@ impl BatchHeader {
     /// One past the last offset of the batch.
     pub fn end_offset(&self) -> u64 {
         self.base_offset.saturating_add(self.count as u64)
+    }
+}
+
+/// The resume marker (format version 2): written in the head segment by the first write
+/// after an unclean mount that found a torn write there, right after the torn bytes
+/// (at the first write-size-aligned position past the last byte that does not read
+/// erased). It tells a reader that the bytes from `torn_from` up to the marker are the
+/// remains of a write cut by a power loss, never durable, and that the data goes on right
+/// after the marker. 32 bytes:
+///
+/// | bytes | field |
+/// |---|---|
+/// | 0..4 | magic `SPWR` |
+/// | 4..8 | `len` = 32 |
+/// | 8..12 | `!len` |
+/// | 12..16 | CRC-32 of bytes 16..32 |
+/// | 16..24 | `expected`: the offset the mount expected at `torn_from` (u64) |
+/// | 24..28 | `torn_from`: segment position where the valid data ended (u32, bytes) |
+/// | 28..32 | `torn_bytes`: non-erased bytes the mount found after `torn_from` (u32) |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumeMarker {
+    /// Offset the mount expected at `torn_from` (one past the last valid record, or the
+    /// segment's base offset).
+    pub expected: u64,
+    /// Position in the segment (bytes from its start) where the valid data ended.
+    pub torn_from: u32,
+    /// Non-erased bytes found from `torn_from` to the end of the segment (informative).
+    pub torn_bytes: u32,
+}
+
+impl ResumeMarker {
+    /// Encodes the marker into its 32 bytes.
+    pub fn encode(&self) -> [u8; RESUME_LEN] {
+        let mut b = [0u8; RESUME_LEN];
+        b[0..4].copy_from_slice(&RESUME_MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&(RESUME_LEN as u32).to_le_bytes());
+        b[8..12].copy_from_slice(&(!(RESUME_LEN as u32)).to_le_bytes());
+        b[16..24].copy_from_slice(&self.expected.to_le_bytes());
+        b[24..28].copy_from_slice(&self.torn_from.to_le_bytes());
+        b[28..32].copy_from_slice(&self.torn_bytes.to_le_bytes());
+        let crc = crc32(&b[16..]);
+        b[12..16].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decodes a marker; `None` unless the magic, the length pair and the CRC are right.
+    pub fn decode(b: &[u8; RESUME_LEN]) -> Option<Self> {
+        if u32_at(b, 0) != RESUME_MAGIC
+            || u32_at(b, 4) != RESUME_LEN as u32
+            || u32_at(b, 8) != !(RESUME_LEN as u32)
+            || crc32(&b[16..]) != u32_at(b, 12)
+        {
+            return None;
+        }
+        Some(ResumeMarker {
+            expected: u64_at(b, 16),
+            torn_from: u32_at(b, 24),
+            torn_bytes: u32_at(b, 28),
+        })
     }
 }
 
@@ -598,9 +671,11 @@ mod tests {
             );
             assert_eq!(super::super::journal::entry_len(&[fill; 16], 4096), None);
             assert!(super::super::journal::decode(&[fill; 1024]).is_none());
+            assert_eq!(ResumeMarker::decode(&[fill; RESUME_LEN]), None);
         }
         // A valid header stops validating once its CRC bytes read erased or zeroed.
         let mut b = SegmentHeader {
+            version: FORMAT_VERSION,
             erase_size: 4096,
             write_size: 4,
             erased: 0xFF,
@@ -618,6 +693,23 @@ mod tests {
         for fill in [0x00u8, 0xFF] {
             b[76..80].fill(fill);
             assert!(SegmentHeader::decode(&b).is_none());
+        }
+    }
+
+    /// A resume marker round-trips, and any single bit it loses makes it invalid.
+    #[test]
+    fn a_resume_marker_round_trips_and_a_damaged_one_is_refused() {
+        let m = ResumeMarker {
+            expected: 0x0102_0304_0506_0708,
+            torn_from: 4096 + 96,
+            torn_bytes: 57,
+        };
+        let b = m.encode();
+        assert_eq!(ResumeMarker::decode(&b), Some(m));
+        for bit in 0..RESUME_LEN * 8 {
+            let mut d = b;
+            d[bit / 8] ^= 1 << (bit % 8);
+            assert_eq!(ResumeMarker::decode(&d), None, "bit {bit}");
         }
     }
 

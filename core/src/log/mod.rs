@@ -21,10 +21,13 @@
 //! ## Recovery
 //! [`Log::mount`] reads the journal, one header per segment, and scans the head segment
 //! batch by batch, so its cost grows with the number of segments plus one segment's bytes,
-//! not with the amount of data. After an unclean shutdown the old head is never appended
-//! to again (a torn write is never written over): the next batch opens a fresh segment.
+//! not with the amount of data. After an unclean shutdown the head is appended to again,
+//! never over a torn write: the next batch follows the data, or, when the head ends in
+//! torn bytes, a 32-byte resume marker placed right after them (format version 2) and the
+//! batch after it. An unclean boot costs the torn bytes plus the marker, never a segment.
 //! Offsets are never reused: the journal holds an offset lease ahead of the next offset, and
-//! after a crash the next offset starts at the lease.
+//! after a crash the next offset starts at the lease (at most [`Config::lease_step`]
+//! offsets skipped per crash, read back as never persisted).
 //!
 //! ## Guarantees
 //! Every offset below [`Log::durable_offset`] survives a power cut, as long as the flash
@@ -54,8 +57,9 @@ use crate::error::{
 };
 use crate::storage::{Flash, Geometry};
 use format::{
-    BATCH_HEADER_LEN, BatchHeader, HeadCheck, JOURNAL_BLOCKS, MAX_CONSUMER_NAME_LEN, MAX_TOPIC_LEN,
-    SEGMENT_HEADER_LEN, SegmentHeader, align_up, parse_record_fields,
+    BATCH_HEADER_LEN, BatchHeader, FORMAT_VERSION, HeadCheck, JOURNAL_BLOCKS,
+    MAX_CONSUMER_NAME_LEN, MAX_TOPIC_LEN, RESUME_LEN, ResumeMarker, SEGMENT_HEADER_LEN,
+    SegmentHeader, align_up, parse_record_fields,
 };
 pub use format::{Producer, Record, RecordIter, RecordRef, record_crc};
 use journal::{Consumer, ProducerState};
@@ -142,6 +146,8 @@ pub struct SegmentSlot {
     erase_count: u32,
     valid: bool,
     after_unclean: bool,
+    /// Format version of the segment's header.
+    version: u16,
 }
 
 impl SegmentSlot {
@@ -152,6 +158,7 @@ impl SegmentSlot {
         erase_count: 0,
         valid: false,
         after_unclean: false,
+        version: 0,
     };
 }
 
@@ -340,6 +347,16 @@ enum Next {
     End { pos: u32, corrupt: bool },
 }
 
+/// What [`Dev::rescan`] found.
+enum Found {
+    /// A valid batch at this position.
+    Batch(u32, BatchHeader),
+    /// A resume marker for the position scanned from, at this position.
+    Resume(u32),
+    /// Neither.
+    Nothing,
+}
+
 /// Where a sequential reader left off in a segment.
 #[derive(Debug, Clone, Copy)]
 struct Cursor {
@@ -516,44 +533,80 @@ impl<F: Flash> Dev<F> {
 
     /// Finds the next valid batch at or after `pos` whose base offset is at least
     /// `expected`, rescanning aligned positions after a batch that fails to validate.
+    ///
+    /// A resume marker ([`ResumeMarker`]) found after the data ends at `pos` (erased or
+    /// not valid) whose `torn_from` is `pos` and whose `expected` is `expected` says that
+    /// the bytes between are a torn write left by a power cut: the search goes on right
+    /// after the marker, without counting them as corruption.
     fn next_batch(&mut self, seg: u32, pos: u32, expected: u64) -> Result<Next, F::Error> {
-        match self.check_batch(seg, pos)? {
-            Ok(h) if h.base_offset >= expected => {
-                return Ok(Next::Batch {
-                    pos,
-                    h,
-                    after_corruption: false,
-                });
+        let mut pos = pos;
+        loop {
+            let erased = match self.check_batch(seg, pos)? {
+                Ok(h) if h.base_offset >= expected => {
+                    return Ok(Next::Batch {
+                        pos,
+                        h,
+                        after_corruption: false,
+                    });
+                }
+                Err(HeadCheck::Erased) => true,
+                _ => false,
+            };
+            // Look for a batch magic (only after non-erased bytes that do not validate)
+            // or a resume marker at later aligned positions.
+            match self.rescan(seg, pos, expected, !erased)? {
+                Found::Batch(p, h) => {
+                    return Ok(Next::Batch {
+                        pos: p,
+                        h,
+                        after_corruption: true,
+                    });
+                }
+                Found::Resume(p) => pos = p + RESUME_LEN as u32,
+                Found::Nothing => {
+                    return Ok(Next::End {
+                        pos,
+                        corrupt: !erased,
+                    });
+                }
             }
-            Err(HeadCheck::Erased) => {
-                return Ok(Next::End {
-                    pos,
-                    corrupt: false,
-                });
-            }
-            _ => {}
         }
-        // Corrupt: look for a batch magic at a later aligned position whose CRC validates.
+    }
+
+    /// Scans the aligned positions after `pos` for the first valid batch with a base offset
+    /// at least `expected` (when `batches`) or resume marker for (`pos`, `expected`).
+    fn rescan(
+        &mut self,
+        seg: u32,
+        pos: u32,
+        expected: u64,
+        batches: bool,
+    ) -> Result<Found, F::Error> {
         let l = self.l;
         let ws = l.ws();
         let magic = format::BATCH_MAGIC.to_le_bytes();
+        let resume = format::RESUME_MAGIC.to_le_bytes();
         let mut chunk = [0u8; CHUNK];
         let mut p = pos + ws;
-        while p + BATCH_HEADER_LEN as u32 <= l.seg_size {
+        while p + (RESUME_LEN.min(BATCH_HEADER_LEN) as u32) <= l.seg_size {
             let n = (l.seg_size - p).min(CHUNK as u32) as usize;
             self.read(l.seg_addr(seg) + p, &mut chunk[..n])?;
             let mut q = 0usize;
             while q + 4 <= n {
-                if chunk[q..q + 4] == magic {
-                    let cand = p + q as u32;
+                let cand = p + q as u32;
+                if batches && chunk[q..q + 4] == magic {
                     if let Ok(h) = self.check_batch(seg, cand)?
                         && h.base_offset >= expected
                     {
-                        return Ok(Next::Batch {
-                            pos: cand,
-                            h,
-                            after_corruption: true,
-                        });
+                        return Ok(Found::Batch(cand, h));
+                    }
+                } else if chunk[q..q + 4] == resume && cand + RESUME_LEN as u32 <= l.seg_size {
+                    let mut mb = [0u8; RESUME_LEN];
+                    self.read(l.seg_addr(seg) + cand, &mut mb)?;
+                    if ResumeMarker::decode(&mb)
+                        .is_some_and(|m| m.torn_from == pos && m.expected == expected)
+                    {
+                        return Ok(Found::Resume(cand));
                     }
                 }
                 q += ws as usize;
@@ -561,7 +614,7 @@ impl<F: Flash> Dev<F> {
             let advance = ((n.saturating_sub(3)) as u32 / ws) * ws;
             p += advance.max(ws);
         }
-        Ok(Next::End { pos, corrupt: true })
+        Ok(Found::Nothing)
     }
 
     /// Reads the batch at `pos` straight into `dst` if its header is plausible, it holds
@@ -639,6 +692,9 @@ pub struct Log<'a, F: Flash> {
     head_writable: bool,
     /// The next segment opened follows an unclean shutdown (its header says so).
     unclean_pending: bool,
+    /// After an unclean mount that found a torn write in the head segment: the resume
+    /// marker to write at `head_pos` before the next batch.
+    resume: Option<ResumeMarker>,
     tail: Option<u32>,
 
     next_offset: u64,
@@ -723,6 +779,7 @@ impl<'a, F: Flash> Log<'a, F> {
         dev.erase_verified(JOURNAL_BLOCKS, blocks_per_segment)
             .map_err(map)?;
         let hdr = SegmentHeader {
+            version: FORMAT_VERSION,
             erase_size: geo.erase_size,
             write_size: geo.write_size,
             erased: geo.erased,
@@ -850,6 +907,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 erase_count: h.erase_count,
                 valid: true,
                 after_unclean: h.after_unclean,
+                version: h.version,
             };
             valid += 1;
             max_seq = max_seq.max(h.seq);
@@ -893,6 +951,7 @@ impl<'a, F: Flash> Log<'a, F> {
             head_pos: 0,
             head_writable: false,
             unclean_pending: false,
+            resume: None,
             tail,
             next_offset: 0,
             flash_end: 0,
@@ -938,6 +997,9 @@ impl<'a, F: Flash> Log<'a, F> {
             flash_reads: 0,
         };
         let mut head_clean = false;
+        // Torn bytes after the head's data: (end of the data, end of the bytes that do not
+        // read erased, how many do not).
+        let mut torn_at: Option<(u32, u32, u32)> = None;
         if let Some(h) = head {
             let slot = log.slots[h as usize];
             let mut pos = l.data_start;
@@ -967,8 +1029,10 @@ impl<'a, F: Flash> Log<'a, F> {
                         pos = p + align_up(bh.len, l.ws());
                     }
                     Next::End { pos: p, corrupt } => {
-                        // Count the non-erased bytes after the last valid batch.
+                        // Count the non-erased bytes after the last valid batch and find
+                        // where they end.
                         let mut torn = 0u32;
+                        let mut used_end = p;
                         let mut chunk = [0u8; CHUNK];
                         let mut at = p;
                         while at < l.seg_size {
@@ -977,11 +1041,17 @@ impl<'a, F: Flash> Log<'a, F> {
                                 .read(l.seg_addr(h) + at, &mut chunk[..n])
                                 .map_err(MountError::Flash)?;
                             torn += chunk[..n].iter().filter(|&&b| b != geo.erased).count() as u32;
+                            if let Some(i) = chunk[..n].iter().rposition(|&b| b != geo.erased) {
+                                used_end = at + i as u32 + 1;
+                            }
                             at += n as u32;
                         }
                         report.torn_tail_bytes = torn;
                         head_clean = !corrupt && torn == 0 && report.head_lost.is_none();
                         pos = p;
+                        if torn > 0 {
+                            torn_at = Some((p, used_end, torn));
+                        }
                         break;
                     }
                 }
@@ -1008,6 +1078,34 @@ impl<'a, F: Flash> Log<'a, F> {
         log.lease = log.next_offset;
         log.head_writable = report.clean;
         log.unclean_pending = !report.clean;
+        if !report.clean
+            && let Some(h) = head
+        {
+            // After an unclean shutdown the head is appended to again, never over a torn
+            // word: with no torn bytes the next batch follows the data (readers see the
+            // offsets it skips as a gap before it), else it goes after the torn bytes,
+            // behind a resume marker (format version 2 segments only; a version 1 head is
+            // abandoned for a fresh segment as before).
+            match torn_at {
+                None => log.head_writable = true,
+                Some((from, used_end, torn)) => {
+                    let at = log
+                        .torn_extent(h, from, used_end)
+                        .map_err(MountError::Flash)?;
+                    if log.slots[h as usize].version >= 2
+                        && at as u64 + RESUME_LEN as u64 <= l.seg_size as u64
+                    {
+                        log.head_pos = at;
+                        log.head_writable = true;
+                        log.resume = Some(ResumeMarker {
+                            expected: log.flash_end,
+                            torn_from: from,
+                            torn_bytes: torn,
+                        });
+                    }
+                }
+            }
+        }
         log.last_crc = log.flash_last_crc;
         log.buf_base = log.next_offset;
         log.buf_prev_crc = log.last_crc;
@@ -1069,6 +1167,27 @@ impl<'a, F: Flash> Log<'a, F> {
                 }
             }
         }
+    }
+
+    /// Where the words a cut write may have programmed end, from `from` (the end of the
+    /// valid data) in segment `seg` whose last non-erased byte ends at `used_end`: a word
+    /// programmed with erased-valued data reads erased, so the extent of each torn
+    /// structure is taken from its header when the length pair survived (a batch), else
+    /// as 32 bytes (a batch header cut before its length check, or a resume marker).
+    /// Returns a write-size-aligned position at or after `used_end`.
+    fn torn_extent(&mut self, seg: u32, from: u32, used_end: u32) -> Result<u32, F::Error> {
+        let l = self.dev.l;
+        let mut at = from;
+        while at < used_end && at + BATCH_HEADER_LEN as u32 <= l.seg_size {
+            let mut hb = [0u8; BATCH_HEADER_LEN];
+            self.dev.read(l.seg_addr(seg) + at, &mut hb)?;
+            let step = match BatchHeader::check(&hb, l.geo.erased, l.seg_size - at) {
+                HeadCheck::Plausible => BatchHeader::decode(&hb).len,
+                _ => BATCH_HEADER_LEN.max(RESUME_LEN) as u32,
+            };
+            at += align_up(step, l.ws());
+        }
+        Ok(align_up(at.max(used_end), l.ws()).min(l.seg_size))
     }
 
     /// Record CRC of the last record of the (valid) batch at `pos` of `seg`.
@@ -1533,6 +1652,12 @@ impl<'a, F: Flash> Log<'a, F> {
         self.now_us = now_us;
         self.check_poisoned()?;
         self.spill()?;
+        // A torn write left in the head is closed off, so the next mount finds the head
+        // ending in erased flash (a clean shutdown).
+        if self.resume.is_some() {
+            self.write_resume_marker()?;
+            self.dev.sync().map_err(FlushError::Flash)?;
+        }
         self.lease = self.next_offset;
         self.persist_journal(true)?;
         Ok(self.dev.flash)
@@ -1550,9 +1675,10 @@ impl<'a, F: Flash> Log<'a, F> {
     /// the one after it).
     fn flash_has_room(&self, bytes: usize) -> bool {
         let l = self.dev.l;
+        let marker = if self.resume.is_some() { RESUME_LEN } else { 0 };
         if let Some(_h) = self.head
             && self.head_writable
-            && self.head_pos as usize + align_up(bytes as u32, l.ws()) as usize
+            && self.head_pos as usize + marker + align_up(bytes as u32, l.ws()) as usize
                 <= l.seg_size as usize
         {
             return true;
@@ -1681,8 +1807,9 @@ impl<'a, F: Flash> Log<'a, F> {
                 self.roll()?;
             }
             let head = self.head.unwrap_or(0);
+            let marker = if self.resume.is_some() { RESUME_LEN } else { 0 };
             let space = (l.seg_size - self.head_pos) & !(l.ws() - 1);
-            let max_body = (space as usize).saturating_sub(BATCH_HEADER_LEN);
+            let max_body = (space as usize).saturating_sub(BATCH_HEADER_LEN + marker);
             let (k, body, crc) = self.buffered_fit(self.buf_count, max_body);
             if k == 0 {
                 if self.head_pos == l.data_start {
@@ -1705,6 +1832,7 @@ impl<'a, F: Flash> Log<'a, F> {
             h.update(&self.buf[BATCH_HEADER_LEN..len]);
             hdr.crc = h.finalize();
             self.buf[..BATCH_HEADER_LEN].copy_from_slice(&hdr.encode());
+            self.write_resume_marker()?;
             let addr = l.seg_addr(head) + self.head_pos;
             if let Err(e) = self.dev.write_padded(addr, &self.buf[..len]) {
                 // The words from `addr` may be partly programmed: seal the head so that
@@ -1713,6 +1841,8 @@ impl<'a, F: Flash> Log<'a, F> {
                 return Err(FlushError::Flash(e));
             }
             self.head_pos += align_up(len as u32, l.ws());
+            // The head holds data written since the mount: it was not abandoned.
+            self.unclean_pending = false;
             self.dev.stats.batches_written += 1;
             self.flash_end = self.buf_base + k as u64;
             self.flash_last_crc = crc;
@@ -1720,6 +1850,31 @@ impl<'a, F: Flash> Log<'a, F> {
         }
         self.dev.sync().map_err(FlushError::Flash)?;
         self.durable_end = self.durable_end.max(self.flash_end);
+        Ok(())
+    }
+
+    /// Writes the pending resume marker (if any) at the head position, after the torn bytes
+    /// an unclean shutdown left in the head segment.
+    fn write_resume_marker(&mut self) -> Result<(), FlushError<F::Error>> {
+        let Some(m) = self.resume else {
+            return Ok(());
+        };
+        let (Some(head), true) = (self.head, self.head_writable) else {
+            return Ok(());
+        };
+        let l = self.dev.l;
+        // Whatever happens to this write, these words are never programmed again.
+        self.resume = None;
+        let at = self.head_pos;
+        self.head_pos += RESUME_LEN as u32;
+        self.dev
+            .write_padded(l.seg_addr(head) + at, &m.encode())
+            .map_err(FlushError::Flash)?;
+        self.unclean_pending = false;
+        debug!(
+            "resumed segment {} at {} after {} torn bytes from {}",
+            head, at, m.torn_bytes, m.torn_from
+        );
         Ok(())
     }
 
@@ -1769,6 +1924,7 @@ impl<'a, F: Flash> Log<'a, F> {
         let erase_count = slot.erase_count.saturating_add(1);
         let seq = self.max_seq + 1;
         let hdr = SegmentHeader {
+            version: FORMAT_VERSION,
             erase_size: l.geo.erase_size,
             write_size: l.geo.write_size,
             erased: l.geo.erased,
@@ -1791,8 +1947,10 @@ impl<'a, F: Flash> Log<'a, F> {
             erase_count,
             valid: true,
             after_unclean: self.unclean_pending,
+            version: FORMAT_VERSION,
         };
         self.unclean_pending = false;
+        self.resume = None;
         self.head = Some(target);
         self.head_pos = l.data_start;
         self.head_writable = true;
