@@ -1867,9 +1867,11 @@ impl<'a, F: Flash> Log<'a, F> {
         self.resume = None;
         let at = self.head_pos;
         self.head_pos += RESUME_LEN as u32;
-        self.dev
-            .write_padded(l.seg_addr(head) + at, &m.encode())
-            .map_err(FlushError::Flash)?;
+        if let Err(e) = self.dev.write_padded(l.seg_addr(head) + at, &m.encode()) {
+            // As after a failed batch write: the head is sealed, the log poisoned.
+            self.head_writable = false;
+            return Err(FlushError::Flash(e));
+        }
         self.unclean_pending = false;
         debug!(
             "resumed segment {} at {} after {} torn bytes from {}",
