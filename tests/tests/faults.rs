@@ -160,7 +160,6 @@ fn failed_sync_with_dropped_pages_loses_no_acknowledged_record() {
 }
 
 #[test]
-#[ignore = "needs the file image's open to drop the cached pages a failed sync left"]
 fn failed_sync_with_kept_pages_loses_no_acknowledged_record() {
     failed_sync_loses_nothing_acknowledged(Kept::Kept);
 }
