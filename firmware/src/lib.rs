@@ -9,6 +9,9 @@
 //!   group flush ([`Outcome::ReplyWhenDurable`]).
 //! - [`session`]: [`Session`], a blocking server of one `embedded_io` transport for
 //!   microcontrollers, with bounded (heapless) buffers and flush-on-durable.
+//! - [`mount`]: [`serve_remounting`], which mounts the log and, after a storage failure
+//!   poisons it, mounts it again in place (a microcontroller has no supervisor to restart
+//!   it).
 //!
 //! Without the `std` feature the crate is `#![no_std]` and allocates nothing.
 //!
@@ -21,7 +24,7 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success; `run` stopped by SIGTERM/SIGINT after a clean shutdown |
-//! | 1 | run-time failure (flash I/O, a listener that cannot be served) |
+//! | 1 | run-time failure: flash I/O (a failed write, erase or sync of the image: a supervisor restarts the gateway, which remounts it), a listener that cannot be served |
 //! | 2 | usage or configuration error (bad flag, bad config file, bad URI) |
 //! | 3 | the image cannot be used: locked by another gateway, geometry disagrees, not a Spillway image |
 //! | 4 | `inspect` found corruption (a CRC that does not verify, lost ranges) |
@@ -31,9 +34,11 @@
 mod fmt;
 
 pub mod gateway;
+pub mod mount;
 pub mod session;
 
 pub use gateway::{
     Conn, Gateway, GatewayConfig, GatewayCounters, LineAccepted, LineRejected, Outcome,
 };
+pub use mount::{Mounted, ServeError, serve_remounting};
 pub use session::{Mode, PollReport, Session, SessionError};

@@ -58,6 +58,10 @@ pub struct PollReport {
     pub replies: u32,
     /// The log was flushed for durable acknowledgements.
     pub flushed: bool,
+    /// The log is poisoned: a flash write, erase or sync failed (waiting durable
+    /// acknowledgements were answered `StorageFailed`). Mount the log again
+    /// ([`serve_remounting`](crate::serve_remounting) does) before the next poll.
+    pub storage_failed: bool,
 }
 
 /// One transport served by a gateway. `N` bounds a frame (bytes on the wire without the
@@ -143,6 +147,7 @@ impl<'t, T: Read + Write, const N: usize> Session<'t, T, N> {
         if !self.pending.is_empty() || self.flush_lines {
             self.release(gw, log, now_us, out, &mut report)?;
         }
+        report.storage_failed = log.poisoned();
         Ok(report)
     }
 
