@@ -3,6 +3,7 @@
 //! place, and a publisher that resends what was refused (same producer id and sequence)
 //! ends with every record stored once, in order.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::ops::ControlFlow;
@@ -59,6 +60,8 @@ struct SyncFails<'s> {
     synced: Vec<u8>,
     syncs: u32,
     fail_at: u32,
+    /// Fails the next sync (settable through `Log::flash`).
+    fail_next: Cell<bool>,
     failed: u32,
 }
 
@@ -70,6 +73,7 @@ impl<'s> SyncFails<'s> {
             synced,
             syncs: 0,
             fail_at,
+            fail_next: Cell::new(false),
             failed: 0,
         }
     }
@@ -91,7 +95,7 @@ impl Flash for SyncFails<'_> {
     }
     fn sync(&mut self) -> Result<(), FaultError> {
         self.syncs += 1;
-        if self.syncs == self.fail_at {
+        if self.syncs == self.fail_at || self.fail_next.replace(false) {
             self.failed += 1;
             self.sim.load_image(&self.synced).map_err(FaultError::Sim)?;
             return Err(FaultError::SyncFailed);
@@ -235,4 +239,59 @@ fn failed_sync_remounts_in_place_and_resends_are_stored_once_in_order() {
         .map(|i| payloads[i as usize].clone())
         .collect();
     assert_eq!(stored(&mut sim), expected);
+}
+
+/// A client that announced protocol version 1 does not know `StorageFailed`: its durable
+/// publish waiting on a failed sync is answered `Internal`.
+#[test]
+fn a_version_1_client_gets_internal_for_a_failed_durable_publish() {
+    let mut sim = SimFlash::new_vec(geo()).unwrap();
+    Log::format(&mut sim, 9, 2).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo(), 2) as usize];
+    let mem = Memory {
+        buffer: &mut buf,
+        segments: &mut slots,
+    };
+    let (mut log, _) = Log::mount(
+        SyncFails::new(&mut sim, u32::MAX),
+        Config::default(),
+        mem,
+        0,
+    )
+    .unwrap();
+    log.flash().fail_next.set(true);
+    let mut gw = Gateway::new(GatewayConfig::new("mcu", 512, 4096), 0);
+    let mut session: Session<'_, MemIo, 1024> = Session::new(MemIo::default(), Mode::Frames);
+    session.transport().input = frames(&[
+        Request::Hello {
+            protocol_version: 1,
+            client_name: "old",
+        },
+        Request::Publish {
+            seq: 5,
+            topic: "t",
+            timestamp_us: Some(1),
+            payload: b"x",
+            ack: AckLevel::Durable,
+            producer: None,
+        },
+    ]);
+    let (mut scratch, mut out) = (vec![0u8; 4096], vec![0u8; 4096]);
+    let report = session
+        .poll(&mut gw, &mut log, 0, 0, &mut scratch, &mut out)
+        .unwrap();
+    assert!(report.storage_failed);
+    let output = std::mem::take(&mut session.transport().output);
+    let codes: Vec<Option<ErrorCode>> = output
+        .split(|&b| b == 0)
+        .filter(|f| !f.is_empty())
+        .map(
+            |f| match decode_message::<Response<'_>>(&mut f.to_vec()).unwrap() {
+                Response::Error { seq: 5, code, .. } => Some(code),
+                _ => None,
+            },
+        )
+        .collect();
+    assert_eq!(codes, [None, Some(ErrorCode::Internal)]);
 }
