@@ -84,6 +84,17 @@ pub fn faultfs_env(
     env
 }
 
+/// The environment that loads the shim for files ending with `suffix`, with its state in
+/// `state`, failing their `fail_write`th write with EIO (once per state file).
+pub fn faultfs_write_env(suffix: &str, state: &Path, fail_write: u32) -> Vec<(String, String)> {
+    vec![
+        ("LD_PRELOAD".into(), faultfs_lib().display().to_string()),
+        ("FAULTFS_PATH_SUFFIX".into(), suffix.into()),
+        ("FAULTFS_STATE".into(), state.display().to_string()),
+        ("FAULTFS_FAIL_WRITE".into(), fail_write.to_string()),
+    ]
+}
+
 /// The environment that loads the shim for files ending with `suffix` and makes their
 /// `hang_sync`th sync never return.
 pub fn faultfs_hang_env(suffix: &str, hang_sync: u32) -> Vec<(String, String)> {

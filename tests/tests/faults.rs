@@ -1,6 +1,7 @@
 //! Storage faults on the real binaries, injected with the `LD_PRELOAD` shim
 //! (`tests/faultfs`): a failed `fdatasync` of the image in the middle of a durable
-//! `spillway-bridge publish`, with the kernel dropping or keeping the failed pages, under a
+//! `spillway-bridge publish`, with the kernel dropping or keeping the failed pages, and a
+//! failed write of the image, under a
 //! supervisor loop that restarts the gateway when it exits 1; and the systemd notifications
 //! (`READY=1`, `WATCHDOG=1` from the log thread, which a hung sync stops).
 //!
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use spillway_core::wire::AckLevel;
 use spillway_tests::bridge_bin;
 use spillway_tests::client::Client;
-use spillway_tests::faultfs::{Kept, faultfs_env, faultfs_hang_env, reboot};
+use spillway_tests::faultfs::{Kept, faultfs_env, faultfs_hang_env, faultfs_write_env, reboot};
 use spillway_tests::gateway::{GatewayProcess, free_port};
 
 /// Flags of a gateway on `dir/gw.img` (8 MiB, 4 KiB erase blocks) listening on `addr`.
@@ -46,11 +47,20 @@ fn count_after(text: &str, label: &str) -> Option<u64> {
         .ok()
 }
 
-/// Publishes `lines` lines durably with producer id 77 while the image's 5th sync fails
-/// with EIO (the kernel keeping or dropping the failed pages), restarting the gateway each
-/// time it exits 1; then reboots (the image holds only what reached the disk) and checks
-/// that every line publish counted as acknowledged is stored exactly once, in order.
-fn failed_sync_loses_nothing_acknowledged(kept: Kept) {
+/// The storage fault of a run.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// The image's 5th `fdatasync` fails with EIO; the kernel drops or keeps the pages.
+    Sync(Kept),
+    /// The image's 20th write fails with EIO and writes nothing.
+    Write,
+}
+
+/// Publishes `lines` lines durably with producer id 77 while the image suffers `fault`,
+/// restarting the gateway each time it exits 1; then reboots (the image holds only what
+/// reached the disk) and checks that every line publish counted as acknowledged is stored
+/// exactly once, in order.
+fn fault_loses_nothing_acknowledged(fault: Fault) {
     let lines: usize = std::env::var("SPILLWAY_FAULT_LINES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -63,7 +73,16 @@ fn failed_sync_loses_nothing_acknowledged(kept: Kept) {
     // publish's group commits.
     let mut g = GatewayProcess::start(&args, 1);
     assert!(g.terminate().success(), "{}", g.log_text());
-    let env = faultfs_env("gw.img", &state, kept, Some(5));
+    let (env, fired) = match fault {
+        Fault::Sync(kept) => (
+            faultfs_env("gw.img", &state, kept, Some(5)),
+            "faultfs: sync #5 of",
+        ),
+        Fault::Write => (
+            faultfs_write_env("gw.img", &state, 20),
+            "faultfs: write #20 of",
+        ),
+    };
 
     let input = dir.path().join("lines.txt");
     let text: String = (1..=lines).map(|i| format!("line-{i:06}\n")).collect();
@@ -112,7 +131,7 @@ fn failed_sync_loses_nothing_acknowledged(kept: Kept) {
     assert!(g.terminate().success(), "{}", g.log_text());
     logs.push_str(&g.log_text());
     assert!(
-        logs.contains("faultfs: sync #5 of") && logs.contains("fails with EIO"),
+        logs.contains(fired) && logs.contains("fails with EIO"),
         "the fault never fired:\n{logs}"
     );
     assert!(
@@ -148,20 +167,24 @@ fn failed_sync_loses_nothing_acknowledged(kept: Kept) {
         );
     }
     println!(
-        "{}: {lines} lines acknowledged and stored once, in order, after {restarts} restart(s); {}",
-        kept.mode(),
+        "{fault:?}: {lines} lines acknowledged and stored once, in order, after {restarts} restart(s); {}",
         rebooted.trim()
     );
 }
 
 #[test]
 fn failed_sync_with_dropped_pages_loses_no_acknowledged_record() {
-    failed_sync_loses_nothing_acknowledged(Kept::Dropped);
+    fault_loses_nothing_acknowledged(Fault::Sync(Kept::Dropped));
 }
 
 #[test]
 fn failed_sync_with_kept_pages_loses_no_acknowledged_record() {
-    failed_sync_loses_nothing_acknowledged(Kept::Kept);
+    fault_loses_nothing_acknowledged(Fault::Sync(Kept::Kept));
+}
+
+#[test]
+fn failed_image_write_loses_no_acknowledged_record() {
+    fault_loses_nothing_acknowledged(Fault::Write);
 }
 
 /// Collects the datagrams sent to `sock` until `done` says enough or `within` passes.

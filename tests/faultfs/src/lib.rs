@@ -16,6 +16,9 @@
 //!   sync succeeds, as Linux reports a writeback error once. With `FAULTFS_STATE` it fires
 //!   once per state file, so a restarted process given the same environment does not fail
 //!   again.
+//! - `FAULTFS_FAIL_WRITE=N`: the `N`th `pwrite`/`write` call (1-based, per process) on a
+//!   matching file fails with `EIO` and writes nothing; once per state file like
+//!   `FAULTFS_FAIL_SYNC`.
 //! - `FAULTFS_HANG_SYNC=N`: the `N`th `fdatasync`/`fsync` on a matching file never returns
 //!   (a sync stuck on a dying SD card), counted like `FAULTFS_FAIL_SYNC`.
 //! - `FAULTFS_MODE`: what the failed sync did to the writes it covered (every write to that
@@ -63,6 +66,7 @@ struct Config {
     suffix: Vec<u8>,
     fail_sync: Option<u64>,
     hang_sync: Option<u64>,
+    fail_write: Option<u64>,
     mode: Mode,
     state: Option<PathBuf>,
 }
@@ -118,6 +122,7 @@ impl Undo {
 struct State {
     loaded: bool,
     syncs: u64,
+    writes: u64,
     fired: bool,
     unsynced: Vec<Undo>,
     pending: Vec<Undo>,
@@ -140,6 +145,9 @@ fn config() -> Option<&'static Config> {
                 hang_sync: std::env::var("FAULTFS_HANG_SYNC")
                     .ok()
                     .and_then(|n| n.parse().ok()),
+                fail_write: std::env::var("FAULTFS_FAIL_WRITE")
+                    .ok()
+                    .and_then(|n| n.parse().ok()),
                 mode,
                 state: std::env::var_os("FAULTFS_STATE").map(PathBuf::from),
             })
@@ -151,6 +159,7 @@ fn state() -> MutexGuard<'static, State> {
     static STATE: Mutex<State> = Mutex::new(State {
         loaded: false,
         syncs: 0,
+        writes: 0,
         fired: false,
         unsynced: Vec::new(),
         pending: Vec::new(),
@@ -263,6 +272,20 @@ fn tracked_write(
         }
     });
     let mut s = state();
+    s.writes += 1;
+    if !s.fired && config().and_then(|c| c.fail_write) == Some(s.writes) {
+        s.fired = true;
+        let n = s.writes;
+        guarded(|| {
+            eprintln!(
+                "faultfs: write #{n} of {} ({len} bytes at {offset}) fails with EIO",
+                String::from_utf8_lossy(&path)
+            );
+            save(&s);
+        });
+        errno_set(libc::EIO);
+        return -1;
+    }
     let undo = guarded(|| undo_for(fd, path, offset, len));
     let n = write();
     if let Some(mut undo) = undo
