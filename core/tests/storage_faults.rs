@@ -63,11 +63,16 @@ impl Setup {
     }
 }
 
-const SETUPS: [Setup; 2] = [
+const SETUPS: [Setup; 3] = [
     Setup {
         write_size: 4,
         spill: SpillPolicy::Always,
         buffer: 512,
+    },
+    Setup {
+        write_size: 32,
+        spill: SpillPolicy::Always,
+        buffer: 768,
     },
     Setup {
         write_size: 8,

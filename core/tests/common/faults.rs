@@ -10,7 +10,8 @@ use super::{Rng, Sim};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     /// The write that would take the bytes written past `n` fails after programming its
-    /// whole words up to `n` bytes; they stay on flash.
+    /// whole words up to `n` bytes; they stay on flash. Depending on the seed, the word
+    /// after them is left torn (a random part of its bits programmed) or erased.
     WriteAfter(u64),
     /// The `n`-th sync (from 1) fails. The writes and erases since the last successful
     /// sync may be lost: [`FaultFlash::revert_unsynced`] undoes them (the storage dropped
@@ -135,6 +136,18 @@ impl Flash for FaultFlash {
                 self.sim.write(addr, &data[..done])?;
             }
             self.bytes += done as u64;
+            if done < data.len() && self.rng.chance(50) {
+                // A torn word: each bit of the next word is programmed or not.
+                let g = self.sim.geometry();
+                let at = (addr as usize) + done;
+                let mut img = self.sim.bytes().to_vec();
+                for (i, &d) in data[done..done + ws as usize].iter().enumerate() {
+                    let old = img[at + i];
+                    let target = (old & !(d ^ g.erased)) | (!g.erased & (d ^ g.erased));
+                    img[at + i] = old ^ ((old ^ target) & self.rng.next() as u8);
+                }
+                self.sim.load_image(&img)?;
+            }
             return Err(io_error(addr, data.len()));
         }
         self.sim.write(addr, data)?;
