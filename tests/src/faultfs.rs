@@ -95,13 +95,13 @@ pub fn faultfs_write_env(suffix: &str, state: &Path, fail_write: u32) -> Vec<(St
     ]
 }
 
-/// The environment that loads the shim for files ending with `suffix` and makes their
-/// `hang_sync`th sync never return.
-pub fn faultfs_hang_env(suffix: &str, hang_sync: u32) -> Vec<(String, String)> {
+/// The environment that loads the shim for files ending with `suffix` and makes every
+/// sync of theirs never return once the file `when` exists.
+pub fn faultfs_hang_env(suffix: &str, when: &Path) -> Vec<(String, String)> {
     vec![
         ("LD_PRELOAD".into(), faultfs_lib().display().to_string()),
         ("FAULTFS_PATH_SUFFIX".into(), suffix.into()),
-        ("FAULTFS_HANG_SYNC".into(), hang_sync.to_string()),
+        ("FAULTFS_HANG_WHEN".into(), when.display().to_string()),
     ]
 }
 

@@ -219,11 +219,9 @@ fn systemd_hears_ready_and_watchdog_pings_that_a_hung_sync_stops() {
         .unwrap();
     let addr = format!("127.0.0.1:{}", free_port());
     let args = gateway_args(dir.path(), &addr);
-    // The image is created and mounted first; the 3rd sync after that (a durable publish's
-    // group commit, or later) hangs.
-    let mut g = GatewayProcess::start(&args, 1);
-    assert!(g.terminate().success(), "{}", g.log_text());
-    let mut env = faultfs_hang_env("gw.img", 3);
+    // Every sync of the image hangs once `hang` exists (created after READY).
+    let hang = dir.path().join("hang");
+    let mut env = faultfs_hang_env("gw.img", &hang);
     env.push(("NOTIFY_SOCKET".into(), sock_path.display().to_string()));
     env.push(("WATCHDOG_USEC".into(), "200000".into()));
     let mut g = GatewayProcess::start_with_env(&args, 1, &env);
@@ -234,9 +232,10 @@ fn systemd_hears_ready_and_watchdog_pings_that_a_hung_sync_stops() {
     assert!(got.iter().any(|l| l == "READY=1"), "{got:?}");
     assert!(pings(&got) >= 5, "{got:?}");
 
-    // Durable publishes until a sync hangs in the log thread: the pings stop.
+    // A durable publish: its group commit's sync hangs in the log thread; the pings stop.
+    std::fs::write(&hang, b"").unwrap();
     let mut c = Client::tcp(&addr).unwrap();
-    for i in 0..4u32 {
+    for i in 0..2u32 {
         let _ = c.send_publish("w", format!("r{i}").as_bytes(), AckLevel::Durable, None);
     }
     let hung = Instant::now() + Duration::from_secs(10);

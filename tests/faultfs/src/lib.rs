@@ -21,6 +21,8 @@
 //!   `FAULTFS_FAIL_SYNC`.
 //! - `FAULTFS_HANG_SYNC=N`: the `N`th `fdatasync`/`fsync` on a matching file never returns
 //!   (a sync stuck on a dying SD card), counted like `FAULTFS_FAIL_SYNC`.
+//! - `FAULTFS_HANG_WHEN=PATH`: every `fdatasync`/`fsync` on a matching file made while
+//!   `PATH` exists never returns (the test creates `PATH` when the hang should start).
 //! - `FAULTFS_MODE`: what the failed sync did to the writes it covered (every write to that
 //!   file since its last successful sync):
 //!   - `dropped` (default): they are undone at once, in the page cache and on disk; a re-read
@@ -66,6 +68,7 @@ struct Config {
     suffix: Vec<u8>,
     fail_sync: Option<u64>,
     hang_sync: Option<u64>,
+    hang_when: Option<PathBuf>,
     fail_write: Option<u64>,
     mode: Mode,
     state: Option<PathBuf>,
@@ -145,6 +148,7 @@ fn config() -> Option<&'static Config> {
                 hang_sync: std::env::var("FAULTFS_HANG_SYNC")
                     .ok()
                     .and_then(|n| n.parse().ok()),
+                hang_when: std::env::var_os("FAULTFS_HANG_WHEN").map(PathBuf::from),
                 fail_write: std::env::var("FAULTFS_FAIL_WRITE")
                     .ok()
                     .and_then(|n| n.parse().ok()),
@@ -396,7 +400,11 @@ fn tracked_sync(fd: c_int, sync: impl FnOnce() -> c_int) -> c_int {
     };
     let mut s = state();
     s.syncs += 1;
-    if config.hang_sync == Some(s.syncs) {
+    let hang_now = config
+        .hang_when
+        .as_deref()
+        .is_some_and(|p| guarded(|| p.exists()).unwrap_or(false));
+    if config.hang_sync == Some(s.syncs) || hang_now {
         let shown = String::from_utf8_lossy(&path).into_owned();
         let n = s.syncs;
         drop(s);
