@@ -6,6 +6,11 @@
 //! redb transaction committed with redb's default durability (fsync before `commit`
 //! returns), so a checkpoint that was saved survives a crash or power cut.
 //!
+//! A failed transaction leaves the redb handle unusable: the drain releases it and opens the
+//! file again ([`Store::reopen`]). Every read-write open first syncs the file and drops its
+//! cached pages ([`drop_cached_pages`]), so redb recovers from what is on disk, never from
+//! pages of a commit whose fsync failed that Linux still shows.
+//!
 //! # Tables
 //!
 //! | table | key | value (JSON text) |
@@ -332,6 +337,31 @@ pub fn check_prev_crc(
     }
 }
 
+/// Syncs the file at `path` and asks the kernel to drop its cached pages
+/// (`posix_fadvise(POSIX_FADV_DONTNEED)` on Linux; elsewhere only the sync), so that the
+/// next open reads what is on disk. After a failed fsync, Linux may keep the pages that did
+/// not reach the disk in its cache, marked clean: redb reopening the file would read them,
+/// take a commit that is not on disk for durable, and build its next commits on it, which a
+/// reboot then turns into a state file whose roots are all corrupt. A failed sync here is
+/// logged and the pages are dropped all the same (they are clean after it).
+pub fn drop_cached_pages(path: &Path) -> std::io::Result<()> {
+    let f = std::fs::File::open(path)?;
+    if let Err(e) = f.sync_data() {
+        log::warn!("state file {}: sync before reopening: {e}", path.display());
+    }
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: `f` is an open file descriptor for the whole call; the advice only
+        // affects the kernel's cache of that file.
+        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if rc != 0 {
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+    }
+    Ok(())
+}
+
 /// The state file. Cheap to clone (one shared redb handle).
 #[derive(Clone)]
 pub struct Store {
@@ -372,8 +402,18 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// Opens or creates the state file and its tables.
+    /// Opens or creates the state file and its tables. An existing file is first synced
+    /// and its cached pages dropped (see [`drop_cached_pages`]), so that redb reads what is
+    /// on disk.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if path.exists()
+            && let Err(e) = drop_cached_pages(path)
+        {
+            log::warn!(
+                "state file {}: dropping its cached pages failed: {e}",
+                path.display()
+            );
+        }
         let db = Database::create(path)?;
         let tx = db.begin_write()?;
         tx.open_table(CHECKPOINTS)?;
