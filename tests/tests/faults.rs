@@ -138,6 +138,10 @@ fn fault_loses_nothing_acknowledged(fault: Fault) {
         restarts >= 1,
         "the gateway never exited after the failed sync:\n{logs}"
     );
+    assert!(
+        publish_text.contains("gateway storage failed, resending"),
+        "publish was never answered StorageFailed:\n{summary}"
+    );
     let acknowledged = count_after(&summary, "acknowledged").expect("publish summary");
     assert_eq!(acknowledged, lines as u64, "{summary}");
 

@@ -434,6 +434,12 @@ pub fn run(
                 s.image.display()
             );
             let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&why)]);
+            // Give the connections a moment to write those answers before they are closed.
+            let until = Instant::now() + Duration::from_millis(500);
+            while Instant::now() < until && conns.values().any(|c| !c.replies.is_empty()) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::thread::sleep(Duration::from_millis(20));
             return Err(AppError::Runtime(why));
         }
         watchdog.feed(clock.now_us());
