@@ -83,6 +83,10 @@ pub const DEFAULT_ROTATE_BYTES: u64 = 64 * 1024 * 1024;
 pub const MAX_STEM: usize = 200;
 /// File name suffix.
 pub const SUFFIX: &str = ".jsonl";
+/// Longest line parsed when checking whose lines follow a synced length, bytes: far more
+/// than any record's line (a record fits in one wire frame); a longer line is taken for
+/// garbage, not a record of another log, and is never held in memory whole.
+const MAX_LINE: usize = 16 * 1024 * 1024;
 
 const TOPIC_SET: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_');
 
@@ -254,19 +258,33 @@ fn foreign_line(path: &Path, from: u64, log_id: u128) -> std::io::Result<Option<
     let mut f = File::open(path)?;
     f.seek(SeekFrom::Start(from))?;
     let mut r = BufReader::new(f);
-    let mut line = Vec::new();
+    // The line so far; `None` once it is longer than any record line (not a record).
+    let mut line: Option<Vec<u8>> = Some(Vec::new());
     loop {
-        line.clear();
-        if r.read_until(b'\n', &mut line)? == 0 {
+        let chunk = r.fill_buf()?;
+        if chunk.is_empty() {
             return Ok(None);
         }
-        if line.last() == Some(&b'\n') {
-            line.pop();
-            if let Some((id, _)) = line_key(&line)
+        let (part, end) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (&chunk[..i], Some(i + 1)),
+            None => (chunk, None),
+        };
+        if let Some(l) = line.as_mut() {
+            if l.len() + part.len() > MAX_LINE {
+                line = None;
+            } else {
+                l.extend_from_slice(part);
+            }
+        }
+        let used = end.unwrap_or(chunk.len());
+        r.consume(used);
+        if end.is_some() {
+            if let Some((id, _)) = line.as_deref().and_then(line_key)
                 && id != log_id
             {
                 return Ok(Some(id));
             }
+            line = Some(Vec::new());
         }
     }
 }
@@ -1122,6 +1140,33 @@ mod tests {
             assert_eq!(s.skipped_duplicates(), 0);
         });
         assert_eq!(all_offsets(&out), (0..6).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn foreign_lines_are_found_across_buffer_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.00000000.jsonl");
+        let ours = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line();
+        let theirs = JsonRecord::new(
+            &Source {
+                gateway_id: "gw2".into(),
+                log_id: 43,
+            },
+            &rec(0, "t", &vec![b'y'; 100_000]),
+        )
+        .to_line();
+        std::fs::write(
+            &p,
+            [ours.as_bytes(), b"garbage\n", theirs.as_bytes()].concat(),
+        )
+        .unwrap();
+        assert_eq!(foreign_line(&p, 0, 42).unwrap(), Some(43));
+        let theirs_at = (ours.len() + b"garbage\n".len()) as u64;
+        assert_eq!(foreign_line(&p, theirs_at, 43).unwrap(), None);
+        assert_eq!(foreign_line(&p, 0, 43).unwrap(), Some(42));
+        // A torn copy of their line (no newline) is nobody's.
+        std::fs::write(&p, &theirs.as_bytes()[..50_000]).unwrap();
+        assert_eq!(foreign_line(&p, 0, 42).unwrap(), None);
     }
 
     #[test]
