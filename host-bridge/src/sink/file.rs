@@ -242,7 +242,7 @@ fn last_key(dir: &Path, stem: &str, newest: u64) -> std::io::Result<Option<(u128
     Ok(None)
 }
 
-/// What [`cut_back`] did.
+/// What cutting the files back to their synced lengths did ([`FileSink::restore`]).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct CutBack {
     /// Files cut.
