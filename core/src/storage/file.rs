@@ -27,6 +27,10 @@
 //!   the clean pages a failed writeback left behind included, is dropped and the next read
 //!   goes to the disk. (On systems without `posix_fadvise`, only the sync is done.)
 //!
+//! A new image is built aside and renamed into place ([`FileFlash::create_aside`],
+//! [`FileFlash::install`]), so a crash or power cut while it is created never leaves a
+//! partial image at its path; [`FileFlash::remove_aside`] clears what such a crash left.
+//!
 //! An image is opened by one process at a time: [`FileFlash::create`] and
 //! [`FileFlash::open`] take an exclusive `flock` on the file (a second open fails with
 //! [`FileFlashError::Locked`], in the same process too, since the lock belongs to the open
@@ -36,6 +40,7 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::vec::Vec;
 
 use super::{Flash, Geometry};
@@ -105,6 +110,13 @@ pub enum FileFlashError {
         /// Address of the first such byte.
         addr: u32,
     },
+    /// The creation of an image was cancelled (see [`FileFlash::create_aside`]); the
+    /// partly filled file was removed.
+    #[error("creation of flash image {} cancelled", path.display())]
+    Cancelled {
+        /// The image that was being created.
+        path: PathBuf,
+    },
     /// The image was opened with [`FileFlash::open_read_only`].
     #[error("flash image is open read-only")]
     ReadOnly,
@@ -135,48 +147,161 @@ pub struct FileFlash {
 }
 
 impl FileFlash {
-    /// Creates the image file `path` (it must not exist), fills it with `geometry.erased` to
-    /// `geometry.capacity` bytes, makes the file and its directory entry durable, and opens it
-    /// locked.
+    /// Creates the image file `path` (it must not exist) atomically: the image is built
+    /// aside ([`FileFlash::create_aside`]), then put in place ([`FileFlash::install`]), so
+    /// `path` either does not exist or is a complete image of `capacity` bytes of the erased
+    /// value. Opens it locked.
     ///
     /// # Errors
-    /// [`FileFlashError::InvalidGeometry`]; [`FileFlashError::Io`] (op "create") if the file
-    /// exists or cannot be created, filled or synced (a partly filled file is removed).
+    /// As [`FileFlash::create_aside`] and [`FileFlash::install`].
     pub fn create(path: impl AsRef<Path>, geometry: Geometry) -> Result<Self, FileFlashError> {
+        let path = path.as_ref();
+        let mut flash = Self::create_aside(path, geometry, &AtomicBool::new(false))?;
+        if let Err(e) = flash.install(path) {
+            let aside = flash.path.clone();
+            drop(flash);
+            let _ = std::fs::remove_file(aside);
+            return Err(e);
+        }
+        Ok(flash)
+    }
+
+    /// The path an image for `path` is built at before it is put in place: `.NAME.creating`
+    /// in the same directory (so that the rename is atomic).
+    pub fn aside_path(path: impl AsRef<Path>) -> PathBuf {
+        let path = path.as_ref();
+        let mut name = std::ffi::OsString::from(".");
+        name.push(path.file_name().unwrap_or(path.as_os_str()));
+        name.push(".creating");
+        path.with_file_name(name)
+    }
+
+    /// First step of an atomic creation of the image `path` (which must not exist): creates
+    /// the file [`FileFlash::aside_path`]`(path)`, locks it, fills it with
+    /// `geometry.erased` to `geometry.capacity` bytes and syncs it. The returned flash works
+    /// on that file; format it, then [`FileFlash::install`] it at `path`. Dropping it
+    /// without installing leaves the file aside, for [`FileFlash::remove_aside`].
+    ///
+    /// `cancel` is checked between two chunks of the fill (64 KiB): once set, the file
+    /// aside is removed and [`FileFlashError::Cancelled`] returned.
+    ///
+    /// # Errors
+    /// [`FileFlashError::InvalidGeometry`]; [`FileFlashError::Io`] (op "create") if `path`
+    /// exists or the file aside cannot be created, filled or synced (it is then removed);
+    /// [`FileFlashError::Locked`] if another creation holds the file aside;
+    /// [`FileFlashError::Cancelled`].
+    pub fn create_aside(
+        path: impl AsRef<Path>,
+        geometry: Geometry,
+        cancel: &AtomicBool,
+    ) -> Result<Self, FileFlashError> {
         let path = path.as_ref();
         if !geometry.is_valid() {
             return Err(FileFlashError::InvalidGeometry { geometry });
         }
+        let aside = Self::aside_path(path);
         let io = |source| FileFlashError::Io {
             op: "create",
             path: path.to_path_buf(),
             source,
         };
+        if path.symlink_metadata().is_ok() {
+            return Err(io(io::Error::from(io::ErrorKind::AlreadyExists)));
+        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .create_new(true)
-            .open(path)
+            .create(true)
+            .truncate(false)
+            .open(&aside)
             .map_err(io)?;
-        let fill = || -> io::Result<()> {
+        // Lock before touching the contents: a file aside that another process is filling
+        // is never truncated or removed.
+        let flash = Self::finish(file, &aside, geometry, true)?;
+        let fill = || -> io::Result<bool> {
+            flash.file.set_len(0)?;
             let chunk = std::vec![geometry.erased; CHUNK.min(geometry.capacity as usize)];
             let mut at = 0u64;
             while at < u64::from(geometry.capacity) {
+                if cancel.load(Ordering::Relaxed) {
+                    return Ok(false);
+                }
                 let n = chunk
                     .len()
                     .min((u64::from(geometry.capacity) - at) as usize);
-                file.write_all_at(&chunk[..n], at)?;
+                flash.file.write_all_at(&chunk[..n], at)?;
                 at += n as u64;
             }
-            file.sync_all()?;
-            sync_parent_dir(path)
+            flash.file.sync_all()?;
+            Ok(true)
         };
-        if let Err(e) = fill() {
-            drop(file);
-            let _ = std::fs::remove_file(path);
-            return Err(io(e));
+        match fill() {
+            Ok(true) => Ok(flash),
+            Ok(false) => {
+                drop(flash);
+                let _ = std::fs::remove_file(&aside);
+                Err(FileFlashError::Cancelled {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(e) => {
+                drop(flash);
+                let _ = std::fs::remove_file(&aside);
+                Err(io(e))
+            }
         }
-        Self::finish(file, path, geometry, true)
+    }
+
+    /// Second step of an atomic creation: syncs the image built aside, renames it to `path`
+    /// (which must not exist) and syncs the directory, so that after a power cut `path`
+    /// is either absent or this whole image. The flash stays open and locked, now at `path`.
+    ///
+    /// # Errors
+    /// [`FileFlashError::Io`] (op "install") if `path` exists or the sync, the rename or
+    /// the directory sync fails.
+    pub fn install(&mut self, path: impl AsRef<Path>) -> Result<(), FileFlashError> {
+        let path = path.as_ref();
+        let io = |source| FileFlashError::Io {
+            op: "install",
+            path: path.to_path_buf(),
+            source,
+        };
+        if path.symlink_metadata().is_ok() {
+            return Err(io(io::Error::from(io::ErrorKind::AlreadyExists)));
+        }
+        self.file.sync_all().map_err(io)?;
+        std::fs::rename(&self.path, path).map_err(io)?;
+        self.path = path.to_path_buf();
+        sync_parent_dir(path).map_err(io)
+    }
+
+    /// Removes the file an interrupted creation of `path` left aside (see
+    /// [`FileFlash::create_aside`]), and syncs the directory. Returns whether there was one.
+    ///
+    /// # Errors
+    /// [`FileFlashError::Locked`] if a creation in progress holds it;
+    /// [`FileFlashError::Io`] (op "remove") if it cannot be opened or removed.
+    pub fn remove_aside(path: impl AsRef<Path>) -> Result<bool, FileFlashError> {
+        let aside = Self::aside_path(path);
+        let io = |source| FileFlashError::Io {
+            op: "remove",
+            path: aside.clone(),
+            source,
+        };
+        let file = match OpenOptions::new().read(true).write(true).open(&aside) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io(e)),
+        };
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => return Err(FileFlashError::Locked { path: aside }),
+            Err(TryLockError::Error(e)) => return Err(io(e)),
+        }
+        std::fs::remove_file(&aside).map_err(io)?;
+        drop(file);
+        sync_parent_dir(&aside).map_err(io)?;
+        Ok(true)
     }
 
     /// Opens the existing image `path` for reading and writing, with the given erase size and
@@ -505,6 +630,61 @@ mod tests {
             assert_eq!(raw.len(), G.capacity as usize);
             assert!(raw.iter().all(|&b| b == erased));
         }
+    }
+
+    #[test]
+    fn an_image_is_built_aside_and_appears_only_when_installed() {
+        use std::sync::atomic::AtomicBool;
+        let dir = tempfile::tempdir().unwrap();
+        let path = image_path(&dir);
+        let aside = FileFlash::aside_path(&path);
+        assert_eq!(aside, dir.path().join(".flash.img.creating"));
+        let mut flash = FileFlash::create_aside(&path, G, &AtomicBool::new(false)).unwrap();
+        assert!(!path.exists() && aside.exists());
+        // A second creation, or a cleanup, while this one holds the file aside is refused.
+        assert!(matches!(
+            FileFlash::create_aside(&path, G, &AtomicBool::new(false)),
+            Err(FileFlashError::Locked { .. })
+        ));
+        assert!(matches!(
+            FileFlash::remove_aside(&path),
+            Err(FileFlashError::Locked { .. })
+        ));
+        flash.write(4096, &[7; 8]).unwrap();
+        flash.install(&path).unwrap();
+        assert_eq!(flash.path(), path);
+        assert!(path.exists() && !aside.exists());
+        drop(flash);
+        let raw = std::fs::read(&path).unwrap();
+        assert_eq!(raw.len(), G.capacity as usize);
+        assert_eq!(raw[4096..4104], [7; 8]);
+        assert!(!FileFlash::remove_aside(&path).unwrap());
+    }
+
+    #[test]
+    fn an_interrupted_creation_leaves_no_image_and_its_leftover_is_removed() {
+        use std::sync::atomic::AtomicBool;
+        let dir = tempfile::tempdir().unwrap();
+        let path = image_path(&dir);
+        let aside = FileFlash::aside_path(&path);
+        // Cancelled: nothing left at all.
+        assert!(matches!(
+            FileFlash::create_aside(&path, G, &AtomicBool::new(true)),
+            Err(FileFlashError::Cancelled { .. })
+        ));
+        assert!(!path.exists() && !aside.exists());
+        // Killed before install: the file aside stays, the next start removes it.
+        let flash = FileFlash::create_aside(&path, G, &AtomicBool::new(false)).unwrap();
+        drop(flash);
+        std::fs::write(&aside, b"half an image").unwrap();
+        assert!(!path.exists());
+        assert!(FileFlash::remove_aside(&path).unwrap());
+        assert!(!aside.exists());
+        FileFlash::create(&path, G).unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            u64::from(G.capacity)
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -151,11 +152,12 @@ pub fn run(
     rx: Receiver<Cmd>,
     started: SyncSender<Result<Started, AppError>>,
     metrics: Arc<Metrics>,
+    cancel: &AtomicBool,
 ) -> Result<(), AppError> {
     let clock = Clock {
         start: Instant::now(),
     };
-    let (flash, created, bps) = match super::image::open_or_create(&s) {
+    let (flash, created, bps) = match super::image::open_or_create(&s, cancel) {
         Ok(x) => x,
         Err(e) => {
             let _ = started.send(Err(e.clone()));

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 
 use spillway_core::log::format::{JOURNAL_BLOCKS, SEGMENT_HEADER_LEN, SegmentHeader};
 use spillway_core::log::{Log, MIN_ERASE_SIZE};
@@ -76,8 +77,25 @@ pub(crate) fn blocks_per_segment(geo: &Geometry, buffer_bytes: usize) -> Result<
 /// geometry flags against it), or creates, preallocates and formats a new one with a
 /// random log id. Returns the flash, whether it was created, and the erase blocks per
 /// segment.
-pub fn open_or_create(s: &Settings) -> Result<(FileFlash, bool, u32), AppError> {
+///
+/// A new image is built and formatted aside (`.NAME.creating` in the image's directory),
+/// synced, then renamed into place, so an interrupted creation never leaves a partial
+/// image; what such an interruption left aside is removed first. `cancel` (set by SIGTERM
+/// or SIGINT) stops a creation in progress: the file aside is removed and
+/// [`AppError::Stopped`] returned.
+pub fn open_or_create(
+    s: &Settings,
+    cancel: &AtomicBool,
+) -> Result<(FileFlash, bool, u32), AppError> {
     let path = &s.image;
+    match FileFlash::remove_aside(path) {
+        Ok(true) => log::warn!(
+            "removed {}, left by an interrupted creation of the image",
+            FileFlash::aside_path(path).display()
+        ),
+        Ok(false) => {}
+        Err(e) => return Err(flash_err(e)),
+    }
     if path.exists() {
         let h = probe(path)?.ok_or_else(|| {
             AppError::Image(format!(
@@ -121,15 +139,30 @@ pub fn open_or_create(s: &Settings) -> Result<(FileFlash, bool, u32), AppError> 
         erased: 0xFF,
     };
     let bps = blocks_per_segment(&geo, s.buffer_bytes)?;
-    let mut flash = FileFlash::create(path, geo).map_err(flash_err)?;
+    log::info!(
+        "creating image {} ({} bytes) aside at {}",
+        path.display(),
+        geo.capacity,
+        FileFlash::aside_path(path).display()
+    );
+    let mut flash = match FileFlash::create_aside(path, geo, cancel) {
+        Ok(f) => f,
+        Err(FileFlashError::Cancelled { .. }) => {
+            return Err(AppError::Stopped(format!(
+                "stopped while creating {}; the partial image was removed",
+                path.display()
+            )));
+        }
+        Err(e) => return Err(flash_err(e)),
+    };
     let log_id: u128 = rand::random();
-    if let Err(e) = Log::format(&mut flash, log_id, bps) {
+    let formatted = Log::format(&mut flash, log_id, bps)
+        .map_err(|e| AppError::Image(format!("cannot format {}: {e}", path.display())))
+        .and_then(|()| flash.install(path).map_err(flash_err));
+    if let Err(e) = formatted {
         drop(flash);
-        let _ = std::fs::remove_file(path);
-        return Err(AppError::Image(format!(
-            "cannot format {}: {e}",
-            path.display()
-        )));
+        let _ = std::fs::remove_file(FileFlash::aside_path(path));
+        return Err(e);
     }
     log::info!(
         "created image {} ({} bytes, erase {} B, write {} B, log id {:032x})",

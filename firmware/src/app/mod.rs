@@ -25,12 +25,16 @@ pub enum AppError {
     Runtime(String),
     /// `inspect` found corruption (exit 4).
     Corrupt(String),
+    /// Stopped by SIGTERM or SIGINT before the gateway was up, with nothing left to clean
+    /// up (exit 0).
+    Stopped(String),
 }
 
 impl AppError {
     /// The process exit code.
     pub fn exit_code(&self) -> i32 {
         match self {
+            AppError::Stopped(_) => 0,
             AppError::Runtime(_) => 1,
             AppError::Usage(_) => 2,
             AppError::Image(_) => 3,
@@ -45,7 +49,8 @@ impl std::fmt::Display for AppError {
             AppError::Usage(m)
             | AppError::Image(m)
             | AppError::Runtime(m)
-            | AppError::Corrupt(m) => f.write_str(m),
+            | AppError::Corrupt(m)
+            | AppError::Stopped(m) => f.write_str(m),
         }
     }
 }
@@ -105,8 +110,33 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
     let metrics = Arc::new(metrics::Metrics::new());
     let (cmd_tx, cmd_rx) = async_channel::bounded(4096);
     let (started_tx, started_rx) = std::sync::mpsc::sync_channel(1);
+
     // Stops serving on SIGTERM/SIGINT, or when the log thread ends (a storage failure).
+    // Signals are caught from the start: SIGTERM or SIGINT while the image is being
+    // created also cancels the creation (`cancel`).
     let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
+    let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])
+    .map_err(|e| AppError::Runtime(format!("cannot install signal handlers: {e}")))?;
+    {
+        let cancel = cancel.clone();
+        let stop_tx = stop_tx.clone();
+        std::thread::Builder::new()
+            .name("spillway-signals".into())
+            .spawn(move || {
+                if let Some(sig) = signals.forever().next() {
+                    log::info!("signal {sig} received: stopping");
+                    cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+                    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+                    let _ = stop_tx.try_send(());
+                }
+            })
+            .map_err(|e| AppError::Runtime(format!("cannot start the signal thread: {e}")))?;
+    }
+
     let log_thread = {
         let s = s.clone();
         let metrics = metrics.clone();
@@ -114,7 +144,7 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
         std::thread::Builder::new()
             .name("spillway-log".into())
             .spawn(move || {
-                let r = engine::run(s, cmd_rx, started_tx, metrics);
+                let r = engine::run(s, cmd_rx, started_tx, metrics, &cancel);
                 let _ = stop_tx.try_send(());
                 r
             })
@@ -122,6 +152,11 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
     };
     let started = match started_rx.recv() {
         Ok(Ok(st)) => st,
+        Ok(Err(AppError::Stopped(m))) => {
+            let _ = log_thread.join();
+            log::info!("{m}");
+            return Ok(());
+        }
         Ok(Err(e)) => {
             let _ = log_thread.join();
             return Err(e);
@@ -146,22 +181,6 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
             " (recovered after an unclean shutdown)"
         }
     );
-
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-    ])
-    .map_err(|e| AppError::Runtime(format!("cannot install signal handlers: {e}")))?;
-    std::thread::Builder::new()
-        .name("spillway-signals".into())
-        .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                log::info!("signal {sig} received: stopping");
-                let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
-                let _ = stop_tx.try_send(());
-            }
-        })
-        .map_err(|e| AppError::Runtime(format!("cannot start the signal thread: {e}")))?;
 
     let ctx = net::Ctx {
         cmds: cmd_tx.clone(),
