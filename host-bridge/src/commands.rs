@@ -564,7 +564,7 @@ pub async fn status(
             "consumers": consumers.iter().map(|c| serde_json::json!({
                 "name": c.name,
                 "committed_offset": c.committed_offset,
-                "lag": stats.next_offset.saturating_sub(c.committed_offset),
+                "lag_offsets": stats.next_offset.saturating_sub(c.committed_offset),
             })).collect::<Vec<_>>(),
             "checkpoints": local.iter().map(|(g, c, cp)| serde_json::json!({
                 "gateway_id": g,
@@ -572,7 +572,7 @@ pub async fn status(
                 "log_id": cp.log_id,
                 "offset": cp.offset,
                 "matches_gateway": g == &w.gateway_id && cp.log_id() == Some(w.log_id),
-                "lag": if g == &w.gateway_id { Some(stats.next_offset.saturating_sub(cp.offset)) } else { None },
+                "lag_offsets": if g == &w.gateway_id { Some(stats.next_offset.saturating_sub(cp.offset)) } else { None },
                 "records": cp.records,
                 "gaps": cp.gaps,
                 "lost": cp.lost,
@@ -610,7 +610,7 @@ pub async fn status(
             for c in &consumers {
                 writeln!(
                     out,
-                    "  {:<16} committed {:>12}  lag {}",
+                    "  {:<16} committed {:>12}  lag {} offsets",
                     c.name,
                     c.committed_offset,
                     stats.next_offset.saturating_sub(c.committed_offset)
@@ -623,7 +623,10 @@ pub async fn status(
                 } else if cp.log_id() != Some(w.log_id) {
                     "LOG ID DIFFERS from the gateway's: drain will refuse".to_string()
                 } else {
-                    format!("lag {}", stats.next_offset.saturating_sub(cp.offset))
+                    format!(
+                        "lag {} offsets",
+                        stats.next_offset.saturating_sub(cp.offset)
+                    )
                 };
                 writeln!(
                     out,
@@ -697,13 +700,17 @@ pub async fn consumers(
                     "consumers": list.iter().map(|c| serde_json::json!({
                         "name": c.name,
                         "committed_offset": c.committed_offset,
-                        "lag": lag(c.committed_offset),
+                        "lag_offsets": lag(c.committed_offset),
                     })).collect::<Vec<_>>(),
                 });
                 writeln!(out, "{v}")
             } else {
                 (|| -> std::io::Result<()> {
-                    writeln!(out, "{:<24} {:>20} {:>20}", "consumer", "committed", "lag")?;
+                    writeln!(
+                        out,
+                        "{:<24} {:>20} {:>20}",
+                        "consumer", "committed", "lag (offsets)"
+                    )?;
                     for c in &list {
                         writeln!(
                             out,

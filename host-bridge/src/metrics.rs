@@ -7,7 +7,7 @@
 //! | `spillway_bridge_forwarded_bytes_total` | counter | payload bytes acknowledged by the sink |
 //! | `spillway_bridge_committed_offset` | gauge | checkpoint offset (first offset not yet forwarded) |
 //! | `spillway_bridge_gateway_next_offset` | gauge | the gateway's next offset, as last seen |
-//! | `spillway_bridge_lag_records` | gauge | next offset − committed offset |
+//! | `spillway_bridge_lag_offsets` | gauge | next offset − committed offset, in offsets (a gateway crash skips offsets that hold no record) |
 //! | `spillway_bridge_retries_total` | counter | retries after a gateway or sink failure |
 //! | `spillway_bridge_gaps_total` | counter | ranges of offsets the gateway no longer had |
 //! | `spillway_bridge_lost_records_total` | counter | offsets in those ranges |
@@ -113,8 +113,8 @@ impl Metrics {
             self.next_offset.clone(),
         );
         r.register(
-            "lag_records",
-            "Gateway next offset minus committed offset",
+            "lag_offsets",
+            "Gateway next offset minus committed offset (offsets, not records: offsets skipped by a gateway crash count too)",
             self.lag.clone(),
         );
         r.register(
@@ -228,7 +228,7 @@ mod tests {
         for name in [
             "spillway_bridge_forwarded_records_total 5",
             "spillway_bridge_committed_offset 40",
-            "spillway_bridge_lag_records 60",
+            "spillway_bridge_lag_offsets 60",
             "spillway_bridge_sink_errors_total{kind=\"timeout\"} 1",
             "spillway_bridge_gaps_total 0",
             "spillway_bridge_skipped_offsets_total 0",

@@ -187,7 +187,7 @@ fn publish_drain_tail_status() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains(GATEWAY_ID), "{text}");
-    assert!(text.contains("lag 0"), "{text}");
+    assert!(text.contains("lag 0 offsets"), "{text}");
     assert_eq!(gateway_committed(&gw), n as u64);
 }
 
@@ -605,7 +605,7 @@ fn consumers_lists_and_deletes() {
         .map(|c| c["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["bridge"]);
-    assert_eq!(v["consumers"][0]["lag"], 5);
+    assert_eq!(v["consumers"][0]["lag_offsets"], 5);
 
     let help = run_bridge(&["--help"]);
     assert!(String::from_utf8_lossy(&help.stdout).contains("consumers"));

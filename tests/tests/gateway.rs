@@ -270,7 +270,7 @@ fn line_mode_listeners() {
         "spillway_connections_total",
         "spillway_flushes_total",
         "spillway_ingest_errors_total{reason=\"too_large\"} 1",
-        "spillway_consumer_lag_records{consumer=\"bridge\"} 5",
+        "spillway_consumer_lag_offsets{consumer=\"bridge\"} 5",
     ] {
         assert!(text.contains(want), "{want} missing in:\n{text}");
     }

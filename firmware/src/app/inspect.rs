@@ -53,6 +53,9 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
     let mut lost: Vec<(u64, u64, &'static str)> = Vec::new();
     let mut problems: Vec<String> = Vec::new();
     let mut prev: Option<(u64, u32)> = None;
+    // Records at or after each consumer's committed offset (its lag in records; offsets
+    // skipped by crashes hold no record and are not counted).
+    let mut behind = vec![0u64; consumers.len()];
     while at < next {
         let r = match log.read(at, &mut buf) {
             Ok(r) => r,
@@ -99,6 +102,9 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
             }
             records += 1;
             bytes += rec.payload.len() as u64;
+            for (b, (_, committed)) in behind.iter_mut().zip(&consumers) {
+                *b += u64::from(rec.offset >= *committed);
+            }
             prev = Some((rec.offset, rec.crc));
         }
         at = r.next_offset.max(at + 1);
@@ -138,8 +144,9 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
             "segments": segments.iter().map(|&(i, seq, base, ec)| serde_json::json!({
                 "index": i, "seq": seq, "base_offset": base, "erase_count": ec,
             })).collect::<Vec<_>>(),
-            "consumers": consumers.iter().map(|(n, o)| serde_json::json!({
-                "name": n, "committed_offset": o, "lag": next.saturating_sub(*o),
+            "consumers": consumers.iter().zip(&behind).map(|((n, o), b)| serde_json::json!({
+                "name": n, "committed_offset": o, "lag_records": b,
+                "lag_offsets": next.saturating_sub(*o),
             })).collect::<Vec<_>>(),
             "records_verified": records,
             "payload_bytes": bytes,
@@ -179,9 +186,11 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
         for (i, seq, base, ec) in &segments {
             println!("  {i:>5} {seq:>8} {base:>12} {ec:>6}");
         }
-        println!("consumers    (name, committed offset, lag)");
-        for (n, o) in &consumers {
-            println!("  {n:<31} {o:>12} {:>10}", next.saturating_sub(*o));
+        println!(
+            "consumers    (name, committed offset, records behind, offsets behind incl. skipped)"
+        );
+        for ((n, o), b) in consumers.iter().zip(&behind) {
+            println!("  {n:<31} {o:>12} {b:>10} {:>10}", next.saturating_sub(*o));
         }
         println!("records      {records} verified, {bytes} payload bytes");
         for (f, t, r) in &lost {

@@ -7,7 +7,7 @@
 //! `corrupt_batch`, `spared`), `spillway_ingest_errors_total{reason}` (`bad_frame`,
 //! `too_large`, `full`, `invalid`), `spillway_connections_total`. Gauges:
 //! `spillway_next_offset`, `spillway_durable_offset`, `spillway_first_offset`,
-//! `spillway_consumer_committed_offset{consumer}`, `spillway_consumer_lag_records{consumer}`.
+//! `spillway_consumer_committed_offset{consumer}`, `spillway_consumer_lag_offsets{consumer}`.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -118,8 +118,8 @@ impl Metrics {
             m.committed.clone(),
         );
         registry.register(
-            "consumer_lag_records",
-            "Records between a consumer's committed offset and the next offset",
+            "consumer_lag_offsets",
+            "Offsets between a consumer's committed offset and the next offset (offsets, not records: offsets skipped by a crash count too)",
             m.lag.clone(),
         );
         Metrics { registry, ..m }
