@@ -66,8 +66,8 @@ impl Options {
         self
     }
 
-    /// The full run: about six minutes on a 2-core machine (the standalone benchmarks'
-    /// defaults, fewer mount repetitions above 64 MiB, fewer Kafka runs).
+    /// The full run: about 12 minutes on a 2-core machine busy with other builds (the
+    /// standalone benchmarks' defaults, fewer mount repetitions above 64 MiB).
     pub fn full(nats_bin: Option<PathBuf>, broker: Option<String>) -> Options {
         Options {
             core: bench_core::Options::default(),

@@ -97,6 +97,14 @@ fn payload(i: usize) -> Vec<u8> {
     p
 }
 
+/// The gateway image for `n` records: room for every one of them (a record of [`PAYLOAD`]
+/// bytes takes well under 256 bytes of flash with its headers), so none is dropped or
+/// refused before the runs; 128 MiB at least. As `spillway run --size` takes it.
+fn image_size(n: usize) -> String {
+    let mib = (n.saturating_mul(256) >> 20) + 16;
+    format!("{}M", mib.max(128))
+}
+
 /// Publishes `n` records durably, pipelined; returns the gateway's log id.
 fn publish(addr: &str, n: usize) -> u128 {
     let mut c = Client::tcp(addr).expect("connect");
@@ -451,7 +459,7 @@ pub fn run(opts: &Options, broker: &Broker, mut progress: impl FnMut(&str)) -> R
         "--image",
         &dir.path().join("bench.img").display().to_string(),
         "--size",
-        "128M",
+        &image_size(n),
         "--erase-size",
         "64K",
         "--listen",
