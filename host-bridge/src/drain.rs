@@ -76,7 +76,7 @@
 //! times or until [`CORRUPT_REFETCH_FOR`] has passed since the first such reply, and
 //! records the gap only if every fetch said corrupt (counted in
 //! `spillway_bridge_corrupt_refetches_total`). A range corrupt on every read becomes a gap
-//! in about 1.5 s.
+//! in about 1.2 s.
 //!
 //! A `lost` range with reason `NotPersisted` is not a gap: those offsets were handed out
 //! in the gateway's RAM and never written before a crash (mostly the rest of its offset
@@ -479,7 +479,7 @@ pub const CORRUPT_REFETCH_DELAY: Duration = Duration::from_millis(50);
 /// No fetch is repeated once this much time has passed since the first corrupt reply for
 /// the offset, so a range that is corrupt on every read becomes a gap within about this
 /// time plus one fetch (over a slow serial line, after fewer than [`CORRUPT_REFETCHES`]).
-pub const CORRUPT_REFETCH_FOR: Duration = Duration::from_millis(1500);
+pub const CORRUPT_REFETCH_FOR: Duration = Duration::from_millis(1200);
 
 const CLIENT_NAME: &str = concat!("spillway-bridge/", env!("CARGO_PKG_VERSION"));
 const STATS_EVERY: Duration = Duration::from_secs(2);
