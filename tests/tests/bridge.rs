@@ -1,7 +1,7 @@
 //! End-to-end tests of `spillway-bridge` with the real `spillway` gateway: publish, drain to
 //! files and to Kafka (librdkafka's mock cluster, a real TCP listener in this process, and
 //! a real broker process when `SPILLWAY_KAFKA_BROKER` is set), tail and status; kill -9
-//! while draining (files: at-least-once; Kafka: no duplicates); a sink outage; a replaced
+//! while draining (files and Kafka: no duplicates); a sink outage; a replaced
 //! gateway image.
 
 use std::collections::HashMap;
@@ -191,6 +191,9 @@ fn publish_drain_tail_status() {
     assert_eq!(gateway_committed(&gw), n as u64);
 }
 
+/// 25 kill -9 of a file-sink drain at random moments: no record lost, and none written
+/// twice (each restart cuts the files back to the checkpoint's synced lengths before it
+/// resends).
 #[test]
 fn kill_9_while_draining_loses_nothing() {
     let seed: u64 = std::env::var("SPILLWAY_SEED")
@@ -211,7 +214,6 @@ fn kill_9_while_draining_loses_nothing() {
     let mut args = drain_args(&gw, &sink, &state);
     // Small batches: many checkpoints, many chances to die in between.
     args.extend(["--max-batch-bytes", "1024", "--prefetch", "2"]);
-    let max_batch_records = 1024 / 8 + 1;
     let kills = 25;
     for _ in 0..kills {
         let mut c = spawn_bridge(&args);
@@ -238,14 +240,8 @@ fn kill_9_while_draining_loses_nothing() {
         assert_eq!(payload, &format!("r {off}"));
     }
     let dups = lines.len() - n;
-    eprintln!(
-        "{kills} kills: {dups} duplicate lines (bound {})",
-        kills * max_batch_records
-    );
-    assert!(
-        dups <= kills * max_batch_records,
-        "duplicates beyond one in-flight batch per kill: {dups}"
-    );
+    eprintln!("{kills} kills: {dups} duplicate lines");
+    assert_eq!(dups, 0, "no record written twice");
 }
 
 #[test]
