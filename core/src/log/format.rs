@@ -41,6 +41,12 @@ pub const MAX_TOPIC_LEN: usize = 255;
 /// Longest consumer name in bytes.
 pub const MAX_CONSUMER_NAME_LEN: usize = 31;
 
+/// Offsets at or above this value are never handed out, and a decoded structure that
+/// names one (a segment's base offset, a batch's last offset, a journal lease, a committed
+/// offset) is refused as damaged: the log can then add 1 to any offset it holds without
+/// wrapping. 2^62 records outlast the flash (146 years at 10^9 records/s).
+pub const MAX_OFFSET: u64 = 1 << 62;
+
 /// Bytes a record takes in a batch besides its topic and payload:
 /// topic length (1) + timestamp (8) + flags (1) + payload length (4).
 pub const RECORD_OVERHEAD: usize = 14;
@@ -144,8 +150,11 @@ impl SegmentHeader {
         b
     }
 
-    /// Decodes a header; `None` if the magic, length or CRC is wrong or the version is not
-    /// one of [`MIN_FORMAT_VERSION`]`..=`[`FORMAT_VERSION`].
+    /// Decodes a header; `None` if the magic, length or CRC is wrong, the version is not
+    /// one of [`MIN_FORMAT_VERSION`]`..=`[`FORMAT_VERSION`], or the numbers cannot describe
+    /// a partition: a zero erase size, write size, segment size or segment count, a
+    /// segment (`blocks_per_segment × erase_size` bytes) or a partition past 4 GiB, a base
+    /// offset at or above [`MAX_OFFSET`].
     pub fn decode(b: &[u8]) -> Option<Self> {
         if b.len() < SEGMENT_HEADER_LEN
             || u32_at(b, 0) != SEGMENT_MAGIC
@@ -155,7 +164,7 @@ impl SegmentHeader {
         {
             return None;
         }
-        Some(SegmentHeader {
+        let h = SegmentHeader {
             version: u16_at(b, 4),
             erase_size: u32_at(b, 8),
             write_size: u16_at(b, 12) as u32,
@@ -168,7 +177,19 @@ impl SegmentHeader {
             prev_crc: u32_at(b, 56),
             erase_count: u32_at(b, 60),
             after_unclean: b[15] & FLAG_AFTER_UNCLEAN != 0,
-        })
+        };
+        let partition_blocks = h
+            .blocks_per_segment
+            .checked_mul(h.segment_count)?
+            .checked_add(JOURNAL_BLOCKS)?;
+        (h.erase_size != 0
+            && h.write_size != 0
+            && h.blocks_per_segment != 0
+            && h.segment_count != 0
+            && geometry_fits(h.erase_size, h.blocks_per_segment)
+            && geometry_fits(h.erase_size, partition_blocks)
+            && h.base_offset < MAX_OFFSET)
+            .then_some(h)
     }
 
     /// The partition geometry this header describes (capacity derived from the ring).
@@ -182,6 +203,12 @@ impl SegmentHeader {
             erased: self.erased,
         }
     }
+}
+
+/// Whether `blocks` erase blocks of `erase_size` bytes fit in a 32-bit flash address
+/// space (checked multiplication of two decoded numbers).
+pub(crate) fn geometry_fits(erase_size: u32, blocks: u32) -> bool {
+    erase_size.checked_mul(blocks).is_some()
 }
 
 /// The fixed 32-byte header of a batch.
@@ -225,7 +252,7 @@ impl BatchHeader {
     }
 
     /// Checks magic, length check and bounds (`max_len`: bytes available from the batch's
-    /// position to the end of its segment).
+    /// position to the end of its segment; the batch's last offset below [`MAX_OFFSET`]).
     pub fn check(b: &[u8; BATCH_HEADER_LEN], erased: u8, max_len: u32) -> HeadCheck {
         if b.iter().all(|&x| x == erased) {
             return HeadCheck::Erased;
@@ -238,6 +265,9 @@ impl BatchHeader {
             || len > max_len
             || count == 0
             || count as usize > (len as usize - BATCH_HEADER_LEN) / RECORD_OVERHEAD
+            || u64_at(b, 16)
+                .checked_add(u64::from(count))
+                .is_none_or(|end| end > MAX_OFFSET)
         {
             return HeadCheck::Invalid;
         }
@@ -303,12 +333,14 @@ impl ResumeMarker {
         b
     }
 
-    /// Decodes a marker; `None` unless the magic, the length pair and the CRC are right.
+    /// Decodes a marker; `None` unless the magic, the length pair and the CRC are right and
+    /// `expected` is below [`MAX_OFFSET`].
     pub fn decode(b: &[u8; RESUME_LEN]) -> Option<Self> {
         if u32_at(b, 0) != RESUME_MAGIC
             || u32_at(b, 4) != RESUME_LEN as u32
             || u32_at(b, 8) != !(RESUME_LEN as u32)
             || crc32(&b[16..]) != u32_at(b, 12)
+            || u64_at(b, 16) >= MAX_OFFSET
         {
             return None;
         }
@@ -693,6 +725,102 @@ mod tests {
         for fill in [0x00u8, 0xFF] {
             b[76..80].fill(fill);
             assert!(SegmentHeader::decode(&b).is_none());
+        }
+    }
+
+    fn header(blocks_per_segment: u32, segment_count: u32, erase_size: u32) -> SegmentHeader {
+        SegmentHeader {
+            version: FORMAT_VERSION,
+            erase_size,
+            write_size: 4,
+            erased: 0xFF,
+            blocks_per_segment,
+            segment_count,
+            log_id: 3,
+            seq: 1,
+            base_offset: 0,
+            prev_crc: 0,
+            erase_count: 1,
+            after_unclean: false,
+        }
+    }
+
+    /// Segment headers whose numbers cannot describe a partition decode as `None`.
+    #[test]
+    fn segment_headers_with_impossible_geometry_are_refused() {
+        assert!(SegmentHeader::decode(&header(1, 4, 4096).encode()).is_some());
+        for h in [
+            header(1 << 20, 4, 4096),
+            header(u32::MAX, 4, 4096),
+            header(1, u32::MAX, 4096),
+            header(0, 4, 4096),
+            header(1, 0, 4096),
+            header(1, 4, 0),
+            SegmentHeader {
+                base_offset: u64::MAX,
+                ..header(1, 4, 4096)
+            },
+            SegmentHeader {
+                write_size: 0,
+                ..header(1, 4, 4096)
+            },
+        ] {
+            assert_eq!(SegmentHeader::decode(&h.encode()), None, "{h:?}");
+        }
+    }
+
+    /// An image whose only segment header claims `2^20` erase blocks of 4 KiB per segment
+    /// (no journal) mounts as not formatted; before, the mount multiplied the two unchecked
+    /// (a panic with overflow checks, a wrapped segment size in release).
+    #[test]
+    fn a_crafted_segment_size_past_4_gib_does_not_mount() {
+        use crate::log::{Config, Log, Memory, MountError, SegmentSlot};
+        use crate::storage::{Flash, SimFlash};
+
+        let geo = Geometry {
+            erase_size: 4096,
+            write_size: 4,
+            capacity: 4096 * 6,
+            erased: 0xFF,
+        };
+        let mut flash = SimFlash::new_vec(geo).unwrap();
+        Log::format(&mut flash, 3, 1).unwrap();
+        for block in 0..3 {
+            flash.erase(block).unwrap();
+        }
+        flash
+            .write(2 * 4096, &header(1 << 20, 4, 4096).encode())
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let mut slots = [SegmentSlot::EMPTY; 4];
+        let mem = Memory {
+            buffer: &mut buf,
+            segments: &mut slots,
+        };
+        let got = Log::mount(&mut flash, Config::default(), mem, 0).map(|_| ());
+        assert!(matches!(got, Err(MountError::NotFormatted)), "{got:?}");
+    }
+
+    /// A batch header whose last offset reaches [`MAX_OFFSET`] is not plausible.
+    #[test]
+    fn a_batch_header_past_the_offset_range_is_invalid() {
+        let h = |base_offset, count| BatchHeader {
+            len: 64,
+            crc: 0,
+            base_offset,
+            count,
+            prev_crc: 0,
+        };
+        assert_eq!(
+            BatchHeader::check(&h(5, 2).encode(), 0xFF, 4096),
+            HeadCheck::Plausible
+        );
+        for (base, count) in [(u64::MAX, 2), (MAX_OFFSET - 1, 2), (u64::MAX - 1, 1)] {
+            assert_eq!(
+                BatchHeader::check(&h(base, count).encode(), 0xFF, 4096),
+                HeadCheck::Invalid,
+                "base {base:#x}"
+            );
         }
     }
 

@@ -3,7 +3,9 @@
 
 use heapless::Vec;
 
-use super::format::{JOURNAL_HEADER_LEN, JOURNAL_MAGIC, MAX_CONSUMER_NAME_LEN, crc32};
+use super::format::{
+    JOURNAL_HEADER_LEN, JOURNAL_MAGIC, MAX_CONSUMER_NAME_LEN, MAX_OFFSET, crc32, geometry_fits,
+};
 
 /// Most consumers a log tracks (the `bridge` consumer included).
 pub const MAX_CONSUMERS: usize = 8;
@@ -175,7 +177,10 @@ pub fn entry_len(head: &[u8; 16], max_len: usize) -> Option<usize> {
         .then_some(len)
 }
 
-/// Decodes a whole entry (`b` is exactly the entry's bytes); `None` if anything is off.
+/// Decodes a whole entry (`b` is exactly the entry's bytes); `None` if anything is off,
+/// numbers included: a lease, durable end, committed offset or producer offset at or above
+/// [`MAX_OFFSET`], a zero erase size, write size or segment size, a segment
+/// (`blocks_per_segment × erase_size` bytes) past 4 GiB.
 pub fn decode(b: &[u8]) -> Option<Entry> {
     if b.len() < JOURNAL_HEADER_LEN {
         return None;
@@ -201,7 +206,15 @@ pub fn decode(b: &[u8]) -> Option<Entry> {
         producers: Vec::new(),
     };
     let (nc, np) = (b[61] as usize, b[62] as usize);
-    if nc > MAX_CONSUMERS || np > MAX_PRODUCERS {
+    if nc > MAX_CONSUMERS
+        || np > MAX_PRODUCERS
+        || e.lease >= MAX_OFFSET
+        || e.durable_next >= MAX_OFFSET
+        || e.erase_size == 0
+        || e.write_size == 0
+        || e.blocks_per_segment == 0
+        || !geometry_fits(e.erase_size, e.blocks_per_segment)
+    {
         return None;
     }
     let mut at = JOURNAL_HEADER_LEN;
@@ -214,6 +227,9 @@ pub fn decode(b: &[u8]) -> Option<Entry> {
         at += 1 + n;
         let off = u64_at(at)?;
         at += 8;
+        if off >= MAX_OFFSET {
+            return None;
+        }
         let mut s = heapless::String::new();
         s.push_str(name).ok()?;
         e.consumers.push((s, off)).ok()?;
@@ -224,7 +240,160 @@ pub fn decode(b: &[u8]) -> Option<Entry> {
         let off = u64_at(at + 12)?;
         let from = u32::from_le_bytes(b.get(at + 20..at + 24)?.try_into().ok()?);
         at += 24;
+        if off >= MAX_OFFSET {
+            return None;
+        }
         e.producers.push((id, seq, off, from)).ok()?;
     }
     (at == b.len()).then_some(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::vec;
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::log::format::{Record, align_up};
+    use crate::log::{Config, Log, Memory, SegmentSlot, segments_for};
+    use crate::storage::{Flash, Geometry, SimFlash};
+
+    const G: Geometry = Geometry {
+        erase_size: 4096,
+        write_size: 4,
+        capacity: 4096 * 8,
+        erased: 0xFF,
+    };
+
+    const REC: Record<'static> = Record {
+        topic: "t",
+        timestamp_us: 1,
+        producer: None,
+        payload: b"x",
+    };
+
+    /// Mounts `flash` with the default config and room for every segment.
+    fn mount(flash: &mut SimFlash<Vec<u8>>, buf: &mut [u8], slots: &mut [SegmentSlot]) -> u64 {
+        let mem = Memory {
+            buffer: buf,
+            segments: slots,
+        };
+        let (log, _) = Log::mount(flash, Config::default(), mem, 0).unwrap();
+        log.next_offset()
+    }
+
+    /// A log of `n` records, closed cleanly.
+    fn log_of(n: u64) -> SimFlash<Vec<u8>> {
+        let mut flash = SimFlash::new_vec(G).unwrap();
+        Log::format(&mut flash, 5, 1).unwrap();
+        let mut buf = vec![0u8; 1024];
+        let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
+        let mem = Memory {
+            buffer: &mut buf,
+            segments: &mut slots,
+        };
+        let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+        for i in 0..n {
+            assert_eq!(log.append(0, &REC).unwrap().offset, i);
+        }
+        log.close(0).unwrap();
+        flash
+    }
+
+    /// Writes `entry` (encoded by `encode`) after the newest entry of the journal, with the
+    /// next entry sequence number, as a newer snapshot that a mount prefers.
+    fn write_newer_entry(
+        flash: &mut SimFlash<Vec<u8>>,
+        lease: u64,
+        durable_next: u64,
+        bps: u32,
+        consumer_offset: u64,
+    ) {
+        let e = G.erase_size;
+        let mut newest: Option<(u64, u32, u32)> = None;
+        for blk in 0..2u32 {
+            let mut pos = 0u32;
+            loop {
+                let mut head = [0u8; 16];
+                flash.read(blk * e + pos, &mut head).unwrap();
+                let Some(len) = entry_len(&head, (e - pos) as usize) else {
+                    break;
+                };
+                let mut b = vec![0u8; len];
+                flash.read(blk * e + pos, &mut b).unwrap();
+                let entry = decode(&b).expect("the real log's entries decode");
+                pos += align_up(len as u32, G.write_size);
+                if newest.is_none_or(|n| entry.seq > n.0) {
+                    newest = Some((entry.seq, blk, pos));
+                }
+            }
+        }
+        let (seq, blk, pos) = newest.expect("a formatted journal has an entry");
+        let mut out = vec![0u8; MAX_ENTRY_LEN];
+        let len = encode(
+            &mut out,
+            MAX_ENTRY_LEN,
+            seq + 1,
+            lease,
+            durable_next,
+            5,
+            (G.erase_size, G.write_size, G.erased, bps),
+            false,
+            [("bridge", consumer_offset)].into_iter(),
+            core::iter::empty(),
+        );
+        out.truncate(align_up(len as u32, G.write_size) as usize);
+        out[len..].fill(G.erased);
+        flash.write(blk * e + pos, &out).unwrap();
+    }
+
+    /// A journal entry whose lease is `u64::MAX` is refused as damaged: the mount keeps
+    /// the previous entry's lease, and appends go on from the log's real end (before, the
+    /// next offset became `u64::MAX` and the next append wrapped it to 0, reusing offsets).
+    #[test]
+    fn a_journal_lease_at_the_top_of_the_offset_range_is_refused() {
+        for (lease, durable, consumer) in [
+            (u64::MAX, 3, 0),
+            (MAX_OFFSET, 3, 0),
+            (3, u64::MAX, 0),
+            (3, 3, u64::MAX),
+        ] {
+            let mut flash = log_of(3);
+            write_newer_entry(&mut flash, lease, durable, 1, consumer);
+            let mut buf = vec![0u8; 1024];
+            let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
+            let mem = Memory {
+                buffer: &mut buf,
+                segments: &mut slots,
+            };
+            let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+            assert_eq!(
+                log.next_offset(),
+                3,
+                "lease {lease:#x} durable {durable:#x}"
+            );
+            assert!(log.committed("bridge").is_none_or(|c| c <= 3));
+            for want in 3..6 {
+                assert_eq!(log.append(0, &REC).unwrap().offset, want);
+            }
+            log.close(0).unwrap();
+            let mut buf = vec![0u8; 1024];
+            let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
+            assert_eq!(mount(&mut flash, &mut buf, &mut slots), 6);
+        }
+    }
+
+    /// A journal entry whose segment size (`blocks_per_segment × erase_size`) does not fit
+    /// in 32 bits is refused (before, the mount's layout multiplied it unchecked: a panic
+    /// with overflow checks, a wrapped segment size without).
+    #[test]
+    fn a_journal_entry_with_an_overflowing_segment_size_is_refused() {
+        for bps in [1 << 20, u32::MAX, 0] {
+            let mut flash = log_of(2);
+            write_newer_entry(&mut flash, 1026, 2, bps, 0);
+            let mut buf = vec![0u8; 1024];
+            let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
+            assert_eq!(mount(&mut flash, &mut buf, &mut slots), 2, "bps {bps}");
+        }
+    }
 }

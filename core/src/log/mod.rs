@@ -382,7 +382,8 @@ impl Layout {
             geo,
             bps,
             seg_count: segments_for(&geo, bps),
-            seg_size: bps * geo.erase_size,
+            // Saturates on a crafted segment size: `segments_for` then finds no segment.
+            seg_size: bps.saturating_mul(geo.erase_size),
             data_start: align_up(SEGMENT_HEADER_LEN as u32, geo.write_size),
         }
     }
