@@ -1128,7 +1128,11 @@ fn brownout_bound(batch: u64, torn: bool) -> u64 {
 /// Checks: every mount succeeds and is unclean; nothing is refused, dropped or corrupt;
 /// every durable record reads back at its offset, in order; the ring bytes used per boot
 /// stay within [`brownout_bound`] (plus one header and one unused tail per segment).
-fn brownout_loop(full: FullPolicy, torn: bool, boots: u64) {
+///
+/// `program_unit`: the cut write's program units land out of order (see
+/// `SimFlash::set_program_unit`), so a torn batch may have later bytes written and its
+/// header not.
+fn brownout_loop(full: FullPolicy, torn: bool, program_unit: Option<u32>, boots: u64) {
     let start = Instant::now();
     let geo = Geometry {
         erase_size: 4096,
@@ -1141,6 +1145,7 @@ fn brownout_loop(full: FullPolicy, torn: bool, boots: u64) {
     let seg_size = u64::from(bps * geo.erase_size);
     let flash = RefCell::new(SimFlash::new_vec(geo).unwrap());
     flash.borrow_mut().set_seed(mix(0xB0_0750, u64::from(torn)));
+    flash.borrow_mut().set_program_unit(program_unit);
     Log::format(&mut *flash.borrow_mut(), LOG_ID, bps).unwrap();
     let cfg = Config {
         full,
@@ -1253,7 +1258,7 @@ fn brownout_loop(full: FullPolicy, torn: bool, boots: u64) {
     let per_boot = used as f64 / boots as f64;
     let bound = boots * brownout_bound(batch_len, torn) + segments_used * 96;
     eprintln!(
-        "brownout {full:?} torn {torn}: {boots} boots in {:.2?}: {used} ring bytes \
+        "brownout {full:?} torn {torn} program unit {program_unit:?}: {boots} boots in {:.2?}: {used} ring bytes \
          ({per_boot:.1} per boot, bound {bound}), {segments_used} segments used \
          ({segments_opened} opened), {skipped} offsets skipped, batch {batch_len} B",
         start.elapsed()
@@ -1268,20 +1273,25 @@ fn brownout_boots() -> u64 {
 
 #[test]
 fn brownout_reboot_loop_reject_new_costs_bytes_not_segments() {
-    brownout_loop(FullPolicy::RejectNew, false, brownout_boots());
+    brownout_loop(FullPolicy::RejectNew, false, None, brownout_boots());
 }
 
 #[test]
 fn brownout_reboot_loop_drop_oldest_costs_bytes_not_segments() {
-    brownout_loop(FullPolicy::DropOldest, false, brownout_boots());
+    brownout_loop(FullPolicy::DropOldest, false, None, brownout_boots());
 }
 
 #[test]
 fn brownout_reboot_loop_with_torn_writes_reject_new() {
-    brownout_loop(FullPolicy::RejectNew, true, brownout_boots());
+    brownout_loop(FullPolicy::RejectNew, true, None, brownout_boots());
 }
 
 #[test]
 fn brownout_reboot_loop_with_torn_writes_drop_oldest() {
-    brownout_loop(FullPolicy::DropOldest, true, brownout_boots());
+    brownout_loop(FullPolicy::DropOldest, true, None, brownout_boots());
+}
+
+#[test]
+fn brownout_reboot_loop_with_out_of_order_torn_writes() {
+    brownout_loop(FullPolicy::RejectNew, true, Some(8), brownout_boots());
 }

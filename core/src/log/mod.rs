@@ -1174,7 +1174,8 @@ impl<'a, F: Flash> Log<'a, F> {
     /// valid data) in segment `seg` whose last non-erased byte ends at `used_end`: a word
     /// programmed with erased-valued data reads erased, so the extent of each torn
     /// structure is taken from its header when the length pair survived (a batch), else
-    /// as 32 bytes (a batch header cut before its length check, or a resume marker).
+    /// as 32 bytes (a batch header cut before its length check, or a resume marker), after
+    /// which nothing was written.
     /// Returns a write-size-aligned position at or after `used_end`.
     fn torn_extent(&mut self, seg: u32, from: u32, used_end: u32) -> Result<u32, F::Error> {
         let l = self.dev.l;
@@ -1182,11 +1183,15 @@ impl<'a, F: Flash> Log<'a, F> {
         while at < used_end && at + BATCH_HEADER_LEN as u32 <= l.seg_size {
             let mut hb = [0u8; BATCH_HEADER_LEN];
             self.dev.read(l.seg_addr(seg) + at, &mut hb)?;
-            let step = match BatchHeader::check(&hb, l.geo.erased, l.seg_size - at) {
-                HeadCheck::Plausible => BatchHeader::decode(&hb).len,
-                _ => BATCH_HEADER_LEN.max(RESUME_LEN) as u32,
-            };
-            at += align_up(step, l.ws());
+            if BatchHeader::check(&hb, l.geo.erased, l.seg_size - at) == HeadCheck::Plausible {
+                at += align_up(BatchHeader::decode(&hb).len, l.ws());
+                continue;
+            }
+            // Cut inside its first 32 bytes (in address order nothing after them was
+            // written); bytes a cut out of order programmed read non-erased, and
+            // `used_end` covers them.
+            at += align_up(BATCH_HEADER_LEN.max(RESUME_LEN) as u32, l.ws());
+            break;
         }
         Ok(align_up(at.max(used_end), l.ws()).min(l.seg_size))
     }
