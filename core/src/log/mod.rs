@@ -121,7 +121,9 @@ pub struct Config {
     pub high_water_percent: u8,
     /// Longest time a commit waits in RAM before [`Log::tick`] persists it, µs.
     pub commit_interval_us: u64,
-    /// Offsets reserved by one journal write of the offset lease.
+    /// Offsets reserved by one journal write of the offset lease. A crash skips at most
+    /// this many offsets (handed out or not, they are never reused and read back as never
+    /// persisted), so offsets count positions, not records.
     pub lease_step: u64,
 }
 
