@@ -10,9 +10,10 @@
 #
 # Usage: scripts/bench.sh [--only 1,2,...]     (arguments go to the bench program)
 #   Comparisons: 1 core, 2 mount, 3 gateway ingest, 4 Kafka, 5 footprint. Wall time on a
-#   2-core machine busy with other builds (load 9-13): 1 about 1-2.5 min, 2 about 5.5 min
-#   (filling the peer's 64 MiB image alone takes 2 min), 3 about 3.5 min, 4 about 1.5 min,
-#   5 under 1 min; `--only 1,4,5` is the quick run.
+#   2-core machine busy with other builds (load 7-13), two runs: 1 in 70-140 s, 2 in
+#   175-320 s (filling the peer's 64 MiB image takes most of it), 3 in 155-200 s, 4 in
+#   45-65 s, 5 in under 20 s; all of them 8-12.5 min after a warm release build (a cold
+#   one took 24 min). `--only 1,4,5` is the quick run (2-4 min).
 # Environment: SPILLWAY_BENCH_OUT (default bench-results), SPILLWAY_KAFKA_PORT (default
 # 19092, or any free port if another program holds it), SPILLWAY_KAFKA_BROKER (use a
 # broker already running instead of starting one).

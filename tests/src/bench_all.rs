@@ -66,7 +66,7 @@ impl Options {
         self
     }
 
-    /// The full run: about 12 minutes on a 2-core machine busy with other builds (the
+    /// The full run: 8 to 12.5 minutes on a 2-core machine busy with other builds (the
     /// standalone benchmarks' defaults, fewer mount repetitions above 64 MiB).
     pub fn full(nats_bin: Option<PathBuf>, broker: Option<String>) -> Options {
         Options {
