@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use smol::io::{AsyncReadExt, AsyncWriteExt};
+use spillway_core::log::format::MAX_OFFSET;
 use spillway_core::wire::{
     self, AckLevel, ErrorCode, GatewayStats, LostRange, PROTOCOL_VERSION, Producer, Request,
     Response,
@@ -394,7 +395,37 @@ enum Owned {
     Stats(GatewayStats),
 }
 
+/// Decodes one reply frame from a gateway (its COBS bytes up to and including the 0
+/// delimiter, decoded in place) and checks it the way [`Client`] does before the bridge
+/// computes with its numbers. Returns the reply's request `seq` (`None` for a reply to no
+/// request).
+///
+/// Errors: [`ClientError::Protocol`] for a frame that does not decode, a malformed record
+/// or consumer entry, an offset at or above the log's offset limit
+/// ([`MAX_OFFSET`](spillway_core::log::format::MAX_OFFSET), so the bridge can add 1 to
+/// any offset it was sent), record offsets that do not increase, or a lost range that ends
+/// before it starts.
+pub fn decode_reply(frame: &mut [u8]) -> Result<Option<u32>, ClientError> {
+    let resp: Response<'_> = wire::decode_message(frame)
+        .map_err(|e| ClientError::Protocol(format!("bad frame: {e}")))?;
+    let seq = resp.seq();
+    own(resp)?;
+    Ok(seq)
+}
+
+/// Refuses an offset from the wire at or above the log's offset limit.
+fn offset_in_range(what: &str, offset: u64) -> Result<u64, ClientError> {
+    if offset < MAX_OFFSET {
+        Ok(offset)
+    } else {
+        Err(ClientError::Protocol(format!(
+            "{what} {offset} is past the offset limit {MAX_OFFSET}"
+        )))
+    }
+}
+
 fn own(resp: Response<'_>) -> Result<Owned, ClientError> {
+    let off = offset_in_range;
     Ok(match resp {
         Response::Welcome {
             protocol_version,
@@ -411,7 +442,10 @@ fn own(resp: Response<'_>) -> Result<Owned, ClientError> {
         }),
         Response::Ack {
             offset, duplicate, ..
-        } => Owned::Ack(PublishAck { offset, duplicate }),
+        } => Owned::Ack(PublishAck {
+            offset: off("acknowledged offset", offset)?,
+            duplicate,
+        }),
         Response::Error { code, message, .. } => Owned::Error(code, message.to_string()),
         Response::Records {
             prev_crc,
@@ -420,9 +454,27 @@ fn own(resp: Response<'_>) -> Result<Owned, ClientError> {
             records,
             ..
         } => {
-            let mut out = Vec::with_capacity(records.count().min(65_536) as usize);
+            off("next offset", next_offset)?;
+            if let Some(l) = lost
+                && (off("lost range end", l.to)? < l.from)
+            {
+                return Err(ClientError::Protocol(format!(
+                    "lost range {}..{} ends before it starts",
+                    l.from, l.to
+                )));
+            }
+            let mut out: Vec<OwnedRecord> =
+                Vec::with_capacity(records.count().min(65_536) as usize);
             for r in records.iter() {
                 let r = r.map_err(|e| ClientError::Protocol(format!("bad record: {e}")))?;
+                off("record offset", r.offset)?;
+                if out.last().is_some_and(|p| p.offset >= r.offset) {
+                    return Err(ClientError::Protocol(format!(
+                        "record offsets do not increase: {} after {}",
+                        r.offset,
+                        out.last().map_or(0, |p| p.offset)
+                    )));
+                }
                 out.push(OwnedRecord {
                     offset: r.offset,
                     record_crc: r.record_crc,
@@ -441,21 +493,28 @@ fn own(resp: Response<'_>) -> Result<Owned, ClientError> {
         }
         Response::Dropped {
             first_available, ..
-        } => Owned::Fetch(FetchReply::Dropped { first_available }),
-        Response::Committed { offset, .. } => Owned::Committed(offset),
+        } => Owned::Fetch(FetchReply::Dropped {
+            first_available: off("first available offset", first_available)?,
+        }),
+        Response::Committed { offset, .. } => Owned::Committed(off("committed offset", offset)?),
         Response::Consumers { list, .. } => {
             let mut out = Vec::new();
             for c in list.iter() {
                 let c = c.map_err(|e| ClientError::Protocol(format!("bad consumer entry: {e}")))?;
                 out.push(ConsumerInfo {
                     name: c.name.to_string(),
-                    committed_offset: c.committed_offset,
+                    committed_offset: off("committed offset", c.committed_offset)?,
                 });
             }
             Owned::Consumers(out)
         }
         Response::Deleted { existed, .. } => Owned::Deleted(existed),
-        Response::StatsReply { stats, .. } => Owned::Stats(stats),
+        Response::StatsReply { stats, .. } => {
+            off("first offset", stats.first_offset)?;
+            off("next offset", stats.next_offset)?;
+            off("durable offset", stats.durable_offset)?;
+            Owned::Stats(stats)
+        }
     })
 }
 
@@ -846,5 +905,89 @@ mod tests {
     fn log_id_is_32_hex_digits() {
         assert_eq!(log_id_hex(0xab), "000000000000000000000000000000ab");
         assert_eq!(log_id_hex(u128::MAX).len(), 32);
+    }
+}
+
+#[cfg(test)]
+mod reply_tests {
+    use spillway_core::wire::{RecordView, RecordsWriter, encode_frame};
+
+    use super::*;
+
+    fn record(offset: u64) -> RecordView<'static> {
+        RecordView {
+            offset,
+            record_crc: 1,
+            topic: "t",
+            timestamp_us: 2,
+            producer: None,
+            payload: b"p",
+        }
+    }
+
+    fn records_frame(offsets: &[u64], next_offset: u64) -> Vec<u8> {
+        let mut buf = vec![0u8; 4096];
+        let mut w = RecordsWriter::new(&mut buf, 9, 0, 4096);
+        for &o in offsets {
+            w.push(&record(o)).unwrap();
+        }
+        let n = w.finish(next_offset, None).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    /// A fetch reply with a record at offset `u64::MAX` (the drain then computes
+    /// `offset + 1`: a panic with overflow checks, offset 0 without), or with offsets that
+    /// go backwards, is refused as a protocol error when it is decoded.
+    #[test]
+    fn a_reply_with_offsets_past_the_limit_is_refused() {
+        assert_eq!(
+            decode_reply(&mut records_frame(&[5, 6], 7)).unwrap(),
+            Some(9)
+        );
+        for (offsets, next) in [
+            (&[u64::MAX][..], 7),
+            (&[MAX_OFFSET][..], 7),
+            (&[5], u64::MAX),
+            (&[6, 5], 7),
+            (&[5, 5], 7),
+        ] {
+            let got = decode_reply(&mut records_frame(offsets, next));
+            assert!(
+                matches!(got, Err(ClientError::Protocol(_))),
+                "{offsets:?} next {next}: {got:?}"
+            );
+        }
+        let mut buf = vec![0u8; 256];
+        for resp in [
+            Response::Ack {
+                seq: 1,
+                offset: u64::MAX,
+                duplicate: false,
+            },
+            Response::Committed {
+                seq: 1,
+                consumer: "bridge",
+                offset: u64::MAX,
+            },
+            Response::Dropped {
+                seq: 1,
+                first_available: u64::MAX,
+            },
+            Response::StatsReply {
+                seq: 1,
+                stats: GatewayStats {
+                    next_offset: u64::MAX,
+                    ..GatewayStats::default()
+                },
+            },
+        ] {
+            let n = encode_frame(&resp, &mut buf).unwrap();
+            let got = decode_reply(&mut buf[..n]);
+            assert!(
+                matches!(got, Err(ClientError::Protocol(_))),
+                "{resp:?}: {got:?}"
+            );
+        }
     }
 }
