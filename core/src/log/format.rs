@@ -47,6 +47,11 @@ pub const MAX_CONSUMER_NAME_LEN: usize = 31;
 /// wrapping. 2^62 records outlast the flash (146 years at 10^9 records/s).
 pub const MAX_OFFSET: u64 = 1 << 62;
 
+/// Segment and journal entry sequence numbers at or above this value are refused as
+/// damaged when decoded, so the next one (`+ 1`) never wraps. One journal write per
+/// microsecond would take 146,000 years to get there.
+pub const MAX_SEQ: u64 = 1 << 62;
+
 /// Bytes a record takes in a batch besides its topic and payload:
 /// topic length (1) + timestamp (8) + flags (1) + payload length (4).
 pub const RECORD_OVERHEAD: usize = 14;
@@ -154,7 +159,7 @@ impl SegmentHeader {
     /// one of [`MIN_FORMAT_VERSION`]`..=`[`FORMAT_VERSION`], or the numbers cannot describe
     /// a partition: a zero erase size, write size, segment size or segment count, a
     /// segment (`blocks_per_segment × erase_size` bytes) or a partition past 4 GiB, a base
-    /// offset at or above [`MAX_OFFSET`].
+    /// offset at or above [`MAX_OFFSET`], a sequence number at or above [`MAX_SEQ`].
     pub fn decode(b: &[u8]) -> Option<Self> {
         if b.len() < SEGMENT_HEADER_LEN
             || u32_at(b, 0) != SEGMENT_MAGIC
@@ -188,7 +193,8 @@ impl SegmentHeader {
             && h.segment_count != 0
             && geometry_fits(h.erase_size, h.blocks_per_segment)
             && geometry_fits(h.erase_size, partition_blocks)
-            && h.base_offset < MAX_OFFSET)
+            && h.base_offset < MAX_OFFSET
+            && h.seq < MAX_SEQ)
             .then_some(h)
     }
 
@@ -762,6 +768,10 @@ mod tests {
             },
             SegmentHeader {
                 write_size: 0,
+                ..header(1, 4, 4096)
+            },
+            SegmentHeader {
+                seq: u64::MAX,
                 ..header(1, 4, 4096)
             },
         ] {

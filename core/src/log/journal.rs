@@ -4,7 +4,8 @@
 use heapless::Vec;
 
 use super::format::{
-    JOURNAL_HEADER_LEN, JOURNAL_MAGIC, MAX_CONSUMER_NAME_LEN, MAX_OFFSET, crc32, geometry_fits,
+    JOURNAL_HEADER_LEN, JOURNAL_MAGIC, MAX_CONSUMER_NAME_LEN, MAX_OFFSET, MAX_SEQ, crc32,
+    geometry_fits,
 };
 
 /// Most consumers a log tracks (the `bridge` consumer included).
@@ -178,7 +179,7 @@ pub fn entry_len(head: &[u8; 16], max_len: usize) -> Option<usize> {
 }
 
 /// Decodes a whole entry (`b` is exactly the entry's bytes); `None` if anything is off,
-/// numbers included: a lease, durable end, committed offset or producer offset at or above
+/// numbers included: an entry sequence number at or above [`MAX_SEQ`], a lease, durable end, committed offset or producer offset at or above
 /// [`MAX_OFFSET`], a zero erase size, write size or segment size, a segment
 /// (`blocks_per_segment × erase_size` bytes) past 4 GiB.
 pub fn decode(b: &[u8]) -> Option<Entry> {
@@ -208,6 +209,7 @@ pub fn decode(b: &[u8]) -> Option<Entry> {
     let (nc, np) = (b[61] as usize, b[62] as usize);
     if nc > MAX_CONSUMERS
         || np > MAX_PRODUCERS
+        || e.seq >= MAX_SEQ
         || e.lease >= MAX_OFFSET
         || e.durable_next >= MAX_OFFSET
         || e.erase_size == 0
@@ -380,6 +382,50 @@ mod tests {
             let mut buf = vec![0u8; 1024];
             let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
             assert_eq!(mount(&mut flash, &mut buf, &mut slots), 6);
+        }
+    }
+
+    /// Found by the `mount_image` fuzz target: a journal entry whose sequence number is
+    /// `u64::MAX - 1` (CRC fixed) was the newest; the mount's own entry took `u64::MAX` and
+    /// the first append's lease entry added 1 to it (a panic with overflow checks, an
+    /// entry sequence of 0 that loses to every older entry without). Such an entry is
+    /// refused as damaged.
+    #[test]
+    fn a_journal_entry_sequence_at_the_top_of_its_range_is_refused() {
+        for seq in [u64::MAX - 1, u64::MAX, MAX_SEQ] {
+            let mut flash = log_of(3);
+            let mut out = vec![0u8; MAX_ENTRY_LEN];
+            let len = encode(
+                &mut out,
+                MAX_ENTRY_LEN,
+                seq,
+                1027,
+                3,
+                5,
+                (G.erase_size, G.write_size, G.erased, 1),
+                false,
+                [("bridge", 0)].into_iter(),
+                core::iter::empty(),
+            );
+            assert!(decode(&out[..len]).is_none(), "seq {seq:#x}");
+            // Both journal blocks hold only this entry.
+            flash.erase(0).unwrap();
+            flash.erase(1).unwrap();
+            out.truncate(align_up(len as u32, G.write_size) as usize);
+            out[len..].fill(G.erased);
+            flash.write(0, &out).unwrap();
+            let mut buf = vec![0u8; 1024];
+            let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
+            let mem = Memory {
+                buffer: &mut buf,
+                segments: &mut slots,
+            };
+            let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+            assert_eq!(log.next_offset(), 3);
+            for want in 3..1030 {
+                assert_eq!(log.append(0, &REC).unwrap().offset, want);
+            }
+            log.close(0).unwrap();
         }
     }
 
