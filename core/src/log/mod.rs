@@ -65,6 +65,45 @@ pub use format::{Producer, Record, RecordIter, RecordRef, record_crc};
 use journal::{Consumer, ProducerState};
 pub use journal::{MAX_CONSUMERS, MAX_PRODUCERS, PRODUCER_WINDOW};
 
+/// What a journal entry says of the log it belongs to (see [`journal_geometry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalGeometry {
+    /// Entry sequence number (higher is newer).
+    pub seq: u64,
+    /// The log id.
+    pub log_id: u128,
+    /// Erase block size of the partition, bytes.
+    pub erase_size: u32,
+    /// Write granularity of the partition, bytes.
+    pub write_size: u32,
+    /// The erased value.
+    pub erased: u8,
+    /// Erase blocks per segment.
+    pub blocks_per_segment: u32,
+}
+
+/// Longest journal entry in bytes: read this many bytes (or up to the end of the
+/// partition) from the start of a journal block for [`journal_geometry`].
+pub const MAX_JOURNAL_ENTRY_LEN: usize = journal::MAX_ENTRY_LEN;
+
+/// Decodes the journal entry at the start of `bytes` (the first bytes of a journal block:
+/// block 0 starts the partition, block 1 follows at one erase size) and returns the log's
+/// geometry, for tools that open an image without knowing its erase size. `None` unless
+/// the magic, length check and CRC all hold.
+pub fn journal_geometry(bytes: &[u8]) -> Option<JournalGeometry> {
+    let head: &[u8; 16] = bytes.get(..16)?.try_into().ok()?;
+    let len = journal::entry_len(head, bytes.len())?;
+    let e = journal::decode(bytes.get(..len)?)?;
+    Some(JournalGeometry {
+        seq: e.seq,
+        log_id: e.log_id,
+        erase_size: e.erase_size,
+        write_size: e.write_size,
+        erased: e.erased,
+        blocks_per_segment: e.blocks_per_segment,
+    })
+}
+
 /// Name of the consumer registered at format time.
 pub const BRIDGE_CONSUMER: &str = "bridge";
 
@@ -76,6 +115,15 @@ pub const MIN_BUFFER: usize = 256;
 
 /// Erase attempts before an erase block is declared bad.
 const ERASE_ATTEMPTS: u32 = 3;
+
+/// Reads of one piece of flash before the log gives up on it: a read that returns an error
+/// is retried until it has failed this many times (then the error is returned), and a
+/// batch, segment header or journal entry that does not validate is read again until it
+/// has failed this many times (then it is declared corrupt). A cell that reads wrong on
+/// some reads only (a weak bit, a marginal supply) so costs a re-read, not a permanent gap;
+/// a batch wrong on every read is reported corrupt after `READ_ATTEMPTS - 1` re-reads.
+/// Blank (erased) regions are never re-read.
+pub const READ_ATTEMPTS: u32 = 16;
 
 /// Bytes read at a time when scanning flash.
 const CHUNK: usize = 256;
@@ -359,6 +407,28 @@ enum Found {
     Nothing,
 }
 
+/// What [`Dev::count_non_erased`] found. Counts in bytes.
+struct NonErased {
+    /// Bytes not erased in both reads.
+    both: u32,
+    /// Bytes not erased in either read.
+    any: u32,
+    /// One past the last byte not erased in either read, relative to the start.
+    used_end: u32,
+}
+
+/// A segment just before the tail whose header does not validate but whose batches do:
+/// its records, `from` up to the tail's base offset, are lost to damage.
+#[derive(Debug, Clone, Copy)]
+struct DamagedBeforeTail {
+    /// The tail segment when the damage was found (the range ends at its base).
+    tail: u32,
+    /// The damaged segment.
+    seg: u32,
+    /// Base offset of its first valid batch.
+    from: u64,
+}
+
 /// Where a sequential reader left off in a segment.
 #[derive(Debug, Clone, Copy)]
 struct Cursor {
@@ -407,9 +477,21 @@ struct Dev<F: Flash> {
 }
 
 impl<F: Flash> Dev<F> {
+    /// Reads `buf.len()` bytes at `addr`, retrying a failed read up to [`READ_ATTEMPTS`]
+    /// times in all (the last error is returned).
     fn read(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), F::Error> {
-        self.stats.flash_reads += 1;
-        self.flash.read(addr, buf)
+        let mut attempt = 1;
+        loop {
+            self.stats.flash_reads += 1;
+            match self.flash.read(addr, buf) {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt >= READ_ATTEMPTS => return Err(e),
+                Err(_) => {
+                    warn!("flash read at {} failed; reading again", addr);
+                    attempt += 1;
+                }
+            }
+        }
     }
 
     /// Notes a failed write, erase or sync: the first one poisons the log.
@@ -458,6 +540,41 @@ impl<F: Flash> Dev<F> {
         Ok(true)
     }
 
+    /// Counts the bytes of `addr .. addr + len` that are not erased. A chunk with such bytes
+    /// is read a second time: `both` counts bytes not erased in both reads (what a read
+    /// that went wrong once cannot fake, so a report of damage is not made of one bad
+    /// read); `any` and `used_end` count and bound (relative to `addr`) the bytes either
+    /// read saw not erased (what decides where the region may be written again, where a
+    /// doubtful bit must count).
+    fn count_non_erased(&mut self, addr: u32, len: u32) -> Result<NonErased, F::Error> {
+        let erased = self.l.geo.erased;
+        let (mut a, mut b) = ([0u8; CHUNK], [0u8; CHUNK]);
+        let mut out = NonErased {
+            both: 0,
+            any: 0,
+            used_end: 0,
+        };
+        let mut at = 0u32;
+        while at < len {
+            let n = (len - at).min(CHUNK as u32) as usize;
+            self.read(addr + at, &mut a[..n])?;
+            if a[..n].iter().any(|&x| x != erased) {
+                self.read(addr + at, &mut b[..n])?;
+                for (i, (&x, &y)) in a[..n].iter().zip(&b[..n]).enumerate() {
+                    if x != erased && y != erased {
+                        out.both += 1;
+                    }
+                    if x != erased || y != erased {
+                        out.any += 1;
+                        out.used_end = at + i as u32 + 1;
+                    }
+                }
+            }
+            at += n as u32;
+        }
+        Ok(out)
+    }
+
     /// Erases `count` blocks from `first` and verifies them blank, erasing again if an
     /// interrupted or failed erase left bits behind.
     fn erase_verified(&mut self, first: u32, count: u32) -> Result<(), Io<F::Error>> {
@@ -501,7 +618,9 @@ impl<F: Flash> Dev<F> {
     }
 
     /// Reads and fully validates the batch at `pos` of segment `seg` (header, bounds and
-    /// CRC; a failed CRC is re-read once). Returns the header if valid.
+    /// CRC). A batch that fails is read again, header and body, up to [`READ_ATTEMPTS`]
+    /// reads in all; a header that reads erased is the end of the data at once. Returns
+    /// the header if valid.
     fn check_batch(
         &mut self,
         seg: u32,
@@ -513,13 +632,16 @@ impl<F: Flash> Dev<F> {
         }
         let addr = l.seg_addr(seg) + pos;
         let mut hb = [0u8; BATCH_HEADER_LEN];
-        self.read(addr, &mut hb)?;
-        match BatchHeader::check(&hb, l.geo.erased, l.seg_size - pos) {
-            HeadCheck::Plausible => {}
-            other => return Ok(Err(other)),
-        }
-        let h = BatchHeader::decode(&hb);
-        for _attempt in 0..2 {
+        for _ in 0..READ_ATTEMPTS {
+            self.read(addr, &mut hb)?;
+            match BatchHeader::check(&hb, l.geo.erased, l.seg_size - pos) {
+                HeadCheck::Plausible => {}
+                // Blank: the end of the data (a read that went wrong once and blank the
+                // next time was a blank header read wrong).
+                HeadCheck::Erased => return Ok(Err(HeadCheck::Erased)),
+                HeadCheck::Invalid => continue,
+            }
+            let h = BatchHeader::decode(&hb);
             let mut crc = crc32fast::Hasher::new();
             crc.update(&hb[16..]);
             self.crc_of(
@@ -532,6 +654,22 @@ impl<F: Flash> Dev<F> {
             }
         }
         Ok(Err(HeadCheck::Invalid))
+    }
+
+    /// Reads the segment header at `addr`; one that does not validate is read again, up to
+    /// [`READ_ATTEMPTS`] reads in all, unless it reads blank (an unused segment).
+    fn read_segment_header(&mut self, addr: u32) -> Result<Option<SegmentHeader>, F::Error> {
+        let mut hb = [0u8; SEGMENT_HEADER_LEN];
+        for _ in 0..READ_ATTEMPTS {
+            self.read(addr, &mut hb)?;
+            if hb.iter().all(|&b| b == self.l.geo.erased) {
+                return Ok(None);
+            }
+            if let Some(h) = SegmentHeader::decode(&hb) {
+                return Ok(Some(h));
+            }
+        }
+        Ok(None)
     }
 
     /// Finds the next valid batch at or after `pos` whose base offset is at least
@@ -725,6 +863,7 @@ pub struct Log<'a, F: Flash> {
     jpos: Option<u32>,
     jseq: u64,
 
+    damaged: Option<DamagedBeforeTail>,
     cursor: Option<Cursor>,
     index_seg: Option<(u32, u64)>,
     index: Vec<(u32, u64), INDEX_ENTRIES>,
@@ -857,18 +996,30 @@ impl<'a, F: Flash> Log<'a, F> {
         // 1. The journal.
         let (entry, jblock, jpos) = Self::scan_journal(&mut dev).map_err(MountError::Flash)?;
 
-        // 2. Geometry and log id: from the journal, else from the first segment's header.
+        // 2. Geometry and log id: from the journal, else from the first valid segment
+        // header found at an erase block start where a segment of its own geometry begins
+        // (no single damaged header decides whether the partition is a log).
         let (log_id, bps) = match &entry {
             Some(e) => {
                 same_geometry(&geo, e.erase_size, e.write_size, e.erased)?;
                 (e.log_id, e.blocks_per_segment)
             }
             None => {
-                let mut hb = [0u8; SEGMENT_HEADER_LEN];
-                dev.read(JOURNAL_BLOCKS * geo.erase_size, &mut hb)
-                    .map_err(MountError::Flash)?;
-                let h = SegmentHeader::decode(&hb).ok_or(MountError::NotFormatted)?;
-                (h.log_id, h.blocks_per_segment)
+                let mut found = None;
+                for blk in JOURNAL_BLOCKS..geo.blocks() {
+                    let mut hb = [0u8; SEGMENT_HEADER_LEN];
+                    dev.read(blk * geo.erase_size, &mut hb)
+                        .map_err(MountError::Flash)?;
+                    if let Some(h) = SegmentHeader::decode(&hb)
+                        && h.blocks_per_segment > 0
+                        && h.erase_size == geo.erase_size
+                        && (blk - JOURNAL_BLOCKS).is_multiple_of(h.blocks_per_segment)
+                    {
+                        found = Some((h.log_id, h.blocks_per_segment));
+                        break;
+                    }
+                }
+                found.ok_or(MountError::NotFormatted)?
             }
         };
         let l = Layout::new(geo, bps);
@@ -889,12 +1040,12 @@ impl<'a, F: Flash> Log<'a, F> {
         let mut tail: Option<u32> = None;
         let mut max_seq = 0u64;
         for s in 0..l.seg_count {
-            let mut hb = [0u8; SEGMENT_HEADER_LEN];
-            dev.read(l.seg_addr(s), &mut hb)
+            let h = dev
+                .read_segment_header(l.seg_addr(s))
                 .map_err(MountError::Flash)?;
             let slot = &mut mem.segments[s as usize];
             *slot = SegmentSlot::EMPTY;
-            let Some(h) = SegmentHeader::decode(&hb) else {
+            let Some(h) = h else {
                 continue;
             };
             if h.log_id != log_id {
@@ -977,12 +1128,14 @@ impl<'a, F: Flash> Log<'a, F> {
             jblock,
             jpos,
             jseq: entry.as_ref().map_or(0, |e| e.seq),
+            damaged: None,
             cursor: None,
             index_seg: None,
             index: Vec::new(),
         };
         let seg_data = (l.seg_size - l.data_start) & !(l.ws() - 1);
         log.buf_cap = log.buf.len().min(seg_data as usize);
+        log.find_damage_before_tail().map_err(MountError::Flash)?;
 
         // 4. Scan the head segment.
         let mut report = RecoveryReport {
@@ -1033,27 +1186,20 @@ impl<'a, F: Flash> Log<'a, F> {
                     }
                     Next::End { pos: p, corrupt } => {
                         // Count the non-erased bytes after the last valid batch and find
-                        // where they end.
-                        let mut torn = 0u32;
-                        let mut used_end = p;
-                        let mut chunk = [0u8; CHUNK];
-                        let mut at = p;
-                        while at < l.seg_size {
-                            let n = (l.seg_size - at).min(CHUNK as u32) as usize;
-                            log.dev
-                                .read(l.seg_addr(h) + at, &mut chunk[..n])
-                                .map_err(MountError::Flash)?;
-                            torn += chunk[..n].iter().filter(|&&b| b != geo.erased).count() as u32;
-                            if let Some(i) = chunk[..n].iter().rposition(|&b| b != geo.erased) {
-                                used_end = at + i as u32 + 1;
-                            }
-                            at += n as u32;
-                        }
+                        // where they end (a byte that read non-erased once counts for
+                        // where the next write may go; the report counts bytes that read
+                        // non-erased twice).
+                        let tail = log
+                            .dev
+                            .count_non_erased(l.seg_addr(h) + p, l.seg_size - p)
+                            .map_err(MountError::Flash)?;
+                        let (torn, any) = (tail.both, tail.any);
+                        let used_end = p + tail.used_end;
                         report.torn_tail_bytes = torn;
-                        head_clean = !corrupt && torn == 0 && report.head_lost.is_none();
+                        head_clean = !corrupt && any == 0 && report.head_lost.is_none();
                         pos = p;
-                        if torn > 0 {
-                            torn_at = Some((p, used_end, torn));
+                        if any > 0 {
+                            torn_at = Some((p, used_end, any));
                         }
                         break;
                     }
@@ -1164,9 +1310,8 @@ impl<'a, F: Flash> Log<'a, F> {
             match last {
                 Some((pos, h)) => log.last_record_crc(seg, pos, &h),
                 None => {
-                    let mut hb = [0u8; SEGMENT_HEADER_LEN];
-                    log.dev.read(log.dev.l.seg_addr(seg), &mut hb)?;
-                    Ok(SegmentHeader::decode(&hb).map_or(0, |h| h.prev_crc))
+                    let addr = log.dev.l.seg_addr(seg);
+                    Ok(log.dev.read_segment_header(addr)?.map_or(0, |h| h.prev_crc))
                 }
             }
         }
@@ -1196,6 +1341,45 @@ impl<'a, F: Flash> Log<'a, F> {
             break;
         }
         Ok(align_up(at.max(used_end), l.ws()).min(l.seg_size))
+    }
+
+    /// Looks at the segment just before the tail in ring order: if it is not the next one
+    /// to open (so no erase or reclaim of it was under way) yet its header does not
+    /// validate while a batch inside does, with offsets below the tail's, the segment was
+    /// damaged and its offsets are reported corrupt rather than dropped. Costs one read
+    /// when that segment is blank.
+    fn find_damage_before_tail(&mut self) -> Result<(), F::Error> {
+        let n = self.dev.l.seg_count;
+        let (Some(t), Some(h)) = (self.tail, self.head) else {
+            return Ok(());
+        };
+        let p = (t + n - 1) % n;
+        if self.slots[p as usize].valid || p == (h + 1) % n {
+            return Ok(());
+        }
+        let tail_base = self.slots[t as usize].base;
+        let start = self.dev.l.data_start;
+        if let Next::Batch { h: bh, .. } = self.dev.next_batch(p, start, 0)?
+            && bh.base_offset < tail_base
+            && bh.end_offset() <= tail_base
+        {
+            warn!(
+                "segment {} is damaged: offsets {}..{} lost",
+                p, bh.base_offset, tail_base
+            );
+            self.damaged = Some(DamagedBeforeTail {
+                tail: t,
+                seg: p,
+                from: bh.base_offset,
+            });
+        }
+        Ok(())
+    }
+
+    /// The damaged range before the tail, `from..tail base`, while the tail is unchanged.
+    fn damaged_before_tail(&self) -> Option<(u64, u64)> {
+        let d = self.damaged?;
+        (self.tail == Some(d.tail)).then(|| (d.from, self.slots[d.tail as usize].base))
     }
 
     /// Record CRC of the last record of the (valid) batch at `pos` of `seg`.
@@ -1279,13 +1463,25 @@ impl<'a, F: Flash> Log<'a, F> {
         for blk in 0..JOURNAL_BLOCKS {
             let mut pos = 0u32;
             while pos + 16 <= e {
-                let mut head = [0u8; 16];
-                dev.read(blk * e + pos, &mut head)?;
-                let Some(len) = journal::entry_len(&head, (e - pos) as usize) else {
-                    break;
-                };
-                dev.read(blk * e + pos, &mut buf[..len])?;
-                let Some(entry) = journal::decode(&buf[..len]) else {
+                // An entry that does not validate is read again (a flaky cell), unless its
+                // start reads blank: the end of the block's entries.
+                let mut found = None;
+                for _ in 0..READ_ATTEMPTS {
+                    let mut head = [0u8; 16];
+                    dev.read(blk * e + pos, &mut head)?;
+                    if head.iter().all(|&b| b == dev.l.geo.erased) {
+                        break;
+                    }
+                    let Some(len) = journal::entry_len(&head, (e - pos) as usize) else {
+                        continue;
+                    };
+                    dev.read(blk * e + pos, &mut buf[..len])?;
+                    if let Some(entry) = journal::decode(&buf[..len]) {
+                        found = Some((entry, len));
+                        break;
+                    }
+                }
+                let Some((entry, len)) = found else {
                     break;
                 };
                 pos += align_up(len as u32, ws);
@@ -1405,8 +1601,13 @@ impl<'a, F: Flash> Log<'a, F> {
         self.dev.failed
     }
 
-    /// The first offset still retained (older ones were dropped or reused).
+    /// The first offset still retained (older ones were dropped or reused). Offsets of a
+    /// damaged segment just before the oldest valid one count as retained: reads report
+    /// them lost as corrupt.
     pub fn first_offset(&self) -> u64 {
+        if let Some((from, _)) = self.damaged_before_tail() {
+            return from;
+        }
         match self.tail {
             Some(t) => self.slots[t as usize].base,
             None => self.durable_end,
@@ -1920,6 +2121,10 @@ impl<'a, F: Flash> Log<'a, F> {
         };
         // Invalidate the slot before erasing: a crash from here on leaves it invalid.
         self.slots[target as usize].valid = false;
+        if self.damaged.is_some_and(|d| d.seg == target) {
+            // The damaged segment is reused: its offsets are gone like dropped ones.
+            self.damaged = None;
+        }
         if self.cursor.is_some_and(|c| c.seg == target) {
             self.cursor = None;
         }
@@ -2075,6 +2280,11 @@ impl<'a, F: Flash> Log<'a, F> {
                 first_available: first,
             });
         }
+        if let Some((_, to)) = self.damaged_before_tail()
+            && from < to
+        {
+            return Ok(lost(from, to, LostReason::Corrupt));
+        }
         if self.buf_count > 0 && from >= self.buf_base {
             return self.read_ram(from, buf);
         }
@@ -2227,7 +2437,12 @@ impl<'a, F: Flash> Log<'a, F> {
                         && self
                             .next_valid_after(seg)
                             .is_some_and(|n| self.slots[n as usize].after_unclean);
-                    let reason = if corrupt_before || (corrupt && !abandoned) {
+                    // Between the tail and the head every segment holds records: one whose
+                    // header does not validate is damage, and its offsets are corrupt.
+                    let n = self.dev.l.seg_count;
+                    let damaged_next =
+                        Some(seg) != self.head && !self.slots[((seg + 1) % n) as usize].valid;
+                    let reason = if corrupt_before || damaged_next || (corrupt && !abandoned) {
                         LostReason::Corrupt
                     } else {
                         LostReason::Skipped
@@ -2260,7 +2475,14 @@ impl<'a, F: Flash> Log<'a, F> {
                 if out.count > 0 {
                     return Ok(out);
                 }
-                // `from` sits in a gap before this batch.
+                // `from` sits in a gap before this batch. The next read starts at this
+                // batch, without validating what lies before it again.
+                self.cursor = Some(Cursor {
+                    seg,
+                    seq: slot.seq,
+                    pos: p,
+                    expected: h.base_offset,
+                });
                 let reason = if corrupt_before {
                     LostReason::Corrupt
                 } else {
@@ -2275,13 +2497,17 @@ impl<'a, F: Flash> Log<'a, F> {
             let body_addr = l.seg_addr(seg) + p + BATCH_HEADER_LEN as u32;
             if body_len <= room {
                 let dst = &mut buf[out.len..out.len + body_len];
-                let crc_ok = fast.is_some() || {
+                let mut crc_ok = fast.is_some();
+                for _ in 0..if crc_ok { 0 } else { READ_ATTEMPTS } {
                     self.dev.read(body_addr, dst).map_err(ReadError::Flash)?;
                     let mut crc = crc32fast::Hasher::new();
                     crc.update(&BatchHeader::encode(&h)[16..]);
                     crc.update(dst);
-                    crc.finalize() == h.crc
-                };
+                    if crc.finalize() == h.crc {
+                        crc_ok = true;
+                        break;
+                    }
+                }
                 let skip = want - h.base_offset;
                 let walked = if crc_ok {
                     format::walk_records(dst, h.base_offset, h.count, skip, h.prev_crc)

@@ -28,7 +28,8 @@
 //!   one and fails with [`SimError::ProgramFailed`], the power staying on;
 //! - [`SimFlash::fail_read_after`]: one read that fails with [`SimError::ReadFailed`]
 //!   (a transient error: the same read succeeds when retried);
-//! - [`SimFlash::flip_next_read`]: one read that returns a bit inverted (right on re-read);
+//! - [`SimFlash::flip_next_read`], [`SimFlash::flip_read_after`]: one read that returns a
+//!   bit inverted (right on re-read);
 //! - [`SimFlash::set_flaky`]: a flaky cell, one byte that reads wrong on a given share of
 //!   reads, drawn from the seeded generator.
 //!
@@ -203,6 +204,8 @@ pub struct SimFlash<S> {
     fail_reads: Option<u64>,
     /// The next read covering this address returns this bit inverted.
     flip_read: Option<(u32, u8)>,
+    /// Reads that still return right before one returns a random bit inverted.
+    flip_after: Option<u64>,
     flaky: Option<Flaky>,
     faults: SimFaults,
 }
@@ -269,6 +272,7 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> SimFlash<S> {
             fail_bytes: None,
             fail_reads: None,
             flip_read: None,
+            flip_after: None,
             flaky: None,
             faults: SimFaults::default(),
         })
@@ -344,6 +348,12 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> SimFlash<S> {
         self.flip_read = Some((addr, bit & 7));
     }
 
+    /// Arms a one-shot bit flip by read count: the next `n` reads are right, the one after
+    /// returns one random bit of its data inverted (a re-read is right).
+    pub fn flip_read_after(&mut self, n: u64) {
+        self.flip_after = Some(n);
+    }
+
     /// Makes the byte at `addr` a flaky cell: every read covering it returns it XORed with
     /// `mask` (nonzero) on `percent`% of reads (0 to 100), drawn from the seeded generator.
     /// The flash keeps the right value. `clear_flaky` ends it.
@@ -360,11 +370,12 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> SimFlash<S> {
         self.flaky = None;
     }
 
-    /// Cancels the armed write failure, read failure and one-shot read flip.
+    /// Cancels the armed write failure, read failure and one-shot read flips.
     pub fn disarm_faults(&mut self) {
         self.fail_bytes = None;
         self.fail_reads = None;
         self.flip_read = None;
+        self.flip_after = None;
     }
 
     /// Faults injected so far.
@@ -628,6 +639,17 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> Flash for SimFlash<S> {
             buf[(a - addr) as usize] ^= 1 << bit;
             self.flip_read = None;
             self.faults.flipped_reads += 1;
+        }
+        match self.flip_after {
+            Some(0) if len > 0 => {
+                let r = self.next_random();
+                buf[(r >> 3) as usize % len] ^= 1 << (r % 8);
+                self.flip_after = None;
+                self.faults.flipped_reads += 1;
+            }
+            Some(0) => {}
+            Some(n) => self.flip_after = Some(n - 1),
+            None => {}
         }
         if let Some(f) = self.flaky
             && covers(f.addr)

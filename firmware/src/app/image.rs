@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
 use spillway_core::log::format::{JOURNAL_BLOCKS, SEGMENT_HEADER_LEN, SegmentHeader};
-use spillway_core::log::{Log, MIN_ERASE_SIZE};
+use spillway_core::log::{Log, MAX_JOURNAL_ENTRY_LEN, MIN_ERASE_SIZE, journal_geometry};
 use spillway_core::storage::{FileFlash, FileFlashError, Flash, Geometry};
 
 use super::AppError;
@@ -16,34 +16,109 @@ use super::config::{DEFAULT_ERASE, DEFAULT_WRITE, Settings};
 /// Largest erase size probed, bytes.
 const MAX_PROBE_ERASE: u32 = 16 << 20;
 
-/// Segment headers tried per candidate erase size while probing.
-const PROBE_SEGMENTS: u64 = 64;
+/// The geometry of an existing image, as its journal or a segment header records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probed {
+    /// Erase block size, bytes.
+    pub erase_size: u32,
+    /// Write granularity, bytes.
+    pub write_size: u32,
+    /// The erased value.
+    pub erased: u8,
+    /// Erase blocks per segment.
+    pub blocks_per_segment: u32,
+}
 
-/// Reads the geometry of an existing image from its segment headers (no lock taken).
-/// Returns the header found, or `None` if no valid header is at any candidate position.
-pub fn probe(path: &Path) -> Result<Option<SegmentHeader>, AppError> {
+/// Whether `erase` is an erase size an image of `len` bytes can have.
+fn plausible_erase(erase: u32, len: u64) -> bool {
+    erase.is_power_of_two()
+        && (MIN_ERASE_SIZE..=MAX_PROBE_ERASE).contains(&erase)
+        && u64::from(erase) * 4 <= len
+        && len.is_multiple_of(u64::from(erase))
+}
+
+/// Reads the geometry of an existing image (no lock taken): from the journal first (the
+/// first entry of block 0, at offset 0, or of block 1, at one erase size, for every
+/// candidate erase size), else from the first valid segment header found at an erase
+/// block start where a segment of its own geometry begins. No single erase block outside
+/// the journal's two decides: a damaged first segment leaves the others to tell.
+/// `None` if neither the journal nor any segment header is found.
+pub fn probe(path: &Path) -> Result<Option<Probed>, AppError> {
     let file = File::open(path)
         .map_err(|e| AppError::Image(format!("cannot open {}: {e}", path.display())))?;
     let len = file
         .metadata()
         .map_err(|e| AppError::Image(format!("cannot stat {}: {e}", path.display())))?
         .len();
+    let read = |at: u64, buf: &mut [u8]| -> usize {
+        let n = (len.saturating_sub(at) as usize).min(buf.len());
+        if file.read_exact_at(&mut buf[..n], at).is_err() {
+            return 0;
+        }
+        n
+    };
+    // 1. The journal's two blocks.
+    let mut best: Option<(u64, Probed)> = None;
+    let mut entry = vec![0u8; MAX_JOURNAL_ENTRY_LEN];
+    let mut consider = |at: u64, want_erase: Option<u32>, best: &mut Option<(u64, Probed)>| {
+        let n = read(at, &mut entry);
+        let Some(j) = journal_geometry(&entry[..n]) else {
+            return;
+        };
+        if want_erase.is_some_and(|e| e != j.erase_size)
+            || !plausible_erase(j.erase_size, len)
+            || j.blocks_per_segment == 0
+        {
+            return;
+        }
+        if best.as_ref().is_none_or(|b| j.seq > b.0) {
+            *best = Some((
+                j.seq,
+                Probed {
+                    erase_size: j.erase_size,
+                    write_size: j.write_size,
+                    erased: j.erased,
+                    blocks_per_segment: j.blocks_per_segment,
+                },
+            ));
+        }
+    };
+    consider(0, None, &mut best);
     let mut erase = MIN_ERASE_SIZE;
     while erase <= MAX_PROBE_ERASE && u64::from(erase) * 4 <= len {
-        let blocks = len / u64::from(erase);
-        for k in 0..PROBE_SEGMENTS.min(blocks.saturating_sub(u64::from(JOURNAL_BLOCKS))) {
-            let at = (u64::from(JOURNAL_BLOCKS) + k) * u64::from(erase);
-            let mut hb = [0u8; SEGMENT_HEADER_LEN];
-            if file.read_exact_at(&mut hb, at).is_err() {
-                break;
-            }
-            if let Some(h) = SegmentHeader::decode(&hb)
-                && h.erase_size == erase
+        consider(u64::from(erase), Some(erase), &mut best);
+        erase *= 2;
+    }
+    if let Some((_, p)) = best {
+        return Ok(Some(p));
+    }
+    // 2. Segment headers, at every candidate erase block start over the first sixteenth
+    // of the image (the first segments of any layout `run` creates) plus two of the
+    // largest erase blocks.
+    let limit = len.min(len / 16 + 2 * u64::from(MAX_PROBE_ERASE) + u64::from(MAX_PROBE_ERASE));
+    let mut at = u64::from(JOURNAL_BLOCKS) * u64::from(MIN_ERASE_SIZE);
+    while at + SEGMENT_HEADER_LEN as u64 <= limit {
+        let mut hb = [0u8; SEGMENT_HEADER_LEN];
+        if read(at, &mut hb) == SEGMENT_HEADER_LEN
+            && let Some(h) = SegmentHeader::decode(&hb)
+            && plausible_erase(h.erase_size, len)
+            && h.blocks_per_segment > 0
+            && at.is_multiple_of(u64::from(h.erase_size))
+        {
+            let block = at / u64::from(h.erase_size);
+            if block >= u64::from(JOURNAL_BLOCKS)
+                && (block - u64::from(JOURNAL_BLOCKS))
+                    .is_multiple_of(u64::from(h.blocks_per_segment))
             {
-                return Ok(Some(h));
+                return Ok(Some(Probed {
+                    erase_size: h.erase_size,
+                    write_size: h.write_size,
+                    erased: h.erased,
+                    blocks_per_segment: h.blocks_per_segment,
+                }));
             }
         }
-        erase *= 2;
+        at += u64::from(MIN_ERASE_SIZE);
     }
     Ok(None)
 }
@@ -99,7 +174,7 @@ pub fn open_or_create(
     if path.exists() {
         let h = probe(path)?.ok_or_else(|| {
             AppError::Image(format!(
-                "{} is not a Spillway image (no valid segment header found)",
+                "{} is not a Spillway image (no valid journal entry or segment header found)",
                 path.display()
             ))
         })?;
@@ -183,8 +258,8 @@ pub struct Overlay {
 }
 
 impl Overlay {
-    /// Opens `path` read-only (shared lock) with the geometry of header `h`.
-    pub fn open(path: &Path, h: &SegmentHeader) -> Result<Self, AppError> {
+    /// Opens `path` read-only (shared lock) with the geometry `h` probed from it.
+    pub fn open(path: &Path, h: &Probed) -> Result<Self, AppError> {
         let base = FileFlash::open_read_only(path, h.erase_size, h.write_size, h.erased)
             .map_err(flash_err)?;
         Ok(Overlay {

@@ -1,7 +1,7 @@
 //! `spillway inspect IMAGE`: read-only report on an image, with every record's CRC checked.
 //!
 //! The image is opened read-only with a shared lock (so not while a gateway runs on it);
-//! the geometry comes from its segment headers. Mounting needs to write a journal entry:
+//! the geometry comes from its journal (else from a segment header). Mounting needs to write a journal entry:
 //! those writes go to a RAM overlay and never reach the file.
 
 use std::path::Path;
@@ -20,7 +20,7 @@ const READ_BUF: usize = 1 << 20;
 pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
     let h = probe(path)?.ok_or_else(|| {
         AppError::Image(format!(
-            "{} is not a Spillway image (no valid segment header found)",
+            "{} is not a Spillway image (no valid journal entry or segment header found)",
             path.display()
         ))
     })?;

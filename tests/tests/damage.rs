@@ -1,0 +1,139 @@
+//! Damage is reported as what it is, on the real `spillway` binary: an image whose first
+//! segment header is damaged is still a Spillway image and costs that segment's records
+//! (an exact corrupt range, exit 4); a damaged header in the middle of a cleanly shut
+//! down image is corruption, never "not persisted".
+
+use std::path::Path;
+
+use spillway_core::wire::AckLevel;
+use spillway_tests::client::Client;
+use spillway_tests::gateway::{GatewayProcess, free_port, run_cli};
+
+/// Starts a gateway on a new image of `size` with 4 KiB erase blocks, publishes `n`
+/// records of about 300 bytes, stops it with SIGTERM (a clean shutdown) and returns
+/// `inspect --json`'s report.
+fn filled_image(img: &Path, size: &str, n: u64) -> serde_json::Value {
+    let port = free_port();
+    let args: Vec<String> = [
+        "--image",
+        &img.display().to_string(),
+        "--size",
+        size,
+        "--erase-size",
+        "4K",
+        "--listen",
+        &format!("tcp://127.0.0.1:{port}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut g = GatewayProcess::start(&args, 1);
+    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    for i in 0..n {
+        let payload = format!("{i:08} {}", "x".repeat(290));
+        c.publish("damage/t", payload.as_bytes(), AckLevel::Buffered, None)
+            .unwrap();
+    }
+    assert_eq!(g.terminate().code(), Some(0), "{}", g.log_text());
+    let (code, out, err) = run_cli(&["inspect", &img.display().to_string(), "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+/// `(physical index, base offset)` of the segments, in ring order.
+fn segments(v: &serde_json::Value) -> Vec<(u64, u64)> {
+    v["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["index"].as_u64().unwrap(),
+                s["base_offset"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn segment_addr(v: &serde_json::Value, index: u64) -> u64 {
+    let bps = v["geometry"]["blocks_per_segment"].as_u64().unwrap();
+    (2 + index * bps) * 4096
+}
+
+fn patch(img: &Path, at: u64, f: impl FnOnce(&mut [u8])) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(img)
+        .unwrap();
+    let mut b = [0u8; 80];
+    file.read_exact_at(&mut b, at).unwrap();
+    f(&mut b);
+    file.write_all_at(&b, at).unwrap();
+}
+
+#[test]
+fn first_segment_header_erased_is_a_lost_range_not_a_foreign_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("big.img");
+    let n = 4000;
+    let before = filled_image(&img, "32M", n);
+    let segs = segments(&before);
+    assert!(segs.len() >= 2, "{before}");
+    assert_eq!(segs[0], (0, 0));
+    let lost_to = segs[1].1;
+    // The first segment's header reads erased.
+    patch(&img, segment_addr(&before, 0), |b| b.fill(0xFF));
+    let img_s = img.display().to_string();
+    let (code, out, err) = run_cli(&["inspect", &img_s, "--json"]);
+    assert_eq!(code, 4, "damage is corruption: {out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["lost"],
+        serde_json::json!([{"from": 0, "to": lost_to, "reason": "corrupt"}]),
+        "{out}"
+    );
+    assert_eq!(v["records_verified"], n - lost_to, "{out}");
+    assert_eq!(v["next_offset"], n);
+    // The gateway starts on it and serves the rest.
+    let port = free_port();
+    let args: Vec<String> = vec![
+        "--image".into(),
+        img_s.clone(),
+        "--listen".into(),
+        format!("tcp://127.0.0.1:{port}"),
+    ];
+    let mut g = GatewayProcess::start(&args, 1);
+    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    let recs = c.fetch_all(lost_to).unwrap();
+    assert_eq!(recs.len() as u64, n - lost_to);
+    assert_eq!(g.terminate().code(), Some(0), "{}", g.log_text());
+}
+
+#[test]
+fn a_damaged_middle_segment_header_is_corruption_not_never_persisted() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("gw.img");
+    let n = 6000;
+    let before = filled_image(&img, "4M", n);
+    let segs = segments(&before);
+    assert!(segs.len() >= 4, "{before}");
+    assert_eq!(before["clean"], true);
+    let (mid, next) = (segs[1], segs[2]);
+    // One flipped bit in the header's CRC.
+    patch(&img, segment_addr(&before, mid.0), |b| b[77] ^= 0x08);
+    let (code, out, err) = run_cli(&["inspect", &img.display().to_string(), "--json"]);
+    assert_eq!(
+        code, 4,
+        "damage below the durable end is corruption: {out}{err}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["lost"],
+        serde_json::json!([{"from": mid.1, "to": next.1, "reason": "corrupt"}]),
+        "{out}"
+    );
+    assert!(!out.contains("not_persisted"), "{out}");
+    assert_eq!(v["records_verified"], n - (next.1 - mid.1), "{out}");
+}
