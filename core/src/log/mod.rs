@@ -2563,7 +2563,14 @@ impl<'a, F: Flash> Log<'a, F> {
         }
     }
 
-    /// Reads records of one already validated batch that does not fit in `buf` whole.
+    /// Reads records of one already validated batch that does not fit in `buf` whole. The
+    /// records are copied record by record, twice, going by lengths read from flash; the
+    /// two copies must agree, and a third pass over the whole batch checks its CRC and
+    /// that the bytes copied (and the record before them, for `prev_crc`) read the same
+    /// in it. A read that disagrees is done again, up to [`READ_ATTEMPTS`] times, then the
+    /// batch is reported corrupt. (A cell that reads wrong the same way in both copies,
+    /// inside a record length, can still misplace the copy: the remaining risk of this
+    /// path, which only batches larger than the caller's buffer take.)
     fn read_large_batch(
         &mut self,
         seg: u32,
@@ -2573,6 +2580,94 @@ impl<'a, F: Flash> Log<'a, F> {
         buf: &mut [u8],
     ) -> Result<ReadOutcome, ReadError<F::Error>> {
         let l = self.dev.l;
+        let body = l.seg_addr(seg) + pos + BATCH_HEADER_LEN as u32;
+        let body_len = h.len - BATCH_HEADER_LEN as u32;
+        for _ in 0..READ_ATTEMPTS {
+            // Two copy passes must agree on the record lengths they went by and on the
+            // bytes copied: a length read wrong once would otherwise place the copy on
+            // other records' bytes, consistently with the check below.
+            // A record too large for `buf` is believed when both passes say so.
+            let first = match self.read_large_batch_once(seg, pos, h, from, buf) {
+                Err(ReadError::BufferTooSmall { needed }) => Err(needed),
+                other => Ok(other?),
+            };
+            let first_crc = match &first {
+                Ok(f) => format::crc32(&buf[..f.0.len.min(buf.len())]),
+                Err(_) => 0,
+            };
+            let second = match self.read_large_batch_once(seg, pos, h, from, buf) {
+                Err(ReadError::BufferTooSmall { needed }) => Err(needed),
+                other => Ok(other?),
+            };
+            let (first, (out, prev_at, copy_at)) = match (first, second) {
+                (Ok(f), Ok(s)) => (f, s),
+                (Err(a), Err(b)) if a == b => {
+                    return Err(ReadError::BufferTooSmall { needed: a });
+                }
+                _ => continue,
+            };
+            if out.count == 0
+                || first != (out, prev_at, copy_at)
+                || first_crc != format::crc32(&buf[..out.len])
+            {
+                continue;
+            }
+            let mut full = crc32fast::Hasher::new();
+            full.update(&BatchHeader::encode(h)[16..]);
+            let mut prev = crc32fast::Hasher::new();
+            prev.update(&from.wrapping_sub(1).to_le_bytes());
+            let mut copy = crc32fast::Hasher::new();
+            let prev_range = prev_at.map_or((0, 0), |(a, n)| (a, a + n));
+            let copy_range = (copy_at, copy_at + out.len as u32);
+            let mut chunk = [0u8; CHUNK];
+            let mut at = 0u32;
+            while at < body_len {
+                let n = (body_len - at).min(CHUNK as u32);
+                let a = body + at;
+                self.dev
+                    .read(a, &mut chunk[..n as usize])
+                    .map_err(ReadError::Flash)?;
+                full.update(&chunk[..n as usize]);
+                for (r, hasher) in [(prev_range, &mut prev), (copy_range, &mut copy)] {
+                    let (lo, hi) = (r.0.max(a), r.1.min(a + n));
+                    if lo < hi {
+                        hasher.update(&chunk[(lo - a) as usize..(hi - a) as usize]);
+                    }
+                }
+                at += n;
+            }
+            let prev_ok = prev_at.is_none() || prev.finalize() == out.prev_crc;
+            // The lengths the copy went by were read once: the bytes copied must parse as
+            // exactly the records counted, right after the record before them.
+            let bounds_ok = prev_at.is_none_or(|(a, n)| a + n == copy_at)
+                && parses_exactly(&buf[..out.len], from, out.count);
+            if full.finalize() == h.crc
+                && prev_ok
+                && bounds_ok
+                && copy.finalize() == format::crc32(&buf[..out.len])
+            {
+                return Ok(out);
+            }
+        }
+        self.dev.stats.corrupt_batches += 1;
+        Ok(lost(from, h.end_offset(), LostReason::Corrupt))
+    }
+
+    /// One copy pass of [`Log::read_large_batch`]: the outcome, the address and length of
+    /// the record before `from` if it is in this batch, and the address of the first
+    /// record copied.
+    #[allow(clippy::type_complexity)]
+    fn read_large_batch_once(
+        &mut self,
+        seg: u32,
+        pos: u32,
+        h: &BatchHeader,
+        from: u64,
+        buf: &mut [u8],
+    ) -> Result<(ReadOutcome, Option<(u32, u32)>, u32), ReadError<F::Error>> {
+        let l = self.dev.l;
+        let mut prev_at = None;
+        let mut copy_at = 0u32;
         let end = l.seg_addr(seg) + pos + h.len;
         let mut at = l.seg_addr(seg) + pos + BATCH_HEADER_LEN as u32;
         let mut prev = h.prev_crc;
@@ -2600,7 +2695,11 @@ impl<'a, F: Flash> Log<'a, F> {
                     .crc_of(&mut hasher, at, len)
                     .map_err(ReadError::Flash)?;
                 prev = hasher.finalize();
+                prev_at = Some((at, len));
             } else {
+                if out.count == 0 {
+                    copy_at = at;
+                }
                 let len_us = len as usize;
                 if out.len + len_us > buf.len() {
                     if out.count == 0 {
@@ -2628,7 +2727,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 reason: LostReason::Corrupt,
             });
         }
-        Ok(out)
+        Ok((out, prev_at, copy_at))
     }
 
     // ----- Consumers -------------------------------------------------------------------
@@ -2743,6 +2842,18 @@ fn check_name<E: core::fmt::Debug>(name: &str) -> Result<(), CommitError<E>> {
         return Err(CommitError::BadName { len: name.len() });
     }
     Ok(())
+}
+
+/// Whether `b` holds exactly `count` well-formed record encodings, the first at `first`.
+fn parses_exactly(b: &[u8], first: u64, count: u32) -> bool {
+    let mut at = 0usize;
+    for i in 0..u64::from(count) {
+        match parse_record_fields(&b[at..], first + i) {
+            Some((_, n)) => at += n,
+            None => return false,
+        }
+    }
+    at == b.len()
 }
 
 /// An outcome that reports `from..to` as lost.
