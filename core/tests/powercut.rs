@@ -1073,6 +1073,34 @@ fn sweep_ws4_e4096_always_reject() {
     sweep(&VARIANTS[5]);
 }
 
+/// Run `k` of the random campaign `seed`: a random variant and scenario with a random cut,
+/// and in 60% of the runs a second cut (sometimes inside the remount after the first).
+fn random_run(seed: u64, k: u64) -> Totals {
+    let run_seed = mix(seed, k);
+    let mut r = Rng(run_seed);
+    let mut v = VARIANTS[r.below(VARIANTS.len() as u64) as usize];
+    v.ops = 100 + r.below(300) as usize;
+    v.seed = r.next();
+    let ops = gen_ops(&v, v.seed);
+    // About 60 bytes programmed per operation.
+    let first = if r.chance(85) {
+        Cut::Bytes(r.below(v.ops as u64 * 60))
+    } else {
+        Cut::Erases(r.below(20))
+    };
+    let mut plan = vec![first];
+    if r.chance(60) {
+        plan.push(match r.below(10) {
+            // Inside the remount's journal write or the first operations after it.
+            0..=2 => Cut::Bytes(r.below(200)),
+            3 => Cut::Erases(r.below(4)),
+            _ => Cut::Bytes(r.below(4000)),
+        });
+    }
+    let label = format!("random run {k} of campaign {seed:#x}");
+    run(&v, &ops, &plan, r.next(), &label)
+}
+
 /// Random scenarios with random cut points, a second cut after the first one in 60% of
 /// the runs (sometimes inside the remount that follows the first).
 #[test]
@@ -1089,29 +1117,7 @@ fn random_cuts() {
         if only.is_some_and(|o| o != k) {
             continue;
         }
-        let run_seed = mix(seed, k);
-        let mut r = Rng(run_seed);
-        let mut v = VARIANTS[r.below(VARIANTS.len() as u64) as usize];
-        v.ops = 100 + r.below(300) as usize;
-        v.seed = r.next();
-        let ops = gen_ops(&v, v.seed);
-        // About 60 bytes programmed per operation.
-        let first = if r.chance(85) {
-            Cut::Bytes(r.below(v.ops as u64 * 60))
-        } else {
-            Cut::Erases(r.below(20))
-        };
-        let mut plan = vec![first];
-        if r.chance(60) {
-            plan.push(match r.below(10) {
-                // Inside the remount's journal write or the first operations after it.
-                0..=2 => Cut::Bytes(r.below(200)),
-                3 => Cut::Erases(r.below(4)),
-                _ => Cut::Bytes(r.below(4000)),
-            });
-        }
-        let label = format!("random run {k} of campaign {seed:#x}");
-        let t = run(&v, &ops, &plan, r.next(), &label);
+        let t = random_run(seed, k);
         cuts += t.cuts;
         doubles += u64::from(t.cuts >= 2);
     }
@@ -1152,6 +1158,43 @@ const FAULT_KINDS: [FaultKind; 5] = [
 /// Fired faults per kind in a normal `cargo test`.
 const FAULT_RUNS: u64 = 10_000;
 
+/// Run `k` of the campaign `seed` for fault `kind`: a random variant and scenario with that
+/// fault.
+fn fault_run(kind: FaultKind, seed: u64, k: u64) -> Totals {
+    let run_seed = mix(seed ^ kind as u64, k);
+    let mut r = Rng(run_seed);
+    let mut v = VARIANTS[r.below(VARIANTS.len() as u64) as usize];
+    v.ops = 60 + r.below(200) as usize;
+    v.seed = r.next();
+    let ops = gen_ops(&v, v.seed);
+    let bytes = r.below(v.ops as u64 * 60);
+    let plan = match kind {
+        FaultKind::ReorderedCut => {
+            let unit = [16u32, 64, 256][r.below(3) as usize];
+            vec![Cut::Reordered(bytes, unit)]
+        }
+        FaultKind::TornErase => {
+            let tear = if r.chance(50) {
+                EraseTear::Arbitrary
+            } else {
+                EraseTear::Sparse
+            };
+            vec![Cut::TornErase(r.below(20), tear)]
+        }
+        FaultKind::FailedWrite => {
+            let mut p = vec![Cut::FailWrite(bytes)];
+            if r.chance(50) {
+                p.push(Cut::Bytes(r.below(400)));
+            }
+            p
+        }
+        FaultKind::ReadError => vec![Cut::Bytes(bytes), Cut::FailRead(r.below(400))],
+        FaultKind::ReadFlip => vec![Cut::Bytes(bytes), Cut::FlipRead(r.below(400))],
+    };
+    let label = format!("{kind:?} run {k} of campaign {seed:#x}");
+    run(&v, &ops, &plan, r.next(), &label)
+}
+
 /// Runs random scenarios with fault `kind` until it has fired `target` times; returns the
 /// runs made and the faults fired.
 fn fault_campaign(kind: FaultKind, target: u64, seed: u64) -> (u64, u64) {
@@ -1168,38 +1211,7 @@ fn fault_campaign(kind: FaultKind, target: u64, seed: u64) -> (u64, u64) {
             }
             continue;
         }
-        let run_seed = mix(seed ^ kind as u64, k);
-        let mut r = Rng(run_seed);
-        let mut v = VARIANTS[r.below(VARIANTS.len() as u64) as usize];
-        v.ops = 60 + r.below(200) as usize;
-        v.seed = r.next();
-        let ops = gen_ops(&v, v.seed);
-        let bytes = r.below(v.ops as u64 * 60);
-        let plan = match kind {
-            FaultKind::ReorderedCut => {
-                let unit = [16u32, 64, 256][r.below(3) as usize];
-                vec![Cut::Reordered(bytes, unit)]
-            }
-            FaultKind::TornErase => {
-                let tear = if r.chance(50) {
-                    EraseTear::Arbitrary
-                } else {
-                    EraseTear::Sparse
-                };
-                vec![Cut::TornErase(r.below(20), tear)]
-            }
-            FaultKind::FailedWrite => {
-                let mut p = vec![Cut::FailWrite(bytes)];
-                if r.chance(50) {
-                    p.push(Cut::Bytes(r.below(400)));
-                }
-                p
-            }
-            FaultKind::ReadError => vec![Cut::Bytes(bytes), Cut::FailRead(r.below(400))],
-            FaultKind::ReadFlip => vec![Cut::Bytes(bytes), Cut::FlipRead(r.below(400))],
-        };
-        let label = format!("{kind:?} run {k} of campaign {seed:#x}");
-        let t = run(&v, &ops, &plan, r.next(), &label);
+        let t = fault_run(kind, seed, k);
         cuts += t.cuts;
         let f = t.faults;
         fired += match kind {
@@ -1236,17 +1248,35 @@ fn faults_reordered_cut() {
 fn faults_torn_erase_arbitrary_bits() {
     fault_kind_test(FAULT_KINDS[1]);
 }
-/// Known failure, kept to be fixed rather than hidden: run 4034 of campaign
-/// `0xfa1700000001` (variant ws1-always-reject, sim seed `0xd23549302aee6bdf`, a write
-/// failing after 2647 bytes, then a cut 302 bytes into the next boot) ends with the
-/// engine programming a word already programmed (`Rewrite` at byte 4446) when it appends
-/// after the torn bytes in the head segment. Replay with `SPILLWAY_RUN=4034 cargo test -p
-/// spillway-core --test powercut faults_failed_write_partial_data -- --ignored`.
+/// A write failing after part of its words (the log poisoned, remounted with the power
+/// on), a cut in about half the runs after it.
 #[test]
-#[ignore = "finds a rewrite of a programmed word after a failed write and a cut; see the doc"]
 fn faults_failed_write_partial_data() {
     fault_kind_test(FAULT_KINDS[2]);
 }
+/// Regression, a torn resume marker measured short: a write failing 28 bytes into a batch
+/// header, a remount that put the resume marker after the cut header, a cut 9 bytes into
+/// that marker (its `len_check` bytes `FF FF FF` programmed but reading erased), and the
+/// next mount placed its own marker on them (`Rewrite` at byte 4446). Run 4034 of the
+/// failed-write campaign `0xfa1700000001`, variant ws1-always-reject, cuts
+/// `[FailWrite(2647), Bytes(302)]`.
+#[test]
+fn torn_resume_marker_after_failed_write_is_not_written_over() {
+    let t = fault_run(FaultKind::FailedWrite, 0xFA17_0000_0001, 4034);
+    assert_eq!((t.faults.failed_writes, t.cuts), (1, 2));
+}
+
+/// Regression, the same bug reached by two power cuts: a cut inside a batch header, then
+/// a cut 303 bytes into the next boot tearing the resume marker placed after it; the
+/// mount after that placed its marker inside the torn one (`Rewrite` at byte 9060).
+/// Run 322,509 of the random campaign `0x5eed0000cafe`, variant ws1-pressure-reject, cuts
+/// `[Bytes(8321), Bytes(303)]`.
+#[test]
+fn torn_resume_marker_after_two_cuts_is_not_written_over() {
+    let t = random_run(0x5EED_0000_CAFE, 322_509);
+    assert_eq!(t.cuts, 2);
+}
+
 #[test]
 fn faults_transient_read_error() {
     fault_kind_test(FAULT_KINDS[3]);

@@ -1320,12 +1320,16 @@ impl<'a, F: Flash> Log<'a, F> {
     /// Where the words a cut write may have programmed end, from `from` (the end of the
     /// valid data) in segment `seg` whose last non-erased byte ends at `used_end`: a word
     /// programmed with erased-valued data reads erased, so the extent of each torn
-    /// structure is taken from its header when the length pair survived (a batch), else
-    /// as 32 bytes (a batch header cut before its length check, or a resume marker), after
-    /// which nothing was written.
-    /// Returns a write-size-aligned position at or after `used_end`.
+    /// structure is taken from its header when the length pair survived (a batch), as 32
+    /// bytes from its magic for a resume marker (whole or torn), else as 32 bytes (a batch
+    /// header cut before its length check). After such a cut header, a resume marker an
+    /// earlier boot placed after it (and a later cut tore) is looked for by its magic at
+    /// the `W`-aligned positions up to `used_end`, and the walk goes on after it.
+    /// Returns a write-size-aligned position at or after `used_end`, at most the segment
+    /// size.
     fn torn_extent(&mut self, seg: u32, from: u32, used_end: u32) -> Result<u32, F::Error> {
         let l = self.dev.l;
+        let resume = format::RESUME_MAGIC.to_le_bytes();
         let mut at = from;
         while at < used_end && at + BATCH_HEADER_LEN as u32 <= l.seg_size {
             let mut hb = [0u8; BATCH_HEADER_LEN];
@@ -1334,13 +1338,55 @@ impl<'a, F: Flash> Log<'a, F> {
                 at += align_up(BatchHeader::decode(&hb).len, l.ws());
                 continue;
             }
+            if hb[..4] == resume {
+                at += align_up(RESUME_LEN as u32, l.ws());
+                continue;
+            }
             // Cut inside its first 32 bytes (in address order nothing after them was
-            // written); bytes a cut out of order programmed read non-erased, and
-            // `used_end` covers them.
-            at += align_up(BATCH_HEADER_LEN.max(RESUME_LEN) as u32, l.ws());
-            break;
+            // written by the same write); bytes a cut out of order programmed read
+            // non-erased, and `used_end` covers them. A later boot may have put a resume
+            // marker after them that a later cut tore: its bytes after the last one that
+            // reads non-erased may be programmed too (its `len_check` holds erased-valued
+            // bytes), so it is measured from its magic.
+            let next = at + align_up(BATCH_HEADER_LEN.max(RESUME_LEN) as u32, l.ws());
+            match self.find_resume_magic(seg, next, used_end)? {
+                Some(p) if p + RESUME_LEN as u32 > l.seg_size => {
+                    at = l.seg_size;
+                    break;
+                }
+                Some(p) => at = p,
+                None => {
+                    at = next;
+                    break;
+                }
+            }
         }
         Ok(align_up(at.max(used_end), l.ws()).min(l.seg_size))
+    }
+
+    /// The first `W`-aligned position in `from..to` of segment `seg` holding the resume
+    /// marker magic, read in chunks of [`CHUNK`] bytes.
+    fn find_resume_magic(&mut self, seg: u32, from: u32, to: u32) -> Result<Option<u32>, F::Error> {
+        let l = self.dev.l;
+        let ws = l.ws();
+        let magic = format::RESUME_MAGIC.to_le_bytes();
+        let to = to.min(l.seg_size);
+        let mut chunk = [0u8; CHUNK];
+        let mut p = align_up(from, ws);
+        while p + 4 <= l.seg_size && p < to {
+            let n = (l.seg_size - p).min(CHUNK as u32) as usize;
+            self.dev.read(l.seg_addr(seg) + p, &mut chunk[..n])?;
+            let mut q = 0usize;
+            while q + 4 <= n && p + (q as u32) < to {
+                if chunk[q..q + 4] == magic {
+                    return Ok(Some(p + q as u32));
+                }
+                q += ws as usize;
+            }
+            let advance = ((n.saturating_sub(3)) as u32 / ws) * ws;
+            p += advance.max(ws);
+        }
+        Ok(None)
     }
 
     /// Looks at the segment just before the tail in ring order: if it is not the next one
