@@ -275,3 +275,38 @@ fn systemd_unit_restarts_on_failure_and_has_a_watchdog() {
         assert!(unit.lines().any(|l| l.trim() == line), "missing {line}");
     }
 }
+
+/// A storage failure while the gateway opens its image (the 1st `fdatasync`, which opening
+/// does before it drops the cached pages) is a run-time failure: exit 1, so a supervisor
+/// restarts it, with the OS reason in the message; not exit 3 ("image unusable"), which
+/// would tell an operator the image is bad. Guards against every open error being exit 3.
+#[test]
+fn a_failed_sync_while_opening_the_image_exits_1_with_the_os_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("faultfs.state");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let args = gateway_args(dir.path(), &addr);
+    let mut g = GatewayProcess::start(&args, 1);
+    assert!(g.terminate().success(), "{}", g.log_text());
+
+    let out = Command::new(spillway_tests::gateway::spillway_bin())
+        .arg("run")
+        .args(&args)
+        .envs(faultfs_env("gw.img", &state, Kept::Dropped, Some(1)))
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("faultfs: sync #1 of"), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("Input/output error"), "{stderr}");
+
+    // The fault fired once: the next start opens the image and serves.
+    let mut g = GatewayProcess::start_with_env(
+        &args,
+        1,
+        &faultfs_env("gw.img", &state, Kept::Dropped, Some(1)),
+    );
+    assert!(g.terminate().success(), "{}", g.log_text());
+}

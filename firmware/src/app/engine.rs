@@ -189,7 +189,18 @@ pub fn run(
     let (mut log, report) = match mounted {
         Ok(x) => x,
         Err(e) => {
-            let err = AppError::Image(format!("cannot mount {}: {e}", s.image.display()));
+            // A storage failure while mounting is a run-time failure (exit 1: a supervisor
+            // restarts and the next open reads the disk); anything else means the image
+            // cannot be used as it is (exit 3).
+            let msg = format!(
+                "cannot mount {}: {}",
+                s.image.display(),
+                super::image::with_reasons(&e)
+            );
+            let err = match e {
+                spillway_core::error::MountError::Flash(_) => AppError::Runtime(msg),
+                _ => AppError::Image(msg),
+            };
             let _ = started.send(Err(err.clone()));
             return Err(err);
         }

@@ -123,13 +123,38 @@ pub fn probe(path: &Path) -> Result<Option<Probed>, AppError> {
     Ok(None)
 }
 
-fn flash_err(e: FileFlashError) -> AppError {
-    match e {
+/// Maps an image error to its exit code: a failed read, write, erase or sync of a usable
+/// image is a run-time storage failure (exit 1, so a supervisor restarts the gateway and it
+/// reads the disk again); an image that cannot be opened, locked or created is unusable
+/// (exit 3). The message keeps the OS reason.
+pub(super) fn flash_err(e: FileFlashError) -> AppError {
+    match &e {
         FileFlashError::Locked { .. } => {
             AppError::Image(format!("{e} (is another gateway running on it?)"))
         }
-        other => AppError::Image(other.to_string()),
+        FileFlashError::Io { op, .. } if matches!(*op, "open" | "create" | "lock") => {
+            AppError::Image(with_reasons(&e))
+        }
+        FileFlashError::Io { .. } | FileFlashError::Poisoned { .. } => {
+            AppError::Runtime(with_reasons(&e))
+        }
+        _ => AppError::Image(with_reasons(&e)),
     }
+}
+
+/// `error: its source: the source's source…`, so an OS reason is never dropped.
+pub(super) fn with_reasons(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let text = s.to_string();
+        if !msg.ends_with(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+        next = s.source();
+    }
+    msg
 }
 
 /// Blocks per segment for a new image: about 64 segments, each at least twice the RAM
