@@ -392,7 +392,7 @@ pub enum DrainError {
     Store(#[from] StoreError),
     /// The state file could not be opened at start (exit code 4).
     #[error(
-        "cannot open the state file {}: {source} (another drain may be using it; if it is damaged, move it aside: without a checkpoint the next drain starts at the gateway's committed offset for its consumer)",
+        "cannot open the state file {}: {source} (if another drain holds it, stop that one; if the reason is an I/O error, fix the disk first and keep the file; only a file that is damaged should be moved aside: without a checkpoint the next drain starts at the gateway's committed offset for its consumer)",
         path.display()
     )]
     StateOpen {
@@ -1255,6 +1255,20 @@ impl Drain {
             log_id: w.log_id,
         };
         if target.is_some_and(|t| cp.offset >= t) {
+            self.summary.offset = cp.offset;
+            // Nothing new to forward, but the gateway may have lost its copy of the last
+            // commit (it crashed, or its journal write failed, before persisting it): commit
+            // the checkpoint again, or retention stays held back. A commit never moves a
+            // committed offset backwards, so this is always safe.
+            let mut conn = conn;
+            if let Err(e) = conn.commit(&self.cfg.consumer, cp.offset).await {
+                log::warn!(
+                    "gateway {:?}: could not commit {} for consumer {:?}: {e}",
+                    w.gateway_id,
+                    cp.offset,
+                    self.cfg.consumer
+                );
+            }
             return Ok(SessionEnd::Done);
         }
         let (tx, rx) = smol::channel::bounded(self.cfg.prefetch.max(1));

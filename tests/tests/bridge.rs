@@ -606,3 +606,40 @@ fn consumers_lists_and_deletes() {
     let help = run_bridge(&["--help"]);
     assert!(String::from_utf8_lossy(&help.stdout).contains("consumers"));
 }
+
+/// A `drain --once` with nothing new to forward reports the checkpoint it holds (not
+/// "offset 0") and commits it again on the gateway, so a gateway that lost the commit (a
+/// crash or a failed journal write before persisting it; here: the consumer deleted) does
+/// not hold retention back until new records arrive.
+#[test]
+fn an_idle_drain_once_reports_its_checkpoint_and_repairs_the_gateway_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _g = start_gateway(dir.path(), port);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    publish(&gw, "t", &write_input(dir.path(), 10, "i"));
+    let sink = format!("file:{}", dir.path().join("out").display());
+    let state = dir.path().join("a.redb").display().to_string();
+    let mut args = drain_args(&gw, &sink, &state);
+    args.extend(["--once", "--consumer", "audit"]);
+    let out = run_bridge(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let out = run_bridge(&["consumers", "--gateway", &gw, "--delete", "audit"]);
+    assert!(out.status.success());
+    let out = run_bridge(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("checkpoint at offset 10"), "{err}");
+    let out = run_bridge(&["consumers", "--gateway", &gw]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().take(2).eq(["audit", "10"])),
+        "{text}"
+    );
+}
