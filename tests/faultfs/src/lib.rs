@@ -38,7 +38,8 @@
 //! - `FAULTFS_REBOOT=1`: when the shim is loaded, apply every pending undo in
 //!   `FAULTFS_STATE` to its file (what a reboot shows: the disk's bytes; a file extended
 //!   only by undone writes is cut back) and clear them; e.g.
-//!   `LD_PRELOAD=libspillway_faultfs.so FAULTFS_STATE=s FAULTFS_REBOOT=1 true`.
+//!   `LD_PRELOAD=libspillway_faultfs.so FAULTFS_STATE=s FAULTFS_REBOOT=1 /bin/true` (a program,
+//!   not the shell builtin `true`, which loads nothing).
 //!
 //! The shim reports on stderr each time it fires, drops cached pages or reboots, as lines
 //! starting `faultfs: `.
