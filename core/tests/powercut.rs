@@ -19,8 +19,9 @@
 //!
 //! Random runs add random scenarios, random cut points and two cuts in a row (the second
 //! one possibly inside the remount after the first). `SPILLWAY_POWERCUTS=N` sets the number
-//! of random runs (default [`RANDOM_RUNS`]); `SPILLWAY_SEED=S` replays a random campaign.
-//! Every run prints what it needs to be replayed.
+//! of random runs (default [`RANDOM_RUNS`]); `SPILLWAY_SEED=S` replays a random campaign;
+//! `SPILLWAY_FROM=K` starts it at run `K` (to go on from a run already passed); every
+//! 10,000th run prints the progress. Every run prints what it needs to be replayed.
 //!
 //! Fault kinds beyond address-ordered cuts ([`FaultKind`]) run on random scenarios, each
 //! until it has fired [`FAULT_RUNS`] times: a cut landing out of order inside its write, a
@@ -1113,16 +1114,23 @@ fn random_cuts() {
     let mut cuts = 0u64;
     let mut doubles = 0u64;
     let only = env_u64("SPILLWAY_RUN");
-    for k in 0..runs {
+    let from = env_u64("SPILLWAY_FROM").unwrap_or(0);
+    for k in from..runs {
         if only.is_some_and(|o| o != k) {
             continue;
         }
         let t = random_run(seed, k);
         cuts += t.cuts;
         doubles += u64::from(t.cuts >= 2);
+        if only.is_none() && (k + 1).is_multiple_of(10_000) {
+            eprintln!(
+                "powercut random: runs {from}..={k} passed, {cuts} cuts, {:.2?}",
+                start.elapsed()
+            );
+        }
     }
     eprintln!(
-        "powercut random: {runs} runs, {cuts} cuts ({doubles} runs cut twice) in {:.2?}",
+        "powercut random: runs {from}..{runs}, {cuts} cuts ({doubles} runs cut twice) in {:.2?}",
         start.elapsed()
     );
     assert!(doubles > 0 || runs < 10);
