@@ -15,6 +15,7 @@ use libfuzzer_sys::fuzz_target;
 enum AppError {
     Usage(String),
     Image(String),
+    Runtime(String),
     Stopped(String),
 }
 
