@@ -209,6 +209,11 @@ impl FakeGateway {
         addr
     }
 
+    /// Reads of the flaky cell that returned it wrong so far (the simulated flash's count).
+    pub fn flaky_reads(&self) -> u64 {
+        self.state.lock().unwrap().log.flash().faults().flaky_reads
+    }
+
     /// Pretends every offset below `o` is gone (drop-oldest).
     pub fn drop_below(&self, o: u64) {
         self.state.lock().unwrap().gone_below = o;
