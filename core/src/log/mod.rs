@@ -741,14 +741,13 @@ impl<F: Flash> Dev<F> {
                     {
                         return Ok(Found::Batch(cand, h));
                     }
-                } else if chunk[q..q + 4] == resume && cand + RESUME_LEN as u32 <= l.seg_size {
-                    let mut mb = [0u8; RESUME_LEN];
-                    self.read(l.seg_addr(seg) + cand, &mut mb)?;
-                    if ResumeMarker::decode(&mb)
+                } else if chunk[q..q + 4] == resume
+                    && cand + RESUME_LEN as u32 <= l.seg_size
+                    && self
+                        .read_resume_marker(l.seg_addr(seg) + cand)?
                         .is_some_and(|m| m.torn_from == pos && m.expected == expected)
-                    {
-                        return Ok(Found::Resume(cand));
-                    }
+                {
+                    return Ok(Found::Resume(cand));
                 }
                 q += ws as usize;
             }
@@ -756,6 +755,20 @@ impl<F: Flash> Dev<F> {
             p += advance.max(ws);
         }
         Ok(Found::Nothing)
+    }
+
+    /// Reads the resume marker whose magic was seen at `addr`, [`READ_ATTEMPTS`] reads in
+    /// all until it decodes: one bad read (a transient bit flip) must not turn the torn
+    /// write it bounds, and every durable record after it, into bytes never written.
+    fn read_resume_marker(&mut self, addr: u32) -> Result<Option<ResumeMarker>, F::Error> {
+        let mut mb = [0u8; RESUME_LEN];
+        for _ in 0..READ_ATTEMPTS {
+            self.read(addr, &mut mb)?;
+            if let Some(m) = ResumeMarker::decode(&mb) {
+                return Ok(Some(m));
+            }
+        }
+        Ok(None)
     }
 
     /// Reads the batch at `pos` straight into `dst` if its header is plausible, it holds
