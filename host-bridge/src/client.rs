@@ -402,7 +402,7 @@ enum Owned {
 ///
 /// Errors: [`ClientError::Protocol`] for a frame that does not decode, a malformed record
 /// or consumer entry, an offset at or above the log's offset limit
-/// ([`MAX_OFFSET`](spillway_core::log::format::MAX_OFFSET), so the bridge can add 1 to
+/// ([`MAX_OFFSET`], so the bridge can add 1 to
 /// any offset it was sent), record offsets that do not increase, or a lost range that ends
 /// before it starts.
 pub fn decode_reply(frame: &mut [u8]) -> Result<Option<u32>, ClientError> {
