@@ -3,11 +3,13 @@
 //! place, and a publisher that resends what was refused (same producer id and sequence)
 //! ends with every record stored once, in order.
 
+mod common;
+
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::ops::ControlFlow;
 
+use common::MemIo;
 use spillway_core::log::{Config, Log, LostReason, Memory, SegmentSlot, segments_for};
 use spillway_core::storage::{Flash, Geometry, SimError, SimFlash};
 use spillway_core::wire::{
@@ -15,35 +17,6 @@ use spillway_core::wire::{
     encode_frame,
 };
 use spillway_firmware::{Gateway, GatewayConfig, Mode, Session, serve_remounting};
-
-/// The input of one round, delivered 256 bytes per read; the replies collected.
-#[derive(Default)]
-struct MemIo {
-    input: Vec<u8>,
-    pos: usize,
-    output: Vec<u8>,
-}
-
-impl embedded_io::ErrorType for MemIo {
-    type Error = Infallible;
-}
-impl embedded_io::Read for MemIo {
-    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Infallible> {
-        let n = (self.input.len() - self.pos).min(buf.len());
-        buf[..n].copy_from_slice(&self.input[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
-    }
-}
-impl embedded_io::Write for MemIo {
-    fn write(&mut self, buf: &[u8]) -> Result<usize, Infallible> {
-        self.output.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> Result<(), Infallible> {
-        Ok(())
-    }
-}
 
 /// Why [`SyncFails`] failed.
 #[derive(Debug)]

@@ -1,8 +1,9 @@
 //! The gateway core and the blocking session over an in-memory transport and a simulated
 //! flash.
 
-use std::convert::Infallible;
+mod common;
 
+use common::MemIo;
 use spillway_core::log::{Config, Log, Memory, SegmentSlot, segments_for};
 use spillway_core::storage::{Geometry, SimFlash};
 use spillway_core::wire::{
@@ -10,35 +11,6 @@ use spillway_core::wire::{
     encode_frame,
 };
 use spillway_firmware::{Conn, Gateway, GatewayConfig, Mode, Outcome, Session};
-
-/// Input delivered `chunk` bytes per read; output collected.
-struct MemIo {
-    input: Vec<u8>,
-    pos: usize,
-    chunk: usize,
-    output: Vec<u8>,
-}
-
-impl embedded_io::ErrorType for MemIo {
-    type Error = Infallible;
-}
-impl embedded_io::Read for MemIo {
-    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Infallible> {
-        let n = (self.input.len() - self.pos).min(buf.len()).min(self.chunk);
-        buf[..n].copy_from_slice(&self.input[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
-    }
-}
-impl embedded_io::Write for MemIo {
-    fn write(&mut self, buf: &[u8]) -> Result<usize, Infallible> {
-        self.output.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> Result<(), Infallible> {
-        Ok(())
-    }
-}
 
 fn frames(reqs: &[Request<'_>]) -> Vec<u8> {
     let mut out = vec![0u8];
