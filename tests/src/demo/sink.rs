@@ -1,0 +1,147 @@
+//! Reading the file sink: counting its lines as they grow, and parsing every line at the end.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+/// Counts the lines of the sink's files as they grow, reading only what is new.
+#[derive(Debug, Default)]
+pub(super) struct SinkCounter {
+    /// Per file: bytes read and lines counted.
+    pub(super) files: HashMap<PathBuf, (u64, u64)>,
+    /// Highest offset seen in a last line.
+    pub(super) high: Option<u64>,
+}
+
+impl SinkCounter {
+    pub(super) fn lines(&mut self, dir: &Path) -> u64 {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return 0;
+        };
+        for e in rd.flatten() {
+            let path = e.path();
+            let Ok(mut f) = File::open(&path) else {
+                continue;
+            };
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            let entry = self.files.entry(path).or_insert((0, 0));
+            if len < entry.0 {
+                // Cut back (a torn line after a kill): count again.
+                *entry = (0, 0);
+            }
+            if len == entry.0 {
+                continue;
+            }
+            let mut buf = Vec::new();
+            if io::Seek::seek(&mut f, io::SeekFrom::Start(entry.0)).is_err()
+                || f.take(len - entry.0).read_to_end(&mut buf).is_err()
+            {
+                continue;
+            }
+            // Only whole lines count; a partial one is read again next time.
+            let Some(last_nl) = buf.iter().rposition(|&b| b == b'\n') else {
+                continue;
+            };
+            entry.0 += last_nl as u64 + 1;
+            entry.1 += buf[..=last_nl].iter().filter(|&&b| b == b'\n').count() as u64;
+            let start = buf[..last_nl]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |p| p + 1);
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&buf[start..last_nl])
+                && let Some(off) = v["offset"].as_u64()
+            {
+                self.high = Some(self.high.map_or(off, |h| h.max(off)));
+            }
+        }
+        self.files.values().map(|v| v.1).sum()
+    }
+}
+
+/// Total size of the sink's files, bytes.
+pub(super) fn sink_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// One line of the file sink.
+#[derive(Debug, Clone)]
+pub(super) struct SinkLine {
+    pub(super) log_id: String,
+    pub(super) offset: u64,
+    pub(super) topic: String,
+    pub(super) timestamp_us: u64,
+    pub(super) payload: Vec<u8>,
+}
+
+/// The sink's lines per file stem, in file order; errors are reported as failures.
+pub(super) fn read_sink(dir: &Path, failures: &mut Vec<String>) -> BTreeMap<String, Vec<SinkLine>> {
+    let mut files: BTreeMap<String, BTreeMap<u64, PathBuf>> = BTreeMap::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let parsed = name
+                .strip_suffix(".jsonl")
+                .and_then(|b| b.rsplit_once('.'))
+                .and_then(|(stem, n)| Some((stem.to_string(), n.parse::<u64>().ok()?)));
+            match parsed {
+                Some((stem, n)) => {
+                    files.entry(stem).or_default().insert(n, e.path());
+                }
+                None => failures.push(format!("unexpected file in the sink: {name}")),
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (stem, by_n) in files {
+        let mut lines = Vec::new();
+        for path in by_n.values() {
+            let text = match std::fs::read_to_string(path) {
+                Ok(t) => t,
+                Err(e) => {
+                    failures.push(format!("cannot read {}: {e}", path.display()));
+                    continue;
+                }
+            };
+            if !text.is_empty() && !text.ends_with('\n') {
+                failures.push(format!("{}: last line is torn", path.display()));
+            }
+            for (i, l) in text.lines().enumerate() {
+                let v: serde_json::Value = match serde_json::from_str(l) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        failures.push(format!("{}:{}: not JSON: {e}", path.display(), i + 1));
+                        continue;
+                    }
+                };
+                let payload = match v["payload_encoding"].as_str() {
+                    Some("utf8") => v["payload"].as_str().unwrap_or("").as_bytes().to_vec(),
+                    other => {
+                        failures.push(format!(
+                            "{}:{}: payload encoding {other:?}, expected utf8",
+                            path.display(),
+                            i + 1
+                        ));
+                        continue;
+                    }
+                };
+                lines.push(SinkLine {
+                    log_id: v["log_id"].as_str().unwrap_or("").to_string(),
+                    offset: v["offset"].as_u64().unwrap_or(u64::MAX),
+                    topic: v["topic"].as_str().unwrap_or("").to_string(),
+                    timestamp_us: v["timestamp_us"].as_u64().unwrap_or(0),
+                    payload,
+                });
+            }
+        }
+        out.insert(stem, lines);
+    }
+    out
+}
