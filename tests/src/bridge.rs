@@ -1,11 +1,14 @@
 //! Starting the real `spillway-bridge` binary, built on first use like
-//! [`spillway_bin`](crate::gateway::spillway_bin).
+//! [`spillway_bin`](crate::gateway::spillway_bin): run to completion ([`run_bridge`]), or in
+//! the background ([`spawn_bridge`]).
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
 
 use crate::gateway::workspace_bin;
-use std::sync::OnceLock;
+use crate::process::ChildProcess;
 
 /// Path of the `spillway-bridge` binary, built on first use (or `SPILLWAY_BRIDGE_BIN`).
 pub fn bridge_bin() -> PathBuf {
@@ -21,4 +24,22 @@ pub fn run_bridge(args: &[&str]) -> Output {
         .env("RUST_LOG", "info")
         .output()
         .expect("run spillway-bridge")
+}
+
+/// Starts `BIN ARGS` (a `spillway-bridge`, e.g. a `drain` to kill part-way) in the
+/// background with its stderr written to `log` (created or truncated).
+///
+/// # Errors
+/// The log file cannot be created or the process cannot be started; the message names the
+/// file or the binary.
+pub fn spawn_bridge(bin: &Path, args: &[String], log: &Path) -> Result<ChildProcess, String> {
+    let file = File::create(log).map_err(|e| format!("create {}: {e}", log.display()))?;
+    let child = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(file))
+        .spawn()
+        .map_err(|e| format!("start {}: {e}", bin.display()))?;
+    Ok(ChildProcess::new(child))
 }

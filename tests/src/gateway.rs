@@ -5,13 +5,15 @@
 //! in the profile the test was built with), so `cargo test --workspace` on a clean checkout
 //! works without a separate build step.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use crate::process::ChildProcess;
 
 /// Path of the `spillway` binary, built on first use (or `SPILLWAY_BIN`).
 pub fn spillway_bin() -> PathBuf {
@@ -67,9 +69,9 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
-/// A running gateway process; killed (SIGKILL) on drop.
+/// A running gateway process; killed (SIGKILL) on drop (through its [`ChildProcess`]).
 pub struct GatewayProcess {
-    child: Option<Child>,
+    child: ChildProcess,
     /// Every stderr line so far.
     pub log: Arc<Mutex<Vec<String>>>,
 }
@@ -87,7 +89,34 @@ impl GatewayProcess {
         listeners: usize,
         env: &[(String, String)],
     ) -> GatewayProcess {
-        let mut child = Command::new(spillway_bin())
+        Self::spawn(&spillway_bin(), args, listeners, env, None).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts `BIN run ARGS` with `env` added to the environment and waits until it logged
+    /// `listening on` for each of `listeners` URIs (30 s at most). Every stderr line is kept
+    /// in [`GatewayProcess::log`] and, with `log_file`, appended to that file too.
+    ///
+    /// # Errors
+    /// A message (with the log, or the log file's path) when the process cannot be started,
+    /// exits while starting, or is not listening within 30 s.
+    pub fn spawn(
+        bin: &Path,
+        args: &[String],
+        listeners: usize,
+        env: &[(String, String)],
+        log_file: Option<&Path>,
+    ) -> Result<GatewayProcess, String> {
+        let mut file = match log_file {
+            Some(p) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .map_err(|e| format!("open {}: {e}", p.display()))?,
+            ),
+            None => None,
+        };
+        let mut child = Command::new(bin)
             .arg("run")
             .args(args)
             .env("RUST_LOG", "info")
@@ -96,8 +125,8 @@ impl GatewayProcess {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("start spillway");
-        let stderr = child.stderr.take().expect("stderr");
+            .map_err(|e| format!("start {}: {e}", bin.display()))?;
+        let stderr = child.stderr.take().ok_or("no stderr pipe")?;
         let log = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = mpsc::channel();
         {
@@ -105,6 +134,9 @@ impl GatewayProcess {
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines() {
                     let Ok(line) = line else { break };
+                    if let Some(f) = file.as_mut() {
+                        let _ = writeln!(f, "{line}");
+                    }
                     if line.contains("listening on ") {
                         let _ = tx.send(());
                     }
@@ -115,35 +147,37 @@ impl GatewayProcess {
             });
         }
         let mut g = GatewayProcess {
-            child: Some(child),
+            child: ChildProcess::new(child),
             log,
+        };
+        let show = |g: &GatewayProcess| match log_file {
+            Some(p) => format!("(log: {})", p.display()),
+            None => format!(":\n{}", g.log_text()),
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut seen = 0;
         while seen < listeners {
-            match rx.recv_timeout(Duration::from_millis(50)) {
+            match rx.recv_timeout(Duration::from_millis(20)) {
                 Ok(()) => seen += 1,
                 Err(_) => {
                     if let Some(status) = g.try_wait() {
-                        panic!(
-                            "spillway exited with {status} while starting:\n{}",
-                            g.log_text()
-                        );
+                        return Err(format!(
+                            "spillway exited with {status} while starting {}",
+                            show(&g)
+                        ));
                     }
-                    assert!(
-                        Instant::now() < deadline,
-                        "spillway did not start:\n{}",
-                        g.log_text()
-                    );
+                    if Instant::now() > deadline {
+                        return Err(format!("spillway did not start within 30 s {}", show(&g)));
+                    }
                 }
             }
         }
-        g
+        Ok(g)
     }
 
-    /// The process id.
+    /// The process id (0 once it was killed or stopped).
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
+        self.child.pid()
     }
 
     /// The log so far as one string.
@@ -151,44 +185,43 @@ impl GatewayProcess {
         self.log.lock().map(|l| l.join("\n")).unwrap_or_default()
     }
 
+    /// The log lines so far that contain any of `needles`.
+    pub fn log_lines(&self, needles: &[&str]) -> Vec<String> {
+        self.log
+            .lock()
+            .map(|l| {
+                l.iter()
+                    .filter(|x| needles.iter().any(|n| x.contains(n)))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The exit status if it exited.
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
-        self.child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
+        self.child.try_wait()
     }
 
     /// SIGKILL and reap.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.child.kill();
+    }
+
+    /// Sends SIGTERM and waits up to `timeout` for the exit status; `None` when it did not
+    /// exit in time (it is then SIGKILLed) or was not running.
+    pub fn stop(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        self.child.stop(timeout)
     }
 
     /// Sends SIGTERM and waits (20 s at most) for the exit status.
+    ///
+    /// # Panics
+    /// With the log, if it is not running or does not exit within 20 s.
     pub fn terminate(&mut self) -> ExitStatus {
-        let mut c = self.child.take().expect("running");
-        let _ = Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(Some(s)) = c.try_wait() {
-                return s;
-            }
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                panic!("spillway did not stop on SIGTERM:\n{}", self.log_text());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for GatewayProcess {
-    fn drop(&mut self) {
-        self.kill();
+        assert!(self.child.is_running(), "spillway is not running");
+        self.stop(Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("spillway did not stop on SIGTERM:\n{}", self.log_text()))
     }
 }
 

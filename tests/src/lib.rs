@@ -1,7 +1,7 @@
 //! Shared helpers for Spillway's end-to-end tests and benchmarks: a blocking protocol
 //! [`client`], a [`gateway`] process harness that builds and starts the real `spillway`
-//! binary, the same for the [`bridge`], the [`faultfs`] fault-injection shim for them, the
-//! NATS JetStream peer ([`nats`]), a [`kafka`] broker (real or mock) with a whole-topic
+//! binary, the same for the [`bridge`], signals and bounded waits for both ([`process`]),
+//! the [`faultfs`] fault-injection shim for them, the NATS JetStream peer ([`nats`]), a [`kafka`] broker (real or mock) with a whole-topic
 //! consumer, the [`demo`] scenario (also the `spillway-demo` binary), and the benchmarks'
 //! measuring code: the core against `sequential-storage` ([`bench_core`]), gateway ingest
 //! against NATS ([`bench_gateway`]), bridge drain against a plain Kafka producer
@@ -21,6 +21,7 @@ pub mod gateway;
 pub mod kafka;
 pub mod nats;
 pub mod plot;
+pub mod process;
 pub mod ram_nor;
 
 pub use bridge::{bridge_bin, run_bridge};

@@ -1,11 +1,21 @@
 //! The buoy's serial sensor: writes the series to the pty master line by line, paced over
-//! the replay.
+//! the replay; and the pty's exclusive mode, cleared between two gateways.
 
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serialport::TTYPort;
+
+/// Clears a tty's exclusive mode (`TIOCNXCL`) through any open descriptor of it.
+pub(super) fn clear_exclusive(tty: &TTYPort) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: TIOCNXCL takes no argument and only changes the tty's flags; the descriptor
+    // is open for as long as `tty` lives.
+    unsafe {
+        libc::ioctl(tty.as_raw_fd(), libc::TIOCNXCL);
+    }
+}
 
 /// When item `i` of `n` is due: spread evenly over `replay` from `t0`.
 pub(super) fn due(t0: Instant, replay: Duration, i: usize, n: usize) -> Instant {

@@ -3,8 +3,10 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
+use super::summary::thousands;
 use super::{DemoError, io_err};
 
 /// Days from 1970-01-01 to the civil date `y-m-d` (proleptic Gregorian).
@@ -101,63 +103,108 @@ pub(super) fn is_empty_value(v: &str) -> bool {
     v.is_empty() || v.eq_ignore_ascii_case("nil") || v.eq_ignore_ascii_case("nan")
 }
 
+/// The two progress lines that present the series and the replay's pace.
+pub(super) fn describe(sst: &SstSeries, cgm: &CgmSeries, replay: Duration, seed: u64) -> String {
+    let days = |span: (u64, u64)| span.1.saturating_sub(span.0) as f64 / 86_400e6;
+    let speedup = |span: (u64, u64)| {
+        span.1.saturating_sub(span.0) as f64 / 1e6 / replay.as_secs_f64().max(1e-3)
+    };
+    format!(
+        "data: buoy sea surface temperature, {} rows over {:.0} days; glucose monitor, {} rows \
+         over {:.0} days ({} sensor-current and {} glucose values)\n\
+         replay: {:.0} s each, {:.0}x (buoy) and {:.0}x (glucose) faster than real time; seed {}",
+        thousands(sst.lines.len() as u64 + sst.empty),
+        days(sst.span_us),
+        thousands(cgm.rows as u64),
+        days(cgm.span_us),
+        thousands(cgm.isig.len() as u64),
+        thousands(cgm.glucose.len() as u64),
+        replay.as_secs_f64(),
+        speedup(sst.span_us),
+        speedup(cgm.span_us),
+        seed
+    )
+}
+
+/// The data rows of a series file after its header, at most a row limit.
+struct Rows {
+    path: PathBuf,
+    /// (line number from 1, line).
+    rows: Vec<(usize, String)>,
+    /// Times of the first and last row, µs.
+    span_us: Option<(u64, u64)>,
+}
+
+impl Rows {
+    /// Reads `path`, checks its header with `header_ok` and keeps up to `limit` rows.
+    fn read(
+        path: &Path,
+        header_ok: impl Fn(&str) -> bool,
+        limit: Option<usize>,
+    ) -> Result<Rows, DemoError> {
+        let mut it = gz_lines(path)?.into_iter().enumerate();
+        let mut r = Rows {
+            path: path.to_path_buf(),
+            rows: Vec::new(),
+            span_us: None,
+        };
+        match it.next() {
+            Some((_, h)) if header_ok(&h) => {}
+            other => return Err(r.bad(1, format!("unexpected header {other:?}"))),
+        }
+        r.rows = it
+            .take(limit.unwrap_or(usize::MAX))
+            .map(|(i, l)| (i + 1, l))
+            .collect();
+        Ok(r)
+    }
+
+    fn bad(&self, line: usize, why: String) -> DemoError {
+        DemoError::Data {
+            file: self.path.clone(),
+            line,
+            why,
+        }
+    }
+
+    /// The time of row `line` in field `t`, µs, widening the span.
+    fn time(&mut self, line: usize, t: &str) -> Result<u64, DemoError> {
+        let ts = parse_utc_us(t).ok_or_else(|| self.bad(line, format!("bad time {t:?}")))?;
+        let (first, _) = self.span_us.unwrap_or((ts, ts));
+        self.span_us = Some((first, ts));
+        Ok(ts)
+    }
+}
+
 /// Reads the buoy series (`time (UTC),temperature (celsius)`), at most `rows` rows.
 pub fn load_sst(path: &Path, rows: Option<usize>) -> Result<SstSeries, DemoError> {
-    let all = gz_lines(path)?;
-    let bad = |line: usize, why: String| DemoError::Data {
-        file: path.to_path_buf(),
-        line,
-        why,
-    };
-    let mut it = all.into_iter().enumerate();
-    match it.next() {
-        Some((_, h)) if h.starts_with("time") => {}
-        other => return Err(bad(1, format!("unexpected header {other:?}"))),
-    }
+    let mut r = Rows::read(path, |h| h.starts_with("time"), rows)?;
     let mut s = SstSeries::default();
-    let mut first = None;
-    let mut last = 0;
-    for (i, line) in it.take(rows.unwrap_or(usize::MAX)) {
+    for (n, line) in std::mem::take(&mut r.rows) {
         let Some((t, v)) = line.split_once(',') else {
-            return Err(bad(i + 1, "expected time,temperature".into()));
+            return Err(r.bad(n, "expected time,temperature".into()));
         };
-        let ts = parse_utc_us(t).ok_or_else(|| bad(i + 1, format!("bad time {t:?}")))?;
-        first.get_or_insert(ts);
-        last = ts;
+        r.time(n, t)?;
         if is_empty_value(v) {
             s.empty += 1;
             continue;
         }
         s.lines.push(line);
     }
-    s.span_us = (first.unwrap_or(0), last);
+    s.span_us = r.span_us.unwrap_or((0, 0));
     Ok(s)
 }
 
 /// Reads the glucose series (`isig,datetime,glucose`), at most `rows` rows.
 pub fn load_cgm(path: &Path, rows: Option<usize>) -> Result<CgmSeries, DemoError> {
-    let all = gz_lines(path)?;
-    let bad = |line: usize, why: String| DemoError::Data {
-        file: path.to_path_buf(),
-        line,
-        why,
-    };
-    let mut it = all.into_iter().enumerate();
-    match it.next() {
-        Some((_, h)) if h == "isig,datetime,glucose" => {}
-        other => return Err(bad(1, format!("unexpected header {other:?}"))),
-    }
+    let mut r = Rows::read(path, |h| h == "isig,datetime,glucose", rows)?;
     let mut s = CgmSeries::default();
-    let mut first = None;
-    let mut last = 0;
-    for (i, line) in it.take(rows.unwrap_or(usize::MAX)) {
+    for (n, line) in std::mem::take(&mut r.rows) {
         let f: Vec<&str> = line.split(',').collect();
         if f.len() != 3 {
-            return Err(bad(i + 1, "expected isig,datetime,glucose".into()));
+            return Err(r.bad(n, "expected isig,datetime,glucose".into()));
         }
-        let ts = parse_utc_us(f[1]).ok_or_else(|| bad(i + 1, format!("bad time {:?}", f[1])))?;
-        first.get_or_insert(ts);
-        last = ts;
+        let ts = r.time(n, f[1])?;
         let row = s.rows;
         s.rows += 1;
         for (v, out, empty) in [
@@ -175,7 +222,7 @@ pub fn load_cgm(path: &Path, rows: Option<usize>) -> Result<CgmSeries, DemoError
             }
         }
     }
-    s.span_us = (first.unwrap_or(0), last);
+    s.span_us = r.span_us.unwrap_or((0, 0));
     Ok(s)
 }
 

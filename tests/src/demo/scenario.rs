@@ -1,0 +1,719 @@
+//! The demo's timeline (module doc of [`super`], steps 1 to 4): the working directory, the
+//! gateway on its pty, the serial sensor and the publishers, then one tick at a time the
+//! gateway kill and restart, the uplink coming up, the bridge kill and restart, and the
+//! progress lines; after the replay the settling, the final `drain --once` and the read of
+//! the gateway's whole log for the verification.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serialport::{SerialPort, TTYPort};
+use spillway_core::wire::GatewayStats;
+
+use super::publisher::{Publisher, lock, run_publisher};
+use super::serial::{SerialProgress, clear_exclusive, serial_sensor};
+use super::series::{CgmSeries, SstSeries};
+use super::sink::{SinkCounter, sink_bytes};
+use super::summary::{Summary, thousands};
+use super::{
+    BAUD, DemoError, GATEWAY_ID, LINGER_MS, Options, TOPIC_GLUCOSE, TOPIC_ISIG, TOPIC_SST, io_err,
+};
+use crate::bridge::spawn_bridge;
+use crate::client::{Client, FetchedRecord};
+use crate::gateway::{GatewayProcess, free_port};
+use crate::process::ChildProcess;
+
+/// Where the gateway is SIGKILLed, as a fraction of the replay (before jitter).
+const GATEWAY_KILL_AT: f64 = 0.40;
+/// Where the uplink comes up (the bridge starts), as a fraction of the replay.
+const UPLINK_UP_AT: f64 = 0.55;
+/// How long after its start the bridge is SIGKILLed, as a fraction of the replay.
+const BRIDGE_KILL_AFTER: f64 = 0.10;
+/// A file marking a working directory as the demo's (so that it may be emptied).
+const MARKER: &str = ".spillway-demo";
+
+/// Prints progress lines unless quiet.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Say {
+    pub(super) quiet: bool,
+}
+
+impl Say {
+    pub(super) fn line(&self, s: impl AsRef<str>) {
+        if !self.quiet {
+            use std::io::Write as _;
+            println!("{}", s.as_ref());
+            let _ = std::io::stdout().flush();
+        }
+    }
+}
+
+/// The working directory's files.
+#[derive(Debug, Clone)]
+pub(super) struct WorkDir {
+    pub(super) dir: PathBuf,
+    image: PathBuf,
+    pub(super) sink: PathBuf,
+    state: PathBuf,
+    gateway_log: PathBuf,
+}
+
+impl WorkDir {
+    /// Empties `dir` if it is a previous run's (refuses any other non-empty directory),
+    /// creates it and marks it as the demo's.
+    pub(super) fn prepare(dir: &Path) -> Result<WorkDir, DemoError> {
+        if dir.exists() {
+            let is_ours = dir.join(MARKER).exists();
+            let empty = std::fs::read_dir(dir)
+                .map(|mut rd| rd.next().is_none())
+                .unwrap_or(false);
+            if !is_ours && !empty {
+                return Err(DemoError::Step(format!(
+                    "{} exists and is not a previous demo's working directory: not emptying it",
+                    dir.display()
+                )));
+            }
+            std::fs::remove_dir_all(dir).map_err(io_err(format!("empty {}", dir.display())))?;
+        }
+        std::fs::create_dir_all(dir).map_err(io_err(format!("create {}", dir.display())))?;
+        std::fs::write(dir.join(MARKER), b"spillway-demo working directory\n")
+            .map_err(io_err(format!("create {}", dir.join(MARKER).display())))?;
+        Ok(WorkDir {
+            dir: dir.to_path_buf(),
+            image: dir.join("gateway.img"),
+            sink: dir.join("sink"),
+            state: dir.join("bridge-state.redb"),
+            gateway_log: dir.join("gateway.log"),
+        })
+    }
+
+    fn bridge_log(&self, run: &str) -> PathBuf {
+        self.dir.join(format!("bridge-{run}.log"))
+    }
+}
+
+/// The message part of an `env_logger` line (`[time LEVEL target] message`).
+pub(super) fn log_message(line: &str) -> &str {
+    match line.split_once("] ") {
+        Some((head, msg)) if head.starts_with('[') => msg,
+        _ => line,
+    }
+}
+
+/// The numbers after `needle` in every line of `text` that has it.
+pub(super) fn numbers_after(text: &str, needle: &str) -> Vec<u64> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = &l[l.find(needle)? + needle.len()..];
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .collect()
+}
+
+/// The gateway's counters over a kept connection (`None` while it is down).
+fn gateway_stats(c: &mut Option<Client>, addr: &str) -> Option<GatewayStats> {
+    if c.is_none() {
+        let s =
+            std::net::TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_millis(200))
+                .ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        let mut cl = Client::new(Box::new(s));
+        cl.hello("spillway-demo-monitor").ok()?;
+        *c = Some(cl);
+    }
+    match c.as_mut()?.stats() {
+        Ok(s) => Some(s),
+        Err(_) => {
+            *c = None;
+            None
+        }
+    }
+}
+
+/// When things happen, drawn from the seed.
+#[derive(Debug)]
+struct Plan {
+    /// Since the start of the replay.
+    kill_at: Duration,
+    /// Since the start of the replay.
+    uplink_at: Duration,
+    /// Since the bridge's first start.
+    bridge_kill_after: Duration,
+}
+
+/// The running scenario: processes, threads, and what happened when.
+pub(super) struct Scenario<'a> {
+    opts: &'a Options,
+    say: Say,
+    work: WorkDir,
+    sst_lines: usize,
+    addr: String,
+    gateway_args: Vec<String>,
+    gateway: GatewayProcess,
+    /// Both ends of the pty stay open for the whole run: the "cable" stays plugged in
+    /// while the gateway restarts.
+    pty: (TTYPort, TTYPort),
+    rng: StdRng,
+    plan: Plan,
+    pub(super) serial: Arc<Mutex<SerialProgress>>,
+    pub(super) publishers: [Arc<Publisher>; 2],
+    threads: Vec<JoinHandle<()>>,
+    started: Instant,
+    monitor: Option<Client>,
+    sink_count: SinkCounter,
+    pub(super) killed_at: Option<Duration>,
+    pub(super) back_at: Option<Duration>,
+    /// From the start of the replay until the sensor and every publisher were done.
+    replay_took: Duration,
+    bridge: Option<ChildProcess>,
+    bridge_runs: u32,
+    bridge_killed_at: Option<Duration>,
+    bridge_kill_lines: u64,
+    next_progress: Instant,
+}
+
+impl<'a> Scenario<'a> {
+    /// Step 1 and the start of step 2: the pty, the gateway, the serial sensor and the
+    /// publishers.
+    pub(super) fn start(
+        opts: &'a Options,
+        say: Say,
+        work: WorkDir,
+        sst: &SstSeries,
+        cgm: &CgmSeries,
+    ) -> Result<Scenario<'a>, DemoError> {
+        let (master, slave) =
+            TTYPort::pair().map_err(|e| DemoError::Step(format!("cannot open a pty pair: {e}")))?;
+        let pts = slave
+            .name()
+            .ok_or_else(|| DemoError::Step("the pty has no name".into()))?;
+        let mut writer = master
+            .try_clone_native()
+            .map_err(|e| DemoError::Step(format!("cannot clone the pty master: {e}")))?;
+        let _ = writer.set_timeout(Duration::from_millis(200));
+        let addr = format!("127.0.0.1:{}", free_port());
+        let size = if opts.image_bytes.is_multiple_of(1 << 20) {
+            format!("{}M", opts.image_bytes >> 20)
+        } else {
+            opts.image_bytes.to_string()
+        };
+        let gateway_args: Vec<String> = [
+            "--image",
+            &work.image.display().to_string(),
+            "--size",
+            &size,
+            "--erase-size",
+            "4K",
+            "--write-size",
+            "4",
+            "--listen",
+            &format!("tcp://{addr}"),
+            "--serial",
+            &format!("serial://{pts}?baud={BAUD}&mode=lines&topic={TOPIC_SST}"),
+            "--gateway-id",
+            GATEWAY_ID,
+            "--ack",
+            "buffered",
+            "--linger-ms",
+            &LINGER_MS.to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        say.line(format!(
+            "starting the gateway: spillway run {}",
+            gateway_args.join(" ")
+        ));
+        let gateway = start_gateway(opts, &gateway_args, &work.gateway_log)?;
+        for l in gateway.log_lines(&["created image", "listening on"]) {
+            say.line(format!("  gateway: {}", log_message(&l)));
+        }
+
+        let replay = opts.replay;
+        let mut rng = StdRng::seed_from_u64(opts.seed);
+        let kill_at = replay.mul_f64(GATEWAY_KILL_AT + rng.random_range(-0.05..0.05));
+        let plan = Plan {
+            kill_at,
+            uplink_at: replay
+                .mul_f64(UPLINK_UP_AT)
+                .max(kill_at + opts.gateway_down + Duration::from_millis(300)),
+            bridge_kill_after: replay
+                .mul_f64(BRIDGE_KILL_AFTER * rng.random_range(0.75..1.25))
+                .max(Duration::from_millis(400)),
+        };
+        let id_bases: [u64; 2] = [rng.random::<u64>() >> 8 << 8, rng.random::<u64>() >> 8 << 8];
+        let serial = Arc::new(Mutex::new(SerialProgress::default()));
+        let publishers = [
+            (TOPIC_ISIG, &cgm.isig, id_bases[0]),
+            (TOPIC_GLUCOSE, &cgm.glucose, id_bases[1]),
+        ]
+        .map(|(topic, values, base)| Arc::new(Publisher::new(topic, values, opts.lanes, base)));
+        let started = Instant::now();
+        say.line(format!(
+            "{} replay started: buoy lines on the serial line, glucose values as durable TCP \
+             publishes; uplink down (no bridge)",
+            stamp(started)
+        ));
+        let mut threads = Vec::new();
+        {
+            let (lines, serial) = (Arc::new(sst.lines.clone()), serial.clone());
+            threads.push(std::thread::spawn(move || {
+                serial_sensor(writer, lines, started, replay, serial);
+            }));
+        }
+        for p in &publishers {
+            let (p, addr, rows) = (p.clone(), addr.clone(), cgm.rows);
+            threads.push(std::thread::spawn(move || {
+                run_publisher(&p, &addr, started, replay, rows, Duration::from_secs(60));
+            }));
+        }
+        Ok(Scenario {
+            opts,
+            say,
+            work,
+            sst_lines: sst.lines.len(),
+            addr,
+            gateway_args,
+            gateway,
+            pty: (master, slave),
+            rng,
+            plan,
+            serial,
+            publishers,
+            threads,
+            started,
+            monitor: None,
+            sink_count: SinkCounter::default(),
+            killed_at: None,
+            back_at: None,
+            replay_took: Duration::ZERO,
+            bridge: None,
+            bridge_runs: 0,
+            bridge_killed_at: None,
+            bridge_kill_lines: u64::MAX,
+            next_progress: started + opts.progress_every,
+        })
+    }
+
+    fn stamp(&self) -> String {
+        stamp(self.started)
+    }
+
+    /// Records acknowledged by the gateway plus buoy lines written: about what it holds.
+    fn held(&self) -> u64 {
+        self.publishers
+            .iter()
+            .map(|p| p.lock().acked)
+            .sum::<usize>() as u64
+            + lock(&self.serial).sent_at.len() as u64
+    }
+
+    fn drain_args(&self, once: bool) -> Vec<String> {
+        let mut a: Vec<String> = [
+            "drain",
+            "--gateway",
+            &format!("tcp://{}", self.addr),
+            "--sink",
+            &format!("file:{}", self.work.sink.display()),
+            "--state",
+            &self.work.state.display().to_string(),
+            "--progress",
+            "off",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if once {
+            a.push("--once".into());
+        }
+        a
+    }
+
+    /// Steps 2 to 4 up to the end of the replay: ticks until the sensor and the publishers
+    /// are done and the bridge has been restarted after its kill.
+    pub(super) fn play(&mut self) -> Result<(), DemoError> {
+        loop {
+            let now = self.started.elapsed();
+            self.kill_gateway_when_due(now);
+            self.restart_gateway_when_due(now)?;
+            self.start_uplink_when_due(now)?;
+            self.kill_bridge_when_due(now);
+            self.restart_bridge_when_due(now)?;
+            self.check_running()?;
+            if Instant::now() >= self.next_progress {
+                self.next_progress += self.opts.progress_every;
+                self.progress_line();
+            }
+            if self.threads.iter().all(JoinHandle::is_finished) && self.bridge_runs == 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.replay_took = self.started.elapsed();
+        if self.killed_at.is_none() || self.back_at.is_none() {
+            return Err(DemoError::Step("the gateway was never killed".into()));
+        }
+        let acked: usize = self.publishers.iter().map(|p| p.lock().acked).sum();
+        self.say.line(format!(
+            "{} replay done: {} buoy lines written, {} glucose publishes acknowledged",
+            self.stamp(),
+            thousands(lock(&self.serial).sent_at.len() as u64),
+            thousands(acked as u64)
+        ));
+        Ok(())
+    }
+
+    fn kill_gateway_when_due(&mut self, now: Duration) {
+        if self.killed_at.is_some() || now < self.plan.kill_at {
+            return;
+        }
+        // The worst moment: with durable publishes in flight (waited for up to 0.5 s).
+        let in_flight = || {
+            self.publishers
+                .iter()
+                .map(|p| p.lock().unacked.len())
+                .sum::<usize>()
+        };
+        let wait_until = Instant::now() + Duration::from_millis(500);
+        while in_flight() == 0 && Instant::now() < wait_until {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        let lines = lock(&self.serial).sent_at.len();
+        let pid = self.gateway.pid();
+        self.gateway.kill();
+        self.monitor = None;
+        self.killed_at = Some(self.started.elapsed());
+        self.say.line(format!(
+            "{} SIGKILL gateway (pid {pid}) while durable publishes are in flight; {} buoy \
+             lines written so far, and the serial line keeps writing into the pty",
+            self.stamp(),
+            thousands(lines as u64)
+        ));
+    }
+
+    fn restart_gateway_when_due(&mut self, now: Duration) -> Result<(), DemoError> {
+        let Some(k) = self.killed_at else {
+            return Ok(());
+        };
+        if self.back_at.is_some() || now < k + self.opts.gateway_down {
+            return Ok(());
+        }
+        // The killed gateway left the pty in exclusive mode (TIOCEXCL), which outlives it
+        // because this process keeps the slave open: clear it so that the new gateway can
+        // open the port without root.
+        clear_exclusive(&self.pty.1);
+        let t = Instant::now();
+        self.gateway = start_gateway(self.opts, &self.gateway_args, &self.work.gateway_log)?;
+        self.back_at = Some(self.started.elapsed());
+        self.say.line(format!(
+            "{} gateway restarted on the same image ({} ms to listening)",
+            self.stamp(),
+            t.elapsed().as_millis()
+        ));
+        for l in self.gateway.log_lines(&["not clean"]) {
+            self.say.line(format!("  gateway: {}", log_message(&l)));
+        }
+        self.say.line(
+            "  (offsets are never reused: new records continue from the offset lease the \
+             gateway had reserved, so the offsets in between stay unused)",
+        );
+        Ok(())
+    }
+
+    fn start_uplink_when_due(&mut self, now: Duration) -> Result<(), DemoError> {
+        if self.bridge_runs != 0 || now < self.plan.uplink_at {
+            return Ok(());
+        }
+        // Records held by the gateway: all but the few lines a kill may have cost.
+        let backlog = self.held();
+        self.bridge_kill_lines = (backlog as f64 * self.rng.random_range(0.3..0.7)) as u64;
+        self.start_bridge("1")?;
+        self.bridge_runs = 1;
+        self.say.line(format!(
+            "{} uplink up: spillway-bridge drain --sink file:{} (backlog about {} records)",
+            self.stamp(),
+            self.work.sink.display(),
+            thousands(backlog)
+        ));
+        Ok(())
+    }
+
+    fn start_bridge(&mut self, run: &str) -> Result<(), DemoError> {
+        let b = spawn_bridge(
+            &self.opts.bridge_bin,
+            &self.drain_args(false),
+            &self.work.bridge_log(run),
+        )
+        .map_err(DemoError::Step)?;
+        self.bridge = Some(b);
+        Ok(())
+    }
+
+    fn kill_bridge_when_due(&mut self, now: Duration) {
+        if self.bridge_runs != 1 || self.bridge_killed_at.is_some() {
+            return;
+        }
+        let due = now >= self.plan.uplink_at + self.plan.bridge_kill_after
+            || self.sink_count.lines(&self.work.sink) >= self.bridge_kill_lines;
+        if !due {
+            return;
+        }
+        let Some(b) = self.bridge.as_mut() else {
+            return;
+        };
+        // The worst moment: right after a batch reached the files, before the bridge saved
+        // its checkpoint.
+        let before = sink_bytes(&self.work.sink);
+        let wait_until = Instant::now() + Duration::from_secs(1);
+        let mut wrote = false;
+        while !wrote && Instant::now() < wait_until {
+            std::thread::sleep(Duration::from_micros(200));
+            wrote = sink_bytes(&self.work.sink) != before;
+        }
+        let pid = b.pid();
+        b.kill();
+        self.bridge_killed_at = Some(self.started.elapsed());
+        let lines = self.sink_count.lines(&self.work.sink);
+        self.say.line(format!(
+            "{} SIGKILL bridge (pid {pid}){} while it drains: the sink has {} lines, the \
+             gateway holds about {} records",
+            self.stamp(),
+            if wrote {
+                " right after it wrote a batch"
+            } else {
+                ""
+            },
+            thousands(lines),
+            thousands(self.held())
+        ));
+    }
+
+    fn restart_bridge_when_due(&mut self, now: Duration) -> Result<(), DemoError> {
+        match self.bridge_killed_at {
+            Some(k) if self.bridge_runs == 1 && now >= k + Duration::from_millis(300) => {
+                self.start_bridge("2")?;
+                self.bridge_runs = 2;
+                self.say.line(format!(
+                    "{} bridge restarted: it resumes from its checkpoint",
+                    self.stamp()
+                ));
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Fails when a process exited by itself or a sensor or publisher stopped on an error.
+    fn check_running(&mut self) -> Result<(), DemoError> {
+        if let Some(st) = self.bridge.as_mut().and_then(ChildProcess::try_wait) {
+            return Err(DemoError::Step(format!(
+                "spillway-bridge drain exited with {st} (log: {})",
+                self.work
+                    .bridge_log(&self.bridge_runs.to_string())
+                    .display()
+            )));
+        }
+        // (While it is killed, the gateway has no child.)
+        if let Some(st) = self.gateway.try_wait() {
+            return Err(DemoError::Step(format!(
+                "spillway exited with {st} (log: {})",
+                self.work.gateway_log.display()
+            )));
+        }
+        if let Some(e) = self.publishers.iter().find_map(|p| p.lock().error.clone()) {
+            return Err(DemoError::Step(e));
+        }
+        if let Some(e) = lock(&self.serial).error.clone() {
+            return Err(DemoError::Step(e));
+        }
+        Ok(())
+    }
+
+    fn progress_line(&mut self) {
+        let lines = lock(&self.serial).sent_at.len();
+        let mut line = format!(
+            "{} serial {}/{} lines",
+            self.stamp(),
+            thousands(lines as u64),
+            thousands(self.sst_lines as u64)
+        );
+        for p in &self.publishers {
+            let st = p.lock();
+            line.push_str(&format!(
+                " | {} {}/{} acked",
+                p.topic,
+                thousands(st.acked as u64),
+                thousands(p.records.len() as u64)
+            ));
+        }
+        let next = gateway_stats(&mut self.monitor, &self.addr).map(|s| s.next_offset);
+        match next {
+            Some(n) => line.push_str(&format!(" | gateway next offset {}", thousands(n))),
+            None => line.push_str(" | gateway DOWN"),
+        }
+        if self.bridge_runs == 0 {
+            line.push_str(" | uplink down");
+        } else {
+            let lines = self.sink_count.lines(&self.work.sink);
+            line.push_str(&format!(" | sink {} lines", thousands(lines)));
+            if let (Some(n), Some(h)) = (next, self.sink_count.high) {
+                line.push_str(&format!(
+                    ", {} offsets behind",
+                    thousands(n.saturating_sub(h + 1))
+                ));
+            }
+        }
+        self.say.line(line);
+    }
+
+    /// Waits until the last lines reached flash: the log stops growing and everything is
+    /// durable (15 s at most).
+    pub(super) fn settle(&mut self) -> Result<(), DemoError> {
+        let settle_until = Instant::now() + Duration::from_secs(15);
+        let mut last = (u64::MAX, Instant::now());
+        loop {
+            if let Some(s) = gateway_stats(&mut self.monitor, &self.addr) {
+                if s.next_offset != last.0 {
+                    last = (s.next_offset, Instant::now());
+                } else if s.durable_offset == s.next_offset
+                    && last.1.elapsed() >= Duration::from_millis(4 * LINGER_MS)
+                {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > settle_until {
+                return Err(DemoError::Step(
+                    "the gateway's log did not settle within 15 s".into(),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The end of step 4: SIGTERM to the bridge, then `drain --once` to the end. Starts
+    /// the [`Summary`] with the times and the bridge's figures.
+    pub(super) fn final_drain(&mut self) -> Result<Summary, DemoError> {
+        let (killed_at, back_at) = (
+            self.killed_at.unwrap_or_default(),
+            self.back_at.unwrap_or_default(),
+        );
+        let mut summary = Summary {
+            seed: self.opts.seed,
+            work_dir: self.work.dir.clone(),
+            replay: self.replay_took,
+            gateway_downtime: back_at.saturating_sub(killed_at),
+            uplink_downtime: self.plan.uplink_at,
+            ..Summary::default()
+        };
+        if let Some(mut b) = self.bridge.take() {
+            match b.stop(Duration::from_secs(60)) {
+                Some(st) if st.success() => self.say.line(format!(
+                    "{} bridge stopped with SIGTERM (exit 0)",
+                    self.stamp()
+                )),
+                other => summary.failures.push(format!(
+                    "the bridge did not stop cleanly on SIGTERM: {other:?}"
+                )),
+            }
+        }
+        let once_log = self.work.bridge_log("once");
+        let t = Instant::now();
+        let status = Command::new(&self.opts.bridge_bin)
+            .args(self.drain_args(true))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(&once_log)
+                    .map_err(io_err(format!("create {}", once_log.display())))?,
+            ))
+            .status()
+            .map_err(io_err("run spillway-bridge drain --once"))?;
+        let once_text = std::fs::read_to_string(&once_log).unwrap_or_default();
+        summary.final_drain_records = numbers_after(&once_text, "forwarded ")
+            .first()
+            .copied()
+            .unwrap_or(0);
+        if !status.success() {
+            summary.failures.push(format!(
+                "drain --once exited with {status} (log: {})",
+                once_log.display()
+            ));
+        }
+        self.say.line(format!(
+            "{} final drain --once: forwarded {} records in {} ms (exit {})",
+            self.stamp(),
+            thousands(summary.final_drain_records),
+            t.elapsed().as_millis(),
+            status.code().unwrap_or(-1)
+        ));
+        summary.total = self.started.elapsed();
+        for run in ["1", "2", "once"] {
+            let text = std::fs::read_to_string(self.work.bridge_log(run)).unwrap_or_default();
+            summary.sink_skipped_duplicates += numbers_after(&text, "file sink: skipped ")
+                .iter()
+                .sum::<u64>();
+        }
+        Ok(summary)
+    }
+
+    /// The gateway's first offset and whole log, then a clean stop (a failure in `summary`
+    /// if it does not stop cleanly). Closes the pty.
+    pub(super) fn read_log_and_stop(
+        &mut self,
+        summary: &mut Summary,
+    ) -> Result<(u64, Vec<FetchedRecord>), DemoError> {
+        let mut c = Client::tcp(&self.addr).map_err(io_err("connect to the gateway"))?;
+        let stats = c.stats().map_err(io_err("gateway stats"))?;
+        let records = c.fetch_all(0).map_err(io_err("read the gateway's log"))?;
+        drop(c);
+        self.monitor = None;
+        match self.gateway.stop(Duration::from_secs(20)) {
+            Some(st) if st.success() => {}
+            other => summary.failures.push(format!(
+                "the gateway did not stop cleanly on SIGTERM: {other:?}"
+            )),
+        }
+        let acked: usize = self.publishers.iter().map(|p| p.lock().acked).sum();
+        self.say.line(format!(
+            "{} verifying {} sink lines against {} acknowledgements and the gateway's {} records",
+            self.stamp(),
+            thousands(self.sink_count.lines(&self.work.sink)),
+            thousands(acked as u64),
+            thousands(records.len() as u64)
+        ));
+        Ok((stats.first_offset, records))
+    }
+}
+
+/// `[  12.3s]`: seconds since `t0`, for progress lines.
+fn stamp(t0: Instant) -> String {
+    format!("[{:6.1}s]", t0.elapsed().as_secs_f64())
+}
+
+fn start_gateway(opts: &Options, args: &[String], log: &Path) -> Result<GatewayProcess, DemoError> {
+    GatewayProcess::spawn(&opts.spillway_bin, args, 2, &[], Some(log)).map_err(DemoError::Step)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_in_logs() {
+        let text = "x file sink: skipped 12 duplicates\nfoo\ny file sink: skipped 3 dups";
+        assert_eq!(numbers_after(text, "file sink: skipped "), vec![12, 3]);
+        assert_eq!(
+            log_message("[2026-01-01T00:00:00.000Z INFO  spillway] listening on x"),
+            "listening on x"
+        );
+    }
+}
