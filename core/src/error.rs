@@ -80,6 +80,18 @@ pub enum MountError<E: Debug> {
     /// Neither a journal entry nor a segment header was found.
     #[error("partition is not formatted as a Spillway log")]
     NotFormatted,
+    /// A journal erase block stayed non-blank after repeated erases when the mount wrote
+    /// its journal entry (worn-out flash). The log itself was found and is intact; it
+    /// cannot run because committed offsets and the offset lease can no longer be
+    /// persisted. Copy the records off (`inspect` reads the log without writing) and
+    /// replace the flash.
+    #[error(
+        "journal erase block {block} does not erase (worn-out flash): the log was found but its journal cannot be written"
+    )]
+    WornJournal {
+        /// Index of the erase block in the partition (0 or 1).
+        block: u32,
+    },
     /// The partition was formatted with a different geometry than the storage reports.
     #[error(
         "image geometry (erase {image_erase_size} B, write {image_write_size} B) differs from the storage (erase {erase_size} B, write {write_size} B)"
@@ -163,6 +175,16 @@ pub enum AppendError<E: Debug> {
         /// Index of the erase block in the partition.
         block: u32,
     },
+    /// See [`FlushError::Unwritable`]: a bug, not a full log; nothing was appended.
+    #[error(
+        "buffered record at offset {offset} cannot be written: it does not parse or does not fit the {room} bytes of an empty segment (a bug, not a full log)"
+    )]
+    Unwritable {
+        /// Offset of the record.
+        offset: u64,
+        /// Bytes an empty segment takes for a batch's records.
+        room: usize,
+    },
     /// A resend older than the remembered window from before a skipped sequence (one the
     /// log refused, or that never arrived): whether it was stored is not known, so it is
     /// neither appended nor acknowledged. The producer must treat it as not acknowledged.
@@ -198,6 +220,19 @@ pub enum FlushError<E: Debug> {
     /// No segment can be reused and the full policy is `reject-new`.
     #[error("log is full")]
     Full,
+    /// The first record in the RAM buffer cannot be written even into an empty segment:
+    /// it is longer than the segment's `room` bytes, or it no longer parses. The log never
+    /// buffers such a record, so this is a bug (or RAM corruption), not a full log; the
+    /// records stay in RAM.
+    #[error(
+        "buffered record at offset {offset} cannot be written: it does not parse or does not fit the {room} bytes of an empty segment (a bug, not a full log)"
+    )]
+    Unwritable {
+        /// Offset of the record.
+        offset: u64,
+        /// Bytes an empty segment takes for a batch's records.
+        room: usize,
+    },
     /// An erase block stayed non-blank after repeated erases (worn-out flash).
     #[error("erase block {block} does not erase")]
     BadBlock {
@@ -220,6 +255,7 @@ impl<E: Debug> From<FlushError<E>> for AppendError<E> {
         match e {
             FlushError::Flash(e) => AppendError::Flash(e),
             FlushError::Full => AppendError::Full,
+            FlushError::Unwritable { offset, room } => AppendError::Unwritable { offset, room },
             FlushError::BadBlock { block } => AppendError::BadBlock { block },
             FlushError::Poisoned { op } => AppendError::Poisoned { op },
         }

@@ -345,17 +345,32 @@ pub struct Stats {
     pub erases: u64,
     /// Flash read operations.
     pub flash_reads: u64,
+    /// Bytes read from flash (every read operation counted, re-reads included).
+    pub flash_bytes_read: u64,
     /// Journal entries written.
     pub journal_writes: u64,
     /// Segments opened.
     pub segments_opened: u64,
-    /// Records erased by `DropOldest` before every consumer committed them.
+    /// Records reclaimed unread: erased with their segment (under `DropOldest`, or under
+    /// either policy when no consumer is left) at or after the lowest committed offset of
+    /// the consumers, or with no consumer, at or after the highest committed offset of the
+    /// consumers deleted since the mount (the first retained offset after a mount without
+    /// consumers: the log cannot prove that anyone read them). Records in corrupt batches
+    /// are not counted again here; skipped offsets hold no record and are never counted.
     pub records_dropped: u64,
     /// Records consumed from RAM and never written (`OnPressure`).
     pub records_discarded: u64,
-    /// Corrupt batches met by reads.
+    /// Reads that met a corrupt batch (a range read again is counted again; see
+    /// `corrupt_offsets` for what was lost).
     pub corrupt_batches: u64,
+    /// Offsets reported corrupt by reads, each counted once however often it is read (the
+    /// last [`CORRUPT_RANGES_REMEMBERED`] ranges reported are remembered for that).
+    pub corrupt_offsets: u64,
 }
+
+/// Corrupt ranges the log remembers so that reading one again (a consumer fetching it
+/// again, a second consumer) does not count its offsets twice in [`Stats::corrupt_offsets`].
+pub const CORRUPT_RANGES_REMEMBERED: usize = 8;
 
 /// Internal error of a flash operation that can also meet a bad block.
 enum Io<E> {
@@ -483,6 +498,7 @@ impl<F: Flash> Dev<F> {
         let mut attempt = 1;
         loop {
             self.stats.flash_reads += 1;
+            self.stats.flash_bytes_read += buf.len() as u64;
             match self.flash.read(addr, buf) {
                 Ok(()) => return Ok(()),
                 Err(e) if attempt >= READ_ATTEMPTS => return Err(e),
@@ -867,6 +883,12 @@ pub struct Log<'a, F: Flash> {
     buf_first_us: u64,
 
     consumers: Vec<Consumer, MAX_CONSUMERS>,
+    /// With no consumer left: records below this offset were read (the highest committed
+    /// offset of the consumers deleted since the mount); reclaiming the rest counts them
+    /// as dropped unread.
+    released: u64,
+    /// Corrupt ranges already counted in [`Stats::corrupt_offsets`], oldest first.
+    corrupt_seen: Vec<(u64, u64), CORRUPT_RANGES_REMEMBERED>,
     producers: Vec<ProducerState, MAX_PRODUCERS>,
     dirty: bool,
     last_persist_us: u64,
@@ -1134,6 +1156,8 @@ impl<'a, F: Flash> Log<'a, F> {
             buf_prev_crc: 0,
             buf_first_us: now_us,
             consumers: Vec::new(),
+            released: 0,
+            corrupt_seen: Vec::new(),
             producers: Vec::new(),
             dirty: false,
             last_persist_us: now_us,
@@ -1298,12 +1322,14 @@ impl<'a, F: Flash> Log<'a, F> {
                 });
             }
         }
+        // No consumer is known to have read anything retained.
+        log.released = log.first_offset();
         log.rebuild_producers(jdurable).map_err(MountError::Flash)?;
 
         // 6. Mark the log as running (clears the clean flag) with the lease in place.
         log.persist_journal(false).map_err(|e| match e {
             Io::Flash(e) => MountError::Flash(e),
-            Io::BadBlock(_) => MountError::NotFormatted,
+            Io::BadBlock(block) => MountError::WornJournal { block },
         })?;
         report.first_offset = log.first_offset();
         report.next_offset = log.next_offset;
@@ -2081,8 +2107,11 @@ impl<'a, F: Flash> Log<'a, F> {
             let (k, body, crc) = self.buffered_fit(self.buf_count, max_body);
             if k == 0 {
                 if self.head_pos == l.data_start {
-                    // Cannot happen: a record never exceeds an empty segment.
-                    return Err(FlushError::Full);
+                    // Cannot happen: a buffered record never exceeds an empty segment.
+                    return Err(FlushError::Unwritable {
+                        offset: self.buf_base,
+                        room: max_body,
+                    });
                 }
                 self.head_writable = false;
                 continue;
@@ -2165,12 +2194,30 @@ impl<'a, F: Flash> Log<'a, F> {
                     match self.cfg.full {
                         FullPolicy::RejectNew => return Err(FlushError::Full),
                         FullPolicy::DropOldest => {
-                            let dropped = end.saturating_sub(slot.base);
-                            self.dev.stats.records_dropped += dropped;
                             warn!("ring full: dropping offsets {}..{}", slot.base, end);
                         }
                     }
                 }
+            }
+            // Count what nobody has read: at or after the lowest committed offset, or with
+            // no consumer left, the highest committed offset of those deleted.
+            let read_below = if self.consumers.is_empty() {
+                self.released
+            } else {
+                self.min_commit(|c| c.committed)
+            };
+            if end > read_below.max(slot.base) {
+                let unread = self.count_records(target, read_below, end)?;
+                if unread > 0 {
+                    warn!(
+                        "reclaiming segment {}: {} records at offsets {}..{} were never read",
+                        target,
+                        unread,
+                        read_below.max(slot.base),
+                        end
+                    );
+                }
+                self.dev.stats.records_dropped += unread;
             }
         }
         let base = if self.buf_count > 0 {
@@ -2238,6 +2285,29 @@ impl<'a, F: Flash> Log<'a, F> {
         Ok(())
     }
 
+    /// Records of segment `seg` (not the head) whose offsets are in `from..to`, counted
+    /// from the valid batches its data holds (a corrupt batch's records were lost already
+    /// and are not counted). Reads every batch of the segment once.
+    fn count_records(&mut self, seg: u32, from: u64, to: u64) -> Result<u64, Io<F::Error>> {
+        let l = self.dev.l;
+        let mut pos = l.data_start;
+        let mut expected = self.slots[seg as usize].base;
+        let mut n = 0u64;
+        while expected < to && pos < l.seg_size {
+            match self.dev.next_batch(seg, pos, expected).map_err(Io::Flash)? {
+                Next::End { .. } => break,
+                Next::Batch { pos: p, h, .. } => {
+                    let lo = h.base_offset.max(from);
+                    let hi = h.end_offset().min(to);
+                    n += hi.saturating_sub(lo);
+                    pos = p.saturating_add(align_up(h.len, l.ws()));
+                    expected = h.end_offset();
+                }
+            }
+        }
+        Ok(n)
+    }
+
     /// The next valid segment after `seg` in ring order, if any.
     fn next_valid_after(&self, seg: u32) -> Option<u32> {
         let n = self.dev.l.seg_count;
@@ -2260,10 +2330,53 @@ impl<'a, F: Flash> Log<'a, F> {
     /// [`ReadError::Dropped`] below the first retained offset,
     /// [`ReadError::BufferTooSmall`] when the first record does not fit, storage errors.
     pub fn read(&mut self, from: u64, buf: &mut [u8]) -> Result<ReadOutcome, ReadError<F::Error>> {
-        if self.dev.failed.is_some() {
-            return self.read_durable(from, buf);
+        let out = if self.dev.failed.is_some() {
+            self.read_durable(from, buf)?
+        } else {
+            self.read_any(from, buf)?
+        };
+        if let Some(l) = out.lost
+            && l.reason == LostReason::Corrupt
+        {
+            self.count_corrupt(l.from, l.to);
         }
-        self.read_any(from, buf)
+        Ok(out)
+    }
+
+    /// Adds the offsets of the corrupt range `from..to` not counted yet to
+    /// [`Stats::corrupt_offsets`] (a range read again, or overlapping one counted, adds only
+    /// what is new).
+    fn count_corrupt(&mut self, from: u64, to: u64) {
+        // The parts of `from..to` not covered by a remembered range: a range is cut by each
+        // remembered one into at most two pieces, so walk it as a sorted sweep.
+        let mut new = 0u64;
+        let mut at = from;
+        while at < to {
+            // The remembered range covering `at`, if any, moves `at` past it.
+            if let Some(&(_, e)) = self.corrupt_seen.iter().find(|r| r.0 <= at && at < r.1) {
+                at = e;
+                continue;
+            }
+            // Otherwise count up to the next remembered range's start (or `to`).
+            let next = self
+                .corrupt_seen
+                .iter()
+                .filter(|r| r.0 > at)
+                .map(|r| r.0)
+                .min()
+                .unwrap_or(to)
+                .min(to);
+            new += next - at;
+            at = next;
+        }
+        if new == 0 {
+            return;
+        }
+        self.dev.stats.corrupt_offsets += new;
+        if self.corrupt_seen.is_full() {
+            self.corrupt_seen.remove(0);
+        }
+        let _ = self.corrupt_seen.push((from, to));
     }
 
     /// A poisoned log's read: only offsets below the durable offset are served (what is
@@ -2858,7 +2971,8 @@ impl<'a, F: Flash> Log<'a, F> {
         let Some(i) = self.consumers.iter().position(|c| c.name == consumer) else {
             return Ok(false);
         };
-        self.consumers.remove(i);
+        let gone = self.consumers.remove(i);
+        self.released = self.released.max(gone.committed);
         self.persist_journal(false)?;
         Ok(true)
     }

@@ -169,3 +169,34 @@ fn failed_batch_write_seals_the_head_segment() {
         "the next batch went into the sealed segment"
     );
 }
+
+/// A buffered record that cannot be written even into an empty segment (it no longer
+/// parses here) is reported as what it is, never as a full log: `Full` would tell the
+/// producer to wait for consumers, for ever.
+#[test]
+fn unwritable_buffered_record_is_not_reported_as_full() {
+    let mut sim = SimFlash::new_vec(G).unwrap();
+    Log::format(&mut sim, 9, 2).unwrap();
+    let mut buf = vec![0u8; 512];
+    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 2) as usize];
+    let mem = Memory {
+        buffer: &mut buf,
+        segments: &mut slots,
+    };
+    let (mut log, _) = Log::mount(&mut sim, Config::default(), mem, 0).unwrap();
+    let rec = Record {
+        topic: "t",
+        timestamp_us: 0,
+        producer: None,
+        payload: b"x",
+    };
+    let at = log.append(0, &rec).unwrap().offset;
+    // The record's bytes in RAM stop parsing (a bug or a RAM fault, never a full log).
+    let end = log.buf_len;
+    log.buf[BATCH_HEADER_LEN..end].fill(0xFF);
+    let got = log.flush(0);
+    assert!(
+        matches!(got, Err(FlushError::Unwritable { offset, .. }) if offset == at),
+        "{got:?}"
+    );
+}

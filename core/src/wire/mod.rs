@@ -461,9 +461,11 @@ pub struct GatewayStats {
     pub duplicates: u64,
     /// Publishes rejected because the log was full (`reject-new` policy).
     pub records_rejected_full: u64,
-    /// Records erased unread by the `drop-oldest` policy.
+    /// Records reclaimed before every consumer committed them (`drop-oldest`, or any
+    /// policy with no consumer left): `Stats::records_dropped` of the log.
     pub records_dropped: u64,
-    /// Records found corrupt in flash and skipped.
+    /// Offsets reads found corrupt in flash and skipped, each counted once however often
+    /// it is fetched (`Stats::corrupt_offsets` of the log).
     pub records_corrupt: u64,
     /// Records acknowledged from RAM, consumed and committed, never written to flash
     /// (`on-pressure` spill policy).
