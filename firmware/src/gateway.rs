@@ -672,6 +672,15 @@ impl Gateway {
                 let m = message(format_args!("{e}"));
                 error_reply(out, seq, ErrorCode::OffsetOutOfRange, &m)
             }
+            // A record stored with a larger RAM buffer than this gateway's: it cannot be
+            // sent, now or on a retry.
+            ReadError::BufferTooSmall { needed } => {
+                let m = message(format_args!(
+                    "record at offset {from} needs {needed} bytes, more than this gateway's {} byte read buffer",
+                    scratch.len()
+                ));
+                error_reply(out, seq, ErrorCode::TooLarge, &m)
+            }
             _ => {
                 let m = message(format_args!("{e}"));
                 error!("read failed: {}", m.as_str());
@@ -735,10 +744,10 @@ impl Gateway {
             duplicates: s.duplicates,
             records_rejected_full: self.counters.rejected_full,
             records_dropped: s.records_dropped,
-            records_corrupt: s.corrupt_batches,
+            records_corrupt: s.corrupt_offsets,
             records_spared: s.records_discarded,
             flash_bytes_programmed: s.flash_bytes_programmed,
-            flash_bytes_read: 0,
+            flash_bytes_read: s.flash_bytes_read,
             erases: s.erases,
             flushes: s.batches_written,
             syncs: s.syncs,

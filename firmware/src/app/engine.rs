@@ -140,7 +140,9 @@ impl Clock {
 }
 
 /// Frame size for the settings: enough for one record of `max_record_bytes`, and at least
-/// 64 KiB so that fetches carry many small records.
+/// 64 KiB so that fetches carry many small records. The gateway raises it to carry any
+/// record the mounted log can hold (its RAM buffer's record limit), whatever
+/// `max_record_bytes` is now.
 pub fn max_frame_bytes(s: &Settings) -> u32 {
     GatewayConfig::min_frame_bytes(s.max_record_bytes).max(64 * 1024)
 }
@@ -205,7 +207,11 @@ pub fn run(
             return Err(err);
         }
     };
-    let frame_bytes = max_frame_bytes(&s);
+    // The fetch limit is not the ingest limit: a frame carries any record the log can hold
+    // with this RAM buffer, so records stored under a higher --max-record-bytes stay
+    // fetchable after a restart with a lower one.
+    let stored_max = u32::try_from(log.max_record_len()).unwrap_or(u32::MAX);
+    let frame_bytes = max_frame_bytes(&s).max(GatewayConfig::min_frame_bytes(stored_max));
     let max_record = log
         .max_record_len()
         .saturating_sub(255 + 12 + 14)

@@ -2,9 +2,11 @@
 //!
 //! Counters (`_total` is appended by the encoder): `spillway_records_appended_total`,
 //! `spillway_bytes_appended_total` (payload bytes), `spillway_flash_bytes_programmed_total`,
-//! `spillway_erases_total`, `spillway_flushes_total` (batches written),
-//! `spillway_syncs_total`, `spillway_records_dropped_total{reason}` (`drop_oldest`,
-//! `corrupt_batch`, `spared`), `spillway_ingest_errors_total{reason}` (`bad_frame`,
+//! `spillway_flash_bytes_read_total`, `spillway_erases_total`, `spillway_flushes_total`
+//! (batches written), `spillway_syncs_total`, `spillway_records_dropped_total{reason}`
+//! (`reclaimed_unread`: records erased with their segment before every consumer committed
+//! them, under `drop-oldest` or with no consumer left; `corrupt`: offsets read back
+//! corrupt, each counted once; `spared`), `spillway_ingest_errors_total{reason}` (`bad_frame`,
 //! `too_large`, `full`, `invalid`), `spillway_connections_total`. Gauges:
 //! `spillway_next_offset`, `spillway_durable_offset`, `spillway_first_offset`,
 //! `spillway_consumer_committed_offset{consumer}`, `spillway_consumer_lag_offsets{consumer}`.
@@ -31,6 +33,7 @@ pub struct Metrics {
     records: Counter,
     bytes: Counter,
     flash_bytes: Counter,
+    flash_bytes_read: Counter,
     erases: Counter,
     flushes: Counter,
     syncs: Counter,
@@ -63,6 +66,7 @@ impl Metrics {
             records: Counter::default(),
             bytes: Counter::default(),
             flash_bytes: Counter::default(),
+            flash_bytes_read: Counter::default(),
             erases: Counter::default(),
             flushes: Counter::default(),
             syncs: Counter::default(),
@@ -83,12 +87,17 @@ impl Metrics {
             "Bytes programmed into flash (batches, headers, journal)",
             m.flash_bytes.clone(),
         );
+        registry.register(
+            "flash_bytes_read",
+            "Bytes read from flash (re-reads included)",
+            m.flash_bytes_read.clone(),
+        );
         registry.register("erases", "Erase-block erases", m.erases.clone());
         registry.register("flushes", "Batches written to flash", m.flushes.clone());
         registry.register("syncs", "Flash syncs (fdatasync)", m.syncs.clone());
         registry.register(
             "records_dropped",
-            "Records lost to drop-oldest, skipped as corrupt batches, or spared from flash",
+            "Records lost: reclaimed before every consumer read them, offsets read back corrupt (each once), or spared from flash",
             m.dropped.clone(),
         );
         registry.register(
@@ -143,13 +152,15 @@ impl Metrics {
             s.flash_bytes_programmed
                 .saturating_sub(ls.flash_bytes_programmed),
         );
+        self.flash_bytes_read
+            .inc_by(s.flash_bytes_read.saturating_sub(ls.flash_bytes_read));
         self.erases.inc_by(s.erases.saturating_sub(ls.erases));
         self.flushes
             .inc_by(s.batches_written.saturating_sub(ls.batches_written));
         self.syncs.inc_by(s.syncs.saturating_sub(ls.syncs));
         for (r, now, before) in [
-            ("drop_oldest", s.records_dropped, ls.records_dropped),
-            ("corrupt_batch", s.corrupt_batches, ls.corrupt_batches),
+            ("reclaimed_unread", s.records_dropped, ls.records_dropped),
+            ("corrupt", s.corrupt_offsets, ls.corrupt_offsets),
             ("spared", s.records_discarded, ls.records_discarded),
         ] {
             self.dropped
