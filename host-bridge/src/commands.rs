@@ -644,14 +644,27 @@ pub async fn status(
     code
 }
 
+/// A `consumers delete`: the consumer's name, and whether the gateway's last consumer
+/// may go.
+#[derive(Debug, Clone, Copy)]
+pub struct Delete<'a> {
+    /// The consumer's name.
+    pub name: &'a str,
+    /// Delete it even if it is the gateway's last consumer.
+    pub force: bool,
+}
+
 /// Runs `consumers`: lists the gateway's consumers with their committed offset and lag
 /// (the gateway's next offset minus the committed offset), or, with `delete`, deletes that
 /// consumer on the gateway and prints whether it existed. A deleted consumer no longer
-/// holds back retention; a drain using that name commits it again on its next commit.
-/// Returns the exit code (1 if the gateway cannot be reached or refuses).
+/// holds back retention; a drain using that name commits it again on its next commit. The
+/// gateway's last consumer is refused unless [`Delete::force`]: with no consumer, the
+/// gateway reclaims records nobody read (and counts them as dropped).
+/// Returns the exit code (1 if the gateway cannot be reached or refuses, or the consumer
+/// is the last one and `force` is not set).
 pub async fn consumers(
     gateway: &GatewayAddr,
-    delete: Option<&str>,
+    delete: Option<Delete<'_>>,
     reply_timeout: Duration,
     json: bool,
     out: &mut dyn Write,
@@ -664,7 +677,25 @@ pub async fn consumers(
         }
     };
     let r = match delete {
-        Some(name) => {
+        Some(Delete { name, force }) => {
+            if !force {
+                let list = match c.consumers().await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        log::error!("gateway {gateway}: listing consumers: {e}");
+                        return exit::FAILURE;
+                    }
+                };
+                if let [only] = list.as_slice()
+                    && only.name == name
+                {
+                    log::error!(
+                        "consumer {name:?} is the gateway's last consumer (committed offset {}): without a consumer nothing holds retention, and the gateway reclaims records nobody has read when it needs room (counted as dropped, under either --full policy); pass --force to delete it anyway",
+                        only.committed_offset
+                    );
+                    return exit::FAILURE;
+                }
+            }
             let existed = match c.delete_consumer(name).await {
                 Ok(e) => e,
                 Err(e) => {

@@ -312,6 +312,10 @@ pub struct DrainConfig {
     pub from: Option<StartFrom>,
     /// Drain up to the gateway's next offset as read at start, then stop.
     pub once: bool,
+    /// With [`DrainConfig::once`]: how long to keep retrying a gateway that cannot be
+    /// reached (or whose requests keep failing) without progress before giving up with
+    /// [`DrainError::GatewayUnreachable`]. Without `once` the drain retries for ever.
+    pub once_retry_for: Duration,
     /// On a failed resume check, start over from the new log's first offset.
     pub accept_new_log: bool,
     /// Byte budget of one fetch (`max_bytes`), bytes.
@@ -344,6 +348,9 @@ pub struct DrainConfig {
 #[cfg(feature = "kafka")]
 pub const WARM_UP_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Default of [`DrainConfig::once_retry_for`].
+pub const DEFAULT_ONCE_RETRY_FOR: Duration = Duration::from_secs(30);
+
 /// Default of [`DrainConfig::max_in_flight_batches`].
 pub const DEFAULT_MAX_IN_FLIGHT_BATCHES: usize = 4;
 
@@ -361,6 +368,7 @@ impl DrainConfig {
             consumer: spillway_core::log::BRIDGE_CONSUMER.to_string(),
             from: None,
             once: false,
+            once_retry_for: DEFAULT_ONCE_RETRY_FOR,
             accept_new_log: false,
             max_batch_bytes: 256 * 1024,
             prefetch: 4,
@@ -407,6 +415,62 @@ pub enum DrainError {
     /// A setting does not fit the gateway (exit code 2).
     #[error("{0}")]
     Config(String),
+    /// The gateway refused to create the consumer: its consumer table is full (exit code
+    /// 1). The consumer would never hold retention, so the drain stops instead of going on.
+    #[error(
+        "the gateway refused to commit offset {offset} for consumer {consumer:?}: {message}; its consumer table is full (at most {max} consumers), so this consumer would never hold back retention. Free a slot with `spillway-bridge consumers delete NAME` (`spillway-bridge consumers` lists them with their lag), or drain as an existing consumer with --consumer"
+    )]
+    TooManyConsumers {
+        /// The consumer name.
+        consumer: String,
+        /// The offset whose commit was refused.
+        offset: u64,
+        /// Consumers a gateway keeps, at most.
+        max: usize,
+        /// The gateway's message.
+        message: String,
+    },
+    /// The gateway cannot send the record at `offset`: it is larger than the frames the
+    /// gateway now sends (it was stored with a larger RAM buffer), exit code 1. Fetching it
+    /// again would fail for ever.
+    #[error(
+        "the gateway cannot send the record at offset {offset}: {message}; it was stored while the gateway ran with a larger --buffer-bytes: restart the gateway with that buffer size to drain it"
+    )]
+    RecordTooLarge {
+        /// The record's offset.
+        offset: u64,
+        /// The gateway's message.
+        message: String,
+    },
+    /// With `--once`: the gateway could not be reached, or its requests kept failing, for
+    /// the whole retry budget without progress (exit code 1).
+    #[error(
+        "gateway {gateway}: no progress for {waited:.1?} (the --once retry budget, --retry-for): {last_error}; the checkpoint stays where it was, and the next drain resumes there"
+    )]
+    GatewayUnreachable {
+        /// The gateway.
+        gateway: String,
+        /// How long the drain retried.
+        waited: Duration,
+        /// The last failure.
+        last_error: String,
+    },
+}
+
+/// A commit the gateway refuses because its consumer table is full, as a drain error.
+fn refused_commit(e: &ClientError, consumer: &str, offset: u64) -> Option<DrainError> {
+    match e {
+        ClientError::Gateway {
+            code: ErrorCode::TooManyConsumers,
+            message,
+        } => Some(DrainError::TooManyConsumers {
+            consumer: consumer.to_string(),
+            offset,
+            max: spillway_core::log::MAX_CONSUMERS,
+            message: message.clone(),
+        }),
+        _ => None,
+    }
 }
 
 /// What a drain did.
@@ -439,13 +503,23 @@ enum Item {
     BeyondEnd { offset: u64, next: u64 },
 }
 
-/// The offset the main loop wants committed on the gateway.
+/// The offset the main loop wants committed on the gateway, and why the fetcher stopped
+/// for good, if it did (a refused commit, a gateway unreachable for the `--once` budget).
 #[derive(Default)]
 struct CommitCell {
     want: Mutex<u64>,
+    fatal: Mutex<Option<DrainError>>,
 }
 
 impl CommitCell {
+    fn fail(&self, e: DrainError) {
+        if let Ok(mut f) = self.fatal.lock() {
+            f.get_or_insert(e);
+        }
+    }
+    fn take_fatal(&self) -> Option<DrainError> {
+        self.fatal.lock().ok().and_then(|mut f| f.take())
+    }
     fn set(&self, o: u64) {
         if let Ok(mut w) = self.want.lock() {
             *w = (*w).max(o);
@@ -469,6 +543,8 @@ struct FetcherCtx {
     stop: Shutdown,
     metrics: Metrics,
     backoff: Backoff,
+    /// `--once`: give up reconnecting after this long without a connection.
+    give_up_after: Option<Duration>,
 }
 
 /// Fetches repeated, at most, after the gateway reported a range corrupt, before the range
@@ -485,30 +561,53 @@ const CLIENT_NAME: &str = concat!("spillway-bridge/", env!("CARGO_PKG_VERSION"))
 const STATS_EVERY: Duration = Duration::from_secs(2);
 const FINAL_COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Connects, retrying with backoff until connected or `stop`.
+/// Why [`connect_retry`] returned without a connection.
+enum NoConnection {
+    /// The shutdown signal.
+    Stopped,
+    /// The retry budget ran out.
+    GaveUp(DrainError),
+}
+
+/// Connects, retrying with backoff until connected, `stop`, or (with `give_up` set) once
+/// that long has passed since `since` without a connection.
 async fn connect_retry(
     addr: &GatewayAddr,
     reply_timeout: Duration,
     backoff: &mut Backoff,
     stop: &Shutdown,
     metrics: &Metrics,
-) -> Option<Client> {
+    give_up: Option<(Instant, Duration)>,
+) -> Result<Client, NoConnection> {
     loop {
         if stop.is_set() {
-            return None;
+            return Err(NoConnection::Stopped);
         }
         match Client::connect(addr, CLIENT_NAME, reply_timeout).await {
             Ok(c) => {
                 backoff.reset();
-                return Some(c);
+                return Ok(c);
             }
             Err(e) => {
                 metrics.gateway_errors.inc();
+                if let Some((since, budget)) = give_up
+                    && since.elapsed() >= budget
+                {
+                    return Err(NoConnection::GaveUp(DrainError::GatewayUnreachable {
+                        gateway: addr.to_string(),
+                        waited: since.elapsed(),
+                        last_error: e.to_string(),
+                    }));
+                }
                 metrics.retries.inc();
-                let d = backoff.next_delay();
+                let mut d = backoff.next_delay();
+                if let Some((since, budget)) = give_up {
+                    // Try once more right at the end of the budget, not after it.
+                    d = d.min(budget.saturating_sub(since.elapsed()));
+                }
                 log::warn!("gateway {addr}: {e}; retrying in {d:.1?}");
                 if !sleep_or_stop(d, stop).await {
-                    return None;
+                    return Err(NoConnection::Stopped);
                 }
             }
         }
@@ -527,6 +626,14 @@ async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherCtx) -> Clie
         if want > committed_sent {
             match conn.commit(&ctx.consumer, want).await {
                 Ok(_) => committed_sent = want,
+                Err(e) if refused_commit(&e, &ctx.consumer, want).is_some() => {
+                    // The consumer would never hold retention: stop, and let the main loop
+                    // end the drain with the error.
+                    if let Some(f) = refused_commit(&e, &ctx.consumer, want) {
+                        ctx.commit.fail(f);
+                    }
+                    return conn;
+                }
                 Err(e) if e.connection_ok() => {
                     log::warn!("gateway refused commit of {want}: {e}");
                     committed_sent = want;
@@ -648,6 +755,19 @@ async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherCtx) -> Clie
                     .await;
                 return conn;
             }
+            Err(ClientError::Gateway {
+                code: ErrorCode::TooLarge,
+                message,
+            }) => {
+                // The gateway cannot send this record at all: fetching it again would fail
+                // for ever.
+                ctx.metrics.gateway_errors.inc();
+                ctx.commit.fail(DrainError::RecordTooLarge {
+                    offset: cursor,
+                    message,
+                });
+                return conn;
+            }
             Err(e) if e.connection_ok() => {
                 ctx.metrics.gateway_errors.inc();
                 ctx.metrics.retries.inc();
@@ -674,14 +794,24 @@ async fn reconnect(ctx: &mut FetcherCtx, e: ClientError) -> Option<Client> {
     if !sleep_or_stop(d, &ctx.stop).await {
         return None;
     }
-    let c = connect_retry(
+    let since = Instant::now();
+    let c = match connect_retry(
         &ctx.addr,
         ctx.reply_timeout,
         &mut ctx.backoff,
         &ctx.stop,
         &ctx.metrics,
+        ctx.give_up_after.map(|b| (since, b)),
     )
-    .await?;
+    .await
+    {
+        Ok(c) => c,
+        Err(NoConnection::Stopped) => return None,
+        Err(NoConnection::GaveUp(e)) => {
+            ctx.commit.fail(e);
+            return None;
+        }
+    };
     ctx.metrics.retries.inc();
     if c.welcome().log_id != ctx.log_id {
         log::warn!(
@@ -767,17 +897,23 @@ impl Drain {
     pub async fn run(mut self) -> Result<DrainSummary, DrainError> {
         let mut backoff = Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max);
         let mut once_target: Option<u64> = None;
+        // `--once`: when the drain last made progress (connected and resumed).
+        let mut progress_at = Instant::now();
+        let budget = self.cfg.once.then_some(self.cfg.once_retry_for);
         let res = loop {
-            let Some(mut conn) = connect_retry(
+            let mut conn = match connect_retry(
                 &self.cfg.gateway,
                 self.cfg.reply_timeout,
                 &mut backoff,
                 &self.stop,
                 &self.metrics,
+                budget.map(|b| (progress_at, b)),
             )
             .await
-            else {
-                break Ok(());
+            {
+                Ok(c) => c,
+                Err(NoConnection::Stopped) => break Ok(()),
+                Err(NoConnection::GaveUp(e)) => break Err(e),
             };
             let cp = match self.resume(&mut conn).await {
                 Ok(cp) => cp,
@@ -792,6 +928,15 @@ impl Drain {
                 Err(Resumed::Fatal(e)) => break Err(e),
                 Err(Resumed::Retry(e)) => {
                     self.metrics.gateway_errors.inc();
+                    if let Some(b) = budget
+                        && progress_at.elapsed() >= b
+                    {
+                        break Err(DrainError::GatewayUnreachable {
+                            gateway: self.cfg.gateway.to_string(),
+                            waited: progress_at.elapsed(),
+                            last_error: e.to_string(),
+                        });
+                    }
                     self.metrics.retries.inc();
                     let d = backoff.next_delay();
                     log::warn!("gateway {}: {e}; retrying in {d:.1?}", self.cfg.gateway);
@@ -801,6 +946,7 @@ impl Drain {
                     continue;
                 }
             };
+            progress_at = Instant::now();
             if self.cfg.once && once_target.is_none() {
                 match conn.stats().await {
                     Ok(s) => {
@@ -1099,9 +1245,12 @@ impl Drain {
         self.metrics.sink_resumed.inc_by(at - c);
         self.metrics.set_committed(at);
         self.summary.offset = at;
-        conn.commit(&self.cfg.consumer, at)
-            .await
-            .map_err(Resumed::Retry)?;
+        conn.commit(&self.cfg.consumer, at).await.map_err(|e| {
+            match refused_commit(&e, &self.cfg.consumer, at) {
+                Some(f) => Resumed::Fatal(f),
+                None => Resumed::Retry(e),
+            }
+        })?;
         Ok(new)
     }
 
@@ -1262,6 +1411,9 @@ impl Drain {
             // committed offset backwards, so this is always safe.
             let mut conn = conn;
             if let Err(e) = conn.commit(&self.cfg.consumer, cp.offset).await {
+                if let Some(f) = refused_commit(&e, &self.cfg.consumer, cp.offset) {
+                    return Err(f);
+                }
                 log::warn!(
                     "gateway {:?}: could not commit {} for consumer {:?}: {e}",
                     w.gateway_id,
@@ -1290,6 +1442,7 @@ impl Drain {
             stop: fetch_stop,
             metrics: self.metrics.clone(),
             backoff: Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max),
+            give_up_after: self.cfg.once.then_some(self.cfg.once_retry_for),
         };
         let fetch_task = smol::spawn(fetcher(conn, cp.offset, ctx));
         let mut expect_crc = cp.last_crc;
@@ -1312,6 +1465,11 @@ impl Drain {
             },
         )
         .await;
+        // A refused commit or an unreachable gateway ends the drain with that error, even
+        // when everything fetched was delivered (the records are checkpointed locally).
+        if let Some(f) = commit.take_fatal() {
+            return Err(f);
+        }
         end
     }
 

@@ -20,7 +20,9 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0  success (drain: --once reached its target, or SIGTERM/SIGINT after in-flight work)
   1  failure (publish: records rejected or not acknowledged; gateway unreachable for
-     tail/status/consumers; sink could not be opened)
+     tail/status/consumers, or for drain --once past --retry-for; sink could not be
+     opened; drain: the gateway refused its consumer, table full; consumers delete:
+     the last consumer without --force)
   2  usage or configuration error
   3  drain: resume check failed (gateway log id or previous record CRC differs from the
      checkpoint, or the checkpoint is beyond the log); not retried, see --accept-new-log
@@ -60,10 +62,13 @@ enum Cmd {
     /// Show the gateway's stats, consumers, lag and the local checkpoint.
     #[command(after_help = EXIT_CODES)]
     Status(StatusCli),
-    /// List the gateway's consumers (committed offset, lag), or delete one with --delete.
+    /// List the gateway's consumers (committed offset, lag), or delete one
+    /// (`consumers delete NAME [--force]`).
     ///
     /// A consumer that never commits holds back retention under --full reject-new:
-    /// delete it. A drain using a deleted name creates it again with its next commit.
+    /// delete it. A drain using a deleted name creates it again with its next commit. The
+    /// last consumer is kept unless --force: with none, the gateway reclaims records
+    /// nobody has read.
     #[command(after_help = EXIT_CODES)]
     Consumers(ConsumersCli),
 }
@@ -94,6 +99,11 @@ struct DrainArgs {
     /// Drain up to the gateway's next offset as read at start, then exit 0.
     #[arg(long)]
     once: bool,
+    /// With --once: how long to keep retrying a gateway that cannot be reached, without
+    /// progress, before exiting 1 (e.g. 30s, 500ms) [default: 30s]. Without --once the
+    /// drain retries for ever.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    retry_for: Option<Duration>,
     /// When the resume check fails, start over from the new log's first offset (recorded
     /// in the state file) instead of exiting with code 3.
     #[arg(long)]
@@ -206,14 +216,31 @@ struct StatusCli {
 #[derive(Args, Debug)]
 struct ConsumersCli {
     /// Gateway URI [default: tcp://127.0.0.1:7878]
-    #[arg(long)]
+    #[arg(long, global = true)]
     gateway: Option<String>,
-    /// Delete this consumer on the gateway and print whether it existed.
-    #[arg(long, value_name = "NAME")]
+    /// The same as `consumers delete NAME`.
+    #[arg(long, value_name = "NAME", hide = true)]
     delete: Option<String>,
     /// Print one JSON object instead of text.
-    #[arg(long)]
+    #[arg(long, global = true)]
     json: bool,
+    #[command(subcommand)]
+    action: Option<ConsumersAction>,
+}
+
+#[derive(Subcommand, Debug)]
+enum ConsumersAction {
+    /// Delete a consumer on the gateway and print whether it existed. The gateway's last
+    /// consumer is kept unless --force: without a consumer, nothing holds retention and
+    /// the gateway reclaims records nobody has read when it needs room (counted as
+    /// dropped), under either --full policy.
+    Delete {
+        /// The consumer's name.
+        name: String,
+        /// Delete it even if it is the gateway's last consumer.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -318,12 +345,20 @@ fn main() {
         }
         Cmd::Consumers(a) => {
             let gw = gateway_addr(a.gateway, &file);
-            if let Some(name) = &a.delete
+            let delete = match (a.action, a.delete) {
+                (Some(ConsumersAction::Delete { name, force }), None) => Some((name, force)),
+                (None, Some(name)) => Some((name, false)),
+                (None, None) => None,
+                (Some(_), Some(_)) => {
+                    usage("give either --delete NAME or `consumers delete NAME`, not both")
+                }
+            };
+            if let Some((name, _)) = &delete
                 && (name.is_empty()
                     || name.len() > spillway_core::log::format::MAX_CONSUMER_NAME_LEN)
             {
                 usage(format!(
-                    "--delete: a consumer name is 1 to {} bytes",
+                    "delete: a consumer name is 1 to {} bytes",
                     spillway_core::log::format::MAX_CONSUMER_NAME_LEN
                 ));
             }
@@ -331,7 +366,9 @@ fn main() {
             let mut out = stdout.lock();
             smol::block_on(commands::consumers(
                 &gw,
-                a.delete.as_deref(),
+                delete
+                    .as_ref()
+                    .map(|(n, f)| commands::Delete { name: n, force: *f }),
                 reply_timeout,
                 a.json,
                 &mut out,
@@ -374,6 +411,9 @@ fn run_drain(a: DrainArgs, file: &FileConfig, reply_timeout: Duration) -> i32 {
         .or_else(|| file.from.clone())
         .map(|s| s.parse().unwrap_or_else(|e| usage(e)));
     cfg.once = a.once || file.once.unwrap_or(false);
+    if let Some(d) = a.retry_for {
+        cfg.once_retry_for = d;
+    }
     cfg.accept_new_log = a.accept_new_log || file.accept_new_log.unwrap_or(false);
     if let Some(v) = a.max_batch_bytes.or(file.max_batch_bytes) {
         cfg.max_batch_bytes = v.max(1);

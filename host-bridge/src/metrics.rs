@@ -1,5 +1,5 @@
-//! Prometheus metrics of a drain, served as text (exposition format) on `--metrics ADDR`
-//! at any path (`/metrics` by convention).
+//! Prometheus metrics of a drain, served as OpenMetrics text (the gateway's content type,
+//! [`CONTENT_TYPE`]) on `--metrics ADDR` at any path (`/metrics` by convention).
 //!
 //! | metric | type | meaning |
 //! |---|---|---|
@@ -170,6 +170,11 @@ impl Metrics {
     }
 }
 
+/// The content type of [`Metrics::render`]'s text: OpenMetrics 1.0.0, what the encoder
+/// writes (`# EOF` at the end, counters as `_total` samples of a family), and what the
+/// gateway serves. Prometheus parses the body by this type.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
 /// Serves `metrics` over HTTP on `listener` until the task is dropped. Each connection gets
 /// one response and is closed; requests are read up to 8 KiB and otherwise ignored.
 pub async fn serve(listener: smol::net::TcpListener, metrics: Metrics) {
@@ -201,7 +206,7 @@ pub async fn serve(listener: smol::net::TcpListener, metrics: Metrics) {
             .await;
             let body = metrics.render();
             let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n\
+                "HTTP/1.1 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\n\
                  Content-Length: {}\r\nConnection: close\r\n\r\n",
                 body.len()
             );
@@ -253,6 +258,14 @@ mod tests {
             s.read_to_string(&mut out).await.unwrap();
             assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
             assert!(out.contains("spillway_bridge_retries_total 1"), "{out}");
+            // The body is OpenMetrics text: served as such, like the gateway's.
+            assert!(
+                out.contains(
+                    "\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n"
+                ),
+                "{out}"
+            );
+            assert!(out.trim_end().ends_with("# EOF"), "{out}");
         });
     }
 }

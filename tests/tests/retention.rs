@@ -1,0 +1,287 @@
+//! Who may release retention, and conditions the binaries used to misreport, end to end
+//! with the real `spillway` gateway and `spillway-bridge`: a drain whose consumer the
+//! gateway refuses fails; the last consumer is kept unless forced and what is reclaimed
+//! unread is counted; `drain --once` gives up on an unreachable gateway; a drain started
+//! at the gateway's committed offset reports it; records stored under a higher
+//! `--max-record-bytes` stay fetchable.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use spillway_tests::gateway::free_port;
+use spillway_tests::{Client, GatewayProcess, bridge_bin, run_bridge};
+
+fn gateway_args(dir: &Path, port: u16, extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = vec![
+        "--image".into(),
+        dir.join("gw.img").display().to_string(),
+        "--listen".into(),
+        format!("tcp://127.0.0.1:{port}"),
+        "--gateway-id".into(),
+        "ret-gw".into(),
+    ];
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+fn write_input(dir: &Path, name: &str, lines: impl Iterator<Item = String>) -> String {
+    let p = dir.join(name);
+    let text: String = lines.map(|l| l + "\n").collect();
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+fn publish(gw: &str, file: &str) {
+    let out = run_bridge(&["publish", "--gateway", gw, "--topic", "t", file]);
+    assert!(
+        out.status.success(),
+        "publish failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn drain_once(gw: &str, dir: &Path, state: &str, consumer: &str) -> std::process::Output {
+    let sink = format!("file:{}", dir.join("out").display());
+    let state = dir.join(state).display().to_string();
+    run_bridge(&[
+        "drain",
+        "--gateway",
+        gw,
+        "--sink",
+        &sink,
+        "--state",
+        &state,
+        "--progress",
+        "off",
+        "--once",
+        "--consumer",
+        consumer,
+    ])
+}
+
+fn stats(gw: &str) -> serde_json::Value {
+    let out = run_bridge(&["status", "--gateway", gw, "--json"]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["stats"].clone()
+}
+
+/// A drain whose consumer the gateway refuses (its table of 8 consumers is full) used to
+/// exit 0 as if done, its consumer never holding retention. It fails with exit 1 and says
+/// how to free a slot.
+#[test]
+fn a_drain_whose_consumer_is_refused_exits_1_and_says_how_to_free_a_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _g = GatewayProcess::start(&gateway_args(dir.path(), port, &[]), 1);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    publish(
+        &gw,
+        &write_input(dir.path(), "in.txt", (0..10).map(|i| format!("r {i}"))),
+    );
+    // `bridge` exists from the start; 7 more fill the table.
+    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    c.hello("filler").unwrap();
+    for i in 0..7 {
+        c.commit(&format!("c{i}"), 1).unwrap();
+    }
+    let out = drain_once(&gw, dir.path(), "s.redb", "one-too-many");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("consumers delete"), "{err}");
+    assert!(err.contains("at most 8"), "{err}");
+    // Nothing holds retention in its name.
+    let out = run_bridge(&["consumers", "--gateway", &gw, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!v.to_string().contains("one-too-many"), "{v}");
+}
+
+/// Deleting the gateway's last consumer is refused without `--force` (with none, nothing
+/// holds retention). Forced, the gateway then reclaims records nobody read when it needs
+/// room under `reject-new`, and counts each of them as dropped (it counted none before).
+#[test]
+fn the_last_consumer_is_kept_unless_forced_and_records_reclaimed_unread_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let args = gateway_args(
+        dir.path(),
+        port,
+        &[
+            "--size",
+            "128K",
+            "--erase-size",
+            "4K",
+            "--buffer-bytes",
+            "8K",
+            "--max-record-bytes",
+            "1K",
+            "--full",
+            "reject-new",
+        ],
+    );
+    let _g = GatewayProcess::start(&args, 1);
+    let gw = format!("tcp://127.0.0.1:{port}");
+
+    let out = run_bridge(&["consumers", "--gateway", &gw, "delete", "bridge"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("last consumer") && err.contains("--force"),
+        "{err}"
+    );
+    let out = run_bridge(&["consumers", "--gateway", &gw, "delete", "bridge", "--force"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "deleted consumer \"bridge\"\n"
+    );
+
+    // About 190 KB of records into a 120 KB log: the oldest segments are reclaimed.
+    let lines = (0..4000).map(|i| format!("reading {i:05} {}", "x".repeat(20)));
+    publish(&gw, &write_input(dir.path(), "in.txt", lines));
+    let s = stats(&gw);
+    let first = s["first_offset"].as_u64().unwrap();
+    assert!(first > 0, "nothing was reclaimed: {s}");
+    // One mount, no crash: every offset below the first offset held one record.
+    assert_eq!(s["records_dropped"].as_u64(), Some(first), "{s}");
+}
+
+/// `drain --once` against a gateway that is down retried for ever; it gives up after its
+/// retry budget with exit 1 and says why.
+#[test]
+fn drain_once_gives_up_on_an_unreachable_gateway_after_its_retry_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let sink = format!("file:{}", dir.path().join("out").display());
+    let state = dir.path().join("s.redb").display().to_string();
+    let started = Instant::now();
+    let mut child = Command::new(bridge_bin())
+        .args([
+            "drain",
+            "--gateway",
+            &gw,
+            "--sink",
+            &sink,
+            "--state",
+            &state,
+            "--progress",
+            "off",
+            "--once",
+            "--retry-for",
+            "1s",
+        ])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("drain --once still retrying after 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no progress for") && err.contains("--retry-for"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A drain whose state file has no checkpoint starts at the gateway's committed offset for
+/// its consumer, and reports that checkpoint (it said "checkpoint at offset 0").
+#[test]
+fn a_drain_started_at_the_gateways_committed_offset_reports_that_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _g = GatewayProcess::start(&gateway_args(dir.path(), port, &[]), 1);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    publish(
+        &gw,
+        &write_input(dir.path(), "a.txt", (0..10).map(|i| format!("a {i}"))),
+    );
+    let out = drain_once(&gw, dir.path(), "first.redb", "audit");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A new state file: nothing new on the gateway.
+    let out = drain_once(&gw, dir.path(), "second.redb", "audit");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("starting at offset 10"), "{err}");
+    assert!(err.contains("checkpoint at offset 10"), "{err}");
+
+    // Another new state file, with new records: it forwards exactly those.
+    publish(
+        &gw,
+        &write_input(dir.path(), "b.txt", (0..5).map(|i| format!("b {i}"))),
+    );
+    let out = drain_once(&gw, dir.path(), "third.redb", "audit");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("forwarded 5 records"), "{err}");
+    assert!(err.contains("checkpoint at offset 15"), "{err}");
+}
+
+/// Records stored under a higher `--max-record-bytes` stay fetchable after a restart at a
+/// lower one (the fetch limit is not the ingest limit): the bridge used to retry them for
+/// ever. A record that the gateway cannot send at all (stored with a larger RAM buffer than
+/// it now has) ends the drain with exit 1 and the reason, not a retry loop.
+#[test]
+fn records_stored_under_a_higher_record_limit_stay_fetchable_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let big = &[
+        "--size",
+        "4M",
+        "--buffer-bytes",
+        "256K",
+        "--max-record-bytes",
+        "100K",
+    ];
+    let mut g = GatewayProcess::start(&gateway_args(dir.path(), port, big), 1);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let lines = (0..4).map(|i| format!("large-{i} {}", "y".repeat(90_000)));
+    publish(&gw, &write_input(dir.path(), "big.txt", lines));
+    assert!(g.terminate().success());
+
+    // Restarted with the default record limit (4K), same RAM buffer.
+    let lower = &["--buffer-bytes", "256K", "--max-record-bytes", "4K"];
+    let mut g = GatewayProcess::start(&gateway_args(dir.path(), port, lower), 1);
+    let out = drain_once(&gw, dir.path(), "s.redb", "bridge");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("forwarded 4 records"), "{err}");
+    assert!(g.terminate().success());
+
+    // Restarted with a RAM buffer too small for them: a clear error, exit 1, at once.
+    let small = &["--buffer-bytes", "64K", "--max-record-bytes", "4K"];
+    let _g = GatewayProcess::start(&gateway_args(dir.path(), port, small), 1);
+    let started = Instant::now();
+    let out = drain_once(&gw, dir.path(), "other.redb", "other");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot send the record at offset 0"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
