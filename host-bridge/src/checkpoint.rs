@@ -16,9 +16,16 @@
 //! | table | key | value (JSON text) |
 //! |---|---|---|
 //! | `checkpoints` | (gateway id, consumer) | [`Checkpoint`]: log id, committed offset, CRC of the last forwarded record, counters |
-//! | `gaps` | (log id, first lost offset) | [`Gap`]: the lost range, why, when |
+//! | `consumer_gaps` | (log id, consumer, first lost offset) | [`Gap`]: the lost range, why, when |
 //! | `resets` | (gateway id, consumer, reset number) | [`Reset`]: old and new log ids, why, when |
 //! | `sink_resumes` | (log id, checkpoint offset it moved from) | [`SinkResume`]: a resume taken from the sink (records the sink already had) |
+//!
+//! State files of earlier versions keyed gaps by (log id, first lost offset) only, in a
+//! table `gaps`, so two consumers meeting a gap at the same offset overwrote each other's
+//! row. The first read-write open moves those rows into `consumer_gaps`, under the one
+//! consumer the file holds a checkpoint for on the gap's gateway, or under the empty name
+//! (never a consumer's) when there are several or none: the rows are kept, and
+//! [`Store::gaps`] with `""` lists them.
 //!
 //! A checkpoint is keyed by the gateway's configured id (its `Welcome`), not by its log id:
 //! a reflashed or replaced gateway keeps its id but gets a new log id, and that mismatch is
@@ -35,7 +42,9 @@ use serde::{Deserialize, Serialize};
 use crate::client::log_id_hex;
 
 const CHECKPOINTS: TableDefinition<(&str, &str), &str> = TableDefinition::new("checkpoints");
-const GAPS: TableDefinition<(u128, u64), &str> = TableDefinition::new("gaps");
+const GAPS: TableDefinition<(u128, &str, u64), &str> = TableDefinition::new("consumer_gaps");
+/// The gaps table of earlier versions, without the consumer (migrated at open).
+const GAPS_V1: TableDefinition<(u128, u64), &str> = TableDefinition::new("gaps");
 const RESETS: TableDefinition<(&str, &str, u64), &str> = TableDefinition::new("resets");
 const SINK_RESUMES: TableDefinition<(u128, u64), &str> = TableDefinition::new("sink_resumes");
 
@@ -362,6 +371,46 @@ pub fn drop_cached_pages(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Moves the rows of the earlier gaps table ([`GAPS_V1`]) into [`GAPS`] (module doc) and
+/// deletes it; returns the rows moved.
+fn migrate_gaps_v1(tx: &redb::WriteTransaction) -> Result<u64, StoreError> {
+    let rows: Vec<(u128, u64, String)> = match tx.open_table(GAPS_V1) {
+        Ok(t) => {
+            let mut rows = Vec::new();
+            for item in t.iter()? {
+                let (k, v) = item?;
+                let (log_id, from) = k.value();
+                rows.push((log_id, from, v.value().to_string()));
+            }
+            rows
+        }
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
+        Err(e) => return Err(redb::Error::from(e).into()),
+    };
+    // The consumers with a checkpoint on each gateway id.
+    let mut consumers: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for item in tx.open_table(CHECKPOINTS)?.iter()? {
+        let (k, _) = item?;
+        let (g, c) = k.value();
+        consumers
+            .entry(g.to_string())
+            .or_default()
+            .push(c.to_string());
+    }
+    let mut t = tx.open_table(GAPS)?;
+    for (log_id, from, json) in &rows {
+        let gap: Gap = serde_json::from_str(json)?;
+        let consumer = match consumers.get(&gap.gateway_id).map(Vec::as_slice) {
+            Some([only]) => only.as_str(),
+            _ => "",
+        };
+        t.insert((*log_id, consumer, *from), json.as_str())?;
+    }
+    drop(t);
+    tx.delete_table(GAPS_V1)?;
+    Ok(rows.len() as u64)
+}
+
 /// The state file. Cheap to clone (one shared redb handle).
 #[derive(Clone)]
 pub struct Store {
@@ -420,7 +469,14 @@ impl Store {
         tx.open_table(GAPS)?;
         tx.open_table(RESETS)?;
         tx.open_table(SINK_RESUMES)?;
+        let moved = migrate_gaps_v1(&tx)?;
         tx.commit()?;
+        if moved > 0 {
+            log::info!(
+                "state file {}: {moved} gap rows of an earlier version now keyed by consumer",
+                path.display()
+            );
+        }
         Ok(Store {
             db: Arc::new(Db::ReadWrite(db)),
         })
@@ -498,7 +554,7 @@ impl Store {
         let tx = self.db.begin_write()?;
         {
             let mut t = tx.open_table(GAPS)?;
-            t.insert((log_id, gap.from), gap_json.as_str())?;
+            t.insert((log_id, consumer, gap.from), gap_json.as_str())?;
             let mut t = tx.open_table(CHECKPOINTS)?;
             t.insert((gap.gateway_id.as_str(), consumer), cp_json.as_str())?;
         }
@@ -576,12 +632,18 @@ impl Store {
         Ok(out)
     }
 
-    /// The gaps recorded for a log id, oldest first.
-    pub fn gaps(&self, log_id: u128) -> Result<Vec<Gap>, StoreError> {
+    /// The gaps `consumer` recorded for a log id, oldest first (`""`: rows of an earlier
+    /// version that could not be given to one consumer, see the module doc).
+    pub fn gaps(&self, log_id: u128, consumer: &str) -> Result<Vec<Gap>, StoreError> {
         let tx = self.db.begin_read()?;
-        let t = tx.open_table(GAPS)?;
+        let t = match tx.open_table(GAPS) {
+            Ok(t) => t,
+            // A state file of an earlier version opened read-only (not migrated yet).
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(redb::Error::from(e).into()),
+        };
         let mut out = Vec::new();
-        for item in t.range((log_id, 0)..=(log_id, u64::MAX))? {
+        for item in t.range((log_id, consumer, 0)..=(log_id, consumer, u64::MAX))? {
             let (_, v) = item?;
             out.push(serde_json::from_str(v.value())?);
         }
@@ -717,8 +779,9 @@ mod tests {
         cp.gaps = 1;
         cp.lost = 40;
         s.save_with_gap("bridge", 7, &gap, &cp).unwrap();
-        assert_eq!(s.gaps(7).unwrap(), vec![gap]);
-        assert!(s.gaps(8).unwrap().is_empty());
+        assert_eq!(s.gaps(7, "bridge").unwrap(), vec![gap]);
+        assert!(s.gaps(8, "bridge").unwrap().is_empty());
+        assert!(s.gaps(7, "other").unwrap().is_empty());
         assert_eq!(s.load("gw", "bridge").unwrap().unwrap().offset, 40);
 
         let mut new = Checkpoint::new(9, 0);
@@ -734,6 +797,68 @@ mod tests {
         s.save_with_reset("gw", "bridge", &reset, &new).unwrap();
         assert_eq!(s.resets("gw", "bridge").unwrap(), vec![reset]);
         assert_eq!(s.load("gw", "bridge").unwrap().unwrap().log_id(), Some(9));
+    }
+
+    fn gap(gateway_id: &str, from: u64, to: u64) -> Gap {
+        Gap {
+            gateway_id: gateway_id.into(),
+            from,
+            to,
+            reason: "dropped-oldest".into(),
+            at_unix_ms: 1,
+        }
+    }
+
+    /// Two consumers of one gateway in one state file that meet a gap at the same offset
+    /// each keep their own row (they were keyed without the consumer: the second
+    /// overwrote the first).
+    #[test]
+    fn gaps_of_two_consumers_at_the_same_offset_are_both_kept() {
+        let (_dir, s) = store();
+        let (a, b) = (gap("gw", 10, 20), gap("gw", 10, 35));
+        s.save_with_gap("archive", 7, &a, &Checkpoint::new(7, 20))
+            .unwrap();
+        s.save_with_gap("bridge", 7, &b, &Checkpoint::new(7, 35))
+            .unwrap();
+        assert_eq!(s.gaps(7, "archive").unwrap(), vec![a]);
+        assert_eq!(s.gaps(7, "bridge").unwrap(), vec![b]);
+    }
+
+    /// A state file of the previous release (gaps keyed by log id and offset) opens: its
+    /// gap rows move under the consumer that file drained the gateway with, or under ""
+    /// when several consumers drained it; nothing is lost, and opening again changes
+    /// nothing.
+    #[test]
+    fn a_previous_release_state_file_opens_with_its_gaps_keyed_by_consumer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.redb");
+        let one = gap("gw-1", 5, 9);
+        let shared = gap("gw-2", 3, 4);
+        {
+            let db = Database::create(&path).unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let mut cps = tx.open_table(CHECKPOINTS).unwrap();
+                let cp = serde_json::to_string(&Checkpoint::new(1, 9)).unwrap();
+                cps.insert(("gw-1", "bridge"), cp.as_str()).unwrap();
+                let cp = serde_json::to_string(&Checkpoint::new(2, 4)).unwrap();
+                cps.insert(("gw-2", "bridge"), cp.as_str()).unwrap();
+                cps.insert(("gw-2", "audit"), cp.as_str()).unwrap();
+                let mut gaps = tx.open_table(GAPS_V1).unwrap();
+                let j = serde_json::to_string(&one).unwrap();
+                gaps.insert((1u128, 5u64), j.as_str()).unwrap();
+                let j = serde_json::to_string(&shared).unwrap();
+                gaps.insert((2u128, 3u64), j.as_str()).unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        for _ in 0..2 {
+            let s = Store::open(&path).unwrap();
+            assert_eq!(s.gaps(1, "bridge").unwrap(), vec![one.clone()]);
+            assert_eq!(s.gaps(2, "").unwrap(), vec![shared.clone()]);
+            assert!(s.gaps(2, "bridge").unwrap().is_empty());
+            assert_eq!(s.load("gw-1", "bridge").unwrap().unwrap().offset, 9);
+        }
     }
 
     #[test]

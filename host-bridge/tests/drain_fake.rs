@@ -210,7 +210,7 @@ fn gaps_are_recorded_and_skipped() {
     assert_eq!(out.first().unwrap().1, 40);
     assert_eq!(out.len(), 60);
     let store = Store::open(&dir.path().join("state.redb")).unwrap();
-    let gaps = store.gaps(0xE0E0).unwrap();
+    let gaps = store.gaps(0xE0E0, "bridge").unwrap();
     assert_eq!(gaps.len(), 1);
     assert_eq!((gaps[0].from, gaps[0].to), (0, 40));
     let cp = store.load("gw-1", "bridge").unwrap().unwrap();
@@ -305,7 +305,10 @@ fn never_persisted_offsets_are_skipped_not_counted_as_lost() {
         "{text}"
     );
     let store = Store::open(&dir.path().join("state.redb")).unwrap();
-    assert!(store.gaps(0x5EED).unwrap().is_empty(), "not a gap in redb");
+    assert!(
+        store.gaps(0x5EED, "bridge").unwrap().is_empty(),
+        "not a gap in redb"
+    );
     let cp = store.load("gw-1", "bridge").unwrap().unwrap();
     assert_eq!((cp.gaps, cp.lost, cp.offset), (0, 0, 100));
     assert_eq!(gw.committed("bridge"), Some(100));
@@ -326,7 +329,7 @@ fn corrupt_offsets_are_still_a_gap() {
         (1, 20, 0)
     );
     let store = Store::open(&dir.path().join("state.redb")).unwrap();
-    let gaps = store.gaps(0xBAD0).unwrap();
+    let gaps = store.gaps(0xBAD0, "bridge").unwrap();
     assert_eq!(gaps.len(), 1);
     assert_eq!(
         (gaps[0].from, gaps[0].to, gaps[0].reason.as_str()),
@@ -459,7 +462,7 @@ fn records_dropped_before_the_first_drain_are_a_gap() {
     assert_eq!((s.records, s.gaps), (60, 1));
     assert_eq!((m.gaps.get(), m.lost.get()), (1, 40));
     let store = Store::open(&dir.path().join("state.redb")).unwrap();
-    let gaps = store.gaps(0xD0_01).unwrap();
+    let gaps = store.gaps(0xD0_01, "bridge").unwrap();
     assert_eq!(gaps.len(), 1);
     assert_eq!(
         (gaps[0].from, gaps[0].to, gaps[0].reason.as_str()),
