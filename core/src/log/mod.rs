@@ -548,7 +548,11 @@ impl<F: Flash> Dev<F> {
         while at < len {
             let n = (len - at).min(CHUNK as u32) as usize;
             self.read(addr + at, &mut chunk[..n])?;
-            if chunk[..n].iter().any(|&b| b != self.l.geo.erased) {
+            // A fold without an early exit: the compiler vectorizes it, where a byte loop
+            // that stops at the first programmed byte runs one byte at a time (this check
+            // follows every erase, so it is on the append path).
+            let erased = self.l.geo.erased;
+            if chunk[..n].iter().fold(0u8, |acc, &b| acc | (b ^ erased)) != 0 {
                 return Ok(false);
             }
             at += n as u32;
