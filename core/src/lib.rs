@@ -15,6 +15,8 @@
 //!
 //! ## Features
 //! - `std`: file image storage and `std::error::Error` on the error types.
+//! - `cli`: what the Linux binaries share about their command lines ([`cli`]: URIs,
+//!   sizes, durations, the config file under the flags).
 //! - `sim`: the simulated flash used by tests and benchmarks.
 //! - `defmt` / `log`: where the engine's log lines go (`defmt` wins if both are on).
 #![no_std]
@@ -26,6 +28,8 @@ extern crate std;
 #[macro_use]
 mod fmt;
 
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod error;
 pub mod log;
 pub mod storage;

@@ -25,8 +25,8 @@ impl std::fmt::Display for AppError {
     }
 }
 
-#[allow(dead_code)]
-#[path = "../../firmware/src/app/config.rs"]
+#[allow(dead_code, unused_imports)]
+#[path = "../../firmware/src/app/config/mod.rs"]
 mod config;
 #[allow(dead_code)]
 #[path = "../../firmware/src/app/image.rs"]

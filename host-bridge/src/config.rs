@@ -1,6 +1,8 @@
 //! The `--config FILE` TOML file: every setting of the command line, flat, in kebab-case,
 //! all optional. Flags given on the command line override the file; the file overrides the
-//! built-in defaults. Unknown keys are an error (exit code 2).
+//! built-in defaults. Unknown keys are an error (exit code 2), and so is a value of the wrong
+//! type (the message names the key). [`FileConfig`] is both the file's shape and the result
+//! of laying a subcommand's flags over it ([`FileConfig::with_flags`]).
 //!
 //! ```toml
 //! gateway = "tcp://127.0.0.1:7878"     # all subcommands
@@ -27,10 +29,12 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+pub use spillway_core::cli::layer::ConfigError;
+use spillway_core::cli::layer::layered;
 
 /// The config file's contents.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct FileConfig {
     /// Gateway URI.
@@ -75,25 +79,15 @@ pub struct FileConfig {
     pub progress: Option<String>,
 }
 
-/// A config file that cannot be read or parsed.
-#[derive(Debug, thiserror::Error)]
-#[error("config file {path}: {why}")]
-pub struct ConfigError {
-    /// The file.
-    pub path: String,
-    /// What went wrong.
-    pub why: String,
-}
-
 impl FileConfig {
-    /// Reads and parses `path`.
-    pub fn load(path: &Path) -> Result<FileConfig, ConfigError> {
-        let err = |why: String| ConfigError {
-            path: path.display().to_string(),
-            why,
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-        toml::from_str(&text).map_err(|e| err(e.to_string()))
+    /// The settings of config file `file` (if any) with the flags of `flags` over them:
+    /// each key the flags serialize replaces the file's (leave out the flags that were not
+    /// given, and mark the flags that are no config key `#[serde(skip)]`).
+    ///
+    /// # Errors
+    /// The file cannot be read or parsed; the message names the file and the key.
+    pub fn with_flags(file: Option<&Path>, flags: &impl Serialize) -> Result<Self, ConfigError> {
+        layered(file, flags)
     }
 }
 
@@ -112,5 +106,33 @@ mod tests {
         assert_eq!(c.accept_new_log, Some(true));
         assert_eq!(c.max_batch_bytes, Some(10));
         assert!(toml::from_str::<FileConfig>("gatway = \"x\"").is_err());
+    }
+
+    /// A flag given replaces its key; the file's other keys stay; a bad value names its key.
+    #[test]
+    fn flags_over_the_file() {
+        #[derive(Serialize)]
+        #[serde(rename_all = "kebab-case")]
+        struct Flags {
+            gateway: Option<String>,
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            once: bool,
+            #[serde(skip)]
+            _not_a_key: u8,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("b.toml");
+        std::fs::write(&p, "gateway = \"tcp://h:1\"\nonce = true\nprefetch = 9\n").unwrap();
+        let flags = Flags {
+            gateway: Some("unix:///g".into()),
+            once: false,
+            _not_a_key: 0,
+        };
+        let c = FileConfig::with_flags(Some(&p), &flags).unwrap();
+        assert_eq!(c.gateway.as_deref(), Some("unix:///g"));
+        assert_eq!((c.once, c.prefetch), (Some(true), Some(9)));
+        std::fs::write(&p, "prefetch = \"many\"\n").unwrap();
+        let e = FileConfig::with_flags(Some(&p), &flags).unwrap_err();
+        assert!(e.to_string().contains("key `prefetch`"), "{e}");
     }
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Serialize;
 use spillway_bridge::client::GatewayAddr;
 use spillway_bridge::commands::{self, PublishArgs, TailArgs, TailFormat};
 use spillway_bridge::config::FileConfig;
@@ -14,6 +15,7 @@ use spillway_bridge::metrics::Metrics;
 use spillway_bridge::progress::Mode;
 use spillway_bridge::sink::SinkSpec;
 use spillway_bridge::{exit, metrics};
+use spillway_core::cli::units::parse_duration;
 use spillway_core::wire::AckLevel;
 
 const EXIT_CODES: &str = "\
@@ -73,7 +75,9 @@ enum Cmd {
     Consumers(ConsumersCli),
 }
 
-#[derive(Args, Debug)]
+/// The flags of `drain`: each one given replaces the config file's key of the same name.
+#[derive(Args, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
 struct DrainArgs {
     /// Gateway: tcp://HOST:PORT, unix:///PATH or serial:///dev/ttyX?baud=N
     /// [default: tcp://127.0.0.1:7878]
@@ -98,11 +102,13 @@ struct DrainArgs {
     from: Option<String>,
     /// Drain up to the gateway's next offset as read at start, then exit 0.
     #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     once: bool,
     /// With --once: how long to keep retrying a gateway that cannot be reached, without
     /// progress, before exiting 1 (e.g. 30s, 500ms) [default: 30s]. Without --once the
     /// drain retries for ever.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[serde(skip)]
     retry_for: Option<Duration>,
     /// When the resume check fails, start over from the new log's first offset (recorded
     /// in the state file) instead of exiting with code 3.
@@ -154,27 +160,34 @@ enum AckArg {
     Durable,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
 struct PublishCli {
     /// Gateway URI [default: tcp://127.0.0.1:7878]
     #[arg(long)]
     gateway: Option<String>,
     /// Topic of every record.
     #[arg(long)]
+    #[serde(skip)]
     topic: String,
     /// Acknowledgement level.
     #[arg(long, value_enum, default_value = "durable")]
+    #[serde(skip)]
     ack: AckArg,
     /// Idempotent producer id (resends are deduplicated); random by default.
     #[arg(long, value_name = "ID")]
+    #[serde(skip)]
     producer_id: Option<u64>,
-    /// How long to keep reconnecting and resending without progress, e.g. 5s, 500ms.
+    /// How long to keep reconnecting and resending without progress: seconds (30, 0.5)
+    /// or with a unit (500ms, 5s, 2m).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[serde(skip)]
     retry_for: Duration,
     /// Input file, or - for stdin (the default). Streamed: each line is sent as soon as it
     /// is read (`tail -F app.log | spillway-bridge publish --topic t -` works), and only
     /// records not yet acknowledged are held for a resend.
     #[arg(value_name = "FILE|-")]
+    #[serde(skip)]
     input: Option<PathBuf>,
 }
 
@@ -184,7 +197,8 @@ enum FormatArg {
     Raw,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
 struct TailCli {
     /// Gateway URI [default: tcp://127.0.0.1:7878]
     #[arg(long)]
@@ -194,13 +208,16 @@ struct TailCli {
     from: Option<String>,
     /// Keep printing new records; without it, stop at the next offset seen at start.
     #[arg(long)]
+    #[serde(skip)]
     follow: bool,
     /// json: the file sink's keys, one object per line; raw: the payload and a newline.
     #[arg(long, value_enum, default_value = "json")]
+    #[serde(skip)]
     format: FormatArg,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
 struct StatusCli {
     /// Gateway URI [default: tcp://127.0.0.1:7878]
     #[arg(long)]
@@ -210,21 +227,26 @@ struct StatusCli {
     state: Option<PathBuf>,
     /// Print one JSON object instead of text.
     #[arg(long)]
+    #[serde(skip)]
     json: bool,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
 struct ConsumersCli {
     /// Gateway URI [default: tcp://127.0.0.1:7878]
     #[arg(long, global = true)]
     gateway: Option<String>,
     /// The same as `consumers delete NAME`.
     #[arg(long, value_name = "NAME", hide = true)]
+    #[serde(skip)]
     delete: Option<String>,
     /// Print one JSON object instead of text.
     #[arg(long, global = true)]
+    #[serde(skip)]
     json: bool,
     #[command(subcommand)]
+    #[serde(skip)]
     action: Option<ConsumersAction>,
 }
 
@@ -243,36 +265,29 @@ enum ConsumersAction {
     },
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map_or((s, "s"), |i| (&s[..i], &s[i..]));
-    let v: f64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
-    let secs = match unit {
-        "ms" => v / 1000.0,
-        "s" => v,
-        "m" => v * 60.0,
-        _ => return Err(format!("bad duration unit in {s:?} (ms, s, m)")),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
-}
-
 fn usage(msg: impl std::fmt::Display) -> ! {
     eprintln!("spillway-bridge: {msg}");
     std::process::exit(exit::USAGE)
 }
 
-fn gateway_addr(flag: Option<String>, file: &FileConfig) -> GatewayAddr {
-    let s = flag
-        .or_else(|| file.gateway.clone())
-        .unwrap_or_else(|| DEFAULT_GATEWAY.to_string());
-    s.parse().unwrap_or_else(|e| usage(e))
+fn gateway_addr(cfg: &FileConfig) -> GatewayAddr {
+    cfg.gateway
+        .as_deref()
+        .unwrap_or(DEFAULT_GATEWAY)
+        .parse()
+        .unwrap_or_else(|e| usage(e))
 }
 
-fn start_from(flag: Option<String>, file: &FileConfig) -> StartFrom {
-    flag.or_else(|| file.from.clone())
+fn start_from(cfg: &FileConfig) -> Option<StartFrom> {
+    cfg.from
+        .as_ref()
         .map(|s| s.parse().unwrap_or_else(|e| usage(e)))
-        .unwrap_or(StartFrom::Earliest)
+}
+
+fn state_path(cfg: &FileConfig) -> PathBuf {
+    cfg.state
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE))
 }
 
 const REPLY_TIMEOUT_DEFAULT_MS: u64 = 10_000;
@@ -286,17 +301,13 @@ fn main() {
     }
     logger.format_timestamp_millis().init();
 
-    let file = match &cli.config {
-        Some(p) => FileConfig::load(p).unwrap_or_else(|e| usage(e)),
-        None => FileConfig::default(),
-    };
-    let reply_timeout =
-        Duration::from_millis(file.reply_timeout_ms.unwrap_or(REPLY_TIMEOUT_DEFAULT_MS));
+    let file = cli.config.as_deref();
     let code = match cli.cmd {
-        Cmd::Drain(a) => run_drain(a, &file, reply_timeout),
+        Cmd::Drain(a) => run_drain(layered(file, &a), a.retry_for),
         Cmd::Publish(a) => {
+            let cfg = layered(file, &a);
             let args = PublishArgs {
-                gateway: gateway_addr(a.gateway, &file),
+                gateway: gateway_addr(&cfg),
                 topic: a.topic,
                 ack: match a.ack {
                     AckArg::None => AckLevel::None,
@@ -306,45 +317,42 @@ fn main() {
                 producer_id: a.producer_id,
                 input: a.input,
                 retry_for: a.retry_for,
-                reply_timeout,
+                reply_timeout: reply_timeout(&cfg),
             };
             let (sum, code) = smol::block_on(commands::publish(args));
             eprintln!("{sum}");
             code
         }
         Cmd::Tail(a) => {
+            let cfg = layered(file, &a);
             let args = TailArgs {
-                gateway: gateway_addr(a.gateway, &file),
-                from: start_from(a.from, &file),
+                gateway: gateway_addr(&cfg),
+                from: start_from(&cfg).unwrap_or(StartFrom::Earliest),
                 follow: a.follow,
                 format: match a.format {
                     FormatArg::Json => TailFormat::Json,
                     FormatArg::Raw => TailFormat::Raw,
                 },
-                reply_timeout,
+                reply_timeout: reply_timeout(&cfg),
             };
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             smol::block_on(commands::tail(args, &mut out))
         }
         Cmd::Status(a) => {
-            let gw = gateway_addr(a.gateway, &file);
-            let state = a
-                .state
-                .or_else(|| file.state.clone())
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE));
+            let cfg = layered(file, &a);
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             smol::block_on(commands::status(
-                &gw,
-                Some(state),
-                reply_timeout,
+                &gateway_addr(&cfg),
+                Some(state_path(&cfg)),
+                reply_timeout(&cfg),
                 a.json,
                 &mut out,
             ))
         }
         Cmd::Consumers(a) => {
-            let gw = gateway_addr(a.gateway, &file);
+            let cfg = layered(file, &a);
             let delete = match (a.action, a.delete) {
                 (Some(ConsumersAction::Delete { name, force }), None) => Some((name, force)),
                 (None, Some(name)) => Some((name, false)),
@@ -365,11 +373,11 @@ fn main() {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             smol::block_on(commands::consumers(
-                &gw,
+                &gateway_addr(&cfg),
                 delete
                     .as_ref()
                     .map(|(n, f)| commands::Delete { name: n, force: *f }),
-                reply_timeout,
+                reply_timeout(&cfg),
                 a.json,
                 &mut out,
             ))
@@ -378,78 +386,65 @@ fn main() {
     std::process::exit(code);
 }
 
-fn run_drain(a: DrainArgs, file: &FileConfig, reply_timeout: Duration) -> i32 {
-    let gateway = gateway_addr(a.gateway, file);
-    let sink: SinkSpec = a
+/// The config file (if any) with a subcommand's `flags` over it; exits 2 when the file
+/// cannot be read or parsed.
+fn layered(file: Option<&std::path::Path>, flags: &impl Serialize) -> FileConfig {
+    FileConfig::with_flags(file, flags).unwrap_or_else(|e| usage(e))
+}
+
+fn reply_timeout(cfg: &FileConfig) -> Duration {
+    Duration::from_millis(cfg.reply_timeout_ms.unwrap_or(REPLY_TIMEOUT_DEFAULT_MS))
+}
+
+/// `drain` with `c`, the config file's settings with the flags over them, and `--retry-for`
+/// (a flag only).
+fn run_drain(c: FileConfig, retry_for: Option<Duration>) -> i32 {
+    let sink: SinkSpec = c
         .sink
-        .or_else(|| file.sink.clone())
-        .unwrap_or_else(|| DEFAULT_SINK.to_string())
+        .as_deref()
+        .unwrap_or(DEFAULT_SINK)
         .parse()
         .unwrap_or_else(|e| usage(e));
     #[cfg(not(feature = "kafka"))]
     if matches!(sink, SinkSpec::Kafka { .. }) {
         usage("this build has no Kafka sink (built without the `kafka` feature)");
     }
-    let state = a
-        .state
-        .or_else(|| file.state.clone())
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE));
-    let mut cfg = DrainConfig::new(gateway, sink, state);
-    if let Some(c) = a.consumer.or_else(|| file.consumer.clone()) {
-        if c.is_empty() || c.len() > spillway_core::log::format::MAX_CONSUMER_NAME_LEN {
+    let mut cfg = DrainConfig::new(gateway_addr(&c), sink, state_path(&c));
+    if let Some(name) = c.consumer.clone() {
+        if name.is_empty() || name.len() > spillway_core::log::format::MAX_CONSUMER_NAME_LEN {
             usage(format!(
                 "--consumer must be 1 to {} bytes",
                 spillway_core::log::format::MAX_CONSUMER_NAME_LEN
             ));
         }
-        cfg.consumer = c;
+        cfg.consumer = name;
     }
     // Only an explicit --from (flag or config file) overrides the gateway's committed
     // offset when the state file has no checkpoint.
-    cfg.from = a
-        .from
-        .or_else(|| file.from.clone())
-        .map(|s| s.parse().unwrap_or_else(|e| usage(e)));
-    cfg.once = a.once || file.once.unwrap_or(false);
-    if let Some(d) = a.retry_for {
+    cfg.from = start_from(&c);
+    cfg.once = c.once.unwrap_or(false);
+    if let Some(d) = retry_for {
         cfg.once_retry_for = d;
     }
-    cfg.accept_new_log = a.accept_new_log || file.accept_new_log.unwrap_or(false);
-    if let Some(v) = a.max_batch_bytes.or(file.max_batch_bytes) {
-        cfg.max_batch_bytes = v.max(1);
-    }
-    if let Some(v) = a.prefetch.or(file.prefetch) {
-        cfg.prefetch = v.clamp(1, 1024);
-    }
-    if let Some(v) = a.max_in_flight_batches.or(file.max_in_flight_batches) {
-        cfg.max_in_flight_batches = v.clamp(1, 1024);
-    }
-    if let Some(v) = a.rotate_bytes.or(file.rotate_bytes) {
-        cfg.sink_options.rotate_bytes = v.max(1);
-    }
-    if let Some(v) = a
+    cfg.accept_new_log = c.accept_new_log.unwrap_or(false);
+    let ms = Duration::from_millis;
+    cfg.max_batch_bytes = c.max_batch_bytes.map_or(cfg.max_batch_bytes, |v| v.max(1));
+    cfg.prefetch = c.prefetch.map_or(cfg.prefetch, |v| v.clamp(1, 1024));
+    cfg.max_in_flight_batches = c
+        .max_in_flight_batches
+        .map_or(cfg.max_in_flight_batches, |v| v.clamp(1, 1024));
+    let so = &mut cfg.sink_options;
+    so.rotate_bytes = c.rotate_bytes.map_or(so.rotate_bytes, |v| v.max(1));
+    so.kafka_delivery_timeout_ms = c
         .kafka_delivery_timeout_ms
-        .or(file.kafka_delivery_timeout_ms)
-    {
-        cfg.sink_options.kafka_delivery_timeout_ms = v.max(1);
-    }
-    if let Some(v) = a.kafka_resume_window.or(file.kafka_resume_window) {
-        cfg.kafka_resume_window = v;
-    }
-    if let Some(v) = file.poll_wait_ms {
-        cfg.poll_wait = Duration::from_millis(v);
-    }
-    if let Some(v) = file.backoff_initial_ms {
-        cfg.backoff_initial = Duration::from_millis(v);
-    }
-    if let Some(v) = a.backoff_max_ms.or(file.backoff_max_ms) {
-        cfg.backoff_max = Duration::from_millis(v);
-    }
-    if let Some(v) = a.shutdown_grace_ms.or(file.shutdown_grace_ms) {
-        cfg.shutdown_grace = Duration::from_millis(v);
-    }
-    cfg.reply_timeout = reply_timeout;
-    if let Some(p) = a.progress.or_else(|| file.progress.clone()) {
+        .map_or(so.kafka_delivery_timeout_ms, |v| v.max(1));
+    cfg.kafka_resume_window = c.kafka_resume_window.unwrap_or(cfg.kafka_resume_window);
+    cfg.poll_wait = c.poll_wait_ms.map_or(cfg.poll_wait, ms);
+    cfg.backoff_initial = c.backoff_initial_ms.map_or(cfg.backoff_initial, ms);
+    cfg.backoff_max = c.backoff_max_ms.map_or(cfg.backoff_max, ms);
+    cfg.shutdown_grace = c.shutdown_grace_ms.map_or(cfg.shutdown_grace, ms);
+    cfg.reply_timeout = reply_timeout(&c);
+    if let Some(p) = c.progress {
         cfg.progress = match p.as_str() {
             "auto" => Mode::Auto,
             "log" => Mode::Log,
@@ -457,7 +452,7 @@ fn run_drain(a: DrainArgs, file: &FileConfig, reply_timeout: Duration) -> i32 {
             _ => usage(format!("bad --progress {p:?}: auto, log or off")),
         };
     }
-    let metrics_addr = a.metrics.or_else(|| file.metrics.clone());
+    let metrics_addr = c.metrics;
 
     let (trigger, stop) = Shutdown::new();
     let signals = signal_hook::iterator::Signals::new([
