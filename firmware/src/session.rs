@@ -83,7 +83,7 @@ impl<'t, T: Read + Write, const N: usize> Session<'t, T, N> {
         Session {
             io,
             mode,
-            acc: FrameAccumulator::new(),
+            acc: FrameAccumulator::new_inline(),
             line: heapless::Vec::new(),
             line_overflow: false,
             conn: Conn::default(),

@@ -204,25 +204,103 @@ pub fn decode_message<'a, T: Deserialize<'a>>(frame: &'a mut [u8]) -> Result<T, 
     Ok(postcard::from_bytes(msg)?)
 }
 
-/// Splits a byte stream into frames: takes arbitrary chunks (as read from a serial port or
-/// socket), cuts at each 0x00 and decodes each complete frame with [`decode_frame`].
+/// Where a [`FrameDecoder`] keeps the frame it is receiving: a fixed buffer
+/// (`[u8; N]`, `&mut [u8]`) or, with the `std` feature, a [`GrowingFrameBuffer`] that takes
+/// memory only as frames need it.
+pub trait FrameBuffer {
+    /// Largest frame this buffer holds, in bytes on the wire without the delimiter.
+    fn limit(&self) -> usize;
+    /// The first `len` bytes of the buffer (`len <= limit()`), growing it if needed; the
+    /// bytes already received before `len` keep their values.
+    fn prefix_mut(&mut self, len: usize) -> &mut [u8];
+}
+
+impl<const N: usize> FrameBuffer for [u8; N] {
+    fn limit(&self) -> usize {
+        N
+    }
+    fn prefix_mut(&mut self, len: usize) -> &mut [u8] {
+        &mut self[..len.min(N)]
+    }
+}
+
+impl FrameBuffer for &mut [u8] {
+    fn limit(&self) -> usize {
+        self.len()
+    }
+    fn prefix_mut(&mut self, len: usize) -> &mut [u8] {
+        let n = len.min(self.len());
+        &mut self[..n]
+    }
+}
+
+/// A heap buffer for a [`FrameDecoder`] that grows to the largest frame received so far,
+/// up to `limit` bytes: a connection that only ever sends small frames never holds the
+/// memory of a large one.
+#[cfg(feature = "std")]
+#[derive(Debug, Default)]
+pub struct GrowingFrameBuffer {
+    bytes: std::vec::Vec<u8>,
+    limit: usize,
+}
+
+#[cfg(feature = "std")]
+impl GrowingFrameBuffer {
+    /// An empty buffer for frames of up to `limit` bytes (without the delimiter).
+    pub const fn new(limit: usize) -> Self {
+        GrowingFrameBuffer {
+            bytes: std::vec::Vec::new(),
+            limit,
+        }
+    }
+
+    /// Bytes of memory the buffer holds now: the largest frame received so far.
+    pub fn allocated(&self) -> usize {
+        self.bytes.capacity()
+    }
+}
+
+#[cfg(feature = "std")]
+impl FrameBuffer for GrowingFrameBuffer {
+    fn limit(&self) -> usize {
+        self.limit
+    }
+    fn prefix_mut(&mut self, len: usize) -> &mut [u8] {
+        let len = len.min(self.limit);
+        if self.bytes.len() < len {
+            self.bytes.resize(len, 0);
+        }
+        &mut self.bytes[..len]
+    }
+}
+
+/// Splits a byte stream into frames, in time linear in its length and in memory bounded by
+/// its buffer: takes arbitrary chunks (as read from a serial port or socket), cuts at each
+/// 0x00 and decodes each complete frame with [`decode_frame`]. This is the one frame
+/// splitter of the gateway, the bridge and the tests.
 ///
-/// `N` is the largest frame accepted, in bytes on the wire without the delimiter (so a
-/// gateway with `max_frame_bytes` uses `N = max_frame_bytes - 1`). A longer frame is
-/// reported as [`FrameError::Oversize`] when its delimiter arrives, its bytes are dropped
-/// and decoding resumes after that delimiter: a receiver resynchronises after noise or a
-/// lost delimiter by losing at most the frames it was mixed with. Empty frames (0x00 0x00)
-/// are skipped silently, so a sender may send a 0x00 before a frame to end any noise the
-/// receiver has buffered (recommended after a reset or reconnect). Never panics.
+/// The largest frame accepted is the buffer's [`FrameBuffer::limit`], in bytes on the wire
+/// without the delimiter (a gateway with `max_frame_bytes` uses `max_frame_bytes - 1`).
+/// A longer frame is never buffered: its bytes are skipped up to its delimiter, then it is
+/// reported as [`FrameError::Oversize`] and decoding resumes after that delimiter. A
+/// receiver resynchronises after noise or a lost delimiter by losing at most the frames it
+/// was mixed with. Empty frames (0x00 0x00) are skipped silently, so a sender may send a
+/// 0x00 before a frame to end any noise the receiver has buffered (recommended after a
+/// reset or reconnect). Never panics.
+///
+/// Streaming: [`feed`](Self::feed) consumes input up to the end of the next frame and
+/// returns the rest; input that ends inside a frame is kept and the next call resumes
+/// where this one stopped. Each input byte is scanned once, copied once and decoded once
+/// (COBS, then CRC), whatever the chunk sizes: [`work`](Self::work) counts it.
 ///
 /// ```
-/// # use spillway_core::wire::{FrameAccumulator, FeedResult, Request, encode_frame};
+/// # use spillway_core::wire::{FrameDecoder, FeedResult, Request, encode_frame};
 /// # let mut wire = [0u8; 64];
 /// # let n = encode_frame(&Request::Stats { seq: 1 }, &mut wire).unwrap();
-/// let mut acc = FrameAccumulator::<256>::new();
+/// let mut dec = FrameDecoder::new([0u8; 256]);
 /// let mut input = &wire[..n]; // what one read returned
 /// while !input.is_empty() {
-///     match acc.feed(input) {
+///     match dec.feed(input) {
 ///         FeedResult::Consumed => break,
 ///         FeedResult::Frame { message, remaining } => {
 ///             let req: Request = postcard::from_bytes(message).unwrap();
@@ -238,15 +316,19 @@ pub fn decode_message<'a, T: Deserialize<'a>>(frame: &'a mut [u8]) -> Result<T, 
 /// }
 /// ```
 #[derive(Debug, Default)]
-pub struct FrameAccumulator<const N: usize> {
-    buf: heapless::Vec<u8, N>,
+pub struct FrameDecoder<B> {
+    buf: B,
+    /// Bytes of the current frame held in `buf`.
+    len: usize,
     /// Bytes seen of the current frame while it is being skipped as oversize.
     skipping: Option<usize>,
     /// The buffer holds a frame handed out by the last `feed`; clear it first.
     handed_out: bool,
+    /// Byte visits so far (scans, copies, decoding passes).
+    work: u64,
 }
 
-/// What [`FrameAccumulator::feed`] found.
+/// What [`FrameDecoder::feed`] found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum FeedResult<'buf, 'input> {
     /// All input was consumed without completing a frame; feed more.
@@ -269,41 +351,67 @@ pub enum FeedResult<'buf, 'input> {
     },
 }
 
-impl<const N: usize> FrameAccumulator<N> {
-    /// An empty accumulator.
-    pub const fn new() -> Self {
-        Self {
-            buf: heapless::Vec::new(),
+impl<B: FrameBuffer> FrameDecoder<B> {
+    /// A decoder receiving into `buf` (its [`FrameBuffer::limit`] is the frame limit).
+    pub const fn new(buf: B) -> Self {
+        FrameDecoder {
+            buf,
+            len: 0,
             skipping: None,
             handed_out: false,
+            work: 0,
         }
+    }
+
+    /// Largest frame accepted, bytes on the wire without the delimiter.
+    pub fn limit(&self) -> usize {
+        self.buf.limit()
+    }
+
+    /// The buffer frames are received into.
+    pub fn buffer(&self) -> &B {
+        &self.buf
     }
 
     /// Drops any partial frame (e.g. after a reconnect).
     pub fn reset(&mut self) {
-        self.buf.clear();
+        self.len = 0;
         self.skipping = None;
         self.handed_out = false;
     }
 
     /// Bytes of an incomplete frame currently buffered.
     pub fn pending(&self) -> usize {
-        if self.handed_out { 0 } else { self.buf.len() }
+        if self.handed_out { 0 } else { self.len }
+    }
+
+    /// Byte visits since the decoder was made: every input byte scanned for the delimiter,
+    /// copied into the buffer, and decoded (COBS, CRC) counts once per pass. It grows
+    /// linearly with the input (at most 5 visits per byte), however the input is cut into
+    /// chunks; tests bound the decoder's work with it.
+    pub fn work(&self) -> u64 {
+        self.work
+    }
+
+    fn count(&mut self, visits: usize) {
+        self.work = self.work.saturating_add(visits as u64);
     }
 
     /// Consumes input up to and including the next 0x00 and reports what it completed.
     /// Call again with `remaining` until it returns [`FeedResult::Consumed`].
     pub fn feed<'buf, 'input>(&'buf mut self, input: &'input [u8]) -> FeedResult<'buf, 'input> {
         if self.handed_out {
-            self.buf.clear();
+            self.len = 0;
             self.handed_out = false;
         }
+        let limit = self.buf.limit();
         let mut input = input;
         loop {
             let (chunk, rest, complete) = match input.iter().position(|&b| b == 0) {
                 Some(pos) => (&input[..pos], &input[pos + 1..], true),
                 None => (input, &input[..0], false),
             };
+            self.count(chunk.len() + usize::from(complete));
             if let Some(seen) = self.skipping {
                 let seen = seen.saturating_add(chunk.len());
                 if !complete {
@@ -312,26 +420,39 @@ impl<const N: usize> FrameAccumulator<N> {
                 }
                 self.skipping = None;
                 return FeedResult::Error {
-                    error: FrameError::Oversize { len: seen, max: N },
+                    error: FrameError::Oversize {
+                        len: seen,
+                        max: limit,
+                    },
                     remaining: rest,
                 };
             }
-            if self.buf.extend_from_slice(chunk).is_err() {
-                let seen = self.buf.len().saturating_add(chunk.len());
-                self.buf.clear();
-                if !complete {
-                    self.skipping = Some(seen);
-                    return FeedResult::Consumed;
+            let end = match self.len.checked_add(chunk.len()) {
+                Some(end) if end <= limit => end,
+                _ => {
+                    let seen = self.len.saturating_add(chunk.len());
+                    self.len = 0;
+                    if !complete {
+                        self.skipping = Some(seen);
+                        return FeedResult::Consumed;
+                    }
+                    return FeedResult::Error {
+                        error: FrameError::Oversize {
+                            len: seen,
+                            max: limit,
+                        },
+                        remaining: rest,
+                    };
                 }
-                return FeedResult::Error {
-                    error: FrameError::Oversize { len: seen, max: N },
-                    remaining: rest,
-                };
-            }
+            };
+            let start = self.len;
+            self.buf.prefix_mut(end)[start..].copy_from_slice(chunk);
+            self.len = end;
+            self.count(chunk.len());
             if !complete {
                 return FeedResult::Consumed;
             }
-            if self.buf.is_empty() {
+            if self.len == 0 {
                 // Empty frame: a spare delimiter.
                 if rest.is_empty() {
                     return FeedResult::Consumed;
@@ -340,7 +461,10 @@ impl<const N: usize> FrameAccumulator<N> {
                 continue;
             }
             self.handed_out = true;
-            return match decode_frame(&mut self.buf) {
+            // The zero scan, COBS decoding and the CRC: three passes over the frame.
+            self.count(self.len.saturating_mul(3));
+            let len = self.len;
+            return match decode_frame(self.buf.prefix_mut(len)) {
                 Ok(message) => FeedResult::Frame {
                     message,
                     remaining: rest,
@@ -351,5 +475,24 @@ impl<const N: usize> FrameAccumulator<N> {
                 },
             };
         }
+    }
+}
+
+/// A [`FrameDecoder`] with its buffer inline: `N` is the largest frame accepted, bytes on
+/// the wire without the delimiter. For microcontrollers, where the decoder lives in a
+/// static or on the stack.
+///
+/// ```
+/// # use spillway_core::wire::{FrameAccumulator, FeedResult};
+/// let mut acc = FrameAccumulator::<256>::new_inline();
+/// assert_eq!(acc.feed(&[0x03, 0x11]), FeedResult::Consumed);
+/// assert_eq!(acc.pending(), 2);
+/// ```
+pub type FrameAccumulator<const N: usize> = FrameDecoder<[u8; N]>;
+
+impl<const N: usize> FrameDecoder<[u8; N]> {
+    /// An empty decoder with an inline buffer of `N` bytes.
+    pub const fn new_inline() -> Self {
+        FrameDecoder::new([0u8; N])
     }
 }

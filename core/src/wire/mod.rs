@@ -14,7 +14,7 @@
 //!   (Consistent Overhead Byte Stuffing, Cheshire & Baker, 1999) removes every 0x00 from the
 //!   body so 0x00 marks the end of a frame and a receiver resynchronises at the next 0x00
 //!   after noise. The CRC is CRC-32/IEEE 802.3 (the zlib / Ethernet CRC). See
-//!   [`encode_frame`], [`decode_frame`], [`FrameAccumulator`].
+//!   [`encode_frame`], [`decode_frame`], and [`FrameDecoder`], the one stream splitter.
 //! - **Line mode**: one record per text line, see [`parse_line`].
 //!
 //! # Conversation
@@ -40,9 +40,11 @@ mod list;
 #[cfg(test)]
 mod tests;
 
+#[cfg(feature = "std")]
+pub use frame::GrowingFrameBuffer;
 pub use frame::{
-    CRC_LEN, FeedResult, FrameAccumulator, FrameError, decode_frame, decode_message, encode_frame,
-    max_encoded_len,
+    CRC_LEN, FeedResult, FrameAccumulator, FrameBuffer, FrameDecoder, FrameError, decode_frame,
+    decode_message, encode_frame, max_encoded_len,
 };
 pub use line::{LineError, parse_line};
 pub use list::{
