@@ -364,10 +364,12 @@ impl Io {
 /// One connection to a gateway, handshaken.
 pub struct Client {
     io: Io,
-    /// Received bytes not yet cut into frames (at most one frame limit plus one read).
+    /// The bytes of the last read; `rx[rx_pos..]` are not yet fed to `frames`.
     rx: Vec<u8>,
-    /// Bytes of an oversize frame being skipped until its delimiter.
-    skipping: bool,
+    rx_pos: usize,
+    /// The frame splitter: each received byte is handled once, a frame larger than
+    /// `max_frame` is skipped to its delimiter, never buffered.
+    frames: wire::FrameDecoder<wire::GrowingFrameBuffer>,
     tx: Vec<u8>,
     seq: u32,
     welcome: Welcome,
@@ -530,7 +532,10 @@ impl Client {
         let mut c = Client {
             io,
             rx: Vec::new(),
-            skipping: false,
+            rx_pos: 0,
+            frames: wire::FrameDecoder::new(wire::GrowingFrameBuffer::new(
+                MAX_FRAME_BEFORE_WELCOME,
+            )),
             tx: vec![0u8; 1024],
             seq: 0,
             welcome: Welcome {
@@ -554,6 +559,8 @@ impl Client {
         match reply {
             Owned::Welcome(w) => {
                 c.max_frame = (w.max_frame_bytes as usize).clamp(64, MAX_FRAME_ABSOLUTE);
+                // Nothing follows the Welcome unasked, so no partial frame is lost here.
+                c.frames = wire::FrameDecoder::new(wire::GrowingFrameBuffer::new(c.max_frame));
                 c.welcome = w;
                 Ok(c)
             }
@@ -624,28 +631,34 @@ impl Client {
         timeout: Duration,
     ) -> Result<(Option<u32>, Owned), ClientError> {
         loop {
-            while let Some(pos) = self.rx.iter().position(|&b| b == 0) {
-                let mut frame: Vec<u8> = self.rx.drain(..=pos).collect();
-                if self.skipping {
-                    self.skipping = false;
-                    continue;
-                }
-                if frame.len() <= 1 {
-                    continue;
-                }
-                let resp: Response<'_> = match wire::decode_message(&mut frame) {
+            while self.rx_pos < self.rx.len() {
+                let input = &self.rx[self.rx_pos..];
+                let message = match self.frames.feed(input) {
+                    wire::FeedResult::Consumed => {
+                        self.rx_pos = self.rx.len();
+                        break;
+                    }
+                    wire::FeedResult::Frame { message, remaining } => {
+                        self.rx_pos = self.rx.len() - remaining.len();
+                        message
+                    }
+                    wire::FeedResult::Error { error, remaining } => {
+                        self.rx_pos = self.rx.len() - remaining.len();
+                        log::debug!("dropping a bad frame from the gateway: {error}");
+                        continue;
+                    }
+                };
+                let resp: Response<'_> = match postcard::from_bytes(message) {
                     Ok(r) => r,
                     Err(e) => {
-                        log::debug!("dropping a bad frame from the gateway: {e}");
+                        log::debug!("dropping a reply that does not decode: {e}");
                         continue;
                     }
                 };
                 return Ok((resp.seq(), own(resp)?));
             }
-            if self.rx.len() > self.max_frame {
-                self.rx.clear();
-                self.skipping = true;
-            }
+            self.rx.clear();
+            self.rx_pos = 0;
             let now = std::time::Instant::now();
             if now >= deadline {
                 return Err(ClientError::Timeout(timeout));
@@ -658,9 +671,6 @@ impl Client {
                 })?;
             if n == 0 {
                 return Err(ClientError::Closed);
-            }
-            if self.skipping && !self.rx.contains(&0) {
-                self.rx.clear();
             }
         }
     }

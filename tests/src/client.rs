@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use spillway_core::wire::{
-    AckLevel, ErrorCode, GatewayStats, LostRange, PROTOCOL_VERSION, Producer, Request, Response,
-    decode_message, encode_frame,
+    AckLevel, ErrorCode, FeedResult, FrameDecoder, GatewayStats, GrowingFrameBuffer, LostRange,
+    PROTOCOL_VERSION, Producer, Request, Response, encode_frame,
 };
 
 /// Largest reply frame the client accepts, bytes.
@@ -216,7 +216,10 @@ impl<T: Read + Write + Send> Transport for T {}
 /// A protocol client.
 pub struct Client {
     io: Box<dyn Transport>,
+    /// The bytes of the last read; `pending[pending_pos..]` are not yet fed to `frames`.
     pending: Vec<u8>,
+    pending_pos: usize,
+    frames: FrameDecoder<GrowingFrameBuffer>,
     buf: Vec<u8>,
     seq: u32,
     /// The `Welcome`, once [`Client::hello`] succeeded.
@@ -228,7 +231,9 @@ impl Client {
     pub fn new(io: Box<dyn Transport>) -> Self {
         Client {
             io,
-            pending: Vec::new(),
+            pending: vec![0u8; 64 * 1024],
+            pending_pos: 64 * 1024,
+            frames: FrameDecoder::new(GrowingFrameBuffer::new(MAX_FRAME)),
             buf: vec![0u8; MAX_FRAME],
             seq: 0,
             welcome: None,
@@ -268,25 +273,37 @@ impl Client {
 
     /// Reads the next reply (frames that do not decode are skipped).
     pub fn recv(&mut self) -> io::Result<Reply> {
-        let mut chunk = [0u8; 64 * 1024];
         loop {
-            while let Some(p) = self.pending.iter().position(|&b| b == 0) {
-                let mut frame: Vec<u8> = self.pending.drain(..=p).collect();
-                if frame.len() <= 1 || frame.len() > MAX_FRAME {
-                    continue;
-                }
-                if let Ok(resp) = decode_message::<Response<'_>>(&mut frame) {
+            while self.pending_pos < self.pending.len() {
+                let input = &self.pending[self.pending_pos..];
+                let message = match self.frames.feed(input) {
+                    FeedResult::Consumed => {
+                        self.pending_pos = self.pending.len();
+                        break;
+                    }
+                    FeedResult::Frame { message, remaining } => {
+                        self.pending_pos = self.pending.len() - remaining.len();
+                        message
+                    }
+                    FeedResult::Error { remaining, .. } => {
+                        self.pending_pos = self.pending.len() - remaining.len();
+                        continue;
+                    }
+                };
+                if let Ok(resp) = postcard::from_bytes::<Response<'_>>(message) {
                     return Reply::from_response(&resp);
                 }
             }
-            let n = self.io.read(&mut chunk)?;
+            self.pending.resize(64 * 1024, 0);
+            let n = self.io.read(&mut self.pending)?;
             if n == 0 {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "gateway closed",
                 ));
             }
-            self.pending.extend_from_slice(&chunk[..n]);
+            self.pending.truncate(n);
+            self.pending_pos = 0;
         }
     }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_channel::Sender;
 use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use spillway_core::wire::{FrameError, decode_frame};
+use spillway_core::wire::{FeedResult, FrameDecoder, GrowingFrameBuffer};
 
 use super::config::Mode;
 use super::engine::{Cmd, ConnId};
@@ -72,80 +72,6 @@ impl Drop for ConnSlot {
     }
 }
 
-/// Cuts a byte stream at 0x00 with a bound on the frame length.
-struct Splitter {
-    buf: Vec<u8>,
-    skipping: Option<usize>,
-    /// Largest frame without its delimiter, bytes.
-    max: usize,
-}
-
-enum Piece {
-    Frame(Vec<u8>),
-    Error(FrameError),
-}
-
-impl Splitter {
-    fn new(max: usize) -> Self {
-        Splitter {
-            buf: Vec::new(),
-            skipping: None,
-            max,
-        }
-    }
-
-    /// Feeds input; returns the completed frames (decoded message bytes) and errors.
-    fn feed(&mut self, mut input: &[u8], out: &mut Vec<Piece>) {
-        while !input.is_empty() {
-            let (chunk, rest, complete) = match memchr0(input) {
-                Some(p) => (&input[..p], &input[p + 1..], true),
-                None => (input, &input[..0], false),
-            };
-            input = rest;
-            if let Some(seen) = self.skipping.as_mut() {
-                *seen = seen.saturating_add(chunk.len());
-                if complete {
-                    out.push(Piece::Error(FrameError::Oversize {
-                        len: *seen,
-                        max: self.max,
-                    }));
-                    self.skipping = None;
-                }
-                continue;
-            }
-            if self.buf.len() + chunk.len() > self.max {
-                let seen = self.buf.len() + chunk.len();
-                self.buf.clear();
-                if complete {
-                    out.push(Piece::Error(FrameError::Oversize {
-                        len: seen,
-                        max: self.max,
-                    }));
-                } else {
-                    self.skipping = Some(seen);
-                }
-                continue;
-            }
-            self.buf.extend_from_slice(chunk);
-            if !complete {
-                continue;
-            }
-            if self.buf.is_empty() {
-                continue;
-            }
-            match decode_frame(&mut self.buf) {
-                Ok(msg) => out.push(Piece::Frame(msg.to_vec())),
-                Err(e) => out.push(Piece::Error(e)),
-            }
-            self.buf.clear();
-        }
-    }
-}
-
-fn memchr0(b: &[u8]) -> Option<usize> {
-    b.iter().position(|&x| x == 0)
-}
-
 /// Serves one connection until the peer closes, an I/O error, too many bad frames, or the
 /// log thread drops it (a client that does not read its replies).
 pub async fn serve<R, W>(mut r: R, mut w: W, mode: Mode, ctx: Ctx, peer: String)
@@ -177,22 +103,30 @@ where
         let mut buf = vec![0u8; READ_BUF];
         match &mode {
             Mode::Frames => {
-                let mut split = Splitter::new(ctx.max_frame.saturating_sub(1));
-                let mut pieces = Vec::new();
+                // The one frame splitter (linear, bounded by the frame limit): its buffer
+                // grows only as large as the largest frame this client sent.
+                let limit = ctx.max_frame.saturating_sub(1);
+                let mut frames = FrameDecoder::new(GrowingFrameBuffer::new(limit));
                 let mut bad_in_a_row = 0u32;
                 loop {
                     let n = match r.read(&mut buf).await {
                         Ok(0) | Err(_) => return,
                         Ok(n) => n,
                     };
-                    split.feed(&buf[..n], &mut pieces);
-                    for p in pieces.drain(..) {
-                        let cmd = match p {
-                            Piece::Frame(msg) => {
+                    let mut input = &buf[..n];
+                    loop {
+                        let cmd = match frames.feed(input) {
+                            FeedResult::Consumed => break,
+                            FeedResult::Frame { message, remaining } => {
+                                input = remaining;
                                 bad_in_a_row = 0;
-                                Cmd::Frame { conn, msg }
+                                Cmd::Frame {
+                                    conn,
+                                    msg: message.to_vec(),
+                                }
                             }
-                            Piece::Error(error) => {
+                            FeedResult::Error { error, remaining } => {
+                                input = remaining;
                                 bad_in_a_row += 1;
                                 Cmd::FrameError { conn, error }
                             }
@@ -355,30 +289,5 @@ pub async fn serve_serial(
         let w = smol::Unblock::new(writer);
         serve(r, w, spec.mode.clone(), ctx.clone(), spec.uri.clone()).await;
         log::warn!("serial port {} closed; reopening", spec.path);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use spillway_core::wire::{Request, encode_frame};
-
-    #[test]
-    fn splitter_bounds_and_resyncs() {
-        let mut s = Splitter::new(64);
-        let mut out = Vec::new();
-        let mut f = [0u8; 64];
-        let n = encode_frame(&Request::Stats { seq: 9 }, &mut f).unwrap();
-        let mut input = vec![1u8; 200];
-        input.push(0);
-        input.extend_from_slice(&f[..n]);
-        input.extend_from_slice(&[5, 5, 0]);
-        for chunk in input.chunks(7) {
-            s.feed(chunk, &mut out);
-        }
-        assert_eq!(out.len(), 3);
-        assert!(matches!(out[0], Piece::Error(FrameError::Oversize { .. })));
-        assert!(matches!(out[1], Piece::Frame(_)));
-        assert!(matches!(out[2], Piece::Error(_)));
     }
 }

@@ -242,7 +242,7 @@ fn serve(
     fetches: Arc<AtomicU64>,
     commits: Arc<Mutex<Vec<(String, u64)>>>,
 ) {
-    let mut rx: Vec<u8> = Vec::new();
+    let mut frames = wire::FrameDecoder::new(wire::GrowingFrameBuffer::new(MAX_FRAME));
     let mut tmp = vec![0u8; 8192];
     let mut out = vec![0u8; MAX_FRAME];
     let mut handshaken = false;
@@ -251,13 +251,20 @@ fn serve(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        rx.extend_from_slice(&tmp[..n]);
-        while let Some(pos) = rx.iter().position(|&b| b == 0) {
-            let mut frame: Vec<u8> = rx.drain(..=pos).collect();
-            if frame.len() <= 1 {
-                continue;
-            }
-            let req: Request<'_> = match wire::decode_message(&mut frame) {
+        let mut input = &tmp[..n];
+        loop {
+            let message = match frames.feed(input) {
+                wire::FeedResult::Consumed => break,
+                wire::FeedResult::Frame { message, remaining } => {
+                    input = remaining;
+                    message
+                }
+                wire::FeedResult::Error { remaining, .. } => {
+                    input = remaining;
+                    continue;
+                }
+            };
+            let req: Request<'_> = match postcard::from_bytes(message) {
                 Ok(r) => r,
                 Err(_) => continue,
             };
