@@ -412,10 +412,10 @@ fn bad_clients_do_not_stall_others() {
         }
     };
     assert!(closed, "garbage connection was not closed");
-    // A client that never reads its replies gets disconnected, not waited for.
+    // A client that never reads its replies stops being read (backpressure): its sends
+    // block once the socket buffers are full, while the good client goes on.
     let mut deaf = TcpStream::connect(&addr).unwrap();
     let mut frame = vec![0u8; 1024];
-    let mut hello = Vec::new();
     let n = spillway_core::wire::encode_frame(
         &spillway_core::wire::Request::Hello {
             protocol_version: 1,
@@ -424,8 +424,7 @@ fn bad_clients_do_not_stall_others() {
         &mut frame,
     )
     .unwrap();
-    hello.extend_from_slice(&frame[..n]);
-    deaf.write_all(&hello).unwrap();
+    deaf.write_all(&frame[..n]).unwrap();
     let n = spillway_core::wire::encode_frame(
         &spillway_core::wire::Request::Fetch {
             seq: 1,
@@ -437,41 +436,26 @@ fn bad_clients_do_not_stall_others() {
         &mut frame,
     )
     .unwrap();
+    // 1,000,000 fetches (about 12 MB): far more than the sockets' buffers hold.
+    let fetches: Vec<u8> = frame[..n].repeat(1_000_000);
     deaf.set_write_timeout(Some(Duration::from_secs(5)))
         .unwrap();
-    for _ in 0..20_000 {
-        if deaf.write_all(&frame[..n]).is_err() {
-            break;
-        }
-    }
-    // The good client keeps going while the deaf one is being dropped.
+    let sent = deaf.write_all(&fetches);
+    assert!(
+        sent.as_ref().is_err_and(|e| matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )),
+        "the gateway kept reading a client that reads none of its replies: {sent:?}"
+    );
+    // The good client keeps going while the deaf one is held back.
     let before = count.load(Ordering::Relaxed);
     let deadline = Instant::now() + Duration::from_secs(10);
     while count.load(Ordering::Relaxed) < before + 20 {
         assert!(Instant::now() < deadline, "the good client was stalled");
         std::thread::sleep(Duration::from_millis(10));
     }
-    // The deaf client was disconnected (or is about to be, once its queue fills).
-    deaf.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut sink = vec![0u8; 1 << 16];
-    let mut total = 0usize;
-    let closed = loop {
-        match deaf.read(&mut sink) {
-            Ok(0) => break true,
-            Ok(n) => total += n,
-            Err(e) => {
-                break !matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                );
-            }
-        }
-    };
-    assert!(
-        closed,
-        "the deaf client was never disconnected ({total} bytes read)"
-    );
+    drop(deaf);
     stop.store(true, Ordering::Relaxed);
     good.join().unwrap();
 }
@@ -711,4 +695,50 @@ fn connections_beyond_the_limit_are_refused() {
     std::thread::sleep(Duration::from_millis(200));
     let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
     c.publish("t", b"x", AckLevel::Buffered, None).unwrap();
+}
+
+/// Long polls wait at most four per connection: of ten long-poll fetches sent at the log's
+/// end, six are answered at once with no records, and the four that wait are answered with
+/// the record published next.
+#[test]
+fn long_polls_beyond_four_per_connection_are_answered_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let _g = GatewayProcess::start(
+        &with_listen(image_args(dir.path()), &[format!("tcp://{addr}")]),
+        1,
+    );
+    let mut poller = Client::tcp(&addr).unwrap();
+    let end = poller.stats().unwrap().next_offset;
+    for seq in 1..=10 {
+        poller
+            .send(&spillway_core::wire::Request::Fetch {
+                seq,
+                consumer: None,
+                from_offset: end,
+                max_bytes: 1000,
+                wait_ms: Some(60_000),
+            })
+            .unwrap();
+    }
+    // The client's read timeout (10 s) is far below the polls' 60 s.
+    for _ in 0..6 {
+        match poller.recv().unwrap() {
+            Reply::Records { records, .. } => assert!(records.is_empty()),
+            other => panic!("expected an empty answer, got {other:?}"),
+        }
+    }
+    let mut publisher = Client::tcp(&addr).unwrap();
+    let r = publisher.publish("t", b"wake", AckLevel::Buffered, None);
+    assert_eq!(offset_of(&r.unwrap()), end);
+    for _ in 0..4 {
+        match poller.recv().unwrap() {
+            Reply::Records { records, .. } => {
+                assert_eq!(records.len(), 1);
+                assert_eq!(records[0].payload, b"wake");
+            }
+            other => panic!("expected the new record, got {other:?}"),
+        }
+    }
 }

@@ -6,8 +6,10 @@
 //! then every command already queued (up to [`GROUP_MAX`]), applies them all, flushes the
 //! log once if any durable publish is waiting (group commit), and only then hands the
 //! durable acknowledgements to the connections. Replies go through each connection's own
-//! bounded queue with `try_send`: a connection whose queue is full (a client that does not
-//! read its replies) is disconnected instead of blocking this thread.
+//! queue without ever blocking this thread: the queue is bounded in bytes by the
+//! connection's [`Budget`], which its reader takes from before it forwards a request (a
+//! client that does not read its replies stops being read). Long polls wait here, at most
+//! [`MAX_PARKED_PER_CONN`] per connection; a further one is answered at once.
 //!
 //! A storage failure (a failed write, erase or sync of the image) poisons the log: every
 //! durable acknowledgement still waiting is answered `StorageFailed`, and the thread ends
@@ -22,17 +24,22 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use async_channel::{Receiver, Sender, TryRecvError, TrySendError};
+use async_channel::{Receiver, Sender, TryRecvError};
 use spillway_core::log::{Config, Log, Memory, SegmentSlot, segments_for};
 use spillway_core::wire::{ErrorCode, FrameError, Request};
 
 use super::AppError;
 use super::config::Settings;
 use super::metrics::Metrics;
+use super::net::Budget;
 use spillway_firmware::gateway::{Conn, Gateway, GatewayConfig, Outcome, error_reply};
 
 /// Most commands applied before a group flush.
 pub const GROUP_MAX: usize = 1024;
+
+/// Long-poll fetches one connection may have waiting; a further one is answered at once
+/// with what there is (possibly no records), as if its `wait_ms` had passed.
+pub const MAX_PARKED_PER_CONN: usize = 4;
 
 /// Offsets reserved by one offset-lease journal entry on the Linux gateway.
 pub const GATEWAY_LEASE_STEP: u64 = 16_384;
@@ -51,6 +58,8 @@ pub enum Cmd {
         replies: Sender<Vec<u8>>,
         /// Held while the connection may live.
         kill: Sender<()>,
+        /// The connection's bytes in flight; each reply is settled against it.
+        budget: Arc<Budget>,
     },
     /// One received frame's message bytes (COBS and CRC already checked).
     Frame {
@@ -58,6 +67,8 @@ pub enum Cmd {
         conn: ConnId,
         /// Postcard bytes.
         msg: Vec<u8>,
+        /// Bytes the reader took from the connection's budget for this request.
+        reserved: usize,
     },
     /// A frame that failed before decoding.
     FrameError {
@@ -65,6 +76,8 @@ pub enum Cmd {
         conn: ConnId,
         /// Why.
         error: FrameError,
+        /// Bytes the reader took from the connection's budget for the error reply.
+        reserved: usize,
     },
     /// One text line of a line-mode connection.
     Line {
@@ -82,6 +95,16 @@ pub enum Cmd {
     },
     /// Flush, persist and stop.
     Shutdown,
+}
+
+impl Cmd {
+    /// Bytes this command holds of its connection's budget (0 for those without one).
+    pub fn reserved(&self) -> usize {
+        match self {
+            Cmd::Frame { reserved, .. } | Cmd::FrameError { reserved, .. } => *reserved,
+            _ => 0,
+        }
+    }
 }
 
 /// Facts reported once the log is mounted.
@@ -103,6 +126,7 @@ struct ConnState {
     replies: Sender<Vec<u8>>,
     _kill: Sender<()>,
     conn: Conn,
+    budget: Arc<Budget>,
 }
 
 struct Pending {
@@ -110,6 +134,7 @@ struct Pending {
     seq: u32,
     offset: u64,
     frame: Vec<u8>,
+    reserved: usize,
 }
 
 struct Parked {
@@ -117,6 +142,7 @@ struct Parked {
     msg: Vec<u8>,
     from: u64,
     deadline_us: u64,
+    reserved: usize,
 }
 
 /// Monotonic and wall clocks in µs.
@@ -300,6 +326,7 @@ pub fn run(
                     conn,
                     replies,
                     kill,
+                    budget,
                 } => {
                     conns.insert(
                         conn,
@@ -307,6 +334,7 @@ pub fn run(
                             replies,
                             _kill: kill,
                             conn: Conn::default(),
+                            budget,
                         },
                     );
                 }
@@ -325,12 +353,20 @@ pub fn run(
                 Cmd::LineTooLong => {
                     gw.counters_mut().rejected_too_large += 1;
                 }
-                Cmd::FrameError { conn, error } => {
+                Cmd::FrameError {
+                    conn,
+                    error,
+                    reserved,
+                } => {
                     log::debug!("connection {conn}: bad frame: {error}");
                     let o = gw.frame_error(&error, &mut out);
-                    deliver(&mut conns, conn, o, &out);
+                    deliver(&mut conns, conn, o, &out, reserved);
                 }
-                Cmd::Frame { conn, msg } => {
+                Cmd::Frame {
+                    conn,
+                    msg,
+                    reserved,
+                } => {
                     let Some(st) = conns.get_mut(&conn) else {
                         continue;
                     };
@@ -354,18 +390,37 @@ pub fn run(
                                 seq,
                                 offset,
                                 frame: out[..len].to_vec(),
+                                reserved,
                             });
                         }
                         Outcome::Park {
                             from_offset,
                             deadline_us,
-                        } => parked.push(Parked {
-                            conn,
-                            msg,
-                            from: from_offset,
-                            deadline_us,
-                        }),
-                        other => deliver(&mut conns, conn, other, &out),
+                        } => {
+                            let waiting = parked.iter().filter(|p| p.conn == conn).count();
+                            if waiting < MAX_PARKED_PER_CONN {
+                                parked.push(Parked {
+                                    conn,
+                                    msg,
+                                    from: from_offset,
+                                    deadline_us,
+                                    reserved,
+                                });
+                            } else {
+                                // The cap: answered now with what there is.
+                                let o = fetch_now(
+                                    &mut gw,
+                                    &mut st.conn,
+                                    &msg,
+                                    &mut log,
+                                    now,
+                                    &mut scratch,
+                                    &mut out,
+                                );
+                                deliver(&mut conns, conn, o, &out, reserved);
+                            }
+                        }
+                        other => deliver(&mut conns, conn, other, &out, reserved),
                     }
                 }
             }
@@ -379,7 +434,7 @@ pub fn run(
             let durable = log.durable_offset();
             for p in pending.drain(..) {
                 if p.offset < durable {
-                    send_frame(&mut conns, p.conn, p.frame);
+                    send_frame(&mut conns, p.conn, p.frame, p.reserved);
                 } else {
                     let version = conns
                         .get(&p.conn)
@@ -391,7 +446,7 @@ pub fn run(
                         _ => ErrorCode::StorageFailed.for_version(version),
                     };
                     let o = error_reply(&mut out, p.seq, code, "record not durable: flush failed");
-                    deliver(&mut conns, p.conn, o, &out);
+                    deliver(&mut conns, p.conn, o, &out, p.reserved);
                 }
             }
         }
@@ -410,31 +465,16 @@ pub fn run(
                 let Some(st) = conns.get_mut(&p.conn) else {
                     continue;
                 };
-                let o = match postcard::from_bytes::<Request<'_>>(&p.msg) {
-                    Ok(Request::Fetch {
-                        seq,
-                        consumer,
-                        from_offset,
-                        max_bytes,
-                        ..
-                    }) => gw.handle_request(
-                        &mut st.conn,
-                        &Request::Fetch {
-                            seq,
-                            consumer,
-                            from_offset,
-                            max_bytes,
-                            wait_ms: None,
-                        },
-                        &mut log,
-                        now,
-                        Clock::wall_us(),
-                        &mut scratch,
-                        &mut out,
-                    ),
-                    _ => Outcome::NoReply,
-                };
-                deliver(&mut conns, p.conn, o, &out);
+                let o = fetch_now(
+                    &mut gw,
+                    &mut st.conn,
+                    &p.msg,
+                    &mut log,
+                    now,
+                    &mut scratch,
+                    &mut out,
+                );
+                deliver(&mut conns, p.conn, o, &out, p.reserved);
             }
         }
         match log.tick(clock.now_us()) {
@@ -528,30 +568,77 @@ async fn futures_or<T>(
     .await
 }
 
-/// Queues `frame` for `conn`; a full queue means the client is not reading its replies:
-/// the connection is dropped (its task sees the kill signal and closes the socket).
-fn send_frame(conns: &mut HashMap<ConnId, ConnState>, conn: ConnId, frame: Vec<u8>) {
-    let Some(st) = conns.get(&conn) else {
-        return;
-    };
-    match st.replies.try_send(frame) {
-        Ok(()) => {}
-        Err(TrySendError::Full(_)) => {
-            log::warn!("connection {conn}: client is not reading its replies; disconnecting");
-            st.replies.close();
-            conns.remove(&conn);
-        }
-        Err(TrySendError::Closed(_)) => {
-            conns.remove(&conn);
-        }
+/// Answers the long-poll fetch in `msg` now, with what the log holds (its `wait_ms` is
+/// over, or the connection has too many waiting).
+#[allow(clippy::too_many_arguments)]
+fn fetch_now<F: spillway_core::storage::Flash>(
+    gw: &mut Gateway,
+    conn: &mut Conn,
+    msg: &[u8],
+    log: &mut Log<'_, F>,
+    now: u64,
+    scratch: &mut [u8],
+    out: &mut [u8],
+) -> Outcome {
+    match postcard::from_bytes::<Request<'_>>(msg) {
+        Ok(Request::Fetch {
+            seq,
+            consumer,
+            from_offset,
+            max_bytes,
+            ..
+        }) => gw.handle_request(
+            conn,
+            &Request::Fetch {
+                seq,
+                consumer,
+                from_offset,
+                max_bytes,
+                wait_ms: None,
+            },
+            log,
+            now,
+            Clock::wall_us(),
+            scratch,
+            out,
+        ),
+        _ => Outcome::NoReply,
     }
 }
 
-fn deliver(conns: &mut HashMap<ConnId, ConnState>, conn: ConnId, o: Outcome, out: &[u8]) {
+/// Queues `frame` for `conn`, in exchange for the `reserved` bytes its request took from
+/// the connection's budget. Never blocks: the budget bounds what a queue can hold.
+fn send_frame(
+    conns: &mut HashMap<ConnId, ConnState>,
+    conn: ConnId,
+    frame: Vec<u8>,
+    reserved: usize,
+) {
+    let Some(st) = conns.get(&conn) else {
+        return;
+    };
+    st.budget.settle(reserved, frame.len());
+    if st.replies.try_send(frame).is_err() {
+        // The connection's task has ended.
+        conns.remove(&conn);
+    }
+}
+
+fn deliver(
+    conns: &mut HashMap<ConnId, ConnState>,
+    conn: ConnId,
+    o: Outcome,
+    out: &[u8],
+    reserved: usize,
+) {
     match o {
         Outcome::Reply { len } | Outcome::ReplyWhenDurable { len, .. } => {
-            send_frame(conns, conn, out[..len].to_vec());
+            send_frame(conns, conn, out[..len].to_vec(), reserved);
         }
-        Outcome::NoReply | Outcome::Park { .. } => {}
+        Outcome::NoReply | Outcome::Park { .. } => {
+            if let Some(st) = conns.get(&conn) {
+                st.budget.settle(reserved, 0);
+            }
+        }
     }
 }

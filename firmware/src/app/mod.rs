@@ -187,6 +187,8 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
         next_id: Arc::new(AtomicU64::new(1)),
         max_frame: started.max_frame_bytes as usize,
         max_line: s.max_record_bytes as usize + 256,
+        record_frame: spillway_firmware::gateway::GatewayConfig::min_frame_bytes(s.max_record_bytes)
+            as usize,
         metrics: metrics.clone(),
         active: Arc::new(AtomicUsize::new(0)),
         max_connections: s.max_connections,
@@ -211,6 +213,7 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
                                         continue;
                                     };
                                     let _ = stream.set_nodelay(true);
+                                    net::bound_send_buffer(&stream, &peer);
                                     let served = net::serve(
                                         stream.clone(),
                                         stream,
@@ -246,6 +249,7 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
                                     let Some(slot) = ctx.admit(&name) else {
                                         continue;
                                     };
+                                    net::bound_send_buffer(&stream, &name);
                                     let served = net::serve(
                                         stream.clone(),
                                         stream,

@@ -1,6 +1,12 @@
 //! Connections: TCP and Unix listeners, serial ports. Each connection is one task that
 //! splits its byte stream into frames (or lines) with bounded buffers, sends them to the
-//! log thread, and writes back the replies from its own bounded queue.
+//! log thread, and writes back the replies the log thread queued for it.
+//!
+//! Every connection has a [`Budget`] in bytes: the requests it sent that the log thread has
+//! not answered yet, plus the replies not yet written to its socket. A request is read
+//! only when its bytes and the largest reply it can get fit in the budget; a client that
+//! does not read its replies therefore stops being read (backpressure: its socket fills
+//! and its sends block) instead of making the gateway queue more.
 
 use std::io;
 use std::sync::Arc;
@@ -9,23 +15,127 @@ use std::time::Duration;
 
 use async_channel::Sender;
 use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use spillway_core::wire::{FeedResult, FrameDecoder, GrowingFrameBuffer};
+use spillway_core::wire::{
+    FeedResult, FrameDecoder, GrowingFrameBuffer, RECORDS_HEADER_MAX, Request, max_encoded_len,
+};
 
 use super::config::Mode;
 use super::engine::{Cmd, ConnId};
 use super::metrics::Metrics;
 
-/// Replies queued per connection before the client counts as not reading.
-pub const REPLY_QUEUE: usize = 1024;
+/// Bytes a connection's budget holds beyond one largest frame: room for many small
+/// requests and their replies in flight next to a full-size fetch.
+pub const BUDGET_EXTRA: usize = 32 * 1024;
+
+/// Bytes reserved for the reply of a request that is neither a fetch nor a consumer list
+/// (an `Ack` is at most 23 bytes; a longer `Error` is counted at its real length).
+pub const SMALL_REPLY: usize = 64;
 
 /// Consecutive bad frames after which a connection is closed.
 pub const MAX_BAD_FRAMES: u32 = 16;
+
+/// Send buffer asked of the kernel for each accepted connection, bytes (`SO_SNDBUF`;
+/// Linux doubles it for its own bookkeeping). The kernel's automatic sizing would let a
+/// client that does not read hold megabytes of replies in the gateway's socket before the
+/// connection's [`Budget`] stops reading it.
+pub const SOCKET_SEND_BUFFER: usize = 64 * 1024;
+
+/// Sets [`SOCKET_SEND_BUFFER`] on an accepted socket; a failure is logged and the
+/// connection served with the kernel's default.
+pub fn bound_send_buffer(socket: impl std::os::fd::AsFd, peer: &str) {
+    if let Err(e) = rustix::net::sockopt::set_socket_send_buffer_size(socket, SOCKET_SEND_BUFFER) {
+        log::debug!("{peer}: cannot set the socket send buffer: {e}");
+    }
+}
 
 /// Bytes read from a socket at a time.
 const READ_BUF: usize = 16 * 1024;
 
 /// Bytes of replies gathered into one write.
-const WRITE_BATCH: usize = 64 * 1024;
+const WRITE_BATCH: usize = 16 * 1024;
+
+/// One connection's bytes in flight: requests sent to the log thread and not yet answered,
+/// and replies not yet written to the socket, against a limit of `max_frame_bytes +`
+/// [`BUDGET_EXTRA`]. The connection's reader takes from it before it forwards a request;
+/// the log thread trades a request's reservation for its reply's real length; the writer
+/// gives the reply's bytes back once they are written.
+pub struct Budget {
+    used: AtomicUsize,
+    limit: usize,
+    freed_tx: Sender<()>,
+    freed_rx: async_channel::Receiver<()>,
+}
+
+impl Budget {
+    /// A budget of `limit` bytes, none in use.
+    pub fn new(limit: usize) -> Self {
+        let (freed_tx, freed_rx) = async_channel::bounded(1);
+        Budget {
+            used: AtomicUsize::new(0),
+            limit,
+            freed_tx,
+            freed_rx,
+        }
+    }
+
+    /// Bytes in use now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+
+    /// Waits until `n` more bytes fit (or nothing is in use: one request larger than the
+    /// whole budget still goes through, alone), then takes them. Only the connection's
+    /// reader takes, so the check and the addition cannot race with another taker.
+    async fn take(&self, n: usize) {
+        loop {
+            let used = self.used();
+            if used == 0 || used.saturating_add(n) <= self.limit {
+                self.used.fetch_add(n, Ordering::AcqRel);
+                return;
+            }
+            // Woken by any release; a missed wake-up is impossible (the permit stays).
+            let _ = self.freed_rx.recv().await;
+        }
+    }
+
+    /// Gives `n` bytes back and wakes the reader if it waits.
+    fn give(&self, n: usize) {
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                Some(u.saturating_sub(n))
+            });
+        let _ = self.freed_tx.try_send(());
+    }
+
+    /// Trades a request's reservation of `reserved` bytes for its reply of `reply` bytes
+    /// (0: no reply); called by the log thread when it answers the request.
+    pub fn settle(&self, reserved: usize, reply: usize) {
+        if reply >= reserved {
+            self.used.fetch_add(reply - reserved, Ordering::AcqRel);
+        } else {
+            self.give(reserved - reply);
+        }
+    }
+}
+
+/// Bytes a request of postcard bytes `msg` reserves: itself plus the largest reply it can
+/// get. A fetch's reply holds at most `max_bytes` of records, or one record if that is
+/// larger (`record_frame`), and never more than `max_frame`; a consumer list may fill a
+/// frame; anything else gets at most [`SMALL_REPLY`] bytes.
+fn reservation(msg: &[u8], max_frame: usize, record_frame: usize) -> usize {
+    let reply = match postcard::from_bytes::<Request<'_>>(msg) {
+        Ok(Request::Fetch { max_bytes, .. }) => {
+            let block = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+            max_encoded_len(RECORDS_HEADER_MAX.saturating_add(block))
+                .max(record_frame)
+                .min(max_frame)
+        }
+        Ok(Request::ListConsumers { .. }) => max_frame,
+        _ => SMALL_REPLY,
+    };
+    msg.len().saturating_add(reply)
+}
 
 /// What every connection task needs.
 #[derive(Clone)]
@@ -38,6 +148,9 @@ pub struct Ctx {
     pub max_frame: usize,
     /// Largest line, bytes without `\n`.
     pub max_line: usize,
+    /// Largest reply frame that carries one record, bytes: a fetch gets at least one record
+    /// whatever its `max_bytes`.
+    pub record_frame: usize,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Client connections being served now.
@@ -82,7 +195,9 @@ where
     let conn: ConnId = ctx.next_id.fetch_add(1, Ordering::Relaxed);
     ctx.metrics.connections.inc();
     log::debug!("connection {conn} from {peer} ({mode:?})");
-    let (tx, rx) = async_channel::bounded::<Vec<u8>>(REPLY_QUEUE);
+    // Unbounded as a channel, bounded in bytes by the budget.
+    let (tx, rx) = async_channel::unbounded::<Vec<u8>>();
+    let budget = Arc::new(Budget::new(ctx.max_frame.saturating_add(BUDGET_EXTRA)));
     let (kill_tx, kill_rx) = async_channel::bounded::<()>(1);
     // Line mode gets no replies: the connection keeps its own ends of both queues.
     let mut _keep = None;
@@ -91,6 +206,7 @@ where
             conn,
             replies: tx,
             kill: kill_tx,
+            budget: budget.clone(),
         };
         if ctx.cmds.send(open).await.is_err() {
             return;
@@ -122,15 +238,23 @@ where
                                 bad_in_a_row = 0;
                                 Cmd::Frame {
                                     conn,
+                                    reserved: reservation(message, ctx.max_frame, ctx.record_frame),
                                     msg: message.to_vec(),
                                 }
                             }
                             FeedResult::Error { error, remaining } => {
                                 input = remaining;
                                 bad_in_a_row += 1;
-                                Cmd::FrameError { conn, error }
+                                Cmd::FrameError {
+                                    conn,
+                                    error,
+                                    reserved: SMALL_REPLY,
+                                }
                             }
                         };
+                        // Backpressure: the next request waits (and the socket is not
+                        // read) until the earlier replies have gone out.
+                        budget.take(cmd.reserved()).await;
                         if cmds.send(cmd).await.is_err() {
                             return;
                         }
@@ -204,10 +328,11 @@ where
         }
     };
     let writer = async {
-        let mut batch = Vec::with_capacity(WRITE_BATCH);
+        let mut batch = Vec::new();
         while let Ok(f) = rx.recv().await {
             batch.clear();
             batch.extend_from_slice(&f);
+            drop(f);
             while batch.len() < WRITE_BATCH {
                 match rx.try_recv() {
                     Ok(f) => batch.extend_from_slice(&f),
@@ -216,6 +341,11 @@ where
             }
             if w.write_all(&batch).await.is_err() || w.flush().await.is_err() {
                 return;
+            }
+            budget.give(batch.len());
+            if batch.capacity() > WRITE_BATCH {
+                // One large reply went out: do not keep its memory for the small ones.
+                batch = Vec::new();
             }
         }
     };
