@@ -1403,8 +1403,10 @@ impl Drain {
             gateway_id: w.gateway_id.clone(),
             log_id: w.log_id,
         };
+        // The checkpoint this session starts from (a stored one, or the gateway's committed
+        // offset): what the summary reports if nothing moves it.
+        self.summary.offset = cp.offset;
         if target.is_some_and(|t| cp.offset >= t) {
-            self.summary.offset = cp.offset;
             // Nothing new to forward, but the gateway may have lost its copy of the last
             // commit (it crashed, or its journal write failed, before persisting it): commit
             // the checkpoint again, or retention stays held back. A commit never moves a

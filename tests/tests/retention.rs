@@ -206,8 +206,118 @@ fn drain_once_gives_up_on_an_unreachable_gateway_after_its_retry_budget() {
     );
 }
 
+/// Runs `spillway-bridge ARGS`, killing it after `limit` (then panics: it hung).
+fn run_bridge_within(args: &[&str], limit: Duration) -> (Option<i32>, String) {
+    let started = Instant::now();
+    let mut child = Command::new(bridge_bin())
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut err = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut err);
+        err
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "spillway-bridge {args:?} still running after {limit:?}:\n{}",
+                reader.join().unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (status.code(), reader.join().unwrap_or_default())
+}
+
+/// A drain (without `--once`) stopped by SIGTERM before anything new arrived reports the
+/// checkpoint it started from, whether that came from its state file or from the gateway's
+/// committed offset: it said "checkpoint at offset 0".
+#[test]
+fn a_drain_stopped_before_new_records_reports_the_checkpoint_it_started_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _g = GatewayProcess::start(&gateway_args(dir.path(), port, &[]), 1);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    publish(
+        &gw,
+        &write_input(dir.path(), "a.txt", (0..10).map(|i| format!("a {i}"))),
+    );
+    let out = drain_once(&gw, dir.path(), "first.redb", "audit");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sink = format!("file:{}", dir.path().join("out").display());
+    // A new state file (starts at the gateway's committed offset), then the same one again
+    // (resumes from its own checkpoint).
+    for (state, says) in [
+        ("second.redb", "starting at offset 10"),
+        ("second.redb", "resuming consumer \"audit\" at offset 10"),
+    ] {
+        let state = dir.path().join(state).display().to_string();
+        let mut child = Command::new(bridge_bin())
+            .args([
+                "drain",
+                "--gateway",
+                &gw,
+                "--sink",
+                &sink,
+                "--state",
+                &state,
+                "--progress",
+                "off",
+                "--consumer",
+                "audit",
+            ])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut all = String::new();
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line.clone());
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let line = rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("the drain never said where it starts");
+            if line.contains(says) {
+                break;
+            }
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let status = child.wait().unwrap();
+        let err = reader.join().unwrap();
+        assert!(status.success(), "{err}");
+        assert!(err.contains("checkpoint at offset 10"), "{err}");
+    }
+}
+
 /// A drain whose state file has no checkpoint starts at the gateway's committed offset for
-/// its consumer, and reports that checkpoint (it said "checkpoint at offset 0").
+/// its consumer, and reports that checkpoint.
 #[test]
 fn a_drain_started_at_the_gateways_committed_offset_reports_that_offset() {
     let dir = tempfile::tempdir().unwrap();
@@ -269,19 +379,37 @@ fn records_stored_under_a_higher_record_limit_stay_fetchable_after_a_restart() {
     // Restarted with the default record limit (4K), same RAM buffer.
     let lower = &["--buffer-bytes", "256K", "--max-record-bytes", "4K"];
     let mut g = GatewayProcess::start(&gateway_args(dir.path(), port, lower), 1);
-    let out = drain_once(&gw, dir.path(), "s.redb", "bridge");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let sink = format!("file:{}", dir.path().join("out").display());
+    let state = dir.path().join("s.redb").display().to_string();
+    let drain = |state: &str, consumer: &str| {
+        run_bridge_within(
+            &[
+                "drain",
+                "--gateway",
+                &gw,
+                "--sink",
+                &sink,
+                "--state",
+                state,
+                "--progress",
+                "off",
+                "--once",
+                "--consumer",
+                consumer,
+            ],
+            Duration::from_secs(30),
+        )
+    };
+    let (code, err) = drain(&state, "bridge");
+    assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("forwarded 4 records"), "{err}");
     assert!(g.terminate().success());
 
     // Restarted with a RAM buffer too small for them: a clear error, exit 1, at once.
     let small = &["--buffer-bytes", "64K", "--max-record-bytes", "4K"];
     let _g = GatewayProcess::start(&gateway_args(dir.path(), port, small), 1);
-    let started = Instant::now();
-    let out = drain_once(&gw, dir.path(), "other.redb", "other");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let other = dir.path().join("other.redb").display().to_string();
+    let (code, err) = drain(&other, "other");
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("cannot send the record at offset 0"), "{err}");
-    assert!(started.elapsed() < Duration::from_secs(10));
 }
