@@ -36,96 +36,9 @@ pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default serial speed, baud.
 pub const DEFAULT_BAUD: u32 = 115_200;
 
-/// Where the gateway is: parsed from `tcp://HOST:PORT`, `unix:///PATH` or
-/// `serial:///dev/ttyX?baud=N`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GatewayAddr {
-    /// A TCP address `HOST:PORT`.
-    Tcp(String),
-    /// A Unix socket path.
-    Unix(String),
-    /// A serial device and its speed in baud.
-    Serial {
-        /// Device path, e.g. `/dev/ttyUSB0`.
-        path: String,
-        /// Line speed, baud.
-        baud: u32,
-    },
-}
-
-/// A gateway URI that does not parse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "bad gateway address {uri:?}: {why} (expected tcp://HOST:PORT, unix:///PATH or serial:///dev/ttyX?baud=N)"
-)]
-pub struct BadAddr {
-    /// The URI as given.
-    pub uri: String,
-    /// What is wrong with it.
-    pub why: &'static str,
-}
-
-impl std::str::FromStr for GatewayAddr {
-    type Err = BadAddr;
-    fn from_str(uri: &str) -> Result<Self, BadAddr> {
-        let bad = |why| BadAddr {
-            uri: uri.to_string(),
-            why,
-        };
-        if let Some(rest) = uri.strip_prefix("tcp://") {
-            let rest = rest.trim_end_matches('/');
-            if rest.is_empty() || !rest.contains(':') {
-                return Err(bad("missing HOST:PORT"));
-            }
-            let (_, port) = rest.rsplit_once(':').ok_or(bad("missing port"))?;
-            port.parse::<u16>().map_err(|_| bad("bad port"))?;
-            Ok(GatewayAddr::Tcp(rest.to_string()))
-        } else if let Some(rest) = uri.strip_prefix("unix://") {
-            if rest.is_empty() {
-                return Err(bad("missing path"));
-            }
-            Ok(GatewayAddr::Unix(rest.to_string()))
-        } else if let Some(rest) = uri.strip_prefix("serial://") {
-            let (path, query) = match rest.split_once('?') {
-                Some((p, q)) => (p, Some(q)),
-                None => (rest, None),
-            };
-            if path.is_empty() {
-                return Err(bad("missing device path"));
-            }
-            let mut baud = DEFAULT_BAUD;
-            if let Some(q) = query {
-                for kv in q.split('&').filter(|s| !s.is_empty()) {
-                    match kv.split_once('=') {
-                        Some(("baud", v)) => {
-                            baud = v.parse().map_err(|_| bad("bad baud"))?;
-                            if baud == 0 {
-                                return Err(bad("bad baud"));
-                            }
-                        }
-                        _ => return Err(bad("unknown serial option (only baud=N)")),
-                    }
-                }
-            }
-            Ok(GatewayAddr::Serial {
-                path: path.to_string(),
-                baud,
-            })
-        } else {
-            Err(bad("unknown scheme"))
-        }
-    }
-}
-
-impl fmt::Display for GatewayAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GatewayAddr::Tcp(a) => write!(f, "tcp://{a}"),
-            GatewayAddr::Unix(p) => write!(f, "unix://{p}"),
-            GatewayAddr::Serial { path, baud } => write!(f, "serial://{path}?baud={baud}"),
-        }
-    }
-}
+/// Where the gateway is (`tcp://HOST:PORT`, `unix:///PATH`, `serial:///dev/ttyX?baud=N`),
+/// read by the URI parser the gateway uses too.
+pub use spillway_core::cli::uri::{BadUri as BadAddr, GatewayAddr};
 
 /// Errors of a connection. Everything but [`ClientError::Gateway`] means the connection is
 /// unusable and must be reopened; whether to retry is the caller's decision.

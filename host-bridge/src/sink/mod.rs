@@ -8,8 +8,6 @@ pub mod file;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 
-use std::path::PathBuf;
-
 use base64::Engine as _;
 use serde::Serialize;
 
@@ -24,60 +22,9 @@ pub struct Source {
     pub log_id: u128,
 }
 
-/// A `--sink` value: `file:DIR` or `kafka://HOST:PORT[,HOST:PORT…]/TOPIC`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SinkSpec {
-    /// Newline-delimited JSON files in a directory.
-    File(PathBuf),
-    /// A Kafka topic.
-    Kafka {
-        /// Bootstrap servers, comma-separated `HOST:PORT`.
-        brokers: String,
-        /// Target topic.
-        topic: String,
-    },
-}
-
-/// A `--sink` value that does not parse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad sink {spec:?}: {why} (expected file:DIR or kafka://HOST:PORT/TOPIC)")]
-pub struct BadSink {
-    /// The value as given.
-    pub spec: String,
-    /// What is wrong.
-    pub why: &'static str,
-}
-
-impl std::str::FromStr for SinkSpec {
-    type Err = BadSink;
-    fn from_str(s: &str) -> Result<Self, BadSink> {
-        let bad = |why| BadSink {
-            spec: s.to_string(),
-            why,
-        };
-        if let Some(dir) = s.strip_prefix("file:") {
-            let dir = dir.strip_prefix("//").unwrap_or(dir);
-            if dir.is_empty() {
-                return Err(bad("missing directory"));
-            }
-            Ok(SinkSpec::File(PathBuf::from(dir)))
-        } else if let Some(rest) = s.strip_prefix("kafka://") {
-            let (brokers, topic) = rest.split_once('/').ok_or(bad("missing /TOPIC"))?;
-            if brokers.is_empty() {
-                return Err(bad("missing HOST:PORT"));
-            }
-            if topic.is_empty() || topic.contains('/') {
-                return Err(bad("bad topic"));
-            }
-            Ok(SinkSpec::Kafka {
-                brokers: brokers.to_string(),
-                topic: topic.to_string(),
-            })
-        } else {
-            Err(bad("unknown scheme"))
-        }
-    }
-}
+/// A `--sink` value: `file:DIR` or `kafka://HOST:PORT[,HOST:PORT…]/TOPIC`, read by the
+/// shared URI parser.
+pub use spillway_core::cli::uri::{BadUri as BadSink, SinkUri as SinkSpec};
 
 /// Why a sink failed. Every kind is retried by the drain loop.
 #[derive(Debug, thiserror::Error)]
@@ -342,38 +289,6 @@ pub fn rfc3339_us(us: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_sinks() {
-        assert_eq!(
-            "file:./out".parse::<SinkSpec>().unwrap(),
-            SinkSpec::File("./out".into())
-        );
-        assert_eq!(
-            "file:///var/spool/x".parse::<SinkSpec>().unwrap(),
-            SinkSpec::File("/var/spool/x".into())
-        );
-        assert_eq!(
-            "kafka://127.0.0.1:9092/sensors"
-                .parse::<SinkSpec>()
-                .unwrap(),
-            SinkSpec::Kafka {
-                brokers: "127.0.0.1:9092".into(),
-                topic: "sensors".into()
-            }
-        );
-        for bad in [
-            "",
-            "file:",
-            "kafka://",
-            "kafka://h:1",
-            "kafka://h:1/",
-            "kafka:///t",
-            "s3://x",
-        ] {
-            assert!(bad.parse::<SinkSpec>().is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn rfc3339() {

@@ -182,25 +182,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn uris() {
-        let l = parse_listen("tcp://:7000?mode=lines&topic=t").unwrap();
-        assert_eq!(l.endpoint, Endpoint::Tcp("127.0.0.1:7000".parse().unwrap()));
-        assert_eq!(
-            l.mode,
-            Mode::Lines {
-                topic: Some("t".into())
-            }
-        );
-        let u = parse_listen("unix:///tmp/s.sock").unwrap();
-        assert_eq!(u.endpoint, Endpoint::Unix("/tmp/s.sock".into()));
-        assert!(parse_listen("http://x").is_err());
-        assert!(parse_listen("tcp://127.0.0.1:1?mode=x").is_err());
-        let s = parse_serial("serial:///dev/ttyUSB0?baud=9600&mode=lines").unwrap();
-        assert_eq!(s.path, "/dev/ttyUSB0");
-        assert_eq!(s.baud, 9600);
-    }
-
-    #[test]
     fn flags_override_file() {
         let dir = tempfile_dir("flags");
         let p = dir.join("c.toml");

@@ -1,8 +1,11 @@
 //! The listener and serial port URIs of `spillway run`: where (`tcp://`, `unix://`,
-//! `serial://`) and what the connection carries (`mode=frames|lines`, `topic=`).
+//! `serial://`, read by the shared parser `spillway_core::cli::uri`) and what the
+//! connection carries (`mode=frames|lines`, `topic=`, percent-decoded).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+
+use spillway_core::cli::uri::{BadUri, GatewayAddr, Uri};
 
 use super::super::AppError;
 
@@ -51,112 +54,144 @@ pub struct Serial {
     pub mode: Mode,
 }
 
-fn split_query(rest: &str) -> (&str, Vec<(String, String)>) {
-    match rest.split_once('?') {
-        None => (rest, Vec::new()),
-        Some((base, q)) => (
-            base,
-            q.split('&')
-                .filter(|p| !p.is_empty())
-                .map(|p| match p.split_once('=') {
-                    Some((k, v)) => (k.to_string(), v.to_string()),
-                    None => (p.to_string(), String::new()),
-                })
-                .collect(),
-        ),
-    }
-}
-
-fn mode_of(uri: &str, query: &[(String, String)], allowed: &[&str]) -> Result<Mode, AppError> {
-    let mut mode = "frames".to_string();
-    let mut topic = None;
-    for (k, v) in query {
-        match k.as_str() {
-            "mode" => mode = v.clone(),
-            "topic" => {
-                if v.is_empty() || v.len() > 255 {
-                    return Err(AppError::Usage(format!(
-                        "{uri}: topic must be 1 to 255 bytes"
-                    )));
-                }
-                topic = Some(v.clone());
-            }
-            k if allowed.contains(&k) => {}
-            k => return Err(AppError::Usage(format!("{uri}: unknown parameter {k:?}"))),
+/// The mode and topic of a listener or serial URI (`mode=frames|lines`, `topic=NAME`).
+fn mode_of(uri: &Uri) -> Result<Mode, AppError> {
+    let text = &uri.text;
+    let topic = match uri.param("topic") {
+        Some(t) if t.is_empty() || t.len() > 255 => {
+            return Err(AppError::Usage(format!(
+                "{text}: topic must be 1 to 255 bytes"
+            )));
         }
-    }
-    match mode.as_str() {
+        t => t.map(str::to_string),
+    };
+    match uri.param("mode").unwrap_or("frames") {
         "frames" => {
             if topic.is_some() {
-                return Err(AppError::Usage(format!("{uri}: topic= needs mode=lines")));
+                return Err(AppError::Usage(format!("{text}: topic= needs mode=lines")));
             }
             Ok(Mode::Frames)
         }
         "lines" => Ok(Mode::Lines { topic }),
         m => Err(AppError::Usage(format!(
-            "{uri}: mode must be frames or lines, not {m:?}"
+            "{text}: mode must be frames or lines, not {m:?}"
         ))),
     }
 }
 
-/// Parses a `--listen` URI. A TCP address without a host binds 127.0.0.1.
-pub fn parse_listen(uri: &str) -> Result<Listen, AppError> {
-    let (endpoint, query) = if let Some(rest) = uri.strip_prefix("tcp://") {
-        let (addr, query) = split_query(rest);
-        let addr = if addr.starts_with(':') {
-            format!("127.0.0.1{addr}")
-        } else {
-            addr.to_string()
-        };
-        let sa: SocketAddr = addr.parse().map_err(|_| {
+/// Parses a URI and its address with the shared parser, leaving `mode` and `topic` to
+/// [`mode_of`].
+fn address_of(text: &str) -> Result<(Uri, GatewayAddr), AppError> {
+    let usage = |e: BadUri| AppError::Usage(e.to_string());
+    let uri = Uri::parse(text).map_err(usage)?;
+    let addr = GatewayAddr::from_uri(&uri, &["mode", "topic"]).map_err(usage)?;
+    Ok((uri, addr))
+}
+
+/// Parses a `--listen` URI. A TCP address without a host binds 127.0.0.1; the host is an
+/// IP address (a listener binds, it does not resolve names).
+pub fn parse_listen(text: &str) -> Result<Listen, AppError> {
+    let (uri, addr) = address_of(text)?;
+    let endpoint = match addr {
+        GatewayAddr::Tcp(hp) => Endpoint::Tcp(hp.parse().map_err(|_| {
             AppError::Usage(format!(
-                "{uri}: expected tcp://IP:PORT, e.g. tcp://127.0.0.1:7878"
+                "{text}: expected tcp://IP:PORT, e.g. tcp://127.0.0.1:7878"
             ))
-        })?;
-        (Endpoint::Tcp(sa), query)
-    } else if let Some(rest) = uri.strip_prefix("unix://") {
-        let (path, query) = split_query(rest);
-        if path.is_empty() {
-            return Err(AppError::Usage(format!("{uri}: expected unix:///PATH")));
+        })?),
+        GatewayAddr::Unix(path) => Endpoint::Unix(PathBuf::from(path)),
+        GatewayAddr::Serial { .. } => {
+            return Err(AppError::Usage(format!(
+                "{text}: listener URIs start with tcp:// or unix:// (serial ports: --serial)"
+            )));
         }
-        (Endpoint::Unix(PathBuf::from(path)), query)
-    } else {
-        return Err(AppError::Usage(format!(
-            "{uri}: listener URIs start with tcp:// or unix://"
-        )));
     };
     Ok(Listen {
-        uri: uri.to_string(),
+        uri: text.to_string(),
         endpoint,
-        mode: mode_of(uri, &query, &[])?,
+        mode: mode_of(&uri)?,
     })
 }
 
 /// Parses a `--serial` URI.
-pub fn parse_serial(uri: &str) -> Result<Serial, AppError> {
-    let rest = uri
-        .strip_prefix("serial://")
-        .ok_or_else(|| AppError::Usage(format!("{uri}: serial URIs start with serial://")))?;
-    let (path, query) = split_query(rest);
-    if path.is_empty() {
+pub fn parse_serial(text: &str) -> Result<Serial, AppError> {
+    let (uri, addr) = address_of(text)?;
+    let GatewayAddr::Serial { path, baud } = addr else {
         return Err(AppError::Usage(format!(
-            "{uri}: expected serial:///dev/ttyX"
+            "{text}: serial URIs start with serial://"
         )));
-    }
-    let mut baud = 115_200u32;
-    for (k, v) in &query {
-        if k == "baud" {
-            baud = v
-                .parse()
-                .ok()
-                .filter(|&b| b > 0)
-                .ok_or_else(|| AppError::Usage(format!("{uri}: bad baud rate {v:?}")))?;
-        }
-    }
+    };
     Ok(Serial {
-        uri: uri.to_string(),
-        path: path.to_string(),
+        uri: text.to_string(),
+        path,
         baud,
-        mode: mode_of(uri, &query, &["baud"])?,
+        mode: mode_of(&uri)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tcp_without_a_host_binds_loopback_and_lines_take_a_topic() {
+        let l = parse_listen("tcp://:7000?mode=lines&topic=t").unwrap();
+        assert_eq!(l.endpoint, Endpoint::Tcp("127.0.0.1:7000".parse().unwrap()));
+        assert_eq!(
+            l.mode,
+            Mode::Lines {
+                topic: Some("t".into())
+            }
+        );
+        assert_eq!(
+            parse_listen("tcp://0.0.0.0:7878").unwrap().mode,
+            Mode::Frames
+        );
+    }
+
+    #[test]
+    fn a_topic_is_percent_decoded() {
+        let l = parse_listen("unix:///run/x.sock?mode=lines&topic=a%2Fb").unwrap();
+        assert_eq!(l.endpoint, Endpoint::Unix("/run/x.sock".into()));
+        assert_eq!(
+            l.mode,
+            Mode::Lines {
+                topic: Some("a/b".into())
+            }
+        );
+        let s =
+            parse_serial("serial:///dev/ttyUSB0?baud=9600&mode=lines&topic=buoy%2Fsst").unwrap();
+        assert_eq!((s.path.as_str(), s.baud), ("/dev/ttyUSB0", 9600));
+        assert_eq!(
+            s.mode,
+            Mode::Lines {
+                topic: Some("buoy/sst".into())
+            }
+        );
+    }
+
+    #[test]
+    fn bad_listener_and_serial_uris() {
+        for bad in [
+            "http://x",
+            "tcp://127.0.0.1:1?mode=x",
+            "tcp://127.0.0.1:1?topic=t",
+            "tcp://127.0.0.1:1?mode=lines&topic=",
+            "tcp://127.0.0.1:1?baud=9600",
+            "tcp://localhost:1",
+            "serial:///dev/ttyS0",
+            "unix://",
+        ] {
+            assert!(parse_listen(bad).is_err(), "{bad}");
+        }
+        for bad in [
+            "tcp://:1",
+            "serial://",
+            "serial:///dev/x?baud=0",
+            "serial:///dev/x?parity=odd",
+        ] {
+            assert!(parse_serial(bad).is_err(), "{bad}");
+        }
+        let s = parse_serial("serial:///dev/ttyS1").unwrap();
+        assert_eq!((s.baud, s.mode), (115_200, Mode::Frames));
+    }
 }
