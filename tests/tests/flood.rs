@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use spillway_core::wire::{AckLevel, Request, encode_frame, max_encoded_len};
+use spillway_core::wire::{AckLevel, PROTOCOL_VERSION, Request, encode_frame, max_encoded_len};
 use spillway_tests::client::{Client, Reply};
 use spillway_tests::gateway::{GatewayProcess, free_port};
 
@@ -161,7 +161,7 @@ fn deaf_flooders_neither_exhaust_memory_nor_starve_a_durable_publisher() {
                     s.set_write_timeout(Some(Duration::from_millis(200)))
                         .unwrap();
                     let hello = frame(&Request::Hello {
-                        protocol_version: 2,
+                        protocol_version: PROTOCOL_VERSION,
                         client_name: &format!("flood-{i}"),
                     });
                     s.write_all(&hello).expect("hello");
