@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use crate::gateway::workspace_artifact;
+
 /// What the kernel keeps of the writes a failed sync covered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kept {
@@ -34,32 +36,12 @@ impl Kept {
 pub fn faultfs_lib() -> PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
-        if let Ok(p) = std::env::var("SPILLWAY_FAULTFS_LIB") {
-            return PathBuf::from(p);
-        }
-        let exe = std::env::current_exe().expect("current exe");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile> directory")
-            .to_path_buf();
-        let target_dir = profile_dir.parent().expect("target directory");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "spillway-faultfs", "--lib"])
-            .arg("--manifest-path")
-            .arg(&manifest)
-            .arg("--target-dir")
-            .arg(target_dir);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        assert!(
-            cmd.status().expect("run cargo build").success(),
-            "building spillway-faultfs failed"
-        );
-        profile_dir.join("libspillway_faultfs.so")
+        workspace_artifact(
+            "SPILLWAY_FAULTFS_LIB",
+            "spillway-faultfs",
+            &["--lib"],
+            "libspillway_faultfs.so",
+        )
     })
     .clone()
 }

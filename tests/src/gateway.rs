@@ -31,6 +31,21 @@ pub fn spillway_bin() -> PathBuf {
 /// # Panics
 /// If the build fails (a test cannot go on without the binary).
 pub fn workspace_bin(override_var: &str, package: &str, bin: &str) -> PathBuf {
+    workspace_artifact(override_var, package, &["--bin", bin], bin)
+}
+
+/// Path of `file` (a binary or a library) that `cargo build -p PACKAGE TARGET...` writes
+/// into the target directory and profile of the running test or benchmark, built there
+/// first; the path in environment variable `override_var` instead when it is set.
+///
+/// # Panics
+/// If the build fails.
+pub fn workspace_artifact(
+    override_var: &str,
+    package: &str,
+    target: &[&str],
+    file: &str,
+) -> PathBuf {
     if let Ok(p) = std::env::var(override_var) {
         return PathBuf::from(p);
     }
@@ -48,7 +63,8 @@ pub fn workspace_bin(override_var: &str, package: &str, bin: &str) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "-p", package, "--bin", bin])
+    cmd.args(["build", "--quiet", "-p", package])
+        .args(target)
         .arg("--manifest-path")
         .arg(&manifest)
         .arg("--target-dir")
@@ -57,8 +73,8 @@ pub fn workspace_bin(override_var: &str, package: &str, bin: &str) -> PathBuf {
         cmd.arg("--release");
     }
     let status = cmd.status().expect("run cargo build");
-    assert!(status.success(), "building {bin} failed");
-    profile_dir.join(bin)
+    assert!(status.success(), "building {file} of {package} failed");
+    profile_dir.join(file)
 }
 
 /// A free TCP port on 127.0.0.1 (bound and released; good enough for tests).
@@ -137,11 +153,14 @@ impl GatewayProcess {
                     if let Some(f) = file.as_mut() {
                         let _ = writeln!(f, "{line}");
                     }
-                    if line.contains("listening on ") {
-                        let _ = tx.send(());
-                    }
+                    // Kept before it is announced: whoever waited for it finds it in
+                    // the log.
+                    let listening = line.contains("listening on ");
                     if let Ok(mut l) = log.lock() {
                         l.push(line);
+                    }
+                    if listening {
+                        let _ = tx.send(());
                     }
                 }
             });

@@ -90,21 +90,11 @@ fn spawn_bridge(args: &[&str]) -> Child {
         .unwrap()
 }
 
-fn sigterm_and_wait(mut c: Child) -> i32 {
-    let _ = Command::new("kill")
-        .args(["-TERM", &c.id().to_string()])
-        .status();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(Some(s)) = c.try_wait() {
-            return s.code().unwrap_or(-1);
-        }
-        if Instant::now() > deadline {
-            let _ = c.kill();
-            panic!("spillway-bridge did not stop on SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn sigterm_and_wait(c: Child) -> i32 {
+    spillway_tests::process::stop(c, Duration::from_secs(30))
+        .expect("spillway-bridge did not stop on SIGTERM")
+        .code()
+        .unwrap_or(-1)
 }
 
 /// The gateway's committed offset for `bridge` (via `status --json`).

@@ -307,9 +307,7 @@ fn a_failed_state_commit_exits_4_with_once_and_resumes_without() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let _ = Command::new("kill")
-        .args(["-TERM", &c.id().to_string()])
-        .status();
+    spillway_tests::process::signal(&c, libc::SIGTERM);
     let status = c.wait().unwrap();
     while let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
         seen.push(l);

@@ -187,9 +187,7 @@ fn sigterm_while_creating_the_image_cleans_up_and_exits_0() {
     let port = free_port();
     let mut child = start_creating(&img, port);
     wait_creating(&mut child, &img);
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
+    spillway_tests::process::signal(&child, libc::SIGTERM);
     let status = wait_exit(&mut child);
     assert_eq!(status.code(), Some(0), "{status}");
     assert!(!img.exists(), "a partial image was left in place");
