@@ -13,10 +13,10 @@
 //! once = false
 //! accept-new-log = false
 //! metrics = "127.0.0.1:9185"
-//! max-batch-bytes = 262144             # bytes per fetch
+//! max-batch-bytes = "256K"             # bytes per fetch (an integer, or K/M/G = 1024)
 //! prefetch = 4                         # batches fetched ahead of the sink
 //! max-in-flight-batches = 4            # Kafka: batches awaiting delivery reports
-//! rotate-bytes = 67108864              # file sink rotation size, bytes
+//! rotate-bytes = "64M"                 # file sink rotation size, bytes
 //! kafka-delivery-timeout-ms = 300000
 //! kafka-resume-window = 10000          # messages per partition read at start; 0 = off
 //! poll-wait-ms = 500                   # long poll at the end of the log, ms
@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 pub use spillway_core::cli::layer::ConfigError;
 use spillway_core::cli::layer::layered;
+use spillway_core::cli::units::ByteSize;
 
 /// The config file's contents.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -54,13 +55,13 @@ pub struct FileConfig {
     /// Metrics listen address.
     pub metrics: Option<String>,
     /// Fetch budget, bytes.
-    pub max_batch_bytes: Option<u32>,
+    pub max_batch_bytes: Option<ByteSize>,
     /// Prefetched batches.
     pub prefetch: Option<usize>,
     /// Batches in flight at a pipelined sink.
     pub max_in_flight_batches: Option<usize>,
     /// File sink rotation size, bytes.
-    pub rotate_bytes: Option<u64>,
+    pub rotate_bytes: Option<ByteSize>,
     /// Kafka delivery timeout, ms.
     pub kafka_delivery_timeout_ms: Option<u64>,
     /// Kafka resume scan window, messages per partition.
@@ -104,7 +105,11 @@ mod tests {
         assert_eq!(c.gateway.as_deref(), Some("tcp://h:1"));
         assert_eq!(c.once, Some(true));
         assert_eq!(c.accept_new_log, Some(true));
-        assert_eq!(c.max_batch_bytes, Some(10));
+        assert_eq!(c.max_batch_bytes, Some(ByteSize(10)));
+        let c: FileConfig =
+            toml::from_str("max-batch-bytes = \"256K\"\nrotate-bytes = \"64M\"\n").unwrap();
+        assert_eq!(c.max_batch_bytes, Some(ByteSize(256 << 10)));
+        assert_eq!(c.rotate_bytes, Some(ByteSize(64 << 20)));
         assert!(toml::from_str::<FileConfig>("gatway = \"x\"").is_err());
     }
 

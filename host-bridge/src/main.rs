@@ -15,7 +15,7 @@ use spillway_bridge::metrics::Metrics;
 use spillway_bridge::progress::Mode;
 use spillway_bridge::sink::SinkSpec;
 use spillway_bridge::{exit, metrics};
-use spillway_core::cli::units::parse_duration;
+use spillway_core::cli::units::{ByteSize, parse_duration};
 use spillway_core::wire::AckLevel;
 
 const EXIT_CODES: &str = "\
@@ -54,7 +54,7 @@ struct Cli {
 enum Cmd {
     /// Drain the gateway's log into a sink, checkpointing in a redb file.
     #[command(after_help = EXIT_CODES)]
-    Drain(DrainArgs),
+    Drain(Box<DrainArgs>),
     /// Publish each input line as one record.
     #[command(after_help = EXIT_CODES)]
     Publish(PublishCli),
@@ -117,9 +117,9 @@ struct DrainArgs {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9185).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
-    /// Byte budget of one fetch [default: 262144]
+    /// Byte budget of one fetch, bytes with optional K/M/G (K = 1024) [default: 256K]
     #[arg(long)]
-    max_batch_bytes: Option<u32>,
+    max_batch_bytes: Option<ByteSize>,
     /// Batches fetched ahead of the sink [default: 4]
     #[arg(long)]
     prefetch: Option<usize>,
@@ -129,9 +129,10 @@ struct DrainArgs {
     /// sink writes one batch at a time [default: 4]
     #[arg(long, value_name = "N")]
     max_in_flight_batches: Option<usize>,
-    /// File sink: rotate a topic's file at this size in bytes [default: 67108864]
+    /// File sink: rotate a topic's file at this size, bytes with optional K/M/G
+    /// [default: 64M]
     #[arg(long)]
-    rotate_bytes: Option<u64>,
+    rotate_bytes: Option<ByteSize>,
     /// Kafka: delivery timeout in ms before a record counts as unknown and is resent
     /// [default: 300000]
     #[arg(long)]
@@ -428,13 +429,18 @@ fn run_drain(c: FileConfig, retry_for: Option<Duration>) -> i32 {
     }
     cfg.accept_new_log = c.accept_new_log.unwrap_or(false);
     let ms = Duration::from_millis;
-    cfg.max_batch_bytes = c.max_batch_bytes.map_or(cfg.max_batch_bytes, |v| v.max(1));
+    if let Some(v) = c.max_batch_bytes {
+        cfg.max_batch_bytes = v
+            .to_u32("--max-batch-bytes")
+            .unwrap_or_else(|e| usage(e))
+            .max(1);
+    }
     cfg.prefetch = c.prefetch.map_or(cfg.prefetch, |v| v.clamp(1, 1024));
     cfg.max_in_flight_batches = c
         .max_in_flight_batches
         .map_or(cfg.max_in_flight_batches, |v| v.clamp(1, 1024));
     let so = &mut cfg.sink_options;
-    so.rotate_bytes = c.rotate_bytes.map_or(so.rotate_bytes, |v| v.max(1));
+    so.rotate_bytes = c.rotate_bytes.map_or(so.rotate_bytes, |v| v.0.max(1));
     so.kafka_delivery_timeout_ms = c
         .kafka_delivery_timeout_ms
         .map_or(so.kafka_delivery_timeout_ms, |v| v.max(1));
