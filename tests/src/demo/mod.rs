@@ -49,7 +49,6 @@ mod sink;
 mod summary;
 mod verify;
 
-use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -129,10 +128,11 @@ impl Options {
 }
 
 /// Why the demo could not run to its verification.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DemoError {
     /// A file or process operation failed.
+    #[error("{what}: {source}")]
     Io {
         /// What was being done.
         what: String,
@@ -140,6 +140,7 @@ pub enum DemoError {
         source: io::Error,
     },
     /// An input file does not have the expected shape.
+    #[error("{}:{line}: {why}", file.display())]
     Data {
         /// The file.
         file: PathBuf,
@@ -149,30 +150,11 @@ pub enum DemoError {
         why: String,
     },
     /// A process or peer did not behave (did not start, exited with an error, refused).
+    #[error("{0}")]
     Step(String),
 }
 
-impl fmt::Display for DemoError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DemoError::Io { what, source } => write!(f, "{what}: {source}"),
-            DemoError::Data { file, line, why } => {
-                write!(f, "{}:{line}: {why}", file.display())
-            }
-            DemoError::Step(s) => f.write_str(s),
-        }
-    }
-}
-
-impl std::error::Error for DemoError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            DemoError::Io { source, .. } => Some(source),
-            _ => None,
-        }
-    }
-}
-
+/// Wraps an I/O error with what was being done.
 pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> DemoError {
     let what = what.into();
     move |source| DemoError::Io { what, source }
