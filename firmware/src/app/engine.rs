@@ -385,12 +385,17 @@ pub fn run(
                                 Ok(r) => r.seq().unwrap_or(0),
                                 Err(_) => 0,
                             };
+                            // The request is handled and its reply exists: from now on
+                            // the connection's budget holds only the reply, so a
+                            // pipelining publisher's next requests are read while this
+                            // one waits for the group flush.
+                            st.budget.settle(reserved, len);
                             pending.push(Pending {
                                 conn,
                                 seq,
                                 offset,
                                 frame: out[..len].to_vec(),
-                                reserved,
+                                reserved: len,
                             });
                         }
                         Outcome::Park {
