@@ -91,8 +91,13 @@ impl fmt::Display for ByteSize {
 }
 
 impl Serialize for ByteSize {
+    /// An integer; a count above `i64::MAX` (which TOML integers cannot hold) as a string.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(self.0)
+        if i64::try_from(self.0).is_ok() {
+            s.serialize_u64(self.0)
+        } else {
+            s.serialize_str(&self.0.to_string())
+        }
     }
 }
 
@@ -168,6 +173,13 @@ mod tests {
         assert!(e.to_string().contains("4X"), "{e}");
         assert!(toml::from_str::<F>("a = -1\nb = 1\n").is_err());
         assert_eq!("2M".parse::<ByteSize>(), Ok(ByteSize(2 << 20)));
+        // Past what a TOML integer holds, it goes through a file layer as a string.
+        let big = F {
+            a: ByteSize(u64::MAX),
+            b: ByteSize(1),
+        };
+        let back: F = toml::from_str(&toml::to_string(&big).unwrap()).unwrap();
+        assert_eq!(back.a, ByteSize(u64::MAX));
         assert_eq!(
             ByteSize(5 << 30).to_u32("--size").unwrap_err(),
             "--size: 5368709120 bytes is too large"
