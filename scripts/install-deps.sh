@@ -15,9 +15,27 @@ fi
 dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || need+=(libcurl4-openssl-dev)
 command -v socat >/dev/null 2>&1 || need+=(socat)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+command -v qemu-aarch64 >/dev/null 2>&1 || need+=(qemu-user)
+command -v qemu-system-arm >/dev/null 2>&1 || need+=(qemu-system-arm)
+command -v arm-linux-gnueabihf-gcc >/dev/null 2>&1 || need+=(gcc-arm-linux-gnueabihf)
+command -v aarch64-linux-gnu-strip >/dev/null 2>&1 || need+=(binutils-aarch64-linux-gnu)
+command -v dpkg-shlibdeps >/dev/null 2>&1 || need+=(dpkg-dev)
 for pkg in "$@"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
+
+# Rust cross targets: rustup adds those of rust-toolchain.toml when it installs the
+# toolchain; an already installed toolchain may lack them.
+if command -v rustup >/dev/null 2>&1; then
+  (
+    cd "$(dirname "$0")/.."
+    installed="$(rustup target list --installed 2>/dev/null || true)"
+    for target in $(sed -n 's/^ *"\([a-z0-9_]*-[a-z0-9_-]*\)",\{0,1\} *$/\1/p' rust-toolchain.toml); do
+      grep -qx "$target" <<<"$installed" || rustup target add "$target"
+    done
+  )
+fi
+
 [ ${#need[@]} -gt 0 ] || exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then

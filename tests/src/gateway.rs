@@ -4,6 +4,12 @@
 //! target directory as the running test (`cargo build -p spillway-firmware --bin spillway`,
 //! in the profile the test was built with), so `cargo test --workspace` on a clean checkout
 //! works without a separate build step.
+//!
+//! Environment: `SPILLWAY_BIN` names a prebuilt gateway binary instead, and
+//! `SPILLWAY_RUNNER` a command line that runs it (e.g. `qemu-aarch64` for an ARM build under
+//! qemu-user, as `scripts/cross-test.sh` does): [`GatewayProcess`] and [`run_cli`] start the
+//! gateway through [`gateway_command`]. (The fault-shim tests preload an x86-64 library and
+//! run the binary directly.)
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -20,6 +26,22 @@ pub fn spillway_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| workspace_bin("SPILLWAY_BIN", "spillway-firmware", "spillway"))
         .clone()
+}
+
+/// A [`Command`] that runs the gateway binary `bin`: under the runner named by
+/// `SPILLWAY_RUNNER` (whitespace-separated program and arguments, e.g. `qemu-arm`) when that
+/// is set and not empty, else `bin` itself.
+pub fn gateway_command(bin: &Path) -> Command {
+    let runner = std::env::var("SPILLWAY_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut cmd = Command::new(program);
+            cmd.args(words).arg(bin);
+            cmd
+        }
+        None => Command::new(bin),
+    }
 }
 
 /// Path of binary `bin` of package `package`: the path in environment variable
@@ -132,7 +154,7 @@ impl GatewayProcess {
             ),
             None => None,
         };
-        let mut child = Command::new(bin)
+        let mut child = gateway_command(bin)
             .arg("run")
             .args(args)
             .env("RUST_LOG", "info")
@@ -246,7 +268,7 @@ impl GatewayProcess {
 
 /// Runs `spillway ARGS` to completion; returns (exit code, stdout, stderr).
 pub fn run_cli(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(spillway_bin())
+    let out = gateway_command(&spillway_bin())
         .args(args)
         .output()
         .expect("run spillway");
