@@ -6,6 +6,17 @@
 #    --ack durable`, drains them with `spillway-bridge drain --once` over the same link
 #    into the file sink and checks that every record arrived once, in order, at
 #    consecutive offsets.
+#  - powercut: runs the core's power-cut sweep on a subset of its cut points (one variant
+#    per full policy, over 1,000 cuts, each run checked by the same oracle as the host's
+#    core/tests/powercut.rs, shared through core/tests/sweep/scenario.rs) on the Cortex-M4
+#    image, and requires its summary lines (cuts, mounts checked, a digest of every run's
+#    counts) to equal those of the host test of the same seeds
+#    (`sweep_subset_matching_the_microcontroller_build`).
+#  - footprint: sizes of the core alone (bin `core-only`) and of core + gateway (bin
+#    `gateway`) at opt-level "s" (profile release) and "z" (profile release-z), 4 KiB RAM
+#    buffer each: .text, .rodata, .data + .bss, and the stack high water each image
+#    measured under QEMU (the gateway's while serving the publish and the drain). Printed
+#    against the goal (flash ≤ 48 KiB, RAM ≤ 16 KiB); not a failure when over.
 # Needs qemu-system-arm (scripts/install-deps.sh installs it) and the
 # thumbv7em-none-eabihf target (rust-toolchain.toml names it). Exits non-zero on the
 # first failed check. Logs of the emulated board (defmt frames, semihosting stderr) are
@@ -29,7 +40,8 @@ qemu=(qemu-system-arm -cpu cortex-m4 -machine mps2-an386 -nographic -monitor non
 
 start=$SECONDS
 # The board's .cargo/config.toml (target, linker scripts) applies from its directory.
-(cd "$board" && cargo build --release --locked --quiet)
+(cd "$board" && cargo build --release --locked --quiet &&
+  cargo build --profile release-z --locked --quiet --bin core-only --bin gateway)
 cargo build --quiet -p spillway-bridge
 bridge=$root/target/debug/spillway-bridge
 echo "mcu: images and bridge built in $((SECONDS - start)) s"
@@ -65,12 +77,14 @@ wait_for_line() {
 }
 
 # ----- serial: publish into the emulated gateway, drain it back -------------------------
+# serial_test IMAGE RECORDS DIR
 serial_test() {
-  local t0=$SECONDS port dir=$work/serial
+  local image=$1 records=$2 dir=$3
+  local t0=$SECONDS port
   rm -rf "$dir"
   mkdir -p "$dir"
   port=$(free_port)
-  "${qemu[@]}" -serial "tcp:127.0.0.1:$port,server,nowait" -kernel "$elf_dir/gateway" \
+  "${qemu[@]}" -serial "tcp:127.0.0.1:$port,server,nowait" -kernel "$image" \
     >"$dir/defmt.bin" 2>"$dir/semihosting.log" &
   qemu_pid=$!
   wait_for_line "$dir/semihosting.log" '^gateway: serving UART0' 30
@@ -121,5 +135,92 @@ PY
   echo "mcu serial: $records records published durable over the UART and drained back in $((SECONDS - t0)) s"
 }
 
-serial_test
+# ----- powercut: the core's sweep on the Cortex-M4, compared with the host -------------
+powercut_test() {
+  local t0=$SECONDS dir=$work/powercut
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  # At most 2 minutes of QEMU time (about 15 s of guest time here).
+  local code=0
+  timeout 120 "${qemu[@]}" -kernel "$elf_dir/powercut" \
+    >"$dir/defmt.bin" 2>"$dir/semihosting.log" || code=$?
+  if [ "$code" -ne 0 ]; then
+    echo "mcu powercut: the Cortex-M run failed (exit $code); its report:" >&2
+    cat "$dir/semihosting.log" >&2
+    return 1
+  fi
+  cargo test --quiet -p spillway-core --test powercut \
+    sweep_subset_matching_the_microcontroller_build -- --nocapture >"$dir/host.log" 2>&1 || {
+    echo "mcu powercut: the host test failed:" >&2
+    cat "$dir/host.log" >&2
+    return 1
+  }
+  grep '^powercut subset ' "$dir/semihosting.log" >"$dir/mcu.txt" || true
+  grep '^powercut subset ' "$dir/host.log" >"$dir/host.txt" || true
+  if [ ! -s "$dir/mcu.txt" ] || ! diff -u "$dir/host.txt" "$dir/mcu.txt"; then
+    echo "mcu powercut: the Cortex-M sweep differs from the host's (above: host, then MCU)" >&2
+    return 1
+  fi
+  sed 's/^/mcu powercut: /' "$dir/mcu.txt"
+  echo "mcu powercut: $(grep '^powercut: ' "$dir/semihosting.log" | sed 's/^powercut: //'), equal to the host run; $((SECONDS - t0)) s"
+}
+
+# ----- footprint ------------------------------------------------------------------------
+# section_bytes ELF SECTION: the size of the section, bytes (0 when absent).
+section_bytes() {
+  local hex
+  hex=$(readelf -S -W "$1" |
+    sed -n "s/.*] \\$2 *[A-Z]* *[0-9a-f]* [0-9a-f]* \\([0-9a-f]*\\) .*/\\1/p")
+  echo $((16#${hex:-0}))
+}
+
+kib() {
+  awk -v b="$1" 'BEGIN { printf "%.1f", b / 1024 }'
+}
+
+# footprint_row NAME OPT ELF STACK
+footprint_row() {
+  local vt text ro data bss flash ram
+  vt=$(section_bytes "$3" .vector_table)
+  text=$(section_bytes "$3" .text)
+  ro=$(section_bytes "$3" .rodata)
+  data=$(section_bytes "$3" .data)
+  bss=$(( $(section_bytes "$3" .bss) + $(section_bytes "$3" .uninit) ))
+  flash=$((vt + text + ro + data))
+  ram=$((data + bss + $4))
+  printf 'mcu footprint: | %-12s | %-3s | %7d | %9d | %12d | %7d | %7s KiB | %7s KiB |\n' \
+    "$1" "$2" "$text" "$ro" $((data + bss)) "$4" "$(kib "$flash")" "$(kib "$ram")"
+}
+
+# core_stack ELF: runs the core-only image, prints its stack high water.
+core_stack() {
+  local log=$work/footprint/$(basename "$(dirname "$1")")-core-only.log
+  timeout 60 "${qemu[@]}" -kernel "$1" >/dev/null 2>"$log" || {
+    echo "mcu footprint: core-only failed:" >&2
+    cat "$log" >&2
+    return 1
+  }
+  sed -n 's/^core-only: ok, stack high water \([0-9]*\) bytes$/\1/p' "$log"
+}
+
+gateway_stack() {
+  grep '^gateway: stack high water' "$1/semihosting.log" | tail -1 | sed 's/[^0-9]*\([0-9]*\) bytes$/\1/'
+}
+
+footprint() {
+  mkdir -p "$work/footprint"
+  local z_dir=$root/$board/target/thumbv7em-none-eabihf/release-z
+  # The "z" gateway serves a short publish and drain for its stack figure.
+  serial_test "$z_dir/gateway" 50 "$work/serial-z" >/dev/null
+  echo 'mcu footprint: | image        | opt | .text B | .rodata B | .data+.bss B | stack B |       flash |  RAM+stack |'
+  footprint_row core-only s "$elf_dir/core-only" "$(core_stack "$elf_dir/core-only")"
+  footprint_row core-only z "$z_dir/core-only" "$(core_stack "$z_dir/core-only")"
+  footprint_row core+gateway s "$elf_dir/gateway" "$(gateway_stack "$work/serial")"
+  footprint_row core+gateway z "$z_dir/gateway" "$(gateway_stack "$work/serial-z")"
+  echo "mcu footprint: goal for core + gateway: flash ≤ 48 KiB, RAM ≤ 16 KiB (4 KiB log buffer)"
+}
+
+serial_test "$elf_dir/gateway" "$records" "$work/serial"
+powercut_test
+footprint
 echo "mcu: all checks passed in $((SECONDS - start)) s"

@@ -80,6 +80,8 @@ fn main() -> ! {
     report!("gateway: serving UART0");
 
     let mut last_remounts = 0;
+    let mut stack_reported = 0;
+    let mut handled_since_report = false;
     let served = serve_remounting(
         flash,
         Config::default(),
@@ -102,6 +104,7 @@ fn main() -> ! {
                 &mut out,
             ) {
                 Ok(r) => {
+                    handled_since_report |= r.handled > 0;
                     if r.flushed {
                         defmt::debug!(
                             "durable up to {=u64} ({=u32} frames)",
@@ -113,6 +116,15 @@ fn main() -> ! {
                 Err(_) => {
                     if let Err(e) = log.tick(clock::now_us()) {
                         defmt::warn!("tick: {}", defmt::Display2Format(&e));
+                    }
+                    // Idle: report a new stack high water (for the footprint table).
+                    if handled_since_report {
+                        handled_since_report = false;
+                        let hw = stack::high_water();
+                        if hw > stack_reported {
+                            stack_reported = hw;
+                            report!("gateway: stack high water {} bytes", hw);
+                        }
                     }
                 }
             }

@@ -1,0 +1,103 @@
+//! The log alone on the MPS2 AN386, for the footprint table: the same NOR partition and
+//! 4 KiB RAM buffer as the gateway image, no gateway, no UART. Formats the partition,
+//! mounts, appends [`RECORDS`] records, flushes, reads them back, commits, persists, closes,
+//! remounts and checks every record again; then reports its stack high water on the
+//! semihosting stderr and exits 0 (1 and a line saying what failed otherwise).
+#![no_std]
+#![no_main]
+
+use cortex_m_rt::entry;
+use spillway_core::log::{BRIDGE_CONSUMER, Config, Log, Memory, Record, SegmentSlot};
+use spillway_core::storage::{Flash, NorFlashAdapter};
+use spillway_mps2_an386::nor::{self, RamNor};
+use spillway_mps2_an386::{report, stack};
+
+/// The log's RAM buffer, bytes (as in the gateway image).
+const BUFFER_BYTES: usize = 4096;
+/// Erase blocks per segment (as in the gateway image).
+const BLOCKS_PER_SEGMENT: u32 = 2;
+/// Segments of the partition.
+const SEGMENTS: usize = (nor::BLOCKS - 2) / BLOCKS_PER_SEGMENT as usize;
+/// Records appended.
+const RECORDS: u64 = 200;
+
+/// The payload of record `i`.
+fn payload(i: u64, buf: &mut [u8; 24]) -> &[u8] {
+    buf.fill(b'.');
+    buf[..8].copy_from_slice(&i.to_le_bytes());
+    &buf[..8 + (i % 16) as usize]
+}
+
+/// Reads `0..RECORDS` back and compares every payload.
+fn check<F: Flash>(log: &mut Log<'_, F>) -> Result<(), &'static str> {
+    let mut out = [0u8; 512];
+    let mut at = 0;
+    while at < RECORDS {
+        let r = log.read(at, &mut out).map_err(|_| "read failed")?;
+        if r.lost.is_some() || r.count == 0 {
+            return Err("records lost");
+        }
+        for rec in r.records(&out) {
+            let mut want = [0u8; 24];
+            if rec.offset != at || rec.payload != payload(at, &mut want) {
+                return Err("record differs");
+            }
+            at += 1;
+        }
+    }
+    Ok(())
+}
+
+fn run() -> Result<(), &'static str> {
+    let mut flash = NorFlashAdapter::new(RamNor::take().ok_or("no partition")?);
+    Log::format(&mut flash, 0x5350_494c_4c57_4159, BLOCKS_PER_SEGMENT).map_err(|_| "format")?;
+    let mut buffer = [0u8; BUFFER_BYTES];
+    let mut slots = [SegmentSlot::EMPTY; SEGMENTS];
+    let mem = Memory {
+        buffer: &mut buffer,
+        segments: &mut slots,
+    };
+    let (mut log, _) = Log::mount(flash, Config::default(), mem, 1).map_err(|_| "mount")?;
+    for i in 0..RECORDS {
+        let mut p = [0u8; 24];
+        let rec = Record {
+            topic: "buoy/sst",
+            timestamp_us: 1_764_547_200_000_000 + i,
+            producer: None,
+            payload: payload(i, &mut p),
+        };
+        log.append(10 + i, &rec).map_err(|_| "append")?;
+    }
+    log.flush(1_000).map_err(|_| "flush")?;
+    check(&mut log)?;
+    log.commit(BRIDGE_CONSUMER, RECORDS).map_err(|_| "commit")?;
+    log.persist(2_000).map_err(|_| "persist")?;
+    let flash = log.close(3_000).map_err(|_| "close")?;
+    let mem = Memory {
+        buffer: &mut buffer,
+        segments: &mut slots,
+    };
+    let (mut log, rep) = Log::mount(flash, Config::default(), mem, 4_000).map_err(|_| "remount")?;
+    if !rep.clean || rep.next_offset != RECORDS || log.committed(BRIDGE_CONSUMER) != Some(RECORDS) {
+        return Err("remount state");
+    }
+    check(&mut log)
+}
+
+#[entry]
+fn main() -> ! {
+    stack::paint();
+    match run() {
+        Ok(()) => {
+            report!(
+                "core-only: ok, stack high water {} bytes",
+                stack::high_water()
+            );
+            report::exit(0)
+        }
+        Err(what) => {
+            report!("core-only: FAILED: {}", what);
+            report::exit(1)
+        }
+    }
+}
