@@ -80,6 +80,15 @@ pub enum MountError<E: Debug> {
     /// Neither a journal entry nor a segment header was found.
     #[error("partition is not formatted as a Spillway log")]
     NotFormatted,
+    /// Reading a journal erase block failed (after the log's re-reads): the storage
+    /// failed, not the format. Retryable after the storage recovers.
+    #[error("reading journal erase block {block} failed: {error:?}")]
+    JournalUnreadable {
+        /// Index of the erase block in the partition (0 or 1).
+        block: u32,
+        /// The storage's error.
+        error: E,
+    },
     /// A journal erase block stayed non-blank after repeated erases when the mount wrote
     /// its journal entry (worn-out flash). The log itself was found and is intact; it
     /// cannot run because committed offsets and the offset lease can no longer be

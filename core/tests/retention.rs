@@ -309,3 +309,60 @@ fn corrupt_range_read_again_counts_its_offsets_once_and_reads_are_counted_in_byt
     assert_eq!(counted, sim.counters().bytes_read);
     assert!(counted > 0);
 }
+
+/// Reads of journal block 0 fail (every re-read too).
+struct UnreadableJournal<'a> {
+    sim: &'a mut Sim,
+}
+
+impl Flash for UnreadableJournal<'_> {
+    type Error = SimError;
+    fn geometry(&self) -> Geometry {
+        self.sim.geometry()
+    }
+    fn read(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), SimError> {
+        if addr < ERASE {
+            return Err(SimError::ReadFailed {
+                addr,
+                len: buf.len() as u32,
+            });
+        }
+        self.sim.read(addr, buf)
+    }
+    fn write(&mut self, addr: u32, data: &[u8]) -> Result<(), SimError> {
+        self.sim.write(addr, data)
+    }
+    fn erase(&mut self, block: u32) -> Result<(), SimError> {
+        self.sim.erase(block)
+    }
+    fn sync(&mut self) -> Result<(), SimError> {
+        self.sim.sync()
+    }
+}
+
+/// A journal block that cannot be read at mount is reported with its block and the
+/// storage's error, as a storage failure of the journal.
+#[test]
+fn unreadable_journal_block_at_mount_is_reported_with_its_block() {
+    let mut sim = formatted();
+    let mut mem = Mem::new();
+    let got = Log::mount(
+        UnreadableJournal { sim: &mut sim },
+        config(FullPolicy::RejectNew),
+        mem.memory(),
+        0,
+    )
+    .map(|_| ())
+    .unwrap_err();
+    assert!(
+        matches!(
+            got,
+            MountError::JournalUnreadable {
+                block: 0,
+                error: SimError::ReadFailed { .. }
+            }
+        ),
+        "{got:?}"
+    );
+    assert!(got.to_string().contains("journal erase block 0"), "{got}");
+}

@@ -87,7 +87,10 @@ fn a_corrupt_range_fetched_again_counts_its_offsets_once_and_reads_are_counted()
             panic!("{r:?}");
         };
         let lost = lost.expect("the flipped batch is reported");
-        assert_eq!((lost.from, lost.to, lost.reason), (5, 10, LostReason::Corrupt));
+        assert_eq!(
+            (lost.from, lost.to, lost.reason),
+            (5, 10, LostReason::Corrupt)
+        );
     }
     let stats = gw.stats(&log, 0);
     assert_eq!(stats.records_corrupt, 5, "{stats:?}");

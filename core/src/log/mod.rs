@@ -1033,7 +1033,8 @@ impl<'a, F: Flash> Log<'a, F> {
         };
 
         // 1. The journal.
-        let (entry, jblock, jpos) = Self::scan_journal(&mut dev).map_err(MountError::Flash)?;
+        let (entry, jblock, jpos) = Self::scan_journal(&mut dev)
+            .map_err(|(block, error)| MountError::JournalUnreadable { block, error })?;
 
         // 2. Geometry and log id: from the journal, else from the first valid segment
         // header found at an erase block start where a segment of its own geometry begins
@@ -1544,7 +1545,7 @@ impl<'a, F: Flash> Log<'a, F> {
     #[allow(clippy::type_complexity)]
     fn scan_journal(
         dev: &mut Dev<F>,
-    ) -> Result<(Option<journal::Entry>, u32, Option<u32>), F::Error> {
+    ) -> Result<(Option<journal::Entry>, u32, Option<u32>), (u32, F::Error)> {
         let e = dev.l.geo.erase_size;
         let ws = dev.l.ws();
         let mut best: Option<(journal::Entry, u32, u32)> = None;
@@ -1557,14 +1558,15 @@ impl<'a, F: Flash> Log<'a, F> {
                 let mut found = None;
                 for _ in 0..READ_ATTEMPTS {
                     let mut head = [0u8; 16];
-                    dev.read(blk * e + pos, &mut head)?;
+                    dev.read(blk * e + pos, &mut head).map_err(|x| (blk, x))?;
                     if head.iter().all(|&b| b == dev.l.geo.erased) {
                         break;
                     }
                     let Some(len) = journal::entry_len(&head, (e - pos) as usize) else {
                         continue;
                     };
-                    dev.read(blk * e + pos, &mut buf[..len])?;
+                    dev.read(blk * e + pos, &mut buf[..len])
+                        .map_err(|x| (blk, x))?;
                     if let Some(entry) = journal::decode(&buf[..len]) {
                         found = Some((entry, len));
                         break;
@@ -1581,7 +1583,7 @@ impl<'a, F: Flash> Log<'a, F> {
         }
         match best {
             Some((entry, blk, pos)) => {
-                let blank = dev.is_blank(blk * e + pos, e - pos)?;
+                let blank = dev.is_blank(blk * e + pos, e - pos).map_err(|x| (blk, x))?;
                 Ok((Some(entry), blk, blank.then_some(pos)))
             }
             None => Ok((None, 0, None)),

@@ -226,7 +226,10 @@ pub fn run(
                 super::image::with_reasons(&e)
             );
             let err = match e {
-                spillway_core::error::MountError::Flash(_) => AppError::Runtime(msg),
+                spillway_core::error::MountError::Flash(_)
+                | spillway_core::error::MountError::JournalUnreadable { .. } => {
+                    AppError::Runtime(msg)
+                }
                 _ => AppError::Image(msg),
             };
             let _ = started.send(Err(err.clone()));
