@@ -192,10 +192,11 @@ fn deaf_flooders_neither_exhaust_memory_nor_starve_a_durable_publisher() {
         std::thread::sleep(Duration::from_millis(10));
     }
     // Measure once the flood has met the gateway's bounds: the gateway took no flood frame
-    // for half a second (its `frames_received` stands still), or after 30 s whatever it
-    // does. The flooders keep trying to send all along.
+    // for half a second (its `frames_received` stands still), or after 45 s whatever it
+    // does (a loaded machine takes that long to work through what the flooders' sockets
+    // held). The flooders keep trying to send all along.
     let flood_start = Instant::now();
-    let deadline = flood_start + Duration::from_secs(30);
+    let deadline = flood_start + Duration::from_secs(45);
     let frames = |c: &mut Client| c.stats().map(|s| s.frames_received).unwrap_or(u64::MAX);
     let mut last = (frames(&mut watcher), Instant::now());
     while Instant::now() < deadline && last.1.elapsed() < Duration::from_millis(500) {
@@ -239,7 +240,7 @@ fn deaf_flooders_neither_exhaust_memory_nor_starve_a_durable_publisher() {
     let flooded = flooded.expect("the publisher under the flood");
     assert!(
         flooded >= alone / 2.0,
-        "the durable publisher fell from {alone:.0} to {flooded:.0} records/s under the flood"
+        "the durable publisher fell from {alone:.0} to {flooded:.0} records/s under the flood (measured from {held_after:.1} s after it began)"
     );
     g.kill();
 }
