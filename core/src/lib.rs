@@ -18,6 +18,8 @@
 //! - `cli`: what the Linux binaries share about their command lines ([`cli`]: URIs,
 //!   sizes, durations, the config file under the flags).
 //! - `sim`: the simulated flash used by tests and benchmarks.
+//! - `small-crc`: CRC-32 through a 1 KiB table instead of `crc32fast`'s 16 KiB ones
+//!   ([`crc`]), for microcontrollers with little flash; same values, slower.
 //! - `defmt` / `log`: where the engine's log lines go (`defmt` wins if both are on).
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -30,6 +32,7 @@ mod fmt;
 
 #[cfg(feature = "cli")]
 pub mod cli;
+pub mod crc;
 pub mod error;
 pub mod log;
 pub mod storage;

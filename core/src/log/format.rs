@@ -85,14 +85,14 @@ fn u128_at(b: &[u8], at: usize) -> u128 {
 
 /// CRC-32 (IEEE 802.3 polynomial, reflected, as in zlib and Ethernet) of `data`.
 pub fn crc32(data: &[u8]) -> u32 {
-    crc32fast::hash(data)
+    crate::crc::hash(data)
 }
 
 /// The record CRC: CRC-32 over the record's offset (u64, little-endian) followed by the
 /// record's encoding in a batch (see [`RecordRef`]). Consumers compare it to check a resume
 /// point; the offset is part of it so that equal records at different offsets differ.
 pub fn record_crc(offset: u64, encoded: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new();
+    let mut h = crate::crc::Hasher::new();
     h.update(&offset.to_le_bytes());
     h.update(encoded);
     h.finalize()

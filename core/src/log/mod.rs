@@ -625,7 +625,7 @@ impl<F: Flash> Dev<F> {
     }
 
     /// CRC-32 of `len` bytes at `addr`, streamed.
-    fn crc_of(&mut self, h: &mut crc32fast::Hasher, addr: u32, len: u32) -> Result<(), F::Error> {
+    fn crc_of(&mut self, h: &mut crate::crc::Hasher, addr: u32, len: u32) -> Result<(), F::Error> {
         let mut chunk = [0u8; CHUNK];
         let mut at = 0u32;
         while at < len {
@@ -662,7 +662,7 @@ impl<F: Flash> Dev<F> {
                 HeadCheck::Invalid => continue,
             }
             let h = BatchHeader::decode(&hb);
-            let mut crc = crc32fast::Hasher::new();
+            let mut crc = crate::crc::Hasher::new();
             crc.update(&hb[16..]);
             self.crc_of(
                 &mut crc,
@@ -822,7 +822,7 @@ impl<F: Flash> Dev<F> {
         }
         let body = &mut dst[..body_len];
         self.read(l.seg_addr(seg) + pos + BATCH_HEADER_LEN as u32, body)?;
-        let mut crc = crc32fast::Hasher::new();
+        let mut crc = crate::crc::Hasher::new();
         crc.update(&hb[16..]);
         crc.update(body);
         Ok((crc.finalize() == h.crc).then_some(h))
@@ -1482,7 +1482,7 @@ impl<'a, F: Flash> Log<'a, F> {
             let Some(len) = self.dev.record_len_at(at, end - at)? else {
                 break;
             };
-            let mut hasher = crc32fast::Hasher::new();
+            let mut hasher = crate::crc::Hasher::new();
             hasher.update(&(h.base_offset + i).to_le_bytes());
             self.dev.crc_of(&mut hasher, at, len)?;
             crc = hasher.finalize();
@@ -2130,7 +2130,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 count: k,
                 prev_crc: self.buf_prev_crc,
             };
-            let mut h = crc32fast::Hasher::new();
+            let mut h = crate::crc::Hasher::new();
             h.update(&hdr.encode()[16..]);
             h.update(&self.buf[BATCH_HEADER_LEN..len]);
             hdr.crc = h.finalize();
@@ -2698,7 +2698,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 let mut crc_ok = fast.is_some();
                 for _ in 0..if crc_ok { 0 } else { READ_ATTEMPTS } {
                     self.dev.read(body_addr, dst).map_err(ReadError::Flash)?;
-                    let mut crc = crc32fast::Hasher::new();
+                    let mut crc = crate::crc::Hasher::new();
                     crc.update(&BatchHeader::encode(&h)[16..]);
                     crc.update(dst);
                     if crc.finalize() == h.crc {
@@ -2810,11 +2810,11 @@ impl<'a, F: Flash> Log<'a, F> {
             {
                 continue;
             }
-            let mut full = crc32fast::Hasher::new();
+            let mut full = crate::crc::Hasher::new();
             full.update(&BatchHeader::encode(h)[16..]);
-            let mut prev = crc32fast::Hasher::new();
+            let mut prev = crate::crc::Hasher::new();
             prev.update(&from.wrapping_sub(1).to_le_bytes());
-            let mut copy = crc32fast::Hasher::new();
+            let mut copy = crate::crc::Hasher::new();
             let prev_range = prev_at.map_or((0, 0), |(a, n)| (a, a + n));
             let copy_range = (copy_at, copy_at + out.len as u32);
             let mut chunk = [0u8; CHUNK];
@@ -2887,7 +2887,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 break;
             };
             if off < from {
-                let mut hasher = crc32fast::Hasher::new();
+                let mut hasher = crate::crc::Hasher::new();
                 hasher.update(&off.to_le_bytes());
                 self.dev
                     .crc_of(&mut hasher, at, len)

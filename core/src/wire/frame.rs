@@ -5,7 +5,7 @@
 //!   crate. An encoded body of `n` bytes is at most `n + ceil(n / 254)` bytes (at least one
 //!   byte of overhead) and holds no 0x00.
 //! - CRC: CRC-32/IEEE 802.3 (reflected polynomial 0xEDB88320, initial value and final XOR
-//!   0xFFFFFFFF: the zlib / Ethernet CRC), via `crc32fast`, over the postcard bytes only,
+//!   0xFFFFFFFF: the zlib / Ethernet CRC, `spillway_core::crc`), over the postcard bytes only,
 //!   appended as 4 bytes little endian.
 
 use serde::{Deserialize, Serialize};
@@ -102,7 +102,7 @@ pub(crate) fn seal(buf: &mut [u8], start: usize, len: usize) -> Result<usize, Fr
     // input that starts `overhead` bytes in is never overwritten before it is read.
     let off = cobs::max_encoding_overhead(body);
     buf.copy_within(start..start + len, off);
-    let crc = crc32fast::hash(&buf[off..off + len]);
+    let crc = crate::crc::hash(&buf[off..off + len]);
     buf[off + len..off + body].copy_from_slice(&crc.to_le_bytes());
     let n = cobs_encode_in_place(buf, off, body).ok_or(oversize)?;
     match buf.get_mut(n) {
@@ -189,7 +189,7 @@ pub fn decode_frame(frame: &mut [u8]) -> Result<&[u8], FrameError> {
     }
     let (msg, crc) = decoded.split_at(n - CRC_LEN);
     let expected = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
-    let actual = crc32fast::hash(msg);
+    let actual = crate::crc::hash(msg);
     if expected != actual {
         return Err(FrameError::Crc { expected, actual });
     }
