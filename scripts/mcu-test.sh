@@ -149,7 +149,8 @@ powercut_test() {
     cat "$dir/semihosting.log" >&2
     return 1
   fi
-  cargo test --quiet -p spillway-core --test powercut \
+  # --workspace: the features of scripts/test.sh's build, so that .ci/run reuses it.
+  cargo test --quiet --workspace --test powercut \
     sweep_subset_matching_the_microcontroller_build -- --nocapture >"$dir/host.log" 2>&1 || {
     echo "mcu powercut: the host test failed:" >&2
     cat "$dir/host.log" >&2
