@@ -217,6 +217,101 @@ pub enum AppendError<E: Debug> {
         /// The operation whose failure poisoned the log.
         op: StorageOp,
     },
+    /// A producer session's record is neither the next sequence (`expected`, the last
+    /// stored + 1) nor a stored one: nothing was appended. The producer resends in order
+    /// from its first unacknowledged record.
+    #[error(
+        "producer {producer:#x} session {epoch}: sequence {seq} is out of sequence, expected {expected}; resend in order"
+    )]
+    OutOfSequence {
+        /// Producer id.
+        producer: u64,
+        /// The session's epoch.
+        epoch: u32,
+        /// Sequence received.
+        seq: u32,
+        /// The sequence the session takes next.
+        expected: u32,
+    },
+    /// The record names an older session of its producer id (or none, while the id has a
+    /// session): a newer session owns the id. Nothing was appended.
+    #[error(
+        "producer {producer:#x}: session {epoch} is fenced by the id's newer session {current}"
+    )]
+    Fenced {
+        /// Producer id.
+        producer: u64,
+        /// The epoch the record named (0: no session).
+        epoch: u32,
+        /// The id's current epoch.
+        current: u32,
+    },
+    /// The record names a session the log did not open for this producer id (its state
+    /// was forgotten, or the epoch is made up): open a new session. Nothing was appended.
+    #[error(
+        "producer {producer:#x}: session {epoch} is unknown (current session {current}); open a new session"
+    )]
+    UnknownSession {
+        /// Producer id.
+        producer: u64,
+        /// The epoch the record named.
+        epoch: u32,
+        /// The id's current epoch, 0 if the log knows no session of it.
+        current: u32,
+    },
+}
+
+/// Opening or resuming a producer session failed; the producer table is unchanged.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError<E: Debug> {
+    /// The storage failed (writing the journal entry that holds the new epoch, or the flush
+    /// before a resume).
+    #[error("flash error opening a producer session: {0:?}")]
+    Flash(E),
+    /// An erase block of the journal stayed non-blank after repeated erases.
+    #[error("erase block {block} does not erase")]
+    BadBlock {
+        /// Index of the erase block in the partition.
+        block: u32,
+    },
+    /// A resume flushes the RAM buffer first, and no segment can be reused (`reject-new`).
+    #[error("log is full")]
+    Full,
+    /// See [`FlushError::Unwritable`]: a bug, not a full log.
+    #[error(
+        "buffered record at offset {offset} cannot be written: it does not parse or does not fit the {room} bytes of an empty segment (a bug, not a full log)"
+    )]
+    Unwritable {
+        /// Offset of the record.
+        offset: u64,
+        /// Bytes an empty segment takes for a batch's records.
+        room: usize,
+    },
+    /// The producer id has had `u32::MAX` sessions: no epoch is left. Use another id.
+    #[error("producer {producer:#x} has used every session epoch; use another producer id")]
+    EpochsExhausted {
+        /// Producer id.
+        producer: u64,
+    },
+    /// An earlier flash write, erase or sync failed: the log is poisoned until remounted.
+    #[error("log is poisoned by a failed flash {op}; remount to recover")]
+    Poisoned {
+        /// The operation whose failure poisoned the log.
+        op: StorageOp,
+    },
+}
+
+impl<E: Debug> From<FlushError<E>> for SessionError<E> {
+    fn from(e: FlushError<E>) -> Self {
+        match e {
+            FlushError::Flash(e) => SessionError::Flash(e),
+            FlushError::Full => SessionError::Full,
+            FlushError::Unwritable { offset, room } => SessionError::Unwritable { offset, room },
+            FlushError::BadBlock { block } => SessionError::BadBlock { block },
+            FlushError::Poisoned { op } => SessionError::Poisoned { op },
+        }
+    }
 }
 
 /// Writing the RAM buffer to flash failed; the records stay in RAM.

@@ -39,6 +39,7 @@ pub mod storage;
 pub mod wire;
 
 pub use error::{
-    AppendError, CommitError, FlushError, FormatError, MountError, ReadError, StorageOp,
+    AppendError, CommitError, FlushError, FormatError, MountError, ReadError, SessionError,
+    StorageOp,
 };
 pub use log::{Config, FullPolicy, Log, Memory, Record, SegmentSlot, SpillPolicy};

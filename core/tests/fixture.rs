@@ -18,11 +18,17 @@ const V1_PATH: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/format-v1-4k-w4.img"
 );
-/// The image of the current format version ([`FORMAT_VERSION`]).
-const CURRENT_PATH: &str = concat!(
+const V2_PATH: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/format-v2-4k-w4.img"
 );
+/// The image of the current format version ([`FORMAT_VERSION`]).
+const CURRENT_PATH: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/format-v3-4k-w4.img"
+);
+/// A producer id with a session in the version 3 image (epoch 2, nothing stored).
+const SESSION_ID: u64 = 0x5e55;
 const LOG_ID: u128 = 0x5350_494c_4c57_4159_0000_0000_0000_0001;
 
 const GEOMETRY: Geometry = Geometry {
@@ -64,6 +70,8 @@ fn generate() -> Vec<u8> {
         segments: &mut slots,
     };
     let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+    log.open_session(0, SESSION_ID, false).unwrap();
+    log.open_session(0, SESSION_ID, false).unwrap();
     for i in 0..RECORDS {
         let (topic, ts, payload, producer) = expected(i);
         let rec = Record {
@@ -88,6 +96,17 @@ fn generate() -> Vec<u8> {
 /// Mounts `image` (made by [`generate`] with some format version) and checks every record,
 /// the consumers and the producer table.
 fn check_image(image: &[u8]) {
+    let log_session = check_records(image);
+    assert_eq!(log_session, Some((2, 0)), "the session in the image");
+}
+
+/// Like [`check_image`], for an image of a version before sessions.
+fn check_old_image(image: &[u8]) {
+    assert_eq!(check_records(image), None);
+}
+
+/// Checks what every version's image holds; returns the session of [`SESSION_ID`].
+fn check_records(image: &[u8]) -> Option<(u32, u32)> {
     let mut flash = SimFlash::new_vec(GEOMETRY).unwrap();
     flash.load_image(image).unwrap();
     let mut buf = vec![0u8; 1024];
@@ -118,6 +137,7 @@ fn check_image(image: &[u8]) {
         .unwrap();
     assert!(a.duplicate);
     assert_eq!(a.offset, 298);
+    log.producer_session(SESSION_ID)
 }
 
 /// Reads offsets `0..end` and checks each record against [`expected`]; offsets reported
@@ -148,13 +168,20 @@ fn read_all_back<F: spillway_core::storage::Flash>(log: &mut Log<'_, F>, end: u6
 
 #[test]
 fn frozen_v1_image_mounts_and_reads_back() {
-    check_image(&std::fs::read(V1_PATH).expect("fixture image"));
+    check_old_image(&std::fs::read(V1_PATH).expect("fixture image"));
+}
+
+/// The version 2 image (journal entries with producer layout 0, no sessions) mounts under
+/// version 3, and its producer keeps the legacy rule.
+#[test]
+fn frozen_v2_image_mounts_and_reads_back() {
+    check_old_image(&std::fs::read(V2_PATH).expect("fixture image"));
 }
 
 #[test]
 fn frozen_current_image_mounts_reads_back_and_has_not_drifted() {
     assert_eq!(
-        FORMAT_VERSION, 2,
+        FORMAT_VERSION, 3,
         "a new format version needs its own frozen image"
     );
     if std::env::var_os("SPILLWAY_REGEN_FIXTURE").is_some() {

@@ -13,6 +13,14 @@
 //! drops the records that are gone, which must all be above the durable mark (or
 //! committed by every consumer while in RAM under `OnPressure`, or dropped under
 //! `DropOldest`), and reads must report a lost range exactly where it has no record.
+//!
+//! Producers 1 and 2 publish in producer sessions (opened at the first mount, kept across
+//! every remount): each new record takes the session's last stored sequence + 1, a record
+//! refused `Full` is sent again with the same sequence, resends of earlier sequences must
+//! be answered as duplicates (with the original offset when the oracle still has the
+//! record) and never stored, and a sequence that skips one must be refused as out of
+//! sequence. After every remount the session's last stored sequence must be at least the
+//! last one acknowledged durable and at most the last one appended.
 
 mod common;
 use common::{Shared, Sim};
@@ -88,6 +96,10 @@ enum Op {
     FailRead(u16),
     /// Arm a one-shot bit flip on the read after this many more.
     FlipRead(u16),
+    /// Resend producer `id`'s record this many sequences before its last.
+    Resend(u64, u8),
+    /// Send producer `id` a record that skips one sequence (out of sequence).
+    Skip(u64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -106,6 +118,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u16..1500).prop_map(Op::FailWrite),
         1 => (0u16..200).prop_map(Op::FailRead),
         1 => (0u16..200).prop_map(Op::FlipRead),
+        2 => (1u64..3, 0u8..12).prop_map(|(id, back)| Op::Resend(id, back)),
+        1 => (1u64..3).prop_map(Op::Skip),
     ]
 }
 
@@ -118,7 +132,14 @@ struct Model {
     next: u64,
     /// `(offset, append time)` of the records not yet durable.
     unflushed: VecDeque<(u64, u64)>,
+    /// Per producer id: the session's last stored sequence as the oracle knows it.
     seqs: [u32; 3],
+    /// Per producer id: the session epoch (0 before it is opened).
+    epochs: [u32; 3],
+    /// Per producer id: the highest sequence ever appended.
+    appended: [u32; 3],
+    /// Per producer id: the highest sequence acknowledged durable.
+    durable_seqs: [u32; 3],
     now: u64,
     ts: u64,
     full: FullPolicy,
@@ -152,6 +173,14 @@ impl Model {
 
     fn mark_durable(&mut self, log: &TestLog<'_>) {
         self.durable = self.durable.max(log.durable_offset());
+        for (off, rec) in self.recs.iter().rev() {
+            if *off < self.durable
+                && let Some(p) = rec.producer
+            {
+                let d = &mut self.durable_seqs[p.id as usize];
+                *d = (*d).max(p.seq);
+            }
+        }
         while self.unflushed.front().is_some_and(|u| u.0 < self.durable) {
             self.unflushed.pop_front();
         }
@@ -265,6 +294,94 @@ fn recover(log: &mut TestLog<'_>, m: &mut Model) {
     m.unflushed.clear();
 }
 
+/// After a mount: opens the sessions of producers 1 and 2 the first time, and afterwards
+/// checks what the log remembers of them against the oracle. False if a power cut or a
+/// failed write ended the boot.
+fn sessions_after_mount(log: &mut TestLog<'_>, m: &mut Model) -> bool {
+    for id in 1..3u64 {
+        let i = id as usize;
+        match log.producer_session(id) {
+            Some((epoch, last)) if epoch > 0 => {
+                // An open_session whose journal entry landed before a cut is adopted.
+                assert!(m.epochs[i] == 0 || m.epochs[i] == epoch, "epoch {epoch}");
+                m.epochs[i] = epoch;
+                assert!(
+                    last >= m.durable_seqs[i] || m.optional_below > 0,
+                    "producer {id}: last {last} below the durable {}",
+                    m.durable_seqs[i]
+                );
+                assert!(
+                    last <= m.appended[i],
+                    "producer {id}: last {last} never appended ({})",
+                    m.appended[i]
+                );
+                m.seqs[i] = last;
+            }
+            other => {
+                assert_eq!(
+                    m.epochs[i], 0,
+                    "producer {id} forgot its session: {other:?}"
+                );
+                match log.open_session(m.now, id, false) {
+                    Ok(s) => {
+                        assert_eq!((s.epoch, s.last_seq, s.resumed), (1, 0, false));
+                        m.epochs[i] = 1;
+                        m.seqs[i] = 0;
+                    }
+                    Err(e) if is_cut(&e) => return false,
+                    Err(e) => panic!("open_session: {e:?}"),
+                }
+            }
+        }
+    }
+    true
+}
+
+/// Resends producer `id`'s record `back` sequences before its last: a duplicate (with the
+/// oracle's offset when it still has the record) or "stored, offset unknown"; never stored
+/// again. True if a fault ended the boot.
+fn resend(log: &mut TestLog<'_>, m: &Model, id: u64, back: u8) -> bool {
+    let i = id as usize;
+    if m.seqs[i] <= back as u32 {
+        return false;
+    }
+    let seq = m.seqs[i] - back as u32;
+    let next = log.next_offset();
+    let rec = Record {
+        topic: "t",
+        timestamp_us: m.ts,
+        producer: Some(Producer { id, seq }),
+        payload: b"resent",
+    };
+    let orig = m
+        .recs
+        .iter()
+        .find(|(_, r)| r.producer == Some(Producer { id, seq }))
+        .map(|(o, _)| *o);
+    match log.append_in_session(m.now, &rec, m.epochs[i]) {
+        Ok(a) => {
+            assert!(
+                a.duplicate,
+                "resend of {id}/{seq} stored again at {}",
+                a.offset
+            );
+            if let Some(o) = orig {
+                assert_eq!(a.offset, o, "resend of {id}/{seq}");
+            }
+        }
+        Err(AppendError::SequenceTooOld { stored_below, .. }) => {
+            assert!(back as usize >= 1, "the last record is always remembered");
+            if let Some(o) = orig {
+                assert!(o < stored_below, "{o} not below {stored_below}");
+            }
+        }
+        Err(e) if is_cut(&e) => return true,
+        Err(e) => panic!("resend of {id}/{seq}: {e:?}"),
+    }
+    assert_eq!(log.next_offset(), next);
+    false
+}
+
 /// Commits `bridge` up to the durable end and persists: room under `RejectNew`.
 fn relieve(log: &mut TestLog<'_>, m: &mut Model) -> Result<(), ()> {
     let now = m.now;
@@ -308,6 +425,9 @@ fn run(ops: &[Op], sim_seed: u64, spill: SpillPolicy, full: FullPolicy) {
         next: 0,
         unflushed: VecDeque::new(),
         seqs: [0; 3],
+        epochs: [0; 3],
+        appended: [0; 3],
+        durable_seqs: [0; 3],
         now: 1,
         ts: 1_700_000_000_000_000,
         full,
@@ -318,6 +438,10 @@ fn run(ops: &[Op], sim_seed: u64, spill: SpillPolicy, full: FullPolicy) {
         let (mut log, _) = mount(&flash, &mut mems, cfg, m.now);
         recover(&mut log, &mut m);
         check_all(&mut log, &m);
+        if !sessions_after_mount(&mut log, &mut m) {
+            flash.borrow_mut().power_on();
+            continue 'mount;
+        }
         while i < ops.len() {
             let op = &ops[i];
             i += 1;
@@ -329,13 +453,12 @@ fn run(ops: &[Op], sim_seed: u64, spill: SpillPolicy, full: FullPolicy) {
                     producer,
                 } => {
                     m.ts += 1000;
-                    let producer = producer.map(|id| {
-                        m.seqs[id as usize] += 1;
-                        Producer {
-                            id,
-                            seq: m.seqs[id as usize],
-                        }
+                    // The next sequence of the session; it is used up only once stored.
+                    let producer = producer.map(|id| Producer {
+                        id,
+                        seq: m.seqs[id as usize].wrapping_add(1),
                     });
+                    let epoch = producer.map_or(0, |p| m.epochs[p.id as usize]);
                     let rec = Rec {
                         topic: TOPICS[*topic],
                         ts: m.ts,
@@ -348,17 +471,21 @@ fn run(ops: &[Op], sim_seed: u64, spill: SpillPolicy, full: FullPolicy) {
                         producer: rec.producer,
                         payload: &rec.payload,
                     };
-                    let mut res = log.append(m.now, &record);
+                    let mut res = log.append_in_session(m.now, &record, epoch);
                     if matches!(res, Err(AppendError::Full)) {
                         if relieve(&mut log, &mut m).is_err() {
                             res = Err(AppendError::Full);
                         } else {
-                            res = log.append(m.now, &record);
+                            res = log.append_in_session(m.now, &record, epoch);
                         }
                     }
                     match res {
                         Ok(a) => {
                             assert!(!a.duplicate);
+                            if let Some(p) = rec.producer {
+                                m.seqs[p.id as usize] = p.seq;
+                                m.appended[p.id as usize] = p.seq;
+                            }
                             assert_eq!(a.offset, log.next_offset() - 1);
                             assert!(a.offset >= m.next, "offset {} reused", a.offset);
                             m.next = a.offset + 1;
@@ -473,6 +600,27 @@ fn run(ops: &[Op], sim_seed: u64, spill: SpillPolicy, full: FullPolicy) {
                 Op::FlipRead(n) => {
                     flash.borrow_mut().flip_read_after(*n as u64);
                     false
+                }
+                Op::Resend(id, back) => resend(&mut log, &m, *id, *back),
+                Op::Skip(id) => {
+                    let i = *id as usize;
+                    let rec = Record {
+                        topic: "t",
+                        timestamp_us: m.ts,
+                        producer: Some(Producer {
+                            id: *id,
+                            seq: m.seqs[i].wrapping_add(2),
+                        }),
+                        payload: b"skipped",
+                    };
+                    match log.append_in_session(m.now, &rec, m.epochs[i]) {
+                        Err(AppendError::OutOfSequence { expected, .. }) => {
+                            assert_eq!(expected, m.seqs[i].wrapping_add(1));
+                            false
+                        }
+                        Err(e) if is_cut(&e) => true,
+                        other => panic!("a skipped sequence was answered {other:?}"),
+                    }
                 }
             };
             // A cut or a failed write can also land in the persist of a commit that made

@@ -8,9 +8,10 @@
 use crate::storage::Geometry;
 
 /// Version of the on-flash format written by this crate, stored in every segment header.
-/// Version 2 adds the resume marker ([`ResumeMarker`]); segments of version 1 are still
-/// mounted and read.
-pub const FORMAT_VERSION: u16 = 2;
+/// Version 2 adds the resume marker ([`ResumeMarker`]); version 3 writes journal entries
+/// whose producer table holds producer sessions (layout 1, see `FORMAT.md` section 5).
+/// Segments of versions 1 and 2 and journal entries of layout 0 are still mounted and read.
+pub const FORMAT_VERSION: u16 = 3;
 
 /// Oldest segment header version a mount accepts.
 pub const MIN_FORMAT_VERSION: u16 = 1;

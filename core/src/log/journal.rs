@@ -7,20 +7,28 @@ use super::format::{
     JOURNAL_HEADER_LEN, JOURNAL_MAGIC, MAX_CONSUMER_NAME_LEN, MAX_OFFSET, MAX_SEQ, crc32,
     geometry_fits,
 };
+use super::producers::{MAX_PRODUCERS, Snapshot};
 
 /// Most consumers a log tracks (the `bridge` consumer included).
 pub const MAX_CONSUMERS: usize = 8;
-/// Most producers remembered for idempotent publishing.
-pub const MAX_PRODUCERS: usize = 32;
-/// Sequence numbers remembered per producer in RAM (a resend of one of the last
-/// `PRODUCER_WINDOW` records of a producer is answered with its original offset).
-pub const PRODUCER_WINDOW: usize = 4;
+
+/// Bytes of one producer in an entry of layout 1 (format version 3).
+pub const PRODUCER_ENTRY_LEN: usize = 40;
+/// Bytes of one producer in an entry of layout 0 (format versions 1 and 2).
+pub const PRODUCER_ENTRY_LEN_V0: usize = 24;
+/// The producer layout this engine writes (entry byte 63): 1, producers with sessions.
+pub const PRODUCER_LAYOUT: u8 = 1;
 
 /// Longest journal entry in bytes.
-pub const MAX_ENTRY_LEN: usize =
-    JOURNAL_HEADER_LEN + MAX_CONSUMERS * (1 + MAX_CONSUMER_NAME_LEN + 8) + MAX_PRODUCERS * 24;
+pub const MAX_ENTRY_LEN: usize = JOURNAL_HEADER_LEN
+    + MAX_CONSUMERS * (1 + MAX_CONSUMER_NAME_LEN + 8)
+    + MAX_PRODUCERS * PRODUCER_ENTRY_LEN;
 
 const FLAG_CLEAN: u8 = 0x01;
+
+const PRODUCER_HAS_LAST: u32 = 0x01;
+const PRODUCER_WRAPPED: u32 = 0x02;
+const PRODUCER_BEHIND: u32 = 0x04;
 
 /// A named consumer and its committed offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,48 +39,6 @@ pub struct Consumer {
     pub committed: u64,
     /// The committed offset as last persisted in the journal.
     pub persisted: u64,
-}
-
-/// What the log remembers of one producer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProducerState {
-    /// Producer id.
-    pub id: u64,
-    /// The last records' `(sequence, offset)`, oldest first, at most [`PRODUCER_WINDOW`].
-    pub window: Vec<(u32, u64), PRODUCER_WINDOW>,
-    /// Every sequence from this one up to the last was stored (no sequence skipped since):
-    /// a resend at or above it, older than the window, is known to be stored.
-    pub contiguous_from: u32,
-}
-
-impl ProducerState {
-    /// The highest sequence seen.
-    pub fn last_seq(&self) -> Option<u32> {
-        self.window.last().map(|w| w.0)
-    }
-
-    /// A producer whose first remembered record is `(seq, offset)`.
-    pub fn new(id: u64, seq: u32, offset: u64) -> Self {
-        let mut st = ProducerState {
-            id,
-            window: Vec::new(),
-            contiguous_from: seq,
-        };
-        let _ = st.window.push((seq, offset));
-        st
-    }
-
-    /// Records `(seq, offset)` (a sequence above the last), forgetting the oldest when the
-    /// window is full. A skipped sequence restarts the contiguous run.
-    pub fn push(&mut self, seq: u32, offset: u64) {
-        if self.last_seq().is_some_and(|l| seq != l.wrapping_add(1)) {
-            self.contiguous_from = seq;
-        }
-        if self.window.is_full() {
-            self.window.remove(0);
-        }
-        let _ = self.window.push((seq, offset));
-    }
 }
 
 /// A decoded journal entry (a whole snapshot).
@@ -98,8 +64,8 @@ pub struct Entry {
     pub clean: bool,
     /// Consumers and their committed offsets.
     pub consumers: Vec<(heapless::String<MAX_CONSUMER_NAME_LEN>, u64), MAX_CONSUMERS>,
-    /// Producers: `(id, last durable sequence, its offset, start of its contiguous run)`.
-    pub producers: Vec<(u64, u32, u64, u32), MAX_PRODUCERS>,
+    /// The producer table (layout 0 entries read as legacy producers, epoch 0).
+    pub producers: Vec<Snapshot, MAX_PRODUCERS>,
 }
 
 /// Encodes a journal entry into `out` (at least [`MAX_ENTRY_LEN`] bytes); returns its
@@ -115,7 +81,7 @@ pub fn encode<'c>(
     geometry: (u32, u32, u8, u32),
     clean: bool,
     consumers: impl Iterator<Item = (&'c str, u64)>,
-    producers: impl Iterator<Item = (u64, u32, u64, u32)>,
+    producers: impl Iterator<Item = Snapshot>,
 ) -> usize {
     let mut at = JOURNAL_HEADER_LEN;
     let mut nc = 0u8;
@@ -129,15 +95,25 @@ pub fn encode<'c>(
         nc += 1;
     }
     let mut np = 0u8;
-    for (id, pseq, off, from) in producers {
-        if at + 24 > max_len || np as usize >= MAX_PRODUCERS {
+    for p in producers {
+        if at + PRODUCER_ENTRY_LEN > max_len || np as usize >= MAX_PRODUCERS {
             break;
         }
-        out[at..at + 8].copy_from_slice(&id.to_le_bytes());
-        out[at + 8..at + 12].copy_from_slice(&pseq.to_le_bytes());
-        out[at + 12..at + 20].copy_from_slice(&off.to_le_bytes());
-        out[at + 20..at + 24].copy_from_slice(&from.to_le_bytes());
-        at += 24;
+        let (seq, off) = p.last.unwrap_or((0, 0));
+        let flags = if p.last.is_some() {
+            PRODUCER_HAS_LAST
+        } else {
+            0
+        } | if p.wrapped { PRODUCER_WRAPPED } else { 0 }
+            | if p.behind { PRODUCER_BEHIND } else { 0 };
+        out[at..at + 8].copy_from_slice(&p.id.to_le_bytes());
+        out[at + 8..at + 12].copy_from_slice(&p.epoch.to_le_bytes());
+        out[at + 12..at + 16].copy_from_slice(&seq.to_le_bytes());
+        out[at + 16..at + 24].copy_from_slice(&off.to_le_bytes());
+        out[at + 24..at + 32].copy_from_slice(&p.session_from.to_le_bytes());
+        out[at + 32..at + 36].copy_from_slice(&p.contiguous_from.to_le_bytes());
+        out[at + 36..at + 40].copy_from_slice(&flags.to_le_bytes());
+        at += PRODUCER_ENTRY_LEN;
         np += 1;
     }
     let len = at as u32;
@@ -157,7 +133,7 @@ pub fn encode<'c>(
     out[60] = if clean { FLAG_CLEAN } else { 0 };
     out[61] = nc;
     out[62] = np;
-    out[63] = 0;
+    out[63] = PRODUCER_LAYOUT;
     let crc = crc32(&out[16..at]);
     out[12..16].copy_from_slice(&crc.to_le_bytes());
     at
@@ -179,7 +155,9 @@ pub fn entry_len(head: &[u8; 16], max_len: usize) -> Option<usize> {
 }
 
 /// Decodes a whole entry (`b` is exactly the entry's bytes); `None` if anything is off,
-/// numbers included: an entry sequence number at or above [`MAX_SEQ`], a lease, durable end, committed offset or producer offset at or above
+/// numbers included: an unknown producer layout or producer flag, an entry sequence number at
+/// or above [`MAX_SEQ`], a lease, durable end, committed offset, producer offset or session
+/// start at or above
 /// [`MAX_OFFSET`], a zero erase size, write size or segment size, a segment
 /// (`blocks_per_segment × erase_size` bytes) past 4 GiB.
 pub fn decode(b: &[u8]) -> Option<Entry> {
@@ -206,8 +184,9 @@ pub fn decode(b: &[u8]) -> Option<Entry> {
         consumers: Vec::new(),
         producers: Vec::new(),
     };
-    let (nc, np) = (b[61] as usize, b[62] as usize);
+    let (nc, np, layout) = (b[61] as usize, b[62] as usize, b[63]);
     if nc > MAX_CONSUMERS
+        || layout > PRODUCER_LAYOUT
         || np > MAX_PRODUCERS
         || e.seq >= MAX_SEQ
         || e.lease >= MAX_OFFSET
@@ -236,16 +215,47 @@ pub fn decode(b: &[u8]) -> Option<Entry> {
         s.push_str(name).ok()?;
         e.consumers.push((s, off)).ok()?;
     }
+    let u32_at = |at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+    };
     for _ in 0..np {
         let id = u64_at(at)?;
-        let seq = u32::from_le_bytes(b.get(at + 8..at + 12)?.try_into().ok()?);
-        let off = u64_at(at + 12)?;
-        let from = u32::from_le_bytes(b.get(at + 20..at + 24)?.try_into().ok()?);
-        at += 24;
-        if off >= MAX_OFFSET {
+        let p = if layout == 0 {
+            // Format versions 1 and 2: id, last durable sequence, its offset, start of
+            // the unbroken run; a producer without a session.
+            let (seq, off) = (u32_at(at + 8)?, u64_at(at + 12)?);
+            at += PRODUCER_ENTRY_LEN_V0;
+            Snapshot {
+                id,
+                epoch: 0,
+                last: Some((seq, off)),
+                session_from: 0,
+                contiguous_from: u32_at(at - 4)?,
+                wrapped: false,
+                behind: false,
+            }
+        } else {
+            let flags = u32_at(at + 36)?;
+            if flags & !(PRODUCER_HAS_LAST | PRODUCER_WRAPPED | PRODUCER_BEHIND) != 0 {
+                return None;
+            }
+            let (seq, off) = (u32_at(at + 12)?, u64_at(at + 16)?);
+            let p = Snapshot {
+                id,
+                epoch: u32_at(at + 8)?,
+                last: (flags & PRODUCER_HAS_LAST != 0).then_some((seq, off)),
+                session_from: u64_at(at + 24)?,
+                contiguous_from: u32_at(at + 32)?,
+                wrapped: flags & PRODUCER_WRAPPED != 0,
+                behind: flags & PRODUCER_BEHIND != 0,
+            };
+            at += PRODUCER_ENTRY_LEN;
+            p
+        };
+        if p.last.is_some_and(|l| l.1 >= MAX_OFFSET) || p.session_from >= MAX_OFFSET {
             return None;
         }
-        e.producers.push((id, seq, off, from)).ok()?;
+        e.producers.push(p).ok()?;
     }
     (at == b.len()).then_some(e)
 }
@@ -256,6 +266,7 @@ mod tests {
     use std::vec::Vec;
 
     use super::*;
+    use crate::error::AppendError;
     use crate::log::format::{Record, align_up};
     use crate::log::{Config, Log, Memory, SegmentSlot, segments_for};
     use crate::storage::{Flash, Geometry, SimFlash};
@@ -311,6 +322,18 @@ mod tests {
         bps: u32,
         consumer_offset: u64,
     ) {
+        write_newer_entry_with(flash, lease, durable_next, bps, consumer_offset, &[]);
+    }
+
+    /// [`write_newer_entry`] with a producer table.
+    fn write_newer_entry_with(
+        flash: &mut SimFlash<Vec<u8>>,
+        lease: u64,
+        durable_next: u64,
+        bps: u32,
+        consumer_offset: u64,
+        producers: &[Snapshot],
+    ) {
         let e = G.erase_size;
         let mut newest: Option<(u64, u32, u32)> = None;
         for blk in 0..2u32 {
@@ -342,11 +365,107 @@ mod tests {
             (G.erase_size, G.write_size, G.erased, bps),
             false,
             [("bridge", consumer_offset)].into_iter(),
-            core::iter::empty(),
+            producers.iter().copied(),
         );
         out.truncate(align_up(len as u32, G.write_size) as usize);
         out[len..].fill(G.erased);
         flash.write(blk * e + pos, &out).unwrap();
+    }
+
+    /// Producer sequences cross the wrap from `u32::MAX` to 0, on the real log and across
+    /// a power cut and a clean restart. The state is written by a journal entry, as a
+    /// producer that has published for about 50 days at 1,000 records/s leaves it. Before,
+    /// sequences were compared with a plain `<=`: after the wrap every new record of a
+    /// producer looked like an old resend and was answered "already stored" unstored.
+    #[test]
+    fn producer_sequences_cross_the_wrap_across_restarts() {
+        const SESSION: u64 = 9;
+        const LEGACY: u64 = 10;
+        let mut flash = log_of(3);
+        let snapshot = |id, epoch, seq, off| Snapshot {
+            id,
+            epoch,
+            last: Some((seq, off)),
+            session_from: 0,
+            contiguous_from: seq,
+            wrapped: false,
+            behind: false,
+        };
+        write_newer_entry_with(
+            &mut flash,
+            3,
+            3,
+            1,
+            0,
+            &[
+                snapshot(SESSION, 4, u32::MAX - 2, 2),
+                snapshot(LEGACY, 0, u32::MAX, 1),
+            ],
+        );
+        let rec = |id, seq| Record {
+            topic: "t",
+            timestamp_us: 1,
+            producer: Some(crate::log::Producer { id, seq }),
+            payload: b"w",
+        };
+        let mut buf = vec![0u8; 1024];
+        let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
+        let mut offsets = Vec::new();
+        {
+            let mem = Memory {
+                buffer: &mut buf,
+                segments: &mut slots,
+            };
+            let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+            assert_eq!(log.producer_session(SESSION), Some((4, u32::MAX - 2)));
+            for seq in [u32::MAX - 1, u32::MAX, 0, 1, 2] {
+                let a = log.append_in_session(0, &rec(SESSION, seq), 4).unwrap();
+                assert!(!a.duplicate, "seq {seq}");
+                offsets.push(a.offset);
+            }
+            let a = log
+                .append_in_session(0, &rec(SESSION, u32::MAX), 4)
+                .unwrap();
+            assert_eq!((a.offset, a.duplicate), (offsets[1], true));
+            // The legacy rule (no session) crosses the wrap too.
+            let a = log.append(0, &rec(LEGACY, 0)).unwrap();
+            assert!(!a.duplicate);
+            log.flush(0).unwrap();
+            let _ = log.into_flash(); // power cut
+        }
+        for round in 0..2 {
+            let mem = Memory {
+                buffer: &mut buf,
+                segments: &mut slots,
+            };
+            let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+            let last = 2 + round;
+            assert_eq!(
+                log.producer_session(SESSION),
+                Some((4, last)),
+                "round {round}"
+            );
+            let a = log.append_in_session(0, &rec(SESSION, last), 4).unwrap();
+            assert!(a.duplicate);
+            // Stored before the wrap: older than the window, known stored.
+            for old in [u32::MAX - 1, u32::MAX - 100] {
+                let e = log.append_in_session(0, &rec(SESSION, old), 4).unwrap_err();
+                assert!(
+                    matches!(e, AppendError::SequenceTooOld { .. }),
+                    "round {round} seq {old}: {e:?}"
+                );
+            }
+            let e = log
+                .append_in_session(0, &rec(SESSION, last + 2), 4)
+                .unwrap_err();
+            assert!(matches!(e, AppendError::OutOfSequence { .. }), "{e:?}");
+            assert!(log.append(0, &rec(LEGACY, 0)).unwrap().duplicate);
+            if round == 0 {
+                let a = log.append_in_session(0, &rec(SESSION, 3), 4).unwrap();
+                assert!(!a.duplicate);
+                log.close(0).unwrap();
+            }
+        }
     }
 
     /// A journal entry whose lease is `u64::MAX` is refused as damaged: the mount keeps

@@ -47,13 +47,15 @@
 
 pub mod format;
 mod journal;
+pub mod producers;
 #[cfg(test)]
 mod tests;
 
 use heapless::Vec;
 
 use crate::error::{
-    AppendError, CommitError, FlushError, FormatError, MountError, ReadError, StorageOp,
+    AppendError, CommitError, FlushError, FormatError, MountError, ReadError, SessionError,
+    StorageOp,
 };
 use crate::storage::{Flash, Geometry};
 use format::{
@@ -62,8 +64,10 @@ use format::{
     SegmentHeader, align_up, parse_record_fields,
 };
 pub use format::{Producer, Record, RecordIter, RecordRef, record_crc};
-use journal::{Consumer, ProducerState};
-pub use journal::{MAX_CONSUMERS, MAX_PRODUCERS, PRODUCER_WINDOW};
+use journal::Consumer;
+pub use journal::MAX_CONSUMERS;
+pub use producers::{MAX_PRODUCERS, PRODUCER_WINDOW, seq_before};
+use producers::{ProducerState, Verdict};
 
 /// What a journal entry says of the log it belongs to (see [`journal_geometry`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,6 +295,21 @@ pub struct Appended {
     /// The record was a resend of an idempotent producer's record and was not stored
     /// again; `offset` is the original one.
     pub duplicate: bool,
+}
+
+/// A producer session, from [`Log::open_session`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Session {
+    /// Producer id.
+    pub producer: u64,
+    /// The session's epoch (1 for an id's first session).
+    pub epoch: u32,
+    /// The last sequence stored in this session (durably, for a resumed one); 0 if none.
+    /// The producer's next record takes `last_seq + 1` (wrapping).
+    pub last_seq: u32,
+    /// The id's current session was resumed (false: a new session was opened).
+    pub resumed: bool,
 }
 
 /// What [`Log::mount`] found.
@@ -736,7 +755,26 @@ impl<F: Flash> Dev<F> {
 
     /// Scans the aligned positions after `pos` for the first valid batch with a base offset
     /// at least `expected` (when `batches`) or resume marker for (`pos`, `expected`).
+    ///
+    /// A scan that finds nothing is done once more before it is believed: the magic of the
+    /// marker or batch that goes on (and every durable record after it) may have read wrong
+    /// on one read only (a transient bit flip), and finding nothing turns them into bytes
+    /// never written.
     fn rescan(
+        &mut self,
+        seg: u32,
+        pos: u32,
+        expected: u64,
+        batches: bool,
+    ) -> Result<Found, F::Error> {
+        match self.rescan_once(seg, pos, expected, batches)? {
+            Found::Nothing => self.rescan_once(seg, pos, expected, batches),
+            found => Ok(found),
+        }
+    }
+
+    /// One pass of [`Dev::rescan`].
+    fn rescan_once(
         &mut self,
         seg: u32,
         pos: u32,
@@ -1310,10 +1348,8 @@ impl<'a, F: Flash> Log<'a, F> {
                         persisted: c,
                     });
                 }
-                for &(id, seq, off, from) in &e.producers {
-                    let mut st = ProducerState::new(id, seq, off);
-                    st.contiguous_from = from.min(seq);
-                    let _ = log.producers.push(st);
+                for p in &e.producers {
+                    let _ = log.producers.push(ProducerState::from_snapshot(p));
                 }
             }
             None => {
@@ -1329,7 +1365,11 @@ impl<'a, F: Flash> Log<'a, F> {
         }
         // No consumer is known to have read anything retained.
         log.released = log.first_offset();
-        log.rebuild_producers(jdurable).map_err(MountError::Flash)?;
+        let rebuild_from = entry.as_ref().map_or(jdurable, |e| {
+            producers::rebuild_from(jdurable, &e.producers)
+        });
+        log.rebuild_producers(rebuild_from)
+            .map_err(MountError::Flash)?;
 
         // 6. Mark the log as running (clears the clean flag) with the lease in place.
         log.persist_journal(false).map_err(|e| match e {
@@ -1519,25 +1559,35 @@ impl<'a, F: Flash> Log<'a, F> {
         Ok(())
     }
 
+    /// Notes a stored record of producer `id` at `offset` (appended, or found by the
+    /// mount's rebuild): a record of an earlier session, or not after the last remembered
+    /// one, changes nothing.
     fn note_producer(&mut self, id: u64, seq: u32, offset: u64) {
         if let Some(p) = self.producers.iter_mut().find(|p| p.id == id) {
-            if p.last_seq().is_none_or(|l| seq > l) {
+            let after_last = match p.window.last() {
+                Some(&(l, lo)) => offset > lo && seq_before(l, seq),
+                None => true,
+            };
+            if offset >= p.session_from && after_last {
                 p.push(seq, offset);
             }
             return;
         }
-        if self.producers.is_full() {
-            // Forget the producer heard from least recently.
-            if let Some((i, _)) = self
+        self.make_room_for_producer();
+        let _ = self.producers.push(ProducerState::new(id, seq, offset));
+    }
+
+    /// Forgets the producer heard from least recently when the table is full.
+    fn make_room_for_producer(&mut self) {
+        if self.producers.is_full()
+            && let Some((i, _)) = self
                 .producers
                 .iter()
                 .enumerate()
-                .min_by_key(|(_, p)| p.window.last().map_or(0, |w| w.1))
-            {
-                self.producers.swap_remove(i);
-            }
+                .min_by_key(|(_, p)| p.last_active())
+        {
+            self.producers.swap_remove(i);
         }
-        let _ = self.producers.push(ProducerState::new(id, seq, offset));
     }
 
     /// Reads the journal blocks: the newest valid entry, the block it is in, and where the
@@ -1610,15 +1660,7 @@ impl<'a, F: Flash> Log<'a, F> {
             self.consumers
                 .iter()
                 .map(|c| (c.name.as_str(), c.committed.min(durable))),
-            self.producers.iter().filter_map(|p| {
-                p.window
-                    .iter()
-                    .rev()
-                    .find(|w| w.1 < durable)
-                    // The contiguous run is known to reach this sequence only if it
-                    // started at or below it.
-                    .map(|w| (p.id, w.0, w.1, p.contiguous_from.min(w.0)))
-            }),
+            self.producers.iter().filter_map(|p| p.snapshot(durable)),
         );
         let padded = align_up(len as u32, l.ws());
         let (block, pos) = match self.jpos {
@@ -1650,6 +1692,11 @@ impl<'a, F: Flash> Log<'a, F> {
         self.dev.stats.journal_writes += 1;
         for c in self.consumers.iter_mut() {
             c.persisted = c.committed.min(durable);
+        }
+        for p in self.producers.iter_mut() {
+            if let Some(s) = p.snapshot(durable) {
+                p.persisted = s.last;
+            }
         }
         self.dirty = false;
         self.last_persist_us = self.now_us;
@@ -1801,6 +1848,27 @@ impl<'a, F: Flash> Log<'a, F> {
         now_us: u64,
         rec: &Record<'_>,
     ) -> Result<Appended, AppendError<F::Error>> {
+        self.append_in_session(now_us, rec, 0)
+    }
+
+    /// Appends a record of a producer session opened with [`Log::open_session`]: like
+    /// [`Log::append`], with the session rules (see [`producers`]). `epoch` is the session's;
+    /// 0 means no session (the legacy rule of [`Log::append`]). A record without a producer
+    /// ignores `epoch`.
+    ///
+    /// The record is appended only if its sequence is the session's last stored + 1; a
+    /// resend of a stored sequence returns its offset with `duplicate: true` (from the
+    /// window of the last [`PRODUCER_WINDOW`] records), or [`AppendError::SequenceTooOld`]
+    /// when it is older than the window (stored, offset unknown). Errors beyond those of
+    /// [`Log::append`]: [`AppendError::OutOfSequence`] (resend in order),
+    /// [`AppendError::Fenced`] (an older epoch, or none, while a newer session owns the id),
+    /// [`AppendError::UnknownSession`] (an epoch the log did not hand out for this id).
+    pub fn append_in_session(
+        &mut self,
+        now_us: u64,
+        rec: &Record<'_>,
+        epoch: u32,
+    ) -> Result<Appended, AppendError<F::Error>> {
         self.now_us = now_us;
         if let Some(op) = self.dev.failed {
             return Err(AppendError::Poisoned { op });
@@ -1816,40 +1884,10 @@ impl<'a, F: Flash> Log<'a, F> {
                 max: self.max_record_len(),
             });
         }
-        // A sequence at or below the producer's last is a resend: answered from the window,
-        // or, older than the window and inside the producer's unbroken run of sequences,
-        // known to be stored below its oldest entry (else unknown). A sequence
-        // inside the window's range that the window lacks was never stored (the producer
-        // skipped it earlier) and is appended as new.
         if let Some(p) = rec.producer
-            && let Some(st) = self.producers.iter().find(|s| s.id == p.id)
-            && let Some(last) = st.last_seq()
-            && p.seq <= last
-            && (st.window.iter().any(|w| w.0 == p.seq)
-                || st.window.first().is_some_and(|w| p.seq < w.0))
+            && let Some(done) = self.check_producer(p, epoch)?
         {
-            if let Some(&(_, off)) = st.window.iter().find(|w| w.0 == p.seq) {
-                self.dev.stats.duplicates += 1;
-                return Ok(Appended {
-                    offset: off,
-                    duplicate: true,
-                });
-            }
-            if p.seq < st.contiguous_from {
-                // A sequence was skipped since (rejected, or never sent): whether this one
-                // was stored is not known. Never answer "stored" for it.
-                return Err(AppendError::SequenceUnknown {
-                    producer: p.id,
-                    seq: p.seq,
-                    last_seq: last,
-                });
-            }
-            return Err(AppendError::SequenceTooOld {
-                producer: p.id,
-                seq: p.seq,
-                last_seq: last,
-                stored_below: st.window.first().map_or(0, |w| w.1),
-            });
+            return Ok(done);
         }
         // `OnPressure` writes the buffer out before this record would take it past the
         // high-water mark, not after appending it: a failed write must leave the record
@@ -1895,6 +1933,152 @@ impl<'a, F: Flash> Log<'a, F> {
             offset,
             duplicate: false,
         })
+    }
+
+    /// What the producer table answers to a record of producer `p` under `epoch` (0: no
+    /// session): `Some` for a duplicate (nothing to append), `None` to append, or the error.
+    fn check_producer(
+        &mut self,
+        p: Producer,
+        epoch: u32,
+    ) -> Result<Option<Appended>, AppendError<F::Error>> {
+        let Some(st) = self.producers.iter().find(|s| s.id == p.id) else {
+            return if epoch == 0 {
+                Ok(None)
+            } else {
+                Err(AppendError::UnknownSession {
+                    producer: p.id,
+                    epoch,
+                    current: 0,
+                })
+            };
+        };
+        match st.check(epoch, p.seq) {
+            Verdict::Append => Ok(None),
+            Verdict::Duplicate { offset } => {
+                self.dev.stats.duplicates += 1;
+                Ok(Some(Appended {
+                    offset,
+                    duplicate: true,
+                }))
+            }
+            Verdict::StoredBelow {
+                stored_below,
+                last_seq,
+            } => Err(AppendError::SequenceTooOld {
+                producer: p.id,
+                seq: p.seq,
+                last_seq,
+                stored_below,
+            }),
+            Verdict::Unknown { last_seq } => Err(AppendError::SequenceUnknown {
+                producer: p.id,
+                seq: p.seq,
+                last_seq,
+            }),
+            Verdict::OutOfSequence { expected } => Err(AppendError::OutOfSequence {
+                producer: p.id,
+                epoch,
+                seq: p.seq,
+                expected,
+            }),
+            Verdict::Fenced { current } => Err(AppendError::Fenced {
+                producer: p.id,
+                epoch,
+                current,
+            }),
+            Verdict::UnknownSession { current } => Err(AppendError::UnknownSession {
+                producer: p.id,
+                epoch,
+                current,
+            }),
+        }
+    }
+
+    /// Opens a session for producer id `id` and returns it (see [`producers`]).
+    ///
+    /// Without `resume`, a new session: the id's next epoch (1 for an id the log does not
+    /// know), sequences from 1; records of the id's earlier sessions are never taken for
+    /// this one's, and publishes under an earlier epoch are fenced from now on. The epoch is
+    /// written to the journal (one entry, synced) before this returns, so it survives a
+    /// power cut.
+    ///
+    /// With `resume`, the id's current session goes on: the RAM buffer is flushed first, so
+    /// [`Session::last_seq`] is the last sequence stored *durably*, and the producer sends
+    /// `last_seq + 1` next (skipping the `last_seq` records it already had stored). An id
+    /// without a session gets a new one, with [`Session::resumed`] false.
+    ///
+    /// Cancel-safety: an interruption is a power cut; a new epoch is either in the journal
+    /// or never handed out. Errors: [`SessionError::EpochsExhausted`], storage errors (the
+    /// journal write, or the flush of a resume: [`SessionError::Full`] under `reject-new`),
+    /// [`SessionError::Poisoned`].
+    pub fn open_session(
+        &mut self,
+        now_us: u64,
+        id: u64,
+        resume: bool,
+    ) -> Result<Session, SessionError<F::Error>> {
+        self.now_us = now_us;
+        if let Some(op) = self.dev.failed {
+            return Err(SessionError::Poisoned { op });
+        }
+        let current = self.producers.iter().position(|s| s.id == id);
+        if resume && let Some(i) = current.filter(|&i| self.producers[i].epoch > 0) {
+            self.flush(now_us)?;
+            let st = &self.producers[i];
+            return Ok(Session {
+                producer: id,
+                epoch: st.epoch,
+                last_seq: st.last_seq(),
+                resumed: true,
+            });
+        }
+        let epoch = match current {
+            Some(i) => self.producers[i]
+                .epoch
+                .checked_add(1)
+                .ok_or(SessionError::EpochsExhausted { producer: id })?,
+            None => 1,
+        };
+        let fresh = ProducerState::session(id, epoch, self.next_offset);
+        let old = match current {
+            Some(i) => Some(core::mem::replace(&mut self.producers[i], fresh)),
+            None => {
+                self.make_room_for_producer();
+                let _ = self.producers.push(fresh);
+                None
+            }
+        };
+        if let Err(e) = self.persist_journal(false) {
+            // The epoch was not handed out: the table stays as it was (the log is poisoned
+            // anyway; the next mount reads the journal's newest valid entry).
+            match (old, self.producers.iter().position(|s| s.id == id)) {
+                (Some(o), Some(i)) => self.producers[i] = o,
+                (None, Some(i)) => {
+                    self.producers.swap_remove(i);
+                }
+                _ => {}
+            }
+            return Err(match e {
+                Io::Flash(e) => SessionError::Flash(e),
+                Io::BadBlock(block) => SessionError::BadBlock { block },
+            });
+        }
+        Ok(Session {
+            producer: id,
+            epoch,
+            last_seq: 0,
+            resumed: false,
+        })
+    }
+
+    /// The current session of producer `id`: `(epoch, last stored sequence)`, `None` if the
+    /// log remembers no state for the id (epoch 0: a producer without a session).
+    pub fn producer_session(&self, id: u64) -> Option<(u32, u32)> {
+        self.producers
+            .iter()
+            .find(|s| s.id == id)
+            .map(|s| (s.epoch, s.last_seq()))
     }
 
     /// Writes the RAM buffer to flash as one batch (or more, when it crosses a segment)

@@ -1,0 +1,465 @@
+//! Idempotent producers: producer sessions (epochs), the sequence rules, and the window of
+//! `(sequence, offset)` pairs remembered per producer id.
+//!
+//! ## Sessions
+//! A producer id is a `u64` the publisher picks and keeps (a stable id survives the
+//! publisher's restarts). [`Log::open_session`](super::Log::open_session) opens a
+//! **session** for an id and hands out its **epoch**: 1 for the id's first session, +1 for
+//! every later one (Kafka's producer epoch). The epoch is in the journal before the session
+//! is answered, so it survives power cuts and restarts. Within a session the producer
+//! numbers its records `1, 2, 3, …` (wrapping after `u32::MAX` to `0`), and the log takes a
+//! record under the session only when its sequence is the **last stored sequence + 1**; a
+//! resend of a stored sequence is a **duplicate** (answered with its original offset while
+//! it is among the last [`PRODUCER_WINDOW`] records, as "stored, offset unknown" before
+//! that), and anything else is **out of sequence** (nothing stored: the producer resends in
+//! order from its first unacknowledged record). A publish under an older epoch is
+//! **fenced**: a newer session owns the id. Because every sequence of a session from 1 to
+//! the last is stored (none is ever skipped), a stable id never turns new data into
+//! duplicates, and a window of a few records is enough whatever the number of records a
+//! producer has in flight.
+//!
+//! A session is **resumed** (the same epoch, sequences going on from the last stored one)
+//! to continue after an interrupted publisher: the log answers with the last sequence it
+//! stored, and the publisher skips that many records of its input.
+//!
+//! ## The legacy rule (epoch 0)
+//! Publishes without a session (protocol versions 1 and 2) keep the rule of those versions:
+//! any sequence after the last is stored (gaps allowed), a resend inside the window is a
+//! duplicate, an older one is a duplicate only inside the unbroken run of sequences that
+//! ends at the last ([`ProducerState::contiguous_from`]), else unknown. An id that has a
+//! session refuses publishes without one (fenced).
+//!
+//! ## Sequence comparison
+//! Every comparison of two sequences is serial number arithmetic (RFC 1982, "Serial Number
+//! Arithmetic", with `SERIAL_BITS = 32`): see [`seq_before`]. A sequence is never compared
+//! with a plain `<`, so the wrap from `u32::MAX` to `0` is one more step like any other.
+//!
+//! ## Persistence
+//! The producer table is part of every journal snapshot ([`Snapshot`]): per id the epoch,
+//! the last sequence whose record was durable and its offset, the offset the session began
+//! at, and for the legacy rule the start of the unbroken run. Records appended after the
+//! snapshot are found again at mount by reading the records themselves (the records carry
+//! the producer id and sequence, not the epoch: records of the id below the session's first
+//! offset belong to earlier sessions and are ignored).
+
+use heapless::Vec;
+
+/// Most producer ids remembered at once (the least recently active is forgotten first).
+pub const MAX_PRODUCERS: usize = 32;
+/// `(sequence, offset)` pairs remembered per producer id: a resend of one of a producer's
+/// last `PRODUCER_WINDOW` records is answered with its original offset. Announced to
+/// clients in the protocol version 3 handshake.
+pub const PRODUCER_WINDOW: usize = 4;
+
+/// Half the sequence space, `2^31`: RFC 1982's bound for comparing two 32-bit serial
+/// numbers.
+pub const SERIAL_HALF: u32 = 1 << 31;
+
+/// Whether sequence `a` comes before sequence `b` in serial number arithmetic (RFC 1982,
+/// section 3.2, `SERIAL_BITS = 32`): `a < b` when `b - a`, computed modulo `2^32`, is
+/// between 1 and `2^31 - 1`. So `u32::MAX` comes before `0`, and `0` before `1`. Two
+/// sequences exactly `2^31` apart are not ordered (RFC 1982 leaves that case undefined);
+/// this function says `false` both ways, and a producer never has that many records in
+/// flight.
+pub const fn seq_before(a: u32, b: u32) -> bool {
+    let d = b.wrapping_sub(a);
+    d != 0 && d < SERIAL_HALF
+}
+
+/// How many steps sequence `a` is at or before `b` (`b - a` modulo `2^32`), or `None` when
+/// `a` comes after `b` in serial number arithmetic (see [`seq_before`]).
+pub const fn seq_steps_back(a: u32, b: u32) -> Option<u32> {
+    let d = b.wrapping_sub(a);
+    if d < SERIAL_HALF { Some(d) } else { None }
+}
+
+/// What the log answers to a record of an idempotent producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Store it: the next sequence of the session (or, legacy, a sequence after the last).
+    Append,
+    /// A resend of a stored record, remembered at `offset`.
+    Duplicate {
+        /// The original record's offset.
+        offset: u64,
+    },
+    /// A resend of a stored record older than the window: its offset is below
+    /// `stored_below`, but no longer known.
+    StoredBelow {
+        /// The oldest remembered record's offset.
+        stored_below: u64,
+        /// The last stored sequence.
+        last_seq: u32,
+    },
+    /// Legacy rule: a resend from before a skipped sequence, older than the window; whether
+    /// it was stored is not known.
+    Unknown {
+        /// The last stored sequence.
+        last_seq: u32,
+    },
+    /// Neither the next sequence nor a stored one: nothing stored, resend in order.
+    OutOfSequence {
+        /// The sequence the session takes next.
+        expected: u32,
+    },
+    /// The publish names an older epoch (or no session) while a newer session owns the id.
+    Fenced {
+        /// The id's current epoch.
+        current: u32,
+    },
+    /// The publish names an epoch the log has not handed out for this id (its state was
+    /// forgotten, or the epoch is made up): open a new session.
+    UnknownSession {
+        /// The id's current epoch, 0 if the log knows no session of it.
+        current: u32,
+    },
+}
+
+/// What the log remembers of one producer id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerState {
+    /// Producer id.
+    pub id: u64,
+    /// Epoch of the id's current session; 0 for a producer that never opened one (the
+    /// legacy rule of protocol versions 1 and 2).
+    pub epoch: u32,
+    /// The last records' `(sequence, offset)`, oldest first, at most [`PRODUCER_WINDOW`].
+    /// Empty for a session that has stored nothing yet.
+    pub window: Vec<(u32, u64), PRODUCER_WINDOW>,
+    /// Legacy rule: every sequence from this one up to the last was stored (no sequence
+    /// skipped since), so a resend at or after it, older than the window, is known to be
+    /// stored.
+    pub contiguous_from: u32,
+    /// First offset of the current session: records of this id below it belong to earlier
+    /// sessions. 0 for the legacy rule.
+    pub session_from: u64,
+    /// The session's sequences have wrapped past `u32::MAX` (every sequence was handed out
+    /// at least once, so every one at or before the last is stored).
+    pub wrapped: bool,
+    /// The `(sequence, offset)` last written to the journal as durable, for a snapshot
+    /// taken while none of the window's records is durable yet.
+    pub persisted: Option<(u32, u64)>,
+}
+
+/// One producer as a journal snapshot holds it (FORMAT.md section 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Producer id.
+    pub id: u64,
+    /// Epoch of its current session (0: legacy rule).
+    pub epoch: u32,
+    /// The last sequence whose record was durable, and that record's offset; `None` if the
+    /// session has no durable record.
+    pub last: Option<(u32, u64)>,
+    /// First offset of the current session.
+    pub session_from: u64,
+    /// Legacy rule: start of the unbroken run of sequences ending at `last`.
+    pub contiguous_from: u32,
+    /// The session's sequences have wrapped.
+    pub wrapped: bool,
+    /// Later records of the session may be durable below the snapshot's durable end (the
+    /// mount reads the records from just after `last`, or from `session_from`).
+    pub behind: bool,
+}
+
+impl ProducerState {
+    /// A legacy producer whose first remembered record is `(seq, offset)`.
+    pub fn new(id: u64, seq: u32, offset: u64) -> Self {
+        let mut st = ProducerState {
+            id,
+            epoch: 0,
+            window: Vec::new(),
+            contiguous_from: seq,
+            session_from: 0,
+            wrapped: false,
+            persisted: None,
+        };
+        let _ = st.window.push((seq, offset));
+        st
+    }
+
+    /// A session of `id` with `epoch` that has stored nothing yet and begins at offset
+    /// `from`.
+    pub fn session(id: u64, epoch: u32, from: u64) -> Self {
+        ProducerState {
+            id,
+            epoch,
+            window: Vec::new(),
+            contiguous_from: 1,
+            session_from: from,
+            wrapped: false,
+            persisted: None,
+        }
+    }
+
+    /// The state a journal snapshot describes.
+    pub fn from_snapshot(s: &Snapshot) -> Self {
+        let mut st = ProducerState::session(s.id, s.epoch, s.session_from);
+        st.wrapped = s.wrapped;
+        st.persisted = s.last;
+        if let Some((seq, off)) = s.last {
+            let _ = st.window.push((seq, off));
+            st.contiguous_from = if seq_before(seq, s.contiguous_from) {
+                seq
+            } else {
+                s.contiguous_from
+            };
+        }
+        st
+    }
+
+    /// The last stored sequence; 0 for a session that has stored nothing.
+    pub fn last_seq(&self) -> u32 {
+        self.window.last().map_or(0, |w| w.0)
+    }
+
+    /// Offset of the last stored record, or the session's first offset: how recently the
+    /// producer was active (the least recent is forgotten first).
+    pub fn last_active(&self) -> u64 {
+        self.window.last().map_or(self.session_from, |w| w.1)
+    }
+
+    /// The answer to a record of this producer published under `epoch` with sequence `seq`
+    /// (`epoch` 0: without a session, the legacy rule).
+    pub fn check(&self, epoch: u32, seq: u32) -> Verdict {
+        if epoch == 0 {
+            if self.epoch != 0 {
+                return Verdict::Fenced {
+                    current: self.epoch,
+                };
+            }
+            return self.check_legacy(seq);
+        }
+        if self.epoch == 0 || epoch > self.epoch {
+            return Verdict::UnknownSession {
+                current: self.epoch,
+            };
+        }
+        if epoch < self.epoch {
+            return Verdict::Fenced {
+                current: self.epoch,
+            };
+        }
+        let last = self.last_seq();
+        let expected = last.wrapping_add(1);
+        if seq == expected {
+            return Verdict::Append;
+        }
+        if let Some(&(_, offset)) = self.window.iter().find(|w| w.0 == seq) {
+            return Verdict::Duplicate { offset };
+        }
+        // At or before the last: stored if the session got that far (sequences 1..=last,
+        // or every one once the sequences have wrapped).
+        let stored = match seq_steps_back(seq, last) {
+            Some(_) if self.wrapped => true,
+            Some(_) => seq != 0 && seq <= last,
+            None => false,
+        };
+        match (stored, self.window.first()) {
+            (true, Some(&(_, stored_below))) => Verdict::StoredBelow {
+                stored_below,
+                last_seq: last,
+            },
+            _ => Verdict::OutOfSequence { expected },
+        }
+    }
+
+    /// The legacy rule (protocol versions 1 and 2): a sequence at or before the last is a
+    /// resend, answered from the window, or, older than the window and inside the unbroken
+    /// run of sequences, known to be stored below the window's oldest record (else
+    /// unknown). A sequence inside the window's range that the window lacks was never
+    /// stored (the producer skipped it) and is appended, as is any sequence after the last.
+    fn check_legacy(&self, seq: u32) -> Verdict {
+        let Some(&(first_seq, first_off)) = self.window.first() else {
+            return Verdict::Append;
+        };
+        let last = self.last_seq();
+        if seq_steps_back(seq, last).is_none() {
+            return Verdict::Append;
+        }
+        if let Some(&(_, offset)) = self.window.iter().find(|w| w.0 == seq) {
+            return Verdict::Duplicate { offset };
+        }
+        if !seq_before(seq, first_seq) {
+            return Verdict::Append;
+        }
+        if seq_before(seq, self.contiguous_from) {
+            return Verdict::Unknown { last_seq: last };
+        }
+        Verdict::StoredBelow {
+            stored_below: first_off,
+            last_seq: last,
+        }
+    }
+
+    /// Records a stored `(seq, offset)` (a sequence after the last), forgetting the oldest
+    /// pair when the window is full. Legacy rule: a skipped sequence restarts the unbroken
+    /// run. A session's sequence that steps from `u32::MAX` to 0 marks it wrapped.
+    pub fn push(&mut self, seq: u32, offset: u64) {
+        match self.window.last() {
+            Some(&(l, _)) if seq != l.wrapping_add(1) => self.contiguous_from = seq,
+            Some(&(l, _)) if l == u32::MAX => self.wrapped = true,
+            None if self.epoch == 0 => self.contiguous_from = seq,
+            _ => {}
+        }
+        if self.window.is_full() {
+            self.window.remove(0);
+        }
+        let _ = self.window.push((seq, offset));
+    }
+
+    /// The snapshot of this producer for a journal entry written when every offset below
+    /// `durable` is durable: the newest remembered record below `durable`, else the last
+    /// one persisted before (then `behind` is set: later records may have become durable
+    /// unseen by the window). `None` for a legacy producer with nothing durable.
+    pub fn snapshot(&self, durable: u64) -> Option<Snapshot> {
+        let in_window = self.window.iter().rev().find(|w| w.1 < durable).copied();
+        let last = in_window.or(self.persisted);
+        if self.epoch == 0 && last.is_none() {
+            return None;
+        }
+        let behind = in_window.is_none() && !self.window.is_empty();
+        // The unbroken run is known to reach `last` only if it started at or before it.
+        let contiguous_from = match last {
+            Some((seq, _)) if seq_before(seq, self.contiguous_from) => seq,
+            _ => self.contiguous_from,
+        };
+        Some(Snapshot {
+            id: self.id,
+            epoch: self.epoch,
+            last,
+            session_from: self.session_from,
+            contiguous_from,
+            wrapped: self.wrapped,
+            behind,
+        })
+    }
+}
+
+/// Where a mount must start reading records to rebuild the producer table a snapshot
+/// describes: the snapshot's durable end, or earlier for a producer whose snapshot is
+/// `behind` (just after its last durable record, or its session's first offset).
+pub fn rebuild_from(durable_next: u64, producers: &[Snapshot]) -> u64 {
+    producers
+        .iter()
+        .filter(|p| p.behind)
+        .map(|p| p.last.map_or(p.session_from, |l| l.1.saturating_add(1)))
+        .fold(durable_next, u64::min)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serial_comparison_follows_rfc_1982() {
+        assert!(seq_before(0, 1));
+        assert!(!seq_before(1, 0));
+        assert!(seq_before(u32::MAX, 0));
+        assert!(seq_before(u32::MAX - 5, 3));
+        assert!(!seq_before(3, u32::MAX - 5));
+        assert!(!seq_before(7, 7));
+        assert!(seq_before(0, SERIAL_HALF - 1));
+        // Exactly half the space apart: undefined in RFC 1982, ordered neither way here.
+        assert!(!seq_before(0, SERIAL_HALF) && !seq_before(SERIAL_HALF, 0));
+        assert_eq!(seq_steps_back(u32::MAX, 2), Some(3));
+        assert_eq!(seq_steps_back(3, 2), None);
+    }
+
+    fn session_with(epoch: u32, seqs: core::ops::RangeInclusive<u32>) -> ProducerState {
+        let mut st = ProducerState::session(9, epoch, 100);
+        for (i, s) in seqs.enumerate() {
+            st.push(s, 100 + i as u64);
+        }
+        st
+    }
+
+    #[test]
+    fn a_session_takes_only_the_next_sequence_or_a_known_duplicate() {
+        let st = session_with(2, 1..=10);
+        assert_eq!(st.check(2, 11), Verdict::Append);
+        assert_eq!(st.check(2, 10), Verdict::Duplicate { offset: 109 });
+        assert_eq!(st.check(2, 7), Verdict::Duplicate { offset: 106 });
+        assert_eq!(
+            st.check(2, 2),
+            Verdict::StoredBelow {
+                stored_below: 106,
+                last_seq: 10
+            }
+        );
+        assert_eq!(st.check(2, 12), Verdict::OutOfSequence { expected: 11 });
+        assert_eq!(st.check(2, 0), Verdict::OutOfSequence { expected: 11 });
+        assert_eq!(
+            st.check(2, u32::MAX),
+            Verdict::OutOfSequence { expected: 11 }
+        );
+        assert_eq!(st.check(1, 11), Verdict::Fenced { current: 2 });
+        assert_eq!(st.check(0, 11), Verdict::Fenced { current: 2 });
+        assert_eq!(st.check(3, 1), Verdict::UnknownSession { current: 2 });
+        let fresh = ProducerState::session(9, 1, 0);
+        assert_eq!(fresh.check(1, 1), Verdict::Append);
+        assert_eq!(fresh.check(1, 2), Verdict::OutOfSequence { expected: 1 });
+        assert_eq!(fresh.check(1, 0), Verdict::OutOfSequence { expected: 1 });
+    }
+
+    #[test]
+    fn a_session_crosses_the_sequence_wrap() {
+        let mut st = session_with(1, (u32::MAX - 5)..=u32::MAX);
+        assert!(!st.wrapped);
+        assert_eq!(st.check(1, 0), Verdict::Append);
+        st.push(0, 200);
+        assert!(st.wrapped);
+        assert_eq!(st.check(1, 1), Verdict::Append);
+        st.push(1, 201);
+        assert_eq!(st.check(1, 0), Verdict::Duplicate { offset: 200 });
+        assert_eq!(st.check(1, u32::MAX), Verdict::Duplicate { offset: 105 });
+        // Older than the window, before the wrap: stored.
+        assert!(matches!(
+            st.check(1, u32::MAX - 3),
+            Verdict::StoredBelow { last_seq: 1, .. }
+        ));
+        assert_eq!(st.check(1, 3), Verdict::OutOfSequence { expected: 2 });
+    }
+
+    #[test]
+    fn the_legacy_rule_accepts_gaps_and_compares_serially() {
+        let mut st = ProducerState::new(4, u32::MAX - 1, 10);
+        st.push(u32::MAX, 11);
+        // After the wrap a new record is new, not an old resend.
+        assert_eq!(st.check(0, 0), Verdict::Append);
+        st.push(0, 12);
+        st.push(5, 13); // a gap restarts the run
+        assert_eq!(st.contiguous_from, 5);
+        assert_eq!(st.check(0, 5), Verdict::Duplicate { offset: 13 });
+        assert_eq!(st.check(0, 3), Verdict::Append); // skipped inside the window's range
+        assert_eq!(st.check(0, 9), Verdict::Append);
+        st.push(6, 14);
+        st.push(7, 15);
+        assert_eq!(st.check(0, u32::MAX - 5), Verdict::Unknown { last_seq: 7 });
+        assert_eq!(st.check(1, 8), Verdict::UnknownSession { current: 0 });
+    }
+
+    #[test]
+    fn a_snapshot_keeps_the_last_durable_record_and_says_when_it_is_behind() {
+        let mut st = session_with(3, 1..=6);
+        // Offsets 100..=105; durable below 104.
+        let s = st.snapshot(104).unwrap();
+        assert_eq!((s.last, s.behind), (Some((4, 103)), false));
+        st.persisted = s.last;
+        for i in 7..=12 {
+            st.push(i, 100 + i as u64 - 1);
+        }
+        // The window holds 9..=12 (offsets 108..=111), none durable below 106.
+        let s = st.snapshot(106).unwrap();
+        assert_eq!((s.last, s.behind), (Some((4, 103)), true));
+        assert_eq!(rebuild_from(106, &[s]), 104);
+        let empty = ProducerState::session(1, 1, 50).snapshot(10).unwrap();
+        assert_eq!((empty.last, empty.behind), (None, false));
+        let restored = ProducerState::from_snapshot(&s);
+        assert_eq!(
+            (restored.epoch, restored.last_seq(), restored.session_from),
+            (3, 4, 100)
+        );
+        assert!(ProducerState::session(1, 0, 0).snapshot(10).is_none());
+    }
+}
