@@ -21,12 +21,13 @@
 
 use core::fmt::Write as _;
 
-use spillway_core::error::{AppendError, CommitError, ReadError};
+use spillway_core::error::{AppendError, CommitError, ReadError, SessionError};
 use spillway_core::log::{self as clog, Log, Record};
 use spillway_core::storage::Flash;
 use spillway_core::wire::{
-    self, AckLevel, ConsumerEntry, ConsumerList, ErrorCode, FrameError, GatewayStats, ListWriter,
-    PROTOCOL_VERSION, RecordView, RecordsWriter, Request, Response, encode_frame,
+    self, AckLevel, ConsumerEntry, ConsumerList, ErrorCode, FrameError, GatewayStats, HelloV3,
+    ListWriter, PROTOCOL_VERSION, RecordView, RecordsWriter, Request, Response, WelcomeV3,
+    encode_frame,
 };
 
 /// Longest gateway id, bytes of UTF-8.
@@ -106,6 +107,12 @@ pub struct GatewayCounters {
     pub duplicates_unknown_offset: u64,
     /// Unclean shutdowns detected at mount (set by the caller).
     pub unclean_mounts: u64,
+    /// Session publishes refused as out of sequence (neither the next sequence nor a
+    /// stored one; the producer resends in order).
+    pub out_of_sequence: u64,
+    /// Publishes refused because a newer session owns the producer id, or under a session
+    /// the gateway did not open.
+    pub fenced: u64,
 }
 
 /// What one connection negotiated.
@@ -253,8 +260,36 @@ impl Gateway {
         out: &mut [u8],
     ) -> Outcome {
         self.counters.frames_received += 1;
-        match postcard::from_bytes::<Request<'_>>(msg) {
-            Ok(req) => self.handle_request(conn, &req, log, now_us, wall_us, scratch, out),
+        match wire::take_message::<Request<'_>>(msg) {
+            Ok((req, rest)) => {
+                // Version 3 appends a credential to the Hello. No credentials are configured
+                // on this gateway: a non-empty one is refused, never ignored.
+                if let Request::Hello {
+                    protocol_version: 3..,
+                    ..
+                } = req
+                    && !rest.is_empty()
+                {
+                    match postcard::from_bytes::<HelloV3<'_>>(rest) {
+                        Ok(h) if h.credential.is_some_and(|c| !c.is_empty()) => {
+                            warn!("a client sent a credential; none are configured");
+                            return error_reply(
+                                out,
+                                0,
+                                ErrorCode::Unauthorized,
+                                "credentials are not configured on this gateway",
+                            );
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            self.counters.frames_rejected += 1;
+                            let m = message(format_args!("hello fields do not decode: {e}"));
+                            return error_reply(out, 0, ErrorCode::BadFrame, &m);
+                        }
+                    }
+                }
+                self.handle_request(conn, &req, log, now_us, wall_us, scratch, out)
+            }
             Err(e) => {
                 self.counters.frames_rejected += 1;
                 debug!("undecodable message of {} bytes", msg.len());
@@ -312,6 +347,15 @@ impl Gateway {
                 max_record_bytes: self.cfg.max_record_bytes,
                 max_frame_bytes: self.cfg.max_frame_bytes,
             };
+            if v >= 3 {
+                let ext = WelcomeV3 {
+                    producer_window: clog::PRODUCER_WINDOW as u32,
+                };
+                return match encode_frame(&(welcome, ext), out) {
+                    Ok(len) => Outcome::Reply { len },
+                    Err(_) => Outcome::NoReply,
+                };
+            }
             return reply(out, &welcome);
         }
         if conn.protocol_version.is_none() {
@@ -344,8 +388,65 @@ impl Gateway {
                     producer,
                     payload,
                 };
-                self.publish(seq, &rec, ack, version, log, now_us, out)
+                self.publish(seq, &rec, 0, ack, version, log, now_us, out)
             }
+            Request::SessionPublish {
+                seq,
+                topic,
+                timestamp_us,
+                payload,
+                ack,
+                producer,
+            } => {
+                let rec = Record {
+                    topic,
+                    timestamp_us: timestamp_us.unwrap_or(wall_us),
+                    producer: Some(clog::Producer {
+                        id: producer.id,
+                        seq: producer.seq,
+                    }),
+                    payload,
+                };
+                // Epoch 0 is the legacy rule; a session never has it.
+                if producer.epoch == 0 {
+                    if ack == AckLevel::None {
+                        return Outcome::NoReply;
+                    }
+                    return error_reply(out, seq, ErrorCode::BadRequest, "session epoch 0");
+                }
+                self.publish(seq, &rec, producer.epoch, ack, version, log, now_us, out)
+            }
+            Request::OpenSession {
+                seq,
+                producer_id,
+                resume,
+            } => match log.open_session(now_us, producer_id, resume) {
+                Ok(s) => {
+                    info!(
+                        "producer {}: session {} (resumed: {}, last sequence {})",
+                        producer_id, s.epoch, s.resumed, s.last_seq
+                    );
+                    reply(
+                        out,
+                        &Response::Session {
+                            seq,
+                            producer_id,
+                            epoch: s.epoch,
+                            last_seq: s.last_seq,
+                            resumed: s.resumed,
+                        },
+                    )
+                }
+                Err(e) => {
+                    let m = message(format_args!("{e}"));
+                    let code = match e {
+                        SessionError::Full => ErrorCode::Full,
+                        SessionError::EpochsExhausted { .. } => ErrorCode::BadRequest,
+                        _ => ErrorCode::StorageFailed.for_version(version),
+                    };
+                    error_reply(out, seq, code, &m)
+                }
+            },
             Request::Fetch {
                 seq,
                 consumer,
@@ -426,6 +527,7 @@ impl Gateway {
         &mut self,
         seq: u32,
         rec: &Record<'_>,
+        epoch: u32,
         ack: AckLevel,
         version: u16,
         log: &mut Log<'_, F>,
@@ -436,7 +538,7 @@ impl Gateway {
             AckLevel::GatewayDefault => self.cfg.default_ack,
             named => named,
         };
-        let result = self.append(rec, log, now_us);
+        let result = self.append(rec, epoch, log, now_us);
         let rejected = match result {
             Ok(a) => {
                 return match ack {
@@ -501,6 +603,7 @@ impl Gateway {
     fn append<F: Flash>(
         &mut self,
         rec: &Record<'_>,
+        epoch: u32,
         log: &mut Log<'_, F>,
         now_us: u64,
     ) -> Result<clog::Appended, Rejected> {
@@ -516,7 +619,7 @@ impl Gateway {
                 stored_below: None,
             });
         }
-        log.append(now_us, rec).map_err(|e| {
+        log.append_in_session(now_us, rec, epoch).map_err(|e| {
             let m = message(format_args!("{e}"));
             let mut below = None;
             let code = match e {
@@ -540,6 +643,18 @@ impl Gateway {
                     self.counters.duplicates_unknown_offset += 1;
                     below = Some(stored_below);
                     ErrorCode::DuplicateSequenceUnknownOffset
+                }
+                AppendError::OutOfSequence { .. } => {
+                    self.counters.out_of_sequence += 1;
+                    ErrorCode::OutOfSequence
+                }
+                AppendError::Fenced { .. } => {
+                    self.counters.fenced += 1;
+                    ErrorCode::Fenced
+                }
+                AppendError::UnknownSession { .. } => {
+                    self.counters.fenced += 1;
+                    ErrorCode::UnknownSession
                 }
                 // Flash errors, bad blocks, a log poisoned by an earlier failure: the
                 // record is not stored; the client resends after a remount.
@@ -710,7 +825,7 @@ impl Gateway {
             producer: None,
             payload,
         };
-        match self.append(&rec, log, now_us) {
+        match self.append(&rec, 0, log, now_us) {
             Ok(a) => {
                 self.counters.lines_accepted += 1;
                 Ok(LineAccepted {

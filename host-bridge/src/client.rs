@@ -93,6 +93,23 @@ pub struct Welcome {
     pub max_record_bytes: u32,
     /// Largest frame on the wire, bytes (COBS, CRC and delimiter included).
     pub max_frame_bytes: u32,
+    /// `(sequence, offset)` pairs the gateway remembers per producer id (protocol version
+    /// 3; `None` from an older gateway).
+    pub producer_window: Option<u32>,
+}
+
+/// A producer session opened or resumed by [`Client::open_session`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// Producer id.
+    pub producer_id: u64,
+    /// The session's epoch.
+    pub epoch: u32,
+    /// The last sequence the gateway stored in the session (durably, for a resumed one);
+    /// 0 if none. The next record takes `last_seq + 1`.
+    pub last_seq: u32,
+    /// True: the id's current session was resumed; false: a new one was opened.
+    pub resumed: bool,
 }
 
 /// A record read by a fetch, owned.
@@ -308,6 +325,7 @@ enum Owned {
     Consumers(Vec<ConsumerInfo>),
     Deleted(bool),
     Stats(GatewayStats),
+    Session(SessionInfo),
 }
 
 /// Decodes one reply frame from a gateway (its COBS bytes up to and including the 0
@@ -354,6 +372,7 @@ fn own(resp: Response<'_>) -> Result<Owned, ClientError> {
             gateway_id: gateway_id.to_string(),
             max_record_bytes,
             max_frame_bytes,
+            producer_window: None,
         }),
         Response::Ack {
             offset, duplicate, ..
@@ -424,6 +443,18 @@ fn own(resp: Response<'_>) -> Result<Owned, ClientError> {
             Owned::Consumers(out)
         }
         Response::Deleted { existed, .. } => Owned::Deleted(existed),
+        Response::Session {
+            producer_id,
+            epoch,
+            last_seq,
+            resumed,
+            ..
+        } => Owned::Session(SessionInfo {
+            producer_id,
+            epoch,
+            last_seq,
+            resumed,
+        }),
         Response::StatsReply { stats, .. } => {
             off("first offset", stats.first_offset)?;
             off("next offset", stats.next_offset)?;
@@ -457,16 +488,21 @@ impl Client {
                 gateway_id: String::new(),
                 max_record_bytes: 0,
                 max_frame_bytes: 0,
+                producer_window: None,
             },
             max_frame: MAX_FRAME_BEFORE_WELCOME,
             reply_timeout,
         };
         // A leading 0x00 ends any noise the gateway holds (PROTOCOL.md §1).
         c.io.write_all(&[0]).await?;
-        c.send(&Request::Hello {
-            protocol_version: PROTOCOL_VERSION,
-            client_name,
-        })
+        // Version 3 appends its fields (no credential) after the Hello.
+        c.send(&(
+            Request::Hello {
+                protocol_version: PROTOCOL_VERSION,
+                client_name,
+            },
+            wire::HelloV3 { credential: None },
+        ))
         .await?;
         let reply = c.recv(None, reply_timeout).await?;
         match reply {
@@ -495,7 +531,7 @@ impl Client {
         self.seq
     }
 
-    async fn send(&mut self, req: &Request<'_>) -> Result<(), ClientError> {
+    async fn send<T: serde::Serialize + ?Sized>(&mut self, req: &T) -> Result<(), ClientError> {
         loop {
             match wire::encode_frame(req, &mut self.tx) {
                 Ok(n) => {
@@ -561,14 +597,24 @@ impl Client {
                         continue;
                     }
                 };
-                let resp: Response<'_> = match postcard::from_bytes(message) {
+                let (resp, rest): (Response<'_>, _) = match wire::take_message(message) {
                     Ok(r) => r,
                     Err(e) => {
                         log::debug!("dropping a reply that does not decode: {e}");
                         continue;
                     }
                 };
-                return Ok((resp.seq(), own(resp)?));
+                let mut owned = own(resp)?;
+                // Version 3 appends the producer window to the Welcome.
+                if let Owned::Welcome(w) = &mut owned
+                    && w.protocol_version >= 3
+                {
+                    let ext: wire::WelcomeV3 = postcard::from_bytes(rest).map_err(|e| {
+                        ClientError::Protocol(format!("version 3 welcome fields: {e}"))
+                    })?;
+                    w.producer_window = Some(ext.producer_window);
+                }
+                return Ok((resp.seq(), owned));
             }
             self.rx.clear();
             self.rx_pos = 0;
@@ -593,23 +639,41 @@ impl Client {
     /// so a resend of some records of an earlier batch keeps their sequences. Returns one
     /// result per record, in order, with `Ok(None)` for `AckLevel::None`. A connection
     /// failure returns `Err` with the results gathered so far (the rest unknown).
+    ///
+    /// With `epoch` (a session from [`Client::open_session`]) the records that carry a
+    /// producer are sent as session publishes (`SessionPublish`, protocol version 3).
     pub async fn publish_batch(
         &mut self,
         topic: &str,
         records: &[(Option<Producer>, &[u8])],
         ack: AckLevel,
+        epoch: Option<u32>,
     ) -> Result<Vec<PublishResult>, (Vec<Option<PublishResult>>, ClientError)> {
         let mut results: Vec<Option<PublishResult>> = (0..records.len()).map(|_| None).collect();
         let mut seqs = std::collections::HashMap::with_capacity(records.len());
         for (i, &(producer, p)) in records.iter().enumerate() {
             let seq = self.next_seq();
-            let req = Request::Publish {
-                seq,
-                topic,
-                timestamp_us: None,
-                payload: p,
-                ack,
-                producer,
+            let req = match (producer, epoch) {
+                (Some(pr), Some(epoch)) => Request::SessionPublish {
+                    seq,
+                    topic,
+                    timestamp_us: None,
+                    payload: p,
+                    ack,
+                    producer: wire::SessionProducer {
+                        id: pr.id,
+                        epoch,
+                        seq: pr.seq,
+                    },
+                },
+                _ => Request::Publish {
+                    seq,
+                    topic,
+                    timestamp_us: None,
+                    payload: p,
+                    ack,
+                    producer,
+                },
             };
             if let Err(e) = self.send(&req).await {
                 if e.connection_ok() || matches!(e, ClientError::Encode(_)) {
@@ -683,6 +747,32 @@ impl Client {
         match self.call(req, Duration::ZERO).await? {
             Owned::Ack(a) => Ok(a),
             _ => Err(ClientError::Protocol("expected Ack".into())),
+        }
+    }
+
+    /// Opens a producer session for `producer_id` (`resume`: continues the id's current
+    /// session). Errors: [`ClientError::Protocol`] if the gateway speaks a protocol version
+    /// before 3 (no sessions), gateway errors (`Full`, `StorageFailed`, …), I/O.
+    pub async fn open_session(
+        &mut self,
+        producer_id: u64,
+        resume: bool,
+    ) -> Result<SessionInfo, ClientError> {
+        if self.welcome.protocol_version < 3 {
+            return Err(ClientError::Protocol(format!(
+                "the gateway speaks protocol version {}; producer sessions need version 3",
+                self.welcome.protocol_version
+            )));
+        }
+        let seq = self.next_seq();
+        let req = Request::OpenSession {
+            seq,
+            producer_id,
+            resume,
+        };
+        match self.call(req, Duration::ZERO).await? {
+            Owned::Session(s) if s.producer_id == producer_id => Ok(s),
+            _ => Err(ClientError::Protocol("expected Session".into())),
         }
     }
 

@@ -9,7 +9,7 @@ use spillway_core::wire::{AckLevel, LostReason, Producer};
 
 use crate::checkpoint::Store;
 use crate::client::{Client, ClientError, FetchReply, GatewayAddr, log_id_hex};
-use crate::drain::{Backoff, StartFrom};
+use crate::drain::{Backoff, Shutdown, StartFrom};
 use crate::exit;
 use crate::sink::{JsonRecord, Source};
 
@@ -29,6 +29,8 @@ pub struct PublishArgs {
     pub ack: AckLevel,
     /// Idempotent producer id (random if `None`).
     pub producer_id: Option<u64>,
+    /// Continue the producer id's last session: skip the input lines it already stored.
+    pub resume: bool,
     /// Input file; `None` or `-` = stdin.
     pub input: Option<PathBuf>,
     /// How long to keep reconnecting and resending after a failure.
@@ -57,30 +59,90 @@ pub struct PublishSummary {
     pub last_offset: Option<u64>,
     /// No acknowledgements were asked for (`--ack none`).
     pub unacknowledged_mode: bool,
+    /// The producer id used (`None`: records carried no producer).
+    pub producer_id: Option<u64>,
+    /// The producer session's epoch (`None`: no session, a gateway before protocol
+    /// version 3 or `--ack none` without `--producer-id`).
+    pub session: Option<u32>,
+    /// Input lines skipped because a resumed session had stored them already.
+    pub skipped: u64,
+    /// Set when publishing stopped before the end of the input (interrupted, input error,
+    /// gateway unreachable, session fenced): the command that continues it.
+    pub resume_command: Option<String>,
 }
 
 impl std::fmt::Display for PublishSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let o = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
         if self.unacknowledged_mode {
-            return write!(
+            write!(
                 f,
                 "records read {}, sent {}, rejected {} (--ack none: the gateway acknowledges nothing)",
                 self.read, self.sent, self.rejected
-            );
+            )?;
+        } else {
+            write!(
+                f,
+                "records read {}, sent {}, acknowledged {} ({} duplicates), rejected {}, first offset {}, last offset {}",
+                self.read,
+                self.sent,
+                self.acknowledged,
+                self.duplicates,
+                self.rejected,
+                o(self.first_offset),
+                o(self.last_offset)
+            )?;
         }
-        write!(
-            f,
-            "records read {}, sent {}, acknowledged {} ({} duplicates), rejected {}, first offset {}, last offset {}",
-            self.read,
-            self.sent,
-            self.acknowledged,
-            self.duplicates,
-            self.rejected,
-            o(self.first_offset),
-            o(self.last_offset)
-        )
+        match (self.producer_id, self.session) {
+            (Some(id), Some(epoch)) => write!(f, "; producer {id} session {epoch}")?,
+            (Some(id), None) => write!(f, "; producer {id} (no session)")?,
+            _ => {}
+        }
+        if self.skipped > 0 {
+            write!(f, "; {} input lines skipped (already stored)", self.skipped)?;
+        }
+        if let Some(cmd) = &self.resume_command {
+            write!(
+                f,
+                "\nstopped before the end of the input; to continue: {cmd}"
+            )?;
+        }
+        Ok(())
     }
+}
+
+/// Quotes `s` for a POSIX shell when it holds anything but plain word characters.
+fn shell_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:@%+=,".contains(c));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// The `publish` command line that continues `args` with producer `id`'s session.
+fn resume_command(args: &PublishArgs, id: u64) -> String {
+    let mut cmd = format!(
+        "spillway-bridge publish --gateway {} --topic {} --producer-id {id} --resume",
+        shell_quote(&args.gateway.to_string()),
+        shell_quote(&args.topic)
+    );
+    match args.ack {
+        AckLevel::Buffered => cmd.push_str(" --ack buffered"),
+        AckLevel::None => cmd.push_str(" --ack none"),
+        _ => {}
+    }
+    match args.input.as_deref() {
+        Some(p) if p.as_os_str() != "-" => {
+            cmd.push(' ');
+            cmd.push_str(&shell_quote(&p.to_string_lossy()));
+        }
+        _ => cmd.push_str(" (the same input on stdin)"),
+    }
+    cmd
 }
 
 /// Lines read ahead of the gateway by `publish`'s reader thread, at most.
@@ -90,14 +152,14 @@ pub const PUBLISH_INPUT_QUEUE: usize = 1024;
 struct Unacked {
     /// Its line number in the input (from 1).
     line: u64,
-    /// Its producer sequence (the line's index, wrapping), the same on every resend.
+    /// Its producer sequence (the line number, wrapping), the same on every resend.
     seq: u32,
     /// The payload.
     payload: Vec<u8>,
 }
 
 /// Runs `publish`; returns the summary and the exit code (non-zero if any record was
-/// rejected or not acknowledged).
+/// rejected or not acknowledged, or publishing stopped before the end of the input).
 ///
 /// The input is streamed: a blocking reader thread hands lines through a bounded channel
 /// ([`PUBLISH_INPUT_QUEUE`] lines), and each line is sent as soon as it is read (together
@@ -107,11 +169,22 @@ struct Unacked {
 /// and memory stays bounded whatever the input's length. Waiting for input does not count
 /// towards `--retry-for`.
 ///
+/// Producer sessions (protocol version 3): before reading any input, `publish` opens a
+/// session for its producer id (a new one, or with [`PublishArgs::resume`] the id's last
+/// one, whose last stored sequence is the number of input lines to skip). Line `n` of the
+/// input carries sequence `n` (wrapping after `u32::MAX`), the same on every resend. The
+/// gateway takes only the next sequence; a record refused `Full` or out of sequence is
+/// resent, in order, with everything after it, so none is abandoned while later ones are
+/// stored. Against a gateway of an older protocol version the records carry the producer
+/// without a session (the old rule).
+///
 /// A record the gateway refuses for good (`TooLarge`, `BadRequest`, or too large for a
 /// frame) is logged with its input line number and counted in
 /// [`PublishSummary::rejected`]; publishing goes on with the next lines, and the exit code
-/// is non-zero at the end.
-pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
+/// is non-zero at the end. When `stop` is triggered (SIGINT, SIGTERM), on an input error,
+/// when the gateway stays unreachable, or when a newer session fences this one, publishing
+/// stops and [`PublishSummary::resume_command`] holds the command that continues it.
+pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32) {
     let mut sum = PublishSummary {
         unacknowledged_mode: args.ack == AckLevel::None,
         ..PublishSummary::default()
@@ -123,12 +196,100 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
             return (sum, exit::FAILURE);
         }
     };
-    let lines = spawn_line_reader(input, PUBLISH_INPUT_QUEUE);
     let producer_id = args.producer_id.unwrap_or_else(rand::random);
     let use_producer = args.ack != AckLevel::None || args.producer_id.is_some();
+    if use_producer {
+        sum.producer_id = Some(producer_id);
+    }
+    let stopped = |mut sum: PublishSummary, why: &str| {
+        log::error!("{why}");
+        if let Some(id) = sum.producer_id {
+            sum.resume_command = Some(resume_command(&args, id));
+        }
+        (sum, exit::FAILURE)
+    };
     let mut conn: Option<Client> = None;
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     let mut last_progress = Instant::now();
+    // The session is opened before any input is read, so that a resume can skip lines.
+    let mut epoch: Option<u32> = None;
+    let mut skip = 0u64;
+    loop {
+        if !use_producer {
+            break;
+        }
+        if stop.is_set() {
+            return stopped(sum, "interrupted before the producer session was opened");
+        }
+        if last_progress.elapsed() > args.retry_for {
+            return stopped(
+                sum,
+                &format!(
+                    "giving up after {:?}: no producer session opened",
+                    args.retry_for
+                ),
+            );
+        }
+        let c = match conn.as_mut() {
+            Some(c) => c,
+            None => match Client::connect(&args.gateway, CLIENT_NAME, args.reply_timeout).await {
+                Ok(c) => conn.insert(c),
+                Err(e) => {
+                    let d = backoff.next_delay();
+                    log::warn!("gateway {}: {e}; retrying in {d:.1?}", args.gateway);
+                    sleep_or_stop(d, &stop).await;
+                    continue;
+                }
+            },
+        };
+        if c.welcome().protocol_version < 3 {
+            log::warn!(
+                "gateway {} speaks protocol version {}: no producer sessions; producer {producer_id} publishes under the old rule{}",
+                args.gateway,
+                c.welcome().protocol_version,
+                if args.resume {
+                    " (--resume skips nothing)"
+                } else {
+                    ""
+                }
+            );
+            break;
+        }
+        match c.open_session(producer_id, args.resume).await {
+            Ok(s) => {
+                epoch = Some(s.epoch);
+                sum.session = Some(s.epoch);
+                if s.resumed {
+                    skip = u64::from(s.last_seq);
+                    eprintln!(
+                        "publish: producer {producer_id}, session {} resumed: the gateway stored {} records of it; skipping the first {} input lines",
+                        s.epoch, s.last_seq, s.last_seq
+                    );
+                } else {
+                    if args.resume {
+                        log::warn!("producer {producer_id} has no session to resume");
+                    }
+                    eprintln!("publish: producer {producer_id}, session {}", s.epoch);
+                }
+                break;
+            }
+            Err(ClientError::Gateway { code, message }) if !code.is_retryable() => {
+                return stopped(
+                    sum,
+                    &format!("opening a session for producer {producer_id}: {code:?} {message}"),
+                );
+            }
+            Err(e) => {
+                let d = backoff.next_delay();
+                log::warn!("opening a producer session: {e}; retrying in {d:.1?}");
+                if !e.connection_ok() {
+                    conn = None;
+                }
+                sleep_or_stop(d, &stop).await;
+            }
+        }
+    }
+    let lines = spawn_line_reader(input, PUBLISH_INPUT_QUEUE);
     let mut pending: VecDeque<Unacked> = VecDeque::new();
     let mut input_open = true;
     let mut input_failed = false;
@@ -137,10 +298,17 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
         // Take what the input has, waiting only when there is nothing to send.
         while input_open && pending.len() < PUBLISH_WINDOW {
             let next = if pending.is_empty() {
-                let r = lines.recv().await.ok();
+                let r = smol::future::or(async { Some(lines.recv().await.ok()) }, async {
+                    stop.wait().await;
+                    None
+                })
+                .await;
                 // Time spent waiting for input is not time without progress.
                 last_progress = Instant::now();
-                r
+                match r {
+                    Some(r) => r,
+                    None => return stopped(sum, "interrupted"),
+                }
             } else {
                 match lines.try_recv() {
                     Ok(r) => Some(r),
@@ -150,12 +318,23 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
             };
             match next {
                 Some(Ok(payload)) => {
+                    sum.read += 1;
+                    if sum.skipped < skip {
+                        sum.skipped += 1;
+                        continue;
+                    }
+                    // In a session line n is sequence n; without one, the old numbering
+                    // from 0.
+                    let seq = if epoch.is_some() {
+                        sum.read as u32
+                    } else {
+                        (sum.read - 1) as u32
+                    };
                     pending.push_back(Unacked {
-                        line: sum.read + 1,
-                        seq: sum.read as u32,
+                        line: sum.read,
+                        seq,
                         payload,
                     });
-                    sum.read += 1;
                 }
                 Some(Err(e)) => {
                     log::error!("reading input after line {}: {e}", sum.read);
@@ -168,14 +347,24 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
         if pending.is_empty() {
             break;
         }
+        if stop.is_set() {
+            return stopped(
+                sum,
+                &format!(
+                    "interrupted; {} records read and not acknowledged (from input line {})",
+                    pending.len(),
+                    pending.front().map_or(0, |u| u.line)
+                ),
+            );
+        }
         if last_progress.elapsed() > args.retry_for {
-            log::error!(
+            let why = format!(
                 "giving up after {:?} without progress; {} records read and not acknowledged (from input line {})",
                 args.retry_for,
                 pending.len(),
                 pending.front().map_or(0, |u| u.line)
             );
-            return (sum, exit::FAILURE);
+            return stopped(sum, &why);
         }
         let c = match conn.as_mut() {
             Some(c) => c,
@@ -184,7 +373,7 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
                 Err(e) => {
                     let d = backoff.next_delay();
                     log::warn!("gateway {}: {e}; retrying in {d:.1?}", args.gateway);
-                    smol::Timer::after(d).await;
+                    sleep_or_stop(d, &stop).await;
                     continue;
                 }
             },
@@ -199,7 +388,7 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
                 (producer, u.payload.as_slice())
             })
             .collect();
-        let res = c.publish_batch(&args.topic, &batch, args.ack).await;
+        let res = c.publish_batch(&args.topic, &batch, args.ack, epoch).await;
         drop(batch);
         let last_line = pending.back().map_or(0, |u| u.line);
         sum.sent += last_line.saturating_sub(sent_upto);
@@ -212,6 +401,7 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
         // others, in order, for the resend.
         let mut unsettled = VecDeque::with_capacity(pending.len());
         let mut results = results.into_iter();
+        let mut fenced = None;
         while let Some(u) = pending.pop_front() {
             let settled = match results.next().flatten() {
                 Some(Ok(ack)) => {
@@ -234,6 +424,12 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
                             log::warn!("gateway full, retrying: {message}");
                             false
                         }
+                        // An earlier record was refused (full, lost on the way): this one
+                        // is resent after it, in order.
+                        C::OutOfSequence => {
+                            log::debug!("input line {}: {message}; resending in order", u.line);
+                            false
+                        }
                         // Nothing of it was acknowledged as durable: resend once the
                         // gateway has remounted or restarted (the producer id deduplicates
                         // what did reach flash).
@@ -254,6 +450,15 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
                             log::error!("input line {} not acknowledged: {message}", u.line);
                             sum.rejected += 1;
                             true
+                        }
+                        // A newer session owns the producer id, or the gateway forgot
+                        // this one: nothing more can be stored under it.
+                        C::Fenced | C::UnknownSession => {
+                            fenced.get_or_insert(format!(
+                                "input line {}: {code:?} {message}",
+                                u.line
+                            ));
+                            false
                         }
                         C::TooLarge | C::BadRequest => {
                             log::error!(
@@ -293,23 +498,50 @@ pub async fn publish(args: PublishArgs) -> (PublishSummary, i32) {
             }
         }
         pending = unsettled;
+        if let Some(why) = fenced {
+            return stopped(
+                sum,
+                &format!(
+                    "producer {producer_id} session {}: {why}; {} records not acknowledged",
+                    epoch.unwrap_or(0),
+                    pending.len()
+                ),
+            );
+        }
         if let Some(e) = failure {
             log::warn!("gateway {}: {e}; reconnecting", args.gateway);
             conn = None;
         }
         if !pending.is_empty() {
-            smol::Timer::after(backoff.next_delay()).await;
+            sleep_or_stop(backoff.next_delay(), &stop).await;
         }
     }
     if sum.rejected > 0 {
         log::error!("{} input lines were rejected by the gateway", sum.rejected);
     }
-    let code = if input_failed || sum.rejected > 0 {
+    if input_failed {
+        if let Some(id) = sum.producer_id {
+            sum.resume_command = Some(resume_command(&args, id));
+        }
+        return (sum, exit::FAILURE);
+    }
+    let code = if sum.rejected > 0 {
         exit::FAILURE
     } else {
         exit::OK
     };
     (sum, code)
+}
+
+/// Sleeps `d` or until `stop` is triggered.
+async fn sleep_or_stop(d: Duration, stop: &Shutdown) {
+    smol::future::or(
+        async {
+            smol::Timer::after(d).await;
+        },
+        stop.wait(),
+    )
+    .await
 }
 
 /// Opens `publish`'s input: the file, or stdin for `None` and `-`.

@@ -175,10 +175,17 @@ struct PublishCli {
     #[arg(long, value_enum, default_value = "durable")]
     #[serde(skip)]
     ack: AckArg,
-    /// Idempotent producer id (resends are deduplicated); random by default.
+    /// Idempotent producer id (resends are deduplicated); random by default. Each run opens
+    /// a new producer session of the id (printed at start and in the summary), so a rerun's
+    /// lines are never taken for duplicates of an earlier run's.
     #[arg(long, value_name = "ID")]
     #[serde(skip)]
     producer_id: Option<u64>,
+    /// Continue the producer id's last session instead of opening a new one: skip the input
+    /// lines the gateway already stored (rerun the same input after an interrupt).
+    #[arg(long, requires = "producer_id")]
+    #[serde(skip)]
+    resume: bool,
     /// How long to keep reconnecting and resending without progress: seconds (30, 0.5)
     /// or with a unit (500ms, 5s, 2m).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
@@ -316,11 +323,28 @@ fn main() {
                     AckArg::Durable => AckLevel::Durable,
                 },
                 producer_id: a.producer_id,
+                resume: a.resume,
                 input: a.input,
                 retry_for: a.retry_for,
                 reply_timeout: reply_timeout(&cfg),
             };
-            let (sum, code) = smol::block_on(commands::publish(args));
+            // SIGINT or SIGTERM stops publishing; the summary then prints the command that
+            // resumes it.
+            let (trigger, stop) = Shutdown::new();
+            match signal_hook::iterator::Signals::new([
+                signal_hook::consts::SIGTERM,
+                signal_hook::consts::SIGINT,
+            ]) {
+                Ok(mut signals) => {
+                    std::thread::spawn(move || {
+                        if signals.forever().next().is_some() {
+                            trigger.trigger();
+                        }
+                    });
+                }
+                Err(e) => log::warn!("cannot install signal handlers: {e}"),
+            }
+            let (sum, code) = smol::block_on(commands::publish(args, stop));
             eprintln!("{sum}");
             code
         }

@@ -114,6 +114,15 @@ pub enum Reply {
         /// The counters.
         stats: GatewayStats,
     },
+    /// A producer session (protocol version 3).
+    Session {
+        /// Echoed seq.
+        seq: u32,
+        /// The session's epoch.
+        epoch: u32,
+        /// The last sequence stored in it.
+        last_seq: u32,
+    },
 }
 
 impl Reply {
@@ -205,6 +214,16 @@ impl Reply {
             }
             Response::Deleted { seq, existed } => Reply::Deleted { seq, existed },
             Response::StatsReply { seq, stats } => Reply::Stats { seq, stats },
+            Response::Session {
+                seq,
+                epoch,
+                last_seq,
+                ..
+            } => Reply::Session {
+                seq,
+                epoch,
+                last_seq,
+            },
         })
     }
 }
@@ -460,7 +479,8 @@ fn check_seq(r: &Reply, seq: u32) -> io::Result<()> {
         | Reply::Committed { seq, .. }
         | Reply::Consumers { seq, .. }
         | Reply::Deleted { seq, .. }
-        | Reply::Stats { seq, .. } => *seq,
+        | Reply::Stats { seq, .. }
+        | Reply::Session { seq, .. } => *seq,
         Reply::Welcome { .. } => return Ok(()),
     };
     if got != seq && got != 0 {

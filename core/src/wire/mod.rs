@@ -55,8 +55,54 @@ pub use list::{
 use serde::{Deserialize, Serialize};
 
 /// The protocol version this crate speaks, sent in [`Request::Hello`] and
-/// [`Response::Welcome`]. Version 2 added [`ErrorCode::StorageFailed`].
-pub const PROTOCOL_VERSION: u16 = 2;
+/// [`Response::Welcome`]. Version 2 added [`ErrorCode::StorageFailed`]. Version 3 added
+/// producer sessions ([`Request::OpenSession`], [`Request::SessionPublish`],
+/// [`Response::Session`], error codes 13 to 15), the credential of the `Hello`
+/// ([`HelloV3`], error code 16) and the producer window of the `Welcome` ([`WelcomeV3`]).
+pub const PROTOCOL_VERSION: u16 = 3;
+
+/// The fields protocol version 3 appends to [`Request::Hello`], encoded right after it in
+/// the same message (a version 1 or 2 gateway ignores them). Encode a version 3 hello as the
+/// tuple `(Request::Hello { .. }, HelloV3 { .. })`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct HelloV3<'a> {
+    /// Credential for the gateway (reserved for authentication): `None` or empty when the
+    /// client has none. A gateway without credentials configured refuses a non-empty one
+    /// with [`ErrorCode::Unauthorized`].
+    #[serde(borrow)]
+    pub credential: Option<&'a [u8]>,
+}
+
+/// The fields protocol version 3 appends to [`Response::Welcome`], encoded right after it
+/// in the same message, only to clients that announced version 3 or later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WelcomeV3 {
+    /// `(sequence, offset)` pairs the gateway remembers per producer id: a resend of one of
+    /// a producer's last `producer_window` records is answered with its original offset, an
+    /// older one with [`ErrorCode::DuplicateSequenceUnknownOffset`]. It does not limit how
+    /// many records a producer may have in flight.
+    pub producer_window: u32,
+}
+
+/// Splits a message into the first value (`Request` or `Response`) and the bytes after it,
+/// where version 3 puts [`HelloV3`] and [`WelcomeV3`]. Errors: the message does not
+/// decode.
+pub fn take_message<'a, T: Deserialize<'a>>(msg: &'a [u8]) -> Result<(T, &'a [u8]), FrameError> {
+    Ok(postcard::take_from_bytes(msg)?)
+}
+
+/// The producer of a [`Request::SessionPublish`]: id, session epoch and sequence. Encoded
+/// as `id` (varint u64), `epoch` (varint u32), `seq` (varint u32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SessionProducer {
+    /// Producer id.
+    pub id: u64,
+    /// The session's epoch, from [`Response::Session`].
+    pub epoch: u32,
+    /// Sequence number: 1 for the session's first record, +1 per record (wrapping after
+    /// `u32::MAX` to 0; compared in RFC 1982 serial number arithmetic).
+    pub seq: u32,
+}
 
 /// How far a publish must have got before the gateway acknowledges it.
 ///
@@ -83,7 +129,8 @@ pub use crate::log::Producer;
 /// A request, sent by a client (sensor, bridge, tool) to the gateway.
 ///
 /// Variant indexes on the wire: `Hello` 0, `Publish` 1, `Fetch` 2, `Commit` 3,
-/// `ListConsumers` 4, `DeleteConsumer` 5, `Stats` 6.
+/// `ListConsumers` 4, `DeleteConsumer` 5, `Stats` 6, `OpenSession` 7 (version 3),
+/// `SessionPublish` 8 (version 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request<'a> {
     /// Handshake, the first message of a connection. Answered by [`Response::Welcome`] or
@@ -162,6 +209,42 @@ pub enum Request<'a> {
         /// Client sequence number, echoed in the reply.
         seq: u32,
     },
+    /// (Version 3) Open a producer session for `producer_id`, or resume its current one.
+    /// Answered by [`Response::Session`], or [`Response::Error`] (`Full` when a resume
+    /// cannot flush, `BadRequest` when the id has used every epoch, `StorageFailed`).
+    ///
+    /// Without `resume` a new session starts: a new epoch, sequences from 1; publishes
+    /// under the id's earlier epochs are fenced from then on. With `resume` the id's current
+    /// session goes on: the answer carries the last sequence stored durably, and the
+    /// producer continues with the next one (an id without a session gets a new one).
+    OpenSession {
+        /// Client sequence number, echoed in the reply.
+        seq: u32,
+        /// Producer id, chosen and kept by the publisher.
+        producer_id: u64,
+        /// Continue the id's current session instead of starting a new one.
+        resume: bool,
+    },
+    /// (Version 3) Append one record of a producer session: like [`Request::Publish`], with
+    /// the session rules. Answered by [`Response::Ack`] (with `duplicate` for a resend of
+    /// a stored sequence), [`Response::Error`] (those of `Publish`, and `OutOfSequence`,
+    /// `Fenced`, `UnknownSession`), or nothing if `ack` is [`AckLevel::None`].
+    SessionPublish {
+        /// Client sequence number, echoed in the reply.
+        seq: u32,
+        /// Topic (UTF-8).
+        topic: &'a str,
+        /// Wall-clock time of the measurement in µs since the Unix epoch; `None` lets the
+        /// gateway stamp it.
+        timestamp_us: Option<u64>,
+        /// Record payload (at most `max_record_bytes` of the `Welcome`).
+        #[serde(serialize_with = "as_bytes")]
+        payload: &'a [u8],
+        /// When to acknowledge.
+        ack: AckLevel,
+        /// Producer id, session epoch and sequence.
+        producer: SessionProducer,
+    },
 }
 
 impl Request<'_> {
@@ -174,7 +257,9 @@ impl Request<'_> {
             | Request::Commit { seq, .. }
             | Request::ListConsumers { seq }
             | Request::DeleteConsumer { seq, .. }
-            | Request::Stats { seq } => Some(seq),
+            | Request::Stats { seq }
+            | Request::OpenSession { seq, .. }
+            | Request::SessionPublish { seq, .. } => Some(seq),
         }
     }
 }
@@ -182,7 +267,7 @@ impl Request<'_> {
 /// A response, sent by the gateway to a client.
 ///
 /// Variant indexes on the wire: `Welcome` 0, `Ack` 1, `Error` 2, `Records` 3, `Dropped` 4,
-/// `Committed` 5, `Consumers` 6, `Deleted` 7, `StatsReply` 8.
+/// `Committed` 5, `Consumers` 6, `Deleted` 7, `StatsReply` 8, `Session` 9 (version 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response<'a> {
     /// Handshake accepted.
@@ -276,6 +361,20 @@ pub enum Response<'a> {
         /// The counters (fields appended only, at the end of the message).
         stats: GatewayStats,
     },
+    /// (Version 3) A producer session opened or resumed by [`Request::OpenSession`].
+    Session {
+        /// Echo of the request's `seq`.
+        seq: u32,
+        /// Producer id (echo).
+        producer_id: u64,
+        /// The session's epoch: 1 for an id's first session, +1 for each new one.
+        epoch: u32,
+        /// The last sequence stored in the session (durably, for a resumed one); 0 if none.
+        /// The next record takes `last_seq + 1` (wrapping).
+        last_seq: u32,
+        /// True: the id's current session was resumed; false: a new one was opened.
+        resumed: bool,
+    },
 }
 
 impl Response<'_> {
@@ -290,7 +389,8 @@ impl Response<'_> {
             | Response::Committed { seq, .. }
             | Response::Consumers { seq, .. }
             | Response::Deleted { seq, .. }
-            | Response::StatsReply { seq, .. } => Some(seq),
+            | Response::StatsReply { seq, .. }
+            | Response::Session { seq, .. } => Some(seq),
         }
     }
 }
@@ -341,6 +441,23 @@ pub enum ErrorCode {
     /// records that did reach flash are deduplicated. A client that announced version 1
     /// gets [`ErrorCode::Internal`] instead.
     StorageFailed = 12,
+    /// \[13\] (protocol version 3) A session's record is neither the next sequence (the
+    /// last stored + 1, named in the message) nor a stored one: nothing was stored. Resend
+    /// in order from the first unacknowledged record.
+    OutOfSequence = 13,
+    /// \[14\] (protocol version 3) A newer session owns the producer id: the publish named
+    /// an older epoch (or, from a version 1 or 2 client, none). Nothing was stored; stop
+    /// publishing under this session. A version 1 or 2 client gets
+    /// [`ErrorCode::BadRequest`] instead.
+    Fenced = 14,
+    /// \[15\] (protocol version 3) The gateway did not open this session (an epoch it never
+    /// handed out for the id, or it forgot the id: it remembers the 32 most recently active
+    /// producer ids). Nothing was stored; open a new session.
+    UnknownSession = 15,
+    /// \[16\] (protocol version 3) The `Hello` carried a credential the gateway does not
+    /// accept (this gateway has no credentials configured). The connection is not
+    /// handshaken.
+    Unauthorized = 16,
 }
 
 impl ErrorCode {
@@ -353,15 +470,22 @@ impl ErrorCode {
     pub const fn since_version(self) -> u16 {
         match self {
             ErrorCode::StorageFailed => 2,
+            ErrorCode::OutOfSequence
+            | ErrorCode::Fenced
+            | ErrorCode::UnknownSession
+            | ErrorCode::Unauthorized => 3,
             _ => 1,
         }
     }
 
     /// This code as a client speaking `protocol_version` knows it: a code newer than that
-    /// version becomes [`ErrorCode::Internal`].
+    /// version becomes [`ErrorCode::Internal`] (a storage failure, retryable) or, for the
+    /// version 3 codes, [`ErrorCode::BadRequest`] (not retryable as is).
     pub const fn for_version(self, protocol_version: u16) -> ErrorCode {
         if protocol_version >= self.since_version() {
             self
+        } else if self.since_version() >= 3 {
+            ErrorCode::BadRequest
         } else {
             ErrorCode::Internal
         }

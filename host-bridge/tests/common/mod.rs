@@ -484,5 +484,9 @@ fn handle(
             };
             wire::encode_frame(&Response::StatsReply { seq, stats }, out).ok()
         }
+        // This fake speaks protocol version 1: no producer sessions.
+        Request::OpenSession { seq, .. } | Request::SessionPublish { seq, .. } => {
+            err(out, seq, ErrorCode::BadRequest, "no sessions in version 1")
+        }
     }
 }

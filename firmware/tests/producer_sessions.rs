@@ -1,0 +1,338 @@
+//! Producer sessions over the wire on the real gateway core: the version 3 handshake (the
+//! window announced, a credential refused), `OpenSession` and `SessionPublish` with Kafka's
+//! next-sequence rule and fencing, and a version 1 client that keeps the version 1 rules.
+
+use spillway_core::log::{Config, Log, Memory, SegmentSlot, segments_for};
+use spillway_core::storage::{Geometry, SimFlash};
+use spillway_core::wire::{
+    AckLevel, ErrorCode, HelloV3, Producer, Request, Response, SessionProducer, WelcomeV3,
+    decode_frame, encode_frame, take_message,
+};
+use spillway_firmware::{Conn, Gateway, GatewayConfig, Outcome};
+
+const G: Geometry = Geometry {
+    erase_size: 4096,
+    write_size: 4,
+    capacity: 4096 * 18,
+    erased: 0xFF,
+};
+
+/// A gateway, a log on a simulated flash, and the buffers one request needs.
+struct Rig {
+    gw: Gateway,
+    scratch: Vec<u8>,
+    out: Vec<u8>,
+}
+
+impl Rig {
+    fn new() -> Self {
+        Rig {
+            gw: Gateway::new(GatewayConfig::new("g", 256, 4096), 0),
+            scratch: vec![0u8; 4096],
+            out: vec![0u8; 4096],
+        }
+    }
+
+    /// Sends the postcard message `msg` on `conn`; returns the reply's message bytes.
+    fn send(
+        &mut self,
+        conn: &mut Conn,
+        log: &mut Log<'_, &mut SimFlash<Vec<u8>>>,
+        msg: &[u8],
+    ) -> Option<Vec<u8>> {
+        let o = self
+            .gw
+            .handle_message(conn, msg, log, 0, 1_000, &mut self.scratch, &mut self.out);
+        let len = match o {
+            Outcome::Reply { len } | Outcome::ReplyWhenDurable { len, .. } => len,
+            Outcome::NoReply => return None,
+            other => panic!("{other:?}"),
+        };
+        let mut frame = self.out[..len].to_vec();
+        Some(decode_frame(&mut frame).unwrap().to_vec())
+    }
+
+    /// Sends `req`; returns the reply's message bytes.
+    fn request(
+        &mut self,
+        conn: &mut Conn,
+        log: &mut Log<'_, &mut SimFlash<Vec<u8>>>,
+        req: &Request<'_>,
+    ) -> Vec<u8> {
+        self.send(conn, log, &req_bytes(req)).expect("a reply")
+    }
+}
+
+/// The message bytes of `req`, as a frame carries them.
+fn req_bytes(req: &Request<'_>) -> Vec<u8> {
+    let mut buf = [0u8; 1024];
+    let n = encode_frame(req, &mut buf).unwrap();
+    decode_frame(&mut buf[..n]).unwrap().to_vec()
+}
+
+fn mount<'a>(
+    flash: &'a mut SimFlash<Vec<u8>>,
+    buf: &'a mut [u8],
+    slots: &'a mut [SegmentSlot],
+) -> Log<'a, &'a mut SimFlash<Vec<u8>>> {
+    let mem = Memory {
+        buffer: buf,
+        segments: slots,
+    };
+    Log::mount(flash, Config::default(), mem, 0).unwrap().0
+}
+
+fn resp(msg: &[u8]) -> Response<'_> {
+    take_message::<Response<'_>>(msg).unwrap().0
+}
+
+fn session_publish(seq: u32, epoch: u32, pseq: u32, payload: &[u8]) -> Request<'_> {
+    Request::SessionPublish {
+        seq,
+        topic: "t",
+        timestamp_us: None,
+        payload,
+        ack: AckLevel::Buffered,
+        producer: SessionProducer {
+            id: 7,
+            epoch,
+            seq: pseq,
+        },
+    }
+}
+
+fn error_code(msg: &[u8]) -> ErrorCode {
+    match resp(msg) {
+        Response::Error { code, .. } => code,
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+fn hello3(credential: Option<&[u8]>) -> Vec<u8> {
+    let mut buf = [0u8; 1024];
+    let hello = Request::Hello {
+        protocol_version: 3,
+        client_name: "v3",
+    };
+    let n = encode_frame(&(hello, HelloV3 { credential }), &mut buf).unwrap();
+    decode_frame(&mut buf[..n]).unwrap().to_vec()
+}
+
+/// A sensor built from the version 1 document (the exact `Hello` bytes of its worked
+/// example) is answered in version 1, with nothing appended to the `Welcome`, and keeps the
+/// version 1 producer rule; once a session owns its producer id its publishes are refused
+/// with a code version 1 knows (`BadRequest`), never stored.
+#[test]
+fn a_version_1_client_keeps_the_version_1_rules_on_a_version_3_gateway() {
+    let mut flash = SimFlash::new_vec(G).unwrap();
+    Log::format(&mut flash, 1, 2).unwrap();
+    let (mut buf, mut slots) = (
+        vec![0u8; 4096],
+        vec![SegmentSlot::EMPTY; segments_for(&G, 2) as usize],
+    );
+    let mut log = mount(&mut flash, &mut buf, &mut slots);
+    let mut rig = Rig::new();
+    let mut old = Conn::default();
+    let hello_v1 = [0x00, 0x01, 0x06, b'b', b'u', b'o', b'y', b'-', b'7'];
+    let w = rig.send(&mut old, &mut log, &hello_v1).unwrap();
+    let (welcome, rest) = take_message::<Response<'_>>(&w).unwrap();
+    assert!(matches!(
+        welcome,
+        Response::Welcome {
+            protocol_version: 1,
+            ..
+        }
+    ));
+    assert!(rest.is_empty(), "nothing a version 1 decoder does not know");
+    let legacy = |seq: u32, pseq: u32| Request::Publish {
+        seq,
+        topic: "t",
+        timestamp_us: None,
+        payload: b"v1",
+        ack: AckLevel::Buffered,
+        producer: Some(Producer { id: 7, seq: pseq }),
+    };
+    for pseq in 0..3 {
+        let r = rig.request(&mut old, &mut log, &legacy(pseq + 1, pseq));
+        assert!(matches!(
+            resp(&r),
+            Response::Ack {
+                duplicate: false,
+                ..
+            }
+        ));
+    }
+    // Version 1 rule: a resend inside the window is a duplicate; a gap is allowed.
+    let r = rig.request(&mut old, &mut log, &legacy(9, 1));
+    assert!(matches!(
+        resp(&r),
+        Response::Ack {
+            offset: 1,
+            duplicate: true,
+            ..
+        }
+    ));
+    let r = rig.request(&mut old, &mut log, &legacy(10, 5));
+    assert!(matches!(
+        resp(&r),
+        Response::Ack {
+            duplicate: false,
+            ..
+        }
+    ));
+    // A version 3 client opens a session for the same id: the old client is fenced, with
+    // a code it knows.
+    let mut new = Conn::default();
+    rig.send(&mut new, &mut log, &hello3(None)).unwrap();
+    let s = rig.request(
+        &mut new,
+        &mut log,
+        &Request::OpenSession {
+            seq: 1,
+            producer_id: 7,
+            resume: false,
+        },
+    );
+    assert!(matches!(resp(&s), Response::Session { epoch: 1, .. }));
+    let next = log.next_offset();
+    let r = rig.request(&mut old, &mut log, &legacy(11, 6));
+    assert_eq!(error_code(&r), ErrorCode::BadRequest);
+    assert_eq!(log.next_offset(), next, "nothing stored");
+    // The same publish from a version 3 client gets the version 3 code.
+    let r = rig.request(&mut new, &mut log, &legacy(2, 6));
+    assert_eq!(error_code(&r), ErrorCode::Fenced);
+}
+
+/// The version 3 `Welcome` announces the producer window; a `Hello` with a credential is
+/// refused (no credentials are configured) and leaves the connection without a handshake.
+#[test]
+fn the_version_3_handshake_announces_the_window_and_refuses_a_credential() {
+    let mut flash = SimFlash::new_vec(G).unwrap();
+    Log::format(&mut flash, 1, 2).unwrap();
+    let (mut buf, mut slots) = (
+        vec![0u8; 4096],
+        vec![SegmentSlot::EMPTY; segments_for(&G, 2) as usize],
+    );
+    let mut log = mount(&mut flash, &mut buf, &mut slots);
+    let mut rig = Rig::new();
+    for hello in [hello3(None), hello3(Some(b"")), {
+        // A version 3 client that appends nothing.
+        req_bytes(&Request::Hello {
+            protocol_version: 3,
+            client_name: "bare",
+        })
+    }] {
+        let mut conn = Conn::default();
+        let w = rig.send(&mut conn, &mut log, &hello).unwrap();
+        let (welcome, rest) = take_message::<Response<'_>>(&w).unwrap();
+        assert!(matches!(
+            welcome,
+            Response::Welcome {
+                protocol_version: 3,
+                ..
+            }
+        ));
+        let ext: WelcomeV3 = postcard::from_bytes(rest).unwrap();
+        assert_eq!(ext.producer_window, 4);
+    }
+    let mut conn = Conn::default();
+    let r = rig
+        .send(&mut conn, &mut log, &hello3(Some(b"s3cret")))
+        .unwrap();
+    match resp(&r) {
+        Response::Error { code, message, .. } => {
+            assert_eq!(code, ErrorCode::Unauthorized);
+            assert_eq!(message, "credentials are not configured on this gateway");
+        }
+        other => panic!("{other:?}"),
+    }
+    let r = rig.request(&mut conn, &mut log, &Request::Stats { seq: 1 });
+    assert_eq!(error_code(&r), ErrorCode::NotHandshaken);
+}
+
+/// `OpenSession` and `SessionPublish` over the wire: the next sequence is stored, a gap is
+/// refused as out of sequence and stored once resent in order, a resend is a duplicate with
+/// its offset, an older epoch is fenced, an unknown one refused, and a resume returns the
+/// last stored sequence.
+#[test]
+fn session_publishes_follow_the_next_sequence_rule_over_the_wire() {
+    let mut flash = SimFlash::new_vec(G).unwrap();
+    Log::format(&mut flash, 1, 2).unwrap();
+    let (mut buf, mut slots) = (
+        vec![0u8; 4096],
+        vec![SegmentSlot::EMPTY; segments_for(&G, 2) as usize],
+    );
+    let mut log = mount(&mut flash, &mut buf, &mut slots);
+    let mut rig = Rig::new();
+    let mut c = Conn::default();
+    rig.send(&mut c, &mut log, &hello3(None)).unwrap();
+    let open = |seq, resume| Request::OpenSession {
+        seq,
+        producer_id: 7,
+        resume,
+    };
+    let s = rig.request(&mut c, &mut log, &open(1, false));
+    assert!(matches!(
+        resp(&s),
+        Response::Session {
+            seq: 1,
+            producer_id: 7,
+            epoch: 1,
+            last_seq: 0,
+            resumed: false
+        }
+    ));
+    let r = rig.request(&mut c, &mut log, &session_publish(2, 1, 1, b"a"));
+    assert!(matches!(
+        resp(&r),
+        Response::Ack {
+            offset: 0,
+            duplicate: false,
+            ..
+        }
+    ));
+    let r = rig.request(&mut c, &mut log, &session_publish(3, 1, 3, b"c"));
+    assert_eq!(error_code(&r), ErrorCode::OutOfSequence);
+    for (seq, pseq, off) in [(4, 2, 1), (5, 3, 2)] {
+        let r = rig.request(&mut c, &mut log, &session_publish(seq, 1, pseq, b"x"));
+        assert!(
+            matches!(resp(&r), Response::Ack { offset, duplicate: false, .. } if offset == off)
+        );
+    }
+    let r = rig.request(&mut c, &mut log, &session_publish(6, 1, 2, b"x"));
+    assert!(matches!(
+        resp(&r),
+        Response::Ack {
+            offset: 1,
+            duplicate: true,
+            ..
+        }
+    ));
+    let r = rig.request(&mut c, &mut log, &open(7, true));
+    assert!(matches!(
+        resp(&r),
+        Response::Session {
+            epoch: 1,
+            last_seq: 3,
+            resumed: true,
+            ..
+        }
+    ));
+    let r = rig.request(&mut c, &mut log, &open(8, false));
+    assert!(matches!(resp(&r), Response::Session { epoch: 2, .. }));
+    let r = rig.request(&mut c, &mut log, &session_publish(9, 1, 4, b"zombie"));
+    assert_eq!(error_code(&r), ErrorCode::Fenced);
+    let r = rig.request(&mut c, &mut log, &session_publish(10, 5, 1, b"made up"));
+    assert_eq!(error_code(&r), ErrorCode::UnknownSession);
+    let r = rig.request(&mut c, &mut log, &session_publish(11, 2, 1, b"new run"));
+    assert!(matches!(
+        resp(&r),
+        Response::Ack {
+            offset: 3,
+            duplicate: false,
+            ..
+        }
+    ));
+    assert_eq!(rig.gw.counters().out_of_sequence, 1);
+    assert_eq!(rig.gw.counters().fenced, 2);
+}
