@@ -171,19 +171,24 @@ struct Unacked {
 ///
 /// Producer sessions (protocol version 3): before reading any input, `publish` opens a
 /// session for its producer id (a new one, or with [`PublishArgs::resume`] the id's last
-/// one, whose last stored sequence is the number of input lines to skip). Line `n` of the
-/// input carries sequence `n` (wrapping after `u32::MAX`), the same on every resend. The
-/// gateway takes only the next sequence; a record refused `Full` or out of sequence is
-/// resent, in order, with everything after it, so none is abandoned while later ones are
-/// stored. Against a gateway of an older protocol version the records carry the producer
-/// without a session (the old rule).
+/// one, whose last stored sequence is the number of input lines to skip). A line longer than
+/// the gateway's `max_record_bytes` (from its `Welcome`) is refused before it is sent and
+/// gets no sequence number; every other line gets the next one, from 1 (wrapping after
+/// `u32::MAX`), the same on every resend, so a resume of the same input against a gateway
+/// with the same limit skips exactly the lines stored. The gateway takes only the next
+/// sequence; a record refused `Full` or out of sequence is resent, in order, with everything
+/// after it, so none is abandoned while later ones are stored. Against a gateway of an older
+/// protocol version the records carry the producer without a session (the old rule).
 ///
-/// A record the gateway refuses for good (`TooLarge`, `BadRequest`, or too large for a
-/// frame) is logged with its input line number and counted in
+/// A record refused for good (over the record limit, `TooLarge`, `BadRequest`, or too large
+/// for a frame) is logged with its input line number and counted in
 /// [`PublishSummary::rejected`]; publishing goes on with the next lines, and the exit code
-/// is non-zero at the end. When `stop` is triggered (SIGINT, SIGTERM), on an input error,
-/// when the gateway stays unreachable, or when a newer session fences this one, publishing
-/// stops and [`PublishSummary::resume_command`] holds the command that continues it.
+/// is non-zero at the end. When `stop` is triggered (SIGINT, SIGTERM), on an input error, or
+/// when the gateway stays unreachable, publishing stops and
+/// [`PublishSummary::resume_command`] holds the command that continues it. When a newer
+/// session fences this one (another publisher opened a session for the same producer id),
+/// publishing stops without a resume command: resuming would continue the other
+/// publisher's session.
 pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32) {
     let mut sum = PublishSummary {
         unacknowledged_mode: args.ack == AckLevel::None,
@@ -214,6 +219,10 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
     // The session is opened before any input is read, so that a resume can skip lines.
     let mut epoch: Option<u32> = None;
     let mut skip = 0u64;
+    // In a session, the largest payload the gateway takes (its `Welcome`): a longer line is
+    // refused here and gets no sequence number, so it cannot hold up the lines after it
+    // (the gateway takes only the next sequence), and a resume skips the same lines.
+    let mut max_record: Option<usize> = None;
     loop {
         if !use_producer {
             break;
@@ -259,6 +268,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
             Ok(s) => {
                 epoch = Some(s.epoch);
                 sum.session = Some(s.epoch);
+                max_record = Some(c.welcome().max_record_bytes as usize);
                 if s.resumed {
                     skip = u64::from(s.last_seq);
                     eprintln!(
@@ -294,6 +304,8 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
     let mut input_open = true;
     let mut input_failed = false;
     let mut sent_upto = 0u64;
+    // Input lines given a sequence number so far (every line but those over `max_record`).
+    let mut numbered = 0u64;
     loop {
         // Take what the input has, waiting only when there is nothing to send.
         while input_open && pending.len() < PUBLISH_WINDOW {
@@ -319,16 +331,26 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
             match next {
                 Some(Ok(payload)) => {
                     sum.read += 1;
+                    if let Some(max) = max_record.filter(|&m| payload.len() > m) {
+                        log::error!(
+                            "input line {} is {} bytes, the gateway takes at most {max}; not sent",
+                            sum.read,
+                            payload.len()
+                        );
+                        sum.rejected += 1;
+                        continue;
+                    }
+                    numbered += 1;
                     if sum.skipped < skip {
                         sum.skipped += 1;
                         continue;
                     }
-                    // In a session line n is sequence n; without one, the old numbering
-                    // from 0.
+                    // In a session the n-th numbered line is sequence n (wrapping); without
+                    // one, the old numbering from 0.
                     let seq = if epoch.is_some() {
-                        sum.read as u32
+                        numbered as u32
                     } else {
-                        (sum.read - 1) as u32
+                        (numbered - 1) as u32
                     };
                     pending.push_back(Unacked {
                         line: sum.read,
@@ -499,14 +521,16 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         }
         pending = unsettled;
         if let Some(why) = fenced {
-            return stopped(
-                sum,
-                &format!(
-                    "producer {producer_id} session {}: {why}; {} records not acknowledged",
-                    epoch.unwrap_or(0),
-                    pending.len()
-                ),
+            // Another publisher took the producer id over (or the gateway forgot this
+            // session): a `--resume` would continue that publisher's session and skip by its
+            // count, not this input's, so no resume command is offered.
+            log::error!(
+                "producer {producer_id} session {}: {why}; {} records not acknowledged, from input line {}; another publisher owns the producer id now: publish the rest under a new producer id",
+                epoch.unwrap_or(0),
+                pending.len(),
+                pending.front().map_or(0, |u| u.line)
             );
+            return (sum, exit::FAILURE);
         }
         if let Some(e) = failure {
             log::warn!("gateway {}: {e}; reconnecting", args.gateway);

@@ -169,3 +169,32 @@ fn an_interrupted_publish_resumes_and_stores_every_line_once() {
     assert_eq!(lines.len(), n, "every input line stored exactly once");
     assert!(lines == want, "in input order");
 }
+
+/// A line over the gateway's max record size (4 KiB by default) is refused before it is
+/// sent and gets no sequence number: the lines after it are stored (the gateway takes only
+/// the next sequence, so a refused sequence used to hold up every later line until
+/// `--retry-for` ran out), and a `--resume` of the same input skips exactly the stored lines.
+#[test]
+fn a_line_over_the_record_limit_does_not_hold_up_the_lines_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = spillway_tests::gateway::free_port();
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let _gateway = start_gateway(dir.path(), port);
+    let input = format!("first\n{}\nafter-1\nafter-2\n", "x".repeat(5000));
+    let out = publish_stdin(&gw, "9", &input, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "a refused line exits 1: {err}");
+    assert!(
+        err.contains("input line 2 is 5000 bytes, the gateway takes at most 4096"),
+        "{err}"
+    );
+    assert_eq!(stored(&gw), ["first", "after-1", "after-2"]);
+    // The same input again under --resume: the three numbered lines are stored already.
+    let again = publish_stdin(&gw, "9", &input, &["--resume"]);
+    let again_err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        again_err.contains("skipping the first 3 input lines"),
+        "{again_err}"
+    );
+    assert_eq!(stored(&gw), ["first", "after-1", "after-2"], "{again_err}");
+}
