@@ -697,6 +697,38 @@ fn connections_beyond_the_limit_are_refused() {
     c.publish("t", b"x", AckLevel::Buffered, None).unwrap();
 }
 
+/// Idle sockets cannot hold every slot for ever: a framed connection that sends no complete
+/// frame within 10 s of connecting is closed, and a real client gets its slot.
+#[test]
+fn connections_that_never_say_hello_are_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut args = with_listen(image_args(dir.path()), &[format!("tcp://127.0.0.1:{port}")]);
+    args.extend(["--max-connections".into(), "3".into()]);
+    let g = GatewayProcess::start(&args, 1);
+    let mut idle: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    // Half a frame from one of them: a partial frame is no Hello either.
+    idle[0].write_all(&[0x05, 0x01]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while g.log_text().matches("no complete frame within").count() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "idle connections not closed: {}",
+            g.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for s in &mut idle {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(s.read(&mut b).unwrap_or(0), 0, "closed by the gateway");
+    }
+    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    c.publish("t", b"x", AckLevel::Buffered, None).unwrap();
+}
+
 /// Long polls wait at most four per connection: of ten long-poll fetches sent at the log's
 /// end, six are answered at once with no records, and the four that wait are answered with
 /// the record published next.

@@ -220,6 +220,7 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
                                         mode.clone(),
                                         ctx.clone(),
                                         peer,
+                                        Some(net::HELLO_TIMEOUT),
                                     );
                                     smol::spawn(async move {
                                         served.await;
@@ -256,6 +257,7 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
                                         mode.clone(),
                                         ctx.clone(),
                                         name.clone(),
+                                        Some(net::HELLO_TIMEOUT),
                                     );
                                     smol::spawn(async move {
                                         served.await;

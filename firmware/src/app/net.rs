@@ -40,6 +40,11 @@ pub const MAX_BAD_FRAMES: u32 = 16;
 /// connection's [`Budget`] stops reading it.
 pub const SOCKET_SEND_BUFFER: usize = 64 * 1024;
 
+/// Time a framed connection has to send its first complete frame (the `Hello`) after it is
+/// accepted; a connection that sends none in time is closed, so idle sockets cannot hold
+/// every `--max-connections` slot.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Sets [`SOCKET_SEND_BUFFER`] on an accepted socket; a failure is logged and the
 /// connection served with the kernel's default.
 pub fn bound_send_buffer(socket: impl std::os::fd::AsFd, peer: &str) {
@@ -185,10 +190,18 @@ impl Drop for ConnSlot {
     }
 }
 
-/// Serves one connection until the peer closes, an I/O error, too many bad frames, or the
-/// log thread drops it (a client that does not read its replies).
-pub async fn serve<R, W>(mut r: R, mut w: W, mode: Mode, ctx: Ctx, peer: String)
-where
+/// Serves one connection until the peer closes, an I/O error, too many bad frames, the log
+/// thread drops it (a client that does not read its replies), or, with `hello_timeout`
+/// (sockets: [`HELLO_TIMEOUT`]; serial ports wait for ever), a framed connection sends no
+/// complete frame that long after it was accepted.
+pub async fn serve<R, W>(
+    mut r: R,
+    mut w: W,
+    mode: Mode,
+    ctx: Ctx,
+    peer: String,
+    hello_timeout: Option<Duration>,
+) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
@@ -224,10 +237,29 @@ where
                 let limit = ctx.max_frame.saturating_sub(1);
                 let mut frames = FrameDecoder::new(GrowingFrameBuffer::new(limit));
                 let mut bad_in_a_row = 0u32;
+                let hello_deadline = hello_timeout.map(|t| (std::time::Instant::now() + t, t));
+                let mut greeted = hello_deadline.is_none();
                 loop {
-                    let n = match r.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => n,
+                    let read = match hello_deadline {
+                        Some((at, _)) if !greeted => {
+                            smol::future::or(async { Some(r.read(&mut buf).await) }, async {
+                                smol::Timer::at(at).await;
+                                None
+                            })
+                            .await
+                        }
+                        _ => Some(r.read(&mut buf).await),
+                    };
+                    let n = match read {
+                        Some(Ok(0) | Err(_)) => return,
+                        Some(Ok(n)) => n,
+                        None => {
+                            log::warn!(
+                                "connection {conn} from {peer}: no complete frame within {:?} of connecting; closing",
+                                hello_deadline.map_or(Duration::ZERO, |d| d.1)
+                            );
+                            return;
+                        }
                     };
                     let mut input = &buf[..n];
                     loop {
@@ -236,6 +268,7 @@ where
                             FeedResult::Frame { message, remaining } => {
                                 input = remaining;
                                 bad_in_a_row = 0;
+                                greeted = true;
                                 Cmd::Frame {
                                     conn,
                                     reserved: reservation(message, ctx.max_frame, ctx.record_frame),
@@ -417,7 +450,7 @@ pub async fn serve_serial(
         };
         let r = smol::Unblock::new(SerialReader(p));
         let w = smol::Unblock::new(writer);
-        serve(r, w, spec.mode.clone(), ctx.clone(), spec.uri.clone()).await;
+        serve(r, w, spec.mode.clone(), ctx.clone(), spec.uri.clone(), None).await;
         log::warn!("serial port {} closed; reopening", spec.path);
     }
 }
