@@ -412,9 +412,10 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
             .collect();
         let res = c.publish_batch(&args.topic, &batch, args.ack, epoch).await;
         drop(batch);
-        let last_line = pending.back().map_or(0, |u| u.line);
-        sum.sent += last_line.saturating_sub(sent_upto);
-        sent_upto = sent_upto.max(last_line);
+        // Records sent for the first time (lines skipped by a resume or refused before
+        // sending are not among them).
+        sum.sent += pending.iter().filter(|u| u.line > sent_upto).count() as u64;
+        sent_upto = sent_upto.max(pending.back().map_or(0, |u| u.line));
         let (results, failure) = match res {
             Ok(r) => (r.into_iter().map(Some).collect::<Vec<_>>(), None),
             Err((r, e)) => (r, Some(e)),

@@ -188,6 +188,10 @@ fn a_line_over_the_record_limit_does_not_hold_up_the_lines_after_it() {
         err.contains("input line 2 is 5000 bytes, the gateway takes at most 4096"),
         "{err}"
     );
+    assert!(
+        err.contains("read 4, sent 3,"),
+        "the refused line is not sent: {err}"
+    );
     assert_eq!(stored(&gw), ["first", "after-1", "after-2"]);
     // The same input again under --resume: the three numbered lines are stored already.
     let again = publish_stdin(&gw, "9", &input, &["--resume"]);
@@ -197,4 +201,8 @@ fn a_line_over_the_record_limit_does_not_hold_up_the_lines_after_it() {
         "{again_err}"
     );
     assert_eq!(stored(&gw), ["first", "after-1", "after-2"], "{again_err}");
+    assert!(
+        again_err.contains("sent 0,"),
+        "nothing sent again: {again_err}"
+    );
 }
