@@ -239,17 +239,8 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                 ),
             );
         }
-        let c = match conn.as_mut() {
-            Some(c) => c,
-            None => match Client::connect(&args.gateway, CLIENT_NAME, args.reply_timeout).await {
-                Ok(c) => conn.insert(c),
-                Err(e) => {
-                    let d = backoff.next_delay();
-                    log::warn!("gateway {}: {e}; retrying in {d:.1?}", args.gateway);
-                    sleep_or_stop(d, &stop).await;
-                    continue;
-                }
-            },
+        let Some(c) = connection(&mut conn, &args, &mut backoff, &stop).await else {
+            continue;
         };
         if c.welcome().protocol_version < 3 {
             log::warn!(
@@ -388,17 +379,8 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
             );
             return stopped(sum, &why);
         }
-        let c = match conn.as_mut() {
-            Some(c) => c,
-            None => match Client::connect(&args.gateway, CLIENT_NAME, args.reply_timeout).await {
-                Ok(c) => conn.insert(c),
-                Err(e) => {
-                    let d = backoff.next_delay();
-                    log::warn!("gateway {}: {e}; retrying in {d:.1?}", args.gateway);
-                    sleep_or_stop(d, &stop).await;
-                    continue;
-                }
-            },
+        let Some(c) = connection(&mut conn, &args, &mut backoff, &stop).await else {
+            continue;
         };
         let batch: Vec<(Option<Producer>, &[u8])> = pending
             .iter()
@@ -556,6 +538,28 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         exit::OK
     };
     (sum, code)
+}
+
+/// `publish`'s connection: the open one, or a new one to `args.gateway`; `None` after a
+/// failed connect, once the backoff's next delay has passed (or `stop` was triggered).
+async fn connection<'a>(
+    conn: &'a mut Option<Client>,
+    args: &PublishArgs,
+    backoff: &mut Backoff,
+    stop: &Shutdown,
+) -> Option<&'a mut Client> {
+    if conn.is_none() {
+        match Client::connect(&args.gateway, CLIENT_NAME, args.reply_timeout).await {
+            Ok(c) => *conn = Some(c),
+            Err(e) => {
+                let d = backoff.next_delay();
+                log::warn!("gateway {}: {e}; retrying in {d:.1?}", args.gateway);
+                sleep_or_stop(d, stop).await;
+                return None;
+            }
+        }
+    }
+    conn.as_mut()
 }
 
 /// Sleeps `d` or until `stop` is triggered.
