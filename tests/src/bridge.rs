@@ -43,3 +43,13 @@ pub fn spawn_bridge(bin: &Path, args: &[String], log: &Path) -> Result<ChildProc
         .map_err(|e| format!("start {}: {e}", bin.display()))?;
     Ok(ChildProcess::new(child))
 }
+
+/// The gateway's next offset (via `spillway-bridge status --json`), 0 while it is
+/// unreachable.
+pub fn gateway_next_offset(gw: &str) -> u64 {
+    let out = run_bridge(&["status", "--gateway", gw, "--json"]);
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .ok()
+        .and_then(|j| j["stats"]["next_offset"].as_u64())
+        .unwrap_or(0)
+}

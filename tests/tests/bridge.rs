@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
+use spillway_tests::bridge::gateway_next_offset;
 use spillway_tests::gateway::free_port;
 use spillway_tests::kafka::{Broker, KMsg, consume_all};
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
@@ -523,15 +524,6 @@ fn publish_survives_a_gateway_kill_without_duplicates() {
     let want: Vec<String> = (0..n).map(|i| format!("k {i}")).collect();
     assert_eq!(lines.len(), n, "every input line stored exactly once");
     assert!(lines == want, "the log holds the input in order");
-}
-
-/// The gateway's next offset (via `status --json`), 0 while it is unreachable.
-fn gateway_next_offset(gw: &str) -> u64 {
-    let out = run_bridge(&["status", "--gateway", gw, "--json"]);
-    serde_json::from_slice::<serde_json::Value>(&out.stdout)
-        .ok()
-        .and_then(|j| j["stats"]["next_offset"].as_u64())
-        .unwrap_or(0)
 }
 
 /// `consumers` lists the real gateway's consumers with committed offset and lag, and

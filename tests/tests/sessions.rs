@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use spillway_tests::bridge::gateway_next_offset;
 use spillway_tests::process::signal;
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
 
@@ -73,14 +74,6 @@ fn stored(gw: &str) -> Vec<String> {
         .collect()
 }
 
-fn next_offset(gw: &str) -> u64 {
-    let out = run_bridge(&["status", "--gateway", gw, "--json"]);
-    serde_json::from_slice::<serde_json::Value>(&out.stdout)
-        .ok()
-        .and_then(|j| j["stats"]["next_offset"].as_u64())
-        .unwrap_or(0)
-}
-
 /// The first-day report: `printf 'a1\na2\na3\n' | publish --producer-id 7`, then
 /// `printf 'b1\nb2\nb3\nb4\n' | publish --producer-id 7`. The second run used to report
 /// "acknowledged 4 (3 duplicates)" and the log held `a1 a2 a3 b4`: b1..b3 were lost. Each
@@ -134,7 +127,7 @@ fn an_interrupted_publish_resumes_and_stores_every_line_once() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while next_offset(&gw) < 3_000 {
+    while gateway_next_offset(&gw) < 3_000 {
         assert!(Instant::now() < deadline, "publisher made no progress");
         std::thread::sleep(Duration::from_millis(5));
     }
