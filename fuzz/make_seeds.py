@@ -69,6 +69,15 @@ def commit(seq, consumer, offset):
     return varint(3) + varint(seq) + s(consumer) + varint(offset)
 
 
+def open_session(seq, producer_id, resume=False):
+    return varint(7) + varint(seq) + varint(producer_id) + (b"\x01" if resume else b"\x00")
+
+
+def session_publish(seq, topic, payload, producer_id, epoch, pseq, ack=2, ts=1_764_000_000_000_000):
+    return (varint(8) + varint(seq) + s(topic) + opt(varint(ts)) + s(payload) + varint(ack)
+            + varint(producer_id) + varint(epoch) + varint(pseq))
+
+
 def write(target, name, data):
     os.makedirs(f"seeds/{target}", exist_ok=True)
     with open(f"seeds/{target}/{name}", "wb") as f:
@@ -93,6 +102,26 @@ write("wire_gateway", "session", b"\x07" + session)
 write("wire_gateway", "session_bytewise", b"\x00" + session)
 write("wire_gateway", "v1_client", b"\x20" + frame(hello(1)) + frame(publish(1, "t", b"v1", ack=3)))
 write("wire_gateway", "no_hello", b"\x10" + frame(publish(1, "t", b"p")) + frame(fetch(2, 1 << 62)))
+# Version 3: producer sessions (open, publish in order, resend, out of order, fenced by a
+# newer session, an epoch never handed out, resume) and a Hello with a credential.
+v3 = b"".join(frame(m) for m in [
+    hello(3) + b"\x00",
+    open_session(1, 7),
+    session_publish(2, "s/t", b"a1", 7, 1, 1),
+    session_publish(3, "s/t", b"a2", 7, 1, 2),
+    session_publish(4, "s/t", b"a2", 7, 1, 2),
+    session_publish(5, "s/t", b"a9", 7, 1, 9),
+    open_session(6, 7),
+    session_publish(7, "s/t", b"a3", 7, 1, 3),
+    session_publish(8, "s/t", b"b1", 7, 2, 1),
+    session_publish(9, "s/t", b"x", 7, 99, 1),
+    open_session(10, 7, resume=True),
+    session_publish(11, "s/t", b"b2", 7, 2, 0xFFFFFFFF),
+    publish(12, "s/t", b"plain", producer=(7, 5)),
+])
+write("wire_gateway", "v3_sessions", b"\x09" + v3)
+write("wire_gateway", "v3_sessions_bytewise", b"\x00" + v3)
+write("wire_gateway", "v3_credential", b"\x11" + frame(hello(3) + b"\x01" + s("token")) + frame(open_session(1, 1)))
 write("wire_gateway", "garbage", b"\x03\x00\x01\x02\xff\x00\x05abcd\x00")
 
 # lines: bit 6 of the first byte is a fixed topic, the rest the read size.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Spillway demo, from a fresh clone: installs the Debian packages the build needs when
 # they are missing, builds every binary in release mode, then runs `spillway-demo` (real
-# sensor data over a serial pty and TCP into a gateway that is SIGKILLed, drained by a
+# sensor data over a serial pty, TCP and MQTT into a gateway that is SIGKILLed, drained by a
 # bridge that is SIGKILLed too, verified end to end) and exits with its exit code:
 # 0 passed, 1 a check failed, 2 usage error, 3 the scenario could not run.
 # Arguments are passed to spillway-demo (try --help).

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Spillway's build and tests need, when they are missing:
-# C/C++ compilers, make, cmake and the libcurl headers (librdkafka, the bridge's Kafka
-# client, is built from source), socat, python3-venv (the test broker's installer).
+# C/C++ compilers (and the ARM cross compilers), make, cmake, pkg-config and the libcurl
+# and OpenSSL headers (librdkafka, the bridge's Kafka client, is built from source with
+# TLS), socat, stunnel4 (TLS in front of the test broker, for the Kafka-over-TLS test),
+# python3-venv (the test broker's installer), mosquitto-clients (`mosquitto_pub`: the MQTT
+# listener's tests and the demo).
 # Extra package names on the command line are installed too, e.g. `mosquitto` for the
 # benchmarks. Uses sudo only when not root. Does nothing when everything is there.
 set -euo pipefail
@@ -13,12 +16,18 @@ if ! command -v cc >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1 ||
   need+=(build-essential)
 fi
 dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || need+=(libcurl4-openssl-dev)
+dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v socat >/dev/null 2>&1 || need+=(socat)
+command -v stunnel4 >/dev/null 2>&1 || need+=(stunnel4)
+command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 command -v qemu-aarch64 >/dev/null 2>&1 || need+=(qemu-user)
 command -v qemu-system-arm >/dev/null 2>&1 || need+=(qemu-system-arm)
 command -v arm-linux-gnueabihf-gcc >/dev/null 2>&1 || need+=(gcc-arm-linux-gnueabihf)
 command -v aarch64-linux-gnu-strip >/dev/null 2>&1 || need+=(binutils-aarch64-linux-gnu)
+# The C and assembly of `ring` (TLS) in the static aarch64 gateway (.cargo/config.toml).
+command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need+=(gcc-aarch64-linux-gnu)
 command -v dpkg-shlibdeps >/dev/null 2>&1 || need+=(dpkg-dev)
 for pkg in "$@"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")

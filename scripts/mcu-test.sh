@@ -15,7 +15,9 @@
 #  - footprint: sizes of the core alone (bin `core-only`) and of core + gateway (bin
 #    `gateway`) at opt-level "s" (profile release) and "z" (profile release-z), 4 KiB RAM
 #    buffer each: .text, .rodata, .data + .bss, and the stack high water each image
-#    measured under QEMU (the gateway's while serving the publish and the drain). Printed
+#    measured under QEMU (the gateway's while serving the publish and the drain), and the
+#    core's peer built the same way: `sequential-storage`'s queue (bin `seqstor-queue`,
+#    the same records pushed, read back, read again after a rebuild, popped). Printed
 #    against the goal (flash ≤ 48 KiB, RAM ≤ 16 KiB); not a failure when over.
 # Needs qemu-system-arm (scripts/install-deps.sh installs it) and the
 # thumbv7em-none-eabihf target (rust-toolchain.toml names it). Exits non-zero on the
@@ -41,7 +43,8 @@ qemu=(qemu-system-arm -cpu cortex-m4 -machine mps2-an386 -nographic -monitor non
 start=$SECONDS
 # The board's .cargo/config.toml (target, linker scripts) applies from its directory.
 (cd "$board" && cargo build --release --locked --quiet &&
-  cargo build --profile release-z --locked --quiet --bin core-only --bin gateway)
+  cargo build --profile release-z --locked --quiet --bin core-only --bin gateway \
+    --bin seqstor-queue)
 cargo build --quiet -p spillway-bridge
 bridge=$root/target/debug/spillway-bridge
 echo "mcu: images and bridge built in $((SECONDS - start)) s"
@@ -189,19 +192,22 @@ footprint_row() {
   bss=$(( $(section_bytes "$3" .bss) + $(section_bytes "$3" .uninit) ))
   flash=$((vt + text + ro + data))
   ram=$((data + bss + $4))
-  printf 'mcu footprint: | %-12s | %-3s | %7d | %9d | %12d | %7d | %7s KiB | %7s KiB |\n' \
+  printf 'mcu footprint: | %-13s | %-3s | %7d | %9d | %12d | %7d | %7s KiB | %7s KiB |\n' \
     "$1" "$2" "$text" "$ro" $((data + bss)) "$4" "$(kib "$flash")" "$(kib "$ram")"
 }
 
-# core_stack ELF: runs the core-only image, prints its stack high water.
-core_stack() {
-  local log=$work/footprint/$(basename "$(dirname "$1")")-core-only.log
+# image_stack ELF: runs a self-checking image (core-only, seqstor-queue), prints its stack
+# high water.
+image_stack() {
+  local name log
+  name=$(basename "$1")
+  log=$work/footprint/$(basename "$(dirname "$1")")-$name.log
   timeout 60 "${qemu[@]}" -kernel "$1" >/dev/null 2>"$log" || {
-    echo "mcu footprint: core-only failed:" >&2
+    echo "mcu footprint: $name failed:" >&2
     cat "$log" >&2
     return 1
   }
-  sed -n 's/^core-only: ok, stack high water \([0-9]*\) bytes$/\1/p' "$log"
+  sed -n "s/^$name: ok, stack high water \\([0-9]*\\) bytes\$/\\1/p" "$log"
 }
 
 gateway_stack() {
@@ -213,9 +219,11 @@ footprint() {
   local z_dir=$root/$board/target/thumbv7em-none-eabihf/release-z
   # The "z" gateway serves a short publish and drain for its stack figure.
   serial_test "$z_dir/gateway" 50 "$work/serial-z" >/dev/null
-  echo 'mcu footprint: | image        | opt | .text B | .rodata B | .data+.bss B | stack B |       flash |  RAM+stack |'
-  footprint_row core-only s "$elf_dir/core-only" "$(core_stack "$elf_dir/core-only")"
-  footprint_row core-only z "$z_dir/core-only" "$(core_stack "$z_dir/core-only")"
+  echo 'mcu footprint: | image         | opt | .text B | .rodata B | .data+.bss B | stack B |       flash |  RAM+stack |'
+  footprint_row core-only s "$elf_dir/core-only" "$(image_stack "$elf_dir/core-only")"
+  footprint_row core-only z "$z_dir/core-only" "$(image_stack "$z_dir/core-only")"
+  footprint_row seqstor-queue s "$elf_dir/seqstor-queue" "$(image_stack "$elf_dir/seqstor-queue")"
+  footprint_row seqstor-queue z "$z_dir/seqstor-queue" "$(image_stack "$z_dir/seqstor-queue")"
   footprint_row core+gateway s "$elf_dir/gateway" "$(gateway_stack "$work/serial")"
   footprint_row core+gateway z "$z_dir/gateway" "$(gateway_stack "$work/serial-z")"
   echo "mcu footprint: goal for core + gateway: flash ≤ 48 KiB, RAM ≤ 16 KiB (4 KiB log buffer)"

@@ -4,13 +4,20 @@
 //! # Set-up (both tests)
 //! - NOR geometry: 4 KiB erase blocks, 4-byte words; 1 erase block per segment, 8
 //!   segments after the 2 journal blocks (40 KiB partition).
-//! - Records: topic `"t"`, no producer id. In a batch a record takes 14 B of overhead,
-//!   1 B of topic and its payload, so a 17-byte payload makes a 32-byte record and a
-//!   241-byte payload a 256-byte record.
-//! - Batches are buffer-size: the RAM buffer is 800 bytes, which holds a 32-byte batch
-//!   header and 24 records of 32 B or 3 records of 256 B exactly (768 B of records
-//!   either way). The record after that does not fit, so `append` first writes the
-//!   buffer out as one 800-byte batch. Nothing else flushes until the final `flush()`.
+//! - Records: topic `"t"`, no producer id, timestamp `i` µs for record `i`. In the RAM
+//!   buffer a record takes its canonical encoding: 14 B of overhead, 1 B of topic and its
+//!   payload, so a 17-byte payload makes a 32-byte record and a 241-byte payload a
+//!   256-byte record.
+//! - On flash (format version 4, compact bodies) a batch is its 32-byte header, a 12-byte
+//!   body prefix for 17-byte payloads (flags, base timestamp, topic length, topic `t`, the
+//!   fixed payload length as a one-byte varint: every payload has the same length; 13 B
+//!   for 241-byte payloads, whose length takes a two-byte varint) and per record a
+//!   one-byte timestamp delta and the payload: 18 B per 17-byte payload, 242 B per
+//!   241-byte payload.
+//! - Batches are buffer-size: the RAM buffer holds a 32-byte reserve and exactly 109
+//!   records of 32 B (3,520 B) or 8 records of 256 B (2,080 B). The record after that
+//!   does not fit, so `append` first writes the buffer out as one batch. Nothing else
+//!   flushes until the final `flush()`.
 //! - 12,000 records are appended; the consumer `bridge` commits the durable offset after
 //!   every append (never persisted explicitly), so the ring is always reclaimable.
 //! - Counted: everything the simulated flash programs and erases after `mount` returns,
@@ -18,10 +25,13 @@
 //!
 //! # Why these sizes
 //! A segment is 4096 B; its header takes 80 B (a multiple of the word), leaving 4016 B.
-//! Five 800-byte batches take 4000 B; the 16 B left cannot hold a batch header plus a
-//! record, so a batch never splits across segments and every segment holds exactly five
-//! batches. (With other sizes the writer fills the tail of a segment with a partial
-//! batch, which makes the count depend on the phase of every segment.)
+//! Two batches of 109 records of 32 B (44 + 109 × 18 = 2,006 B, 2,008 B padded) fill it
+//! exactly; two batches of 8 records of 256 B (45 + 8 × 242 = 1,981 B, 1,984 B padded)
+//! leave 48 B, which
+//! cannot hold a batch header, a body prefix and a record. So a batch never splits across
+//! segments and every segment holds exactly two batches. (With other sizes the writer
+//! fills the tail of a segment with a partial batch, which makes the count depend on the
+//! phase of every segment.)
 //!
 //! # The journal
 //! A journal entry is a 72-byte header + `bridge` (1 B name length + 6 B name + 8 B
@@ -61,12 +71,12 @@ struct Cost {
     journal_writes: u64,
 }
 
-/// Appends `RECORDS` records of `payload_len` payload bytes as described in the module
-/// docs and returns what the flash counted.
-fn run(payload_len: usize) -> Cost {
+/// Appends `RECORDS` records of `payload_len` payload bytes through a RAM buffer of
+/// `buffer` bytes as described in the module docs and returns what the flash counted.
+fn run(payload_len: usize, buffer: usize) -> Cost {
     let mut sim = SimFlash::new_vec(GEOMETRY).unwrap();
     Log::format(&mut sim, 0xC0C0, 1).unwrap();
-    let mut buffer = vec![0u8; 800];
+    let mut buffer = vec![0u8; buffer];
     let mut slots = vec![SegmentSlot::EMPTY; segments_for(&GEOMETRY, 1) as usize];
     let mem = Memory {
         buffer: &mut buffer,
@@ -109,62 +119,64 @@ fn run(payload_len: usize) -> Cost {
     cost
 }
 
-/// 32-byte records (17-byte payloads), 24 per batch.
+/// 32-byte records (17-byte payloads), 109 per batch.
 ///
-/// - Batches: 12,000 / 24 = 500 of 800 B (the last one by the final flush) = 400,000 B.
-/// - Segments: 5 batches each, so 100 segments; the first was opened by `format`, so 99
-///   rolls, each erasing 1 block and writing an 80-byte header = 7,920 B.
-/// - Journal: 12 lease entries + 99 roll entries = 111 entries of 88 B = 9,768 B; it
-///   erases a block at its 45th and 91st entry: (111 − 45) / 46 + 1 = 2 erases.
-/// - Total programmed: 400,000 + 7,920 + 9,768 = 417,688 B for 12,000 × 17 = 204,000
-///   payload bytes: 2.0475 flash bytes per payload byte (the 32-byte record is 1.882
-///   times its payload, the batch header adds 1/24 of a header per record, headers and
-///   journal the rest).
-/// - Erases: 99 + 2 = 101, or 519.1 per MiB of payload.
+/// - Batches: 12,000 = 110 × 109 + 10: 110 batches of 2,008 B = 220,880 B and the final
+///   flush's batch of 10 records, 44 + 10 × 18 = 224 B; 111 batches, 221,104 B.
+/// - Segments: 2 batches each, so the 111th batch opens the 56th segment; the first was
+///   opened by `format`, so 55 rolls, each erasing 1 block and writing an 80-byte header
+///   = 4,400 B.
+/// - Journal: 12 lease entries + 55 roll entries = 67 entries of 88 B = 5,896 B; it
+///   erases a block at its 45th entry: (67 − 45) / 46 + 1 = 1 erase.
+/// - Total programmed: 221,104 + 4,400 + 5,896 = 231,400 B for 12,000 × 17 = 204,000
+///   payload bytes: 1.1343 flash bytes per payload byte (2.0475 in format version 3,
+///   whose records took 15 B besides the payload, against 1 B here).
+/// - Erases: 55 + 1 = 56, or 287.8 per MiB of payload.
 #[test]
 fn exact_counts_32_byte_records() {
-    let cost = run(17);
+    let cost = run(17, 32 + 109 * 32);
     assert_eq!(
         cost,
         Cost {
-            bytes_programmed: 417_688,
-            erases: 101,
-            batches: 500,
-            segments_opened: 99,
-            journal_writes: 111,
+            bytes_programmed: 231_400,
+            erases: 56,
+            batches: 111,
+            segments_opened: 55,
+            journal_writes: 67,
         }
     );
     let per_payload_byte = cost.bytes_programmed as f64 / 204_000.0;
-    assert!((per_payload_byte - 2.0475).abs() < 1e-4);
+    assert!((per_payload_byte - 1.1343).abs() < 1e-4);
     let per_mib = cost.erases as f64 / (204_000.0 / MIB);
-    assert!((per_mib - 519.15).abs() < 0.01);
+    assert!((per_mib - 287.85).abs() < 0.01);
 }
 
-/// 256-byte records (241-byte payloads), 3 per batch.
+/// 256-byte records (241-byte payloads), 8 per batch.
 ///
-/// - Batches: 12,000 / 3 = 4,000 of 800 B = 3,200,000 B.
-/// - Segments: 5 batches each, so 800 segments, 799 rolls: 799 erases and
-///   799 × 80 = 63,920 B of headers.
-/// - Journal: 12 lease entries + 799 roll entries = 811 entries of 88 B = 71,368 B,
-///   erasing a block (811 − 45) / 46 + 1 = 17 times.
-/// - Total programmed: 3,200,000 + 63,920 + 71,368 = 3,335,288 B for 12,000 × 241 =
-///   2,892,000 payload bytes: 1.1533 flash bytes per payload byte.
-/// - Erases: 799 + 17 = 816, or 295.9 per MiB of payload.
+/// - Batches: 12,000 / 8 = 1,500 of 1,984 B = 2,976,000 B.
+/// - Segments: 2 batches each, so 750 segments, 749 rolls: 749 erases and
+///   749 × 80 = 59,920 B of headers.
+/// - Journal: 12 lease entries + 749 roll entries = 761 entries of 88 B = 66,968 B,
+///   erasing a block (761 − 45) / 46 + 1 = 16 times.
+/// - Total programmed: 2,976,000 + 59,920 + 66,968 = 3,102,888 B for 12,000 × 241 =
+///   2,892,000 payload bytes: 1.0729 flash bytes per payload byte (1.1533 in format
+///   version 3).
+/// - Erases: 749 + 16 = 765, or 277.4 per MiB of payload.
 #[test]
 fn exact_counts_256_byte_records() {
-    let cost = run(241);
+    let cost = run(241, 32 + 8 * 256);
     assert_eq!(
         cost,
         Cost {
-            bytes_programmed: 3_335_288,
-            erases: 816,
-            batches: 4_000,
-            segments_opened: 799,
-            journal_writes: 811,
+            bytes_programmed: 3_102_888,
+            erases: 765,
+            batches: 1_500,
+            segments_opened: 749,
+            journal_writes: 761,
         }
     );
     let per_payload_byte = cost.bytes_programmed as f64 / 2_892_000.0;
-    assert!((per_payload_byte - 1.1533).abs() < 1e-4);
+    assert!((per_payload_byte - 1.0729).abs() < 1e-4);
     let per_mib = cost.erases as f64 / (2_892_000.0 / MIB);
-    assert!((per_mib - 295.86).abs() < 0.01);
+    assert!((per_mib - 277.37).abs() < 0.01);
 }

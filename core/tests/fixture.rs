@@ -22,12 +22,16 @@ const V2_PATH: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/format-v2-4k-w4.img"
 );
-/// The image of the current format version ([`FORMAT_VERSION`]).
-const CURRENT_PATH: &str = concat!(
+const V3_PATH: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/format-v3-4k-w4.img"
 );
-/// A producer id with a session in the version 3 image (epoch 2, nothing stored).
+/// The image of the current format version ([`FORMAT_VERSION`]).
+const CURRENT_PATH: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/format-v4-4k-w4.img"
+);
+/// A producer id with a session in the version 3 and 4 images (epoch 2, nothing stored).
 const SESSION_ID: u64 = 0x5e55;
 const LOG_ID: u128 = 0x5350_494c_4c57_4159_0000_0000_0000_0001;
 
@@ -178,10 +182,17 @@ fn frozen_v2_image_mounts_and_reads_back() {
     check_old_image(&std::fs::read(V2_PATH).expect("fixture image"));
 }
 
+/// The version 3 image (layout 1 bodies, producer sessions) mounts under version 4 with
+/// its session.
+#[test]
+fn frozen_v3_image_mounts_and_reads_back() {
+    check_image(&std::fs::read(V3_PATH).expect("fixture image"));
+}
+
 #[test]
 fn frozen_current_image_mounts_reads_back_and_has_not_drifted() {
     assert_eq!(
-        FORMAT_VERSION, 3,
+        FORMAT_VERSION, 4,
         "a new format version needs its own frozen image"
     );
     if std::env::var_os("SPILLWAY_REGEN_FIXTURE").is_some() {
@@ -239,4 +250,175 @@ fn a_torn_version_1_head_is_abandoned_for_a_fresh_segment() {
     assert_eq!(r.count, 1);
     assert_eq!(r.records(&out).next().unwrap().payload, rec.payload);
     read_all_back(&mut log, RECORDS);
+}
+
+/// Records appended on top of the version 3 image by [`upgrade_run`].
+const UPGRADE_RECORDS: u64 = 160;
+
+/// The payload of the `k`-th record appended on top of a fixture image.
+fn upgrade_payload(k: u64) -> Vec<u8> {
+    format!("upgrade {k}:{}", "y".repeat((k % 23) as usize)).into_bytes()
+}
+
+/// What one [`upgrade_run`] did.
+struct UpgradeRun {
+    /// Bytes programmed after the first mount (the cut positions a sweep walks).
+    programmed: u64,
+    /// Segment format versions of the ring after the run (oldest first).
+    versions: Vec<u16>,
+}
+
+/// Mounts the version 3 image, appends [`UPGRADE_RECORDS`] records with a flush after
+/// every 8 (each flush that returns `Ok` acknowledges its records as durable), enough to
+/// fill the version 3 head and open version 4 segments after it. With `cut`, the power
+/// fails after that many bytes programmed past the mount. Then mounts again and checks
+/// every recovery property: every fixture record and every acknowledged record reads back
+/// in order with its bytes; a record past the acknowledged ones is only one that was
+/// appended (written before the cut, never acknowledged); a lost range only ever covers
+/// offsets past the acknowledged ones; an append after the recovery reads back.
+fn upgrade_run(image: &[u8], cut: Option<u64>) -> UpgradeRun {
+    let mut sim = SimFlash::new_vec(GEOMETRY).unwrap();
+    sim.load_image(image).unwrap();
+    let flash = RefCell::new(sim);
+    let mut buf = vec![0u8; 1024];
+    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&GEOMETRY, 2) as usize];
+    let ctx = format!("cut {cut:?}");
+    let mut acked = RECORDS;
+    let programmed;
+    {
+        let mem = Memory {
+            buffer: &mut buf,
+            segments: &mut slots,
+        };
+        let (mut log, _) = Log::mount(Shared(&flash), Config::default(), mem, 0).unwrap();
+        let before = flash.borrow().counters().bytes_written;
+        if let Some(n) = cut {
+            flash.borrow_mut().cut_after_bytes(n);
+        }
+        let mut appended = 0;
+        'run: for k in 0..UPGRADE_RECORDS {
+            let payload = upgrade_payload(k);
+            let rec = Record {
+                topic: "up/grade",
+                timestamp_us: 1_800_000_000_000_000 + k * 250_000,
+                producer: None,
+                payload: &payload,
+            };
+            match log.append(k, &rec) {
+                Ok(a) => assert_eq!(a.offset, RECORDS + k, "{ctx}"),
+                Err(_) => break 'run,
+            }
+            appended += 1;
+            if k % 8 == 7 {
+                if log.flush(k).is_err() {
+                    break 'run;
+                }
+                acked = RECORDS + appended;
+            }
+        }
+        if cut.is_none() {
+            log.flush(UPGRADE_RECORDS).unwrap();
+            acked = RECORDS + appended;
+        }
+        programmed = flash.borrow().counters().bytes_written - before;
+    }
+    flash.borrow_mut().power_on();
+    let mem = Memory {
+        buffer: &mut buf,
+        segments: &mut slots,
+    };
+    let (mut log, _) = Log::mount(Shared(&flash), Config::default(), mem, 1)
+        .unwrap_or_else(|e| panic!("{ctx}: mount after the cut: {e}"));
+    let versions = log
+        .segments()
+        .map(|(i, ..)| log.segment_version(i).unwrap())
+        .collect();
+    let mut out = vec![0u8; 2048];
+    let mut at = 0u64;
+    let mut next_expected = 0u64;
+    while at < log.next_offset() {
+        let r = log.read(at, &mut out).unwrap();
+        if let Some(l) = r.lost {
+            assert!(l.from >= acked, "{ctx}: acknowledged offsets lost: {l:?}");
+        }
+        for rec in r.records(&out) {
+            assert!(rec.offset >= next_expected, "{ctx}: order");
+            assert_eq!(
+                rec.offset, next_expected,
+                "{ctx}: a gap before {}",
+                rec.offset
+            );
+            if rec.offset < RECORDS {
+                let (topic, ts, payload, producer) = expected(rec.offset);
+                assert_eq!(
+                    (rec.topic, rec.timestamp_us, rec.payload, rec.producer),
+                    (topic.as_str(), ts, payload.as_slice(), producer),
+                    "{ctx}"
+                );
+            } else {
+                let k = rec.offset - RECORDS;
+                assert!(k < UPGRADE_RECORDS, "{ctx}: phantom record {}", rec.offset);
+                assert_eq!(rec.topic, "up/grade", "{ctx}");
+                assert_eq!(
+                    rec.payload,
+                    upgrade_payload(k),
+                    "{ctx}: offset {}",
+                    rec.offset
+                );
+            }
+            next_expected = rec.offset + 1;
+        }
+        at = r.next_offset;
+    }
+    assert!(
+        next_expected >= acked,
+        "{ctx}: read up to {next_expected}, acknowledged {acked}"
+    );
+    let after = log
+        .append(
+            2,
+            &Record {
+                topic: "up/grade",
+                timestamp_us: 2,
+                producer: None,
+                payload: b"after recovery",
+            },
+        )
+        .unwrap_or_else(|e| panic!("{ctx}: append after recovery: {e}"))
+        .offset;
+    log.flush(3).unwrap();
+    let r = log.read(after, &mut out).unwrap();
+    assert_eq!(
+        r.records(&out).next().map(|x| x.payload),
+        Some(&b"after recovery"[..]),
+        "{ctx}"
+    );
+    UpgradeRun {
+        programmed,
+        versions,
+    }
+}
+
+/// A version 3 log mounted by version 4 goes on in its version 3 head (layout 1) and
+/// writes version 4 segments (compact bodies) from the next segment on: a mixed image.
+/// A power cut at every 3rd byte programmed during the upgrade (and at the last one)
+/// keeps every recovery property (see [`upgrade_run`]).
+#[test]
+fn a_version_3_log_upgrades_at_its_next_segment_and_survives_power_cuts() {
+    let image = std::fs::read(V3_PATH).expect("fixture image");
+    let full = upgrade_run(&image, None);
+    assert!(
+        full.versions.contains(&3) && full.versions.contains(&FORMAT_VERSION),
+        "a mixed ring: {:?}",
+        full.versions
+    );
+    let mut cuts = 0;
+    for n in (0..full.programmed).step_by(3).chain([full.programmed - 1]) {
+        upgrade_run(&image, Some(n));
+        cuts += 1;
+    }
+    eprintln!(
+        "upgrade sweep: {cuts} power cuts over {} bytes programmed, ring {:?}",
+        full.programmed, full.versions
+    );
 }

@@ -166,9 +166,9 @@ fn torn_tail_of_an_abandoned_segment_reads_as_skipped() {
         payload: p,
     };
     // Bytes programmed before the second batch: the mount's journal entry (88), the lease
-    // entry of the first append (88), the first batch (32 + 10 × 22 = 252). The cut falls
-    // 40 bytes into the second batch.
-    flash.cut_after_bytes(88 + 88 + 252 + 40);
+    // entry of the first append (88), the first batch (a compact batch of version 4: 32 +
+    // 12 of body prefix + 10 × 8 = 124). The cut falls 40 bytes into the second batch.
+    flash.cut_after_bytes(88 + 88 + 124 + 40);
     {
         let mem = Memory {
             buffer: &mut buf,

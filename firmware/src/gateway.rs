@@ -21,12 +21,13 @@
 
 use core::fmt::Write as _;
 
+use crate::roles::Roles;
 use spillway_core::error::{AppendError, CommitError, ReadError, SessionError};
 use spillway_core::log::{self as clog, Log, Record};
 use spillway_core::storage::Flash;
 use spillway_core::wire::{
     self, AckLevel, ConsumerEntry, ConsumerList, ErrorCode, FrameError, GatewayStats, HelloV3,
-    ListWriter, PROTOCOL_VERSION, RecordView, RecordsWriter, Request, Response, WelcomeV3,
+    ListWriter, PROTOCOL_VERSION, RecordView, RecordsWriter, Request, Response, StatsV3, WelcomeV3,
     encode_frame,
 };
 
@@ -113,13 +114,52 @@ pub struct GatewayCounters {
     /// Publishes refused because a newer session owns the producer id, or under a session
     /// the gateway did not open.
     pub fenced: u64,
+    /// Requests refused because the connection's [`Roles`] do not allow them
+    /// ([`ErrorCode::Forbidden`]; nothing read or changed).
+    pub forbidden: u64,
+    /// Handshakes refused for their credential ([`ErrorCode::Unauthorized`]).
+    pub unauthorized: u64,
 }
 
-/// What one connection negotiated.
+/// What one connection negotiated, and what it may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Conn {
     /// The protocol version agreed in the handshake; `None` before it.
     pub protocol_version: Option<u16>,
+    /// What the connection may ask, checked per request ([`Roles::ALL`] by default). The
+    /// caller sets it from the listener and, once it has judged the `Hello`'s credential,
+    /// from the credential.
+    pub roles: Roles,
+    /// How the `Hello`'s credential is judged.
+    pub auth: Auth,
+}
+
+impl Conn {
+    /// A connection that may do what `roles` allow, with credentials not configured.
+    pub fn with_roles(roles: Roles) -> Self {
+        Conn {
+            roles,
+            ..Conn::default()
+        }
+    }
+}
+
+/// The verdict on a connection's credential. Checking a credential (hashing a token,
+/// verifying a certificate) is the caller's: it sets [`Conn::auth`] and [`Conn::roles`]
+/// before handing the `Hello` to [`Gateway::handle_message`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Auth {
+    /// No credentials are configured: a `Hello` with a non-empty credential is refused with
+    /// [`ErrorCode::Unauthorized`], one without completes the handshake.
+    #[default]
+    NotConfigured,
+    /// The caller accepted the credential (or the listener admits the peer without one):
+    /// the handshake completes under [`Conn::roles`].
+    Accepted,
+    /// The caller refused the credential (wrong, or none on a listener that requires one):
+    /// the `Hello` gets [`ErrorCode::Unauthorized`] with this message and the connection
+    /// stays without a handshake.
+    Refused(&'static str),
 }
 
 /// What to do with the reply the gateway put into the caller's buffer.
@@ -199,6 +239,9 @@ pub struct Gateway {
     cfg: GatewayConfig,
     counters: GatewayCounters,
     started_us: u64,
+    /// The log's `records_appended` when an append was last refused `Full`: the log is
+    /// full while no record has been appended since.
+    full_at: Option<u64>,
 }
 
 type Message = heapless::String<MAX_ERROR_MESSAGE>;
@@ -226,7 +269,14 @@ impl Gateway {
             cfg,
             counters: GatewayCounters::default(),
             started_us: now_us,
+            full_at: None,
         }
+    }
+
+    /// Whether the log is full: the last append was refused `Full` (policy `reject-new`)
+    /// and no record has been appended since.
+    pub fn is_full<F: Flash>(&self, log: &Log<'_, F>) -> bool {
+        self.full_at == Some(log.stats().records_appended)
     }
 
     /// The settings.
@@ -262,30 +312,35 @@ impl Gateway {
         self.counters.frames_received += 1;
         match wire::take_message::<Request<'_>>(msg) {
             Ok((req, rest)) => {
-                // Version 3 appends a credential to the Hello. No credentials are configured
-                // on this gateway: a non-empty one is refused, never ignored.
                 if let Request::Hello {
-                    protocol_version: 3..,
-                    ..
+                    protocol_version, ..
                 } = req
-                    && !rest.is_empty()
                 {
-                    match postcard::from_bytes::<HelloV3<'_>>(rest) {
-                        Ok(h) if h.credential.is_some_and(|c| !c.is_empty()) => {
-                            warn!("a client sent a credential; none are configured");
-                            return error_reply(
-                                out,
-                                0,
-                                ErrorCode::Unauthorized,
-                                "credentials are not configured on this gateway",
-                            );
+                    // Version 3 appends a credential to the Hello.
+                    let mut presented = false;
+                    if protocol_version >= 3 && !rest.is_empty() {
+                        match postcard::from_bytes::<HelloV3<'_>>(rest) {
+                            Ok(h) => presented = h.credential.is_some_and(|c| !c.is_empty()),
+                            Err(e) => {
+                                self.counters.frames_rejected += 1;
+                                let m = message(format_args!("hello fields do not decode: {e}"));
+                                return error_reply(out, 0, ErrorCode::BadFrame, &m);
+                            }
                         }
-                        Ok(_) => {}
-                        Err(e) => {
-                            self.counters.frames_rejected += 1;
-                            let m = message(format_args!("hello fields do not decode: {e}"));
-                            return error_reply(out, 0, ErrorCode::BadFrame, &m);
+                    }
+                    let refused = match conn.auth {
+                        // Never ignored: a client that sends one expects it to count.
+                        Auth::NotConfigured if presented => {
+                            Some("credentials are not configured on this gateway")
                         }
+                        Auth::Refused(why) => Some(why),
+                        Auth::NotConfigured | Auth::Accepted => None,
+                    };
+                    if let Some(why) = refused {
+                        self.counters.unauthorized += 1;
+                        warn!("handshake refused: {}", why);
+                        let code = ErrorCode::Unauthorized.for_version(protocol_version);
+                        return error_reply(out, 0, code, why);
                     }
                 }
                 self.handle_request(conn, &req, log, now_us, wall_us, scratch, out)
@@ -300,16 +355,25 @@ impl Gateway {
     }
 
     /// Replies to a frame that failed before decoding (oversize, COBS, CRC): `TooLarge`
-    /// for an oversize frame, `BadFrame` otherwise, with `seq` 0. Counts it as received
-    /// and rejected.
+    /// for an oversize frame (its message names the frame's length and `max_frame_bytes`,
+    /// both counted on the wire with the delimiter), `BadFrame` otherwise, with `seq` 0.
+    /// Counts it as received and rejected.
     pub fn frame_error(&mut self, err: &FrameError, out: &mut [u8]) -> Outcome {
         self.counters.frames_received += 1;
         self.counters.frames_rejected += 1;
-        let code = match err {
-            FrameError::Oversize { .. } => ErrorCode::TooLarge,
-            _ => ErrorCode::BadFrame,
+        let (code, m) = match *err {
+            // The decoder counts a frame without its delimiter; the limit a client knows is
+            // the Welcome's `max_frame_bytes`, delimiter included: name that one.
+            FrameError::Oversize { len, .. } => (
+                ErrorCode::TooLarge,
+                message(format_args!(
+                    "frame of {} bytes on the wire exceeds max_frame_bytes {} (delimiter included)",
+                    len.saturating_add(1),
+                    self.cfg.max_frame_bytes
+                )),
+            ),
+            _ => (ErrorCode::BadFrame, message(format_args!("{err}"))),
         };
-        let m = message(format_args!("{err}"));
         error_reply(out, 0, code, &m)
     }
 
@@ -372,6 +436,28 @@ impl Gateway {
             return error_reply(out, 0, ErrorCode::NotHandshaken, "send Hello first");
         }
         let version = conn.protocol_version.unwrap_or(1);
+        if let Err(role) = conn.roles.check(req) {
+            self.counters.forbidden += 1;
+            let ack_none = matches!(
+                req,
+                Request::Publish {
+                    ack: AckLevel::None,
+                    ..
+                } | Request::SessionPublish {
+                    ack: AckLevel::None,
+                    ..
+                }
+            );
+            if ack_none {
+                return Outcome::NoReply;
+            }
+            let m = message(format_args!(
+                "this connection lacks the {} role for this request",
+                role.name()
+            ));
+            let code = ErrorCode::Forbidden.for_version(version);
+            return error_reply(out, req.seq().unwrap_or(0), code, &m);
+        }
         match *req {
             Request::Hello { .. } => Outcome::NoReply, // handled above
             Request::Publish {
@@ -517,7 +603,17 @@ impl Gateway {
             },
             Request::Stats { seq } => {
                 let stats = self.stats(log, now_us);
-                reply(out, &Response::StatsReply { seq, stats })
+                let resp = Response::StatsReply { seq, stats };
+                if version >= 3 {
+                    let ext = StatsV3 {
+                        full: self.is_full(log),
+                    };
+                    return match encode_frame(&(resp, ext), out) {
+                        Ok(len) => Outcome::Reply { len },
+                        Err(_) => Outcome::NoReply,
+                    };
+                }
+                reply(out, &resp)
             }
         }
     }
@@ -633,6 +729,7 @@ impl Gateway {
                 }
                 AppendError::Full => {
                     self.counters.rejected_full += 1;
+                    self.full_at = Some(log.stats().records_appended);
                     ErrorCode::Full
                 }
                 AppendError::SequenceUnknown { .. } => {
@@ -688,7 +785,9 @@ impl Gateway {
         if let Some(c) = consumer
             && log.committed(c).is_none()
         {
-            let m = message(format_args!("no consumer named {c:?}"));
+            // Quoted by hand: `{c:?}` would link `str`'s escaping and its Unicode tables
+            // (about 2.5 KiB of a microcontroller's flash) for this one message.
+            let m = message(format_args!("no consumer named \"{c}\""));
             return error_reply(out, seq, ErrorCode::UnknownConsumer, &m);
         }
         if max_bytes == 0 {
@@ -843,6 +942,21 @@ impl Gateway {
                 _ => LineRejected::Internal,
             }),
         }
+    }
+
+    /// Appends one record that came in through another ingest protocol (the Linux
+    /// gateway's MQTT listener), with a publish's checks and counters: a payload above
+    /// `max_record_bytes` is [`ErrorCode::TooLarge`], a topic of 0 or more than 255 bytes
+    /// [`ErrorCode::BadRequest`], a full log under `reject-new` [`ErrorCode::Full`], a
+    /// flash failure [`ErrorCode::StorageFailed`]. Durability is the caller's: the record
+    /// is durable once [`Log::durable_offset`] is above the returned offset.
+    pub fn append_record<F: Flash>(
+        &mut self,
+        rec: &Record<'_>,
+        log: &mut Log<'_, F>,
+        now_us: u64,
+    ) -> Result<clog::Appended, ErrorCode> {
+        self.append(rec, 0, log, now_us).map_err(|r| r.code)
     }
 
     /// The counters of a `StatsReply`.

@@ -9,6 +9,8 @@
 //!   group flush ([`Outcome::ReplyWhenDurable`]).
 //! - [`session`]: [`Session`], a blocking server of one `embedded_io` transport for
 //!   microcontrollers, with bounded (heapless) buffers and flush-on-durable.
+//! - [`roles`]: [`Roles`], what one connection may ask (publish, consume, admin), checked
+//!   per request without allocation.
 //! - [`mount`]: [`serve_remounting`], which mounts the log and, after a storage failure
 //!   poisons it, mounts it again in place (a microcontroller has no supervisor to restart
 //!   it).
@@ -35,10 +37,12 @@ mod fmt;
 
 pub mod gateway;
 pub mod mount;
+pub mod roles;
 pub mod session;
 
 pub use gateway::{
-    Conn, Gateway, GatewayConfig, GatewayCounters, LineAccepted, LineRejected, Outcome,
+    Auth, Conn, Gateway, GatewayConfig, GatewayCounters, LineAccepted, LineRejected, Outcome,
 };
 pub use mount::{Mounted, ServeError, serve_remounting};
+pub use roles::{Role, Roles};
 pub use session::{Mode, PollReport, Session, SessionError};

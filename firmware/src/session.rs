@@ -13,7 +13,7 @@
 use embedded_io::{Read, Write};
 use spillway_core::log::Log;
 use spillway_core::storage::Flash;
-use spillway_core::wire::{ErrorCode, FeedResult, FrameAccumulator, Request};
+use spillway_core::wire::{ErrorCode, FeedResult, FrameAccumulator, Request, max_encoded_len};
 
 use crate::gateway::{Conn, Gateway, Outcome, error_reply};
 
@@ -23,8 +23,25 @@ pub const MAX_PENDING_ACKS: usize = 16;
 /// Bytes read from the transport per call of `read`.
 const READ_CHUNK: usize = 256;
 
-/// Largest encoded `Ack` or `Error` frame kept while waiting for durability, bytes.
-const PENDING_FRAME: usize = 200;
+/// Longest postcard encoding of a [`Response::Ack`](spillway_core::wire::Response::Ack),
+/// bytes: variant index (1), `seq` as a varint (at most 5), `offset` as a varint (at most
+/// 10), `duplicate` (1).
+const ACK_MAX_LEN: usize = 1 + 5 + 10 + 1;
+
+/// Largest encoded frame kept while waiting for durability, bytes: any `Ack` fits. A
+/// longer one (an `Error` with a message, for a resend stored below the producer's window)
+/// is sent right after a flush instead of being held ([`Session::poll`]).
+const PENDING_FRAME: usize = max_encoded_len(ACK_MAX_LEN);
+
+/// An acknowledgement waiting for its record to be durable.
+struct Pending {
+    /// The offset that must be durable.
+    offset: u64,
+    /// The request's `seq`, for the error reply if the flush fails.
+    seq: u32,
+    /// The encoded reply frame.
+    frame: heapless::Vec<u8, PENDING_FRAME>,
+}
 
 /// What the session expects on its transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,13 +85,26 @@ pub struct PollReport {
 /// delimiter) and, in line mode, a line.
 pub struct Session<'t, T, const N: usize> {
     io: T,
-    mode: Mode<'t>,
-    acc: FrameAccumulator<N>,
-    line: heapless::Vec<u8, N>,
-    line_overflow: bool,
+    input: Input<'t, N>,
     conn: Conn,
-    pending: heapless::Vec<(u64, heapless::Vec<u8, PENDING_FRAME>), MAX_PENDING_ACKS>,
+    pending: heapless::Vec<Pending, MAX_PENDING_ACKS>,
     flush_lines: bool,
+}
+
+/// The input state of a session: the mode never changes, so one `N`-byte buffer serves
+/// either mode (both in one value would double a session's largest field).
+enum Input<'t, const N: usize> {
+    /// [`Mode::Frames`]: the frame being received.
+    Frames(FrameAccumulator<N>),
+    /// [`Mode::Lines`].
+    Lines {
+        /// Topic of every line; `None` takes each line's first word.
+        topic: Option<&'t str>,
+        /// The line being received.
+        line: heapless::Vec<u8, N>,
+        /// The line being received is longer than `N`: dropped at its end.
+        overflow: bool,
+    },
 }
 
 impl<'t, T: Read + Write, const N: usize> Session<'t, T, N> {
@@ -82,13 +112,27 @@ impl<'t, T: Read + Write, const N: usize> Session<'t, T, N> {
     pub fn new(io: T, mode: Mode<'t>) -> Self {
         Session {
             io,
-            mode,
-            acc: FrameAccumulator::new_inline(),
-            line: heapless::Vec::new(),
-            line_overflow: false,
+            input: match mode {
+                Mode::Frames => Input::Frames(FrameAccumulator::new_inline()),
+                Mode::Lines { topic } => Input::Lines {
+                    topic,
+                    line: heapless::Vec::new(),
+                    overflow: false,
+                },
+            },
             conn: Conn::default(),
             pending: heapless::Vec::new(),
             flush_lines: false,
+        }
+    }
+
+    /// A session over `io` whose requests are checked against `roles` (a UART a sensor
+    /// shares: [`Roles::PUBLISH`](crate::Roles::PUBLISH)). [`Session::new`] allows every
+    /// request.
+    pub fn with_roles(io: T, mode: Mode<'t>, roles: crate::Roles) -> Self {
+        Session {
+            conn: Conn::with_roles(roles),
+            ..Session::new(io, mode)
         }
     }
 
@@ -129,8 +173,8 @@ impl<'t, T: Read + Write, const N: usize> Session<'t, T, N> {
             bytes_read: n,
             ..PollReport::default()
         };
-        match self.mode {
-            Mode::Frames => self.frames(
+        match self.input {
+            Input::Frames(_) => self.frames(
                 &rx[..n],
                 gw,
                 log,
@@ -140,9 +184,7 @@ impl<'t, T: Read + Write, const N: usize> Session<'t, T, N> {
                 out,
                 &mut report,
             )?,
-            Mode::Lines { topic } => {
-                self.lines(&rx[..n], topic, gw, log, now_us, wall_us, &mut report)
-            }
+            Input::Lines { .. } => self.lines(&rx[..n], gw, log, now_us, wall_us, &mut report),
         }
         if !self.pending.is_empty() || self.flush_lines {
             self.release(gw, log, now_us, out, &mut report)?;
@@ -164,7 +206,11 @@ impl<'t, T: Read + Write, const N: usize> Session<'t, T, N> {
         report: &mut PollReport,
     ) -> Result<(), SessionError<T::Error>> {
         while !input.is_empty() {
-            let outcome = match self.acc.feed(input) {
+            let mut seq = 0;
+            let Input::Frames(acc) = &mut self.input else {
+                break;
+            };
+            let outcome = match acc.feed(input) {
                 FeedResult::Consumed => break,
                 FeedResult::Frame { message, remaining } => {
                     input = remaining;
@@ -188,6 +234,7 @@ impl<'t, T: Read + Write, const N: usize> Session<'t, T, N> {
                                 },
                                 other => other,
                             };
+                            seq = req.seq().unwrap_or(0);
                             gw.handle_request(
                                 &mut self.conn,
                                 &req,
@@ -218,15 +265,21 @@ impl<'t, T: Read + Write, const N: usize> Session<'t, T, N> {
                 Outcome::ReplyWhenDurable { len, offset } => {
                     let mut frame = heapless::Vec::new();
                     if frame.extend_from_slice(&out[..len]).is_err() {
-                        // Cannot happen for an Ack; send it after a flush at once instead.
-                        self.release(gw, log, now_us, scratch, report)?;
-                        self.io.write_all(&out[..len]).map_err(SessionError::Io)?;
+                        // Longer than any Ack: flush now (releasing what waits), then send
+                        // it if its record became durable, else the flush's error.
+                        let flushed = self.release(gw, log, now_us, scratch, report)?;
+                        if offset < log.durable_offset() {
+                            self.io.write_all(&out[..len]).map_err(SessionError::Io)?;
+                        } else {
+                            self.not_durable(flushed, seq, out)?;
+                        }
+                        report.replies += 1;
                         continue;
                     }
                     if self.pending.is_full() {
                         self.release(gw, log, now_us, scratch, report)?;
                     }
-                    let _ = self.pending.push((offset, frame));
+                    let _ = self.pending.push(Pending { offset, seq, frame });
                 }
                 Outcome::NoReply | Outcome::Park { .. } => {}
             }
@@ -238,42 +291,51 @@ impl<'t, T: Read + Write, const N: usize> Session<'t, T, N> {
     fn lines<F: Flash>(
         &mut self,
         mut input: &[u8],
-        topic: Option<&str>,
         gw: &mut Gateway,
         log: &mut Log<'_, F>,
         now_us: u64,
         wall_us: u64,
         report: &mut PollReport,
     ) {
+        let Input::Lines {
+            topic,
+            line,
+            overflow,
+        } = &mut self.input
+        else {
+            return;
+        };
         while !input.is_empty() {
             let (chunk, rest, complete) = match input.iter().position(|&b| b == b'\n') {
                 Some(p) => (&input[..p], &input[p + 1..], true),
                 None => (input, &input[..0], false),
             };
             input = rest;
-            if !self.line_overflow && self.line.extend_from_slice(chunk).is_err() {
-                self.line_overflow = true;
+            if !*overflow && line.extend_from_slice(chunk).is_err() {
+                *overflow = true;
             }
             if !complete {
                 continue;
             }
             report.handled += 1;
-            if self.line_overflow {
+            if *overflow {
                 gw.counters_mut().rejected_too_large += 1;
                 warn!("line longer than {} bytes dropped", N);
             } else {
-                match gw.handle_line(&self.line, topic, log, now_us, wall_us) {
+                match gw.handle_line(line, *topic, log, now_us, wall_us) {
                     Ok(a) => self.flush_lines |= a.durable,
                     Err(e) => warn!("line rejected: {}", e.reason()),
                 }
             }
-            self.line.clear();
-            self.line_overflow = false;
+            line.clear();
+            *overflow = false;
         }
     }
 
     /// Flushes the log and writes every waiting acknowledgement whose offset is durable
     /// (all of them after a successful flush); on a failed flush they get an error.
+    /// Returns whether the flush failed for a full log (`Some(true)`), for another reason
+    /// (`Some(false)`), or succeeded (`None`).
     fn release<F: Flash>(
         &mut self,
         gw: &mut Gateway,
@@ -281,43 +343,70 @@ impl<'t, T: Read + Write, const N: usize> Session<'t, T, N> {
         now_us: u64,
         out: &mut [u8],
         report: &mut PollReport,
-    ) -> Result<(), SessionError<T::Error>> {
+    ) -> Result<Option<bool>, SessionError<T::Error>> {
         let _ = gw;
         self.flush_lines = false;
-        let flushed = log.flush(now_us);
+        let flushed = match log.flush(now_us) {
+            Ok(_) => None,
+            Err(spillway_core::error::FlushError::Full) => Some(true),
+            Err(_) => Some(false),
+        };
         report.flushed = true;
         let durable = log.durable_offset();
-        while let Some((offset, frame)) = self.pending.first() {
-            if *offset < durable {
-                self.io.write_all(frame).map_err(SessionError::Io)?;
+        while let Some(p) = self.pending.first() {
+            if p.offset < durable {
+                self.io.write_all(&p.frame).map_err(SessionError::Io)?;
             } else {
-                // The flush failed: tell the publisher its record is not durable.
-                let seq = ack_seq(frame).unwrap_or(0);
-                let code = match flushed {
-                    Err(spillway_core::error::FlushError::Full) => ErrorCode::Full,
-                    // A flash error, or a log poisoned by one: remount, then resend.
-                    _ => ErrorCode::StorageFailed
-                        .for_version(self.conn.protocol_version.unwrap_or(1)),
-                };
-                if let Outcome::Reply { len } =
-                    error_reply(out, seq, code, "record not durable: flush failed")
-                {
-                    self.io.write_all(&out[..len]).map_err(SessionError::Io)?;
-                }
+                let seq = p.seq;
+                self.not_durable(flushed, seq, out)?;
             }
             report.replies += 1;
             self.pending.remove(0);
         }
         self.io.flush().map_err(SessionError::Io)?;
+        Ok(flushed)
+    }
+
+    /// Tells the publisher of request `seq` that its record is not durable: the flush
+    /// failed for a full log (`Some(true)`) or a flash error, or a log poisoned by one
+    /// (remount, then resend).
+    fn not_durable(
+        &mut self,
+        flushed: Option<bool>,
+        seq: u32,
+        out: &mut [u8],
+    ) -> Result<(), SessionError<T::Error>> {
+        let code = if flushed == Some(true) {
+            ErrorCode::Full
+        } else {
+            ErrorCode::StorageFailed.for_version(self.conn.protocol_version.unwrap_or(1))
+        };
+        if let Outcome::Reply { len } =
+            error_reply(out, seq, code, "record not durable: flush failed")
+        {
+            self.io.write_all(&out[..len]).map_err(SessionError::Io)?;
+        }
         Ok(())
     }
 }
 
-/// The `seq` of an encoded `Ack` frame.
-fn ack_seq(frame: &[u8]) -> Option<u32> {
-    let mut copy = [0u8; PENDING_FRAME];
-    let buf = copy.get_mut(..frame.len())?;
-    buf.copy_from_slice(frame);
-    let r: spillway_core::wire::Response<'_> = spillway_core::wire::decode_message(buf).ok()?;
-    r.seq()
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spillway_core::wire::{Response, encode_frame};
+
+    /// Every `Ack` fits a held frame: the largest numbers encode to the longest varints.
+    #[test]
+    fn the_longest_ack_fits_a_pending_frame() {
+        let mut buf = [0u8; 64];
+        let ack = Response::Ack {
+            seq: u32::MAX,
+            offset: u64::MAX,
+            duplicate: true,
+        };
+        let len = encode_frame(&ack, &mut buf).expect("encodes");
+        assert!(len <= PENDING_FRAME, "{len} > {PENDING_FRAME}");
+        let body = postcard::to_slice(&ack, &mut buf).expect("encodes").len();
+        assert_eq!(body, ACK_MAX_LEN);
+    }
 }

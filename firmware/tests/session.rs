@@ -409,3 +409,66 @@ fn resend_older_than_the_window_is_a_duplicate_once_durable() {
     }
     assert_eq!(log.next_offset(), 16);
 }
+
+/// A durable resend older than the producer's window is answered with an `Error` frame
+/// too long to be held among the waiting `Ack`s: the session flushes at once and sends it
+/// only then, after the acknowledgements that were waiting before it.
+#[test]
+fn a_long_durable_error_reply_is_sent_after_a_flush_in_order() {
+    let mut rig = Rig::new(11);
+    let mut log = rig.mount();
+    let mut gw = Gateway::new(GatewayConfig::new("mcu", 512, 4096), 0);
+    let p = |seq| Some(Producer { id: 9, seq });
+    let mut reqs = vec![Request::Hello {
+        protocol_version: PROTOCOL_VERSION,
+        client_name: "t",
+    }];
+    // One durable publish waits for the flush; then more than the remembered window.
+    reqs.push(publish(1, b"r1", AckLevel::Durable, p(1)));
+    for s in 2..=7 {
+        reqs.push(publish(s, b"r", AckLevel::Buffered, p(s)));
+    }
+    // A durable resend of the first one: stored, but its offset is no longer known.
+    reqs.push(publish(8, b"r1", AckLevel::Durable, p(1)));
+    let io = MemIo {
+        input: frames(&reqs),
+        pos: 0,
+        chunk: 10_000,
+        output: Vec::new(),
+    };
+    let mut s: Session<'_, MemIo, 1024> = Session::new(io, Mode::Frames);
+    let mut scratch = vec![0u8; 4096];
+    let mut out = vec![0u8; 4096];
+    let batches_before = log.stats().batches_written;
+    while s
+        .poll(&mut gw, &mut log, 10, 2_000, &mut scratch, &mut out)
+        .unwrap()
+        .bytes_read
+        > 0
+    {}
+    assert_eq!(log.durable_offset(), 7);
+    assert_eq!(log.stats().batches_written - batches_before, 1, "one flush");
+    let mut seen = Vec::new();
+    replies(&s.into_transport().output, |r| {
+        seen.push(match r {
+            Response::Ack { seq, offset, .. } => format!("ack{seq} {offset}"),
+            Response::Error { seq, code, .. } => format!("err{seq} {code:?}"),
+            Response::Welcome { .. } => "welcome".into(),
+            other => format!("{other:?}"),
+        })
+    });
+    assert_eq!(
+        seen,
+        [
+            "welcome",
+            "ack2 1",
+            "ack3 2",
+            "ack4 3",
+            "ack5 4",
+            "ack6 5",
+            "ack7 6",
+            "ack1 0",
+            "err8 DuplicateSequenceUnknownOffset",
+        ]
+    );
+}

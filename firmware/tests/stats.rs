@@ -66,6 +66,7 @@ fn a_corrupt_range_fetched_again_counts_its_offsets_once_and_reads_are_counted()
     let mut gw = Gateway::new(GatewayConfig::new("gw", 1024, 64 * 1024), 0);
     let mut conn = Conn {
         protocol_version: Some(PROTOCOL_VERSION),
+        ..Conn::default()
     };
     let (mut scratch, mut out) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
     for seq in 0..5 {

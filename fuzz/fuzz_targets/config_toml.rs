@@ -28,9 +28,16 @@ impl std::fmt::Display for AppError {
 #[allow(dead_code, unused_imports)]
 #[path = "../../firmware/src/app/config/mod.rs"]
 mod config;
+// The config module checks credentials and TLS settings with these two.
+#[allow(dead_code, unused_imports)]
+#[path = "../../firmware/src/app/auth.rs"]
+mod auth;
 #[allow(dead_code)]
 #[path = "../../firmware/src/app/image.rs"]
 mod image;
+#[allow(dead_code, unused_imports)]
+#[path = "../../firmware/src/app/tls.rs"]
+mod tls;
 
 use config::{Cli, Command, settings};
 

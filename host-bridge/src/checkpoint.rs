@@ -501,6 +501,14 @@ impl Store {
         Ok(())
     }
 
+    /// A handle that refuses every transaction ([`StoreError::Closed`]): what stands in for
+    /// a shared handle while it is being reopened.
+    pub fn closed() -> Store {
+        Store {
+            db: Arc::new(Db::Closed),
+        }
+    }
+
     /// Opens the state file read-only if it exists (for `status`, which must not create
     /// one and may run beside a drain); `None` when there is no file at `path`. Tables a
     /// drain has not created yet read as empty.

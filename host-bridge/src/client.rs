@@ -1,5 +1,6 @@
 //! Async client of the Spillway wire protocol (`spillway_core::wire`, `core/PROTOCOL.md`)
-//! over TCP, a Unix socket or a serial line.
+//! over TCP, TLS over TCP, a Unix socket or a serial line. TLS and the token sent in the
+//! `Hello` come from the process's [`security`](crate::security) settings.
 //!
 //! One [`Client`] is one connection: it sends a request, waits for the reply with the same
 //! `seq`, and hands back owned values ([`FetchReply`], [`PublishAck`], …). Requests are not pipelined (the protocol allows
@@ -54,6 +55,15 @@ pub enum ClientError {
     /// The gateway closed the connection.
     #[error("connection closed by the gateway")]
     Closed,
+    /// TLS could not be set up with a `tls://` gateway (no `--tls-ca`, a certificate that
+    /// does not verify or does not name the host, a plaintext port).
+    #[error("TLS with {addr}: {why}")]
+    Tls {
+        /// The gateway's `HOST:PORT`.
+        addr: String,
+        /// What failed.
+        why: String,
+    },
     /// No reply within the timeout.
     #[error("no reply within {0:?}")]
     Timeout(Duration),
@@ -174,6 +184,7 @@ pub struct PublishAck {
 
 enum Io {
     Tcp(smol::net::TcpStream),
+    Tls(Box<futures_rustls::client::TlsStream<smol::net::TcpStream>>),
     Unix(smol::net::unix::UnixStream),
     Serial(SerialIo),
 }
@@ -240,6 +251,26 @@ impl Io {
                 s.set_nodelay(true)?;
                 Io::Tcp(s)
             }
+            GatewayAddr::Tls(a) => {
+                let tls_err = |why: String| ClientError::Tls {
+                    addr: a.clone(),
+                    why,
+                };
+                let Some(connector) = crate::security::get().tls.clone() else {
+                    return Err(tls_err(
+                        "no CA to verify the gateway with: give --tls-ca".into(),
+                    ));
+                };
+                let name = crate::security::server_name(a).map_err(tls_err)?;
+                let s = smol::net::TcpStream::connect(a.as_str()).await?;
+                s.set_nodelay(true)?;
+                let s = connector.connect(name, s).await.map_err(|e| {
+                    tls_err(format!(
+                        "handshake failed: {e} (a plaintext tcp:// port answers no TLS)"
+                    ))
+                })?;
+                Io::Tls(Box::new(s))
+            }
             GatewayAddr::Unix(p) => Io::Unix(smol::net::unix::UnixStream::connect(p).await?),
             GatewayAddr::Serial { path, baud } => {
                 let (path, baud) = (path.clone(), *baud);
@@ -251,6 +282,10 @@ impl Io {
     async fn write_all(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
         match self {
             Io::Tcp(s) => {
+                s.write_all(bytes).await?;
+                s.flush().await?;
+            }
+            Io::Tls(s) => {
                 s.write_all(bytes).await?;
                 s.flush().await?;
             }
@@ -279,6 +314,7 @@ impl Io {
         let mut tmp = [0u8; 8192];
         let n = match self {
             Io::Tcp(s) => s.read(&mut tmp).await?,
+            Io::Tls(s) => s.read(&mut tmp).await?,
             Io::Unix(s) => s.read(&mut tmp).await?,
             Io::Serial(s) => {
                 let chunk = s.chunks.recv().await.map_err(|_| ClientError::Closed)??;
@@ -324,7 +360,9 @@ enum Owned {
     Committed(u64),
     Consumers(Vec<ConsumerInfo>),
     Deleted(bool),
-    Stats(GatewayStats),
+    /// The counters, and the `full` flag protocol version 3 appends (`None` from an older
+    /// gateway).
+    Stats(GatewayStats, Option<bool>),
     Session(SessionInfo),
 }
 
@@ -459,7 +497,7 @@ fn own(resp: Response<'_>) -> Result<Owned, ClientError> {
             off("first offset", stats.first_offset)?;
             off("next offset", stats.next_offset)?;
             off("durable offset", stats.durable_offset)?;
-            Owned::Stats(stats)
+            Owned::Stats(stats, None)
         }
     })
 }
@@ -495,23 +533,47 @@ impl Client {
         };
         // A leading 0x00 ends any noise the gateway holds (PROTOCOL.md §1).
         c.io.write_all(&[0]).await?;
-        // Version 3 appends its fields (no credential) after the Hello.
+        // Version 3 appends its fields (the token, if any) after the Hello.
+        let security = crate::security::get();
+        let hello = c.hello(client_name, security.token.as_deref()).await;
+        match (hello, addr) {
+            // TLS 1.3 settles the client certificate after the client's side of the
+            // handshake: a refused one shows as the session ending here.
+            (Err(e @ (ClientError::Io(_) | ClientError::Closed)), GatewayAddr::Tls(a)) => {
+                Err(ClientError::Tls {
+                    addr: a.clone(),
+                    why: format!(
+                        "the gateway ended the session before its Welcome ({e}): it did not accept this client's certificate (expired, or not from its --tls-client-ca), or it closed"
+                    ),
+                })
+            }
+            // A TLS listener drops a plaintext client in its handshake.
+            (Err(ClientError::Closed), GatewayAddr::Tcp(_)) => Err(ClientError::Protocol(
+                "the gateway closed the connection before its Welcome (a tls:// port? connect with tls://HOST:PORT and --tls-ca)".into(),
+            )),
+            (other, _) => other.map(|()| c),
+        }
+    }
+
+    /// Sends the `Hello` and takes the `Welcome` (or the refusal).
+    async fn hello(&mut self, client_name: &str, token: Option<&[u8]>) -> Result<(), ClientError> {
+        let c = self;
+        let reply_timeout = c.reply_timeout;
         c.send(&(
             Request::Hello {
                 protocol_version: PROTOCOL_VERSION,
                 client_name,
             },
-            wire::HelloV3 { credential: None },
+            wire::HelloV3 { credential: token },
         ))
         .await?;
-        let reply = c.recv(None, reply_timeout).await?;
-        match reply {
+        match c.recv(None, reply_timeout).await? {
             Owned::Welcome(w) => {
                 c.max_frame = (w.max_frame_bytes as usize).clamp(64, MAX_FRAME_ABSOLUTE);
                 // Nothing follows the Welcome unasked, so no partial frame is lost here.
                 c.frames = wire::FrameDecoder::new(wire::GrowingFrameBuffer::new(c.max_frame));
                 c.welcome = w;
-                Ok(c)
+                Ok(())
             }
             Owned::Error(code, message) => Err(ClientError::Gateway { code, message }),
             _ => Err(ClientError::Protocol("expected Welcome".into())),
@@ -558,6 +620,10 @@ impl Client {
         loop {
             let (got, owned) = self.recv_any(deadline, timeout).await?;
             if got == seq {
+                return Ok(owned);
+            }
+            // The handshake's refusal (`Unauthorized`, `UnsupportedVersion`) has seq 0.
+            if seq.is_none() && got == Some(0) && matches!(owned, Owned::Error(..)) {
                 return Ok(owned);
             }
             if got == Some(0)
@@ -614,6 +680,14 @@ impl Client {
                     })?;
                     w.producer_window = Some(ext.producer_window);
                 }
+                // Version 3 appends the `full` flag to the StatsReply; a gateway from before
+                // it sends nothing there.
+                if let Owned::Stats(_, full) = &mut owned
+                    && !rest.is_empty()
+                    && let Ok(ext) = postcard::from_bytes::<wire::StatsV3>(rest)
+                {
+                    *full = Some(ext.full);
+                }
                 return Ok((resp.seq(), owned));
             }
             self.rx.clear();
@@ -634,8 +708,10 @@ impl Client {
         }
     }
 
-    /// Publishes `records` to `topic` pipelined: every request is sent, then the replies
-    /// are collected (any order). Each record carries its own producer (id and sequence),
+    /// Publishes `records` (producer, timestamp in µs since the Unix epoch or `None` for the
+    /// gateway's clock, payload) to `topic` pipelined: every request is sent, then the
+    /// replies are collected (any order). Each record carries its own producer (id and
+    /// sequence),
     /// so a resend of some records of an earlier batch keeps their sequences. Returns one
     /// result per record, in order, with `Ok(None)` for `AckLevel::None`. A connection
     /// failure returns `Err` with the results gathered so far (the rest unknown).
@@ -645,19 +721,19 @@ impl Client {
     pub async fn publish_batch(
         &mut self,
         topic: &str,
-        records: &[(Option<Producer>, &[u8])],
+        records: &[(Option<Producer>, Option<u64>, &[u8])],
         ack: AckLevel,
         epoch: Option<u32>,
     ) -> Result<Vec<PublishResult>, (Vec<Option<PublishResult>>, ClientError)> {
         let mut results: Vec<Option<PublishResult>> = (0..records.len()).map(|_| None).collect();
         let mut seqs = std::collections::HashMap::with_capacity(records.len());
-        for (i, &(producer, p)) in records.iter().enumerate() {
+        for (i, &(producer, timestamp_us, p)) in records.iter().enumerate() {
             let seq = self.next_seq();
             let req = match (producer, epoch) {
                 (Some(pr), Some(epoch)) => Request::SessionPublish {
                     seq,
                     topic,
-                    timestamp_us: None,
+                    timestamp_us,
                     payload: p,
                     ack,
                     producer: wire::SessionProducer {
@@ -669,7 +745,7 @@ impl Client {
                 _ => Request::Publish {
                     seq,
                     topic,
-                    timestamp_us: None,
+                    timestamp_us,
                     payload: p,
                     ack,
                     producer,
@@ -821,9 +897,16 @@ impl Client {
 
     /// The gateway's counters.
     pub async fn stats(&mut self) -> Result<GatewayStats, ClientError> {
+        self.stats_and_full().await.map(|(s, _)| s)
+    }
+
+    /// The gateway's counters and whether its log is full (new records refused `Full`
+    /// under `reject-new`); `None` for a gateway that does not say (before protocol
+    /// version 3's `full` flag).
+    pub async fn stats_and_full(&mut self) -> Result<(GatewayStats, Option<bool>), ClientError> {
         let seq = self.next_seq();
         match self.call(Request::Stats { seq }, Duration::ZERO).await? {
-            Owned::Stats(s) => Ok(s),
+            Owned::Stats(s, full) => Ok((s, full)),
             _ => Err(ClientError::Protocol("expected StatsReply".into())),
         }
     }

@@ -5,7 +5,8 @@
 //! of laying a subcommand's flags over it ([`FileConfig::with_flags`]).
 //!
 //! ```toml
-//! gateway = "tcp://127.0.0.1:7878"     # all subcommands
+//! gateway = "tcp://127.0.0.1:7878"     # all subcommands; drain, status and consumers
+//!                                      # also take a list: ["tcp://gw1:7878", "tcp://gw2:7878"]
 //! state = "./spillway-bridge.redb"     # drain, status
 //! sink = "file:./spillway-out"         # drain
 //! consumer = "bridge"
@@ -18,15 +19,21 @@
 //! max-in-flight-batches = 4            # Kafka: batches awaiting delivery reports
 //! rotate-bytes = "64M"                 # file sink rotation size, bytes
 //! kafka-delivery-timeout-ms = 300000
-//! kafka-resume-window = 10000          # messages per partition read at start; 0 = off
+//! kafka-resume-window = 10000          # the gateway's records read back at start; 0 = off
+//! kafka-key = "gateway"                # gateway | gateway-topic
 //! poll-wait-ms = 500                   # long poll at the end of the log, ms
 //! backoff-initial-ms = 100
 //! backoff-max-ms = 30000
 //! reply-timeout-ms = 10000
 //! shutdown-grace-ms = 30000
 //! progress = "auto"                    # auto | log | off
+//!
+//! [kafka]                              # librdkafka properties, like drain -X KEY=VALUE
+//! "compression.type" = "zstd"
+//! "linger.ms" = 20
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -34,12 +41,34 @@ pub use spillway_core::cli::layer::ConfigError;
 use spillway_core::cli::layer::layered;
 use spillway_core::cli::units::ByteSize;
 
+use crate::sink::properties::PropertyValue;
+
+/// One gateway URI or several (`gateway = "tcp://…"` or `gateway = ["tcp://…", …]`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum Gateways {
+    /// One URI.
+    One(String),
+    /// Several URIs.
+    Many(Vec<String>),
+}
+
+impl Gateways {
+    /// The URIs, in order.
+    pub fn uris(&self) -> Vec<String> {
+        match self {
+            Gateways::One(u) => vec![u.clone()],
+            Gateways::Many(v) => v.clone(),
+        }
+    }
+}
+
 /// The config file's contents.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct FileConfig {
-    /// Gateway URI.
-    pub gateway: Option<String>,
+    /// Gateway URI, or several (`drain`, `status`, `consumers`).
+    pub gateway: Option<Gateways>,
     /// State file.
     pub state: Option<PathBuf>,
     /// Sink.
@@ -64,8 +93,10 @@ pub struct FileConfig {
     pub rotate_bytes: Option<ByteSize>,
     /// Kafka delivery timeout, ms.
     pub kafka_delivery_timeout_ms: Option<u64>,
-    /// Kafka resume scan window, messages per partition.
+    /// Kafka resume scan window, records of the gateway's log.
     pub kafka_resume_window: Option<u64>,
+    /// Kafka message key: `gateway` or `gateway-topic`.
+    pub kafka_key: Option<String>,
     /// Long-poll wait, ms.
     pub poll_wait_ms: Option<u64>,
     /// First retry delay, ms.
@@ -78,6 +109,17 @@ pub struct FileConfig {
     pub shutdown_grace_ms: Option<u64>,
     /// Progress mode.
     pub progress: Option<String>,
+    /// The `[kafka]` table: librdkafka properties passed through (see
+    /// [`crate::sink::properties`]); `drain -X` flags go over it.
+    pub kafka: Option<BTreeMap<String, PropertyValue>>,
+    /// CA certificates (PEM) a `tls://` gateway's certificate must chain to.
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for a gateway that verifies clients.
+    pub tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// File holding the token sent in the `Hello`.
+    pub token_file: Option<PathBuf>,
 }
 
 impl FileConfig {
@@ -102,7 +144,7 @@ mod tests {
             "gateway = \"tcp://h:1\"\nonce = true\naccept-new-log = true\nmax-batch-bytes = 10\n",
         )
         .unwrap();
-        assert_eq!(c.gateway.as_deref(), Some("tcp://h:1"));
+        assert_eq!(c.gateway, Some(Gateways::One("tcp://h:1".into())));
         assert_eq!(c.once, Some(true));
         assert_eq!(c.accept_new_log, Some(true));
         assert_eq!(c.max_batch_bytes, Some(ByteSize(10)));
@@ -111,6 +153,11 @@ mod tests {
         assert_eq!(c.max_batch_bytes, Some(ByteSize(256 << 10)));
         assert_eq!(c.rotate_bytes, Some(ByteSize(64 << 20)));
         assert!(toml::from_str::<FileConfig>("gatway = \"x\"").is_err());
+        let c: FileConfig = toml::from_str("gateway = [\"tcp://a:1\", \"unix:///b\"]\n").unwrap();
+        assert_eq!(
+            c.gateway.map(|g| g.uris()),
+            Some(vec!["tcp://a:1".to_string(), "unix:///b".to_string()])
+        );
     }
 
     /// A flag given replaces its key; the file's other keys stay; a bad value names its key.
@@ -134,7 +181,7 @@ mod tests {
             _not_a_key: 0,
         };
         let c = FileConfig::with_flags(Some(&p), &flags).unwrap();
-        assert_eq!(c.gateway.as_deref(), Some("unix:///g"));
+        assert_eq!(c.gateway, Some(Gateways::One("unix:///g".into())));
         assert_eq!((c.once, c.prefetch), (Some(true), Some(9)));
         std::fs::write(&p, "prefetch = \"many\"\n").unwrap();
         let e = FileConfig::with_flags(Some(&p), &flags).unwrap_err();

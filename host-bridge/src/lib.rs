@@ -17,13 +17,14 @@
 //! |---|---|
 //! | 0 | success (`drain`: `--once` reached its target, or stopped by SIGTERM/SIGINT after finishing in-flight work) |
 //! | 1 | failure: `publish` had records rejected or left them unacknowledged, the gateway could not be reached by `tail`/`status`/`consumers`, the sink could not be opened, output failed |
-//! | 2 | usage or configuration error (bad flag, config file, URI, `--from` beyond the log) |
+//! | 2 | usage or configuration error (bad flag, config file, URI, `--from` beyond the log, a Kafka property refused by the bridge or by librdkafka) |
 //! | 3 | `drain`: the resume check failed (log id, previous record CRC, or checkpoint beyond the log's end); not retried — see `--accept-new-log` |
 //! | 4 | the state file could not be opened (e.g. another drain holds it) or, for `drain --once`, a transaction on it failed (without `--once` the drain reopens it and resumes from its last durable checkpoint) |
 //!
 //! ## Features
-//! - `kafka` (default): the `kafka://` sink (librdkafka built from source: needs `cmake`
-//!   and the libcurl headers). Without it the bridge drains to files only.
+//! - `kafka` (default): the `kafka://` sink (librdkafka built from source with OpenSSL,
+//!   zlib and zstd: needs `cmake`, the libcurl headers, `pkg-config` and `libssl-dev`).
+//!   Without it the bridge drains to files only.
 
 pub mod checkpoint;
 pub mod client;
@@ -32,6 +33,7 @@ pub mod config;
 pub mod drain;
 pub mod metrics;
 pub mod progress;
+pub mod security;
 pub mod sink;
 
 /// Process exit codes (see the crate doc).

@@ -8,12 +8,15 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 use spillway_bridge::client::GatewayAddr;
-use spillway_bridge::commands::{self, PublishArgs, TailArgs, TailFormat};
+use spillway_bridge::commands::{self, PublishArgs, TailArgs, TailFormat, TailFrom};
 use spillway_bridge::config::FileConfig;
-use spillway_bridge::drain::{Drain, DrainConfig, DrainError, Shutdown, StartFrom};
+use spillway_bridge::drain::{
+    Drain, DrainConfig, Fleet, Shutdown, StartFrom, fleet_exit_code, identify,
+};
 use spillway_bridge::metrics::Metrics;
 use spillway_bridge::progress::Mode;
 use spillway_bridge::sink::SinkSpec;
+use spillway_bridge::sink::properties::KafkaProperties;
 use spillway_bridge::{exit, metrics};
 use spillway_core::cli::units::{ByteSize, parse_duration};
 use spillway_core::wire::AckLevel;
@@ -25,12 +28,57 @@ Exit codes:
      tail/status/consumers, or for drain --once past --retry-for; sink could not be
      opened; drain: the gateway refused its consumer, table full; consumers delete:
      the last consumer without --force)
-  2  usage or configuration error
+  2  usage or configuration error (also a refused or unknown Kafka property)
   3  drain: resume check failed (gateway log id or previous record CRC differs from the
      checkpoint, or the checkpoint is beyond the log); not retried, see --accept-new-log
   4  state file could not be opened (e.g. held by another drain), or with drain
      --once a write to it failed (without --once the drain reopens it and resumes
-     from its last durable checkpoint)";
+     from its last durable checkpoint)
+  130, 143  publish: stopped by SIGINT, SIGTERM before the end of its input (the summary
+     prints the command that continues it)";
+
+const DRAIN_EXIT_CODES: &str = "\
+Exit codes:
+  0  --once reached its target, or SIGTERM/SIGINT after in-flight work
+  1  a gateway stayed unreachable past --retry-for (named in the log), the sink could not
+     be opened (e.g. its directory is held by another drain), or the gateway refused the
+     consumer (its table is full)
+  2  usage or configuration error (also a refused or unknown Kafka property)
+  3  resume check failed (gateway log id or previous record CRC differs from the
+     checkpoint, or the checkpoint is beyond the log); not retried, see --accept-new-log
+  4  state file could not be opened (e.g. held by another drain), or with --once a write
+     to it failed (without --once the drain reopens it and resumes from its last durable
+     checkpoint)";
+
+const PUBLISH_EXIT_CODES: &str = "\
+Exit codes:
+  0  every input line was acknowledged (with --ack none: sent)
+  1  records rejected or not acknowledged, the gateway unreachable past --retry-for, the
+     input could not be read (the summary prints the command that continues)
+  2  usage or configuration error (e.g. --topic empty or over 255 bytes)
+  130, 143  stopped by SIGINT, SIGTERM before the end of the input (the summary prints
+     the command that continues without duplicates)";
+
+const TAIL_EXIT_CODES: &str = "\
+Exit codes:
+  0  printed up to the end seen at start (or --count records); with --follow, output closed
+  1  gateway unreachable at start, a gateway error, --from past the end of the log, or the
+     gateway's log changed while following
+  2  usage or configuration error";
+
+const STATUS_EXIT_CODES: &str = "\
+Exit codes:
+  0  every gateway answered
+  1  a gateway unreachable or failing (the others are still reported)
+  2  usage or configuration error
+  4  the state file could not be read (e.g. held by a running drain; the gateway part is
+     still printed)";
+
+const CONSUMERS_EXIT_CODES: &str = "\
+Exit codes:
+  0  listed, or deleted (or there was no such consumer: printed)
+  1  a gateway unreachable or refusing; delete: the last consumer without --force
+  2  usage or configuration error (e.g. a name over 31 bytes)";
 
 const DEFAULT_GATEWAY: &str = "tcp://127.0.0.1:7878";
 const DEFAULT_SINK: &str = "file:./spillway-out";
@@ -46,23 +94,50 @@ struct Cli {
     /// Log level (error, warn, info, debug, trace); RUST_LOG overrides.
     #[arg(long, global = true, default_value = "info")]
     log_level: String,
+    #[command(flatten)]
+    security: SecurityFlags,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// How the bridge proves itself to the gateway and checks the gateway (every subcommand;
+/// keys of the same names in the config file).
+#[derive(Args, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct SecurityFlags {
+    /// CA certificates (PEM) that a tls:// gateway's certificate must chain to; the
+    /// gateway's host name (or IP address) is checked against its certificate.
+    #[arg(long, global = true, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for a gateway that verifies clients (its --tls-client-ca).
+    #[arg(long, global = true, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, global = true, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_key: Option<PathBuf>,
+    /// File holding the token to present to the gateway (spillway token FILE makes one);
+    /// never given on the command line itself, where `ps` would show it.
+    #[arg(long, global = true, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Drain the gateway's log into a sink, checkpointing in a redb file.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = DRAIN_EXIT_CODES)]
     Drain(Box<DrainArgs>),
     /// Publish each input line as one record.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = PUBLISH_EXIT_CODES)]
     Publish(PublishCli),
     /// Print records (read-only: commits nothing).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = TAIL_EXIT_CODES)]
     Tail(TailCli),
     /// Show the gateway's stats, consumers, lag and the local checkpoint.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = STATUS_EXIT_CODES)]
     Status(StatusCli),
     /// List the gateway's consumers (committed offset, lag), or delete one
     /// (`consumers delete NAME [--force]`).
@@ -71,7 +146,7 @@ enum Cmd {
     /// delete it. A drain using a deleted name creates it again with its next commit. The
     /// last consumer is kept unless --force: with none, the gateway reclaims records
     /// nobody has read.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = CONSUMERS_EXIT_CODES)]
     Consumers(ConsumersCli),
 }
 
@@ -79,10 +154,13 @@ enum Cmd {
 #[derive(Args, Debug, Serialize)]
 #[serde(rename_all = "kebab-case")]
 struct DrainArgs {
-    /// Gateway: tcp://HOST:PORT, unix:///PATH or serial:///dev/ttyX?baud=N
+    /// Gateway: tcp://HOST:PORT (or HOST:PORT), tls://HOST:PORT, unix:///PATH or
+    /// serial:///dev/ttyX?baud=N; repeat it to
+    /// drain several gateways at once (one state file, a checkpoint per gateway id)
     /// [default: tcp://127.0.0.1:7878]
     #[arg(long)]
-    gateway: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    gateway: Vec<String>,
     /// Sink: file:DIR or kafka://HOST:PORT/TOPIC [default: file:./spillway-out]
     #[arg(long)]
     sink: Option<String>,
@@ -104,9 +182,10 @@ struct DrainArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     once: bool,
-    /// With --once: how long to keep retrying a gateway that cannot be reached, without
-    /// progress, before exiting 1 (e.g. 30s, 500ms) [default: 30s]. Without --once the
-    /// drain retries for ever.
+    /// How long to keep retrying a gateway (or, at start, a Kafka broker) that cannot be reached, without progress,
+    /// before exiting 1 naming it: seconds (30, 0.5) or with a unit (500ms, 5s, 2m, 1h), as
+    /// publish takes it. Default: 5m with --once; without --once the drain retries for
+    /// ever unless this is given. With several gateways it applies to each.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     #[serde(skip)]
     retry_for: Option<Duration>,
@@ -137,11 +216,15 @@ struct DrainArgs {
     /// [default: 300000]
     #[arg(long)]
     kafka_delivery_timeout_ms: Option<u64>,
-    /// Kafka: messages read from the end of each partition at start to find records
-    /// delivered before a crash but not checkpointed (not sent again); 0 turns it off
-    /// [default: 10000]
+    /// Kafka: records of the gateway read back from the end of its partition at start to
+    /// find records delivered before a crash but not checkpointed (not sent again); 0 turns
+    /// it off [default: 10000]
     #[arg(long)]
     kafka_resume_window: Option<u64>,
+    /// Kafka: the message key: gateway (the gateway id: its records stay in order in one
+    /// partition) or gateway-topic (`<gateway id>/<topic>`, as earlier versions did) [default: gateway]
+    #[arg(long, value_name = "KEY")]
+    kafka_key: Option<String>,
     /// Progress display: auto (a bar on a terminal, else a log line every 10 s), log, off
     /// [default: auto]
     #[arg(long)]
@@ -152,6 +235,14 @@ struct DrainArgs {
     /// Largest retry delay in ms [default: 30000]
     #[arg(long)]
     backoff_max_ms: Option<u64>,
+    /// Kafka: a librdkafka property for the producer (and the consumer that reads the
+    /// partition tails at start), e.g. -X compression.type=lz4; repeatable, over the config
+    /// file's [kafka] table. enable.idempotence, acks, max.in.flight.requests.per.connection
+    /// and transactional.id are refused (exit 2): the effectively-once delivery depends on
+    /// them. Put secrets (sasl.password, ...) in the config file, not on the command line.
+    #[arg(short = 'X', value_name = "KEY=VALUE")]
+    #[serde(skip)]
+    kafka_property: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -164,7 +255,7 @@ enum AckArg {
 #[derive(Args, Debug, Serialize)]
 #[serde(rename_all = "kebab-case")]
 struct PublishCli {
-    /// Gateway URI [default: tcp://127.0.0.1:7878]
+    /// Gateway URI; HOST:PORT is tcp://HOST:PORT [default: tcp://127.0.0.1:7878]
     #[arg(long)]
     gateway: Option<String>,
     /// Topic of every record.
@@ -191,45 +282,72 @@ struct PublishCli {
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     #[serde(skip)]
     retry_for: Duration,
-    /// Input file, or - for stdin (the default). Streamed: each line is sent as soon as it
-    /// is read (`tail -F app.log | spillway-bridge publish --topic t -` works), and only
-    /// records not yet acknowledged are held for a resend.
+    /// One record with this payload, as given (newlines included), instead of reading
+    /// input lines; repeatable, the records in the order given.
+    #[arg(
+        short = 'm',
+        long = "message",
+        value_name = "MESSAGE",
+        conflicts_with = "input"
+    )]
+    #[serde(skip)]
+    message: Vec<String>,
+    /// Take each record's timestamp from this top-level field of its payload, a JSON
+    /// object: an RFC 3339 time (2026-12-01T08:00:00.5Z) or µs since the Unix epoch. A
+    /// record without a usable field (warned about, at most once every 10 s) and every
+    /// record without this flag is stamped by the gateway.
+    #[arg(long, value_name = "NAME")]
+    #[serde(skip)]
+    timestamp_field: Option<String>,
+    /// Input files, read one after the other as one input, or - for stdin (the default).
+    /// Streamed: each line is sent as soon as it is read (`tail -F app.log |
+    /// spillway-bridge publish --topic t -` works), and only records not yet acknowledged
+    /// are held for a resend. Every file is opened before anything is sent.
     #[arg(value_name = "FILE|-")]
     #[serde(skip)]
-    input: Option<PathBuf>,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum FormatArg {
-    Json,
-    Raw,
+    input: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug, Serialize)]
 #[serde(rename_all = "kebab-case")]
 struct TailCli {
-    /// Gateway URI [default: tcp://127.0.0.1:7878]
+    /// Gateway URI; HOST:PORT is tcp://HOST:PORT [default: tcp://127.0.0.1:7878]
     #[arg(long)]
     gateway: Option<String>,
-    /// earliest, latest or an offset [default: earliest]
-    #[arg(long)]
+    /// earliest, latest, an offset, or -N: the last N offsets (`--from -10`, `--from=-10`).
+    /// An offset past the log's next offset exits 1, with or without --follow
+    /// [default: earliest]
+    #[arg(long, allow_hyphen_values = true)]
     from: Option<String>,
     /// Keep printing new records; without it, stop at the next offset seen at start.
     #[arg(long)]
     #[serde(skip)]
     follow: bool,
-    /// json: the file sink's keys, one object per line; raw: the payload and a newline.
-    #[arg(long, value_enum, default_value = "json")]
+    /// Print at most N records, then exit 0.
+    #[arg(long, value_name = "N")]
     #[serde(skip)]
-    format: FormatArg,
+    count: Option<u64>,
+    /// Print only records whose topic matches this MQTT-style filter (`+` one level, `#`
+    /// the rest); repeatable, a record matching any is printed.
+    #[arg(long, value_name = "FILTER")]
+    #[serde(skip)]
+    topic: Vec<String>,
+    /// json: the file sink's keys, one object per line; raw: the payload and a newline; or a
+    /// template with kcat's tokens: %t topic, %o offset, %T timestamp (ms since the epoch),
+    /// %s payload, %% and the escapes \n and \t (`--format '%t %o %s\n'`).
+    #[arg(long, default_value = "json", value_parser = TailFormat::parse)]
+    #[serde(skip)]
+    format: TailFormat,
 }
 
 #[derive(Args, Debug, Serialize)]
 #[serde(rename_all = "kebab-case")]
 struct StatusCli {
-    /// Gateway URI [default: tcp://127.0.0.1:7878]
+    /// Gateway URI (HOST:PORT is tcp://HOST:PORT); repeatable [default:
+    /// tcp://127.0.0.1:7878]
     #[arg(long)]
-    gateway: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    gateway: Vec<String>,
     /// State file to show the local checkpoints of [default: ./spillway-bridge.redb]
     #[arg(long, value_name = "FILE.redb")]
     state: Option<PathBuf>,
@@ -242,9 +360,11 @@ struct StatusCli {
 #[derive(Args, Debug, Serialize)]
 #[serde(rename_all = "kebab-case")]
 struct ConsumersCli {
-    /// Gateway URI [default: tcp://127.0.0.1:7878]
+    /// Gateway URI (HOST:PORT is tcp://HOST:PORT); repeatable [default:
+    /// tcp://127.0.0.1:7878]
     #[arg(long, global = true)]
-    gateway: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    gateway: Vec<String>,
     /// The same as `consumers delete NAME`.
     #[arg(long, value_name = "NAME", hide = true)]
     #[serde(skip)]
@@ -278,12 +398,43 @@ fn usage(msg: impl std::fmt::Display) -> ! {
     std::process::exit(exit::USAGE)
 }
 
-fn gateway_addr(cfg: &FileConfig) -> GatewayAddr {
-    cfg.gateway
-        .as_deref()
-        .unwrap_or(DEFAULT_GATEWAY)
-        .parse()
-        .unwrap_or_else(|e| usage(e))
+/// The gateways of `cfg` (the default one when none is given); exits 2 on a bad URI, one
+/// given twice, or a `tls://` gateway without `--tls-ca`.
+fn gateway_addrs(cfg: &FileConfig) -> Vec<GatewayAddr> {
+    let uris = cfg
+        .gateway
+        .as_ref()
+        .map_or_else(|| vec![DEFAULT_GATEWAY.to_string()], |g| g.uris());
+    if uris.is_empty() {
+        usage("gateway: give at least one URI");
+    }
+    let addrs: Vec<GatewayAddr> = uris
+        .iter()
+        .map(|u| u.parse().unwrap_or_else(|e| usage(e)))
+        .collect();
+    for (i, a) in addrs.iter().enumerate() {
+        if addrs[..i].iter().any(|b| b.to_string() == a.to_string()) {
+            usage(format!("gateway {a} is given twice"));
+        }
+        if matches!(a, GatewayAddr::Tls(_)) && spillway_bridge::security::get().tls.is_none() {
+            usage(format!(
+                "{a} needs --tls-ca (key tls-ca): the CA that signed the gateway's certificate"
+            ));
+        }
+    }
+    addrs
+}
+
+/// The one gateway of `cfg` for `command`; exits 2 when several are given.
+fn gateway_addr(cfg: &FileConfig, command: &str) -> GatewayAddr {
+    let mut addrs = gateway_addrs(cfg);
+    if addrs.len() > 1 {
+        usage(format!(
+            "{command} takes one gateway, {} were given",
+            addrs.len()
+        ));
+    }
+    addrs.remove(0)
 }
 
 fn start_from(cfg: &FileConfig) -> Option<StartFrom> {
@@ -310,13 +461,29 @@ fn main() {
     logger.format_timestamp_millis().init();
 
     let file = cli.config.as_deref();
+    let sec = layered(file, &cli.security);
+    let files = spillway_bridge::security::SecurityFiles {
+        tls_ca: sec.tls_ca,
+        tls_cert: sec.tls_cert,
+        tls_key: sec.tls_key,
+        token_file: sec.token_file,
+    };
+    spillway_bridge::security::set(files.load().unwrap_or_else(|e| usage(e)));
     let code = match cli.cmd {
-        Cmd::Drain(a) => run_drain(layered(file, &a), a.retry_for),
+        Cmd::Drain(a) => run_drain(layered(file, &a), a.retry_for, &a.kafka_property),
         Cmd::Publish(a) => {
             let cfg = layered(file, &a);
+            // Checked once, before anything is sent: every record would be refused.
+            if a.topic.is_empty() || a.topic.len() > 255 {
+                usage(format!(
+                    "--topic must be 1 to 255 bytes (got {} bytes)",
+                    a.topic.len()
+                ));
+            }
             let args = PublishArgs {
-                gateway: gateway_addr(&cfg),
+                gateway: gateway_addr(&cfg, "publish"),
                 topic: a.topic,
+                messages: a.message.into_iter().map(String::into_bytes).collect(),
                 ack: match a.ack {
                     AckArg::None => AckLevel::None,
                     AckArg::Buffered => AckLevel::Buffered,
@@ -324,20 +491,24 @@ fn main() {
                 },
                 producer_id: a.producer_id,
                 resume: a.resume,
-                input: a.input,
+                inputs: a.input,
+                timestamp_field: a.timestamp_field,
                 retry_for: a.retry_for,
                 reply_timeout: reply_timeout(&cfg),
             };
             // SIGINT or SIGTERM stops publishing; the summary then prints the command that
-            // resumes it.
+            // resumes it, and the exit code is the shell's for that signal (130, 143).
             let (trigger, stop) = Shutdown::new();
+            let signalled = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
             match signal_hook::iterator::Signals::new([
                 signal_hook::consts::SIGTERM,
                 signal_hook::consts::SIGINT,
             ]) {
                 Ok(mut signals) => {
+                    let signalled = signalled.clone();
                     std::thread::spawn(move || {
-                        if signals.forever().next().is_some() {
+                        if let Some(sig) = signals.forever().next() {
+                            signalled.store(sig, std::sync::atomic::Ordering::SeqCst);
                             trigger.trigger();
                         }
                     });
@@ -346,18 +517,31 @@ fn main() {
             }
             let (sum, code) = smol::block_on(commands::publish(args, stop));
             eprintln!("{sum}");
-            code
+            match signalled.load(std::sync::atomic::Ordering::SeqCst) {
+                sig if sig > 0 && code != exit::OK => 128 + sig,
+                _ => code,
+            }
         }
         Cmd::Tail(a) => {
             let cfg = layered(file, &a);
+            let from = match cfg.from.as_deref() {
+                Some(f) => f.parse::<TailFrom>().unwrap_or_else(|e| usage(e)),
+                None => TailFrom::Start(StartFrom::Earliest),
+            };
+            for f in &a.topic {
+                if f.is_empty() || f.split('/').any(|l| l.len() > 1 && l.contains(['+', '#'])) {
+                    usage(format!(
+                        "--topic {f:?}: a filter is levels separated by /, where + and # stand alone"
+                    ));
+                }
+            }
             let args = TailArgs {
-                gateway: gateway_addr(&cfg),
-                from: start_from(&cfg).unwrap_or(StartFrom::Earliest),
+                gateway: gateway_addr(&cfg, "tail"),
+                from,
                 follow: a.follow,
-                format: match a.format {
-                    FormatArg::Json => TailFormat::Json,
-                    FormatArg::Raw => TailFormat::Raw,
-                },
+                format: a.format,
+                count: a.count,
+                topics: a.topic,
                 reply_timeout: reply_timeout(&cfg),
             };
             let stdout = std::io::stdout();
@@ -368,13 +552,20 @@ fn main() {
             let cfg = layered(file, &a);
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
-            smol::block_on(commands::status(
-                &gateway_addr(&cfg),
-                Some(state_path(&cfg)),
-                reply_timeout(&cfg),
-                a.json,
-                &mut out,
-            ))
+            // Several gateways: one report after the other (with --json one object per
+            // line); the exit code is the worst.
+            let mut code = exit::OK;
+            for g in gateway_addrs(&cfg) {
+                let c = smol::block_on(commands::status(
+                    &g,
+                    Some(state_path(&cfg)),
+                    reply_timeout(&cfg),
+                    a.json,
+                    &mut out,
+                ));
+                code = code.max(c);
+            }
+            code
         }
         Cmd::Consumers(a) => {
             let cfg = layered(file, &a);
@@ -397,15 +588,20 @@ fn main() {
             }
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
-            smol::block_on(commands::consumers(
-                &gateway_addr(&cfg),
-                delete
-                    .as_ref()
-                    .map(|(n, f)| commands::Delete { name: n, force: *f }),
-                reply_timeout(&cfg),
-                a.json,
-                &mut out,
-            ))
+            let mut code = exit::OK;
+            for g in gateway_addrs(&cfg) {
+                let c = smol::block_on(commands::consumers(
+                    &g,
+                    delete
+                        .as_ref()
+                        .map(|(n, f)| commands::Delete { name: n, force: *f }),
+                    reply_timeout(&cfg),
+                    a.json,
+                    &mut out,
+                ));
+                code = code.max(c);
+            }
+            code
         }
     };
     std::process::exit(code);
@@ -421,9 +617,9 @@ fn reply_timeout(cfg: &FileConfig) -> Duration {
     Duration::from_millis(cfg.reply_timeout_ms.unwrap_or(REPLY_TIMEOUT_DEFAULT_MS))
 }
 
-/// `drain` with `c`, the config file's settings with the flags over them, and `--retry-for`
-/// (a flag only).
-fn run_drain(c: FileConfig, retry_for: Option<Duration>) -> i32 {
+/// `drain` with `c`, the config file's settings with the flags over them, `--retry-for` and
+/// the `-X` properties (flags only).
+fn run_drain(c: FileConfig, retry_for: Option<Duration>, kafka_flags: &[String]) -> i32 {
     let sink: SinkSpec = c
         .sink
         .as_deref()
@@ -434,7 +630,8 @@ fn run_drain(c: FileConfig, retry_for: Option<Duration>) -> i32 {
     if matches!(sink, SinkSpec::Kafka { .. }) {
         usage("this build has no Kafka sink (built without the `kafka` feature)");
     }
-    let mut cfg = DrainConfig::new(gateway_addr(&c), sink, state_path(&c));
+    let gateways = gateway_addrs(&c);
+    let mut cfg = DrainConfig::new(gateways[0].clone(), sink, state_path(&c));
     if let Some(name) = c.consumer.clone() {
         if name.is_empty() || name.len() > spillway_core::log::format::MAX_CONSUMER_NAME_LEN {
             usage(format!(
@@ -448,9 +645,7 @@ fn run_drain(c: FileConfig, retry_for: Option<Duration>) -> i32 {
     // offset when the state file has no checkpoint.
     cfg.from = start_from(&c);
     cfg.once = c.once.unwrap_or(false);
-    if let Some(d) = retry_for {
-        cfg.once_retry_for = d;
-    }
+    cfg.retry_for = retry_for;
     cfg.accept_new_log = c.accept_new_log.unwrap_or(false);
     let ms = Duration::from_millis;
     if let Some(v) = c.max_batch_bytes {
@@ -464,11 +659,16 @@ fn run_drain(c: FileConfig, retry_for: Option<Duration>) -> i32 {
         .max_in_flight_batches
         .map_or(cfg.max_in_flight_batches, |v| v.clamp(1, 1024));
     let so = &mut cfg.sink_options;
+    so.kafka_properties = KafkaProperties::from_table_and_flags(c.kafka.as_ref(), kafka_flags)
+        .unwrap_or_else(|e| usage(e));
     so.rotate_bytes = c.rotate_bytes.map_or(so.rotate_bytes, |v| v.0.max(1));
     so.kafka_delivery_timeout_ms = c
         .kafka_delivery_timeout_ms
         .map_or(so.kafka_delivery_timeout_ms, |v| v.max(1));
     cfg.kafka_resume_window = c.kafka_resume_window.unwrap_or(cfg.kafka_resume_window);
+    if let Some(k) = &c.kafka_key {
+        cfg.sink_options.kafka_key = k.parse().unwrap_or_else(|e| usage(e));
+    }
     cfg.poll_wait = c.poll_wait_ms.map_or(cfg.poll_wait, ms);
     cfg.backoff_initial = c.backoff_initial_ms.map_or(cfg.backoff_initial, ms);
     cfg.backoff_max = c.backoff_max_ms.map_or(cfg.backoff_max, ms);
@@ -510,6 +710,9 @@ fn run_drain(c: FileConfig, retry_for: Option<Duration>) -> i32 {
         Err(e) => log::warn!("cannot install signal handlers: {e}"),
     }
 
+    if gateways.len() > 1 {
+        return run_fleet(cfg, gateways, metrics_addr, stop);
+    }
     let m = Metrics::default();
     smol::block_on(async {
         let _metrics_task = match metrics_addr {
@@ -526,7 +729,7 @@ fn run_drain(c: FileConfig, retry_for: Option<Duration>) -> i32 {
             Ok(d) => d,
             Err(e) => {
                 log::error!("{e}");
-                return code_of(&e);
+                return e.exit_code();
             }
         };
         match drain.run().await {
@@ -543,17 +746,75 @@ fn run_drain(c: FileConfig, retry_for: Option<Duration>) -> i32 {
             }
             Err(e) => {
                 log::error!("{e}");
-                code_of(&e)
+                e.exit_code()
             }
         }
     })
 }
 
-fn code_of(e: &DrainError) -> i32 {
-    match e {
-        DrainError::Resume(_) => exit::RESUME,
-        DrainError::Store(_) | DrainError::StateOpen { .. } => exit::STATE,
-        DrainError::Config(_) => exit::USAGE,
-        _ => exit::FAILURE,
-    }
+/// `drain` of several gateways in one process (see `drain::Fleet`).
+fn run_fleet(
+    cfg: DrainConfig,
+    gateways: Vec<GatewayAddr>,
+    metrics_addr: Option<String>,
+    stop: Shutdown,
+) -> i32 {
+    let labeled: Vec<(String, Metrics)> = gateways
+        .iter()
+        .map(|g| (g.to_string(), Metrics::default()))
+        .collect();
+    smol::block_on(async {
+        let _metrics_task = match metrics_addr {
+            Some(addr) => match smol::net::TcpListener::bind(addr.as_str()).await {
+                Ok(l) => {
+                    log::info!("metrics on http://{addr}/metrics (label gateway=URI)");
+                    Some(smol::spawn(metrics::serve_labeled(l, labeled.clone())))
+                }
+                Err(e) => usage(format!("--metrics {addr}: {e}")),
+            },
+            None => None,
+        };
+        let check = cfg.reply_timeout.min(Duration::from_secs(3));
+        if let Err(e) = identify(&gateways, check).await {
+            log::error!("{e}");
+            return e.exit_code();
+        }
+        log::info!("draining {} gateways", gateways.len());
+        let fleet = match Fleet::open(
+            cfg,
+            gateways,
+            labeled.iter().map(|(_, m)| m.clone()).collect(),
+            stop,
+        )
+        .await
+        {
+            Ok(f) => f,
+            Err(e) => {
+                log::error!("{e}");
+                return e.exit_code();
+            }
+        };
+        let outcomes = fleet.run().await;
+        let (records, bytes, gaps) = outcomes
+            .iter()
+            .filter_map(|o| o.result.as_ref().ok())
+            .fold((0, 0, 0), |a, s| {
+                (a.0 + s.records, a.1 + s.bytes, a.2 + s.gaps)
+            });
+        let failed: Vec<&str> = outcomes
+            .iter()
+            .filter(|o| o.result.is_err())
+            .map(|o| o.gateway.as_str())
+            .collect();
+        log::info!(
+            "done: {} gateways, forwarded {records} records ({bytes} bytes), {gaps} gaps{}",
+            outcomes.len(),
+            if failed.is_empty() {
+                String::new()
+            } else {
+                format!("; not drained: {}", failed.join(", "))
+            }
+        );
+        fleet_exit_code(&outcomes)
+    })
 }

@@ -1,5 +1,6 @@
 //! Prometheus metrics of a drain, served as OpenMetrics text (the gateway's content type,
-//! [`CONTENT_TYPE`]) on `--metrics ADDR` at any path (`/metrics` by convention).
+//! [`CONTENT_TYPE`]) on `--metrics ADDR` at any path (`/metrics` by convention). A drain of
+//! several gateways labels every sample with `gateway="<URI>"`, one series per gateway.
 //!
 //! | metric | type | meaning |
 //! |---|---|---|
@@ -92,6 +93,25 @@ impl Metrics {
     /// A registry holding every metric.
     pub fn registry(&self) -> Registry {
         let mut r = Registry::with_prefix("spillway_bridge");
+        self.register(&mut r);
+        r
+    }
+
+    /// The metrics of several drains (a fleet) in Prometheus text format, each with the
+    /// label `gateway` = its gateway's URI.
+    pub fn render_labeled(drains: &[(String, Metrics)]) -> String {
+        let mut r = Registry::with_prefix("spillway_bridge");
+        for (gateway, m) in drains {
+            let sub = r.sub_registry_with_label(("gateway".into(), gateway.clone().into()));
+            m.register(sub);
+        }
+        let mut s = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut s, &r);
+        s
+    }
+
+    fn register(&self, r: &mut Registry) {
         r.register(
             "forwarded_records",
             "Records acknowledged by the sink",
@@ -158,7 +178,6 @@ impl Metrics {
             "Fetches repeated because the gateway reported a range corrupt",
             self.corrupt_refetches.clone(),
         );
-        r
     }
 
     /// The metrics in Prometheus text format.
@@ -178,7 +197,17 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// Serves `metrics` over HTTP on `listener` until the task is dropped. Each connection gets
 /// one response and is closed; requests are read up to 8 KiB and otherwise ignored.
 pub async fn serve(listener: smol::net::TcpListener, metrics: Metrics) {
-    let metrics = Arc::new(metrics);
+    serve_with(listener, Arc::new(move || metrics.render())).await;
+}
+
+/// [`serve`] for the drains of a fleet ([`Metrics::render_labeled`]).
+pub async fn serve_labeled(listener: smol::net::TcpListener, drains: Vec<(String, Metrics)>) {
+    serve_with(listener, Arc::new(move || Metrics::render_labeled(&drains))).await;
+}
+
+type Render = Arc<dyn Fn() -> String + Send + Sync>;
+
+async fn serve_with(listener: smol::net::TcpListener, metrics: Render) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
             smol::Timer::after(std::time::Duration::from_millis(100)).await;
@@ -204,7 +233,7 @@ pub async fn serve(listener: smol::net::TcpListener, metrics: Metrics) {
                 smol::Timer::after(std::time::Duration::from_secs(2)).await;
             })
             .await;
-            let body = metrics.render();
+            let body = metrics();
             let head = format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\n\
                  Content-Length: {}\r\nConnection: close\r\n\r\n",

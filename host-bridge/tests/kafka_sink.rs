@@ -12,7 +12,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::FakeGateway;
+use common::{SimGateway, drain_config};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -26,7 +26,7 @@ use spillway_bridge::drain::{Drain, DrainConfig, DrainSummary, Shutdown};
 use spillway_bridge::metrics::Metrics;
 use spillway_bridge::progress::Mode;
 use spillway_bridge::sink::kafka::KafkaSink;
-use spillway_bridge::sink::{Sink, Source};
+use spillway_bridge::sink::{KafkaKey, Sink, Source};
 
 struct Msg {
     key: String,
@@ -103,18 +103,8 @@ fn create_topic(brokers: &str, topic: &str, parts: i32) {
 }
 
 /// A `--once` drain of `gw` into `kafka://brokers/topic`.
-fn kafka_cfg(gw: &FakeGateway, brokers: &str, topic: &str, dir: &std::path::Path) -> DrainConfig {
-    let mut c = DrainConfig::new(
-        gw.uri().parse().unwrap(),
-        format!("kafka://{brokers}/{topic}").parse().unwrap(),
-        dir.join("state.redb"),
-    );
-    c.once = true;
-    c.progress = Mode::Off;
-    c.max_batch_bytes = 2048;
-    c.poll_wait = Duration::from_millis(50);
-    c.backoff_initial = Duration::from_millis(10);
-    c.backoff_max = Duration::from_millis(200);
+fn kafka_cfg(gw: &SimGateway, brokers: &str, topic: &str, dir: &std::path::Path) -> DrainConfig {
+    let mut c = drain_config(gw, &format!("kafka://{brokers}/{topic}"), dir);
     c.sink_options.kafka_delivery_timeout_ms = 10_000;
     c
 }
@@ -131,7 +121,7 @@ fn run(c: DrainConfig) -> (DrainSummary, Metrics) {
 }
 
 /// The gateway's records `from..to`, as the bridge fetches them.
-fn gateway_records(gw: &FakeGateway, from: u64, to: u64) -> Vec<OwnedRecord> {
+fn gateway_records(gw: &SimGateway, from: u64, to: u64) -> Vec<OwnedRecord> {
     smol::block_on(async {
         let mut c = Client::connect(&gw.uri().parse().unwrap(), "test", Duration::from_secs(2))
             .await
@@ -150,7 +140,7 @@ fn gateway_records(gw: &FakeGateway, from: u64, to: u64) -> Vec<OwnedRecord> {
     })
 }
 
-fn publish_n(gw: &FakeGateway, topics: &[&str], from: usize, n: usize) {
+fn publish_n(gw: &SimGateway, topics: &[&str], from: usize, n: usize) {
     for i in from..from + n {
         let p = format!("r{i}");
         gw.publish(topics[i % topics.len()], &[p.as_bytes()]);
@@ -225,8 +215,9 @@ fn delivers_with_key_and_headers() {
     let mut key_partition: HashMap<String, i32> = HashMap::new();
     for m in &msgs {
         let off: u64 = m.headers["spillway-offset"].parse().unwrap();
-        let topic = &m.headers["spillway-topic"];
-        assert_eq!(m.key, format!("gw-9/{topic}"));
+        // Keyed by gateway id alone: one gateway's records keep their order in one partition.
+        assert_eq!(m.key, "gw-9");
+        assert!(["buoy/sst", "cgm"].contains(&m.headers["spillway-topic"].as_str()));
         assert_eq!(m.headers["spillway-gateway"], "gw-9");
         assert_eq!(
             m.headers["spillway-log-id"],
@@ -254,7 +245,7 @@ fn a_down_broker_holds_the_checkpoint_until_delivery() {
     let mock = MockCluster::new(1).unwrap();
     mock.create_topic("out", 1, 1).unwrap();
     let brokers = mock.bootstrap_servers();
-    let gw = FakeGateway::start("gw-k", 0x4B);
+    let gw = SimGateway::start("gw-k", 0x4B);
     let payloads: Vec<Vec<u8>> = (0..100).map(|i| format!("r{i}").into_bytes()).collect();
     let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
     gw.publish("t", &refs);
@@ -340,7 +331,7 @@ fn partition_offsets(brokers: &str, topic: &str, partition: i32) -> Vec<u64> {
     }
 }
 
-/// Two gateway topics whose keys (`<gateway id>/<topic>`) the producer's partitioner puts
+/// Two gateway topics whose keys (`<gateway id>/<topic>`, [`KafkaKey::GatewayTopic`]) the producer's partitioner puts
 /// in partitions 0 and 1 of a 2-partition topic, found by producing probes.
 fn topics_for_partitions(brokers: &str, gateway_id: &str) -> (String, String) {
     let names: Vec<String> = (0..16).map(|i| format!("t{i}")).collect();
@@ -354,7 +345,9 @@ fn topics_for_partitions(brokers: &str, gateway_id: &str) -> (String, String) {
         .map(|(i, n)| rec(i as u64, n))
         .collect();
     smol::block_on(async {
-        let mut k = KafkaSink::new(brokers, "probe", 10_000).unwrap();
+        let mut k = KafkaSink::new(brokers, "probe", 10_000)
+            .unwrap()
+            .keyed_by(KafkaKey::GatewayTopic);
         k.deliver(&src, &recs).await.unwrap();
     });
     let msgs = consume_everything(brokers, "probe", 2);
@@ -388,7 +381,7 @@ fn a_later_batch_acknowledged_first_never_moves_the_checkpoint_past_an_earlier_o
     let brokers = mock.bootstrap_servers();
     let gw_id = "gw-ooo";
     let (slow, fast) = topics_for_partitions(&brokers, gw_id);
-    let gw = FakeGateway::start(gw_id, 0x000F);
+    let gw = SimGateway::start(gw_id, 0x000F);
     // Offsets 0..20: both partitions, while both brokers are up.
     for i in 0..20 {
         let t = if i % 2 == 0 { &slow } else { &fast };
@@ -409,6 +402,8 @@ fn a_later_batch_acknowledged_first_never_moves_the_checkpoint_past_an_earlier_o
     c.backoff_max = Duration::from_millis(200);
     c.sink_options.kafka_delivery_timeout_ms = 800;
     c.kafka_resume_window = 0;
+    // One gateway's records in two partitions: keyed by gateway and topic.
+    c.sink_options.kafka_key = KafkaKey::GatewayTopic;
     let metrics = Metrics::default();
     let m2 = metrics.clone();
     let (trigger, stop) = Shutdown::new();
@@ -519,7 +514,7 @@ fn shutdown_gives_up_on_unacknowledged_batches_after_the_grace() {
     let mock = MockCluster::new(1).unwrap();
     mock.create_topic("out", 1, 1).unwrap();
     let brokers = mock.bootstrap_servers();
-    let gw = FakeGateway::start("gw-stop", 0x570);
+    let gw = SimGateway::start("gw-stop", 0x570);
     publish_n(&gw, &["t"], 0, 50);
     mock.broker_down(1).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -583,7 +578,7 @@ fn resume_from_the_partition_tail_sends_nothing_twice() {
     let mock = MockCluster::new(1).unwrap();
     mock.create_topic("out", 1, 1).unwrap();
     let brokers = mock.bootstrap_servers();
-    let gw = FakeGateway::start("gw-eo", 0xE0);
+    let gw = SimGateway::start("gw-eo", 0xE0);
     let dir = tempfile::tempdir().unwrap();
     publish_n(&gw, &["a", "b"], 0, 40);
     assert_eq!(
@@ -645,7 +640,7 @@ fn a_hole_stops_the_resume_at_the_first_missing_offset() {
     let mock = MockCluster::new(1).unwrap();
     mock.create_topic("out", 3, 1).unwrap();
     let brokers = mock.bootstrap_servers();
-    let gw = FakeGateway::start("gw-hole", 0x401E);
+    let gw = SimGateway::start("gw-hole", 0x401E);
     let dir = tempfile::tempdir().unwrap();
     publish_n(&gw, &["a", "b", "c"], 0, 10);
     assert_eq!(
@@ -686,7 +681,7 @@ fn messages_that_differ_from_the_gateway_are_not_trusted() {
     let mock = MockCluster::new(1).unwrap();
     mock.create_topic("out", 1, 1).unwrap();
     let brokers = mock.bootstrap_servers();
-    let gw = FakeGateway::start("gw-x", 0x5EED);
+    let gw = SimGateway::start("gw-x", 0x5EED);
     let dir = tempfile::tempdir().unwrap();
     publish_n(&gw, &["t"], 0, 10);
     assert_eq!(
@@ -820,7 +815,7 @@ fn real_broker_if_configured() {
         assert_eq!(m.headers["spillway-log-id"], format!("{log_id:032x}"));
         assert_eq!(m.headers["spillway-gateway"], "gw-real");
         assert_eq!(m.headers["spillway-topic"], "t");
-        assert_eq!(m.key, "gw-real/t");
+        assert_eq!(m.key, "gw-real");
         assert_eq!(m.payload, format!("p{i}").into_bytes());
     }
     let absent = KafkaSink::new(&broker, &format!("{topic}-absent"), 30_000).unwrap();
@@ -833,4 +828,44 @@ fn rand_id() -> u128 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos()
+}
+
+/// A gap becomes a record with an empty payload and the header `spillway-gap` = `A..B
+/// reason`, keyed by the gateway id like the gateway's records, without an offset header.
+#[test]
+fn a_gap_is_a_record_with_an_empty_payload_and_a_gap_header() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("out", 2, 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let src = Source {
+        gateway_id: "gw-gap".into(),
+        log_id: 0x9a9,
+    };
+    smol::block_on(async {
+        let mut s = KafkaSink::new(&brokers, "out", 10_000).unwrap();
+        s.deliver(&src, &[rec(0, "t"), rec(1, "t")]).await.unwrap();
+        s.deliver_gap(
+            &src,
+            &spillway_bridge::sink::GapNotice::new(2, 7, "dropped-oldest"),
+        )
+        .await
+        .unwrap();
+        s.deliver(&src, &[rec(7, "t")]).await.unwrap();
+    });
+    let msgs = consume_everything(&brokers, "out", 2);
+    assert_eq!(msgs.len(), 4);
+    assert!(
+        msgs.iter()
+            .all(|m| m.key == "gw-gap" && m.partition == msgs[0].partition)
+    );
+    let gap = &msgs[2];
+    assert!(gap.payload.is_empty());
+    assert_eq!(gap.headers["spillway-gap"], "2..7 dropped");
+    assert_eq!(gap.headers["spillway-gateway"], "gw-gap");
+    assert_eq!(
+        gap.headers["spillway-log-id"],
+        "000000000000000000000000000009a9"
+    );
+    assert!(!gap.headers.contains_key("spillway-offset"));
+    assert_eq!(msgs[3].headers["spillway-offset"], "7");
 }

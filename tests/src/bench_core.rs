@@ -18,7 +18,10 @@
 //!   where every block written must first be erased. Flash bytes programmed and erases cover
 //!   every header, padding, journal entry and page-state marker, per payload byte. Spillway
 //!   also stores, per record, a topic (1 byte here), a timestamp and a length that the peer's
-//!   items do not have.
+//!   items do not have. The timestamp is the wall clock at append (µs since the Unix epoch,
+//!   as the gateway stamps a line): the first repetition of each engine reads the clock at
+//!   every append and the later ones replay those [`Stamps`], so that every repetition
+//!   writes the same bytes and the flash counts can be checked equal between them.
 //! - **Reads** (same function): after the appends, every retained record is read back in
 //!   order, the pass repeated for at least 25 ms: spillway with [`Log::read`] into a
 //!   [`READ_BUFFER`]-byte buffer, the peer with its queue iterator into a buffer of the same
@@ -351,6 +354,25 @@ fn payload(len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// The timestamps of one engine's appends: the wall clock read at every append of its first
+/// repetition (µs since the Unix epoch), replayed by the later ones.
+#[derive(Debug, Clone, Default)]
+pub struct Stamps(Vec<u64>);
+
+impl Stamps {
+    /// The timestamp of append `i`: the one recorded, or the wall clock now (recorded).
+    fn at(&mut self, i: u64) -> u64 {
+        if let Some(&t) = self.0.get(i as usize) {
+            return t;
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        self.0.push(now);
+        now
+    }
+}
+
 /// Stamps record index `i` into the first 8 bytes of `p`.
 fn stamp(p: &mut [u8], i: u64) {
     p[..8].copy_from_slice(&i.to_le_bytes());
@@ -375,6 +397,7 @@ pub fn write_case(case: WriteCase, opts: &Options) -> Vec<WriteRun> {
     let mut writes = vec![Vec::new(); n];
     let mut reads = vec![Vec::new(); n];
     let mut counts = vec![None; n];
+    let mut stamps = vec![Stamps::default(); n];
     for _ in 0..opts.reps.max(1) {
         for (k, engine) in Engine::ALL.into_iter().enumerate() {
             let durable = engine == Engine::SpillwayDurable;
@@ -383,11 +406,13 @@ pub fn write_case(case: WriteCase, opts: &Options) -> Vec<WriteRun> {
                 (Engine::Peer, 16) => peer_rep::<16>(cap, len, records),
                 (_, 4) => {
                     let (flash, device) = counted_flash::<4>(cap);
-                    spillway_rep(flash, Some(&device), durable, records, len)
+                    let s = &mut stamps[k];
+                    spillway_rep(flash, Some(&device), durable, records, len, s)
                 }
                 (_, 16) => {
                     let (flash, device) = counted_flash::<16>(cap);
-                    spillway_rep(flash, Some(&device), durable, records, len)
+                    let s = &mut stamps[k];
+                    spillway_rep(flash, Some(&device), durable, records, len, s)
                 }
                 (_, ws) => panic!("no flash with a {ws}-byte write size"),
             };
@@ -443,6 +468,7 @@ fn spillway_rep<F: Flash>(
     durable: bool,
     records: u64,
     payload_len: usize,
+    stamps: &mut Stamps,
 ) -> Rep {
     let warm_up = u64::from(flash.geometry().capacity) / payload_len as u64;
     let g = flash.geometry();
@@ -468,7 +494,7 @@ fn spillway_rep<F: Flash>(
         stamp(&mut p, i);
         let rec = Record {
             topic: TOPIC,
-            timestamp_us: i,
+            timestamp_us: stamps.at(i),
             producer: None,
             payload: &p,
         };
@@ -1122,9 +1148,10 @@ mod tests {
                 erased: 0xFF,
             };
             let mut sim = SimFlash::new_vec(g).unwrap();
-            let on_sim = spillway_rep(&mut sim, None, durable, 5000, 32);
+            let mut stamps = Stamps::default();
+            let on_sim = spillway_rep(&mut sim, None, durable, 5000, 32, &mut stamps);
             let (flash, device) = counted_flash::<16>(64 << 10);
-            let on_ram = spillway_rep(flash, Some(&device), durable, 5000, 32);
+            let on_ram = spillway_rep(flash, Some(&device), durable, 5000, 32, &mut stamps);
             assert_eq!(
                 (on_sim.programmed, on_sim.erases, on_sim.records_read),
                 (on_ram.programmed, on_ram.erases, on_ram.records_read)

@@ -27,6 +27,11 @@
 //!   writes each followed by `fdatasync`. Reported as MiB/s, syncs/s and 100-byte-payload
 //!   records/s equivalents (bytes/s ÷ 100: the bound if a record cost only its payload).
 //!
+//! - **TLS**: the buffered and durable spillway cases once more with every publisher on a
+//!   `tls://` listener (TLS 1.3, rustls on both sides, certificates made for the run),
+//!   reported beside the plaintext runs as a ratio (the goal: at least
+//!   [`TLS_GOAL`] × plaintext).
+//!
 //! The cases are interleaved within each repetition, so that other work on the machine
 //! disturbs them alike, with a `sync` and a short pause between them; the tables give
 //! min / median / max over the repetitions and spillway ÷ NATS on medians.
@@ -55,6 +60,9 @@ pub const PUBLISHERS: usize = 8;
 pub const WINDOW: usize = 64;
 /// Payload bytes per record.
 pub const PAYLOAD: usize = 100;
+/// The least TLS ÷ plaintext ingest rate aimed for.
+pub const TLS_GOAL: f64 = 0.7;
+
 /// Topic (spillway) and subject (NATS) published to.
 pub const SUBJECT: &str = "bench";
 
@@ -202,18 +210,39 @@ pub fn spillway_args(dir: &Path, addr: &str) -> Vec<String> {
 /// If the gateway does not start, refuses a publish, or appended a different number of
 /// records.
 pub fn spillway(ack: AckLevel, per_publisher: usize) -> SpillwayRun {
+    spillway_over(ack, per_publisher, false)
+}
+
+/// One spillway run with `ack` on a fresh image, over TLS when `tls` (a `tls://` listener
+/// with certificates made for the run; the clients check the gateway's).
+///
+/// # Panics
+/// As [`spillway`].
+pub fn spillway_over(ack: AckLevel, per_publisher: usize, tls: bool) -> SpillwayRun {
     let dir = tempfile::tempdir().expect("tempdir");
     let addr = format!("127.0.0.1:{}", free_port());
-    let gateway = GatewayProcess::start(&spillway_args(dir.path(), &addr), 1);
-    let connect = || Client::tcp(&addr).expect("connect to spillway");
+    let mut args = spillway_args(dir.path(), &addr);
+    let setup = tls.then(|| crate::pki::TlsSetup::new(dir.path()));
+    if let Some(t) = &setup {
+        for a in args.iter_mut() {
+            if *a == format!("tcp://{addr}") {
+                *a = format!("tls://{addr}");
+            }
+        }
+        args.extend(t.gateway_args());
+    }
+    let gateway = GatewayProcess::start(&args, 1);
+    let ca = setup.as_ref().map(|t| t.pki.ca.clone());
+    let connect = move || match &ca {
+        Some(ca) => Client::tls(&addr, "localhost", ca).expect("connect to spillway over TLS"),
+        None => Client::tcp(&addr).expect("connect to spillway"),
+    };
     let publish: fn(Client, usize) = match ack {
         AckLevel::Durable => |c, n| spillway_publisher(c, n, AckLevel::Durable),
         _ => |c, n| spillway_publisher(c, n, AckLevel::Buffered),
     };
-    let measured = timed(gateway.pid(), per_publisher, connect, publish);
-    let stats = Client::tcp(&addr)
-        .and_then(|mut c| c.stats())
-        .expect("spillway stats");
+    let measured = timed(gateway.pid(), per_publisher, &connect, publish);
+    let stats = connect().stats().expect("spillway stats");
     assert_eq!(
         stats.records_appended,
         (PUBLISHERS * per_publisher) as u64,
@@ -406,6 +435,8 @@ pub struct CaseRuns {
     pub spillway: Vec<SpillwayRun>,
     /// NATS runs, in the same repetitions.
     pub nats: Vec<NatsRun>,
+    /// Spillway's runs over TLS, in the same repetitions.
+    pub tls: Vec<SpillwayRun>,
 }
 
 impl CaseRuns {
@@ -415,6 +446,11 @@ impl CaseRuns {
             .iter()
             .map(|r| r.measured.records_per_s)
             .collect()
+    }
+
+    /// Spillway's records/s over TLS.
+    pub fn tls_rates(&self) -> Vec<f64> {
+        self.tls.iter().map(|r| r.measured.records_per_s).collect()
     }
 
     /// NATS records/s.
@@ -482,6 +518,10 @@ pub fn run(opts: &Options, nats_bin: Option<&Path>, mut progress: impl FnMut(&st
             .spillway
             .push(spillway(AckLevel::Buffered, opts.per_buffered));
         settle();
+        buffered
+            .tls
+            .push(spillway_over(AckLevel::Buffered, opts.per_buffered, true));
+        settle();
         if let Some(bin) = nats_bin {
             buffered.nats.push(nats(bin, false, opts.per_buffered));
             settle();
@@ -489,6 +529,10 @@ pub fn run(opts: &Options, nats_bin: Option<&Path>, mut progress: impl FnMut(&st
         durable
             .spillway
             .push(spillway(AckLevel::Durable, opts.per_durable));
+        settle();
+        durable
+            .tls
+            .push(spillway_over(AckLevel::Durable, opts.per_durable, true));
         settle();
         if let Some(bin) = nats_bin {
             durable.nats.push(nats(bin, true, opts.per_durable));
@@ -596,6 +640,27 @@ impl fmt::Display for Report {
                 f,
                 "| {label} | {} | {peer_cell} | {ratio} |",
                 spread_text(&sw)
+            )?;
+        }
+        writeln!(f)?;
+        writeln!(
+            f,
+            "| spillway over TLS, records/s, min / median / max of {reps} | plaintext TCP | TLS | TLS ÷ plaintext (medians; goal ≥ {TLS_GOAL:.2}) |"
+        )?;
+        writeln!(f, "|---|---|---|---|")?;
+        for (label, runs) in self.cases() {
+            let (plain, tls) = (runs.spillway_rates(), runs.tls_rates());
+            if tls.is_empty() {
+                continue;
+            }
+            let ratio = Spread::of(&tls).median / Spread::of(&plain).median;
+            let verdict = if ratio >= TLS_GOAL { "met" } else { "NOT met" };
+            let label = label.split_once(" (").map_or(label, |(l, _)| l);
+            writeln!(
+                f,
+                "| {label} | {} | {} | {ratio:.2} ({verdict}) |",
+                spread_text(&plain),
+                spread_text(&tls)
             )?;
         }
         writeln!(f)?;

@@ -53,3 +53,30 @@ pub fn gateway_next_offset(gw: &str) -> u64 {
         .and_then(|j| j["stats"]["next_offset"].as_u64())
         .unwrap_or(0)
 }
+
+/// `drain --gateway GW --sink SINK --state STATE --progress off`: the flags every drain of
+/// the tests starts with (add `--once` and the rest).
+pub fn drain_args<'a>(gw: &'a str, sink: &'a str, state: &'a str) -> Vec<&'a str> {
+    vec![
+        "drain",
+        "--gateway",
+        gw,
+        "--sink",
+        sink,
+        "--state",
+        state,
+        "--progress",
+        "off",
+    ]
+}
+
+/// The committed offset of consumer `consumer` in the output of `status --json`, 0 when
+/// the output has none (unreachable gateway, unknown consumer).
+pub fn committed_offset(status_json: &[u8], consumer: &str) -> u64 {
+    let v: serde_json::Value = serde_json::from_slice(status_json).unwrap_or_default();
+    v["consumers"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == consumer))
+        .and_then(|c| c["committed_offset"].as_u64())
+        .unwrap_or(0)
+}

@@ -269,6 +269,34 @@ impl Client {
         Ok(c)
     }
 
+    /// Connects over TLS to a `tls://` listener at `addr` (with a 10 s read timeout),
+    /// checking its certificate for `server_name` against the CA certificates in `ca`
+    /// (PEM), and says hello.
+    pub fn tls(addr: &str, server_name: &str, ca: &Path) -> io::Result<Self> {
+        use rustls_pki_types::pem::PemObject;
+        let bad = |e: &dyn std::fmt::Display| io::Error::other(e.to_string());
+        let mut roots = rustls::RootCertStore::empty();
+        for c in rustls_pki_types::CertificateDer::pem_file_iter(ca).map_err(|e| bad(&e))? {
+            roots.add(c.map_err(|e| bad(&e))?).map_err(|e| bad(&e))?;
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| bad(&e))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name =
+            rustls_pki_types::ServerName::try_from(server_name.to_string()).map_err(|e| bad(&e))?;
+        let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name)
+            .map_err(|e| bad(&e))?;
+        let s = TcpStream::connect(addr)?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut c = Client::new(Box::new(rustls::StreamOwned::new(conn, s)));
+        c.hello("test-client")?;
+        Ok(c)
+    }
+
     /// Connects to a Unix socket (with a 10 s read timeout) and says hello.
     pub fn unix(path: &Path) -> io::Result<Self> {
         let s = UnixStream::connect(path)?;

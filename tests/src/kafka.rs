@@ -122,13 +122,25 @@ impl KMsg {
 /// the end of each partition as the fetch responses report it (ListOffsets is not used:
 /// tansu 0.6 under-reports it). Uses `assign`, no consumer group.
 pub fn consume_all(brokers: &str, topic: &str, partitions: i32) -> Vec<KMsg> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+    consume_all_with(brokers, topic, partitions, &[])
+}
+
+/// [`consume_all`] with extra librdkafka properties (e.g. `security.protocol=ssl`).
+pub fn consume_all_with(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    properties: &[(&str, &str)],
+) -> Vec<KMsg> {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", brokers)
         .set("group.id", "spillway-tests")
         .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .create()
-        .expect("consumer");
+        .set("enable.partition.eof", "true");
+    for (k, v) in properties {
+        cfg.set(*k, *v);
+    }
+    let c: BaseConsumer = cfg.create().expect("consumer");
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition_offset(topic, p, Offset::Beginning)

@@ -20,6 +20,7 @@ pub mod faultfs;
 pub mod gateway;
 pub mod kafka;
 pub mod nats;
+pub mod pki;
 pub mod plot;
 pub mod process;
 pub mod ram_nor;

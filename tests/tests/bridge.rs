@@ -2,7 +2,8 @@
 //! files and to Kafka (librdkafka's mock cluster, a real TCP listener in this process, and
 //! a real broker process when `SPILLWAY_KAFKA_BROKER` is set), tail and status; kill -9
 //! while draining (files and Kafka: no duplicates); a sink outage; a replaced
-//! gateway image.
+//! gateway image. The publish/drain/tail/status test and the kill -9 drain test run twice:
+//! over plaintext TCP and over TLS with a token ([`Link`]).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -10,25 +11,79 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
-use spillway_tests::bridge::gateway_next_offset;
+use spillway_tests::bridge::{committed_offset, drain_args, gateway_next_offset};
 use spillway_tests::gateway::free_port;
 use spillway_tests::kafka::{Broker, KMsg, consume_all};
+use spillway_tests::pki::TlsSetup;
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
 
 const GATEWAY_ID: &str = "e2e-gw";
 
+/// How the bridge reaches the gateway: the same scenario over plaintext TCP, or over TLS
+/// (the gateway's certificate checked against the test CA for the name `localhost`) with
+/// the bridge's token in its `Hello`.
+enum Link {
+    Tcp,
+    Tls(Box<TlsSetup>),
+}
+
+impl Link {
+    /// TLS with certificates and a token made in `dir`.
+    fn tls(dir: &Path) -> Link {
+        Link::Tls(Box::new(TlsSetup::new(dir)))
+    }
+
+    /// The gateway's listener URI and the URI the bridge connects to.
+    fn uris(&self, port: u16) -> (String, String) {
+        match self {
+            Link::Tcp => {
+                let u = format!("tcp://127.0.0.1:{port}");
+                (u.clone(), u)
+            }
+            Link::Tls(_) => (
+                format!("tls://127.0.0.1:{port}"),
+                format!("tls://localhost:{port}"),
+            ),
+        }
+    }
+
+    /// The bridge's flags for this link.
+    fn bridge_args(&self) -> Vec<String> {
+        match self {
+            Link::Tcp => Vec::new(),
+            Link::Tls(t) => t.bridge_args(),
+        }
+    }
+
+    /// `spillway-bridge ARGS` and this link's flags, run to completion.
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        let extra = self.bridge_args();
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(extra.iter().map(String::as_str));
+        run_bridge(&all)
+    }
+
+    /// Starts the gateway on `port` with this link's listener.
+    fn start_gateway(&self, dir: &Path, port: u16) -> GatewayProcess {
+        let mut args: Vec<String> = vec![
+            "--image".into(),
+            dir.join("gw.img").display().to_string(),
+            "--size".into(),
+            "4M".into(),
+            "--listen".into(),
+            self.uris(port).0,
+            "--gateway-id".into(),
+            GATEWAY_ID.into(),
+        ];
+        if let Link::Tls(t) = self {
+            args.extend(t.gateway_args());
+        }
+        GatewayProcess::start(&args, 1)
+    }
+}
+
 fn start_gateway(dir: &Path, port: u16) -> GatewayProcess {
-    let args: Vec<String> = vec![
-        "--image".into(),
-        dir.join("gw.img").display().to_string(),
-        "--size".into(),
-        "4M".into(),
-        "--listen".into(),
-        format!("tcp://127.0.0.1:{port}"),
-        "--gateway-id".into(),
-        GATEWAY_ID.into(),
-    ];
-    GatewayProcess::start(&args, 1)
+    Link::Tcp.start_gateway(dir, port)
 }
 
 fn write_input(dir: &Path, n: usize, prefix: &str) -> String {
@@ -39,7 +94,11 @@ fn write_input(dir: &Path, n: usize, prefix: &str) -> String {
 }
 
 fn publish(gw: &str, topic: &str, file: &str) {
-    let out = run_bridge(&["publish", "--gateway", gw, "--topic", topic, file]);
+    publish_over(&Link::Tcp, gw, topic, file);
+}
+
+fn publish_over(link: &Link, gw: &str, topic: &str, file: &str) {
+    let out = link.run(&["publish", "--gateway", gw, "--topic", topic, file]);
     assert!(
         out.status.success(),
         "publish failed: {}",
@@ -57,6 +116,9 @@ fn read_files(out: &Path) -> Vec<(u64, String)> {
         let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
         for line in text.lines() {
             let j: serde_json::Value = serde_json::from_str(line).expect("whole JSON lines");
+            if j.get("gap").is_some() {
+                continue;
+            }
             v.push((
                 j["offset"].as_u64().unwrap(),
                 j["payload"].as_str().unwrap().to_string(),
@@ -65,20 +127,6 @@ fn read_files(out: &Path) -> Vec<(u64, String)> {
     }
     v.sort_by_key(|x| x.0);
     v
-}
-
-fn drain_args<'a>(gw: &'a str, sink: &'a str, state: &'a str) -> Vec<&'a str> {
-    vec![
-        "drain",
-        "--gateway",
-        gw,
-        "--sink",
-        sink,
-        "--state",
-        state,
-        "--progress",
-        "off",
-    ]
 }
 
 fn spawn_bridge(args: &[&str]) -> Child {
@@ -100,7 +148,11 @@ fn sigterm_and_wait(c: Child) -> i32 {
 
 /// The gateway's committed offset for `bridge` (via `status --json`).
 fn gateway_committed(gw: &str) -> u64 {
-    let out = run_bridge(&[
+    gateway_committed_over(&Link::Tcp, gw)
+}
+
+fn gateway_committed_over(link: &Link, gw: &str) -> u64 {
+    let out = link.run(&[
         "status",
         "--gateway",
         gw,
@@ -108,35 +160,41 @@ fn gateway_committed(gw: &str) -> u64 {
         "/nonexistent/x.redb",
         "--json",
     ]);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    v["consumers"]
-        .as_array()
-        .and_then(|a| a.iter().find(|c| c["name"] == "bridge"))
-        .and_then(|c| c["committed_offset"].as_u64())
-        .unwrap_or(0)
+    committed_offset(&out.stdout, "bridge")
 }
 
 #[test]
 fn publish_drain_tail_status() {
     let dir = tempfile::tempdir().unwrap();
+    publish_drain_tail_status_over(dir.path(), &Link::Tcp);
+}
+
+#[test]
+fn publish_drain_tail_status_over_tls_with_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let link = Link::tls(dir.path());
+    publish_drain_tail_status_over(dir.path(), &link);
+}
+
+fn publish_drain_tail_status_over(dir: &Path, link: &Link) {
     let port = free_port();
-    let _g = start_gateway(dir.path(), port);
-    let gw = format!("tcp://127.0.0.1:{port}");
+    let _g = link.start_gateway(dir, port);
+    let gw = link.uris(port).1;
     let n = 1000;
-    let input = write_input(dir.path(), n, "sst");
-    let out = run_bridge(&["publish", "--gateway", &gw, "--topic", "buoy/sst", &input]);
+    let input = write_input(dir, n, "sst");
+    let out = link.run(&["publish", "--gateway", &gw, "--topic", "buoy/sst", &input]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains(&format!("acknowledged {n}")), "{err}");
     assert!(err.contains("first offset 0, last offset 999"), "{err}");
 
-    let sink_dir = dir.path().join("out");
+    let sink_dir = dir.join("out");
     let sink = format!("file:{}", sink_dir.display());
-    let state = dir.path().join("s.redb").display().to_string();
+    let state = dir.join("s.redb").display().to_string();
     let mut args = drain_args(&gw, &sink, &state);
     args.push("--once");
     let t = Instant::now();
-    let out = run_bridge(&args);
+    let out = link.run(&args);
     assert!(
         out.status.success(),
         "{}",
@@ -151,11 +209,11 @@ fn publish_drain_tail_status() {
     }
     assert!(sink_dir.join("buoy%2Fsst.00000000.jsonl").exists());
 
-    let out = run_bridge(&["tail", "--gateway", &gw, "--format", "raw"]);
+    let out = link.run(&["tail", "--gateway", &gw, "--format", "raw"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(text, std::fs::read_to_string(&input).unwrap());
-    let out = run_bridge(&[
+    let out = link.run(&[
         "tail",
         "--gateway",
         &gw,
@@ -174,12 +232,12 @@ fn publish_drain_tail_status() {
     assert_eq!(rows[1]["offset"], 999);
     assert_eq!(rows[0].as_object().unwrap().len(), 8);
 
-    let out = run_bridge(&["status", "--gateway", &gw, "--state", &state]);
+    let out = link.run(&["status", "--gateway", &gw, "--state", &state]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains(GATEWAY_ID), "{text}");
     assert!(text.contains("lag 0 offsets"), "{text}");
-    assert_eq!(gateway_committed(&gw), n as u64);
+    assert_eq!(gateway_committed_over(link, &gw), n as u64);
 }
 
 /// 25 kill -9 of a file-sink drain at random moments: no record lost, and none written
@@ -187,22 +245,35 @@ fn publish_drain_tail_status() {
 /// resends).
 #[test]
 fn kill_9_while_draining_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    kill_9_while_draining_loses_nothing_over(dir.path(), &Link::Tcp);
+}
+
+#[test]
+fn kill_9_while_draining_over_tls_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let link = Link::tls(dir.path());
+    kill_9_while_draining_loses_nothing_over(dir.path(), &link);
+}
+
+fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
     let seed: u64 = std::env::var("SPILLWAY_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(rand::random);
     eprintln!("seed {seed} (set SPILLWAY_SEED to replay)");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let _g = start_gateway(dir.path(), port);
-    let gw = format!("tcp://127.0.0.1:{port}");
+    let _g = link.start_gateway(dir, port);
+    let gw = link.uris(port).1;
     let n = 4000usize;
-    publish(&gw, "t", &write_input(dir.path(), n, "r"));
-    let sink_dir = dir.path().join("out");
+    publish_over(link, &gw, "t", &write_input(dir, n, "r"));
+    let sink_dir = dir.join("out");
     let sink = format!("file:{}", sink_dir.display());
-    let state = dir.path().join("s.redb").display().to_string();
+    let state = dir.join("s.redb").display().to_string();
+    let extra = link.bridge_args();
     let mut args = drain_args(&gw, &sink, &state);
+    args.extend(extra.iter().map(String::as_str));
     // Small batches: many checkpoints, many chances to die in between.
     args.extend(["--max-batch-bytes", "1024", "--prefetch", "2"]);
     let kills = 25;
@@ -306,7 +377,8 @@ fn drain_to_kafka_exactly_in_order(broker: &Broker) {
         assert_eq!(m.kafka_offset, i as i64);
         assert_eq!(m.spillway_offset(), i as u64, "in order");
         assert_eq!(m.payload, format!("k {i}").into_bytes());
-        assert_eq!(m.key, format!("{GATEWAY_ID}/buoy/sst"));
+        // Keyed by gateway id alone.
+        assert_eq!(m.key, GATEWAY_ID);
         assert_eq!(m.headers["spillway-gateway"], GATEWAY_ID);
         assert_eq!(m.headers["spillway-log-id"], log_id);
         assert_eq!(m.headers["spillway-topic"], "buoy/sst");

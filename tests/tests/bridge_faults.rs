@@ -77,10 +77,39 @@ fn sink_lines(out: &Path) -> Vec<(u64, String)> {
                     String::from_utf8_lossy(line)
                 )
             });
+            if j.get("gap").is_some() {
+                // A gap line (no offset, no payload): see `gap_lines`.
+                continue;
+            }
             v.push((
                 j["offset"].as_u64().unwrap(),
                 j["payload"].as_str().unwrap().to_string(),
             ));
+        }
+    }
+    v
+}
+
+/// The `gap` objects of every gap line of the file sink, in file order.
+fn gap_lines(out: &Path) -> Vec<serde_json::Value> {
+    let mut names: Vec<String> = std::fs::read_dir(out)
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    let mut v = Vec::new();
+    for name in names {
+        for line in std::fs::read_to_string(out.join(&name)).unwrap().lines() {
+            let j: serde_json::Value = serde_json::from_str(line).unwrap();
+            if j.get("gap").is_some() {
+                assert!(
+                    j.get("offset").is_none() && j.get("payload").is_none(),
+                    "{j}"
+                );
+                v.push(j["gap"].clone());
+            }
         }
     }
     v
@@ -363,6 +392,13 @@ fn records_dropped_before_the_first_drain_are_reported_as_a_gap() {
         "{err}"
     );
     assert!(err.contains("1 gaps"), "{err}");
+    // The gap is in the data too: one line before the records, in the topic's file.
+    let gaps = gap_lines(&out);
+    assert_eq!(
+        gaps,
+        vec![serde_json::json!({"from": 0, "to": first, "count": first, "reason": "dropped"})],
+        "{gaps:?}"
+    );
     let s = run_bridge(&[
         "status",
         "--gateway",

@@ -137,3 +137,56 @@ fn a_damaged_middle_segment_header_is_corruption_not_never_persisted() {
     assert!(!out.contains("not_persisted"), "{out}");
     assert_eq!(v["records_verified"], n - (next.1 - mid.1), "{out}");
 }
+
+/// Journal entries damaged after they were written (a flipped bit in the first entry of
+/// every journal block that has newer entries after it) are skipped and reported as a
+/// warning: `inspect` exits 0 (nothing acknowledged is lost), names them, and the committed
+/// offsets and entry are those of the undamaged journal. Before, a damaged entry ended the
+/// scan of its block: the mount fell back to an older entry, committed offsets went back,
+/// and `inspect` said "result ok" with no word about the journal.
+#[test]
+fn damaged_journal_entries_are_skipped_and_reported_as_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("gw.img");
+    let before = filled_image(&img, "1M", 20);
+    assert_eq!(before["journal"]["damaged_entries"], 0, "{before:#}");
+    assert_eq!(before["journal"]["torn_entries"], 0, "{before:#}");
+
+    let bytes = std::fs::read(&img).unwrap();
+    let mut flipped = 0;
+    for block in 0..2usize {
+        let journal = &bytes[block * 4096..(block + 1) * 4096];
+        let starts: Vec<usize> = (0..4096 - 4)
+            .step_by(4)
+            .filter(|&i| &journal[i..i + 4] == b"SPWJ")
+            .collect();
+        if starts.len() >= 2 {
+            patch(&img, (block * 4096 + starts[0] + 20) as u64, |b| {
+                b[0] ^= 0x10
+            });
+            flipped += 1;
+        }
+    }
+    assert!(flipped > 0, "a journal block with two entries or more");
+
+    let (code, out, err) = run_cli(&["inspect", &img.display().to_string(), "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let after: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(after["journal"]["damaged_entries"], flipped, "{after:#}");
+    assert_eq!(
+        after["journal"]["entry_seq"],
+        before["journal"]["entry_seq"]
+    );
+    assert_eq!(after["consumers"], before["consumers"]);
+    let warnings = after["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("damaged")),
+        "{after:#}"
+    );
+
+    let (code, out, _) = run_cli(&["inspect", &img.display().to_string()]);
+    assert_eq!(code, 0);
+    assert!(out.contains("warning      journal:"), "{out}");
+}

@@ -1,13 +1,14 @@
 //! The demo scenario (`spillway-demo`) at a small scale in the normal test run: the first
 //! rows of both real series over a serial pty and TCP, the gateway SIGKILLed and
-//! restarted, the uplink down at first, the bridge SIGKILLed while it drains. Nothing
+//! restarted, the uplink down at first, the bridge SIGKILLed while it drains, then the buoy
+//! rows once more over MQTT (`mosquitto_pub -q 1`). Nothing
 //! acknowledged may be lost and nothing may reach the sink twice.
 //!
 //! `SPILLWAY_SEED` replays the kill-time jitter of a failed run.
 
 use std::time::{Duration, Instant};
 
-use spillway_tests::demo::{self, Options, TOPIC_GLUCOSE, TOPIC_ISIG, TOPIC_SST};
+use spillway_tests::demo::{self, Options, TOPIC_GLUCOSE, TOPIC_ISIG, TOPIC_SST, TOPIC_SST_MQTT};
 use spillway_tests::{bridge_bin, spillway_bin};
 
 #[test]
@@ -51,6 +52,12 @@ fn demo_at_small_scale_loses_and_duplicates_nothing() {
     let sst = s.topic(TOPIC_SST).unwrap();
     assert_eq!(sst.sent, 2_000);
     assert!(sst.sent - sst.delivered <= 200, "{sst:?}");
+    // The MQTT sensor (mosquitto_pub -q 1 after the replay): every reading acknowledged
+    // and delivered once.
+    let mqtt = s.topic(TOPIC_SST_MQTT).unwrap();
+    assert_eq!(mqtt.sent, sst.sent, "{mqtt:?}");
+    assert_eq!(mqtt.acked, Some(mqtt.sent), "{mqtt:?}");
+    assert_eq!(mqtt.delivered, mqtt.sent, "{mqtt:?}");
     assert!(
         t.elapsed() < Duration::from_secs(60),
         "took {:?}",

@@ -564,7 +564,7 @@ fn sigterm_is_clean_and_image_is_protected() {
         run_cli(&["run", "--image", &img, "--listen", &listen])
     };
     assert_eq!(code, 3, "{err}");
-    assert!(err.contains("in use"), "{err}");
+    assert!(err.contains("is locked by process"), "{err}");
     let status = g.terminate();
     assert_eq!(status.code(), Some(0), "{}", g.log_text());
     let img = dir.path().join("gw.img").display().to_string();

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | `tcp://127.0.0.1:7878`, `tcp://gw.lan:7878`, `tcp://[::1]:7878` | a TCP address (a host name is resolved when connecting) |
 //! | `tcp://:7000` | `127.0.0.1:7000`: loopback unless told otherwise |
+//! | `tls://gw.lan:7879`, `tls://:7879` | `tcp://` over TLS (same address rules; a client verifies the host name against the gateway's certificate) |
 //! | `unix:///run/x.sock` | the Unix socket `/run/x.sock` (`unix://x.sock` is relative) |
 //! | `serial:///dev/ttyUSB0?baud=N` | a serial device at N baud ([`DEFAULT_BAUD`] without `baud=`) |
 //! | `file:./spillway-out`, `file:/abs/dir`, `file:///abs/dir` | a directory (relative or absolute) |
@@ -31,7 +32,8 @@ use percent_encoding::percent_decode_str;
 pub const DEFAULT_BAUD: u32 = 115_200;
 
 /// What [`GatewayAddr`] accepts, for error messages.
-const GATEWAY_FORMS: &str = "tcp://HOST:PORT, unix:///PATH or serial:///dev/ttyX?baud=N";
+const GATEWAY_FORMS: &str =
+    "tcp://HOST:PORT, tls://HOST:PORT, unix:///PATH or serial:///dev/ttyX?baud=N";
 /// What [`SinkUri`] accepts, for error messages.
 const SINK_FORMS: &str = "file:DIR or kafka://HOST:PORT[,HOST:PORT...]/TOPIC";
 
@@ -163,6 +165,9 @@ impl Uri {
 pub enum GatewayAddr {
     /// A TCP address `HOST:PORT` (`127.0.0.1` when the URI gave no host).
     Tcp(String),
+    /// A TCP address `HOST:PORT` spoken over TLS (`tls://`; `127.0.0.1` when the URI gave
+    /// no host).
+    Tls(String),
     /// A Unix socket path.
     Unix(String),
     /// A serial device and its speed in baud.
@@ -189,7 +194,7 @@ impl GatewayAddr {
                 .map_err(|e| uri.error(e, GATEWAY_FORMS))
         };
         match uri.scheme.as_str() {
-            "tcp" => {
+            scheme @ ("tcp" | "tls") => {
                 known(&[])?;
                 let Some(hp) = uri.authority.as_deref().filter(|a| !a.is_empty()) else {
                     return Err(bad("missing HOST:PORT"));
@@ -200,7 +205,12 @@ impl GatewayAddr {
                 let (host, port) = hp.rsplit_once(':').ok_or_else(|| bad("missing port"))?;
                 port.parse::<u16>().map_err(|_| bad("bad port"))?;
                 let host = if host.is_empty() { "127.0.0.1" } else { host };
-                Ok(GatewayAddr::Tcp(format!("{host}:{port}")))
+                let hp = format!("{host}:{port}");
+                Ok(if scheme == "tls" {
+                    GatewayAddr::Tls(hp)
+                } else {
+                    GatewayAddr::Tcp(hp)
+                })
             }
             "unix" => {
                 known(&[])?;
@@ -233,8 +243,22 @@ impl GatewayAddr {
 
 impl FromStr for GatewayAddr {
     type Err = BadUri;
-    /// A gateway URI without query keys but `baud`.
+    /// A gateway URI without query keys but `baud`; a bare `HOST:PORT` (`127.0.0.1:7878`,
+    /// `gw.lan:7878`, `[::1]:7878`: no `//`, a port of digits after the last `:`) is taken
+    /// as `tcp://HOST:PORT`.
     fn from_str(s: &str) -> Result<Self, BadUri> {
+        if !s.contains("//")
+            && let Some((host, port)) = s.rsplit_once(':')
+            && !host.is_empty()
+            && !port.is_empty()
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && !matches!(host, "tcp" | "tls" | "unix" | "serial")
+        {
+            return GatewayAddr::from_uri(
+                &Uri::parse_for(&format!("tcp://{s}"), GATEWAY_FORMS)?,
+                &[],
+            );
+        }
         GatewayAddr::from_uri(&Uri::parse_for(s, GATEWAY_FORMS)?, &[])
     }
 }
@@ -243,6 +267,7 @@ impl fmt::Display for GatewayAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GatewayAddr::Tcp(a) => write!(f, "tcp://{a}"),
+            GatewayAddr::Tls(a) => write!(f, "tls://{a}"),
             GatewayAddr::Unix(p) => write!(f, "unix://{p}"),
             GatewayAddr::Serial { path, baud } => write!(f, "serial://{path}?baud={baud}"),
         }
@@ -314,6 +339,14 @@ mod tests {
     #[test]
     fn tcp_without_a_host_is_loopback() {
         assert_eq!(gw("tcp://:7000"), GatewayAddr::Tcp("127.0.0.1:7000".into()));
+        // A bare HOST:PORT is a TCP address.
+        assert_eq!(
+            gw("127.0.0.1:7878"),
+            GatewayAddr::Tcp("127.0.0.1:7878".into())
+        );
+        assert_eq!(gw("gw.lan:7878"), GatewayAddr::Tcp("gw.lan:7878".into()));
+        assert_eq!(gw("[::1]:7878"), GatewayAddr::Tcp("[::1]:7878".into()));
+        assert!("gw.lan:x".parse::<GatewayAddr>().is_err());
         assert_eq!(
             gw("tcp://127.0.0.1:7878"),
             GatewayAddr::Tcp("127.0.0.1:7878".into())
@@ -325,6 +358,11 @@ mod tests {
         assert_eq!(
             gw("tcp://[::1]:7878"),
             GatewayAddr::Tcp("[::1]:7878".into())
+        );
+        assert_eq!(gw("tls://:7879"), GatewayAddr::Tls("127.0.0.1:7879".into()));
+        assert_eq!(
+            gw("tls://gw.lan:7879").to_string(),
+            "tls://gw.lan:7879".to_string()
         );
     }
 
@@ -412,7 +450,8 @@ mod tests {
             "serial://?baud=1",
             "serial:///dev/x?baud=0",
             "serial:///dev/x?parity=odd",
-            "127.0.0.1:7878",
+            ":7878",
+            "host:",
         ] {
             assert!(bad.parse::<GatewayAddr>().is_err(), "{bad}");
         }

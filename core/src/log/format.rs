@@ -9,9 +9,12 @@ use crate::storage::Geometry;
 
 /// Version of the on-flash format written by this crate, stored in every segment header.
 /// Version 2 adds the resume marker ([`ResumeMarker`]); version 3 writes journal entries
-/// whose producer table holds producer sessions (layout 1, see `FORMAT.md` section 5).
-/// Segments of versions 1 and 2 and journal entries of layout 0 are still mounted and read.
-pub const FORMAT_VERSION: u16 = 3;
+/// whose producer table holds producer sessions (layout 1, see `FORMAT.md` section 5);
+/// version 4 stores batch bodies in the compact record layout
+/// ([`compact`](super::compact)). Segments of versions 1 to 3 and journal entries of
+/// layout 0 and 1 are still mounted and read; a log upgrades by writing version 4 from its
+/// next segment on.
+pub const FORMAT_VERSION: u16 = 4;
 
 /// Oldest segment header version a mount accepts.
 pub const MIN_FORMAT_VERSION: u16 = 1;
@@ -259,7 +262,9 @@ impl BatchHeader {
     }
 
     /// Checks magic, length check and bounds (`max_len`: bytes available from the batch's
-    /// position to the end of its segment; the batch's last offset below [`MAX_OFFSET`]).
+    /// position to the end of its segment; the batch's last offset below [`MAX_OFFSET`];
+    /// a body long enough for `count` records in the compact layout, whose records are the
+    /// smallest: a layout 1 body is held to its own bound when its records are walked).
     pub fn check(b: &[u8; BATCH_HEADER_LEN], erased: u8, max_len: u32) -> HeadCheck {
         if b.iter().all(|&x| x == erased) {
             return HeadCheck::Erased;
@@ -268,10 +273,10 @@ impl BatchHeader {
         let count = u32_at(b, 24);
         if u32_at(b, 0) != BATCH_MAGIC
             || u32_at(b, 8) != !len
-            || (len as usize) < BATCH_HEADER_LEN + RECORD_OVERHEAD
+            || u64::from(len) < BATCH_HEADER_LEN as u64 + super::compact::min_body_len(1)
             || len > max_len
             || count == 0
-            || count as usize > (len as usize - BATCH_HEADER_LEN) / RECORD_OVERHEAD
+            || super::compact::min_body_len(count) > u64::from(len) - BATCH_HEADER_LEN as u64
             || u64_at(b, 16)
                 .checked_add(u64::from(count))
                 .is_none_or(|end| end > MAX_OFFSET)
@@ -654,6 +659,79 @@ mod tests {
         assert_eq!((rec.topic, rec.payload), (EXAMPLE.topic, EXAMPLE.payload));
     }
 
+    /// Encodes `records` as one batch of a version 4 segment: header and compact body,
+    /// padded to `write_size` with `erased`.
+    fn encode_compact_batch(
+        base_offset: u64,
+        prev_crc: u32,
+        records: &[Record<'_>],
+        write_size: u32,
+        erased: u8,
+    ) -> Vec<u8> {
+        let mut canonical = Vec::new();
+        for r in records {
+            let at = canonical.len();
+            canonical.resize(at + r.encoded_len(), 0);
+            r.encode_into(&mut canonical[at..]);
+        }
+        let n = records.len() as u32;
+        let plan = super::super::compact::plan(&canonical, base_offset, n, usize::MAX);
+        assert_eq!(plan.count, n);
+        let mut b = std::vec![0u8; BATCH_HEADER_LEN];
+        super::super::compact::encode::<()>(&canonical, base_offset, &plan, &mut |x| {
+            b.extend_from_slice(x);
+            Ok(())
+        })
+        .unwrap();
+        let mut h = BatchHeader {
+            len: b.len() as u32,
+            crc: 0,
+            base_offset,
+            count: n,
+            prev_crc,
+        };
+        b[..BATCH_HEADER_LEN].copy_from_slice(&h.encode());
+        h.crc = crc32(&b[16..]);
+        b[..BATCH_HEADER_LEN].copy_from_slice(&h.encode());
+        let padded = align_up(b.len() as u32, write_size) as usize;
+        b.resize(padded, erased);
+        b
+    }
+
+    #[test]
+    fn format_md_compact_example_matches_the_encoder() {
+        let second = Record {
+            timestamp_us: EXAMPLE.timestamp_us + 1_000_000,
+            payload: b"18.5",
+            ..EXAMPLE
+        };
+        let want =
+            encode_compact_batch(EXAMPLE_BASE, EXAMPLE_PREV_CRC, &[EXAMPLE, second], 4, 0xFF);
+        let doc = dump_in_format_md("format_md_compact_example_matches_the_encoder");
+        assert_eq!(
+            doc, want,
+            "FORMAT.md's compact example differs from the encoder"
+        );
+        assert_eq!(want.len(), 60);
+        let h = BatchHeader::decode(want[..BATCH_HEADER_LEN].try_into().unwrap());
+        assert_eq!((h.len, h.crc), (58, 0x4716_80E0));
+        assert_eq!(
+            BatchHeader::check(want[..BATCH_HEADER_LEN].try_into().unwrap(), 0xFF, 4096),
+            HeadCheck::Plausible
+        );
+        // Expanded, the records are their canonical encodings, with the CRCs quoted.
+        let mut out = [0u8; 64];
+        let n = super::super::compact::expand(&want[BATCH_HEADER_LEN..58], 2, &mut out).unwrap();
+        let recs: Vec<_> = RecordIter::new(&out[..n], EXAMPLE_BASE, 2).collect();
+        assert_eq!(recs.len(), 2);
+        assert_eq!(recs[0].crc, 0x4F6A_CD66);
+        assert_eq!(recs[1].crc, 0xA610_8A7B);
+        assert_eq!(
+            (recs[1].timestamp_us, recs[1].payload),
+            (second.timestamp_us, second.payload)
+        );
+    }
+
     /// Guards against the documented encoding drifting from what the log actually writes:
     /// the first batch of a fresh log is read back raw from the flash.
     #[test]
@@ -679,7 +757,8 @@ mod tests {
         log.append(0, &EXAMPLE).unwrap();
         log.flush(0).unwrap();
         drop(log);
-        let want = encode_batch(0, 0, &[EXAMPLE], 4, 0xFF);
+        // A freshly formatted log writes version 4 segments: compact bodies.
+        let want = encode_compact_batch(0, 0, &[EXAMPLE], 4, 0xFF);
         let mut got = std::vec![0u8; want.len() + 4];
         // Segment 0 starts at block 2; its data at the 80-byte header aligned to W = 4.
         flash.read(2 * 4096 + 80, &mut got).unwrap();

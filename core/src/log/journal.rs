@@ -1,13 +1,19 @@
 //! The commit journal: consumers' committed offsets, the offset lease and a snapshot of the
-//! producer table, written as whole snapshots into two erase blocks used in turn.
+//! producer table, written as whole snapshots into two erase blocks used in turn: the
+//! entry encoding, reading the newest valid entry at mount, and writing a snapshot.
 
 use heapless::Vec;
 
+use super::Log;
+use super::device::{Dev, Io, READ_ATTEMPTS};
+use super::format::{JOURNAL_BLOCKS, align_up};
 use super::format::{
     JOURNAL_HEADER_LEN, JOURNAL_MAGIC, MAX_CONSUMER_NAME_LEN, MAX_OFFSET, MAX_SEQ, crc32,
     geometry_fits,
 };
+use super::outcome::JournalInvalid;
 use super::producers::{MAX_PRODUCERS, Snapshot};
+use crate::storage::Flash;
 
 /// Most consumers a log tracks (the `bridge` consumer included).
 pub const MAX_CONSUMERS: usize = 8;
@@ -16,8 +22,12 @@ pub const MAX_CONSUMERS: usize = 8;
 pub const PRODUCER_ENTRY_LEN: usize = 40;
 /// Bytes of one producer in an entry of layout 0 (format versions 1 and 2).
 pub const PRODUCER_ENTRY_LEN_V0: usize = 24;
-/// The producer layout this engine writes (entry byte 63): 1, producers with sessions.
-pub const PRODUCER_LAYOUT: u8 = 1;
+/// The producer layout this engine writes (entry byte 63): 2, producers with sessions as
+/// in layout 1, in a log that holds (or will hold) segments of format version 4. An
+/// engine of format version 3 knows layouts 0 and 1 only, so it finds no journal entry in
+/// a log a version 4 engine has mounted: it refuses an image formatted at version 4 as not
+/// formatted instead of taking its segments for damage (the upgrade is one-way).
+pub const PRODUCER_LAYOUT: u8 = 2;
 
 /// Longest journal entry in bytes.
 pub const MAX_ENTRY_LEN: usize = JOURNAL_HEADER_LEN
@@ -260,305 +270,184 @@ pub fn decode(b: &[u8]) -> Option<Entry> {
     (at == b.len()).then_some(e)
 }
 
-#[cfg(test)]
-mod tests {
-    use std::vec;
-    use std::vec::Vec;
+/// What a journal entry says of the log it belongs to (see [`journal_geometry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalGeometry {
+    /// Entry sequence number (higher is newer).
+    pub seq: u64,
+    /// The log id.
+    pub log_id: u128,
+    /// Erase block size of the partition, bytes.
+    pub erase_size: u32,
+    /// Write granularity of the partition, bytes.
+    pub write_size: u32,
+    /// The erased value.
+    pub erased: u8,
+    /// Erase blocks per segment.
+    pub blocks_per_segment: u32,
+}
 
-    use super::*;
-    use crate::error::AppendError;
-    use crate::log::format::{Record, align_up};
-    use crate::log::{Config, Log, Memory, SegmentSlot, segments_for};
-    use crate::storage::{Flash, Geometry, SimFlash};
+/// Longest journal entry in bytes: read this many bytes (or up to the end of the
+/// partition) from the start of a journal block for [`journal_geometry`].
+pub const MAX_JOURNAL_ENTRY_LEN: usize = MAX_ENTRY_LEN;
 
-    const G: Geometry = Geometry {
-        erase_size: 4096,
-        write_size: 4,
-        capacity: 4096 * 8,
-        erased: 0xFF,
-    };
+/// Decodes the journal entry at the start of `bytes` (the first bytes of a journal block:
+/// block 0 starts the partition, block 1 follows at one erase size) and returns the log's
+/// geometry, for tools that open an image without knowing its erase size. `None` unless
+/// the magic, length check and CRC all hold.
+pub fn journal_geometry(bytes: &[u8]) -> Option<JournalGeometry> {
+    let head: &[u8; 16] = bytes.get(..16)?.try_into().ok()?;
+    let len = entry_len(head, bytes.len())?;
+    let e = decode(bytes.get(..len)?)?;
+    Some(JournalGeometry {
+        seq: e.seq,
+        log_id: e.log_id,
+        erase_size: e.erase_size,
+        write_size: e.write_size,
+        erased: e.erased,
+        blocks_per_segment: e.blocks_per_segment,
+    })
+}
 
-    const REC: Record<'static> = Record {
-        topic: "t",
-        timestamp_us: 1,
-        producer: None,
-        payload: b"x",
-    };
-
-    /// Mounts `flash` with the default config and room for every segment.
-    fn mount(flash: &mut SimFlash<Vec<u8>>, buf: &mut [u8], slots: &mut [SegmentSlot]) -> u64 {
-        let mem = Memory {
-            buffer: buf,
-            segments: slots,
-        };
-        let (log, _) = Log::mount(flash, Config::default(), mem, 0).unwrap();
-        log.next_offset()
-    }
-
-    /// A log of `n` records, closed cleanly.
-    fn log_of(n: u64) -> SimFlash<Vec<u8>> {
-        let mut flash = SimFlash::new_vec(G).unwrap();
-        Log::format(&mut flash, 5, 1).unwrap();
-        let mut buf = vec![0u8; 1024];
-        let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
-        let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
-        for i in 0..n {
-            assert_eq!(log.append(0, &REC).unwrap().offset, i);
-        }
-        log.close(0).unwrap();
-        flash
-    }
-
-    /// Writes `entry` (encoded by `encode`) after the newest entry of the journal, with the
-    /// next entry sequence number, as a newer snapshot that a mount prefers.
-    fn write_newer_entry(
-        flash: &mut SimFlash<Vec<u8>>,
-        lease: u64,
-        durable_next: u64,
-        bps: u32,
-        consumer_offset: u64,
-    ) {
-        write_newer_entry_with(flash, lease, durable_next, bps, consumer_offset, &[]);
-    }
-
-    /// [`write_newer_entry`] with a producer table.
-    fn write_newer_entry_with(
-        flash: &mut SimFlash<Vec<u8>>,
-        lease: u64,
-        durable_next: u64,
-        bps: u32,
-        consumer_offset: u64,
-        producers: &[Snapshot],
-    ) {
-        let e = G.erase_size;
-        let mut newest: Option<(u64, u32, u32)> = None;
-        for blk in 0..2u32 {
+impl<'a, F: Flash> Log<'a, F> {
+    /// Reads the journal blocks: the newest valid entry, the block it is in, where the next
+    /// entry may go in that block (`None` if the rest of the block is not blank), and the
+    /// entries that did not validate.
+    ///
+    /// An entry that does not validate does not end its block's scan: the scan looks for a
+    /// valid entry at every write-size step after it (one read each, no retries), until a
+    /// blank 16-byte head. A valid entry after it means the bad one was damaged after it was
+    /// written ([`JournalInvalid::damaged`]); nothing valid after it is a torn write or
+    /// damage to the block's last entry ([`JournalInvalid::torn`]).
+    #[allow(clippy::type_complexity)]
+    pub(super) fn scan_journal(
+        dev: &mut Dev<F>,
+    ) -> Result<(Option<Entry>, u32, Option<u32>, JournalInvalid), (u32, F::Error)> {
+        let e = dev.l.geo.erase_size;
+        let ws = dev.l.ws();
+        let mut best: Option<(Entry, u32, u32)> = None;
+        let mut invalid = JournalInvalid::default();
+        let mut buf = [0u8; MAX_ENTRY_LEN];
+        for blk in 0..JOURNAL_BLOCKS {
             let mut pos = 0u32;
-            loop {
-                let mut head = [0u8; 16];
-                flash.read(blk * e + pos, &mut head).unwrap();
-                let Some(len) = entry_len(&head, (e - pos) as usize) else {
-                    break;
+            // Inside bytes that do not validate: searching for the next valid entry.
+            let mut searching = false;
+            while pos + 16 <= e {
+                // An entry that does not validate is read again (a flaky cell), unless its
+                // start reads blank: the end of the block's entries.
+                let mut found = None;
+                let mut blank = false;
+                let attempts = if searching { 1 } else { READ_ATTEMPTS };
+                for _ in 0..attempts {
+                    let mut head = [0u8; 16];
+                    dev.read(blk * e + pos, &mut head).map_err(|x| (blk, x))?;
+                    if head.iter().all(|&b| b == dev.l.geo.erased) {
+                        blank = true;
+                        break;
+                    }
+                    let Some(len) = entry_len(&head, (e - pos) as usize) else {
+                        continue;
+                    };
+                    dev.read(blk * e + pos, &mut buf[..len])
+                        .map_err(|x| (blk, x))?;
+                    if let Some(entry) = decode(&buf[..len]) {
+                        found = Some((entry, len));
+                        break;
+                    }
+                }
+                let Some((entry, len)) = found else {
+                    if blank {
+                        break;
+                    }
+                    searching = true;
+                    pos += ws;
+                    continue;
                 };
-                let mut b = vec![0u8; len];
-                flash.read(blk * e + pos, &mut b).unwrap();
-                let entry = decode(&b).expect("the real log's entries decode");
-                pos += align_up(len as u32, G.write_size);
-                if newest.is_none_or(|n| entry.seq > n.0) {
-                    newest = Some((entry.seq, blk, pos));
+                if searching {
+                    invalid.damaged = invalid.damaged.saturating_add(1);
+                    searching = false;
+                }
+                pos += align_up(len as u32, ws);
+                if best.as_ref().is_none_or(|b| entry.seq > b.0.seq) {
+                    best = Some((entry, blk, pos));
                 }
             }
+            if searching {
+                invalid.torn += 1;
+            }
         }
-        let (seq, blk, pos) = newest.expect("a formatted journal has an entry");
-        let mut out = vec![0u8; MAX_ENTRY_LEN];
+        match best {
+            Some((entry, blk, pos)) => {
+                let blank = dev.is_blank(blk * e + pos, e - pos).map_err(|x| (blk, x))?;
+                Ok((Some(entry), blk, blank.then_some(pos), invalid))
+            }
+            None => Ok((None, 0, None, invalid)),
+        }
+    }
+
+    /// Writes a journal snapshot: committed offsets (clamped to the durable end), the
+    /// lease, the durable end, producers whose last record is durable. Syncs.
+    pub(super) fn persist_journal(&mut self, clean: bool) -> Result<(), Io<F::Error>> {
+        let l = self.dev.l;
+        let e = l.geo.erase_size;
+        let mut buf = [0u8; MAX_ENTRY_LEN];
+        let durable = self.durable_end;
+        let seq = self.jseq + 1;
         let len = encode(
-            &mut out,
-            MAX_ENTRY_LEN,
-            seq + 1,
-            lease,
-            durable_next,
-            5,
-            (G.erase_size, G.write_size, G.erased, bps),
-            false,
-            [("bridge", consumer_offset)].into_iter(),
-            producers.iter().copied(),
+            &mut buf,
+            e as usize,
+            seq,
+            self.lease.max(self.next_offset),
+            durable,
+            self.log_id,
+            (l.geo.erase_size, l.geo.write_size, l.geo.erased, l.bps),
+            clean,
+            self.consumers
+                .iter()
+                .map(|c| (c.name.as_str(), c.committed.min(durable))),
+            self.producers.iter().filter_map(|p| p.snapshot(durable)),
         );
-        out.truncate(align_up(len as u32, G.write_size) as usize);
-        out[len..].fill(G.erased);
-        flash.write(blk * e + pos, &out).unwrap();
-    }
-
-    /// Producer sequences cross the wrap from `u32::MAX` to 0, on the real log and across
-    /// a power cut and a clean restart. The state is written by a journal entry, as a
-    /// producer that has published for about 50 days at 1,000 records/s leaves it. Before,
-    /// sequences were compared with a plain `<=`: after the wrap every new record of a
-    /// producer looked like an old resend and was answered "already stored" unstored.
-    #[test]
-    fn producer_sequences_cross_the_wrap_across_restarts() {
-        const SESSION: u64 = 9;
-        const LEGACY: u64 = 10;
-        let mut flash = log_of(3);
-        let snapshot = |id, epoch, seq, off| Snapshot {
-            id,
-            epoch,
-            last: Some((seq, off)),
-            session_from: 0,
-            contiguous_from: seq,
-            wrapped: false,
-            behind: false,
+        let padded = align_up(len as u32, l.ws());
+        let (block, pos) = match self.jpos {
+            Some(pos) if pos + padded <= e => (self.jblock, pos),
+            _ => {
+                // `self.jblock` holds the newest valid entry and stays the journal's block
+                // until an entry in the other one is written and synced: a failure on the
+                // way leaves that copy alone, and the next attempt erases the other again.
+                let other = 1 - self.jblock.min(1);
+                self.dev.erase_verified(other, 1)?;
+                (other, 0)
+            }
         };
-        write_newer_entry_with(
-            &mut flash,
-            3,
-            3,
-            1,
-            0,
-            &[
-                snapshot(SESSION, 4, u32::MAX - 2, 2),
-                snapshot(LEGACY, 0, u32::MAX, 1),
-            ],
-        );
-        let rec = |id, seq| Record {
-            topic: "t",
-            timestamp_us: 1,
-            producer: Some(crate::log::Producer { id, seq }),
-            payload: b"w",
-        };
-        let mut buf = vec![0u8; 1024];
-        let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
-        let mut offsets = Vec::new();
-        {
-            let mem = Memory {
-                buffer: &mut buf,
-                segments: &mut slots,
-            };
-            let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
-            assert_eq!(log.producer_session(SESSION), Some((4, u32::MAX - 2)));
-            for seq in [u32::MAX - 1, u32::MAX, 0, 1, 2] {
-                let a = log.append_in_session(0, &rec(SESSION, seq), 4).unwrap();
-                assert!(!a.duplicate, "seq {seq}");
-                offsets.push(a.offset);
+        let written = self
+            .dev
+            .write_padded(block * e + pos, &buf[..len])
+            .and_then(|()| self.dev.sync());
+        if let Err(err) = written {
+            // Words from `pos` may be programmed (partly, or not durably): never write
+            // them again. In the current block that means: switch at the next entry.
+            if block == self.jblock {
+                self.jpos = None;
             }
-            let a = log
-                .append_in_session(0, &rec(SESSION, u32::MAX), 4)
-                .unwrap();
-            assert_eq!((a.offset, a.duplicate), (offsets[1], true));
-            // The legacy rule (no session) crosses the wrap too.
-            let a = log.append(0, &rec(LEGACY, 0)).unwrap();
-            assert!(!a.duplicate);
-            log.flush(0).unwrap();
-            let _ = log.into_flash(); // power cut
+            return Err(Io::Flash(err));
         }
-        for round in 0..2 {
-            let mem = Memory {
-                buffer: &mut buf,
-                segments: &mut slots,
-            };
-            let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
-            let last = 2 + round;
-            assert_eq!(
-                log.producer_session(SESSION),
-                Some((4, last)),
-                "round {round}"
-            );
-            let a = log.append_in_session(0, &rec(SESSION, last), 4).unwrap();
-            assert!(a.duplicate);
-            // Stored before the wrap: older than the window, known stored.
-            for old in [u32::MAX - 1, u32::MAX - 100] {
-                let e = log.append_in_session(0, &rec(SESSION, old), 4).unwrap_err();
-                assert!(
-                    matches!(e, AppendError::SequenceTooOld { .. }),
-                    "round {round} seq {old}: {e:?}"
-                );
-            }
-            let e = log
-                .append_in_session(0, &rec(SESSION, last + 2), 4)
-                .unwrap_err();
-            assert!(matches!(e, AppendError::OutOfSequence { .. }), "{e:?}");
-            assert!(log.append(0, &rec(LEGACY, 0)).unwrap().duplicate);
-            if round == 0 {
-                let a = log.append_in_session(0, &rec(SESSION, 3), 4).unwrap();
-                assert!(!a.duplicate);
-                log.close(0).unwrap();
+        self.jblock = block;
+        self.jpos = Some(pos + padded);
+        self.jseq = seq;
+        self.dev.stats.journal_writes += 1;
+        for c in self.consumers.iter_mut() {
+            c.persisted = c.committed.min(durable);
+        }
+        for p in self.producers.iter_mut() {
+            if let Some(s) = p.snapshot(durable) {
+                p.persisted = s.last;
             }
         }
-    }
-
-    /// A journal entry whose lease is `u64::MAX` is refused as damaged: the mount keeps
-    /// the previous entry's lease, and appends go on from the log's real end (before, the
-    /// next offset became `u64::MAX` and the next append wrapped it to 0, reusing offsets).
-    #[test]
-    fn a_journal_lease_at_the_top_of_the_offset_range_is_refused() {
-        for (lease, durable, consumer) in [
-            (u64::MAX, 3, 0),
-            (MAX_OFFSET, 3, 0),
-            (3, u64::MAX, 0),
-            (3, 3, u64::MAX),
-        ] {
-            let mut flash = log_of(3);
-            write_newer_entry(&mut flash, lease, durable, 1, consumer);
-            let mut buf = vec![0u8; 1024];
-            let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
-            let mem = Memory {
-                buffer: &mut buf,
-                segments: &mut slots,
-            };
-            let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
-            assert_eq!(
-                log.next_offset(),
-                3,
-                "lease {lease:#x} durable {durable:#x}"
-            );
-            assert!(log.committed("bridge").is_none_or(|c| c <= 3));
-            for want in 3..6 {
-                assert_eq!(log.append(0, &REC).unwrap().offset, want);
-            }
-            log.close(0).unwrap();
-            let mut buf = vec![0u8; 1024];
-            let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
-            assert_eq!(mount(&mut flash, &mut buf, &mut slots), 6);
-        }
-    }
-
-    /// Found by the `mount_image` fuzz target: a journal entry whose sequence number is
-    /// `u64::MAX - 1` (CRC fixed) was the newest; the mount's own entry took `u64::MAX` and
-    /// the first append's lease entry added 1 to it (a panic with overflow checks, an
-    /// entry sequence of 0 that loses to every older entry without). Such an entry is
-    /// refused as damaged.
-    #[test]
-    fn a_journal_entry_sequence_at_the_top_of_its_range_is_refused() {
-        for seq in [u64::MAX - 1, u64::MAX, MAX_SEQ] {
-            let mut flash = log_of(3);
-            let mut out = vec![0u8; MAX_ENTRY_LEN];
-            let len = encode(
-                &mut out,
-                MAX_ENTRY_LEN,
-                seq,
-                1027,
-                3,
-                5,
-                (G.erase_size, G.write_size, G.erased, 1),
-                false,
-                [("bridge", 0)].into_iter(),
-                core::iter::empty(),
-            );
-            assert!(decode(&out[..len]).is_none(), "seq {seq:#x}");
-            // Both journal blocks hold only this entry.
-            flash.erase(0).unwrap();
-            flash.erase(1).unwrap();
-            out.truncate(align_up(len as u32, G.write_size) as usize);
-            out[len..].fill(G.erased);
-            flash.write(0, &out).unwrap();
-            let mut buf = vec![0u8; 1024];
-            let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
-            let mem = Memory {
-                buffer: &mut buf,
-                segments: &mut slots,
-            };
-            let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
-            assert_eq!(log.next_offset(), 3);
-            for want in 3..1030 {
-                assert_eq!(log.append(0, &REC).unwrap().offset, want);
-            }
-            log.close(0).unwrap();
-        }
-    }
-
-    /// A journal entry whose segment size (`blocks_per_segment × erase_size`) does not fit
-    /// in 32 bits is refused (before, the mount's layout multiplied it unchecked: a panic
-    /// with overflow checks, a wrapped segment size without).
-    #[test]
-    fn a_journal_entry_with_an_overflowing_segment_size_is_refused() {
-        for bps in [1 << 20, u32::MAX, 0] {
-            let mut flash = log_of(2);
-            write_newer_entry(&mut flash, 1026, 2, bps, 0);
-            let mut buf = vec![0u8; 1024];
-            let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
-            assert_eq!(mount(&mut flash, &mut buf, &mut slots), 2, "bps {bps}");
-        }
+        self.dirty = false;
+        self.last_persist_us = self.now_us;
+        Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,5 +1,6 @@
-//! Idempotent producers: producer sessions (epochs), the sequence rules, and the window of
-//! `(sequence, offset)` pairs remembered per producer id.
+//! Idempotent producers: producer sessions (epochs), the sequence rules, the window of
+//! `(sequence, offset)` pairs remembered per producer id, and the log's session calls
+//! ([`Log::open_session`], the check of a producer's record before it is appended).
 //!
 //! ## Sessions
 //! A producer id is a `u64` the publisher picks and keeps (a stable id survives the
@@ -44,8 +45,25 @@
 
 use heapless::Vec;
 
-/// Most producer ids remembered at once (the least recently active is forgotten first).
+use super::Log;
+use super::device::Io;
+use super::format::Producer;
+use super::outcome::{Appended, Session};
+use crate::error::{AppendError, SessionError};
+use crate::storage::Flash;
+
+/// Most producer ids remembered at once (the least recently active is forgotten first):
+/// 32 on a microcontroller. With the `std` feature (the Linux gateway) 88, room for the
+/// MQTT listener's 64 persistent sessions beside 24 protocol producers; a journal entry
+/// with 88 producers is 3,912 bytes and still fits a 4 KiB erase block.
+#[cfg(not(feature = "std"))]
 pub const MAX_PRODUCERS: usize = 32;
+/// Most producer ids remembered at once (the least recently active is forgotten first):
+/// 32 on a microcontroller. With the `std` feature (the Linux gateway) 88, room for the
+/// MQTT listener's 64 persistent sessions beside 24 protocol producers; a journal entry
+/// with 88 producers is 3,912 bytes and still fits a 4 KiB erase block.
+#[cfg(feature = "std")]
+pub const MAX_PRODUCERS: usize = 88;
 /// `(sequence, offset)` pairs remembered per producer id: a resend of one of a producer's
 /// last `PRODUCER_WINDOW` records is answered with its original offset. Announced to
 /// clients in the protocol version 3 handshake.
@@ -345,6 +363,185 @@ pub fn rebuild_from(durable_next: u64, producers: &[Snapshot]) -> u64 {
         .filter(|p| p.behind)
         .map(|p| p.last.map_or(p.session_from, |l| l.1.saturating_add(1)))
         .fold(durable_next, u64::min)
+}
+
+impl<'a, F: Flash> Log<'a, F> {
+    /// Notes a stored record of producer `id` at `offset` (appended, or found by the
+    /// mount's rebuild): a record of an earlier session, or not after the last remembered
+    /// one, changes nothing.
+    pub(super) fn note_producer(&mut self, id: u64, seq: u32, offset: u64) {
+        if let Some(p) = self.producers.iter_mut().find(|p| p.id == id) {
+            let after_last = match p.window.last() {
+                Some(&(l, lo)) => offset > lo && seq_before(l, seq),
+                None => true,
+            };
+            if offset >= p.session_from && after_last {
+                p.push(seq, offset);
+            }
+            return;
+        }
+        self.make_room_for_producer();
+        let _ = self.producers.push(ProducerState::new(id, seq, offset));
+    }
+
+    /// Forgets the producer heard from least recently when the table is full.
+    fn make_room_for_producer(&mut self) {
+        if self.producers.is_full()
+            && let Some((i, _)) = self
+                .producers
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, p)| p.last_active())
+        {
+            self.producers.swap_remove(i);
+        }
+    }
+
+    /// What the producer table answers to a record of producer `p` under `epoch` (0: no
+    /// session): `Some` for a duplicate (nothing to append), `None` to append, or the error.
+    pub(super) fn check_producer(
+        &mut self,
+        p: Producer,
+        epoch: u32,
+    ) -> Result<Option<Appended>, AppendError<F::Error>> {
+        let Some(st) = self.producers.iter().find(|s| s.id == p.id) else {
+            return if epoch == 0 {
+                Ok(None)
+            } else {
+                Err(AppendError::UnknownSession {
+                    producer: p.id,
+                    epoch,
+                    current: 0,
+                })
+            };
+        };
+        match st.check(epoch, p.seq) {
+            Verdict::Append => Ok(None),
+            Verdict::Duplicate { offset } => {
+                self.dev.stats.duplicates += 1;
+                Ok(Some(Appended {
+                    offset,
+                    duplicate: true,
+                }))
+            }
+            Verdict::StoredBelow {
+                stored_below,
+                last_seq,
+            } => Err(AppendError::SequenceTooOld {
+                producer: p.id,
+                seq: p.seq,
+                last_seq,
+                stored_below,
+            }),
+            Verdict::Unknown { last_seq } => Err(AppendError::SequenceUnknown {
+                producer: p.id,
+                seq: p.seq,
+                last_seq,
+            }),
+            Verdict::OutOfSequence { expected } => Err(AppendError::OutOfSequence {
+                producer: p.id,
+                epoch,
+                seq: p.seq,
+                expected,
+            }),
+            Verdict::Fenced { current } => Err(AppendError::Fenced {
+                producer: p.id,
+                epoch,
+                current,
+            }),
+            Verdict::UnknownSession { current } => Err(AppendError::UnknownSession {
+                producer: p.id,
+                epoch,
+                current,
+            }),
+        }
+    }
+
+    /// Opens a session for producer id `id` and returns it (see [`producers`](self)).
+    ///
+    /// Without `resume`, a new session: the id's next epoch (1 for an id the log does not
+    /// know), sequences from 1; records of the id's earlier sessions are never taken for
+    /// this one's, and publishes under an earlier epoch are fenced from now on. The epoch is
+    /// written to the journal (one entry, synced) before this returns, so it survives a
+    /// power cut.
+    ///
+    /// With `resume`, the id's current session goes on: the RAM buffer is flushed first, so
+    /// [`Session::last_seq`] is the last sequence stored *durably*, and the producer sends
+    /// `last_seq + 1` next (skipping the `last_seq` records it already had stored). An id
+    /// without a session gets a new one, with [`Session::resumed`] false.
+    ///
+    /// Cancel-safety: an interruption is a power cut; a new epoch is either in the journal
+    /// or never handed out. Errors: [`SessionError::EpochsExhausted`], storage errors (the
+    /// journal write, or the flush of a resume: [`SessionError::Full`] under `reject-new`),
+    /// [`SessionError::Poisoned`].
+    pub fn open_session(
+        &mut self,
+        now_us: u64,
+        id: u64,
+        resume: bool,
+    ) -> Result<Session, SessionError<F::Error>> {
+        self.now_us = now_us;
+        if let Some(op) = self.dev.failed {
+            return Err(SessionError::Poisoned { op });
+        }
+        let current = self.producers.iter().position(|s| s.id == id);
+        if resume && let Some(i) = current.filter(|&i| self.producers[i].epoch > 0) {
+            self.flush(now_us)?;
+            let st = &self.producers[i];
+            return Ok(Session {
+                producer: id,
+                epoch: st.epoch,
+                last_seq: st.last_seq(),
+                resumed: true,
+            });
+        }
+        let epoch = match current {
+            Some(i) => self.producers[i]
+                .epoch
+                .checked_add(1)
+                .ok_or(SessionError::EpochsExhausted { producer: id })?,
+            None => 1,
+        };
+        let fresh = ProducerState::session(id, epoch, self.next_offset);
+        let old = match current {
+            Some(i) => Some(core::mem::replace(&mut self.producers[i], fresh)),
+            None => {
+                self.make_room_for_producer();
+                let _ = self.producers.push(fresh);
+                None
+            }
+        };
+        if let Err(e) = self.persist_journal(false) {
+            // The epoch was not handed out: the table stays as it was (the log is poisoned
+            // anyway; the next mount reads the journal's newest valid entry).
+            match (old, self.producers.iter().position(|s| s.id == id)) {
+                (Some(o), Some(i)) => self.producers[i] = o,
+                (None, Some(i)) => {
+                    self.producers.swap_remove(i);
+                }
+                _ => {}
+            }
+            return Err(match e {
+                Io::Flash(e) => SessionError::Flash(e),
+                Io::BadBlock(block) => SessionError::BadBlock { block },
+            });
+        }
+        Ok(Session {
+            producer: id,
+            epoch,
+            last_seq: 0,
+            resumed: false,
+        })
+    }
+
+    /// The current session of producer `id`: `(epoch, last stored sequence)`, `None` if the
+    /// log remembers no state for the id (epoch 0: a producer without a session).
+    pub fn producer_session(&self, id: u64) -> Option<(u32, u32)> {
+        self.producers
+            .iter()
+            .find(|s| s.id == id)
+            .map(|s| (s.epoch, s.last_seq()))
+    }
 }
 
 #[cfg(test)]

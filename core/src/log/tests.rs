@@ -45,6 +45,50 @@ const G: Geometry = Geometry {
     erased: 0xFF,
 };
 
+/// A log's RAM buffer (512 bytes) and segment slots for a partition of `G`.
+struct Mem {
+    buf: Vec<u8>,
+    slots: Vec<SegmentSlot>,
+}
+
+impl Mem {
+    fn new() -> Self {
+        Mem {
+            buf: vec![0u8; 512],
+            slots: vec![SegmentSlot::EMPTY; segments_for(&G, 2) as usize],
+        }
+    }
+
+    fn memory(&mut self) -> Memory<'_> {
+        Memory {
+            buffer: &mut self.buf,
+            segments: &mut self.slots,
+        }
+    }
+}
+
+/// Formats `sim` (segments of 2 blocks) and mounts it behind [`FailingWrites`] switched by
+/// `fail`.
+fn mount_failing<'a>(
+    sim: &'a mut SimFlash<Vec<u8>>,
+    fail: &'a Cell<bool>,
+    mem: &'a mut Mem,
+) -> Log<'a, FailingWrites<'a>> {
+    Log::format(sim, 9, 2).unwrap();
+    let flash = FailingWrites { sim, fail };
+    Log::mount(flash, Config::default(), mem.memory(), 0)
+        .unwrap()
+        .0
+}
+
+/// A one-byte record of topic `t`.
+const REC: Record<'static> = Record {
+    topic: "t",
+    timestamp_us: 0,
+    producer: None,
+    payload: b"x",
+};
+
 /// The newest journal entry's sequence number found on `sim`, as a mount would.
 fn newest_entry(sim: &mut SimFlash<Vec<u8>>) -> Option<u64> {
     let mut dev = Dev {
@@ -53,7 +97,7 @@ fn newest_entry(sim: &mut SimFlash<Vec<u8>>) -> Option<u64> {
         stats: Stats::default(),
         failed: None,
     };
-    let (entry, _, _) = Log::scan_journal(&mut dev).unwrap();
+    let (entry, _, _, _) = Log::scan_journal(&mut dev).unwrap();
     entry.map(|e| e.seq)
 }
 
@@ -63,20 +107,10 @@ fn newest_entry(sim: &mut SimFlash<Vec<u8>>) -> Option<u64> {
 #[test]
 fn failed_journal_switches_never_erase_the_only_good_entry() {
     let mut sim = SimFlash::new_vec(G).unwrap();
-    Log::format(&mut sim, 9, 2).unwrap();
     let fail = Cell::new(false);
-    let mut buf = vec![0u8; 512];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 2) as usize];
+    let mut mem = Mem::new();
     let good = {
-        let flash = FailingWrites {
-            sim: &mut sim,
-            fail: &fail,
-        };
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
-        let (mut log, _) = Log::mount(flash, Config::default(), mem, 0).unwrap();
+        let mut log = mount_failing(&mut sim, &fail, &mut mem);
         log.persist(0).unwrap();
         let good = log.jseq;
         let block = log.jblock;
@@ -104,19 +138,9 @@ fn failed_journal_switches_never_erase_the_only_good_entry() {
 #[test]
 fn failed_journal_write_in_place_moves_the_next_entry_to_the_other_block() {
     let mut sim = SimFlash::new_vec(G).unwrap();
-    Log::format(&mut sim, 9, 2).unwrap();
     let fail = Cell::new(false);
-    let mut buf = vec![0u8; 512];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 2) as usize];
-    let flash = FailingWrites {
-        sim: &mut sim,
-        fail: &fail,
-    };
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let (mut log, _) = Log::mount(flash, Config::default(), mem, 0).unwrap();
+    let mut mem = Mem::new();
+    let mut log = mount_failing(&mut sim, &fail, &mut mem);
     let block = log.jblock;
     assert!(log.jpos.is_some());
     fail.set(true);
@@ -134,29 +158,13 @@ fn failed_journal_write_in_place_moves_the_next_entry_to_the_other_block() {
 #[test]
 fn failed_batch_write_seals_the_head_segment() {
     let mut sim = SimFlash::new_vec(G).unwrap();
-    Log::format(&mut sim, 9, 2).unwrap();
     let fail = Cell::new(false);
-    let mut buf = vec![0u8; 512];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 2) as usize];
-    let flash = FailingWrites {
-        sim: &mut sim,
-        fail: &fail,
-    };
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let (mut log, _) = Log::mount(flash, Config::default(), mem, 0).unwrap();
-    let rec = Record {
-        topic: "t",
-        timestamp_us: 0,
-        producer: None,
-        payload: b"x",
-    };
-    log.append(0, &rec).unwrap();
+    let mut mem = Mem::new();
+    let mut log = mount_failing(&mut sim, &fail, &mut mem);
+    log.append(0, &REC).unwrap();
     log.flush(0).unwrap();
     let (head, pos) = (log.head, log.head_pos);
-    log.append(0, &rec).unwrap();
+    log.append(0, &REC).unwrap();
     fail.set(true);
     assert!(matches!(log.flush(0), Err(FlushError::Flash(_))));
     assert!(!log.head_writable, "the head was left open for writing");
@@ -177,20 +185,9 @@ fn failed_batch_write_seals_the_head_segment() {
 fn unwritable_buffered_record_is_not_reported_as_full() {
     let mut sim = SimFlash::new_vec(G).unwrap();
     Log::format(&mut sim, 9, 2).unwrap();
-    let mut buf = vec![0u8; 512];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 2) as usize];
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let (mut log, _) = Log::mount(&mut sim, Config::default(), mem, 0).unwrap();
-    let rec = Record {
-        topic: "t",
-        timestamp_us: 0,
-        producer: None,
-        payload: b"x",
-    };
-    let at = log.append(0, &rec).unwrap().offset;
+    let mut mem = Mem::new();
+    let (mut log, _) = Log::mount(&mut sim, Config::default(), mem.memory(), 0).unwrap();
+    let at = log.append(0, &REC).unwrap().offset;
     // The record's bytes in RAM stop parsing (a bug or a RAM fault, never a full log).
     let end = log.buf_len;
     log.buf[BATCH_HEADER_LEN..end].fill(0xFF);

@@ -84,6 +84,15 @@ pub struct WelcomeV3 {
     pub producer_window: u32,
 }
 
+/// The fields protocol version 3 appends to [`Response::StatsReply`], encoded right after
+/// it in the same message, only to clients that announced version 3 or later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct StatsV3 {
+    /// The log is full: the last append was refused `Full` (policy `reject-new`) and no
+    /// record has been taken since.
+    pub full: bool,
+}
+
 /// Splits a message into the first value (`Request` or `Response`) and the bytes after it,
 /// where version 3 puts [`HelloV3`] and [`WelcomeV3`]. Errors: the message does not
 /// decode.
@@ -455,9 +464,14 @@ pub enum ErrorCode {
     /// producer ids). Nothing was stored; open a new session.
     UnknownSession = 15,
     /// \[16\] (protocol version 3) The `Hello` carried a credential the gateway does not
-    /// accept (this gateway has no credentials configured). The connection is not
-    /// handshaken.
+    /// accept (a wrong one, one where none are configured, or none on a listener that
+    /// requires one). The connection is not handshaken.
     Unauthorized = 16,
+    /// \[17\] (protocol version 3) The connection's roles do not allow this request (a
+    /// `publish`-only sensor asking to commit, fetch or delete a consumer; a commit of a
+    /// consumer the credential does not name). Nothing was read or changed; the message
+    /// names the role needed. A version 1 or 2 client gets [`ErrorCode::BadRequest`].
+    Forbidden = 17,
 }
 
 impl ErrorCode {
@@ -473,7 +487,8 @@ impl ErrorCode {
             ErrorCode::OutOfSequence
             | ErrorCode::Fenced
             | ErrorCode::UnknownSession
-            | ErrorCode::Unauthorized => 3,
+            | ErrorCode::Unauthorized
+            | ErrorCode::Forbidden => 3,
             _ => 1,
         }
     }

@@ -406,6 +406,11 @@ fn enum_indexes_are_frozen() {
         ErrorCode::NotHandshaken,
         ErrorCode::SequenceUnknown,
         ErrorCode::StorageFailed,
+        ErrorCode::OutOfSequence,
+        ErrorCode::Fenced,
+        ErrorCode::UnknownSession,
+        ErrorCode::Unauthorized,
+        ErrorCode::Forbidden,
     ];
     for (i, c) in codes.into_iter().enumerate() {
         assert_eq!(postcard::to_slice(&c, &mut buf).unwrap(), &[i as u8]);

@@ -953,7 +953,7 @@ const VARIANTS: [Variant; 6] = [
     Variant {
         name: "ws16-pressure-reject",
         write_size: 16,
-        segments: 6,
+        segments: 5,
         spill: SpillPolicy::OnPressure,
         seed: 0x1601,
         ..BASE

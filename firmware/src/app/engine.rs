@@ -30,9 +30,11 @@ use spillway_core::wire::{ErrorCode, FrameError, Request};
 
 use super::AppError;
 use super::config::Settings;
-use super::metrics::Metrics;
+use super::lines::{DropWarnings, ReaderDrop};
+use super::metrics::{FullChange, Metrics};
 use super::net::Budget;
-use spillway_firmware::gateway::{Conn, Gateway, GatewayConfig, Outcome, error_reply};
+use spillway_firmware::Roles;
+use spillway_firmware::gateway::{Auth, Conn, Gateway, GatewayConfig, Outcome, error_reply};
 
 /// Most commands applied before a group flush.
 pub const GROUP_MAX: usize = 1024;
@@ -60,6 +62,18 @@ pub enum Cmd {
         kill: Sender<()>,
         /// The connection's bytes in flight; each reply is settled against it.
         budget: Arc<Budget>,
+        /// What the connection may do until its `Hello` is judged.
+        roles: Roles,
+    },
+    /// The connection's verdict on its next `Hello` (sent just before that `Hello`): how
+    /// the gateway answers it and the roles the connection gets.
+    Authorize {
+        /// Connection id.
+        conn: ConnId,
+        /// Accepted, refused (and why), or no credentials configured.
+        auth: Auth,
+        /// The roles from then on.
+        roles: Roles,
     },
     /// One received frame's message bytes (COBS and CRC already checked).
     Frame {
@@ -85,14 +99,24 @@ pub enum Cmd {
         line: Vec<u8>,
         /// Fixed topic of the listener.
         topic: Option<Arc<str>>,
+        /// The peer or serial URI, for warnings.
+        peer: Arc<str>,
     },
-    /// A line longer than the limit was dropped.
-    LineTooLong,
+    /// A line-mode connection dropped a line (too long, or partial and followed by
+    /// silence).
+    LineDropped {
+        /// The peer or serial URI, for warnings.
+        peer: Arc<str>,
+        /// Why.
+        why: ReaderDrop,
+    },
     /// The connection closed.
     Close {
         /// Connection id.
         conn: ConnId,
     },
+    /// A request of an MQTT connection.
+    Mqtt(super::mqtt::MqttCmd),
     /// Flush, persist and stop.
     Shutdown,
 }
@@ -265,6 +289,9 @@ pub fn run(
             );
         }
     }
+    for w in super::inspect::journal_warnings(&report) {
+        log::warn!("{w}");
+    }
     log::info!(
         "log {:032x} mounted: offsets {}..{}, {} segments",
         log.log_id(),
@@ -283,10 +310,20 @@ pub fn run(
     let mut conns: HashMap<ConnId, ConnState> = HashMap::new();
     let mut pending: Vec<Pending> = Vec::new();
     let mut parked: Vec<Parked> = Vec::new();
+    let mut mqtt_pending: Vec<super::mqtt::sessions::MqttPending> = Vec::new();
     let mut scratch = vec![0u8; frame_bytes as usize];
+    let mut mqtt_sessions = super::mqtt::sessions::MqttSessions::new(log.log_id());
+    let records_end = report
+        .not_durable
+        .map_or(report.next_offset, |(from, _)| from);
+    let found = mqtt_sessions.recover(&mut log, &mut scratch, records_end);
+    if found > 0 {
+        log::info!("mqtt: {found} stored QoS 1/2 messages of persistent sessions read back");
+    }
     let mut out = vec![0u8; frame_bytes as usize];
     let mut tick_at = u64::MAX;
     let mut stop = false;
+    let mut line_warnings = DropWarnings::default();
     metrics.update(&log, &gw);
     let mut watchdog = Watchdog::from_env(clock.now_us());
 
@@ -330,16 +367,23 @@ pub fn run(
                     replies,
                     kill,
                     budget,
+                    roles,
                 } => {
                     conns.insert(
                         conn,
                         ConnState {
                             replies,
                             _kill: kill,
-                            conn: Conn::default(),
+                            conn: Conn::with_roles(roles),
                             budget,
                         },
                     );
+                }
+                Cmd::Authorize { conn, auth, roles } => {
+                    if let Some(st) = conns.get_mut(&conn) {
+                        st.conn.auth = auth;
+                        st.conn.roles = roles;
+                    }
                 }
                 Cmd::Close { conn } => {
                     conns.remove(&conn);
@@ -347,14 +391,27 @@ pub fn run(
                     pending.retain(|p| p.conn != conn);
                 }
                 Cmd::Shutdown => stop = true,
-                Cmd::Line { line, topic } => {
+                Cmd::Mqtt(m) => mqtt_sessions.handle(
+                    m,
+                    &mut gw,
+                    &mut log,
+                    now,
+                    Clock::wall_us(),
+                    &metrics,
+                    &mut mqtt_pending,
+                ),
+                Cmd::Line { line, topic, peer } => {
                     match gw.handle_line(&line, topic.as_deref(), &mut log, now, Clock::wall_us()) {
                         Ok(a) => flush_lines |= a.durable,
-                        Err(e) => log::debug!("line rejected: {e:?}"),
+                        Err(e) => line_warnings.rejected(&peer, &e, Instant::now()),
                     }
                 }
-                Cmd::LineTooLong => {
-                    gw.counters_mut().rejected_too_large += 1;
+                Cmd::LineDropped { peer, why } => {
+                    match why {
+                        ReaderDrop::TooLong { .. } => gw.counters_mut().rejected_too_large += 1,
+                        ReaderDrop::Partial { .. } => gw.counters_mut().rejected_invalid += 1,
+                    }
+                    line_warnings.reader_drop(&peer, why, s.max_record_bytes, Instant::now());
                 }
                 Cmd::FrameError {
                     conn,
@@ -434,7 +491,7 @@ pub fn run(
             }
         }
         let now = clock.now_us();
-        if !pending.is_empty() || flush_lines || stop {
+        if !pending.is_empty() || !mqtt_pending.is_empty() || flush_lines || stop {
             let flushed = log.flush(now);
             if let Err(e) = &flushed {
                 log::error!("group flush failed: {e}");
@@ -456,6 +513,27 @@ pub fn run(
                     let o = error_reply(&mut out, p.seq, code, "record not durable: flush failed");
                     deliver(&mut conns, p.conn, o, &out, p.reserved);
                 }
+            }
+            for p in mqtt_pending.drain(..) {
+                let reply = if p.offset < durable {
+                    p.reply
+                } else {
+                    let (qos, pid) = match p.reply {
+                        super::mqtt::MqttReply::Stored { qos, pid } => (qos, pid),
+                        _ => (0, 0),
+                    };
+                    let why = match flushed {
+                        Err(spillway_core::error::FlushError::Full) => super::mqtt::Refusal::Full,
+                        _ => super::mqtt::Refusal::Storage,
+                    };
+                    super::mqtt::MqttReply::Refused {
+                        qos,
+                        pid,
+                        why,
+                        back: None,
+                    }
+                };
+                let _ = p.replies.try_send(reply);
             }
         }
         // Long polls: answer those with data or past their deadline.
@@ -492,7 +570,16 @@ pub fn run(
                 tick_at = clock.now_us() + 100_000;
             }
         }
-        metrics.update(&log, &gw);
+        match metrics.update(&log, &gw) {
+            Some(FullChange::BecameFull) => warn_full(&log),
+            Some(FullChange::AcceptsAgain) => {
+                log::warn!(
+                    "the log accepts records again (offset {})",
+                    log.next_offset()
+                );
+            }
+            None => {}
+        }
         if let Some(op) = log.poisoned_by() {
             // Nothing more is written: the waiting acknowledgements were answered
             // StorageFailed by the flush above; a restart remounts the image.
@@ -562,6 +649,22 @@ impl Watchdog {
             }
         }
     }
+}
+
+/// The warning when the log becomes full: what is refused, and the consumer whose
+/// committed offset holds the oldest segment.
+fn warn_full<F: spillway_core::storage::Flash>(log: &Log<'_, F>) {
+    let slowest = log.consumers().min_by_key(|(_, off)| *off);
+    let holder = match slowest {
+        Some((name, off)) => format!(
+            "; consumer {name:?} (committed offset {off}, the lowest) holds the oldest records: they are reclaimed once it commits past them or is deleted (a fresh image's \"bridge\" consumer holds them until a spillway-bridge drain commits)"
+        ),
+        None => String::new(),
+    };
+    log::warn!(
+        "the log is full: new records are refused (--full reject-new) at offset {}{holder}",
+        log.next_offset()
+    );
 }
 
 /// Waits for a command or until `when`; `None` at the deadline.

@@ -129,9 +129,7 @@ pub fn probe(path: &Path) -> Result<Option<Probed>, AppError> {
 /// (exit 3). The message keeps the OS reason.
 pub(super) fn flash_err(e: FileFlashError) -> AppError {
     match &e {
-        FileFlashError::Locked { .. } => {
-            AppError::Image(format!("{e} (is another gateway running on it?)"))
-        }
+        FileFlashError::Locked { path } => AppError::Image(locked_message(path)),
         FileFlashError::Io { op, .. } if matches!(*op, "open" | "create" | "lock") => {
             AppError::Image(with_reasons(&e))
         }
@@ -139,6 +137,74 @@ pub(super) fn flash_err(e: FileFlashError) -> AppError {
             AppError::Runtime(with_reasons(&e))
         }
         _ => AppError::Image(with_reasons(&e)),
+    }
+}
+
+/// What to say of an image locked by another open: the process that holds the lock, when
+/// `/proc/locks` tells.
+pub(super) fn locked_message(path: &Path) -> String {
+    let holder = lock_holder(path).map_or_else(
+        || "another process (is another gateway running on it?)".to_string(),
+        |(pid, name)| match name {
+            Some(name) => format!("process {pid} ({name})"),
+            None => format!("process {pid}"),
+        },
+    );
+    format!(
+        "flash image {} is locked by {holder}: stop it first, or inspect a copy",
+        path.display()
+    )
+}
+
+/// The process id (and its command name, if readable) holding a `flock` on `path`, read
+/// from `/proc/locks` (`ID: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE ...`, the device
+/// numbers in hex). `None` when the file or the lock is not found there.
+pub(super) fn lock_holder(path: &Path) -> Option<(u32, Option<String>)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    let dev = meta.dev();
+    let (major, minor) = (
+        ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff),
+        (dev & 0xff) | ((dev >> 12) & !0xff),
+    );
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    let me = std::process::id();
+    locks.lines().find_map(|line| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        // A blocked waiter's line has an extra "->" word; only holders are wanted.
+        if words.get(1) != Some(&"FLOCK") {
+            return None;
+        }
+        let pid: u32 = words.get(4)?.parse().ok()?;
+        let mut id = words.get(5)?.split(':');
+        let maj = u64::from_str_radix(id.next()?, 16).ok()?;
+        let min = u64::from_str_radix(id.next()?, 16).ok()?;
+        let ino: u64 = id.next()?.parse().ok()?;
+        if (maj, min, ino) != (major, minor, meta.ino()) || pid == me {
+            return None;
+        }
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .ok()
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty());
+        Some((pid, name))
+    })
+}
+
+/// Whether another open holds a lock on the image at `path` (checked with a shared lock
+/// taken and released at once, so that a locked image is reported as locked before any
+/// other check of it).
+fn is_locked(path: &Path) -> bool {
+    let Ok(f) = File::open(path) else {
+        return false;
+    };
+    match f.try_lock_shared() {
+        Ok(()) => {
+            let _ = f.unlock();
+            false
+        }
+        Err(std::fs::TryLockError::WouldBlock) => true,
+        Err(std::fs::TryLockError::Error(_)) => false,
     }
 }
 
@@ -173,6 +239,47 @@ pub(crate) fn blocks_per_segment(geo: &Geometry, buffer_bytes: usize) -> Result<
     Ok(bps)
 }
 
+/// Checks an existing image against the settings without changing it: it is a Spillway
+/// image, and every geometry flag given (`--erase-size`, `--write-size`, `--size`) agrees
+/// with it. Returns its probed geometry. (`spillway validate` and `spillway run`.)
+///
+/// # Errors
+/// [`AppError::Image`] naming the image and each disagreement, or why it cannot be read.
+pub fn check_existing(s: &Settings) -> Result<Probed, AppError> {
+    let path = &s.image;
+    let h = probe(path)?.ok_or_else(|| {
+        AppError::Image(format!(
+            "{} is not a Spillway image (no valid journal entry or segment header found)",
+            path.display()
+        ))
+    })?;
+    let len = std::fs::metadata(path)
+        .map_err(|e| AppError::Image(format!("cannot stat {}: {e}", path.display())))?
+        .len();
+    let mut mismatch = Vec::new();
+    if let Some(e) = s.erase_size
+        && e != h.erase_size
+    {
+        mismatch.push(format!("erase size {e} (image: {})", h.erase_size));
+    }
+    if let Some(w) = s.write_size
+        && w != h.write_size
+    {
+        mismatch.push(format!("write size {w} (image: {})", h.write_size));
+    }
+    if s.size_given && s.size != len {
+        mismatch.push(format!("size {} (image: {len})", s.size));
+    }
+    if !mismatch.is_empty() {
+        return Err(AppError::Image(format!(
+            "{}: geometry disagrees with the image: {}; an existing image is never reformatted",
+            path.display(),
+            mismatch.join(", ")
+        )));
+    }
+    Ok(h)
+}
+
 /// Opens the image for the gateway: mounts an existing one as it is (after checking any
 /// geometry flags against it), or creates, preallocates and formats a new one with a
 /// random log id. Returns the flash, whether it was created, and the erase blocks per
@@ -197,36 +304,11 @@ pub fn open_or_create(
         Err(e) => return Err(flash_err(e)),
     }
     if path.exists() {
-        let h = probe(path)?.ok_or_else(|| {
-            AppError::Image(format!(
-                "{} is not a Spillway image (no valid journal entry or segment header found)",
-                path.display()
-            ))
-        })?;
-        let len = std::fs::metadata(path)
-            .map_err(|e| AppError::Image(format!("cannot stat {}: {e}", path.display())))?
-            .len();
-        let mut mismatch = Vec::new();
-        if let Some(e) = s.erase_size
-            && e != h.erase_size
-        {
-            mismatch.push(format!("erase size {e} (image: {})", h.erase_size));
+        // A locked image is reported as locked, whatever else is wrong with the flags.
+        if is_locked(path) {
+            return Err(AppError::Image(locked_message(path)));
         }
-        if let Some(w) = s.write_size
-            && w != h.write_size
-        {
-            mismatch.push(format!("write size {w} (image: {})", h.write_size));
-        }
-        if s.size_given && s.size != len {
-            mismatch.push(format!("size {} (image: {len})", s.size));
-        }
-        if !mismatch.is_empty() {
-            return Err(AppError::Image(format!(
-                "{}: geometry disagrees with the image: {}; an existing image is never reformatted",
-                path.display(),
-                mismatch.join(", ")
-            )));
-        }
+        let h = check_existing(s)?;
         let flash =
             FileFlash::open(path, h.erase_size, h.write_size, h.erased).map_err(flash_err)?;
         return Ok((flash, false, h.blocks_per_segment.max(1)));

@@ -6,7 +6,9 @@
 
 use std::path::Path;
 
-use spillway_core::log::{Config, Log, LostReason, Memory, SegmentSlot, segments_for};
+use spillway_core::log::{
+    Config, Log, LostReason, Memory, RecoveryReport, SegmentSlot, segments_for,
+};
 use spillway_core::storage::Flash;
 
 use super::AppError;
@@ -14,6 +16,40 @@ use super::image::{Overlay, probe};
 
 /// Bytes of the read buffer.
 const READ_BUF: usize = 1 << 20;
+
+/// Warnings about journal entries that did not validate at mount, one sentence each
+/// (empty when every entry validated). The mount never fails for them: committed offsets
+/// that go back only make consumers re-read, so these are warnings, not corruption.
+pub fn journal_warnings(report: &RecoveryReport) -> Vec<String> {
+    let bad = report.journal_invalid;
+    let mut out = Vec::new();
+    if !report.journal_found {
+        if bad.damaged + bad.torn > 0 {
+            out.push(format!(
+                "journal: no entry validates ({} damaged or torn): committed offsets restart at 0 and every consumer re-reads the log from its start; the records were recovered from the segments",
+                bad.damaged + bad.torn
+            ));
+        }
+        return out;
+    }
+    if bad.damaged > 0 {
+        out.push(format!(
+            "journal: {} entr{} damaged after being written (bit flips or worn cells in the journal's erase blocks) skipped; consumers, lease and producers are from entry {}",
+            bad.damaged,
+            if bad.damaged == 1 { "y" } else { "ies" },
+            report.journal_seq
+        ));
+    }
+    if bad.torn > 0 {
+        out.push(format!(
+            "journal: the last entry of {} journal block{} does not validate (a write torn by a power cut, or damage); if it was the newest, committed offsets are from the older entry {} and consumers re-read from there, nothing is lost",
+            bad.torn,
+            if bad.torn == 1 { "" } else { "s" },
+            report.journal_seq
+        ));
+    }
+    out
+}
 
 /// Runs the inspection and prints the report (text or JSON). Corruption is an error
 /// (exit code 4) after the report is printed.
@@ -40,10 +76,15 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
     )
     .map_err(|e| AppError::Image(format!("cannot mount {}: {e}", path.display())))?;
 
-    let segments: Vec<(u32, u64, u64, u32)> = log.segments().collect();
+    // (index, seq, base offset, erase count, format version)
+    let segments: Vec<(u32, u64, u64, u32, u16)> = log
+        .segments()
+        .map(|(i, seq, base, ec)| (i, seq, base, ec, log.segment_version(i).unwrap_or(0)))
+        .collect();
     let consumers: Vec<(String, u64)> = log.consumers().map(|(n, o)| (n.to_string(), o)).collect();
     let first = log.first_offset();
     let next = log.next_offset();
+    let warnings = journal_warnings(&report);
 
     // Read every record: batch CRCs are checked by the log, the record CRC chain here.
     let mut buf = vec![0u8; READ_BUF];
@@ -141,8 +182,9 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
             "first_offset": first,
             "durable_offset": log.durable_offset(),
             "next_offset": next,
-            "segments": segments.iter().map(|&(i, seq, base, ec)| serde_json::json!({
+            "segments": segments.iter().map(|&(i, seq, base, ec, v)| serde_json::json!({
                 "index": i, "seq": seq, "base_offset": base, "erase_count": ec,
+                "format": v,
             })).collect::<Vec<_>>(),
             "consumers": consumers.iter().zip(&behind).map(|((n, o), b)| serde_json::json!({
                 "name": n, "committed_offset": o, "lag_records": b,
@@ -151,6 +193,13 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
             "records_verified": records,
             "payload_bytes": bytes,
             "lost": lost.iter().map(|&(f, t, r)| serde_json::json!({"from": f, "to": t, "reason": r})).collect::<Vec<_>>(),
+            "journal": {
+                "found": report.journal_found,
+                "entry_seq": report.journal_seq,
+                "damaged_entries": report.journal_invalid.damaged,
+                "torn_entries": report.journal_invalid.torn,
+            },
+            "warnings": warnings,
             "problems": problems,
             "corrupt": corrupt,
         });
@@ -182,9 +231,9 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
             "offsets      first {first}, durable {}, next {next}",
             log.durable_offset()
         );
-        println!("segments     (index, seq, base offset, erase count)");
-        for (i, seq, base, ec) in &segments {
-            println!("  {i:>5} {seq:>8} {base:>12} {ec:>6}");
+        println!("segments     (index, seq, base offset, erase count, format version)");
+        for (i, seq, base, ec, v) in &segments {
+            println!("  {i:>5} {seq:>8} {base:>12} {ec:>6} {v:>6}");
         }
         println!(
             "consumers    (name, committed offset, records behind, offsets behind incl. skipped)"
@@ -195,6 +244,10 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
         println!("records      {records} verified, {bytes} payload bytes");
         for (f, t, r) in &lost {
             println!("lost         {f}..{t} ({r})");
+        }
+        println!("journal      entry {}", report.journal_seq);
+        for w in &warnings {
+            println!("warning      {w}");
         }
         for p in &problems {
             println!("problem      {p}");

@@ -7,9 +7,23 @@
 //! (`reclaimed_unread`: records erased with their segment before every consumer committed
 //! them, under `drop-oldest` or with no consumer left; `corrupt`: offsets read back
 //! corrupt, each counted once; `spared`), `spillway_ingest_errors_total{reason}` (`bad_frame`,
-//! `too_large`, `full`, `invalid`), `spillway_connections_total`. Gauges:
+//! `too_large`, `full`, `invalid`, and the MQTT listener's own: `mqtt_protocol`,
+//! `mqtt_client_id`, `mqtt_topic`, `mqtt_quota`, `mqtt_sessions_full`),
+//! `spillway_connections_total`, `spillway_listener_connections_total{kind}` (`tcp`, `tls`, `unix`,
+//! `serial`, `mqtt`), `spillway_mqtt_publishes_total{qos}` (records stored from MQTT
+//! PUBLISH packets), `spillway_mqtt_duplicates_total` (MQTT resends answered without
+//! storing them again), `spillway_refused_total{reason}` (`forbidden`: a request the
+//! connection's roles do not allow; `unauthorized`: a handshake with a wrong or missing
+//! credential; `tls_handshake`: a TLS handshake that failed or timed out, e.g. a plaintext
+//! client on a TLS port, an untrusted or expired client certificate). Gauges:
 //! `spillway_next_offset`, `spillway_durable_offset`, `spillway_first_offset`,
-//! `spillway_consumer_committed_offset{consumer}`, `spillway_consumer_lag_offsets{consumer}`.
+//! `spillway_consumer_committed_offset{consumer}`, `spillway_consumer_lag_offsets{consumer}`,
+//! `spillway_capacity_bytes` (the image), `spillway_used_bytes` (segments holding records),
+//! `spillway_free_bytes` (capacity minus used: free segments and the journal's two erase
+//! blocks), `spillway_full` (1 while new records are refused `Full`: the last append was
+//! refused and none has been taken since, as `StatsReply`'s `full` says).
+//!
+//! The HTTP responder answers `GET /metrics` (and `HEAD`); any other path gets 404.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -41,12 +55,38 @@ pub struct Metrics {
     errors: Family<Labels, Counter>,
     /// Connections accepted (TCP, Unix, serial opens).
     pub connections: Counter,
+    refused: Family<Labels, Counter>,
+    listener_connections: Family<Labels, Counter>,
+    mqtt_publishes: Family<Labels, Counter>,
+    /// MQTT resends answered without storing them again.
+    pub mqtt_duplicates: Counter,
     next_offset: Gauge,
     durable_offset: Gauge,
     first_offset: Gauge,
     committed: Family<Labels, Gauge>,
     lag: Family<Labels, Gauge>,
-    last: Mutex<(spillway_core::log::Stats, GatewayCounters)>,
+    capacity: Gauge,
+    used: Gauge,
+    free: Gauge,
+    full: Gauge,
+    last: Mutex<Last>,
+}
+
+/// What [`Metrics::update`] saw last.
+#[derive(Default)]
+struct Last {
+    stats: spillway_core::log::Stats,
+    counters: GatewayCounters,
+    full: bool,
+}
+
+/// A change of the log's `full` state, seen by [`Metrics::update`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FullChange {
+    /// New records are being refused `Full`.
+    BecameFull,
+    /// A record was taken again after refusals.
+    AcceptsAgain,
 }
 
 fn reason(r: &str) -> Labels {
@@ -73,12 +113,20 @@ impl Metrics {
             dropped: Family::default(),
             errors: Family::default(),
             connections: Counter::default(),
+            refused: Family::default(),
+            listener_connections: Family::default(),
+            mqtt_publishes: Family::default(),
+            mqtt_duplicates: Counter::default(),
             next_offset: Gauge::default(),
             durable_offset: Gauge::default(),
             first_offset: Gauge::default(),
             committed: Family::default(),
             lag: Family::default(),
-            last: Mutex::new(Default::default()),
+            capacity: Gauge::default(),
+            used: Gauge::default(),
+            free: Gauge::default(),
+            full: Gauge::default(),
+            last: Mutex::new(Last::default()),
         };
         registry.register("records_appended", "Records appended", m.records.clone());
         registry.register("bytes_appended", "Payload bytes appended", m.bytes.clone());
@@ -107,6 +155,26 @@ impl Metrics {
         );
         registry.register("connections", "Connections accepted", m.connections.clone());
         registry.register(
+            "refused",
+            "Requests, handshakes and TLS handshakes refused, by reason",
+            m.refused.clone(),
+        );
+        registry.register(
+            "listener_connections",
+            "Connections accepted, by listener kind",
+            m.listener_connections.clone(),
+        );
+        registry.register(
+            "mqtt_publishes",
+            "Records stored from MQTT PUBLISH packets, by QoS",
+            m.mqtt_publishes.clone(),
+        );
+        registry.register(
+            "mqtt_duplicates",
+            "MQTT resends answered without storing them again",
+            m.mqtt_duplicates.clone(),
+        );
+        registry.register(
             "next_offset",
             "Offset of the next record",
             m.next_offset.clone(),
@@ -131,17 +199,49 @@ impl Metrics {
             "Offsets between a consumer's committed offset and the next offset (offsets, not records: offsets skipped by a crash count too)",
             m.lag.clone(),
         );
+        registry.register(
+            "capacity_bytes",
+            "Bytes of the flash image",
+            m.capacity.clone(),
+        );
+        registry.register(
+            "used_bytes",
+            "Bytes of the image in segments that hold records",
+            m.used.clone(),
+        );
+        registry.register(
+            "free_bytes",
+            "Bytes of the image not in a segment holding records (free segments and the journal)",
+            m.free.clone(),
+        );
+        registry.register(
+            "full",
+            "1 while new records are refused because the log is full (reject-new), else 0",
+            m.full.clone(),
+        );
         Metrics { registry, ..m }
     }
 
-    /// Brings the metrics up to date with the log and the gateway (log thread).
-    pub fn update<F: Flash>(&self, log: &Log<'_, F>, gw: &Gateway) {
+    /// Counts a TLS handshake that failed (connection tasks).
+    pub fn tls_handshake_failed(&self) {
+        self.refused.get_or_create(&reason("tls_handshake")).inc();
+    }
+
+    /// Counts a connection closed before its handshake for want of a credential (a
+    /// line-mode connection without a client certificate where one is required).
+    pub fn refused_unauthorized(&self) {
+        self.refused.get_or_create(&reason("unauthorized")).inc();
+    }
+
+    /// Brings the metrics up to date with the log and the gateway (log thread). Returns
+    /// the change of the `full` state ([`Gateway::is_full`]) since the last update, if any.
+    pub fn update<F: Flash>(&self, log: &Log<'_, F>, gw: &Gateway) -> Option<FullChange> {
         let s = log.stats();
         let c = gw.counters();
         let Ok(mut last) = self.last.lock() else {
-            return;
+            return None;
         };
-        let (ls, lc) = *last;
+        let (ls, lc) = (last.stats, last.counters);
         self.records
             .inc_by(s.records_appended.saturating_sub(ls.records_appended));
         self.bytes.inc_by(
@@ -178,7 +278,29 @@ impl Metrics {
                 .get_or_create(&reason(r))
                 .inc_by(now.saturating_sub(before));
         }
-        *last = (s, c);
+        for (r, now, before) in [
+            ("forbidden", c.forbidden, lc.forbidden),
+            ("unauthorized", c.unauthorized, lc.unauthorized),
+        ] {
+            self.refused
+                .get_or_create(&reason(r))
+                .inc_by(now.saturating_sub(before));
+        }
+        let was_full = last.full;
+        let full = gw.is_full(log);
+        *last = Last {
+            stats: s,
+            counters: c,
+            full,
+        };
+        let geo = log.geometry();
+        let seg_bytes = u64::from(log.blocks_per_segment()) * u64::from(geo.erase_size);
+        let used = log.segments().count() as u64 * seg_bytes;
+        self.capacity.set(gauge(u64::from(geo.capacity)));
+        self.used.set(gauge(used));
+        self.free
+            .set(gauge(u64::from(geo.capacity).saturating_sub(used)));
+        self.full.set(i64::from(full));
         let next = log.next_offset();
         self.next_offset.set(gauge(next));
         self.durable_offset.set(gauge(log.durable_offset()));
@@ -192,6 +314,31 @@ impl Metrics {
                 .get_or_create(&l)
                 .set(gauge(next.saturating_sub(off)));
         }
+        match (was_full, full) {
+            (false, true) => Some(FullChange::BecameFull),
+            (true, false) => Some(FullChange::AcceptsAgain),
+            _ => None,
+        }
+    }
+
+    /// Counts a connection accepted by a listener of `kind` (`tcp`, `unix`, `serial`,
+    /// `mqtt`).
+    pub fn listener_connection(&self, kind: &str) {
+        self.listener_connections
+            .get_or_create(&vec![("kind".to_string(), kind.to_string())])
+            .inc();
+    }
+
+    /// Counts a record stored from an MQTT PUBLISH of QoS `qos`.
+    pub fn mqtt_publish(&self, qos: u8) {
+        self.mqtt_publishes
+            .get_or_create(&vec![("qos".to_string(), qos.to_string())])
+            .inc();
+    }
+
+    /// Counts an ingest error counted nowhere else, by `reason`.
+    pub fn ingest_error(&self, r: &str) {
+        self.errors.get_or_create(&reason(r)).inc();
     }
 
     /// The OpenMetrics text.
@@ -210,7 +357,20 @@ impl Default for Metrics {
     }
 }
 
-/// Answers one HTTP/1.1 request with the metrics (any path) and closes.
+/// The path of an HTTP request head (`GET /metrics HTTP/1.1` → `/metrics`), without its
+/// query, and whether the method is `GET` or `HEAD`.
+fn request_target(head: &[u8]) -> Option<(&str, bool)> {
+    let line = head.split(|&b| b == b'\r' || b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    let mut words = line.split(' ');
+    let method = words.next()?;
+    let target = words.next()?;
+    let path = target.split('?').next().unwrap_or(target);
+    Some((path, matches!(method, "GET" | "HEAD")))
+}
+
+/// Answers one HTTP/1.1 request and closes: the metrics for `GET /metrics`, 404 for any
+/// other path, 405 for a method other than `GET` or `HEAD`.
 pub async fn serve_http(mut stream: smol::net::TcpStream, metrics: &Metrics) {
     let mut req = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
@@ -236,12 +396,30 @@ pub async fn serve_http(mut stream: smol::net::TcpStream, metrics: &Metrics) {
     if smol::future::or(read_head, timeout).await.is_none() {
         return;
     }
-    let body = metrics.render();
+    let (status, content_type, body) = match request_target(&req) {
+        Some(("/metrics", true)) => (
+            "200 OK",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics.render(),
+        ),
+        Some((_, false)) => (
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            "only GET and HEAD are served\n".to_string(),
+        ),
+        _ => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "not found: the metrics are at /metrics\n".to_string(),
+        ),
+    };
     let head = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     let _ = stream.write_all(head.as_bytes()).await;
-    let _ = stream.write_all(body.as_bytes()).await;
+    if !req.starts_with(b"HEAD ") {
+        let _ = stream.write_all(body.as_bytes()).await;
+    }
     let _ = stream.flush().await;
 }

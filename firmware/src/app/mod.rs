@@ -1,11 +1,15 @@
 //! The Linux gateway: `spillway run`, `spillway inspect`, `spillway validate`.
 
+pub mod auth;
 pub mod config;
 pub mod engine;
 pub mod image;
 pub mod inspect;
+pub mod lines;
 pub mod metrics;
+pub mod mqtt;
 pub mod net;
+pub mod tls;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -65,19 +69,70 @@ pub fn version() -> String {
     )
 }
 
-/// `spillway validate --config FILE`.
+/// `spillway validate --config FILE`: the settings and their checks, the geometry against
+/// an existing image (errors, as `run` refuses them), then warnings for a serial device
+/// that is absent and a port that is in use now (`run` would wait, or fail to listen).
 pub fn validate(path: PathBuf) -> Result<(), AppError> {
     let args = RunArgs {
         config: Some(path.clone()),
         ..RunArgs::default()
     };
     let s = config::settings(&args)?;
+    // What `run` would refuse: an existing image of another geometry, or not an image.
+    let image = if s.image.exists() {
+        let h = image::check_existing(&s)?;
+        format!(
+            "image {} exists: erase {} B, write {} B",
+            s.image.display(),
+            h.erase_size,
+            h.write_size
+        )
+    } else {
+        format!("image {} will be created", s.image.display())
+    };
+    // What `run` would meet but live with, or what may change by then: warnings.
+    let mut warnings = 0usize;
+    for sp in &s.serial {
+        if !std::path::Path::new(&sp.path).exists() {
+            warnings += 1;
+            log::warn!(
+                "{}: serial device {} does not exist (yet): run waits for it",
+                sp.uri,
+                sp.path
+            );
+        }
+    }
+    for l in &s.listen {
+        let busy = match &l.endpoint {
+            Endpoint::Tcp(addr) => match std::net::TcpListener::bind(addr) {
+                Ok(_) => None,
+                Err(e) => Some(e.to_string()),
+            },
+            Endpoint::Unix(p) => std::os::unix::net::UnixStream::connect(p)
+                .ok()
+                .map(|_| "a running server accepts on it".to_string()),
+        };
+        if let Some(why) = busy {
+            warnings += 1;
+            log::warn!("{}: cannot listen there now: {why}", l.uri);
+        }
+    }
+    if let Some(addr) = s.metrics
+        && let Err(e) = std::net::TcpListener::bind(addr)
+    {
+        warnings += 1;
+        log::warn!("metrics address {addr}: cannot listen there now: {e}");
+    }
     println!(
-        "{}: ok (image {}, {} listener(s), {} serial port(s))",
+        "{}: ok ({image}; {} listener(s), {} serial port(s){})",
         path.display(),
-        s.image.display(),
         s.listen.len(),
-        s.serial.len()
+        s.serial.len(),
+        if warnings > 0 {
+            format!("; {warnings} warning(s)")
+        } else {
+            String::new()
+        }
     );
     Ok(())
 }
@@ -104,9 +159,64 @@ fn prepare_unix_path(path: &std::path::Path) -> Result<(), AppError> {
         .map_err(|e| AppError::Runtime(format!("cannot remove stale {}: {e}", path.display())))
 }
 
+/// A listener bound before anything else is done.
+enum Bound {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+/// Unix socket files this process bound; removed when it ends (also on a failed start).
+#[derive(Default)]
+struct SocketFiles(Vec<PathBuf>);
+
+impl Drop for SocketFiles {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Binds every listener and the metrics address, in the order given, so that a port in
+/// use is reported before anything is created on disk.
+fn bind_all(
+    s: &config::Settings,
+    files: &mut SocketFiles,
+) -> Result<(Vec<Bound>, Option<std::net::TcpListener>), AppError> {
+    let mut bound = Vec::new();
+    for l in &s.listen {
+        match &l.endpoint {
+            Endpoint::Tcp(addr) => {
+                let listener = std::net::TcpListener::bind(addr)
+                    .map_err(|e| AppError::Runtime(format!("cannot listen on {}: {e}", l.uri)))?;
+                bound.push(Bound::Tcp(listener));
+            }
+            Endpoint::Unix(path) => {
+                prepare_unix_path(path)?;
+                let listener = std::os::unix::net::UnixListener::bind(path)
+                    .map_err(|e| AppError::Runtime(format!("cannot listen on {}: {e}", l.uri)))?;
+                files.0.push(path.clone());
+                bound.push(Bound::Unix(listener));
+            }
+        }
+    }
+    let metrics = s
+        .metrics
+        .map(|addr| {
+            std::net::TcpListener::bind(addr)
+                .map_err(|e| AppError::Runtime(format!("cannot serve metrics on {addr}: {e}")))
+        })
+        .transpose()?;
+    Ok((bound, metrics))
+}
+
 /// `spillway run`.
 pub fn run(args: RunArgs) -> Result<(), AppError> {
     let s = config::settings(&args)?;
+    // Every port is bound before the image is opened or created: nothing is created on
+    // disk for a run that cannot serve.
+    let mut socket_files = SocketFiles::default();
+    let (bound, metrics_listener) = bind_all(&s, &mut socket_files)?;
     let metrics = Arc::new(metrics::Metrics::new());
     let (cmd_tx, cmd_rx) = async_channel::bounded(4096);
     let (started_tx, started_rx) = std::sync::mpsc::sync_channel(1);
@@ -186,63 +296,78 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
         cmds: cmd_tx.clone(),
         next_id: Arc::new(AtomicU64::new(1)),
         max_frame: started.max_frame_bytes as usize,
-        max_line: s.max_record_bytes as usize + 256,
+        max_record: s.max_record_bytes as usize,
         record_frame: spillway_firmware::gateway::GatewayConfig::min_frame_bytes(s.max_record_bytes)
             as usize,
         metrics: metrics.clone(),
         active: Arc::new(AtomicUsize::new(0)),
         max_connections: s.max_connections,
+        credentials: s.credentials.clone(),
     };
-    let mut unix_paths = Vec::new();
     let served: Result<(), AppError> = smol::block_on(async {
         let mut tasks: Vec<smol::Task<()>> = Vec::new();
-        for l in &s.listen {
+        for (l, b) in s.listen.iter().zip(bound) {
             let ctx = ctx.clone();
             let mode = l.mode.clone();
-            match &l.endpoint {
-                Endpoint::Tcp(addr) => {
-                    let listener = smol::net::TcpListener::bind(*addr).await.map_err(|e| {
+            match b {
+                Bound::Tcp(std_listener) => {
+                    let listener = smol::net::TcpListener::try_from(std_listener).map_err(|e| {
                         AppError::Runtime(format!("cannot listen on {}: {e}", l.uri))
                     })?;
-                    tasks.push(smol::spawn(async move {
-                        loop {
-                            match listener.accept().await {
-                                Ok((stream, peer)) => {
-                                    let peer = peer.to_string();
-                                    let Some(slot) = ctx.admit(&peer) else {
-                                        continue;
-                                    };
-                                    let _ = stream.set_nodelay(true);
-                                    net::bound_send_buffer(&stream, &peer);
-                                    let served = net::serve(
-                                        stream.clone(),
-                                        stream,
-                                        mode.clone(),
-                                        ctx.clone(),
-                                        peer,
-                                        Some(net::HELLO_TIMEOUT),
-                                    );
-                                    smol::spawn(async move {
-                                        served.await;
-                                        drop(slot);
-                                    })
-                                    .detach();
+                    let tls = if l.tls { s.tls.clone() } else { None };
+                    let access = s.access(l);
+                    let ctx2 = ctx.clone();
+                    let kind = if l.tls { "tls" } else { "tcp" };
+                    tasks.push(smol::spawn(net::accept_loop(
+                        listener,
+                        l.uri.clone(),
+                        tls,
+                        ctx.clone(),
+                        move |c: net::Accepted| {
+                            let (mode, ctx, access) = (mode.clone(), ctx2.clone(), access.clone());
+                            async move {
+                                if let config::Mode::Mqtt { ack } = mode {
+                                    if access.token_required && c.client_cert.is_none() {
+                                        // MQTT carries no token here: only a client
+                                        // certificate admits it where credentials are
+                                        // required.
+                                        log::warn!(
+                                            "{}: an MQTT client without a client certificate; closing",
+                                            c.peer
+                                        );
+                                        ctx.metrics.refused_unauthorized();
+                                        return;
+                                    }
+                                    mqtt::serve(c.stream, ack, ctx, c.peer).await;
+                                    return;
                                 }
-                                Err(e) => {
-                                    log::warn!("accept failed: {e}");
-                                    smol::Timer::after(Duration::from_millis(100)).await;
-                                }
+                                ctx.metrics.listener_connection(kind);
+                                let access = auth::Access {
+                                    client_cert: c.client_cert,
+                                    ..access
+                                };
+                                let (r, w) = c.stream.halves();
+                                net::serve(
+                                    r,
+                                    w,
+                                    mode,
+                                    ctx,
+                                    c.peer,
+                                    Some(net::HELLO_TIMEOUT),
+                                    access,
+                                )
+                                .await;
                             }
-                        }
-                    }));
+                        },
+                    )));
                 }
-                Endpoint::Unix(path) => {
-                    prepare_unix_path(path)?;
-                    let listener = smol::net::unix::UnixListener::bind(path).map_err(|e| {
-                        AppError::Runtime(format!("cannot listen on {}: {e}", l.uri))
-                    })?;
-                    unix_paths.push(path.clone());
+                Bound::Unix(std_listener) => {
+                    let listener =
+                        smol::net::unix::UnixListener::try_from(std_listener).map_err(|e| {
+                            AppError::Runtime(format!("cannot listen on {}: {e}", l.uri))
+                        })?;
                     let name = l.uri.clone();
+                    let access = s.access(l);
                     tasks.push(smol::spawn(async move {
                         loop {
                             match listener.accept().await {
@@ -251,6 +376,7 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
                                         continue;
                                     };
                                     net::bound_send_buffer(&stream, &name);
+                                    ctx.metrics.listener_connection("unix");
                                     let served = net::serve(
                                         stream.clone(),
                                         stream,
@@ -258,6 +384,7 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
                                         ctx.clone(),
                                         name.clone(),
                                         Some(net::HELLO_TIMEOUT),
+                                        access.clone(),
                                     );
                                     smol::spawn(async move {
                                         served.await;
@@ -274,20 +401,37 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
                     }));
                 }
             }
+            if !l.is_local() && !l.tls {
+                log::warn!(
+                    "{}: plaintext on a non-loopback address (allow-insecure=true): anyone on the network can read and forge what it carries",
+                    l.uri
+                );
+            }
             log::info!("listening on {}", l.uri);
         }
         for sp in &s.serial {
-            let port = net::open_serial(&sp.path, sp.baud).map_err(AppError::Runtime)?;
+            // A device that is not there yet (a USB adapter enumerating late at boot) is
+            // waited for, as one that vanishes at run time is.
+            let first = match net::open_serial(&sp.path, sp.baud) {
+                Ok(port) => Some(port),
+                Err(e) => {
+                    log::warn!(
+                        "{e}; waiting for it (retrying every {} s); {} listens once it opens",
+                        net::SERIAL_RETRY.as_secs(),
+                        sp.uri
+                    );
+                    None
+                }
+            };
             tasks.push(smol::spawn(net::serve_serial(
-                port,
+                first,
                 sp.clone(),
                 ctx.clone(),
             )));
-            log::info!("listening on {}", sp.uri);
         }
-        if let Some(addr) = s.metrics {
-            let listener = smol::net::TcpListener::bind(addr)
-                .await
+        if let Some(std_listener) = metrics_listener {
+            let addr = s.metrics.map_or_else(String::new, |a| a.to_string());
+            let listener = smol::net::TcpListener::try_from(std_listener)
                 .map_err(|e| AppError::Runtime(format!("cannot serve metrics on {addr}: {e}")))?;
             let m = metrics.clone();
             tasks.push(smol::spawn(async move {
@@ -322,9 +466,7 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
     };
     // Give connection writers a moment to deliver the last acknowledgements.
     std::thread::sleep(Duration::from_millis(100));
-    for p in unix_paths {
-        let _ = std::fs::remove_file(p);
-    }
+    drop(socket_files);
     served?;
     result
 }

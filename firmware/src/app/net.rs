@@ -19,9 +19,14 @@ use spillway_core::wire::{
     FeedResult, FrameDecoder, GrowingFrameBuffer, RECORDS_HEADER_MAX, Request, max_encoded_len,
 };
 
+use super::auth::Access;
+use super::auth::Credentials;
 use super::config::Mode;
 use super::engine::{Cmd, ConnId};
+use super::lines::{self, ReaderDrop};
 use super::metrics::Metrics;
+use super::tls::Tls;
+use spillway_firmware::Roles;
 
 /// Bytes a connection's budget holds beyond one largest frame: room for many small
 /// requests and their replies in flight next to a full-size fetch.
@@ -151,8 +156,9 @@ pub struct Ctx {
     pub next_id: Arc<AtomicU64>,
     /// Largest frame, bytes on the wire including the delimiter.
     pub max_frame: usize,
-    /// Largest line, bytes without `\n`.
-    pub max_line: usize,
+    /// Largest record payload, bytes (`--max-record-bytes`); a line-mode connection's line
+    /// limit follows from it ([`lines::max_line`]).
+    pub max_record: usize,
     /// Largest reply frame that carries one record, bytes: a fetch gets at least one record
     /// whatever its `max_bytes`.
     pub record_frame: usize,
@@ -162,6 +168,8 @@ pub struct Ctx {
     pub active: Arc<AtomicUsize>,
     /// Most client connections served at once.
     pub max_connections: usize,
+    /// The configured client credentials.
+    pub credentials: Arc<Credentials>,
 }
 
 /// A slot among the `max_connections`: taken when a connection is accepted, given back
@@ -193,7 +201,10 @@ impl Drop for ConnSlot {
 /// Serves one connection until the peer closes, an I/O error, too many bad frames, the log
 /// thread drops it (a client that does not read its replies), or, with `hello_timeout`
 /// (sockets: [`HELLO_TIMEOUT`]; serial ports wait for ever), a framed connection sends no
-/// complete frame that long after it was accepted.
+/// complete frame that long after it was accepted. `access` decides what the connection
+/// may do: each `Hello` is judged (its token hashed and looked up) here, and the verdict
+/// reaches the log thread just before the `Hello`.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve<R, W>(
     mut r: R,
     mut w: W,
@@ -201,6 +212,7 @@ pub async fn serve<R, W>(
     ctx: Ctx,
     peer: String,
     hello_timeout: Option<Duration>,
+    access: Access,
 ) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -208,6 +220,15 @@ pub async fn serve<R, W>(
     let conn: ConnId = ctx.next_id.fetch_add(1, Ordering::Relaxed);
     ctx.metrics.connections.inc();
     log::debug!("connection {conn} from {peer} ({mode:?})");
+    if access.token_required && access.client_cert.is_none() && !matches!(mode, Mode::Frames) {
+        // Lines carry no token: on a listener that requires credentials, only a client
+        // certificate admits them.
+        log::warn!(
+            "connection {conn} from {peer}: a line-mode connection here needs a client certificate; closing"
+        );
+        ctx.metrics.refused_unauthorized();
+        return;
+    }
     // Unbounded as a channel, bounded in bytes by the budget.
     let (tx, rx) = async_channel::unbounded::<Vec<u8>>();
     let budget = Arc::new(Budget::new(ctx.max_frame.saturating_add(BUDGET_EXTRA)));
@@ -220,6 +241,11 @@ pub async fn serve<R, W>(
             replies: tx,
             kill: kill_tx,
             budget: budget.clone(),
+            roles: if access.token_required {
+                Roles::NONE
+            } else {
+                access.roles
+            },
         };
         if ctx.cmds.send(open).await.is_err() {
             return;
@@ -239,6 +265,7 @@ pub async fn serve<R, W>(
                 let mut bad_in_a_row = 0u32;
                 let hello_deadline = hello_timeout.map(|t| (std::time::Instant::now() + t, t));
                 let mut greeted = hello_deadline.is_none();
+                let mut first_read = true;
                 loop {
                     let read = match hello_deadline {
                         Some((at, _)) if !greeted => {
@@ -252,7 +279,17 @@ pub async fn serve<R, W>(
                     };
                     let n = match read {
                         Some(Ok(0) | Err(_)) => return,
-                        Some(Ok(n)) => n,
+                        Some(Ok(n)) if first_read && looks_like_tls(&buf[..n]) => {
+                            log::warn!(
+                                "connection {conn} from {peer}: a TLS client on a plaintext listener (connect with tcp://, or serve it tls://); closing"
+                            );
+                            ctx.metrics.tls_handshake_failed();
+                            return;
+                        }
+                        Some(Ok(n)) => {
+                            first_read = false;
+                            n
+                        }
                         None => {
                             log::warn!(
                                 "connection {conn} from {peer}: no complete frame within {:?} of connecting; closing",
@@ -269,6 +306,12 @@ pub async fn serve<R, W>(
                                 input = remaining;
                                 bad_in_a_row = 0;
                                 greeted = true;
+                                if let Some((auth, roles)) = access.judge(message, &peer) {
+                                    let verdict = Cmd::Authorize { conn, auth, roles };
+                                    if cmds.send(verdict).await.is_err() {
+                                        return;
+                                    }
+                                }
                                 Cmd::Frame {
                                     conn,
                                     reserved: reservation(message, ctx.max_frame, ctx.record_frame),
@@ -302,26 +345,69 @@ pub async fn serve<R, W>(
                     }
                 }
             }
-            Mode::Lines { topic } => {
+            // Served by `super::mqtt::serve`, never here.
+            Mode::Mqtt { .. } => {}
+            Mode::Lines { topic, timeout_ms } => {
+                let limit = lines::max_line(ctx.max_record, topic.is_some());
+                let timeout = Duration::from_millis(*timeout_ms);
                 let topic: Option<Arc<str>> = topic.as_deref().map(Arc::from);
+                let peer: Arc<str> = Arc::from(peer.as_str());
                 let mut line = Vec::new();
+                // Bytes of the current line so far, kept or not (an overlong line is not).
+                let mut pending = 0usize;
                 let mut overflow = false;
                 loop {
-                    let n = match r.read(&mut buf).await {
-                        Ok(0) => {
+                    // A partial line waits at most `timeout` for the rest: a sensor that
+                    // stops mid-line loses that line, never glues it to the next one.
+                    let read = if pending > 0 {
+                        smol::future::or(async { Some(r.read(&mut buf).await) }, async {
+                            smol::Timer::after(timeout).await;
+                            None
+                        })
+                        .await
+                    } else {
+                        Some(r.read(&mut buf).await)
+                    };
+                    let n = match read {
+                        None => {
+                            let why = if overflow {
+                                ReaderDrop::TooLong {
+                                    limit,
+                                    fixed_topic: topic.is_some(),
+                                }
+                            } else {
+                                ReaderDrop::Partial {
+                                    len: pending,
+                                    timeout_ms: *timeout_ms,
+                                }
+                            };
+                            line.clear();
+                            pending = 0;
+                            overflow = false;
+                            let dropped = Cmd::LineDropped {
+                                peer: peer.clone(),
+                                why,
+                            };
+                            if cmds.send(dropped).await.is_err() {
+                                return;
+                            }
+                            continue;
+                        }
+                        Some(Ok(0)) => {
                             // A last line without its newline at end of stream is still a
                             // line (what `nc`, `printf` and log shippers send).
                             if !line.is_empty() && !overflow {
                                 let last = Cmd::Line {
                                     line: std::mem::take(&mut line),
                                     topic: topic.clone(),
+                                    peer: peer.clone(),
                                 };
                                 let _ = cmds.send(last).await;
                             }
                             return;
                         }
-                        Err(_) => return,
-                        Ok(n) => n,
+                        Some(Err(_)) => return,
+                        Some(Ok(n)) => n,
                     };
                     let mut input = &buf[..n];
                     while !input.is_empty() {
@@ -330,8 +416,9 @@ pub async fn serve<R, W>(
                             None => (input, &input[..0], false),
                         };
                         input = rest;
+                        pending = pending.saturating_add(chunk.len());
                         if !overflow {
-                            if line.len() + chunk.len() > ctx.max_line {
+                            if line.len() + chunk.len() > limit {
                                 overflow = true;
                                 line.clear();
                             } else {
@@ -342,15 +429,22 @@ pub async fn serve<R, W>(
                             continue;
                         }
                         let cmd = if overflow {
-                            log::warn!("{peer}: line longer than {} bytes dropped", ctx.max_line);
-                            Cmd::LineTooLong
+                            Cmd::LineDropped {
+                                peer: peer.clone(),
+                                why: ReaderDrop::TooLong {
+                                    limit,
+                                    fixed_topic: topic.is_some(),
+                                },
+                            }
                         } else {
                             Cmd::Line {
                                 line: std::mem::take(&mut line),
                                 topic: topic.clone(),
+                                peer: peer.clone(),
                             }
                         };
                         overflow = false;
+                        pending = 0;
                         line.clear();
                         if cmds.send(cmd).await.is_err() {
                             return;
@@ -392,6 +486,12 @@ pub async fn serve<R, W>(
     log::debug!("connection {conn} from {peer} closed");
 }
 
+/// Whether the first bytes of a connection are a TLS handshake record (`16 03 0x`, a
+/// client hello) rather than frames: a client that took a plaintext port for a TLS one.
+fn looks_like_tls(first: &[u8]) -> bool {
+    matches!(first, [0x16, 0x03, minor, ..] if *minor <= 0x04)
+}
+
 /// A serial port read with a timeout, retried: reads block until data arrives.
 struct SerialReader(Box<dyn serialport::SerialPort>);
 
@@ -419,21 +519,32 @@ pub fn open_serial(path: &str, baud: u32) -> Result<Box<dyn serialport::SerialPo
         .map_err(|e| format!("cannot open serial port {path}: {e}"))
 }
 
-/// Serves a serial port: one connection per open; reopened after an error.
+/// Time between two attempts to open a serial device that is absent or failed.
+pub const SERIAL_RETRY: Duration = Duration::from_secs(1);
+
+/// Serves a serial port: one connection per open; reopened after an error, and waited
+/// for (opened again every [`SERIAL_RETRY`]) while the device is absent, from the start
+/// when `first` is `None`. Logs `listening on URI` at the first open.
 pub async fn serve_serial(
-    first: Box<dyn serialport::SerialPort>,
+    first: Option<Box<dyn serialport::SerialPort>>,
     spec: super::config::Serial,
     ctx: Ctx,
 ) {
-    let mut port = Some(first);
+    let mut port = first;
+    let mut opened_before = false;
     loop {
         let p = match port.take() {
             Some(p) => p,
             None => {
-                smol::Timer::after(Duration::from_secs(1)).await;
+                smol::Timer::after(SERIAL_RETRY).await;
                 let (path, baud) = (spec.path.clone(), spec.baud);
                 match smol::unblock(move || open_serial(&path, baud)).await {
-                    Ok(p) => p,
+                    Ok(p) => {
+                        if opened_before {
+                            log::info!("serial port {} reopened", spec.path);
+                        }
+                        p
+                    }
                     Err(e) => {
                         log::debug!("{e}");
                         continue;
@@ -441,6 +552,10 @@ pub async fn serve_serial(
                 }
             }
         };
+        if !opened_before {
+            opened_before = true;
+            log::info!("listening on {}", spec.uri);
+        }
         let writer = match p.try_clone() {
             Ok(w) => w,
             Err(e) => {
@@ -448,9 +563,168 @@ pub async fn serve_serial(
                 continue;
             }
         };
+        ctx.metrics.listener_connection("serial");
         let r = smol::Unblock::new(SerialReader(p));
         let w = smol::Unblock::new(writer);
-        serve(r, w, spec.mode.clone(), ctx.clone(), spec.uri.clone(), None).await;
+        let access = Access::anonymous(spec.roles, ctx.credentials.clone());
+        serve(
+            r,
+            w,
+            spec.mode.clone(),
+            ctx.clone(),
+            spec.uri.clone(),
+            None,
+            access,
+        )
+        .await;
         log::warn!("serial port {} closed; reopening", spec.path);
+    }
+}
+
+/// The reading half of an accepted connection, whatever its transport (TCP, TLS over TCP).
+pub type ReadHalf = Box<dyn AsyncRead + Unpin + Send>;
+/// The writing half of an accepted connection.
+pub type WriteHalf = Box<dyn AsyncWrite + Unpin + Send>;
+
+/// An accepted TCP connection: plaintext, or TLS once its handshake is done.
+pub enum Stream {
+    /// Plaintext TCP.
+    Tcp(smol::net::TcpStream),
+    /// TLS over TCP.
+    Tls(Box<futures_rustls::server::TlsStream<smol::net::TcpStream>>),
+}
+
+impl Stream {
+    /// Its reading and writing halves, to read and write at once (plaintext: two handles
+    /// of the socket; TLS: the halves of one session).
+    pub fn halves(self) -> (ReadHalf, WriteHalf) {
+        match self {
+            Stream::Tcp(s) => (Box::new(s.clone()), Box::new(s)),
+            Stream::Tls(s) => {
+                let (r, w) = smol::io::split(s);
+                (Box::new(r), Box::new(w))
+            }
+        }
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut [u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => std::pin::Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => std::pin::Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_close(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => std::pin::Pin::new(s).poll_close(cx),
+            Stream::Tls(s) => std::pin::Pin::new(s).poll_close(cx),
+        }
+    }
+}
+
+/// One accepted TCP connection, after its TLS handshake when the listener has TLS.
+pub struct Accepted {
+    /// The connection.
+    pub stream: Stream,
+    /// The peer's address, for logs.
+    pub peer: String,
+    /// The fingerprint of the client certificate the TLS handshake verified (mTLS).
+    pub client_cert: Option<String>,
+}
+
+/// Accepts on `listener` until the task is cancelled. Each connection takes a slot among
+/// `--max-connections`, gets `TCP_NODELAY` and a bounded send buffer, then, on its own
+/// task, the TLS handshake when `tls` is given (a failed or slow one is logged with the
+/// reason, counted as `spillway_refused_total{reason="tls_handshake"}`, and closed), and
+/// then `handle`. The slot is given back when `handle` ends. Any listener kind that speaks
+/// over TCP (frames, lines, other protocols) gets its TLS twin from this loop.
+pub async fn accept_loop<F, Fut>(
+    listener: smol::net::TcpListener,
+    uri: String,
+    tls: Option<Tls>,
+    ctx: Ctx,
+    handle: F,
+) where
+    F: Fn(Accepted) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let handle = Arc::new(handle);
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                log::warn!("{uri}: accept failed: {e}");
+                smol::Timer::after(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let peer = peer.to_string();
+        let Some(slot) = ctx.admit(&peer) else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        bound_send_buffer(&stream, &peer);
+        let (handle, tls, metrics, uri) = (
+            handle.clone(),
+            tls.clone(),
+            ctx.metrics.clone(),
+            uri.clone(),
+        );
+        smol::spawn(async move {
+            let accepted = match tls {
+                None => Accepted {
+                    stream: Stream::Tcp(stream),
+                    peer,
+                    client_cert: None,
+                },
+                Some(tls) => match tls.accept(stream).await {
+                    Ok((s, client_cert)) => Accepted {
+                        stream: Stream::Tls(Box::new(s)),
+                        peer,
+                        client_cert,
+                    },
+                    Err(why) => {
+                        log::warn!("{peer}: TLS handshake on {uri} failed: {why}");
+                        metrics.tls_handshake_failed();
+                        return;
+                    }
+                },
+            };
+            handle(accepted).await;
+            drop(slot);
+        })
+        .detach();
     }
 }

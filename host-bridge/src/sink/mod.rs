@@ -7,6 +7,7 @@
 pub mod file;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+pub mod properties;
 
 use base64::Engine as _;
 use serde::Serialize;
@@ -42,6 +43,22 @@ pub enum SinkError {
     /// This build has no such sink.
     #[error("this build has no {0} sink (cargo feature missing)")]
     Unsupported(&'static str),
+    /// The sink's settings are refused (a librdkafka property it does not know, or a value
+    /// it does not take; secret values redacted): not retried, exit code 2.
+    #[error("kafka: configuration: {0}")]
+    Config(String),
+    /// Another drain holds the file sink's directory (not retried, exit code 1).
+    #[error(
+        "file sink directory {} is in use by another drain ({}): two drains into one directory would duplicate every record; stop it, or give this one another --sink directory",
+        dir.display(),
+        holder.map_or("pid unknown".to_string(), |p| format!("pid {p}"))
+    )]
+    Locked {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// The holder's pid, as its lock file says.
+        holder: Option<u32>,
+    },
 }
 
 impl SinkError {
@@ -52,6 +69,8 @@ impl SinkError {
             SinkError::Kafka(_) => "kafka",
             SinkError::Timeout => "timeout",
             SinkError::Unsupported(_) => "unsupported",
+            SinkError::Config(_) => "config",
+            SinkError::Locked { .. } => "locked",
         }
     }
 }
@@ -118,6 +137,29 @@ impl std::fmt::Debug for Sink {
     }
 }
 
+/// What a Kafka message's key is (`--kafka-key`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KafkaKey {
+    /// The gateway id alone (the default): one gateway's records keep their order in one
+    /// partition of a many-partition topic.
+    #[default]
+    Gateway,
+    /// `<gateway id>/<topic>`, what earlier versions did: one gateway's topics spread over
+    /// partitions (each topic in order, not the gateway's records across topics).
+    GatewayTopic,
+}
+
+impl std::str::FromStr for KafkaKey {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "gateway" => Ok(KafkaKey::Gateway),
+            "gateway-topic" => Ok(KafkaKey::GatewayTopic),
+            _ => Err(format!("bad Kafka key {s:?}: gateway or gateway-topic")),
+        }
+    }
+}
+
 /// Sink settings besides the spec.
 #[derive(Debug, Clone)]
 pub struct SinkOptions {
@@ -125,6 +167,11 @@ pub struct SinkOptions {
     pub rotate_bytes: u64,
     /// Kafka: librdkafka's delivery timeout (`message.timeout.ms`), ms.
     pub kafka_delivery_timeout_ms: u64,
+    /// Kafka: librdkafka properties passed through (`-X`, `[kafka]`), set after the
+    /// bridge's own (see [`properties`]).
+    pub kafka_properties: properties::KafkaProperties,
+    /// Kafka: what a message's key is.
+    pub kafka_key: KafkaKey,
 }
 
 impl Default for SinkOptions {
@@ -132,6 +179,8 @@ impl Default for SinkOptions {
         SinkOptions {
             rotate_bytes: file::DEFAULT_ROTATE_BYTES,
             kafka_delivery_timeout_ms: 300_000,
+            kafka_properties: properties::KafkaProperties::default(),
+            kafka_key: KafkaKey::Gateway,
         }
     }
 }
@@ -145,11 +194,20 @@ impl Sink {
                 file::FileSink::open_async(dir.clone(), opts.rotate_bytes).await?,
             ))),
             #[cfg(feature = "kafka")]
-            SinkSpec::Kafka { brokers, topic } => Ok(Sink::Kafka(kafka::KafkaSink::new(
-                brokers,
-                topic,
-                opts.kafka_delivery_timeout_ms,
-            )?)),
+            SinkSpec::Kafka { brokers, topic } => {
+                if !opts.kafka_properties.is_empty() {
+                    log::info!("kafka properties: {}", opts.kafka_properties.summary());
+                }
+                Ok(Sink::Kafka(
+                    kafka::KafkaSink::with_properties(
+                        brokers,
+                        topic,
+                        opts.kafka_delivery_timeout_ms,
+                        &opts.kafka_properties,
+                    )?
+                    .keyed_by(opts.kafka_key),
+                ))
+            }
             #[cfg(not(feature = "kafka"))]
             SinkSpec::Kafka { .. } => Err(SinkError::Unsupported("kafka")),
         }
@@ -194,6 +252,30 @@ impl Sink {
         }
     }
 
+    /// Writes `gap` for the records of `src` and waits until it is durable (file: written and
+    /// fsynced into every topic's newest file, or the file of the empty topic when there is
+    /// none yet; Kafka: its delivery report).
+    ///
+    /// # Errors
+    /// The sink's failure; the drain retries.
+    pub async fn deliver_gap(&mut self, src: &Source, gap: &GapNotice) -> Result<(), SinkError> {
+        match self {
+            Sink::File(f) => f.deliver_gap(src, gap).await,
+            #[cfg(feature = "kafka")]
+            Sink::Kafka(k) => k.deliver_gap(src, gap).await,
+        }
+    }
+
+    /// Another handle on the same sink for another drain of the process: Kafka shares its
+    /// producer; a file sink is per gateway, so `None`.
+    pub fn share(&self) -> Option<Sink> {
+        match self {
+            Sink::File(_) => None,
+            #[cfg(feature = "kafka")]
+            Sink::Kafka(k) => Some(Sink::Kafka(k.clone())),
+        }
+    }
+
     /// Waits for anything the sink still holds (Kafka: the producer's queue), up to
     /// `timeout`.
     pub async fn close(self, timeout: std::time::Duration) {
@@ -224,22 +306,55 @@ pub struct JsonRecord<'a> {
     pub timestamp: String,
     /// µs since the Unix epoch.
     pub timestamp_us: u64,
-    /// The payload: UTF-8 text as is, otherwise standard base64 with padding.
-    pub payload: String,
-    /// `utf8` or `base64`.
+    /// The payload (see [`JsonPayload`]).
+    pub payload: JsonPayload<'a>,
+    /// `json`, `utf8` or `base64` (see [`JsonPayload`]).
     pub payload_encoding: &'static str,
+}
+
+/// A payload as the file sink writes it, in this order of preference:
+///
+/// - `json`: a payload that is one JSON object or array (RFC 8259) on one line (no CR or
+///   LF byte in it) is written as that JSON value, byte for byte as received: not parsed
+///   and written again, so a downstream hash of the payload still holds;
+/// - `utf8`: other UTF-8 text, as a JSON string;
+/// - `base64`: anything else, standard base64 with padding (RFC 4648 §4), as a string.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum JsonPayload<'a> {
+    /// A JSON object or array, written as it is.
+    Json(&'a serde_json::value::RawValue),
+    /// A string (`utf8` or `base64`).
+    Text(String),
+}
+
+impl<'a> JsonPayload<'a> {
+    /// The payload of `bytes` and its `payload_encoding`.
+    pub fn new(bytes: &'a [u8]) -> (Self, &'static str) {
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            return (
+                JsonPayload::Text(base64::engine::general_purpose::STANDARD.encode(bytes)),
+                "base64",
+            );
+        };
+        let framed = matches!(
+            (text.as_bytes().first(), text.as_bytes().last()),
+            (Some(b'{'), Some(b'}')) | (Some(b'['), Some(b']'))
+        );
+        if framed
+            && !text.contains(['\n', '\r'])
+            && let Ok(raw) = serde_json::from_str::<&serde_json::value::RawValue>(text)
+        {
+            return (JsonPayload::Json(raw), "json");
+        }
+        (JsonPayload::Text(text.to_string()), "utf8")
+    }
 }
 
 impl<'a> JsonRecord<'a> {
     /// Builds the JSON form of `rec`.
     pub fn new(src: &'a Source, rec: &'a OwnedRecord) -> Self {
-        let (payload, payload_encoding) = match std::str::from_utf8(&rec.payload) {
-            Ok(s) => (s.to_string(), "utf8"),
-            Err(_) => (
-                base64::engine::general_purpose::STANDARD.encode(&rec.payload),
-                "base64",
-            ),
-        };
+        let (payload, payload_encoding) = JsonPayload::new(&rec.payload);
         JsonRecord {
             gateway_id: &src.gateway_id,
             log_id: log_id_hex(src.log_id),
@@ -258,6 +373,75 @@ impl<'a> JsonRecord<'a> {
         let mut s = serde_json::to_string(self).unwrap_or_default();
         s.push('\n');
         s
+    }
+}
+
+/// A range of offsets the gateway no longer has, as the sinks write it: the NDJSON sink as
+/// a gap line in the topic files (no `offset` or `payload` key, so record readers skip it),
+/// Kafka as a record with an empty payload and the header `spillway-gap`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GapNotice {
+    /// First lost offset.
+    pub from: u64,
+    /// First offset after the range.
+    pub to: u64,
+    /// `dropped` (drop-oldest, or reclaimed), `corrupt`, or `unreported` (skipped by the
+    /// gateway without a reason).
+    pub reason: &'static str,
+}
+
+impl GapNotice {
+    /// A notice for `from..to`, with the drain's reason (`dropped-oldest` and `dropped`
+    /// become `dropped`).
+    pub fn new(from: u64, to: u64, reason: &str) -> Self {
+        let reason = match reason {
+            "corrupt" => "corrupt",
+            "unreported" => "unreported",
+            _ => "dropped",
+        };
+        GapNotice { from, to, reason }
+    }
+
+    /// Offsets in the range.
+    pub fn count(&self) -> u64 {
+        self.to.saturating_sub(self.from)
+    }
+
+    /// The NDJSON gap line, `{"gap":{"from":A,"to":B,"count":N,"reason":"…"},
+    /// "gateway_id":"…","log_id":"…"}` and a newline.
+    pub fn to_line(&self, src: &Source) -> String {
+        #[derive(Serialize)]
+        struct Range<'a> {
+            from: u64,
+            to: u64,
+            count: u64,
+            reason: &'a str,
+        }
+        #[derive(Serialize)]
+        struct Line<'a> {
+            gap: Range<'a>,
+            gateway_id: &'a str,
+            log_id: String,
+        }
+        let line = Line {
+            gap: Range {
+                from: self.from,
+                to: self.to,
+                count: self.count(),
+                reason: self.reason,
+            },
+            gateway_id: &src.gateway_id,
+            log_id: log_id_hex(src.log_id),
+        };
+        // Serializing strings and integers cannot fail.
+        let mut s = serde_json::to_string(&line).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+
+    /// The Kafka header value: `A..B reason`.
+    pub fn header(&self) -> String {
+        format!("{}..{} {}", self.from, self.to, self.reason)
     }
 }
 
@@ -355,5 +539,53 @@ mod tests {
         assert_eq!(v["payload"], "/wAB");
         assert_eq!(v["payload_encoding"], "base64");
         assert_eq!(v.as_object().unwrap().len(), 8);
+    }
+
+    /// A JSON object or array on one line is written byte for byte (spacing, key order and
+    /// number spelling kept) as `json`; anything else stays a string.
+    #[test]
+    fn json_payloads_pass_through_byte_for_byte() {
+        let src = Source {
+            gateway_id: "gw".into(),
+            log_id: 1,
+        };
+        let line = |p: &[u8]| {
+            let rec = OwnedRecord {
+                offset: 0,
+                record_crc: 0,
+                topic: "t".into(),
+                timestamp_us: 0,
+                producer: None,
+                payload: p.to_vec(),
+            };
+            JsonRecord::new(&src, &rec).to_line()
+        };
+        let obj = br#"{ "t" : 21.50, "b":1e2,"a":[1, 2] }"#;
+        let l = line(obj);
+        assert!(
+            l.contains(
+                r#""payload":{ "t" : 21.50, "b":1e2,"a":[1, 2] },"payload_encoding":"json""#
+            ),
+            "{l}"
+        );
+        assert!(line(b"[1,2]").contains(r#""payload":[1,2],"payload_encoding":"json""#));
+        // Not one object or array on one line: a string, as before.
+        for p in [
+            &b"21.5"[..],
+            b"\"s\"",
+            b"{\"a\":\n1}",
+            b"{\"a\":1} x",
+            b"{\"a\":1",
+            b" {\"a\":1}",
+        ] {
+            let v: serde_json::Value = serde_json::from_str(&line(p)).unwrap();
+            assert_eq!(
+                v["payload_encoding"],
+                "utf8",
+                "{:?}",
+                String::from_utf8_lossy(p)
+            );
+            assert_eq!(v["payload"].as_str().unwrap().as_bytes(), p);
+        }
     }
 }

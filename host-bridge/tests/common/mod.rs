@@ -1,251 +1,404 @@
-//! A small in-process gateway for tests: speaks the wire protocol over TCP, backed by a real
-//! `spillway_core::log::Log` on a simulated flash. One thread per connection; the log sits
-//! behind a mutex. Test controls: cut every connection and refuse new ones for a while
-//! (outage), replace the log (a reflashed gateway), pretend offsets below a mark are
-//! gone (a drop-oldest gap), pretend a range of offsets is lost for a given reason
-//! (corrupt, or never persisted after a crash), and make one byte of the flash a flaky
-//! cell.
+//! The real gateway for the bridge's tests: [`spillway_firmware::Gateway`] over a real
+//! `spillway_core::log::Log` on a simulated flash, behind a thin TCP loop (one thread per
+//! connection; the gateway and the log behind one mutex, as the Linux binary's engine owns
+//! them). The loop only moves frames and does what the gateway's `Outcome` says: reply now,
+//! reply once a flush made the record durable, or hold a long-poll fetch until its offset
+//! is appended or its wait runs out.
+//!
+//! Fault switches, each a real event rather than a made-up reply: an outage (connections
+//! cut, new ones refused for a while), a reflashed gateway (a fresh log with another id), a
+//! power cut (the flash taken without a clean shutdown and mounted again: offsets handed
+//! out but not durable are skipped), damage on the flash (a bit flipped for good, a flaky
+//! cell), and a small ring under `drop-oldest`, where publishing past its capacity drops the
+//! oldest records.
 #![allow(dead_code, missing_docs)]
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use spillway_core::log::{Config, Log, Memory, Record, SegmentSlot, segments_for};
-use spillway_core::storage::{Flash, Geometry, SimFlash};
-use spillway_core::wire::{
-    self, ConsumerEntry, ErrorCode, GatewayStats, ListWriter, RecordView, RecordsWriter, Request,
-    Response,
+use spillway_bridge::drain::DrainConfig;
+use spillway_bridge::progress::Mode;
+use spillway_core::log::{
+    Config, FullPolicy, Log, Memory, Record, RecoveryReport, SegmentSlot, segments_for,
 };
+use spillway_core::storage::{Flash, Geometry, SimFlash};
+use spillway_core::wire::{self, ErrorCode, Request};
+use spillway_firmware::gateway::error_reply;
+use spillway_firmware::{Conn, Gateway, GatewayConfig, Outcome};
 
 type TheLog = Log<'static, SimFlash<Vec<u8>>>;
 
+/// Largest frame, bytes on the wire (announced in the `Welcome`).
 const MAX_FRAME: usize = 64 * 1024;
 /// The largest payload accepted (announced in the `Welcome`); larger ones get `TooLarge`.
 const MAX_RECORD: u32 = 4096;
+/// The log's RAM buffer, bytes.
+const BUFFER: usize = 16 * 1024;
 
-fn new_log(log_id: u128) -> TheLog {
-    let g = Geometry {
-        erase_size: 4096,
-        write_size: 4,
-        capacity: 4096 * 258,
-        erased: 0xFF,
-    };
-    let mut flash = SimFlash::new_vec(g).unwrap();
-    Log::format(&mut flash, log_id, 2).unwrap();
-    mount_log(flash)
+/// A `--once` drain of `gw` into the sink `sink` (a sink URI), its state file in `dir`, with
+/// the short waits and backoffs of a test: batches of 2 KiB, long polls of 50 ms, backoff
+/// from 10 ms to 200 ms, no progress display.
+pub fn drain_config(gw: &SimGateway, sink: &str, dir: &Path) -> DrainConfig {
+    let mut c = DrainConfig::new(
+        gw.uri().parse().unwrap(),
+        sink.parse().unwrap(),
+        dir.join("state.redb"),
+    );
+    c.once = true;
+    c.progress = Mode::Off;
+    c.max_batch_bytes = 2048;
+    c.poll_wait = Duration::from_millis(50);
+    c.backoff_initial = Duration::from_millis(10);
+    c.backoff_max = Duration::from_millis(200);
+    c
 }
 
-fn mount_log(flash: SimFlash<Vec<u8>>) -> TheLog {
+/// How the simulated flash and the log are set up.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Erase block size, bytes.
+    pub erase_size: u32,
+    /// Erase blocks per segment.
+    pub blocks_per_segment: u32,
+    /// Segments in the ring.
+    pub segments: u32,
+    /// What a full ring does.
+    pub full: FullPolicy,
+    /// Offsets reserved per journal write of the offset lease (what a power cut skips at
+    /// most).
+    pub lease_step: u64,
+}
+
+impl Default for Options {
+    /// 128 segments of 8 KiB (1 MiB), `reject-new`, the log's default lease.
+    fn default() -> Self {
+        Options {
+            erase_size: 4096,
+            blocks_per_segment: 2,
+            segments: 128,
+            full: FullPolicy::RejectNew,
+            lease_step: Config::default().lease_step,
+        }
+    }
+}
+
+impl Options {
+    /// A ring of two 1 KiB segments under `drop-oldest`: about 40 short records fill a
+    /// segment, and the third segment opened drops the oldest one.
+    pub fn small_ring_dropping_oldest() -> Self {
+        Options {
+            erase_size: 1024,
+            blocks_per_segment: 1,
+            segments: 2,
+            full: FullPolicy::DropOldest,
+            ..Options::default()
+        }
+    }
+
+    fn geometry(&self) -> Geometry {
+        Geometry {
+            erase_size: self.erase_size,
+            write_size: 4,
+            capacity: self.erase_size * (2 + self.segments * self.blocks_per_segment),
+            erased: 0xFF,
+        }
+    }
+
+    fn config(&self) -> Config {
+        Config {
+            full: self.full,
+            lease_step: self.lease_step,
+            ..Config::default()
+        }
+    }
+}
+
+fn new_log(opts: &Options, log_id: u128) -> TheLog {
+    let mut flash = SimFlash::new_vec(opts.geometry()).unwrap();
+    Log::format(&mut flash, log_id, opts.blocks_per_segment).unwrap();
+    mount_log(opts, flash).0
+}
+
+fn mount_log(opts: &Options, flash: SimFlash<Vec<u8>>) -> (TheLog, RecoveryReport) {
     let g = flash.geometry();
-    let buf: &'static mut [u8] = Box::leak(vec![0u8; 16 * 1024].into_boxed_slice());
-    let slots: &'static mut [SegmentSlot] =
-        Box::leak(vec![SegmentSlot::EMPTY; segments_for(&g, 2) as usize].into_boxed_slice());
-    let (log, _) = Log::mount(
-        flash,
-        Config::default(),
-        Memory {
-            buffer: buf,
-            segments: slots,
-        },
-        0,
-    )
-    .unwrap();
-    log
+    let buf: &'static mut [u8] = Box::leak(vec![0u8; BUFFER].into_boxed_slice());
+    let slots: &'static mut [SegmentSlot] = Box::leak(
+        vec![SegmentSlot::EMPTY; segments_for(&g, opts.blocks_per_segment) as usize]
+            .into_boxed_slice(),
+    );
+    let mem = Memory {
+        buffer: buf,
+        segments: slots,
+    };
+    Log::mount(flash, opts.config(), mem, 0).unwrap()
 }
 
+/// What the gateway process holds: the gateway (settings and counters) and its log.
 struct State {
+    gw: Gateway,
     log: TheLog,
-    log_id: u128,
-    gateway_id: String,
-    /// Offsets below this are answered as dropped.
-    gone_below: u64,
-    /// A range answered as `lost` with this reason instead of its records.
-    lost: Option<(u64, u64, wire::LostReason)>,
+    opts: Options,
 }
 
-pub struct FakeGateway {
-    pub addr: String,
-    state: Arc<Mutex<State>>,
-    down_until: Arc<Mutex<Option<Instant>>>,
-    conns: Arc<Mutex<Vec<TcpStream>>>,
-    stop: Arc<AtomicBool>,
-    pub fetches: Arc<AtomicU64>,
-    pub commits: Arc<Mutex<Vec<(String, u64)>>>,
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled after every request handled and every record appended by the test, so
+    /// that a parked fetch looks at the log again.
+    changed: Condvar,
+    started: Instant,
+    down_until: Mutex<Option<Instant>>,
+    conns: Mutex<Vec<TcpStream>>,
+    stop: AtomicBool,
 }
 
-fn now_us() -> u64 {
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap()
+    }
+
+    fn now_us(&self) -> u64 {
+        self.started.elapsed().as_micros() as u64
+    }
+
+    fn cut_connections(&self) {
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn wall_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_micros() as u64
 }
 
-impl FakeGateway {
-    pub fn start(gateway_id: &str, log_id: u128) -> FakeGateway {
+fn gateway(gateway_id: &str, now_us: u64) -> Gateway {
+    Gateway::new(
+        GatewayConfig::new(gateway_id, MAX_RECORD, MAX_FRAME as u32),
+        now_us,
+    )
+}
+
+/// The real gateway on a simulated flash, served on a TCP port of 127.0.0.1.
+pub struct SimGateway {
+    pub addr: String,
+    gateway_id: String,
+    shared: Arc<Shared>,
+}
+
+impl SimGateway {
+    /// A gateway named `gateway_id` with a freshly formatted log `log_id` of the default
+    /// [`Options`].
+    pub fn start(gateway_id: &str, log_id: u128) -> SimGateway {
+        Self::start_with(gateway_id, log_id, Options::default())
+    }
+
+    pub fn start_with(gateway_id: &str, log_id: u128, opts: Options) -> SimGateway {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        listener.set_nonblocking(true).unwrap();
-        let state = Arc::new(Mutex::new(State {
-            log: new_log(log_id),
-            log_id,
-            gateway_id: gateway_id.to_string(),
-            gone_below: 0,
-            lost: None,
-        }));
-        let gw = FakeGateway {
-            addr,
-            state,
-            down_until: Arc::new(Mutex::new(None)),
-            conns: Arc::new(Mutex::new(Vec::new())),
-            stop: Arc::new(AtomicBool::new(false)),
-            fetches: Arc::new(AtomicU64::new(0)),
-            commits: Arc::new(Mutex::new(Vec::new())),
-        };
-        let (state, down, conns, stop, fetches, commits) = (
-            gw.state.clone(),
-            gw.down_until.clone(),
-            gw.conns.clone(),
-            gw.stop.clone(),
-            gw.fetches.clone(),
-            gw.commits.clone(),
-        );
+        let started = Instant::now();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                gw: gateway(gateway_id, 0),
+                log: new_log(&opts, log_id),
+                opts,
+            }),
+            changed: Condvar::new(),
+            started,
+            down_until: Mutex::new(None),
+            conns: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+        });
+        let sh = shared.clone();
         std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((s, _)) => {
-                        let is_down = down.lock().unwrap().is_some_and(|t| Instant::now() < t);
-                        if is_down {
-                            let _ = s.shutdown(Shutdown::Both);
-                            continue;
-                        }
-                        s.set_nonblocking(false).unwrap();
-                        conns.lock().unwrap().push(s.try_clone().unwrap());
-                        let (state, fetches, commits) =
-                            (state.clone(), fetches.clone(), commits.clone());
-                        std::thread::spawn(move || serve(s, state, fetches, commits));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            for s in listener.incoming() {
+                if sh.stop.load(Ordering::Relaxed) {
+                    return;
                 }
+                let Ok(s) = s else { continue };
+                let is_down = sh
+                    .down_until
+                    .lock()
+                    .unwrap()
+                    .is_some_and(|t| Instant::now() < t);
+                if is_down {
+                    let _ = s.shutdown(Shutdown::Both);
+                    continue;
+                }
+                sh.conns.lock().unwrap().push(s.try_clone().unwrap());
+                let sh = sh.clone();
+                std::thread::spawn(move || serve(s, &sh));
             }
         });
-        gw
+        SimGateway {
+            addr,
+            gateway_id: gateway_id.to_string(),
+            shared,
+        }
     }
 
     pub fn uri(&self) -> String {
         format!("tcp://{}", self.addr)
     }
 
-    /// Appends records durably; returns their offsets.
-    pub fn publish(&self, topic: &str, payloads: &[&[u8]]) -> Vec<u64> {
-        let mut st = self.state.lock().unwrap();
+    fn append(&self, topic: &str, payloads: &[&[u8]], flush: bool) -> Vec<u64> {
+        let mut st = self.shared.lock();
+        let now = self.shared.now_us();
         let mut out = Vec::new();
         for p in payloads {
-            let a = st
-                .log
-                .append(
-                    0,
-                    &Record {
-                        topic,
-                        timestamp_us: now_us(),
-                        producer: None,
-                        payload: p,
-                    },
-                )
-                .unwrap();
-            out.push(a.offset);
+            let rec = Record {
+                topic,
+                timestamp_us: wall_us(),
+                producer: None,
+                payload: p,
+            };
+            out.push(st.log.append(now, &rec).unwrap().offset);
         }
-        st.log.flush(0).unwrap();
+        if flush {
+            st.log.flush(now).unwrap();
+        }
+        self.shared.changed.notify_all();
         out
     }
 
+    /// Appends records straight into the log (as a sensor's lines would arrive) and
+    /// flushes: one batch per call, unless it crosses a segment. Returns their offsets.
+    pub fn publish(&self, topic: &str, payloads: &[&[u8]]) -> Vec<u64> {
+        self.append(topic, payloads, true)
+    }
+
+    /// Appends records without flushing: offsets handed out, records only in RAM.
+    pub fn publish_unflushed(&self, topic: &str, payloads: &[&[u8]]) -> Vec<u64> {
+        self.append(topic, payloads, false)
+    }
+
     pub fn next_offset(&self) -> u64 {
-        self.state.lock().unwrap().log.next_offset()
+        self.shared.lock().log.next_offset()
+    }
+
+    pub fn first_offset(&self) -> u64 {
+        self.shared.lock().log.first_offset()
     }
 
     pub fn committed(&self, consumer: &str) -> Option<u64> {
-        self.state.lock().unwrap().log.committed(consumer)
+        self.shared.lock().log.committed(consumer)
+    }
+
+    /// Records the log dropped unread (its `records_dropped` counter since the mount).
+    pub fn records_dropped(&self) -> u64 {
+        self.shared.lock().log.stats().records_dropped
     }
 
     /// Cuts every connection and refuses new ones for `d`.
     pub fn outage(&self, d: Duration) {
-        *self.down_until.lock().unwrap() = Some(Instant::now() + d);
-        for c in self.conns.lock().unwrap().drain(..) {
-            let _ = c.shutdown(Shutdown::Both);
-        }
+        *self.shared.down_until.lock().unwrap() = Some(Instant::now() + d);
+        self.shared.cut_connections();
     }
 
-    /// Replaces the log with a fresh one (a reflashed gateway), cutting connections.
+    /// Replaces the log with a freshly formatted one (a reflashed gateway): a restart,
+    /// connections cut.
     pub fn replace_log(&self, log_id: u128) {
         {
-            let mut st = self.state.lock().unwrap();
-            st.log = new_log(log_id);
-            st.log_id = log_id;
-            st.gone_below = 0;
-            st.lost = None;
+            let mut st = self.shared.lock();
+            let opts = st.opts;
+            st.log = new_log(&opts, log_id);
+            st.gw = gateway(&self.gateway_id, self.shared.now_us());
         }
-        for c in self.conns.lock().unwrap().drain(..) {
-            let _ = c.shutdown(Shutdown::Both);
-        }
+        self.shared.cut_connections();
+    }
+
+    /// Runs `f` on the flash between a shutdown and a mount (clean or not), restarting the
+    /// gateway; returns the mount's report.
+    fn remount(&self, clean: bool, f: impl FnOnce(&mut SimFlash<Vec<u8>>)) -> RecoveryReport {
+        let report = {
+            let mut st = self.shared.lock();
+            let opts = st.opts;
+            let now = self.shared.now_us();
+            let log = std::mem::replace(&mut st.log, new_log(&opts, 0));
+            let mut flash = if clean {
+                log.close(now).unwrap()
+            } else {
+                log.into_flash()
+            };
+            f(&mut flash);
+            let (log, report) = mount_log(&opts, flash);
+            st.log = log;
+            st.gw = gateway(&self.gateway_id, now);
+            report
+        };
+        self.shared.cut_connections();
+        report
+    }
+
+    /// A power cut: the flash is taken as it is (the RAM buffer lost, no clean shutdown)
+    /// and mounted again. Returns the mount's report (`not_durable`: the offsets skipped).
+    pub fn power_cut(&self) -> RecoveryReport {
+        self.remount(false, |_| {})
+    }
+
+    /// The flash address of the byte `at` bytes into the first copy of `needle`.
+    fn find(flash: &SimFlash<Vec<u8>>, needle: &[u8], at: usize) -> u32 {
+        let pos = flash
+            .bytes()
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .expect("needle on the flash");
+        u32::try_from(pos + at).unwrap()
+    }
+
+    /// Damage: inverts bit 0 of the byte `at` bytes into the first copy of `needle` on the
+    /// flash for good (the log is closed cleanly first and mounted again after). The batch
+    /// holding it fails its CRC on every read. Returns the byte's flash address.
+    pub fn flip_bit(&self, needle: &[u8], at: usize) -> u32 {
+        let mut addr = 0;
+        self.remount(true, |flash| {
+            addr = Self::find(flash, needle, at);
+            flash.flip_bit(addr, 0).unwrap();
+        });
+        addr
     }
 
     /// Makes the byte `at` bytes into the first copy of `needle` on the flash a flaky cell
     /// (`SimFlash::set_flaky`: wrong on `percent`% of reads): the log is closed cleanly, the
     /// cell armed, and the log mounted again. Returns the cell's flash address.
     pub fn flaky_cell(&self, needle: &[u8], at: usize, percent: u8) -> u32 {
-        let mut st = self.state.lock().unwrap();
-        let log = std::mem::replace(&mut st.log, new_log(0));
-        let mut flash = log.close(now_us()).unwrap();
-        let pos = flash
-            .bytes()
-            .windows(needle.len())
-            .position(|w| w == needle)
-            .expect("needle on the flash");
-        let addr = u32::try_from(pos + at).unwrap();
-        flash.set_flaky(addr, 0x01, percent);
-        st.log = mount_log(flash);
+        let mut addr = 0;
+        self.remount(true, |flash| {
+            addr = Self::find(flash, needle, at);
+            flash.set_flaky(addr, 0x01, percent);
+        });
         addr
     }
 
     /// Reads of the flaky cell that returned it wrong so far (the simulated flash's count).
     pub fn flaky_reads(&self) -> u64 {
-        self.state.lock().unwrap().log.flash().faults().flaky_reads
-    }
-
-    /// Pretends every offset below `o` is gone (drop-oldest).
-    pub fn drop_below(&self, o: u64) {
-        self.state.lock().unwrap().gone_below = o;
-    }
-
-    /// Pretends offsets `from..to` cannot be read for `reason`: a fetch from inside the
-    /// range gets a `Records` reply with that `lost` range and no records, and a fetch from
-    /// before it stops at `from`.
-    pub fn pretend_lost(&self, from: u64, to: u64, reason: wire::LostReason) {
-        self.state.lock().unwrap().lost = Some((from, to, reason));
+        self.shared.lock().log.flash().faults().flaky_reads
     }
 }
 
-impl Drop for FakeGateway {
+impl Drop for SimGateway {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for c in self.conns.lock().unwrap().drain(..) {
-            let _ = c.shutdown(Shutdown::Both);
-        }
+        self.shared.stop.store(true, Ordering::Relaxed);
+        // Wake the accept loop so that it sees the stop.
+        let _ = TcpStream::connect(&self.addr);
+        self.shared.cut_connections();
     }
 }
 
-fn serve(
-    mut s: TcpStream,
-    state: Arc<Mutex<State>>,
-    fetches: Arc<AtomicU64>,
-    commits: Arc<Mutex<Vec<(String, u64)>>>,
-) {
+/// Serves one connection: decodes frames, hands each to the gateway, writes the replies in
+/// order.
+fn serve(mut s: TcpStream, sh: &Shared) {
     let mut frames = wire::FrameDecoder::new(wire::GrowingFrameBuffer::new(MAX_FRAME));
+    let mut conn = Conn::default();
     let mut tmp = vec![0u8; 8192];
+    let mut scratch = vec![0u8; MAX_FRAME];
     let mut out = vec![0u8; MAX_FRAME];
-    let mut handshaken = false;
     loop {
         let n = match s.read(&mut tmp) {
             Ok(0) | Err(_) => return,
@@ -253,23 +406,22 @@ fn serve(
         };
         let mut input = &tmp[..n];
         loop {
-            let message = match frames.feed(input) {
+            let reply = match frames.feed(input) {
                 wire::FeedResult::Consumed => break,
                 wire::FeedResult::Frame { message, remaining } => {
                     input = remaining;
-                    message
+                    handle(sh, &mut conn, message, &mut scratch, &mut out)
                 }
-                wire::FeedResult::Error { remaining, .. } => {
+                wire::FeedResult::Error { error, remaining } => {
                     input = remaining;
-                    continue;
+                    let mut st = sh.lock();
+                    match st.gw.frame_error(&error, &mut out) {
+                        Outcome::Reply { len } => Some(len),
+                        _ => None,
+                    }
                 }
             };
-            let req: Request<'_> = match postcard::from_bytes(message) {
-                Ok(r) => r,
-                Err(_) => continue,
-            };
-            let len = handle(req, &state, &mut out, &mut handshaken, &fetches, &commits);
-            if let Some(len) = len
+            if let Some(len) = reply
                 && s.write_all(&out[..len]).is_err()
             {
                 return;
@@ -278,215 +430,84 @@ fn serve(
     }
 }
 
-fn err(out: &mut [u8], seq: u32, code: ErrorCode, message: &str) -> Option<usize> {
-    wire::encode_frame(&Response::Error { seq, code, message }, out).ok()
-}
-
+/// Handles one message as the Linux binary's engine does; returns the reply's length in
+/// `out`, if any.
 fn handle(
-    req: Request<'_>,
-    state: &Mutex<State>,
+    sh: &Shared,
+    conn: &mut Conn,
+    msg: &[u8],
+    scratch: &mut [u8],
     out: &mut [u8],
-    handshaken: &mut bool,
-    fetches: &AtomicU64,
-    commits: &Mutex<Vec<(String, u64)>>,
 ) -> Option<usize> {
-    if let Request::Hello { .. } = req {
-        *handshaken = true;
-        let st = state.lock().unwrap();
-        return wire::encode_frame(
-            &Response::Welcome {
-                protocol_version: 1,
-                log_id: st.log_id,
-                gateway_id: &st.gateway_id,
-                max_record_bytes: MAX_RECORD,
-                max_frame_bytes: MAX_FRAME as u32,
-            },
-            out,
-        )
-        .ok();
-    }
-    if !*handshaken {
-        return err(out, 0, ErrorCode::NotHandshaken, "");
-    }
-    match req {
-        Request::Hello { .. } => None,
-        Request::Publish {
-            seq,
-            topic,
-            timestamp_us,
-            payload,
-            ack,
-            producer,
-        } => {
-            if payload.len() > MAX_RECORD as usize {
-                let m = format!("payload of {} bytes exceeds {MAX_RECORD}", payload.len());
-                return err(out, seq, ErrorCode::TooLarge, &m);
+    let mut st = sh.lock();
+    let now = sh.now_us();
+    let State { gw, log, .. } = &mut *st;
+    // The engine's timer: linger and commit persistence.
+    let _ = log.tick(now);
+    let outcome = gw.handle_message(conn, msg, log, now, wall_us(), scratch, out);
+    sh.changed.notify_all();
+    match outcome {
+        Outcome::Reply { len } => Some(len),
+        Outcome::NoReply => None,
+        Outcome::ReplyWhenDurable { len, offset } => {
+            // The group flush.
+            let flushed = log.flush(now);
+            if log.durable_offset() > offset {
+                return Some(len);
             }
-            let mut st = state.lock().unwrap();
-            let r = st.log.append(
-                0,
-                &Record {
-                    topic,
-                    timestamp_us: timestamp_us.unwrap_or_else(now_us),
-                    producer,
-                    payload,
-                },
-            );
-            let a = match r {
-                Ok(a) => a,
-                Err(e @ spillway_core::AppendError::BadTopic { .. }) => {
-                    return err(out, seq, ErrorCode::BadRequest, &e.to_string());
-                }
-                Err(e) => return err(out, seq, ErrorCode::Internal, &e.to_string()),
+            let seq = postcard::from_bytes::<Request<'_>>(msg)
+                .ok()
+                .and_then(|r| r.seq())
+                .unwrap_or(0);
+            let code = match flushed {
+                Err(spillway_core::FlushError::Full) => ErrorCode::Full,
+                _ => ErrorCode::StorageFailed.for_version(conn.protocol_version.unwrap_or(1)),
             };
-            if ack == wire::AckLevel::Durable {
-                st.log.flush(0).unwrap();
+            match error_reply(out, seq, code, "record not durable: flush failed") {
+                Outcome::Reply { len } => Some(len),
+                _ => None,
             }
-            if ack == wire::AckLevel::None {
-                return None;
-            }
-            wire::encode_frame(
-                &Response::Ack {
-                    seq,
-                    offset: a.offset,
-                    duplicate: a.duplicate,
-                },
-                out,
-            )
-            .ok()
         }
-        Request::Fetch {
-            seq,
+        Outcome::Park {
             from_offset,
-            max_bytes,
-            wait_ms,
-            ..
+            deadline_us,
         } => {
-            fetches.fetch_add(1, Ordering::Relaxed);
-            let deadline = Instant::now() + Duration::from_millis(u64::from(wait_ms.unwrap_or(0)));
-            loop {
-                let mut st = state.lock().unwrap();
-                if from_offset < st.gone_below {
-                    let first_available = st.gone_below;
-                    return wire::encode_frame(
-                        &Response::Dropped {
-                            seq,
-                            first_available,
-                        },
-                        out,
-                    )
-                    .ok();
+            // Wait for a record at `from_offset` or the end of the fetch's wait, then
+            // answer the fetch with what there is.
+            while st.log.next_offset() <= from_offset {
+                let now = sh.now_us();
+                if now >= deadline_us {
+                    break;
                 }
-                if from_offset == st.log.next_offset() && Instant::now() < deadline {
-                    drop(st);
-                    std::thread::sleep(Duration::from_millis(10));
-                    continue;
-                }
-                if let Some((lf, lt, reason)) = st.lost
-                    && (lf..lt).contains(&from_offset)
-                {
-                    let w = RecordsWriter::new(out, seq, 0, max_bytes);
-                    let lost = wire::LostRange {
-                        from: lf,
-                        to: lt,
-                        reason,
-                    };
-                    return w.finish(lt, Some(lost)).ok();
-                }
-                let lost_from = st.lost.map(|l| l.0).filter(|&lf| lf > from_offset);
-                let mut buf = vec![0u8; 32 * 1024];
-                let r = match st.log.read(from_offset, &mut buf) {
-                    Ok(r) => r,
-                    Err(spillway_core::ReadError::OffsetOutOfRange { .. }) => {
-                        return err(out, seq, ErrorCode::OffsetOutOfRange, "beyond the end");
-                    }
-                    Err(spillway_core::ReadError::Dropped {
-                        first_available, ..
-                    }) => {
-                        return wire::encode_frame(
-                            &Response::Dropped {
-                                seq,
-                                first_available,
-                            },
-                            out,
-                        )
-                        .ok();
-                    }
-                    Err(e) => return err(out, seq, ErrorCode::Internal, &e.to_string()),
-                };
-                let mut w = RecordsWriter::new(out, seq, r.prev_crc, max_bytes);
-                let mut next = r.next_offset;
-                for rec in r.records(&buf) {
-                    if lost_from.is_some_and(|lf| rec.offset >= lf) {
-                        next = rec.offset;
-                        break;
-                    }
-                    let view = RecordView::from(rec);
-                    if w.push(&view).is_err() {
-                        next = rec.offset;
-                        break;
-                    }
-                }
-                let lost = r.lost.map(|l| wire::LostRange {
-                    from: l.from,
-                    to: l.to,
-                    reason: wire::LostReason::Corrupt,
-                });
-                return w.finish(next, lost).ok();
+                st = sh
+                    .changed
+                    .wait_timeout(st, Duration::from_micros(deadline_us - now))
+                    .unwrap()
+                    .0;
             }
-        }
-        Request::Commit {
-            seq,
-            consumer,
-            offset,
-        } => {
-            commits.lock().unwrap().push((consumer.to_string(), offset));
-            let mut st = state.lock().unwrap();
-            match st.log.commit(consumer, offset) {
-                Ok(o) => wire::encode_frame(
-                    &Response::Committed {
-                        seq,
-                        consumer,
-                        offset: o,
-                    },
-                    out,
-                )
-                .ok(),
-                Err(e) => err(out, seq, ErrorCode::OffsetOutOfRange, &e.to_string()),
-            }
-        }
-        Request::ListConsumers { seq } => {
-            let st = state.lock().unwrap();
-            let mut scratch = vec![0u8; 4096];
-            let mut lw = ListWriter::<ConsumerEntry<'_>>::new(&mut scratch);
-            for (name, committed_offset) in st.log.consumers() {
-                let _ = lw.push(&ConsumerEntry {
-                    name,
-                    committed_offset,
-                });
-            }
-            let list = lw.finish();
-            wire::encode_frame(&Response::Consumers { seq, list }, out).ok()
-        }
-        Request::DeleteConsumer { seq, consumer } => {
-            let mut st = state.lock().unwrap();
-            let existed = st.log.delete_consumer(consumer).unwrap_or(false);
-            wire::encode_frame(&Response::Deleted { seq, existed }, out).ok()
-        }
-        Request::Stats { seq } => {
-            let st = state.lock().unwrap();
-            let stats = GatewayStats {
-                first_offset: st.log.first_offset().max(st.gone_below),
-                next_offset: st.log.next_offset(),
-                durable_offset: st.log.durable_offset(),
-                consumers: st.log.consumers().count() as u64,
-                ..GatewayStats::default()
+            let Ok(Request::Fetch {
+                seq,
+                consumer,
+                from_offset,
+                max_bytes,
+                ..
+            }) = postcard::from_bytes::<Request<'_>>(msg)
+            else {
+                return None;
             };
-            wire::encode_frame(&Response::StatsReply { seq, stats }, out).ok()
-        }
-        // This fake speaks protocol version 1: no producer sessions.
-        Request::OpenSession { seq, .. } | Request::SessionPublish { seq, .. } => {
-            err(out, seq, ErrorCode::BadRequest, "no sessions in version 1")
+            let now = sh.now_us();
+            let State { gw, log, .. } = &mut *st;
+            let fetch = Request::Fetch {
+                seq,
+                consumer,
+                from_offset,
+                max_bytes,
+                wait_ms: None,
+            };
+            match gw.handle_request(conn, &fetch, log, now, wall_us(), scratch, out) {
+                Outcome::Reply { len } | Outcome::ReplyWhenDurable { len, .. } => Some(len),
+                Outcome::NoReply | Outcome::Park { .. } => None,
+            }
         }
     }
 }

@@ -31,7 +31,11 @@
 //!    `spillway-bridge drain` into a file sink, SIGKILLs it once while it drains and
 //!    restarts it; after the replay it stops it with SIGTERM and runs `drain --once` to the
 //!    end.
-//! 5. Verifies against what was sent, what was acknowledged and what the gateway's log
+//! 5. Once the replay is over, publishes the buoy's readings once more as an MQTT sensor
+//!    would, with `mosquitto_pub -q 1 -l` on topic `buoy/sst/mqtt` into the gateway's MQTT
+//!    listener: `mosquitto_pub` exits 0 only when every message got its PUBACK, which the
+//!    gateway sends once the record is durable.
+//! 6. Verifies against what was sent, what was acknowledged and what the gateway's log
 //!    holds (see [`Summary::failures`]): every acknowledged record is in the sink at its
 //!    acknowledged offset with the same bytes and timestamp; the sink holds every record
 //!    of the gateway's log exactly once per (log id, offset), in offset order per topic;
@@ -64,6 +68,8 @@ pub const TOPIC_SST: &str = "buoy/sst";
 pub const TOPIC_ISIG: &str = "cgm/isig";
 /// Topic of the glucose monitor's glucose value.
 pub const TOPIC_GLUCOSE: &str = "cgm/glucose";
+/// Topic of the buoy's readings published over MQTT (QoS 1, `mosquitto_pub`).
+pub const TOPIC_SST_MQTT: &str = "buoy/sst/mqtt";
 /// File of the buoy series in the data directory.
 pub const SST_FILE: &str = "sea_surface_temperature.csv.gz";
 /// File of the glucose series in the data directory.
@@ -188,6 +194,7 @@ pub fn run(opts: &Options) -> Result<Summary, DemoError> {
         first_offset,
         records: &records,
         sink_dir: &work.sink,
+        mqtt: &scenario.mqtt,
     };
     verify(&observed, &mut summary);
     Ok(summary)

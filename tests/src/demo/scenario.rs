@@ -26,6 +26,7 @@ use super::{
 use crate::bridge::spawn_bridge;
 use crate::client::{Client, FetchedRecord};
 use crate::gateway::{GatewayProcess, free_port};
+use crate::pki::TlsSetup;
 use crate::process::ChildProcess;
 
 /// Where the gateway is SIGKILLed, as a fraction of the replay (before jitter).
@@ -147,6 +148,19 @@ struct Plan {
     bridge_kill_after: Duration,
 }
 
+/// What the MQTT sensor (`mosquitto_pub -q 1`) sent and how it ended.
+#[derive(Debug, Clone, Default)]
+pub(super) struct MqttRun {
+    /// Messages published, one per buoy reading.
+    pub(super) sent: Vec<String>,
+    /// `mosquitto_pub` exited 0: every message was acknowledged (durable).
+    pub(super) acked: bool,
+    /// Why not, if it did not.
+    pub(super) error: String,
+    /// How long it took, spawn to exit.
+    pub(super) took: Duration,
+}
+
 /// The running scenario: processes, threads, and what happened when.
 pub(super) struct Scenario<'a> {
     opts: &'a Options,
@@ -154,6 +168,16 @@ pub(super) struct Scenario<'a> {
     work: WorkDir,
     sst_lines: usize,
     addr: String,
+    /// The gateway's MQTT listener port.
+    mqtt_port: u16,
+    /// The buoy readings the MQTT sensor publishes after the replay.
+    mqtt_lines: Vec<String>,
+    /// What the MQTT sensor did.
+    pub(super) mqtt: MqttRun,
+    /// The URI the bridge drains from (TLS, the gateway's name checked).
+    uplink: String,
+    /// The certificates and the bridge's token.
+    tls: TlsSetup,
     gateway_args: Vec<String>,
     gateway: GatewayProcess,
     /// Both ends of the pty stay open for the whole run: the "cable" stays plugged in
@@ -198,6 +222,14 @@ impl<'a> Scenario<'a> {
             .map_err(|e| DemoError::Step(format!("cannot clone the pty master: {e}")))?;
         let _ = writer.set_timeout(Duration::from_millis(200));
         let addr = format!("127.0.0.1:{}", free_port());
+        // The uplink (the bridge's drain) goes over TLS with a token, as a remote drain
+        // would; the local sensors publish on loopback TCP and the serial line.
+        let tls_dir = work.dir.join("tls");
+        std::fs::create_dir_all(&tls_dir)
+            .map_err(io_err(format!("create {}", tls_dir.display())))?;
+        let tls = TlsSetup::with_gateway(&tls_dir, &opts.spillway_bin).map_err(DemoError::Step)?;
+        let uplink_port = free_port();
+        let mqtt_port = free_port();
         let size = if opts.image_bytes.is_multiple_of(1 << 20) {
             format!("{}M", opts.image_bytes >> 20)
         } else {
@@ -222,9 +254,14 @@ impl<'a> Scenario<'a> {
             "buffered",
             "--linger-ms",
             &LINGER_MS.to_string(),
+            "--listen",
+            &format!("tls://127.0.0.1:{uplink_port}"),
+            "--listen",
+            &format!("mqtt://127.0.0.1:{mqtt_port}"),
         ]
         .iter()
         .map(|s| s.to_string())
+        .chain(tls.gateway_args())
         .collect();
         say.line(format!(
             "starting the gateway: spillway run {}",
@@ -234,6 +271,9 @@ impl<'a> Scenario<'a> {
         for l in gateway.log_lines(&["created image", "listening on"]) {
             say.line(format!("  gateway: {}", log_message(&l)));
         }
+        say.line(format!(
+            "  the bridge will drain over tls://localhost:{uplink_port} (the gateway's certificate checked against a CA made for this run) with a token"
+        ));
 
         let replay = opts.replay;
         let mut rng = StdRng::seed_from_u64(opts.seed);
@@ -279,6 +319,11 @@ impl<'a> Scenario<'a> {
             work,
             sst_lines: sst.lines.len(),
             addr,
+            mqtt_port,
+            mqtt_lines: sst.lines.clone(),
+            mqtt: MqttRun::default(),
+            uplink: format!("tls://localhost:{uplink_port}"),
+            tls,
             gateway_args,
             gateway,
             pty: (master, slave),
@@ -318,7 +363,7 @@ impl<'a> Scenario<'a> {
         let mut a: Vec<String> = [
             "drain",
             "--gateway",
-            &format!("tcp://{}", self.addr),
+            &self.uplink,
             "--sink",
             &format!("file:{}", self.work.sink.display()),
             "--state",
@@ -332,6 +377,7 @@ impl<'a> Scenario<'a> {
         if once {
             a.push("--once".into());
         }
+        a.extend(self.tls.bridge_args());
         a
     }
 
@@ -358,6 +404,7 @@ impl<'a> Scenario<'a> {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        self.publish_over_mqtt();
         self.replay_took = self.started.elapsed();
         if self.killed_at.is_none() || self.back_at.is_none() {
             return Err(DemoError::Step("the gateway was never killed".into()));
@@ -370,6 +417,56 @@ impl<'a> Scenario<'a> {
             thousands(acked as u64)
         ));
         Ok(())
+    }
+
+    /// Step 5: the buoy's readings once more from an MQTT sensor, `mosquitto_pub -q 1 -l`,
+    /// into the restarted gateway.
+    fn publish_over_mqtt(&mut self) {
+        use std::io::Write as _;
+        let t = Instant::now();
+        let port = self.mqtt_port.to_string();
+        let spawned = std::process::Command::new("mosquitto_pub")
+            .args(["-h", "127.0.0.1", "-p", &port, "-q", "1", "-l"])
+            .args(["-t", super::TOPIC_SST_MQTT, "-i", "spillway-demo-buoy"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                self.mqtt.error = format!(
+                    "cannot run mosquitto_pub ({e}); scripts/install-deps.sh installs mosquitto-clients"
+                );
+                return;
+            }
+        };
+        let mut text = self.mqtt_lines.join("\n");
+        text.push('\n');
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(text.as_bytes());
+        }
+        match child.wait_with_output() {
+            Ok(out) => {
+                self.mqtt.acked = out.status.success();
+                self.mqtt.error = String::from_utf8_lossy(&out.stderr).into_owned();
+            }
+            Err(e) => self.mqtt.error = format!("mosquitto_pub: {e}"),
+        }
+        self.mqtt.sent = self.mqtt_lines.clone();
+        self.mqtt.took = t.elapsed();
+        self.say.line(format!(
+            "{} MQTT sensor: mosquitto_pub -q 1 published {} buoy readings on {} in {} ms{}",
+            self.stamp(),
+            thousands(self.mqtt.sent.len() as u64),
+            super::TOPIC_SST_MQTT,
+            self.mqtt.took.as_millis(),
+            if self.mqtt.acked {
+                ", each acknowledged once durable"
+            } else {
+                " and did not get every acknowledgement"
+            }
+        ));
     }
 
     fn kill_gateway_when_due(&mut self, now: Duration) {
@@ -700,7 +797,9 @@ fn stamp(t0: Instant) -> String {
 }
 
 fn start_gateway(opts: &Options, args: &[String], log: &Path) -> Result<GatewayProcess, DemoError> {
-    GatewayProcess::spawn(&opts.spillway_bin, args, 2, &[], Some(log)).map_err(DemoError::Step)
+    // Four listeners: the sensors' TCP port, the serial line, the bridge's TLS port, the
+    // MQTT sensor's port.
+    GatewayProcess::spawn(&opts.spillway_bin, args, 4, &[], Some(log)).map_err(DemoError::Step)
 }
 
 #[cfg(test)]

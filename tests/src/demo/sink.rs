@@ -121,11 +121,25 @@ pub(super) fn read_sink(dir: &Path, failures: &mut Vec<String>) -> BTreeMap<Stri
                         continue;
                     }
                 };
+                if v.get("gap").is_some() {
+                    failures.push(format!("{}:{}: a gap: {l}", path.display(), i + 1));
+                    continue;
+                }
                 let payload = match v["payload_encoding"].as_str() {
                     Some("utf8") => v["payload"].as_str().unwrap_or("").as_bytes().to_vec(),
+                    // A JSON object or array, written byte for byte: its raw text.
+                    Some("json") => {
+                        let raw: std::collections::HashMap<
+                            String,
+                            Box<serde_json::value::RawValue>,
+                        > = serde_json::from_str(l).unwrap_or_default();
+                        raw.get("payload")
+                            .map(|p| p.get().as_bytes().to_vec())
+                            .unwrap_or_default()
+                    }
                     other => {
                         failures.push(format!(
-                            "{}:{}: payload encoding {other:?}, expected utf8",
+                            "{}:{}: payload encoding {other:?}, expected utf8 or json",
                             path.display(),
                             i + 1
                         ));

@@ -10,7 +10,7 @@ use std::time::Duration;
 pub struct TopicRow {
     /// Topic.
     pub topic: String,
-    /// How the records travelled (`serial lines` or `TCP durable`).
+    /// How the records travelled (`serial lines`, `TCP durable` or `MQTT QoS 1`).
     pub path: &'static str,
     /// Rows of the input file replayed (after the row limit).
     pub input_rows: u64,
@@ -42,7 +42,7 @@ pub struct Summary {
     pub seed: u64,
     /// The working directory (sink files, logs).
     pub work_dir: PathBuf,
-    /// Per topic, in the order sst, isig, glucose.
+    /// Per topic, in the order sst, isig, glucose, sst over MQTT.
     pub topics: Vec<TopicRow>,
     /// Time from the first record sent to the end of the final drain.
     pub total: Duration,

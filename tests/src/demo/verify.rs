@@ -6,10 +6,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::publisher::Publisher;
+use super::scenario::MqttRun;
 use super::series::{CgmSeries, SstSeries};
 use super::sink::{SinkLine, read_sink};
 use super::summary::{Summary, TopicRow, thousands};
-use super::{LINGER_MS, TOPIC_SST};
+use super::{LINGER_MS, TOPIC_SST, TOPIC_SST_MQTT};
 use crate::client::FetchedRecord;
 
 /// How the stored buoy records compare with the lines sent.
@@ -80,6 +81,7 @@ pub(super) struct Observed<'a> {
     pub(super) first_offset: u64,
     pub(super) records: &'a [FetchedRecord],
     pub(super) sink_dir: &'a Path,
+    pub(super) mqtt: &'a MqttRun,
 }
 
 /// Compares input, acknowledgements, the gateway's log and the sink (module doc, step 5).
@@ -396,6 +398,78 @@ pub(super) fn verify(o: &Observed<'_>, summary: &mut Summary) {
             thousands(resent_total.saturating_sub(dup_total))
         ));
     }
+    // The MQTT sensor: every reading acknowledged, stored once and delivered once.
+    // One client, one connection: its messages must be in the log in the order sent.
+    let m = o.mqtt;
+    let mut mqtt_lines: Vec<&SinkLine> = by_offset
+        .values()
+        .copied()
+        .filter(|l| l.topic == TOPIC_SST_MQTT)
+        .collect();
+    mqtt_lines.sort_by_key(|l| l.offset);
+    let in_sink: HashMap<&[u8], u64> = mqtt_lines.iter().fold(HashMap::new(), |mut acc, l| {
+        *acc.entry(l.payload.as_slice()).or_default() += 1;
+        acc
+    });
+    let missing = m
+        .sent
+        .iter()
+        .filter(|l| !in_sink.contains_key(l.as_bytes()))
+        .count() as u64;
+    let twice = in_sink.values().filter(|&&c| c > 1).count();
+    if twice > 0 {
+        failures.push(format!(
+            "{TOPIC_SST_MQTT}: {twice} readings are stored more than once"
+        ));
+    }
+    let out_of_order = mqtt_lines
+        .iter()
+        .zip(&m.sent)
+        .position(|(l, s)| l.payload != s.as_bytes());
+    if let Some(i) = out_of_order.filter(|_| missing == 0 && twice == 0) {
+        failures.push(format!(
+            "{TOPIC_SST_MQTT}: the record at offset {} is not reading {} as published \
+             (out of order)",
+            mqtt_lines[i].offset,
+            i + 1
+        ));
+    }
+    let mqtt_row = TopicRow {
+        topic: TOPIC_SST_MQTT.into(),
+        path: "MQTT QoS 1",
+        input_rows: o.sst.lines.len() as u64 + o.sst.empty,
+        skipped_empty: o.sst.empty,
+        sent: m.sent.len() as u64,
+        resent: 0,
+        acked: Some(if m.acked { m.sent.len() as u64 } else { 0 }),
+        duplicate_acks: 0,
+        stored: stored.get(TOPIC_SST_MQTT).copied().unwrap_or(0),
+        delivered: delivered(TOPIC_SST_MQTT),
+        duplicate_lines: dup_lines.get(TOPIC_SST_MQTT).copied().unwrap_or(0),
+        lost: if m.acked { missing } else { 0 }
+            + lost_stored.get(TOPIC_SST_MQTT).copied().unwrap_or(0),
+    };
+    if !m.acked {
+        failures.push(format!(
+            "{TOPIC_SST_MQTT}: mosquitto_pub did not get every acknowledgement: {}",
+            m.error.trim()
+        ));
+    }
+    let n = m.sent.len() as u64;
+    if mqtt_row.stored != n || mqtt_row.delivered != n {
+        failures.push(format!(
+            "{TOPIC_SST_MQTT}: {n} published, {} stored, {} delivered",
+            mqtt_row.stored, mqtt_row.delivered
+        ));
+    }
+    notes.push(format!(
+        "{TOPIC_SST_MQTT}: after the replay an MQTT sensor (mosquitto_pub -q 1) published the \
+         {} buoy readings once more in {} ms; the gateway sent each PUBACK once the record \
+         was durable, and the sink holds them once each, in the order published",
+        thousands(n),
+        m.took.as_millis()
+    ));
+    summary.topics.push(mqtt_row);
     let dup_lines_total: u64 = dup_lines.values().sum();
     for t in &summary.topics {
         if t.lost > 0 {

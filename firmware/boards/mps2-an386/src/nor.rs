@@ -28,6 +28,11 @@ pub struct RamNor {
     mem: &'static mut [u8],
     /// Program operations refused because a word did not read erased.
     pub refused_writes: u32,
+    /// Programs a word that does not read erased (bits still only clear), as NOR flash
+    /// that allows several writes per word between erases does: for the
+    /// `sequential-storage` peer of the footprint table, whose queue marks an item popped
+    /// by writing its header again. Off by default; the log never needs it.
+    pub multiwrite: bool,
 }
 
 unsafe extern "C" {
@@ -54,6 +59,7 @@ impl RamNor {
         Some(RamNor {
             mem,
             refused_writes: 0,
+            multiwrite: false,
         })
     }
 }
@@ -91,10 +97,11 @@ impl NorFlash for RamNor {
         check_write(self, offset, bytes.len())?;
         let at = offset as usize;
         let target = &mut self.mem[at..at + bytes.len()];
-        if target
-            .chunks_exact(WRITE_SIZE)
-            .zip(bytes.chunks_exact(WRITE_SIZE))
-            .any(|(old, new)| new.iter().any(|&b| b != 0xFF) && old.iter().any(|&b| b != 0xFF))
+        if !self.multiwrite
+            && target
+                .chunks_exact(WRITE_SIZE)
+                .zip(bytes.chunks_exact(WRITE_SIZE))
+                .any(|(old, new)| new.iter().any(|&b| b != 0xFF) && old.iter().any(|&b| b != 0xFF))
         {
             self.refused_writes += 1;
             return Err(NorFlashErrorKind::Other);

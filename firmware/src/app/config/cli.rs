@@ -7,7 +7,49 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 use spillway_core::cli::units::ByteSize;
 
-/// Exit codes, shown by `--help`.
+/// What `spillway --help` opens with.
+pub const ABOUT: &str = "Spillway gateway: keeps the messages of sensors and local \
+producers in a flash log on this machine, durably and in order, until a bridge drains them";
+
+/// The longer opening of `spillway --help`.
+pub const LONG_ABOUT: &str = "\
+Spillway gateway: keeps the messages of sensors and local producers in a flash log on this
+machine, durably and in order, until a bridge (spillway-bridge drain) hands them on to files
+or Kafka. Clients publish over TCP, Unix sockets or serial ports, in the framed protocol
+(core/PROTOCOL.md) or as text lines. `spillway run` serves, `spillway inspect` verifies an
+image, `spillway validate` checks a configuration without starting.";
+
+/// Exit codes of `spillway run`, shown by its `--help`.
+pub const RUN_EXIT_CODES: &str = "\
+Exit codes:
+  0  stopped by SIGTERM/SIGINT after a clean shutdown
+  1  run-time failure (flash I/O error, a listener that cannot be served)
+  2  usage or configuration error
+  3  image unusable: locked by another gateway, geometry disagrees, not a Spillway image";
+
+/// Exit codes of `spillway inspect`, shown by its `--help`.
+pub const INSPECT_EXIT_CODES: &str = "\
+Exit codes:
+  0  the image verifies
+  2  usage error
+  3  image unusable: cannot be opened, locked by a running gateway, not a Spillway image
+  4  corruption found (a CRC that does not verify, lost ranges)";
+
+/// Exit codes of `spillway validate`, shown by its `--help`.
+pub const VALIDATE_EXIT_CODES: &str = "\
+Exit codes:
+  0  the configuration is usable (warnings, e.g. a port in use, are printed on stderr)
+  2  usage or configuration error
+  3  the existing image disagrees with the configuration, or is not a Spillway image";
+
+/// Exit codes of `spillway token`, shown by its `--help`.
+pub const TOKEN_EXIT_CODES: &str = "\
+Exit codes:
+  0  the entry was printed (and the token file written, if it did not exist)
+  1  the token file cannot be created, written or read (the path and the OS reason)
+  2  usage error: bad --roles, an empty token file";
+
+/// Every exit code, shown by `spillway --help`.
 pub const EXIT_CODES: &str = "\
 Exit codes:
   0  success (run: stopped by SIGTERM/SIGINT after a clean shutdown)
@@ -18,7 +60,13 @@ Exit codes:
 
 /// `spillway`: the Spillway gateway for Linux.
 #[derive(Debug, Parser)]
-#[command(name = "spillway", about, after_help = EXIT_CODES, disable_version_flag = true)]
+#[command(
+    name = "spillway",
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_help = EXIT_CODES,
+    disable_version_flag = true
+)]
 pub struct Cli {
     /// Print the program, protocol and on-flash format versions.
     #[arg(short = 'V', long)]
@@ -31,11 +79,11 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the gateway.
-    #[command(after_help = EXIT_CODES)]
+    /// Run the gateway: mount (or create) the image, serve the listeners and serial ports.
+    #[command(after_help = RUN_EXIT_CODES)]
     Run(Box<RunArgs>),
     /// Print an image's segments, offsets, consumers and lost ranges; verify every CRC.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = INSPECT_EXIT_CODES)]
     Inspect {
         /// The flash image file (its geometry is read from its segment headers).
         image: PathBuf,
@@ -43,13 +91,57 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Check a configuration file without starting.
-    #[command(after_help = EXIT_CODES)]
+    /// Check a configuration file without starting: every setting, the geometry against
+    /// an existing image, serial devices and ports (missing or in use: warnings).
+    #[command(after_help = VALIDATE_EXIT_CODES)]
     Validate {
         /// The TOML configuration file.
         #[arg(long)]
         config: PathBuf,
     },
+    /// Make a client token, or read one: writes a new random token to FILE (mode 0600) if
+    /// FILE does not exist, then prints the `[[credential]]` entry for the gateway's config
+    /// file with the token's SHA-256 (the gateway keeps only the hash).
+    #[command(after_help = TOKEN_EXIT_CODES)]
+    Token {
+        /// The token file (the client's `--token-file`).
+        file: PathBuf,
+        /// The credential's name in the printed entry (for the gateway's logs).
+        #[arg(long, default_value = "client")]
+        name: String,
+        /// The credential's roles in the printed entry (publish, consume, admin).
+        #[arg(long, default_value = "publish")]
+        roles: String,
+    },
+}
+
+/// Log level flag values (`--log-level`, key `log-level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogLevelArg {
+    /// Errors only.
+    Error,
+    /// Warnings and errors.
+    Warn,
+    /// What the gateway does (the default).
+    Info,
+    /// Connections and rejected requests too.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+impl LogLevelArg {
+    /// The level's name, as `RUST_LOG` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevelArg::Error => "error",
+            LogLevelArg::Warn => "warn",
+            LogLevelArg::Info => "info",
+            LogLevelArg::Debug => "debug",
+            LogLevelArg::Trace => "trace",
+        }
+    }
 }
 
 /// Acknowledgement level flag values.
@@ -110,11 +202,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub write_size: Option<ByteSize>,
     /// Listener URI, repeatable: tcp://HOST:PORT or unix:///PATH, with an optional
-    /// ?mode=lines&topic=NAME [default: tcp://127.0.0.1:7878].
+    /// ?mode=lines&topic=NAME&line-timeout-ms=N (a partial line followed by N ms of silence
+    /// is dropped; 1000 by default) [default: tcp://127.0.0.1:7878].
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listen: Vec<String>,
-    /// Serial port URI, repeatable: serial:///dev/ttyX?baud=115200&mode=frames|lines&topic=NAME.
+    /// Serial port URI, repeatable:
+    /// serial:///dev/ttyX?baud=115200&mode=frames|lines&topic=NAME&line-timeout-ms=N. A
+    /// device that is absent is waited for (USB adapters appear late at boot).
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub serial: Vec<String>,
@@ -147,4 +242,38 @@ pub struct RunArgs {
     /// connections are closed at once [default: 256].
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// Log level; the RUST_LOG environment variable, when set, wins [default: info].
+    #[arg(long, value_enum)]
+    pub log_level: Option<LogLevelArg>,
+    /// Certificate chain (PEM) of every tls:// listener.
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM: PKCS#8, PKCS#1 or SEC1) of the --tls-cert certificate.
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificates (PEM) that client certificates are verified against (mTLS): a
+    /// client with a certificate from this CA needs no token; one with another certificate
+    /// is refused in the TLS handshake; one without a certificate presents a token.
+    #[arg(long)]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Client credentials (config file only, `[[credential]]` tables): name, token-sha256,
+    /// roles, consumers.
+    #[arg(skip)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credential: Vec<CredentialSpec>,
+}
+
+/// One `[[credential]]` of the config file: a client token's SHA-256 and what it may do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct CredentialSpec {
+    /// Name, for the gateway's logs (e.g. `bridge`, `buoy-7`).
+    pub name: String,
+    /// SHA-256 of the token, 64 hex digits (`spillway token FILE` prints it).
+    pub token_sha256: String,
+    /// Roles: `publish`, `consume`, `admin`.
+    pub roles: Vec<String>,
+    /// The consumers `consume` may commit; every consumer when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumers: Option<Vec<String>>,
 }

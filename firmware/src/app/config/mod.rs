@@ -6,6 +6,7 @@
 
 mod check;
 pub mod cli;
+pub mod security;
 pub mod uri;
 
 use std::net::SocketAddr;
@@ -16,9 +17,13 @@ use spillway_core::cli::units::ByteSize;
 use spillway_core::log::{FullPolicy, SpillPolicy};
 use spillway_core::wire::AckLevel;
 
+use std::sync::Arc;
+
 use super::AppError;
-pub use cli::{AckArg, Cli, Command, FullArg, RunArgs, SpillArg};
-pub use uri::{Endpoint, Listen, Mode, Serial, parse_listen, parse_serial};
+use super::auth::{Access, Credentials};
+use super::tls::Tls;
+pub use cli::{AckArg, Cli, Command, CredentialSpec, FullArg, LogLevelArg, RunArgs, SpillArg};
+pub use uri::{Endpoint, Listen, Mode, MqttAck, Serial, parse_listen, parse_serial};
 
 /// Everything `spillway run` needs, after merging file and flags.
 #[derive(Debug, Clone)]
@@ -55,6 +60,23 @@ pub struct Settings {
     pub gateway_id: String,
     /// Most client connections served at once.
     pub max_connections: usize,
+    /// TLS of the `tls://` listeners (`--tls-cert`, `--tls-key`, `--tls-client-ca`).
+    pub tls: Option<Tls>,
+    /// Client credentials (`[[credential]]`).
+    pub credentials: Arc<Credentials>,
+}
+
+impl Settings {
+    /// What a connection on listener `l` may do before its `Hello` is judged, and whether
+    /// it must present a credential (see [`security`]).
+    pub fn access(&self, l: &Listen) -> Access {
+        Access {
+            roles: l.roles,
+            token_required: security::token_required(l, &self.credentials),
+            client_cert: None,
+            credentials: self.credentials.clone(),
+        }
+    }
 }
 
 /// Default image size, bytes.
@@ -90,6 +112,16 @@ pub fn hostname() -> String {
 /// A size setting as a `u32`, or a usage error naming its flag.
 fn size_u32(size: ByteSize, flag: &str) -> Result<u32, AppError> {
     size.to_u32(&format!("--{flag}")).map_err(AppError::Usage)
+}
+
+/// The log level `args` ask for: `--log-level`, else the config file's `log-level` key,
+/// else `info`. A config file that does not read or parse gives `info` here; [`settings`]
+/// reports it.
+pub fn log_level(args: &RunArgs) -> LogLevelArg {
+    layered::<RunArgs, _>(args.config.as_deref(), args)
+        .ok()
+        .and_then(|a| a.log_level)
+        .unwrap_or(LogLevelArg::Info)
 }
 
 /// Lays the flags over the config file (if any), applies the defaults and checks
@@ -135,6 +167,12 @@ pub fn settings(args: &RunArgs) -> Result<Settings, AppError> {
         FullArg::RejectNew => FullPolicy::RejectNew,
         FullArg::DropOldest => FullPolicy::DropOldest,
     };
+    let tls_paths = security::TlsPaths {
+        cert: a.tls_cert.clone(),
+        key: a.tls_key.clone(),
+        client_ca: a.tls_client_ca.clone(),
+    };
+    let credentials = Arc::new(Credentials::from_specs(&a.credential)?);
     let gateway_id = a.gateway_id.unwrap_or_else(hostname);
     if gateway_id.is_empty() || gateway_id.len() > spillway_firmware::gateway::MAX_GATEWAY_ID_LEN {
         return Err(AppError::Usage(format!(
@@ -172,7 +210,14 @@ pub fn settings(args: &RunArgs) -> Result<Settings, AppError> {
         )?,
         gateway_id,
         max_connections: a.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+        tls: None,
+        credentials,
     };
+    let mut s = s;
+    security::check(&s, &tls_paths)?;
+    if let (Some(cert), Some(key)) = (&tls_paths.cert, &tls_paths.key) {
+        s.tls = Some(Tls::new(cert, key, tls_paths.client_ca.as_deref())?);
+    }
     check::check(&s)?;
     Ok(s)
 }
@@ -229,6 +274,7 @@ buffer-bytes = "64K"
 max-record-bytes = "4K"
 gateway-id = "pier-7"
 max-connections = 256     # client connections served at once; more are closed at once
+log-level = "info"        # error, warn, info, debug, trace; RUST_LOG wins when set
 "#,
                 img.display()
             ),
@@ -255,6 +301,7 @@ max-connections = 256     # client connections served at once; more are closed a
             (100, 65_536, 4096)
         );
         assert_eq!((s.gateway_id.as_str(), s.max_connections), ("pier-7", 256));
+        assert_eq!(log_level(&args), LogLevelArg::Info);
         args.listen = vec!["tcp://:7000".into()];
         args.gateway_id = Some("flag".into());
         let s = settings(&args).unwrap();

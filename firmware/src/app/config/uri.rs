@@ -1,11 +1,15 @@
-//! The listener and serial port URIs of `spillway run`: where (`tcp://`, `unix://`,
-//! `serial://`, read by the shared parser `spillway_core::cli::uri`) and what the
-//! connection carries (`mode=frames|lines`, `topic=`, percent-decoded).
+//! The listener and serial port URIs of `spillway run`: where (`tcp://`, `tls://`,
+//! `unix://`, `serial://`, read by the shared parser `spillway_core::cli::uri`, and
+//! `mqtt://`, a TCP address served by the MQTT listener), what the connection may do
+//! (`roles=publish,consume,admin`), whether plaintext on a non-loopback address is meant
+//! (`allow-insecure=true`), and what the connection carries (`mode=frames|lines`, `topic=`,
+//! percent-decoded; `ack=durable|buffered` for `mqtt://`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use spillway_core::cli::uri::{BadUri, GatewayAddr, Uri};
+use spillway_firmware::Roles;
 
 use super::super::AppError;
 
@@ -18,8 +22,33 @@ pub enum Mode {
     Lines {
         /// Fixed topic.
         topic: Option<String>,
+        /// A partial line followed by this many milliseconds of silence is dropped
+        /// (`line-timeout-ms=N`, [`DEFAULT_LINE_TIMEOUT_MS`] by default).
+        timeout_ms: u64,
+    },
+    /// MQTT 3.1.1 and 5.0 publishes (`mqtt://`), one record per PUBLISH.
+    Mqtt {
+        /// When a QoS 1 or 2 publish is acknowledged (PUBACK, PUBREC).
+        ack: MqttAck,
     },
 }
+
+/// When the MQTT listener acknowledges a QoS 1 or 2 publish (`mqtt://…?ack=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MqttAck {
+    /// Once the record is on flash and synced (the default, whatever `--ack` says).
+    Durable,
+    /// Once the record is in the log's RAM buffer (`ack=buffered`): a power cut may lose
+    /// what was acknowledged.
+    Buffered,
+}
+
+/// Milliseconds of silence after which a partial line (no `\n` yet) is dropped, unless a
+/// listener or serial URI gives `line-timeout-ms=N`.
+pub const DEFAULT_LINE_TIMEOUT_MS: u64 = 1000;
+
+/// Largest `line-timeout-ms`, milliseconds (one hour).
+pub const MAX_LINE_TIMEOUT_MS: u64 = 3_600_000;
 
 /// Where a listener listens.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -39,6 +68,24 @@ pub struct Listen {
     pub endpoint: Endpoint,
     /// What it carries.
     pub mode: Mode,
+    /// `tls://`: TCP wrapped in TLS (the certificate settings apply).
+    pub tls: bool,
+    /// What its connections may do (`roles=`; every role without it, `publish` only in
+    /// line mode).
+    pub roles: Roles,
+    /// `allow-insecure=true`: plaintext on a non-loopback address is meant.
+    pub allow_insecure: bool,
+}
+
+impl Listen {
+    /// Whether the listener is reachable only from this host: a loopback address or a
+    /// Unix socket.
+    pub fn is_local(&self) -> bool {
+        match &self.endpoint {
+            Endpoint::Tcp(a) => a.ip().is_loopback(),
+            Endpoint::Unix(_) => true,
+        }
+    }
 }
 
 /// One `--serial`.
@@ -52,9 +99,13 @@ pub struct Serial {
     pub baud: u32,
     /// What it carries.
     pub mode: Mode,
+    /// What the link may do: `publish` unless `roles=` says more (frames only: a port in
+    /// line mode only publishes).
+    pub roles: Roles,
 }
 
-/// The mode and topic of a listener or serial URI (`mode=frames|lines`, `topic=NAME`).
+/// The mode, topic and line timeout of a listener or serial URI (`mode=frames|lines`,
+/// `topic=NAME`, `line-timeout-ms=N`).
 fn mode_of(uri: &Uri) -> Result<Mode, AppError> {
     let text = &uri.text;
     let topic = match uri.param("topic") {
@@ -65,50 +116,183 @@ fn mode_of(uri: &Uri) -> Result<Mode, AppError> {
         }
         t => t.map(str::to_string),
     };
+    let timeout_ms = match uri.param("line-timeout-ms") {
+        None => None,
+        Some(v) => Some(
+            v.parse::<u64>()
+                .ok()
+                .filter(|&ms| (1..=MAX_LINE_TIMEOUT_MS).contains(&ms))
+                .ok_or_else(|| {
+                    AppError::Usage(format!(
+                        "{text}: line-timeout-ms must be 1 to {MAX_LINE_TIMEOUT_MS} milliseconds, not {v:?}"
+                    ))
+                })?,
+        ),
+    };
     match uri.param("mode").unwrap_or("frames") {
         "frames" => {
             if topic.is_some() {
                 return Err(AppError::Usage(format!("{text}: topic= needs mode=lines")));
             }
+            if timeout_ms.is_some() {
+                return Err(AppError::Usage(format!(
+                    "{text}: line-timeout-ms= needs mode=lines"
+                )));
+            }
             Ok(Mode::Frames)
         }
-        "lines" => Ok(Mode::Lines { topic }),
+        "lines" => Ok(Mode::Lines {
+            topic,
+            timeout_ms: timeout_ms.unwrap_or(DEFAULT_LINE_TIMEOUT_MS),
+        }),
         m => Err(AppError::Usage(format!(
             "{text}: mode must be frames or lines, not {m:?}"
         ))),
     }
 }
 
-/// Parses a URI and its address with the shared parser, leaving `mode` and `topic` to
-/// [`mode_of`].
+/// Parses a role list such as `publish,consume` (`publish`, `consume`, `admin`, comma
+/// separated, at least one). `what` names the setting in errors.
+pub fn parse_roles(list: &str, what: &str) -> Result<Roles, AppError> {
+    let mut roles = Roles::NONE;
+    for r in list.split(',').map(str::trim) {
+        match r {
+            "publish" => roles.publish = true,
+            "consume" => roles.consume = true,
+            "admin" => roles.admin = true,
+            other => {
+                return Err(AppError::Usage(format!(
+                    "{what}: unknown role {other:?} (roles are publish, consume, admin)"
+                )));
+            }
+        }
+    }
+    Ok(roles)
+}
+
+/// The `roles=` of a listener or serial URI, `default` without it. A line-mode connection
+/// only publishes: any other role is an error.
+fn roles_of(uri: &Uri, mode: &Mode, default: Roles) -> Result<Roles, AppError> {
+    let text = &uri.text;
+    let given = uri
+        .param("roles")
+        .map(|l| parse_roles(l, text))
+        .transpose()?;
+    let roles = given.unwrap_or(default);
+    if matches!(mode, Mode::Lines { .. }) {
+        if given.is_some_and(|r| r.consume || r.admin) {
+            return Err(AppError::Usage(format!(
+                "{text}: a line-mode connection only publishes (roles=publish)"
+            )));
+        }
+        return Ok(Roles::PUBLISH);
+    }
+    Ok(roles)
+}
+
+/// Parses a URI and its address with the shared parser, leaving `mode`, `topic` and
+/// `line-timeout-ms` to [`mode_of`], `roles` to [`roles_of`] and `allow-insecure` to
+/// [`parse_listen`].
 fn address_of(text: &str) -> Result<(Uri, GatewayAddr), AppError> {
     let usage = |e: BadUri| AppError::Usage(e.to_string());
     let uri = Uri::parse(text).map_err(usage)?;
-    let addr = GatewayAddr::from_uri(&uri, &["mode", "topic"]).map_err(usage)?;
+    let params = [
+        "mode",
+        "topic",
+        "line-timeout-ms",
+        "roles",
+        "allow-insecure",
+    ];
+    let addr = GatewayAddr::from_uri(&uri, &params).map_err(usage)?;
     Ok((uri, addr))
+}
+
+/// Parses an `mqtt://IP:PORT[?ack=durable|buffered]` listener URI (a TCP address; no
+/// `mode` or `topic`: the MQTT topic is the record's topic), or `mqtts://` (the same over
+/// TLS). MQTT connections only publish.
+fn parse_mqtt_listen(text: &str, uri: Uri) -> Result<Listen, AppError> {
+    let tls = uri.scheme == "mqtts";
+    let allow_insecure = allow_insecure_of(&uri)?;
+    let usage = |e: BadUri| AppError::Usage(e.to_string());
+    let ack = match uri.param("ack") {
+        None | Some("durable") => MqttAck::Durable,
+        Some("buffered") => MqttAck::Buffered,
+        Some(other) => {
+            return Err(AppError::Usage(format!(
+                "{text}: ack must be durable or buffered, not {other:?}"
+            )));
+        }
+    };
+    // The address rules are those of tcp://.
+    let mut tcp = uri;
+    tcp.scheme = "tcp".into();
+    let GatewayAddr::Tcp(hp) =
+        GatewayAddr::from_uri(&tcp, &["ack", "allow-insecure"]).map_err(usage)?
+    else {
+        return Err(AppError::Usage(format!("{text}: expected mqtt://IP:PORT")));
+    };
+    let addr = hp.parse().map_err(|_| {
+        AppError::Usage(format!(
+            "{text}: expected mqtt://IP:PORT, e.g. mqtt://127.0.0.1:1883"
+        ))
+    })?;
+    Ok(Listen {
+        uri: text.to_string(),
+        endpoint: Endpoint::Tcp(addr),
+        mode: Mode::Mqtt { ack },
+        tls,
+        roles: Roles::PUBLISH,
+        allow_insecure,
+    })
+}
+
+/// The `allow-insecure=true|false` of a listener URI.
+fn allow_insecure_of(uri: &Uri) -> Result<bool, AppError> {
+    match uri.param("allow-insecure") {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(v) => Err(AppError::Usage(format!(
+            "{}: allow-insecure must be true or false, not {v:?}",
+            uri.text
+        ))),
+    }
 }
 
 /// Parses a `--listen` URI. A TCP address without a host binds 127.0.0.1; the host is an
 /// IP address (a listener binds, it does not resolve names).
 pub fn parse_listen(text: &str) -> Result<Listen, AppError> {
+    if let Ok(uri) = Uri::parse(text)
+        && (uri.scheme == "mqtt" || uri.scheme == "mqtts")
+    {
+        return parse_mqtt_listen(text, uri);
+    }
     let (uri, addr) = address_of(text)?;
-    let endpoint = match addr {
-        GatewayAddr::Tcp(hp) => Endpoint::Tcp(hp.parse().map_err(|_| {
+    let ip_port = |hp: String, scheme: &str| {
+        hp.parse().map(Endpoint::Tcp).map_err(|_| {
             AppError::Usage(format!(
-                "{text}: expected tcp://IP:PORT, e.g. tcp://127.0.0.1:7878"
+                "{text}: expected {scheme}://IP:PORT, e.g. {scheme}://127.0.0.1:7878"
             ))
-        })?),
-        GatewayAddr::Unix(path) => Endpoint::Unix(PathBuf::from(path)),
+        })
+    };
+    let (endpoint, tls) = match addr {
+        GatewayAddr::Tcp(hp) => (ip_port(hp, "tcp")?, false),
+        GatewayAddr::Tls(hp) => (ip_port(hp, "tls")?, true),
+        GatewayAddr::Unix(path) => (Endpoint::Unix(PathBuf::from(path)), false),
         GatewayAddr::Serial { .. } => {
             return Err(AppError::Usage(format!(
-                "{text}: listener URIs start with tcp:// or unix:// (serial ports: --serial)"
+                "{text}: listener URIs start with tcp://, tls://, unix:// or mqtt:// (serial ports: --serial)"
             )));
         }
     };
+    let allow_insecure = allow_insecure_of(&uri)?;
+    let mode = mode_of(&uri)?;
     Ok(Listen {
         uri: text.to_string(),
         endpoint,
-        mode: mode_of(&uri)?,
+        roles: roles_of(&uri, &mode, Roles::ALL)?,
+        mode,
+        tls,
+        allow_insecure,
     })
 }
 
@@ -120,11 +304,18 @@ pub fn parse_serial(text: &str) -> Result<Serial, AppError> {
             "{text}: serial URIs start with serial://"
         )));
     };
+    if uri.param("allow-insecure").is_some() {
+        return Err(AppError::Usage(format!(
+            "{text}: allow-insecure is for network listeners"
+        )));
+    }
+    let mode = mode_of(&uri)?;
     Ok(Serial {
         uri: text.to_string(),
         path,
         baud,
-        mode: mode_of(&uri)?,
+        roles: roles_of(&uri, &mode, Roles::PUBLISH)?,
+        mode,
     })
 }
 
@@ -139,7 +330,17 @@ mod tests {
         assert_eq!(
             l.mode,
             Mode::Lines {
-                topic: Some("t".into())
+                topic: Some("t".into()),
+                timeout_ms: DEFAULT_LINE_TIMEOUT_MS,
+            }
+        );
+        assert_eq!(
+            parse_listen("tcp://:7000?mode=lines&line-timeout-ms=250")
+                .unwrap()
+                .mode,
+            Mode::Lines {
+                topic: None,
+                timeout_ms: 250,
             }
         );
         assert_eq!(
@@ -149,13 +350,43 @@ mod tests {
     }
 
     #[test]
+    fn mqtt_listeners_take_a_tcp_address_and_an_ack_level() {
+        let l = parse_listen("mqtt://127.0.0.1:1883").unwrap();
+        assert_eq!(l.endpoint, Endpoint::Tcp("127.0.0.1:1883".parse().unwrap()));
+        assert_eq!(
+            l.mode,
+            Mode::Mqtt {
+                ack: MqttAck::Durable
+            }
+        );
+        let l = parse_listen("mqtt://:1884?ack=buffered").unwrap();
+        assert_eq!(l.endpoint, Endpoint::Tcp("127.0.0.1:1884".parse().unwrap()));
+        assert_eq!(
+            l.mode,
+            Mode::Mqtt {
+                ack: MqttAck::Buffered
+            }
+        );
+        for bad in [
+            "mqtt://127.0.0.1:1883?ack=none",
+            "mqtt://127.0.0.1:1883?mode=lines",
+            "mqtt://127.0.0.1",
+            "mqtt://localhost:1883",
+            "mqtt:///path",
+        ] {
+            assert!(parse_listen(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn a_topic_is_percent_decoded() {
         let l = parse_listen("unix:///run/x.sock?mode=lines&topic=a%2Fb").unwrap();
         assert_eq!(l.endpoint, Endpoint::Unix("/run/x.sock".into()));
         assert_eq!(
             l.mode,
             Mode::Lines {
-                topic: Some("a/b".into())
+                topic: Some("a/b".into()),
+                timeout_ms: DEFAULT_LINE_TIMEOUT_MS,
             }
         );
         let s =
@@ -164,7 +395,8 @@ mod tests {
         assert_eq!(
             s.mode,
             Mode::Lines {
-                topic: Some("buoy/sst".into())
+                topic: Some("buoy/sst".into()),
+                timeout_ms: DEFAULT_LINE_TIMEOUT_MS,
             }
         );
     }
@@ -177,6 +409,9 @@ mod tests {
             "tcp://127.0.0.1:1?topic=t",
             "tcp://127.0.0.1:1?mode=lines&topic=",
             "tcp://127.0.0.1:1?baud=9600",
+            "tcp://127.0.0.1:1?line-timeout-ms=5",
+            "tcp://127.0.0.1:1?mode=lines&line-timeout-ms=0",
+            "tcp://127.0.0.1:1?mode=lines&line-timeout-ms=soon",
             "tcp://localhost:1",
             "serial:///dev/ttyS0",
             "unix://",
@@ -193,5 +428,34 @@ mod tests {
         }
         let s = parse_serial("serial:///dev/ttyS1").unwrap();
         assert_eq!((s.baud, s.mode), (115_200, Mode::Frames));
+    }
+
+    #[test]
+    fn roles_tls_and_allow_insecure_are_read_from_the_uri() {
+        let l = parse_listen("tls://0.0.0.0:7879?roles=consume,admin").unwrap();
+        assert!(l.tls && !l.is_local() && !l.allow_insecure);
+        assert!(!l.roles.publish && l.roles.consume && l.roles.admin);
+        let l = parse_listen("tcp://10.0.0.1:7878?allow-insecure=true").unwrap();
+        assert!(!l.tls && l.allow_insecure && l.roles == Roles::ALL);
+        assert!(parse_listen("unix:///run/x.sock").unwrap().is_local());
+        // Serial links publish unless told; lines only ever publish.
+        assert_eq!(
+            parse_serial("serial:///dev/ttyS1").unwrap().roles,
+            Roles::PUBLISH
+        );
+        let s = parse_serial("serial:///dev/ttyS1?roles=publish,consume").unwrap();
+        assert!(s.roles.publish && s.roles.consume && !s.roles.admin);
+        assert_eq!(
+            parse_listen("tcp://127.0.0.1:1?mode=lines").unwrap().roles,
+            Roles::PUBLISH
+        );
+        for bad in [
+            "tcp://127.0.0.1:1?mode=lines&roles=consume",
+            "tcp://127.0.0.1:1?roles=root",
+            "tcp://127.0.0.1:1?allow-insecure=yes",
+        ] {
+            assert!(parse_listen(bad).is_err(), "{bad}");
+        }
+        assert!(parse_serial("serial:///dev/ttyS1?allow-insecure=true").is_err());
     }
 }

@@ -1,5 +1,6 @@
-//! Drain tests against an in-process gateway (real log on a simulated flash, real wire
-//! protocol over TCP): file sink output, exact resume, the resume check, gaps, outages and
+//! Drain tests against the real gateway in process (`common::SimGateway`: the gateway
+//! logic and the log on a simulated flash, the wire protocol over TCP): file sink output,
+//! exact resume, the resume check, gaps from real drops, damage and power cuts, outages and
 //! shutdown.
 
 mod common;
@@ -7,26 +8,14 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::FakeGateway;
+use common::{Options, SimGateway, drain_config};
 use spillway_bridge::checkpoint::{ResumeMismatch, Store};
 use spillway_bridge::drain::{Drain, DrainConfig, DrainError, DrainSummary, Shutdown};
 use spillway_bridge::metrics::Metrics;
-use spillway_bridge::progress::Mode;
 
-fn cfg(gw: &FakeGateway, dir: &Path) -> DrainConfig {
-    let mut c = DrainConfig::new(
-        gw.uri().parse().unwrap(),
-        format!("file:{}", dir.join("out").display())
-            .parse()
-            .unwrap(),
-        dir.join("state.redb"),
-    );
-    c.once = true;
-    c.progress = Mode::Off;
-    c.max_batch_bytes = 2048;
-    c.poll_wait = Duration::from_millis(50);
-    c.backoff_initial = Duration::from_millis(10);
-    c.backoff_max = Duration::from_millis(200);
+fn cfg(gw: &SimGateway, dir: &Path) -> DrainConfig {
+    let sink = format!("file:{}", dir.join("out").display());
+    let mut c = drain_config(gw, &sink, dir);
     c.reply_timeout = Duration::from_secs(2);
     c
 }
@@ -49,6 +38,10 @@ fn read_out(dir: &Path) -> Vec<(String, u64, String)> {
         let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
         for line in text.lines() {
             let j: serde_json::Value = serde_json::from_str(line).unwrap();
+            if j.get("gap").is_some() {
+                // A gap line: no offset, no payload (records readers skip it).
+                continue;
+            }
             v.push((
                 j["topic"].as_str().unwrap().to_string(),
                 j["offset"].as_u64().unwrap(),
@@ -66,14 +59,14 @@ fn payloads(prefix: &str, n: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn publish(gw: &FakeGateway, topic: &str, p: &[Vec<u8>]) -> Vec<u64> {
+fn publish(gw: &SimGateway, topic: &str, p: &[Vec<u8>]) -> Vec<u64> {
     let refs: Vec<&[u8]> = p.iter().map(|x| x.as_slice()).collect();
     gw.publish(topic, &refs)
 }
 
 #[test]
 fn once_drains_everything_in_order_and_commits() {
-    let gw = FakeGateway::start("gw-1", 0x1111);
+    let gw = SimGateway::start("gw-1", 0x1111);
     let dir = tempfile::tempdir().unwrap();
     publish(&gw, "buoy/sst", &payloads("a", 300));
     publish(&gw, "cgm", &payloads("b", 200));
@@ -103,7 +96,7 @@ fn once_drains_everything_in_order_and_commits() {
 
 #[test]
 fn resume_continues_exactly_where_it_stopped() {
-    let gw = FakeGateway::start("gw-1", 0x2222);
+    let gw = SimGateway::start("gw-1", 0x2222);
     let dir = tempfile::tempdir().unwrap();
     publish(&gw, "t", &payloads("x", 100));
     assert_eq!(run(cfg(&gw, dir.path())).unwrap().records, 100);
@@ -119,7 +112,7 @@ fn resume_continues_exactly_where_it_stopped() {
 
 #[test]
 fn a_replaced_gateway_is_refused_unless_accepted() {
-    let gw = FakeGateway::start("gw-1", 0xAAAA);
+    let gw = SimGateway::start("gw-1", 0xAAAA);
     let dir = tempfile::tempdir().unwrap();
     publish(&gw, "t", &payloads("old", 20));
     run(cfg(&gw, dir.path())).unwrap();
@@ -154,7 +147,7 @@ fn a_replaced_gateway_is_refused_unless_accepted() {
 
 #[test]
 fn a_crc_mismatch_is_refused() {
-    let gw = FakeGateway::start("gw-1", 0xC0C0);
+    let gw = SimGateway::start("gw-1", 0xC0C0);
     let dir = tempfile::tempdir().unwrap();
     publish(&gw, "t", &payloads("a", 10));
     run(cfg(&gw, dir.path())).unwrap();
@@ -174,7 +167,7 @@ fn a_crc_mismatch_is_refused() {
 
 #[test]
 fn a_checkpoint_beyond_the_log_is_refused() {
-    let gw = FakeGateway::start("gw-1", 0xD0D0);
+    let gw = SimGateway::start("gw-1", 0xD0D0);
     let dir = tempfile::tempdir().unwrap();
     publish(&gw, "t", &payloads("a", 10));
     run(cfg(&gw, dir.path())).unwrap();
@@ -196,30 +189,45 @@ fn a_checkpoint_beyond_the_log_is_refused() {
 
 #[test]
 fn gaps_are_recorded_and_skipped() {
-    let gw = FakeGateway::start("gw-1", 0xE0E0);
+    let gw = SimGateway::start_with("gw-1", 0xE0E0, Options::small_ring_dropping_oldest());
     let dir = tempfile::tempdir().unwrap();
-    publish(&gw, "t", &payloads("a", 100));
-    gw.drop_below(40);
+    publish(&gw, "t", &payloads(FILLER, 100));
+    let first = dropped_oldest(&gw, 100);
     let mut c = cfg(&gw, dir.path());
-    // Start at 0 even though the gateway's first offset is 40: the gap is met by a fetch.
+    // Start at 0 even though the gateway's first offset is past it: the gap is met by a
+    // fetch.
     c.from = Some(spillway_bridge::drain::StartFrom::Offset(0));
     let s = run(c).unwrap();
-    assert_eq!(s.records, 60);
+    assert_eq!(s.records, 100 - first);
     assert_eq!(s.gaps, 1);
     let out = read_out(dir.path());
-    assert_eq!(out.first().unwrap().1, 40);
-    assert_eq!(out.len(), 60);
+    assert_eq!(out.first().unwrap().1, first);
+    assert_eq!(out.len() as u64, 100 - first);
     let store = Store::open(&dir.path().join("state.redb")).unwrap();
     let gaps = store.gaps(0xE0E0, "bridge").unwrap();
     assert_eq!(gaps.len(), 1);
-    assert_eq!((gaps[0].from, gaps[0].to), (0, 40));
+    assert_eq!((gaps[0].from, gaps[0].to), (0, first));
     let cp = store.load("gw-1", "bridge").unwrap().unwrap();
-    assert_eq!((cp.gaps, cp.lost, cp.offset), (1, 40, 100));
+    assert_eq!((cp.gaps, cp.lost, cp.offset), (1, first, 100));
+}
+
+/// A payload prefix long enough that 100 records overflow the small ring whatever the
+/// batch layout saves per record (the compact layout of format version 4 stores short
+/// records in a few bytes each).
+const FILLER: &str = "reading-with-enough-bytes-to-fill-a-1-KiB-segment";
+
+/// On a small ring under drop-oldest that took `published` records, the oldest segment was
+/// dropped unread: returns the log's first offset, now past 0.
+fn dropped_oldest(gw: &SimGateway, published: u64) -> u64 {
+    let first = gw.first_offset();
+    assert!(first > 0 && first < published, "first offset {first}");
+    assert_eq!(gw.records_dropped(), first, "the log counted the drop");
+    first
 }
 
 #[test]
 fn from_latest_skips_the_backlog() {
-    let gw = FakeGateway::start("gw-1", 0xF0F0);
+    let gw = SimGateway::start("gw-1", 0xF0F0);
     let dir = tempfile::tempdir().unwrap();
     publish(&gw, "t", &payloads("a", 30));
     let mut c = cfg(&gw, dir.path());
@@ -235,7 +243,7 @@ fn from_latest_skips_the_backlog() {
 
 #[test]
 fn survives_a_gateway_outage_and_stops_cleanly_on_shutdown() {
-    let gw = FakeGateway::start("gw-1", 0x0707);
+    let gw = SimGateway::start("gw-1", 0x0707);
     let dir = tempfile::tempdir().unwrap();
     let mut c = cfg(&gw, dir.path());
     c.once = false;
@@ -288,10 +296,21 @@ fn run_with(c: DrainConfig, m: &Metrics) -> Result<DrainSummary, DrainError> {
 /// and in redb, which fired data-loss alerts.
 #[test]
 fn never_persisted_offsets_are_skipped_not_counted_as_lost() {
-    let gw = FakeGateway::start("gw-1", 0x5EED);
+    let opts = Options {
+        lease_step: 20,
+        ..Options::default()
+    };
+    let gw = SimGateway::start_with("gw-1", 0x5EED, opts);
     let dir = tempfile::tempdir().unwrap();
-    publish(&gw, "t", &payloads("a", 100));
-    gw.pretend_lost(40, 60, spillway_core::wire::LostReason::NotPersisted);
+    publish(&gw, "t", &payloads("a", 40));
+    // Offset 40 takes the lease to 60; the record is in RAM only when the power goes.
+    gw.publish_unflushed("t", &[b"lost in RAM"]);
+    let report = gw.power_cut();
+    assert_eq!(report.not_durable, Some((40, 60)));
+    assert_eq!(
+        publish(&gw, "t", &payloads("b", 40)),
+        (60..100).collect::<Vec<_>>()
+    );
     let m = Metrics::default();
     let s = run_with(cfg(&gw, dir.path()), &m).unwrap();
     assert_eq!((s.records, s.gaps, s.skipped_offsets), (80, 0, 20));
@@ -317,10 +336,13 @@ fn never_persisted_offsets_are_skipped_not_counted_as_lost() {
 /// A corrupt range is still a real gap: counted as lost and recorded in redb.
 #[test]
 fn corrupt_offsets_are_still_a_gap() {
-    let gw = FakeGateway::start("gw-1", 0xBAD0);
+    let gw = SimGateway::start("gw-1", 0xBAD0);
     let dir = tempfile::tempdir().unwrap();
-    publish(&gw, "t", &payloads("a", 100));
-    gw.pretend_lost(40, 60, spillway_core::wire::LostReason::Corrupt);
+    // Three batches: 0..40, 40..60 and 60..100; a bit of the second one flips for good.
+    publish(&gw, "t", &payloads("a", 40));
+    publish(&gw, "t", &payloads("b", 20));
+    publish(&gw, "t", &payloads("c", 40));
+    gw.flip_bit(b"b-10", 2);
     let m = Metrics::default();
     let s = run_with(cfg(&gw, dir.path()), &m).unwrap();
     assert_eq!((s.records, s.gaps, s.skipped_offsets), (80, 1, 0));
@@ -345,7 +367,7 @@ fn corrupt_offsets_are_still_a_gap() {
 /// earliest offset and sent everything again.
 #[test]
 fn without_a_checkpoint_the_gateways_committed_offset_is_used() {
-    let gw = FakeGateway::start("gw-1", 0xC0_11);
+    let gw = SimGateway::start("gw-1", 0xC0_11);
     let first = tempfile::tempdir().unwrap();
     publish(&gw, "t", &payloads("a", 100));
     assert_eq!(run(cfg(&gw, first.path())).unwrap().records, 100);
@@ -377,8 +399,8 @@ fn without_a_checkpoint_the_gateways_committed_offset_is_used() {
 /// 100 records in 4 flushes, with one byte of record 35's payload a flaky cell of the
 /// simulated flash, wrong on `percent`% of reads: the real log finds the batch's CRC wrong
 /// on those reads and the gateway reports the range corrupt.
-fn flaky_gateway(log_id: u128, percent: u8) -> FakeGateway {
-    let gw = FakeGateway::start("gw-1", log_id);
+fn flaky_gateway(log_id: u128, percent: u8) -> SimGateway {
+    let gw = SimGateway::start("gw-1", log_id);
     for chunk in 0..4 {
         publish(&gw, "t", &payloads(&format!("c{chunk}"), 25));
     }
@@ -386,7 +408,7 @@ fn flaky_gateway(log_id: u128, percent: u8) -> FakeGateway {
     gw
 }
 
-fn fresh_drain(gw: &FakeGateway, m: &Metrics) -> DrainSummary {
+fn fresh_drain(gw: &SimGateway, m: &Metrics) -> DrainSummary {
     let dir = tempfile::tempdir().unwrap();
     let mut c = cfg(gw, dir.path());
     c.from = Some(spillway_bridge::drain::StartFrom::Earliest);
@@ -451,25 +473,25 @@ fn a_cell_wrong_on_every_read_becomes_a_gap_within_2_s() {
 /// run and by no later one; `--from`, or a consumer the gateway did not know, has none.
 #[test]
 fn records_dropped_before_the_first_drain_are_a_gap() {
-    let gw = FakeGateway::start("gw-1", 0xD0_01);
-    publish(&gw, "t", &payloads("a", 100));
-    gw.drop_below(40);
+    let gw = SimGateway::start_with("gw-1", 0xD0_01, Options::small_ring_dropping_oldest());
+    publish(&gw, "t", &payloads(FILLER, 100));
+    let first = dropped_oldest(&gw, 100);
     assert_eq!(gw.committed("bridge"), Some(0));
 
     let dir = tempfile::tempdir().unwrap();
     let m = Metrics::default();
     let s = run_with(cfg(&gw, dir.path()), &m).unwrap();
-    assert_eq!((s.records, s.gaps), (60, 1));
-    assert_eq!((m.gaps.get(), m.lost.get()), (1, 40));
+    assert_eq!((s.records, s.gaps), (100 - first, 1));
+    assert_eq!((m.gaps.get(), m.lost.get()), (1, first));
     let store = Store::open(&dir.path().join("state.redb")).unwrap();
     let gaps = store.gaps(0xD0_01, "bridge").unwrap();
     assert_eq!(gaps.len(), 1);
     assert_eq!(
         (gaps[0].from, gaps[0].to, gaps[0].reason.as_str()),
-        (0, 40, "dropped")
+        (0, first, "dropped")
     );
     let cp = store.load("gw-1", "bridge").unwrap().unwrap();
-    assert_eq!((cp.gaps, cp.lost, cp.offset), (1, 40, 100));
+    assert_eq!((cp.gaps, cp.lost, cp.offset), (1, first, 100));
     drop(store);
     // The next run has nothing more to say about it.
     let s = run(cfg(&gw, dir.path())).unwrap();
@@ -481,21 +503,21 @@ fn records_dropped_before_the_first_drain_are_a_gap() {
     c.from = Some(spillway_bridge::drain::StartFrom::Earliest);
     c.consumer = "replay".into();
     let s = run(c).unwrap();
-    assert_eq!((s.records, s.gaps), (60, 0));
+    assert_eq!((s.records, s.gaps), (100 - first, 0));
 
     // A consumer the gateway did not know when the records were dropped: no gap.
     let other = tempfile::tempdir().unwrap();
     let mut c = cfg(&gw, other.path());
     c.consumer = "archive".into();
     let s = run(c).unwrap();
-    assert_eq!((s.records, s.gaps), (60, 0));
+    assert_eq!((s.records, s.gaps), (100 - first, 0));
 }
 
 /// A state file held by another drain is refused at start with its path and what to do
 /// (exit code 4).
 #[test]
 fn a_state_file_in_use_is_refused_with_its_path() {
-    let gw = FakeGateway::start("gw-1", 0x0BE1);
+    let gw = SimGateway::start("gw-1", 0x0BE1);
     let dir = tempfile::tempdir().unwrap();
     let _held = Store::open(&dir.path().join("state.redb")).unwrap();
     let e = run(cfg(&gw, dir.path())).unwrap_err();

@@ -1,19 +1,18 @@
-//! `publish`, `tail`, `status` and `consumers`: the kcat / mosquitto_pub habits.
+//! `publish`: stdin or a file, one record per line, to a gateway, the mosquitto_pub habit.
+//! Streams its input, pipelines records, resumes a producer session, and reconnects with
+//! backoff; its summary says what was stored and how to continue.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use spillway_core::wire::{AckLevel, LostReason, Producer};
+use spillway_core::wire::{AckLevel, Producer};
 
-use crate::checkpoint::Store;
-use crate::client::{Client, ClientError, FetchReply, GatewayAddr, log_id_hex};
-use crate::drain::{Backoff, Shutdown, StartFrom};
+use super::CLIENT_NAME;
+use crate::client::{Client, ClientError, GatewayAddr};
+use crate::drain::{Backoff, Shutdown};
 use crate::exit;
-use crate::sink::{JsonRecord, Source};
-
-const CLIENT_NAME: &str = concat!("spillway-bridge/", env!("CARGO_PKG_VERSION"));
 
 /// Records sent per pipelined window by `publish`.
 pub const PUBLISH_WINDOW: usize = 64;
@@ -31,8 +30,16 @@ pub struct PublishArgs {
     pub producer_id: Option<u64>,
     /// Continue the producer id's last session: skip the input lines it already stored.
     pub resume: bool,
-    /// Input file; `None` or `-` = stdin.
-    pub input: Option<PathBuf>,
+    /// Input files, read one after the other as one input (`-` = stdin); none = stdin.
+    /// Not read when `messages` are given.
+    pub inputs: Vec<PathBuf>,
+    /// Take each record's timestamp from this top-level field of a JSON object payload (an
+    /// RFC 3339 string, or a number of µs since the Unix epoch); `None`, or a payload
+    /// without a usable field: the gateway stamps the record.
+    pub timestamp_field: Option<String>,
+    /// Records given on the command line (`-m`), one payload each, in order; when not
+    /// empty they are the input instead of lines.
+    pub messages: Vec<Vec<u8>>,
     /// How long to keep reconnecting and resending after a failure.
     pub retry_for: Duration,
     /// Reply timeout.
@@ -69,6 +76,15 @@ pub struct PublishSummary {
     /// Set when publishing stopped before the end of the input (interrupted, input error,
     /// gateway unreachable, session fenced): the command that continues it.
     pub resume_command: Option<String>,
+    /// Set with [`PublishSummary::resume_command`]: the first input line (from 1) not
+    /// acknowledged; it and every line after it are what the resume command publishes.
+    pub first_unacknowledged_line: Option<u64>,
+    /// With several input files: the file and its line number of
+    /// [`PublishSummary::first_unacknowledged_line`].
+    pub first_unacknowledged_at: Option<(String, u64)>,
+    /// Records whose `--timestamp-field` was missing or unusable (the gateway stamped
+    /// them).
+    pub unstamped: u64,
 }
 
 impl std::fmt::Display for PublishSummary {
@@ -101,10 +117,24 @@ impl std::fmt::Display for PublishSummary {
         if self.skipped > 0 {
             write!(f, "; {} input lines skipped (already stored)", self.skipped)?;
         }
-        if let Some(cmd) = &self.resume_command {
+        if self.unstamped > 0 {
             write!(
                 f,
-                "\nstopped before the end of the input; to continue: {cmd}"
+                "; {} records without a usable timestamp field (stamped by the gateway)",
+                self.unstamped
+            )?;
+        }
+        if let Some(cmd) = &self.resume_command {
+            write!(f, "\nstopped before the end of the input")?;
+            if let Some(line) = self.first_unacknowledged_line {
+                write!(f, "; first input line not acknowledged: {line}")?;
+                if let Some((file, n)) = &self.first_unacknowledged_at {
+                    write!(f, " ({file} line {n})")?;
+                }
+            }
+            write!(
+                f,
+                " (the command below skips the lines the gateway stored: no duplicates)\nto continue: {cmd}"
             )?;
         }
         Ok(())
@@ -135,14 +165,86 @@ fn resume_command(args: &PublishArgs, id: u64) -> String {
         AckLevel::None => cmd.push_str(" --ack none"),
         _ => {}
     }
-    match args.input.as_deref() {
-        Some(p) if p.as_os_str() != "-" => {
-            cmd.push(' ');
+    if !args.messages.is_empty() {
+        for m in &args.messages {
+            cmd.push_str(" -m ");
+            cmd.push_str(&shell_quote(&String::from_utf8_lossy(m)));
+        }
+        return cmd;
+    }
+    if let Some(field) = &args.timestamp_field {
+        cmd.push_str(" --timestamp-field ");
+        cmd.push_str(&shell_quote(field));
+    }
+    if args.inputs.is_empty() {
+        cmd.push_str(" (the same input on stdin)");
+    }
+    for p in &args.inputs {
+        cmd.push(' ');
+        if p.as_os_str() == "-" {
+            cmd.push_str("- (the same input on stdin)");
+        } else {
             cmd.push_str(&shell_quote(&p.to_string_lossy()));
         }
-        _ => cmd.push_str(" (the same input on stdin)"),
     }
     cmd
+}
+
+/// What `publish` says about one input in messages: the file, or stdin.
+fn input_name(p: Option<&std::path::Path>) -> String {
+    match p {
+        Some(p) if p.as_os_str() != "-" => p.display().to_string(),
+        _ => "stdin".to_string(),
+    }
+}
+
+/// The timestamp of a record from the top-level `field` of its payload, a JSON object:
+/// an RFC 3339 string (`2026-12-01T01:02:03.5Z`, `…+01:00`) or a number of µs since the
+/// Unix epoch. Errors say what is wrong (not an object, no such field, not a time, a time
+/// before 1970).
+pub fn timestamp_from_field(payload: &[u8], field: &str) -> Result<u64, String> {
+    let obj: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(payload).map_err(|_| "not a JSON object".to_string())?;
+    match obj.get(field) {
+        None => Err(format!("no field {field:?}")),
+        Some(serde_json::Value::String(s)) => {
+            let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+                .map_err(|e| format!("{field:?} is {s:?}, not an RFC 3339 time ({e})"))?;
+            u64::try_from(t.unix_timestamp_nanos() / 1000)
+                .map_err(|_| format!("{field:?} is {s:?}, before 1970"))
+        }
+        Some(serde_json::Value::Number(n)) => n
+            .as_u64()
+            .ok_or_else(|| format!("{field:?} is {n}, not a whole number of µs since 1970")),
+        Some(v) => Err(format!(
+            "{field:?} is {v}, neither an RFC 3339 string nor µs since 1970"
+        )),
+    }
+}
+
+/// Shortest time between two warnings of one kind about refused records (`Full`, a
+/// storage failure); the refusals in between are counted and the next warning gives the
+/// count.
+pub const REFUSAL_WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// A rate-limited warning: at once the first time, then at most once per
+/// [`REFUSAL_WARN_EVERY`], with the number of refusals since the last one.
+#[derive(Default)]
+struct Refusals {
+    last: Option<Instant>,
+    since: u64,
+}
+
+impl Refusals {
+    /// Counts `n` refusals and logs `what` if the last warning is old enough.
+    fn warn(&mut self, n: u64, what: impl FnOnce(u64) -> String) {
+        self.since += n;
+        if self.last.is_none_or(|t| t.elapsed() >= REFUSAL_WARN_EVERY) {
+            log::warn!("{}", what(self.since));
+            self.last = Some(Instant::now());
+            self.since = 0;
+        }
+    }
 }
 
 /// Lines read ahead of the gateway by `publish`'s reader thread, at most.
@@ -154,6 +256,8 @@ struct Unacked {
     line: u64,
     /// Its producer sequence (the line number, wrapping), the same on every resend.
     seq: u32,
+    /// Its timestamp from `--timestamp-field` (`None`: the gateway stamps it).
+    timestamp_us: Option<u64>,
     /// The payload.
     payload: Vec<u8>,
 }
@@ -194,28 +298,58 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         unacknowledged_mode: args.ack == AckLevel::None,
         ..PublishSummary::default()
     };
-    let input = match open_input(args.input.as_deref()) {
-        Ok(r) => r,
-        Err(e) => {
-            log::error!("reading input: {e}");
-            return (sum, exit::FAILURE);
+    // Every input file is opened before anything is sent, so that a wrong name is found
+    // at once, with its path and the OS reason.
+    let mut names = Vec::new();
+    let input = if args.messages.is_empty() {
+        let paths: Vec<Option<&std::path::Path>> = if args.inputs.is_empty() {
+            vec![None]
+        } else {
+            args.inputs.iter().map(|p| Some(p.as_path())).collect()
+        };
+        let mut readers = Vec::new();
+        for p in paths {
+            names.push(input_name(p));
+            match open_input(p) {
+                Ok(r) => readers.push(r),
+                Err(e) => {
+                    log::error!("cannot open input {}: {e}", input_name(p));
+                    return (sum, exit::FAILURE);
+                }
+            }
         }
+        Input::Lines(readers)
+    } else {
+        names.push("the -m messages".to_string());
+        Input::Messages(args.messages.clone())
     };
+    // The input line (from 1) each input file starts at, as the reader reaches it.
+    let mut file_starts: Vec<u64> = vec![1];
+    let several = names.len() > 1;
+    let mut unstamped_warnings = Refusals::default();
     let producer_id = args.producer_id.unwrap_or_else(rand::random);
     let use_producer = args.ack != AckLevel::None || args.producer_id.is_some();
     if use_producer {
         sum.producer_id = Some(producer_id);
     }
-    let stopped = |mut sum: PublishSummary, why: &str| {
+    // Stops publishing: `line` is the first input line not acknowledged.
+    let stopped = |mut sum: PublishSummary, starts: &[u64], line: u64, why: &str| {
         log::error!("{why}");
         if let Some(id) = sum.producer_id {
             sum.resume_command = Some(resume_command(&args, id));
+            sum.first_unacknowledged_line = Some(line);
+            if several {
+                sum.first_unacknowledged_at = Some(locate(&names, starts, line));
+            }
         }
         (sum, exit::FAILURE)
     };
     let mut conn: Option<Client> = None;
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     let mut last_progress = Instant::now();
+    // Whether anything was tried since the last progress: `--retry-for` gives up only after
+    // a failed try, so `--retry-for 0s` makes one attempt, not none.
+    let mut tried = false;
     // The session is opened before any input is read, so that a resume can skip lines.
     let mut epoch: Option<u32> = None;
     let mut skip = 0u64;
@@ -228,17 +362,25 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
             break;
         }
         if stop.is_set() {
-            return stopped(sum, "interrupted before the producer session was opened");
-        }
-        if last_progress.elapsed() > args.retry_for {
             return stopped(
                 sum,
+                &file_starts,
+                1,
+                "interrupted before the producer session was opened",
+            );
+        }
+        if tried && last_progress.elapsed() > args.retry_for {
+            return stopped(
+                sum,
+                &file_starts,
+                1,
                 &format!(
                     "giving up after {:?}: no producer session opened",
                     args.retry_for
                 ),
             );
         }
+        tried = true;
         let Some(c) = connection(&mut conn, &args, &mut backoff, &stop).await else {
             continue;
         };
@@ -277,6 +419,8 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
             Err(ClientError::Gateway { code, message }) if !code.is_retryable() => {
                 return stopped(
                     sum,
+                    &file_starts,
+                    1,
                     &format!("opening a session for producer {producer_id}: {code:?} {message}"),
                 );
             }
@@ -290,7 +434,12 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
             }
         }
     }
-    let lines = spawn_line_reader(input, PUBLISH_INPUT_QUEUE);
+    // A line is read only up to the gateway's record limit (16 MiB without one): the rest
+    // of a longer line is passed over, not held in memory.
+    let limit = max_record.unwrap_or(UNLIMITED_LINE);
+    let lines = spawn_line_reader(input, limit, PUBLISH_INPUT_QUEUE);
+    let mut full_warnings = Refusals::default();
+    let mut storage_warnings = Refusals::default();
     let mut pending: VecDeque<Unacked> = VecDeque::new();
     let mut input_open = true;
     let mut input_failed = false;
@@ -308,9 +457,18 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                 .await;
                 // Time spent waiting for input is not time without progress.
                 last_progress = Instant::now();
+                tried = false;
                 match r {
                     Some(r) => r,
-                    None => return stopped(sum, "interrupted"),
+                    None => {
+                        let next = sum.read + 1;
+                        return stopped(
+                            sum,
+                            &file_starts,
+                            next,
+                            &format!("interrupted while waiting for input line {next}"),
+                        );
+                    }
                 }
             } else {
                 match lines.try_recv() {
@@ -320,17 +478,22 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                 }
             };
             match next {
-                Some(Ok(payload)) => {
+                Some(Ok(Line::NextFile)) => {
+                    file_starts.push(sum.read + 1);
+                    continue;
+                }
+                Some(Ok(Line::TooLong(len))) => {
                     sum.read += 1;
-                    if let Some(max) = max_record.filter(|&m| payload.len() > m) {
-                        log::error!(
-                            "input line {} is {} bytes, the gateway takes at most {max}; not sent",
-                            sum.read,
-                            payload.len()
-                        );
-                        sum.rejected += 1;
-                        continue;
-                    }
+                    log::error!(
+                        "input line {}{} is {len} bytes, the gateway takes at most {limit}; not sent",
+                        sum.read,
+                        at_suffix(several, &names, &file_starts, sum.read)
+                    );
+                    sum.rejected += 1;
+                    continue;
+                }
+                Some(Ok(Line::Record(payload))) => {
+                    sum.read += 1;
                     numbered += 1;
                     if sum.skipped < skip {
                         sum.skipped += 1;
@@ -343,14 +506,33 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                     } else {
                         (numbered - 1) as u32
                     };
+                    let timestamp_us = match &args.timestamp_field {
+                        None => None,
+                        Some(field) => match timestamp_from_field(&payload, field) {
+                            Ok(t) => Some(t),
+                            Err(why) => {
+                                sum.unstamped += 1;
+                                let line = sum.read;
+                                let at = at_suffix(several, &names, &file_starts, line);
+                                unstamped_warnings.warn(1, |n| {
+                                    format!(
+                                        "input line {line}{at}: --timestamp-field: {why}; the gateway stamps it ({n} such record(s) since the last warning)"
+                                    )
+                                });
+                                None
+                            }
+                        },
+                    };
                     pending.push_back(Unacked {
                         line: sum.read,
                         seq,
+                        timestamp_us,
                         payload,
                     });
                 }
                 Some(Err(e)) => {
-                    log::error!("reading input after line {}: {e}", sum.read);
+                    let file = names.get(file_starts.len() - 1).map_or("input", |n| n);
+                    log::error!("reading input {file} after input line {}: {e}", sum.read);
                     input_failed = true;
                     input_open = false;
                 }
@@ -360,9 +542,12 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         if pending.is_empty() {
             break;
         }
+        let first = pending.front().map_or(sum.read + 1, |u| u.line);
         if stop.is_set() {
             return stopped(
                 sum,
+                &file_starts,
+                first,
                 &format!(
                     "interrupted; {} records read and not acknowledged (from input line {})",
                     pending.len(),
@@ -370,26 +555,27 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                 ),
             );
         }
-        if last_progress.elapsed() > args.retry_for {
+        if tried && last_progress.elapsed() > args.retry_for {
             let why = format!(
                 "giving up after {:?} without progress; {} records read and not acknowledged (from input line {})",
                 args.retry_for,
                 pending.len(),
                 pending.front().map_or(0, |u| u.line)
             );
-            return stopped(sum, &why);
+            return stopped(sum, &file_starts, first, &why);
         }
+        tried = true;
         let Some(c) = connection(&mut conn, &args, &mut backoff, &stop).await else {
             continue;
         };
-        let batch: Vec<(Option<Producer>, &[u8])> = pending
+        let batch: Vec<(Option<Producer>, Option<u64>, &[u8])> = pending
             .iter()
             .map(|u| {
                 let producer = use_producer.then_some(Producer {
                     id: producer_id,
                     seq: u.seq,
                 });
-                (producer, u.payload.as_slice())
+                (producer, u.timestamp_us, u.payload.as_slice())
             })
             .collect();
         let res = c.publish_batch(&args.topic, &batch, args.ack, epoch).await;
@@ -407,6 +593,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         let mut unsettled = VecDeque::with_capacity(pending.len());
         let mut results = results.into_iter();
         let mut fenced = None;
+        let (mut full, mut storage) = (0u64, None);
         while let Some(u) = pending.pop_front() {
             let settled = match results.next().flatten() {
                 Some(Ok(ack)) => {
@@ -426,7 +613,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                     use spillway_core::wire::ErrorCode as C;
                     match code {
                         C::Full => {
-                            log::warn!("gateway full, retrying: {message}");
+                            full += 1;
                             false
                         }
                         // An earlier record was refused (full, lost on the way): this one
@@ -439,7 +626,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                         // gateway has remounted or restarted (the producer id deduplicates
                         // what did reach flash).
                         C::StorageFailed => {
-                            log::warn!("gateway storage failed, resending: {message}");
+                            storage.get_or_insert(message);
                             false
                         }
                         // A resend older than the gateway's per-producer window: it is
@@ -497,12 +684,26 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
             };
             if settled {
                 last_progress = Instant::now();
+                tried = false;
                 backoff.reset();
             } else {
                 unsettled.push_back(u);
             }
         }
         pending = unsettled;
+        if full > 0 {
+            full_warnings.warn(full, |n| {
+                format!(
+                    "gateway full: {n} record(s) refused since the last warning, resending in order from input line {} (its log is full: a consumer must commit, see spillway-bridge status)",
+                    pending.front().map_or(0, |u| u.line)
+                )
+            });
+        }
+        if let Some(message) = storage {
+            storage_warnings.warn(1, |n| {
+                format!("gateway storage failed, resending: {message} ({n} time(s) since the last warning)")
+            });
+        }
         if let Some(why) = fenced {
             // Another publisher took the producer id over (or the gateway forgot this
             // session): a `--resume` would continue that publisher's session and skip by its
@@ -529,6 +730,10 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
     if input_failed {
         if let Some(id) = sum.producer_id {
             sum.resume_command = Some(resume_command(&args, id));
+            sum.first_unacknowledged_line = Some(sum.read + 1);
+            if several {
+                sum.first_unacknowledged_at = Some(locate(&names, &file_starts, sum.read + 1));
+            }
         }
         return (sum, exit::FAILURE);
     }
@@ -582,444 +787,181 @@ fn open_input(input: Option<&std::path::Path>) -> std::io::Result<Box<dyn BufRea
     })
 }
 
-/// Reads `input` line by line on a blocking thread and hands each line (without its `\n`
-/// or `\r\n`) through a channel of at most `queue` lines, so a slow gateway holds the
-/// reader back instead of filling memory. The channel closes at the end of the input,
-/// after an error (sent as the last item), or when the receiver is dropped.
+/// The input of `publish`: lines of readers one after the other, or the `-m` messages.
+enum Input {
+    Lines(Vec<Box<dyn BufRead + Send>>),
+    Messages(Vec<Vec<u8>>),
+}
+
+/// The input file (of `names`, starting at the input lines `starts`) and the line number
+/// in it of input line `line`.
+fn locate(names: &[String], starts: &[u64], line: u64) -> (String, u64) {
+    let i = starts.iter().rposition(|&s| s <= line).unwrap_or(0);
+    let start = starts.get(i).copied().unwrap_or(1);
+    (names.get(i).cloned().unwrap_or_default(), line - start + 1)
+}
+
+/// ` (FILE line N)` for input line `line` when there are several input files, else
+/// nothing.
+fn at_suffix(several: bool, names: &[String], starts: &[u64], line: u64) -> String {
+    if !several {
+        return String::new();
+    }
+    let (file, n) = locate(names, starts, line);
+    format!(" ({file} line {n})")
+}
+
+/// One item of the input.
+enum Line {
+    /// The next input file starts (its lines follow).
+    NextFile,
+    /// A record's payload.
+    Record(Vec<u8>),
+    /// A line longer than the limit, of this many bytes (without its `\n`), passed over.
+    TooLong(u64),
+}
+
+/// The line limit when the gateway gives none (a gateway before producer sessions, or
+/// `--ack none` without a producer id), bytes.
+pub const UNLIMITED_LINE: usize = 16 << 20;
+
+/// Reads one line of at most `limit` bytes (without its `\n` or `\r\n`); a longer line is
+/// read through to its end without keeping more than `limit + 1` bytes. `None` at the end
+/// of the input.
+fn read_line(input: &mut dyn BufRead, limit: usize) -> std::io::Result<Option<Line>> {
+    let mut line = Vec::new();
+    let mut len = 0u64;
+    let mut seen = false;
+    loop {
+        let buf = match input.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            break;
+        }
+        seen = true;
+        let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(p) => (&buf[..p], Some(p + 1)),
+            None => (buf, None),
+        };
+        len += chunk.len() as u64;
+        let room = (limit + 1).saturating_sub(line.len());
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let used = done.unwrap_or(buf.len());
+        input.consume(used);
+        if done.is_some() {
+            break;
+        }
+    }
+    if !seen {
+        return Ok(None);
+    }
+    if line.last() == Some(&b'\r') && len as usize <= limit + 1 {
+        line.pop();
+        len -= 1;
+    }
+    if len > limit as u64 {
+        return Ok(Some(Line::TooLong(len)));
+    }
+    Ok(Some(Line::Record(line)))
+}
+
+/// Reads `input` on a blocking thread and hands each line (without its `\n` or `\r\n`; a
+/// line over `limit` bytes as [`Line::TooLong`]) or each message through a channel of at
+/// most `queue` items, so a slow gateway holds the reader back instead of filling memory.
+/// The channel closes at the end of the input, after an error (sent as the last item), or
+/// when the receiver is dropped.
 fn spawn_line_reader(
-    input: Box<dyn BufRead + Send>,
+    input: Input,
+    limit: usize,
     queue: usize,
-) -> smol::channel::Receiver<std::io::Result<Vec<u8>>> {
+) -> smol::channel::Receiver<std::io::Result<Line>> {
     let (tx, rx) = smol::channel::bounded(queue.max(1));
-    std::thread::spawn(move || {
-        for line in input.split(b'\n') {
-            let item = line.map(|mut l| {
-                if l.last() == Some(&b'\r') {
-                    l.pop();
+    std::thread::spawn(move || match input {
+        Input::Messages(messages) => {
+            for m in messages {
+                let item = if m.len() > limit {
+                    Line::TooLong(m.len() as u64)
+                } else {
+                    Line::Record(m)
+                };
+                if tx.send_blocking(Ok(item)).is_err() {
+                    return;
                 }
-                l
-            });
-            let failed = item.is_err();
-            if tx.send_blocking(item).is_err() || failed {
-                return;
+            }
+        }
+        Input::Lines(inputs) => {
+            for (i, mut input) in inputs.into_iter().enumerate() {
+                if i > 0 && tx.send_blocking(Ok(Line::NextFile)).is_err() {
+                    return;
+                }
+                loop {
+                    let item = match read_line(&mut *input, limit) {
+                        Ok(None) => break,
+                        Ok(Some(l)) => Ok(l),
+                        Err(e) => Err(e),
+                    };
+                    let failed = item.is_err();
+                    if tx.send_blocking(item).is_err() || failed {
+                        return;
+                    }
+                }
             }
         }
     });
     rx
 }
 
-/// Output format of `tail`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TailFormat {
-    /// One JSON object per line, the file sink's keys.
-    Json,
-    /// The payload and a newline.
-    Raw,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Settings of `tail`.
-#[derive(Debug, Clone)]
-pub struct TailArgs {
-    /// Gateway.
-    pub gateway: GatewayAddr,
-    /// Start.
-    pub from: StartFrom,
-    /// Keep following new records.
-    pub follow: bool,
-    /// Output format.
-    pub format: TailFormat,
-    /// Reply timeout.
-    pub reply_timeout: Duration,
-}
+    fn lines(text: &[u8], limit: usize) -> Vec<String> {
+        let mut r = std::io::BufReader::with_capacity(4, text);
+        let mut out = Vec::new();
+        while let Some(l) = read_line(&mut r, limit).unwrap() {
+            out.push(match l {
+                Line::Record(p) => String::from_utf8(p).unwrap(),
+                Line::TooLong(n) => format!("<{n}>"),
+                Line::NextFile => "<next>".to_string(),
+            });
+        }
+        out
+    }
 
-/// Runs `tail`; returns the exit code. Read-only: commits nothing, fetches anonymously.
-pub async fn tail(args: TailArgs, out: &mut dyn Write) -> i32 {
-    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
-    let mut cursor: Option<u64> = None;
-    let mut end: Option<u64> = None;
-    let mut log_id: Option<u128> = None;
-    loop {
-        let mut c = match Client::connect(&args.gateway, CLIENT_NAME, args.reply_timeout).await {
-            Ok(c) => c,
-            Err(e) if args.follow || cursor.is_some() => {
-                let d = backoff.next_delay();
-                log::warn!("gateway {}: {e}; retrying in {d:.1?}", args.gateway);
-                smol::Timer::after(d).await;
-                continue;
-            }
-            Err(e) => {
-                log::error!("gateway {}: {e}", args.gateway);
-                return exit::FAILURE;
-            }
-        };
-        let w = c.welcome().clone();
-        if log_id.is_some_and(|l| l != w.log_id) {
-            log::error!(
-                "gateway log id changed from {} to {}",
-                log_id_hex(log_id.unwrap_or(0)),
-                log_id_hex(w.log_id)
-            );
-            return exit::FAILURE;
-        }
-        log_id = Some(w.log_id);
-        let src = Source {
-            gateway_id: w.gateway_id.clone(),
-            log_id: w.log_id,
-        };
-        let res: Result<bool, ClientError> = async {
-            if cursor.is_none() {
-                let s = c.stats().await?;
-                cursor = Some(match args.from {
-                    StartFrom::Earliest => s.first_offset,
-                    StartFrom::Latest => s.next_offset,
-                    StartFrom::Offset(o) => o,
-                });
-                if !args.follow {
-                    end = Some(s.next_offset);
-                }
-            }
-            loop {
-                let at = cursor.unwrap_or(0);
-                if end.is_some_and(|e| at >= e) {
-                    return Ok(true);
-                }
-                let wait = if args.follow {
-                    Duration::from_secs(1)
-                } else {
-                    Duration::ZERO
-                };
-                match c.fetch(None, at, 256 * 1024, wait).await? {
-                    FetchReply::Dropped { first_available } => {
-                        log::warn!("offsets {at}..{first_available} are gone");
-                        cursor = Some(first_available.max(at));
-                    }
-                    FetchReply::Records {
-                        next_offset,
-                        lost,
-                        records,
-                        ..
-                    } => {
-                        match lost {
-                            Some(l) if l.reason == LostReason::NotPersisted => log::info!(
-                                "offsets {}..{} were never persisted by the gateway (skipped after a crash)",
-                                l.from,
-                                l.to
-                            ),
-                            Some(l) => {
-                                log::warn!("offsets {}..{} are gone ({:?})", l.from, l.to, l.reason)
-                            }
-                            None => {}
-                        }
-                        for r in &records {
-                            if end.is_some_and(|e| r.offset >= e) {
-                                break;
-                            }
-                            let ok = match args.format {
-                                TailFormat::Json => {
-                                    out.write_all(JsonRecord::new(&src, r).to_line().as_bytes())
-                                }
-                                TailFormat::Raw => out
-                                    .write_all(&r.payload)
-                                    .and_then(|()| out.write_all(b"\n")),
-                            }
-                            .and_then(|()| out.flush());
-                            if ok.is_err() {
-                                // Output closed (e.g. `| head`): done.
-                                return Ok(true);
-                            }
-                        }
-                        let after = records.last().map_or(at, |r| r.offset + 1);
-                        cursor = Some(next_offset.max(after).max(at));
-                    }
-                }
-                backoff.reset();
-            }
-        }
-        .await;
-        match res {
-            Ok(_) => return exit::OK,
-            Err(ClientError::Gateway { code, message }) => {
-                log::error!("gateway error {code:?}: {message}");
-                return exit::FAILURE;
-            }
-            Err(e) => {
-                let d = backoff.next_delay();
-                log::warn!("gateway {}: {e}; reconnecting in {d:.1?}", args.gateway);
-                smol::Timer::after(d).await;
-            }
+    #[test]
+    fn timestamps_from_a_json_field() {
+        let t = |p: &str| timestamp_from_field(p.as_bytes(), "ts");
+        assert_eq!(
+            t(r#"{"ts":"2023-11-14T22:13:20Z","v":1}"#),
+            Ok(1_700_000_000_000_000)
+        );
+        assert_eq!(
+            t(r#"{"ts":"2023-11-14T23:13:20.000001+01:00"}"#),
+            Ok(1_700_000_000_000_001)
+        );
+        assert_eq!(t(r#"{"ts":1700000000000000}"#), Ok(1_700_000_000_000_000));
+        for bad in [
+            r#"{"x":1}"#,
+            r#"{"ts":"yesterday"}"#,
+            r#"{"ts":-1}"#,
+            r#"{"ts":1.5}"#,
+            "21.5",
+            r#"{"ts":"1969-12-31T23:59:59Z"}"#,
+        ] {
+            assert!(t(bad).is_err(), "{bad}");
         }
     }
-}
 
-/// Runs `status`: prints the gateway's stats, consumers and lag, and the local
-/// checkpoints (when a state file is given and exists). Returns the exit code.
-pub async fn status(
-    gateway: &GatewayAddr,
-    state: Option<PathBuf>,
-    reply_timeout: Duration,
-    json: bool,
-    out: &mut dyn Write,
-) -> i32 {
-    let mut c = match Client::connect(gateway, CLIENT_NAME, reply_timeout).await {
-        Ok(c) => c,
-        Err(e) => {
-            log::error!("gateway {gateway}: {e}");
-            return exit::FAILURE;
-        }
-    };
-    let w = c.welcome().clone();
-    let (stats, consumers) =
-        match async { Ok::<_, ClientError>((c.stats().await?, c.consumers().await?)) }.await {
-            Ok(x) => x,
-            Err(e) => {
-                log::error!("gateway {gateway}: {e}");
-                return exit::FAILURE;
-            }
-        };
-    let mut code = exit::OK;
-    let local = match state {
-        None => Ok(Vec::new()),
-        Some(p) => {
-            smol::unblock(move || -> Result<Vec<_>, String> {
-                match Store::open_existing(&p) {
-                    Ok(None) => Ok(Vec::new()),
-                    Ok(Some(s)) => s.list().map_err(|e| e.to_string()),
-                    Err(e) => Err(format!(
-                        "{e} (a running drain holds it; its checkpoint is the gateway's committed offset above, or its --metrics)"
-                    )),
-                }
-            })
-            .await
-        }
-    };
-    let mut state_error = None;
-    let local = match local {
-        Ok(l) => l,
-        Err(e) => {
-            log::error!("{e}");
-            code = exit::STATE;
-            state_error = Some(e);
-            Vec::new()
-        }
-    };
-    let r = if json {
-        let v = serde_json::json!({
-            "gateway": gateway.to_string(),
-            "gateway_id": w.gateway_id,
-            "log_id": log_id_hex(w.log_id),
-            "protocol_version": w.protocol_version,
-            "max_record_bytes": w.max_record_bytes,
-            "max_frame_bytes": w.max_frame_bytes,
-            "stats": {
-                "first_offset": stats.first_offset,
-                "next_offset": stats.next_offset,
-                "durable_offset": stats.durable_offset,
-                "records_appended": stats.records_appended,
-                "records_dropped": stats.records_dropped,
-                "records_corrupt": stats.records_corrupt,
-                "capacity_bytes": stats.capacity_bytes,
-                "used_bytes": stats.used_bytes,
-                "buffered_records": stats.buffered_records,
-                "uptime_ms": stats.uptime_ms,
-            },
-            "consumers": consumers.iter().map(|c| serde_json::json!({
-                "name": c.name,
-                "committed_offset": c.committed_offset,
-                "lag_offsets": stats.next_offset.saturating_sub(c.committed_offset),
-            })).collect::<Vec<_>>(),
-            "checkpoints": local.iter().map(|(g, c, cp)| serde_json::json!({
-                "gateway_id": g,
-                "consumer": c,
-                "log_id": cp.log_id,
-                "offset": cp.offset,
-                "matches_gateway": g == &w.gateway_id && cp.log_id() == Some(w.log_id),
-                "lag_offsets": if g == &w.gateway_id { Some(stats.next_offset.saturating_sub(cp.offset)) } else { None },
-                "records": cp.records,
-                "gaps": cp.gaps,
-                "lost": cp.lost,
-                "resets": cp.resets,
-                "updated_unix_ms": cp.updated_unix_ms,
-            })).collect::<Vec<_>>(),
-            // Set when the state file could not be read: then `checkpoints` is not known.
-            "state_error": state_error,
-        });
-        writeln!(out, "{v}")
-    } else {
-        (|| -> std::io::Result<()> {
-            writeln!(out, "gateway      {gateway}")?;
-            writeln!(out, "gateway id   {}", w.gateway_id)?;
-            writeln!(out, "log id       {}", log_id_hex(w.log_id))?;
-            writeln!(
-                out,
-                "offsets      first {}  next {}  durable {}",
-                stats.first_offset, stats.next_offset, stats.durable_offset
-            )?;
-            writeln!(
-                out,
-                "records      appended {}  dropped {}  corrupt {}  buffered {}",
-                stats.records_appended,
-                stats.records_dropped,
-                stats.records_corrupt,
-                stats.buffered_records
-            )?;
-            writeln!(
-                out,
-                "storage      {} of {} bytes used",
-                stats.used_bytes, stats.capacity_bytes
-            )?;
-            writeln!(out, "consumers")?;
-            for c in &consumers {
-                writeln!(
-                    out,
-                    "  {:<16} committed {:>12}  lag {} offsets",
-                    c.name,
-                    c.committed_offset,
-                    stats.next_offset.saturating_sub(c.committed_offset)
-                )?;
-            }
-            writeln!(out, "checkpoints (state file)")?;
-            for (g, c, cp) in &local {
-                let note = if g != &w.gateway_id {
-                    "other gateway".to_string()
-                } else if cp.log_id() != Some(w.log_id) {
-                    "LOG ID DIFFERS from the gateway's: drain will refuse".to_string()
-                } else {
-                    format!(
-                        "lag {} offsets",
-                        stats.next_offset.saturating_sub(cp.offset)
-                    )
-                };
-                writeln!(
-                    out,
-                    "  {g}/{c}  log {}  offset {}  forwarded {}  gaps {} ({} lost)  resets {}  {note}",
-                    cp.log_id, cp.offset, cp.records, cp.gaps, cp.lost, cp.resets
-                )?;
-            }
-            Ok(())
-        })()
-    };
-    if let Err(e) = r {
-        log::error!("output: {e}");
-        return exit::FAILURE;
+    #[test]
+    fn lines_over_the_limit_are_passed_over_with_their_length() {
+        assert_eq!(
+            lines(b"ab\r\nabcdefgh\nabcd\n\nxyz", 4),
+            ["ab", "<8>", "abcd", "", "xyz"]
+        );
+        assert_eq!(lines(b"abcd\r\n", 4), ["abcd"]);
+        assert_eq!(lines(b"", 4), Vec::<String>::new());
     }
-    code
-}
-
-/// A `consumers delete`: the consumer's name, and whether the gateway's last consumer
-/// may go.
-#[derive(Debug, Clone, Copy)]
-pub struct Delete<'a> {
-    /// The consumer's name.
-    pub name: &'a str,
-    /// Delete it even if it is the gateway's last consumer.
-    pub force: bool,
-}
-
-/// Runs `consumers`: lists the gateway's consumers with their committed offset and lag
-/// (the gateway's next offset minus the committed offset), or, with `delete`, deletes that
-/// consumer on the gateway and prints whether it existed. A deleted consumer no longer
-/// holds back retention; a drain using that name commits it again on its next commit. The
-/// gateway's last consumer is refused unless [`Delete::force`]: with no consumer, the
-/// gateway reclaims records nobody read (and counts them as dropped).
-/// Returns the exit code (1 if the gateway cannot be reached or refuses, or the consumer
-/// is the last one and `force` is not set).
-pub async fn consumers(
-    gateway: &GatewayAddr,
-    delete: Option<Delete<'_>>,
-    reply_timeout: Duration,
-    json: bool,
-    out: &mut dyn Write,
-) -> i32 {
-    let mut c = match Client::connect(gateway, CLIENT_NAME, reply_timeout).await {
-        Ok(c) => c,
-        Err(e) => {
-            log::error!("gateway {gateway}: {e}");
-            return exit::FAILURE;
-        }
-    };
-    let r = match delete {
-        Some(Delete { name, force }) => {
-            if !force {
-                let list = match c.consumers().await {
-                    Ok(l) => l,
-                    Err(e) => {
-                        log::error!("gateway {gateway}: listing consumers: {e}");
-                        return exit::FAILURE;
-                    }
-                };
-                if let [only] = list.as_slice()
-                    && only.name == name
-                {
-                    log::error!(
-                        "consumer {name:?} is the gateway's last consumer (committed offset {}): without a consumer nothing holds retention, and the gateway reclaims records nobody has read when it needs room (counted as dropped, under either --full policy); pass --force to delete it anyway",
-                        only.committed_offset
-                    );
-                    return exit::FAILURE;
-                }
-            }
-            let existed = match c.delete_consumer(name).await {
-                Ok(e) => e,
-                Err(e) => {
-                    log::error!("gateway {gateway}: deleting consumer {name:?}: {e}");
-                    return exit::FAILURE;
-                }
-            };
-            if json {
-                let v = serde_json::json!({ "deleted": name, "existed": existed });
-                writeln!(out, "{v}")
-            } else if existed {
-                writeln!(out, "deleted consumer {name:?}")
-            } else {
-                writeln!(out, "consumer {name:?} did not exist")
-            }
-        }
-        None => {
-            let (stats, list) = match async {
-                Ok::<_, ClientError>((c.stats().await?, c.consumers().await?))
-            }
-            .await
-            {
-                Ok(x) => x,
-                Err(e) => {
-                    log::error!("gateway {gateway}: {e}");
-                    return exit::FAILURE;
-                }
-            };
-            let lag = |o: u64| stats.next_offset.saturating_sub(o);
-            if json {
-                let v = serde_json::json!({
-                    "next_offset": stats.next_offset,
-                    "consumers": list.iter().map(|c| serde_json::json!({
-                        "name": c.name,
-                        "committed_offset": c.committed_offset,
-                        "lag_offsets": lag(c.committed_offset),
-                    })).collect::<Vec<_>>(),
-                });
-                writeln!(out, "{v}")
-            } else {
-                (|| -> std::io::Result<()> {
-                    writeln!(
-                        out,
-                        "{:<24} {:>20} {:>20}",
-                        "consumer", "committed", "lag (offsets)"
-                    )?;
-                    for c in &list {
-                        writeln!(
-                            out,
-                            "{:<24} {:>20} {:>20}",
-                            c.name,
-                            c.committed_offset,
-                            lag(c.committed_offset)
-                        )?;
-                    }
-                    Ok(())
-                })()
-            }
-        }
-    };
-    if let Err(e) = r {
-        log::error!("output: {e}");
-        return exit::FAILURE;
-    }
-    exit::OK
 }

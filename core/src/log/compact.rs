@@ -1,0 +1,681 @@
+//! The compact record layout: how the body of a batch (the bytes after its 32-byte header)
+//! is encoded in segments of format version 4 and later. `FORMAT.md` section 4.3 has the
+//! byte tables.
+//!
+//! Segments of versions 1 to 3 hold bodies of layout 1 (every record carries its topic, an
+//! 8-byte timestamp, a flags byte and a 4-byte payload length: 14 bytes plus the topic).
+//! Layout 2 stores, in the spirit of Kafka's record batch v2:
+//! - the topic once per batch (a record whose topic differs carries its own);
+//! - the first record's timestamp once per batch, and per record the difference to the
+//!   record before as a zigzag varint (one byte for records less than 64 µs apart);
+//! - the payload length once per batch when every payload of the batch has the same length
+//!   (fixed-size sensor records), else per record as a varint;
+//! - an attributes byte per record only when the batch mixes topics or carries producer
+//!   fields, and producer fields only on the records that have them.
+//!
+//! The record CRC ([`record_crc`]) is always computed over the record's layout-1 encoding
+//! (its *canonical* encoding), whatever the layout on flash: a consumer's resume check
+//! compares the same value for a record stored in either layout, and [`Log::read`]
+//! hands out canonical encodings (what [`RecordIter`] parses) from both.
+//!
+//! The decoder reads through a [`Source`] so that a batch can be decoded straight from the
+//! flash through a small window, with no buffer the size of the batch.
+//!
+//! [`Log::read`]: super::Log::read
+//! [`RecordIter`]: super::RecordIter
+//! [`record_crc`]: super::record_crc
+
+use super::format::{MAX_TOPIC_LEN, PRODUCER_LEN, Producer, RECORD_OVERHEAD, parse_record_fields};
+
+/// First segment header version whose batch bodies are in the compact layout (layout 2).
+pub const COMPACT_VERSION: u16 = 4;
+
+/// Body flag: records carry an attributes byte (the batch mixes topics or carries
+/// producer fields).
+const BODY_MIXED: u8 = 0x01;
+/// Body flag: every payload of the batch has the length stored once after the topic.
+const BODY_FIXED_LEN: u8 = 0x02;
+const BODY_FLAGS_KNOWN: u8 = BODY_MIXED | BODY_FIXED_LEN;
+
+/// Record attribute: producer id (u64) and sequence (varint) follow the timestamp delta.
+const ATTR_PRODUCER: u8 = 0x01;
+/// Record attribute: the record's own topic (length byte and bytes) follows.
+const ATTR_TOPIC: u8 = 0x02;
+const ATTRS_KNOWN: u8 = ATTR_PRODUCER | ATTR_TOPIC;
+
+/// Bytes of a compact body before the batch topic's bytes: flags (1), base timestamp (8),
+/// topic length (1).
+pub const BODY_PREFIX_LEN: usize = 10;
+
+/// Fewest bytes a compact body of `count` records takes (a one-byte topic, fixed empty
+/// payloads, one byte of timestamp delta per record): bounds the record count a batch
+/// header may claim for its length. In 64 bits, so that a decoded count never overflows
+/// a 32-bit `usize`.
+pub const fn min_body_len(count: u32) -> u64 {
+    (BODY_PREFIX_LEN + 1 + 1) as u64 + count as u64
+}
+
+/// Longest canonical record encoding before the payload: topic length, topic, timestamp,
+/// flags, producer, payload length.
+pub const MAX_CANONICAL_HEAD: usize = RECORD_OVERHEAD + MAX_TOPIC_LEN + PRODUCER_LEN;
+
+/// Bytes of the LEB128 varint of `v` (1 to 10).
+pub(crate) const fn varint_len(v: u64) -> usize {
+    let bits = 64 - (v | 1).leading_zeros() as usize;
+    bits.div_ceil(7)
+}
+
+/// Writes the LEB128 varint of `v` into `out`; returns its length.
+fn put_varint(mut v: u64, out: &mut [u8; 10]) -> usize {
+    let mut n = 0;
+    loop {
+        let b = (v & 0x7F) as u8;
+        v >>= 7;
+        if v == 0 {
+            out[n] = b;
+            return n + 1;
+        }
+        out[n] = b | 0x80;
+        n += 1;
+    }
+}
+
+fn zigzag(d: i64) -> u64 {
+    ((d << 1) ^ (d >> 63)) as u64
+}
+
+fn unzigzag(u: u64) -> i64 {
+    ((u >> 1) as i64) ^ -((u & 1) as i64)
+}
+
+/// The zigzag varint length of the timestamp step from `prev` to `ts` (wrapping: any
+/// 64-bit difference round-trips).
+fn delta_len(prev: u64, ts: u64) -> usize {
+    varint_len(zigzag(ts.wrapping_sub(prev) as i64))
+}
+
+/// How a run of buffered records is encoded: what [`plan`] found fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// Records of the batch (a prefix of the buffered ones; 0 if not even one fits).
+    pub count: u32,
+    /// Bytes those records take in the canonical (RAM buffer) layout.
+    pub canonical_len: usize,
+    /// Bytes of the compact body.
+    pub body_len: usize,
+    flags: u8,
+}
+
+/// Running sums over a prefix of records, enough to size its compact body.
+struct Sizes {
+    topic: usize,
+    first_len: usize,
+    fixed: bool,
+    mixed: bool,
+    /// Σ (timestamp delta + payload) bytes.
+    base: usize,
+    /// Σ payload length varints.
+    lens: usize,
+    /// Σ attributes, own topics and producer fields.
+    extra: usize,
+}
+
+impl Sizes {
+    fn body_len(&self) -> usize {
+        BODY_PREFIX_LEN
+            + self.topic
+            + self.base
+            + if self.fixed {
+                varint_len(self.first_len as u64)
+            } else {
+                self.lens
+            }
+            + if self.mixed { self.extra } else { 0 }
+    }
+
+    fn flags(&self) -> u8 {
+        (if self.mixed { BODY_MIXED } else { 0 }) | if self.fixed { BODY_FIXED_LEN } else { 0 }
+    }
+}
+
+/// Sizes the longest prefix of the `count` canonical encodings in `canonical` (the first
+/// at offset `base`) whose compact body takes at most `max_body` bytes. Records that do
+/// not parse end the prefix (the RAM buffer only holds records it encoded itself).
+pub fn plan(canonical: &[u8], base: u64, count: u32, max_body: usize) -> Plan {
+    let mut best = Plan {
+        count: 0,
+        canonical_len: 0,
+        body_len: 0,
+        flags: 0,
+    };
+    let mut s = Sizes {
+        topic: 0,
+        first_len: 0,
+        fixed: true,
+        mixed: false,
+        base: 0,
+        lens: 0,
+        extra: 0,
+    };
+    let (mut at, mut prev_ts, mut first_topic): (usize, u64, &str) = (0, 0, "");
+    for i in 0..count {
+        let Some((r, n)) = parse_record_fields(&canonical[at..], base + u64::from(i)) else {
+            break;
+        };
+        if i == 0 {
+            s.topic = r.topic.len();
+            s.first_len = r.payload.len();
+            first_topic = r.topic;
+            prev_ts = r.timestamp_us;
+        }
+        s.base += delta_len(prev_ts, r.timestamp_us) + r.payload.len();
+        prev_ts = r.timestamp_us;
+        s.lens += varint_len(r.payload.len() as u64);
+        s.fixed &= r.payload.len() == s.first_len;
+        s.extra += 1;
+        if r.topic != first_topic {
+            s.mixed = true;
+            s.extra += 1 + r.topic.len();
+        }
+        if let Some(p) = r.producer {
+            s.mixed = true;
+            s.extra += 8 + varint_len(u64::from(p.seq));
+        }
+        let len = s.body_len();
+        if len > max_body {
+            break;
+        }
+        at += n;
+        best = Plan {
+            count: i + 1,
+            canonical_len: at,
+            body_len: len,
+            flags: s.flags(),
+        };
+    }
+    best
+}
+
+/// Encodes the records `plan` chose from `canonical` (the first at offset `base`) as a
+/// compact body, handing its bytes to `sink` in order (exactly `plan.body_len` bytes in
+/// all). The first error of `sink` stops the encoding and is returned.
+pub fn encode<E>(
+    canonical: &[u8],
+    base: u64,
+    plan: &Plan,
+    sink: &mut impl FnMut(&[u8]) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut v = [0u8; 10];
+    let mut at = 0usize;
+    let mut prev_ts = 0u64;
+    let mut first_topic = "";
+    for i in 0..plan.count {
+        let Some((r, n)) = parse_record_fields(&canonical[at..], base + u64::from(i)) else {
+            // `plan` parsed these same bytes.
+            break;
+        };
+        at += n;
+        if i == 0 {
+            first_topic = r.topic;
+            prev_ts = r.timestamp_us;
+            sink(&[plan.flags])?;
+            sink(&r.timestamp_us.to_le_bytes())?;
+            sink(&[r.topic.len() as u8])?;
+            sink(r.topic.as_bytes())?;
+            if plan.flags & BODY_FIXED_LEN != 0 {
+                let k = put_varint(r.payload.len() as u64, &mut v);
+                sink(&v[..k])?;
+            }
+        }
+        let own_topic = r.topic != first_topic;
+        if plan.flags & BODY_MIXED != 0 {
+            let attrs = (if own_topic { ATTR_TOPIC } else { 0 })
+                | if r.producer.is_some() {
+                    ATTR_PRODUCER
+                } else {
+                    0
+                };
+            sink(&[attrs])?;
+        }
+        let k = put_varint(zigzag(r.timestamp_us.wrapping_sub(prev_ts) as i64), &mut v);
+        sink(&v[..k])?;
+        prev_ts = r.timestamp_us;
+        if own_topic {
+            sink(&[r.topic.len() as u8])?;
+            sink(r.topic.as_bytes())?;
+        }
+        if let Some(p) = r.producer {
+            sink(&p.id.to_le_bytes())?;
+            let k = put_varint(u64::from(p.seq), &mut v);
+            sink(&v[..k])?;
+        }
+        if plan.flags & BODY_FIXED_LEN == 0 {
+            let k = put_varint(r.payload.len() as u64, &mut v);
+            sink(&v[..k])?;
+        }
+        sink(r.payload)?;
+    }
+    Ok(())
+}
+
+/// Where a decoder gets a compact body's bytes from, in order.
+pub trait Source {
+    /// Error of the underlying storage.
+    type Error;
+    /// Fills `out` with the next bytes of the body; `Ok(false)` if the body ends first.
+    fn take(&mut self, out: &mut [u8]) -> Result<bool, Self::Error>;
+}
+
+/// A compact body held in memory.
+#[derive(Debug)]
+pub struct SliceSource<'a> {
+    /// The bytes not taken yet.
+    pub rest: &'a [u8],
+}
+
+impl Source for SliceSource<'_> {
+    type Error = core::convert::Infallible;
+    fn take(&mut self, out: &mut [u8]) -> Result<bool, Self::Error> {
+        let Some((head, rest)) = self.rest.split_at_checked(out.len()) else {
+            return Ok(false);
+        };
+        out.copy_from_slice(head);
+        self.rest = rest;
+        Ok(true)
+    }
+}
+
+/// The fields of one decoded record, before its payload (which the caller takes from the
+/// source: `payload_len` bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    /// Wall-clock timestamp, µs since the Unix epoch.
+    pub timestamp_us: u64,
+    /// Producer id and sequence, if the record has them.
+    pub producer: Option<Producer>,
+    /// Payload bytes that follow in the source.
+    pub payload_len: u32,
+    own_topic: bool,
+}
+
+/// Decodes the records of one compact body, one [`Head`] at a time: after each
+/// [`Decoder::next`] the caller takes the record's payload from the same source. Every
+/// decoded number is checked: a malformed body gives `None`, never a panic.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    flags: u8,
+    prev_ts: u64,
+    fixed_len: u32,
+    left: u32,
+    topic: [u8; MAX_TOPIC_LEN],
+    topic_len: u8,
+    own: [u8; MAX_TOPIC_LEN],
+    own_len: u8,
+}
+
+/// Reads a LEB128 varint of at most 10 bytes that fits in 64 bits.
+fn take_varint<S: Source>(src: &mut S) -> Result<Option<u64>, S::Error> {
+    let mut v = 0u64;
+    for i in 0..10 {
+        let mut b = [0u8];
+        if !src.take(&mut b)? {
+            return Ok(None);
+        }
+        let bits = u64::from(b[0] & 0x7F);
+        if i == 9 && bits > 1 {
+            return Ok(None);
+        }
+        v |= bits << (7 * i);
+        if b[0] & 0x80 == 0 {
+            return Ok(Some(v));
+        }
+    }
+    Ok(None)
+}
+
+/// Reads a topic (length byte, 1 to 255 bytes of UTF-8) into `out`; returns its length.
+fn take_topic<S: Source>(
+    src: &mut S,
+    out: &mut [u8; MAX_TOPIC_LEN],
+) -> Result<Option<u8>, S::Error> {
+    let mut n = [0u8];
+    if !src.take(&mut n)? || n[0] == 0 {
+        return Ok(None);
+    }
+    let t = &mut out[..n[0] as usize];
+    if !src.take(t)? || core::str::from_utf8(t).is_err() {
+        return Ok(None);
+    }
+    Ok(Some(n[0]))
+}
+
+impl Decoder {
+    /// Reads the body's prefix (flags, base timestamp, batch topic, fixed payload length)
+    /// for a batch of `count` records. `None` if it is malformed.
+    pub fn start<S: Source>(src: &mut S, count: u32) -> Result<Option<Self>, S::Error> {
+        let mut d = Decoder {
+            flags: 0,
+            prev_ts: 0,
+            fixed_len: 0,
+            left: count,
+            topic: [0; MAX_TOPIC_LEN],
+            topic_len: 0,
+            own: [0; MAX_TOPIC_LEN],
+            own_len: 0,
+        };
+        let mut b = [0u8; 9];
+        if !src.take(&mut b)? || b[0] & !BODY_FLAGS_KNOWN != 0 {
+            return Ok(None);
+        }
+        d.flags = b[0];
+        d.prev_ts = u64::from_le_bytes([b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8]]);
+        let Some(t) = take_topic(src, &mut d.topic)? else {
+            return Ok(None);
+        };
+        d.topic_len = t;
+        if d.flags & BODY_FIXED_LEN != 0 {
+            let Some(n) = take_varint(src)?.and_then(|n| u32::try_from(n).ok()) else {
+                return Ok(None);
+            };
+            d.fixed_len = n;
+        }
+        Ok(Some(d))
+    }
+
+    /// Records not decoded yet.
+    pub fn left(&self) -> u32 {
+        self.left
+    }
+
+    /// Decodes the next record's fields; the caller then takes its `payload_len` payload
+    /// bytes from `src`. `None` if the body is malformed or every record was decoded.
+    pub fn next<S: Source>(&mut self, src: &mut S) -> Result<Option<Head>, S::Error> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        let mut attrs = 0u8;
+        if self.flags & BODY_MIXED != 0 {
+            let mut a = [0u8];
+            if !src.take(&mut a)? || a[0] & !ATTRS_KNOWN != 0 {
+                return Ok(None);
+            }
+            attrs = a[0];
+        }
+        let Some(delta) = take_varint(src)? else {
+            return Ok(None);
+        };
+        let timestamp_us = self.prev_ts.wrapping_add(unzigzag(delta) as u64);
+        let own_topic = attrs & ATTR_TOPIC != 0;
+        if own_topic {
+            let Some(t) = take_topic(src, &mut self.own)? else {
+                return Ok(None);
+            };
+            self.own_len = t;
+        }
+        let mut producer = None;
+        if attrs & ATTR_PRODUCER != 0 {
+            let mut id = [0u8; 8];
+            if !src.take(&mut id)? {
+                return Ok(None);
+            }
+            let Some(seq) = take_varint(src)?.and_then(|s| u32::try_from(s).ok()) else {
+                return Ok(None);
+            };
+            producer = Some(Producer {
+                id: u64::from_le_bytes(id),
+                seq,
+            });
+        }
+        let payload_len = if self.flags & BODY_FIXED_LEN != 0 {
+            self.fixed_len
+        } else {
+            let Some(n) = take_varint(src)?.and_then(|n| u32::try_from(n).ok()) else {
+                return Ok(None);
+            };
+            n
+        };
+        self.prev_ts = timestamp_us;
+        self.left -= 1;
+        Ok(Some(Head {
+            timestamp_us,
+            producer,
+            payload_len,
+            own_topic,
+        }))
+    }
+
+    /// The topic of the record `h` (the last one decoded).
+    pub fn topic(&self, h: &Head) -> &[u8] {
+        if h.own_topic {
+            &self.own[..self.own_len as usize]
+        } else {
+            &self.topic[..self.topic_len as usize]
+        }
+    }
+
+    /// Writes the canonical (layout 1) encoding of `h`'s fields before its payload into
+    /// `out`; returns its length (at most [`MAX_CANONICAL_HEAD`]). The record's canonical
+    /// encoding is these bytes followed by its payload.
+    pub fn canonical_head(&self, h: &Head, out: &mut [u8; MAX_CANONICAL_HEAD]) -> usize {
+        let t = self.topic(h);
+        out[0] = t.len() as u8;
+        let mut at = 1 + t.len();
+        out[1..at].copy_from_slice(t);
+        out[at..at + 8].copy_from_slice(&h.timestamp_us.to_le_bytes());
+        at += 8;
+        match h.producer {
+            Some(p) => {
+                out[at] = 0x01;
+                out[at + 1..at + 9].copy_from_slice(&p.id.to_le_bytes());
+                out[at + 9..at + 13].copy_from_slice(&p.seq.to_le_bytes());
+                at += 13;
+            }
+            None => {
+                out[at] = 0;
+                at += 1;
+            }
+        }
+        out[at..at + 4].copy_from_slice(&h.payload_len.to_le_bytes());
+        at + 4
+    }
+}
+
+/// Expands a compact body of `count` records held in memory into their canonical
+/// encodings, back to back in `out`; returns the bytes written. `None` if the body is
+/// malformed, holds other than exactly `count` records, or `out` is too small.
+pub fn expand(body: &[u8], count: u32, out: &mut [u8]) -> Option<usize> {
+    let mut src = SliceSource { rest: body };
+    let Ok(Some(mut d)) = Decoder::start(&mut src, count) else {
+        return None;
+    };
+    let mut head = [0u8; MAX_CANONICAL_HEAD];
+    let mut at = 0usize;
+    while d.left() > 0 {
+        let Ok(Some(h)) = d.next(&mut src) else {
+            return None;
+        };
+        let n = d.canonical_head(&h, &mut head);
+        let end = at.checked_add(n)?.checked_add(h.payload_len as usize)?;
+        let dst = out.get_mut(at..end)?;
+        dst[..n].copy_from_slice(&head[..n]);
+        if src.take(&mut dst[n..]) != Ok(true) {
+            return None;
+        }
+        at = end;
+    }
+    src.rest.is_empty().then_some(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::format::Record;
+    use std::vec::Vec;
+
+    fn canonical(records: &[Record<'_>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for r in records {
+            let at = out.len();
+            out.resize(at + r.encoded_len(), 0);
+            r.encode_into(&mut out[at..]);
+        }
+        out
+    }
+
+    fn compact(c: &[u8], count: u32) -> (Plan, Vec<u8>) {
+        let p = plan(c, 0, count, usize::MAX);
+        let mut body = Vec::new();
+        encode::<()>(c, 0, &p, &mut |b| {
+            body.extend_from_slice(b);
+            Ok(())
+        })
+        .unwrap();
+        (p, body)
+    }
+
+    fn rec<'a>(
+        topic: &'a str,
+        ts: u64,
+        producer: Option<Producer>,
+        payload: &'a [u8],
+    ) -> Record<'a> {
+        Record {
+            topic,
+            timestamp_us: ts,
+            producer,
+            payload,
+        }
+    }
+
+    #[test]
+    fn varints_round_trip_at_every_length() {
+        for v in [
+            0u64,
+            1,
+            127,
+            128,
+            16_383,
+            16_384,
+            u32::MAX as u64,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let mut b = [0u8; 10];
+            let n = put_varint(v, &mut b);
+            assert_eq!(n, varint_len(v), "{v}");
+            let mut src = SliceSource { rest: &b[..n] };
+            assert_eq!(take_varint(&mut src).unwrap(), Some(v));
+        }
+        // An eleventh byte, or bits past 64, are malformed.
+        let mut src = SliceSource { rest: &[0xFF; 11] };
+        assert_eq!(take_varint(&mut src).unwrap(), None);
+        let mut src = SliceSource {
+            rest: &[0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x02],
+        };
+        assert_eq!(take_varint(&mut src).unwrap(), None);
+        for d in [0i64, 1, -1, 63, -64, 64, i64::MAX, i64::MIN] {
+            assert_eq!(unzigzag(zigzag(d)), d);
+        }
+    }
+
+    /// A uniform batch (one topic, no producer, equal payload lengths, close timestamps)
+    /// costs one byte per record besides the payload.
+    #[test]
+    fn a_uniform_batch_costs_one_byte_per_record() {
+        let payloads: Vec<[u8; 32]> = (0..100u8).map(|i| [i; 32]).collect();
+        let recs: Vec<Record<'_>> = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| rec("t", 1_764_000_000_000_000 + 10 * i as u64, None, p))
+            .collect();
+        let c = canonical(&recs);
+        let (p, body) = compact(&c, 100);
+        assert_eq!(p.count, 100);
+        assert_eq!(p.canonical_len, c.len());
+        assert_eq!(body.len(), BODY_PREFIX_LEN + 1 + 1 + 100 * 33);
+        assert_eq!(body.len(), p.body_len);
+        let mut out = std::vec![0u8; c.len()];
+        assert_eq!(expand(&body, 100, &mut out), Some(c.len()));
+        assert_eq!(out, c);
+    }
+
+    /// Mixed topics, producers, timestamps that go backwards and wrap, varying payload
+    /// lengths: every record comes back as its canonical encoding, and `plan` sizes the
+    /// body exactly.
+    #[test]
+    fn a_mixed_batch_round_trips_to_canonical_encodings() {
+        let big = [7u8; 300];
+        let recs = [
+            rec("sst", 1_764_000_000_000_000, None, b"18.4"),
+            rec(
+                "sst",
+                1_764_000_000_000_001,
+                Some(Producer { id: 9, seq: 1 }),
+                b"",
+            ),
+            rec("glucose", 5, None, &big),
+            rec(
+                "sst",
+                u64::MAX,
+                Some(Producer {
+                    id: u64::MAX,
+                    seq: u32::MAX,
+                }),
+                b"x",
+            ),
+            rec("sst", 0, None, b"18.5"),
+        ];
+        let c = canonical(&recs);
+        for k in 1..=recs.len() as u32 {
+            let want = canonical(&recs[..k as usize]);
+            let (p, body) = compact(&want, k);
+            assert_eq!((p.count, p.body_len), (k, body.len()), "k {k}");
+            let mut out = std::vec![0u8; want.len()];
+            assert_eq!(expand(&body, k, &mut out), Some(want.len()), "k {k}");
+            assert_eq!(out, want, "k {k}");
+            // Too small an output, a wrong count, a truncated or longer body: refused.
+            assert_eq!(expand(&body, k, &mut out[..want.len() - 1]), None);
+            assert_eq!(expand(&body, k + 1, &mut std::vec![0u8; c.len() * 2]), None);
+            assert_eq!(expand(&body[..body.len() - 1], k, &mut out), None);
+            let mut longer = body.clone();
+            longer.push(0);
+            assert_eq!(expand(&longer, k, &mut out), None);
+        }
+    }
+
+    /// `plan` stops at the longest prefix whose body fits.
+    #[test]
+    fn plan_takes_the_longest_prefix_that_fits() {
+        let recs = [
+            rec("t", 100, None, &[1; 20]),
+            rec("t", 101, None, &[2; 20]),
+            rec("t", 102, None, &[3; 20]),
+        ];
+        let c = canonical(&recs);
+        let full = plan(&c, 0, 3, usize::MAX);
+        let two = plan(&c, 0, 3, full.body_len - 1);
+        assert_eq!(two.count, 2);
+        assert_eq!(
+            two.canonical_len,
+            recs[0].encoded_len() + recs[1].encoded_len()
+        );
+        assert_eq!(plan(&c, 0, 3, BODY_PREFIX_LEN).count, 0);
+    }
+
+    /// Arbitrary bytes never panic the decoder, whatever count is claimed.
+    #[test]
+    fn arbitrary_bodies_never_panic() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut out = [0u8; 4096];
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 64) as usize;
+            let bytes: Vec<u8> = (0..len)
+                .map(|i| (x >> (i % 8 * 8)) as u8 ^ i as u8)
+                .collect();
+            let _ = expand(&bytes, (x >> 40) as u32 % 8 + 1, &mut out);
+        }
+    }
+}

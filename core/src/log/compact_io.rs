@@ -1,0 +1,264 @@
+//! Compact batches (format version 4) on the flash: writing one from the canonical
+//! encodings of the RAM buffer, and decoding one straight from the flash through a
+//! [`CHUNK`]-byte window (no buffer the size of the batch), for reads and for the mount.
+//! The layout itself is in [`compact`](super::compact).
+
+use super::compact::{self, Decoder, Head, MAX_CANONICAL_HEAD, Plan, Source};
+use super::device::{CHUNK, Dev, READ_ATTEMPTS};
+use super::format::{BATCH_HEADER_LEN, BatchHeader};
+use crate::storage::Flash;
+
+/// The body of a batch on flash, taken in order through a window; every byte loaded is
+/// added to the batch CRC.
+struct FlashSource<'a, F: Flash> {
+    dev: &'a mut Dev<F>,
+    /// Flash address of the next byte to load.
+    addr: u32,
+    /// One past the body's last byte.
+    end: u32,
+    win: [u8; CHUNK],
+    at: usize,
+    len: usize,
+    crc: crate::crc::Hasher,
+}
+
+impl<'a, F: Flash> FlashSource<'a, F> {
+    /// The body of the batch `h` at flash address `batch_addr`.
+    fn new(dev: &'a mut Dev<F>, batch_addr: u32, h: &BatchHeader) -> Self {
+        let mut crc = crate::crc::Hasher::new();
+        crc.update(&h.encode()[16..]);
+        FlashSource {
+            dev,
+            addr: batch_addr + BATCH_HEADER_LEN as u32,
+            end: batch_addr + h.len,
+            win: [0; CHUNK],
+            at: 0,
+            len: 0,
+            crc,
+        }
+    }
+
+    /// Loads the next window; `false` at the end of the body.
+    fn load(&mut self) -> Result<bool, F::Error> {
+        let n = (self.end - self.addr).min(CHUNK as u32) as usize;
+        if n == 0 {
+            return Ok(false);
+        }
+        self.dev.read(self.addr, &mut self.win[..n])?;
+        self.crc.update(&self.win[..n]);
+        self.addr += n as u32;
+        (self.at, self.len) = (0, n);
+        Ok(true)
+    }
+
+    /// Loads the rest of the body and says whether the batch CRC matches `want`.
+    fn finish(mut self, want: u32) -> Result<bool, F::Error> {
+        while self.load()? {}
+        Ok(self.crc.finalize() == want)
+    }
+}
+
+impl<F: Flash> Source for FlashSource<'_, F> {
+    type Error = F::Error;
+    fn take(&mut self, out: &mut [u8]) -> Result<bool, F::Error> {
+        let mut done = 0;
+        while done < out.len() {
+            if self.at == self.len && !self.load()? {
+                return Ok(false);
+            }
+            let n = (out.len() - done).min(self.len - self.at);
+            out[done..done + n].copy_from_slice(&self.win[self.at..self.at + n]);
+            (done, self.at) = (done + n, self.at + n);
+        }
+        Ok(true)
+    }
+}
+
+/// Takes `len` payload bytes from `src` into the record CRC `h` only.
+fn hash_payload<S: Source>(
+    src: &mut S,
+    h: &mut crate::crc::Hasher,
+    mut len: usize,
+) -> Result<bool, S::Error> {
+    let mut b = [0u8; 64];
+    while len > 0 {
+        let n = len.min(b.len());
+        if !src.take(&mut b[..n])? {
+            return Ok(false);
+        }
+        h.update(&b[..n]);
+        len -= n;
+    }
+    Ok(true)
+}
+
+/// The record CRC of a record whose canonical head is `head`, before its payload.
+fn record_hasher(offset: u64, head: &[u8]) -> crate::crc::Hasher {
+    let mut h = crate::crc::Hasher::new();
+    h.update(&offset.to_le_bytes());
+    h.update(head);
+    h
+}
+
+/// What [`Dev::read_compact`] copied.
+pub(super) enum CompactRead {
+    /// `count` records (at least 1) copied as canonical encodings into the first `len`
+    /// bytes of the buffer; `prev_crc` is the record CRC before the first of them.
+    Records {
+        count: u32,
+        len: usize,
+        prev_crc: u32,
+    },
+    /// The first wanted record alone needs this many bytes, more than the buffer.
+    TooSmall { needed: usize },
+    /// The batch did not read back valid (CRC or layout) on any attempt.
+    Corrupt,
+}
+
+impl<F: Flash> Dev<F> {
+    /// Writes the records `plan` chose from `canonical` (the RAM buffer's encodings, the
+    /// first at `base`) as one compact batch at `addr`: the header is filled in (length,
+    /// CRC) from `hdr` and written first, then the body through a [`CHUNK`]-byte staging
+    /// buffer, the last word padded with the erased value.
+    pub(super) fn write_compact(
+        &mut self,
+        addr: u32,
+        hdr: &mut BatchHeader,
+        canonical: &[u8],
+        plan: &Plan,
+    ) -> Result<(), F::Error> {
+        hdr.len = (BATCH_HEADER_LEN + plan.body_len) as u32;
+        hdr.count = plan.count;
+        let mut crc = crate::crc::Hasher::new();
+        crc.update(&hdr.encode()[16..]);
+        let _ = compact::encode::<()>(canonical, hdr.base_offset, plan, &mut |b| {
+            crc.update(b);
+            Ok(())
+        });
+        hdr.crc = crc.finalize();
+        let mut stage = [0u8; CHUNK];
+        stage[..BATCH_HEADER_LEN].copy_from_slice(&hdr.encode());
+        let (mut n, mut at) = (BATCH_HEADER_LEN, addr);
+        compact::encode(canonical, hdr.base_offset, plan, &mut |mut b: &[u8]| {
+            while !b.is_empty() {
+                let k = b.len().min(CHUNK - n);
+                stage[n..n + k].copy_from_slice(&b[..k]);
+                (n, b) = (n + k, &b[k..]);
+                if n == CHUNK {
+                    // CHUNK is a multiple of every write size: nothing is padded here.
+                    self.write_padded(at, &stage)?;
+                    (at, n) = (at + CHUNK as u32, 0);
+                }
+            }
+            Ok(())
+        })?;
+        if n > 0 {
+            self.write_padded(at, &stage[..n])?;
+        }
+        Ok(())
+    }
+
+    /// Decodes the valid compact batch `h` at `batch_addr`, calling `f` with every
+    /// record's offset, fields and record CRC. Read again up to [`READ_ATTEMPTS`] times if
+    /// the CRC or the layout does not check; `Ok(false)` if it never does (`f` may have
+    /// seen records of a failed attempt: callers keep only what the last call gave).
+    pub(super) fn walk_compact(
+        &mut self,
+        batch_addr: u32,
+        h: &BatchHeader,
+        mut f: impl FnMut(u64, &Head, u32),
+    ) -> Result<bool, F::Error> {
+        'attempt: for _ in 0..READ_ATTEMPTS {
+            let mut src = FlashSource::new(self, batch_addr, h);
+            let Some(mut d) = Decoder::start(&mut src, h.count)? else {
+                continue;
+            };
+            let mut head = [0u8; MAX_CANONICAL_HEAD];
+            for i in 0..u64::from(h.count) {
+                let Some(r) = d.next(&mut src)? else {
+                    continue 'attempt;
+                };
+                let n = d.canonical_head(&r, &mut head);
+                let mut crc = record_hasher(h.base_offset + i, &head[..n]);
+                if !hash_payload(&mut src, &mut crc, r.payload_len as usize)? {
+                    continue 'attempt;
+                }
+                f(h.base_offset + i, &r, crc.finalize());
+            }
+            if src.len == src.at && src.addr == src.end && src.finish(h.crc)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Copies the records at or after `from` of the valid compact batch `h` at
+    /// `batch_addr` into `buf` as canonical encodings, as many as fit. Every copy is
+    /// checked against the batch CRC (the whole body is read in the same pass), read again
+    /// up to [`READ_ATTEMPTS`] times.
+    pub(super) fn read_compact(
+        &mut self,
+        batch_addr: u32,
+        h: &BatchHeader,
+        from: u64,
+        buf: &mut [u8],
+    ) -> Result<CompactRead, F::Error> {
+        'attempt: for _ in 0..READ_ATTEMPTS {
+            let mut src = FlashSource::new(self, batch_addr, h);
+            let Some(mut d) = Decoder::start(&mut src, h.count)? else {
+                continue;
+            };
+            let mut head = [0u8; MAX_CANONICAL_HEAD];
+            let (mut count, mut len, mut prev_crc) = (0u32, 0usize, h.prev_crc);
+            let mut needed = None;
+            let mut full = false;
+            for i in 0..u64::from(h.count) {
+                let offset = h.base_offset + i;
+                let Some(r) = d.next(&mut src)? else {
+                    continue 'attempt;
+                };
+                let n = d.canonical_head(&r, &mut head);
+                let plen = r.payload_len as usize;
+                if offset < from || full {
+                    let mut crc = record_hasher(offset, &head[..n]);
+                    if !hash_payload(&mut src, &mut crc, plen)? {
+                        continue 'attempt;
+                    }
+                    if offset < from {
+                        prev_crc = crc.finalize();
+                    }
+                    continue;
+                }
+                let end = len.saturating_add(n).saturating_add(plen);
+                if end > buf.len() {
+                    if count == 0 {
+                        needed = Some(n + plen);
+                    }
+                    full = true;
+                    let mut crc = record_hasher(offset, &head[..n]);
+                    if !hash_payload(&mut src, &mut crc, plen)? {
+                        continue 'attempt;
+                    }
+                    continue;
+                }
+                buf[len..len + n].copy_from_slice(&head[..n]);
+                if !src.take(&mut buf[len + n..end])? {
+                    continue 'attempt;
+                }
+                (len, count) = (end, count + 1);
+            }
+            if !(src.len == src.at && src.addr == src.end && src.finish(h.crc)?) {
+                continue;
+            }
+            return Ok(match needed {
+                Some(needed) => CompactRead::TooSmall { needed },
+                None => CompactRead::Records {
+                    count,
+                    len,
+                    prev_crc,
+                },
+            });
+        }
+        Ok(CompactRead::Corrupt)
+    }
+}

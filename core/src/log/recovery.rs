@@ -1,0 +1,665 @@
+//! Formatting a partition and mounting it: the journal, one header per segment, the scan
+//! of the head segment, torn tails and where the next write may go, damage just before the
+//! tail, and the producer table rebuilt from the records the journal does not cover.
+
+use heapless::Vec;
+
+use super::Log;
+use super::compact::COMPACT_VERSION;
+use super::config::{Config, MIN_BUFFER, MIN_ERASE_SIZE, Memory, SegmentSlot};
+use super::consumers::BRIDGE_CONSUMER;
+use super::device::{CHUNK, Dev, Io};
+use super::format;
+use super::format::{
+    BATCH_HEADER_LEN, BatchHeader, FORMAT_VERSION, HeadCheck, JOURNAL_BLOCKS, RESUME_LEN,
+    ResumeMarker, SEGMENT_HEADER_LEN, SegmentHeader, align_up,
+};
+use super::journal;
+use super::journal::Consumer;
+use super::layout::Layout;
+use super::outcome::{LostRange, LostReason, RecoveryReport, Stats};
+use super::producers;
+use super::producers::ProducerState;
+use super::scan::Next;
+use crate::error::{FormatError, MountError, ReadError};
+use crate::storage::{Flash, Geometry};
+
+/// A segment just before the tail whose header does not validate but whose batches do:
+/// its records, `from` up to the tail's base offset, are lost to damage.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DamagedBeforeTail {
+    /// The tail segment when the damage was found (the range ends at its base).
+    pub(super) tail: u32,
+    /// The damaged segment.
+    pub(super) seg: u32,
+    /// Base offset of its first valid batch.
+    pub(super) from: u64,
+}
+
+/// The geometry recorded in the image must be the storage's: an error otherwise, never a
+/// reinterpretation.
+pub(super) fn same_geometry<E: core::fmt::Debug>(
+    geo: &Geometry,
+    erase_size: u32,
+    write_size: u32,
+    erased: u8,
+) -> Result<(), MountError<E>> {
+    if erase_size != geo.erase_size || write_size != geo.write_size || erased != geo.erased {
+        return Err(MountError::GeometryMismatch {
+            image_erase_size: erase_size,
+            image_write_size: write_size,
+            erase_size: geo.erase_size,
+            write_size: geo.write_size,
+        });
+    }
+    Ok(())
+}
+
+impl<'a, F: Flash> Log<'a, F> {
+    /// Formats the partition as an empty log with id `log_id` (random, chosen by the
+    /// caller) and segments of `blocks_per_segment` erase blocks. Erases the journal and
+    /// the first segment only: segments of other logs are told apart by their log id, so
+    /// give every format a fresh random id. Registers the consumer `bridge` at offset 0.
+    ///
+    /// Errors: [`FormatError::Geometry`] for an unusable geometry (erase size below
+    /// [`MIN_ERASE_SIZE`] included), [`FormatError::TooFewSegments`] if fewer than two
+    /// segments fit, storage errors.
+    pub fn format(
+        flash: &mut F,
+        log_id: u128,
+        blocks_per_segment: u32,
+    ) -> Result<(), FormatError<F::Error>> {
+        let geo = flash.geometry();
+        if !geo.is_valid() || geo.erase_size < MIN_ERASE_SIZE {
+            return Err(FormatError::Geometry);
+        }
+        let l = Layout::new(geo, blocks_per_segment);
+        if l.seg_count < 2 {
+            return Err(FormatError::TooFewSegments {
+                segments: l.seg_count,
+                blocks_per_segment,
+            });
+        }
+        let mut dev = Dev {
+            flash,
+            l,
+            stats: Stats::default(),
+            failed: None,
+        };
+        let map = |e: Io<F::Error>| match e {
+            Io::Flash(e) => FormatError::Flash(e),
+            Io::BadBlock(block) => FormatError::BadBlock { block },
+        };
+        dev.erase_verified(0, JOURNAL_BLOCKS).map_err(map)?;
+        dev.erase_verified(JOURNAL_BLOCKS, blocks_per_segment)
+            .map_err(map)?;
+        let hdr = SegmentHeader {
+            version: FORMAT_VERSION,
+            erase_size: geo.erase_size,
+            write_size: geo.write_size,
+            erased: geo.erased,
+            blocks_per_segment,
+            segment_count: l.seg_count,
+            log_id,
+            seq: 1,
+            base_offset: 0,
+            prev_crc: 0,
+            erase_count: 1,
+            after_unclean: false,
+        };
+        dev.write_padded(l.seg_addr(0), &hdr.encode())
+            .map_err(FormatError::Flash)?;
+        let mut entry = [0u8; journal::MAX_ENTRY_LEN];
+        let len = journal::encode(
+            &mut entry,
+            geo.erase_size as usize,
+            1,
+            0,
+            0,
+            log_id,
+            (
+                geo.erase_size,
+                geo.write_size,
+                geo.erased,
+                blocks_per_segment,
+            ),
+            true,
+            [(BRIDGE_CONSUMER, 0u64)].into_iter(),
+            core::iter::empty(),
+        );
+        dev.write_padded(0, &entry[..len])
+            .map_err(FormatError::Flash)?;
+        dev.flash.sync().map_err(FormatError::Flash)?;
+        info!(
+            "formatted log {:032x}: {} segments of {} blocks",
+            log_id, l.seg_count, blocks_per_segment
+        );
+        Ok(())
+    }
+
+    /// Mounts a formatted partition and recovers its state. Recovery never fails on bad
+    /// data: torn writes, corrupt batches and interrupted erases are reported in the
+    /// [`RecoveryReport`], never returned as errors and never handed out as records.
+    ///
+    /// `now_us` is the caller's monotonic clock (µs). Errors: storage errors, an unusable
+    /// or mismatching geometry, an unformatted partition, a too small [`Memory`].
+    pub fn mount(
+        flash: F,
+        cfg: Config,
+        mem: Memory<'a>,
+        now_us: u64,
+    ) -> Result<(Self, RecoveryReport), MountError<F::Error>> {
+        let geo = flash.geometry();
+        if !geo.is_valid() || geo.erase_size < MIN_ERASE_SIZE {
+            return Err(MountError::Geometry);
+        }
+        if mem.buffer.len() < MIN_BUFFER {
+            return Err(MountError::BufferTooSmall {
+                len: mem.buffer.len(),
+                min: MIN_BUFFER,
+            });
+        }
+        let mut dev = Dev {
+            flash,
+            l: Layout::new(geo, 1),
+            stats: Stats::default(),
+            failed: None,
+        };
+
+        // 1. The journal.
+        let (entry, jblock, jpos, jinvalid) = Self::scan_journal(&mut dev)
+            .map_err(|(block, error)| MountError::JournalUnreadable { block, error })?;
+
+        // 2. Geometry and log id: from the journal, else from the first valid segment
+        // header found at an erase block start where a segment of its own geometry begins
+        // (no single damaged header decides whether the partition is a log).
+        let (log_id, bps) = match &entry {
+            Some(e) => {
+                same_geometry(&geo, e.erase_size, e.write_size, e.erased)?;
+                (e.log_id, e.blocks_per_segment)
+            }
+            None => {
+                let mut found = None;
+                for blk in JOURNAL_BLOCKS..geo.blocks() {
+                    let mut hb = [0u8; SEGMENT_HEADER_LEN];
+                    dev.read(blk * geo.erase_size, &mut hb)
+                        .map_err(MountError::Flash)?;
+                    if let Some(h) = SegmentHeader::decode(&hb)
+                        && h.blocks_per_segment > 0
+                        && h.erase_size == geo.erase_size
+                        && (blk - JOURNAL_BLOCKS).is_multiple_of(h.blocks_per_segment)
+                    {
+                        found = Some((h.log_id, h.blocks_per_segment));
+                        break;
+                    }
+                }
+                found.ok_or(MountError::NotFormatted)?
+            }
+        };
+        let l = Layout::new(geo, bps);
+        if bps == 0 || l.seg_count < 2 {
+            return Err(MountError::NotFormatted);
+        }
+        dev.l = l;
+        if mem.segments.len() < l.seg_count as usize {
+            return Err(MountError::SegmentTable {
+                segments: l.seg_count,
+                slots: mem.segments.len(),
+            });
+        }
+
+        // 3. One header per segment.
+        let mut valid = 0u32;
+        let mut head: Option<u32> = None;
+        let mut tail: Option<u32> = None;
+        let mut max_seq = 0u64;
+        for s in 0..l.seg_count {
+            let h = dev
+                .read_segment_header(l.seg_addr(s))
+                .map_err(MountError::Flash)?;
+            let slot = &mut mem.segments[s as usize];
+            *slot = SegmentSlot::EMPTY;
+            let Some(h) = h else {
+                continue;
+            };
+            if h.log_id != log_id {
+                continue;
+            }
+            same_geometry(&geo, h.erase_size, h.write_size, h.erased)?;
+            if h.blocks_per_segment != bps || h.segment_count != l.seg_count {
+                continue;
+            }
+            *slot = SegmentSlot {
+                seq: h.seq,
+                base: h.base_offset,
+                erase_count: h.erase_count,
+                valid: true,
+                after_unclean: h.after_unclean,
+                version: h.version,
+            };
+            valid += 1;
+            max_seq = max_seq.max(h.seq);
+            if head.is_none_or(|x| mem.segments[x as usize].seq < h.seq) {
+                head = Some(s);
+            }
+            if tail.is_none_or(|x| mem.segments[x as usize].seq > h.seq) {
+                tail = Some(s);
+            }
+        }
+        if entry.is_none() && valid == 0 {
+            return Err(MountError::NotFormatted);
+        }
+        // Valid segments must have increasing bases in ring order; a header that breaks
+        // that (possible only on a damaged image) is ignored.
+        if let (Some(t), Some(_)) = (tail, head) {
+            let mut last_base = 0u64;
+            for i in 0..l.seg_count {
+                let s = ((t + i) % l.seg_count) as usize;
+                if mem.segments[s].valid {
+                    if mem.segments[s].base < last_base {
+                        mem.segments[s].valid = false;
+                        valid -= 1;
+                    } else {
+                        last_base = mem.segments[s].base;
+                    }
+                }
+            }
+            head = (0..l.seg_count)
+                .filter(|&s| mem.segments[s as usize].valid)
+                .max_by_key(|&s| mem.segments[s as usize].seq);
+        }
+
+        let mut log = Log {
+            dev,
+            cfg,
+            log_id,
+            slots: mem.segments,
+            max_seq,
+            head,
+            head_pos: 0,
+            head_writable: false,
+            unclean_pending: false,
+            resume: None,
+            tail,
+            next_offset: 0,
+            flash_end: 0,
+            durable_end: 0,
+            flash_last_crc: 0,
+            last_crc: 0,
+            lease: 0,
+            buf_cap: 0,
+            buf: mem.buffer,
+            buf_len: BATCH_HEADER_LEN,
+            buf_count: 0,
+            buf_base: 0,
+            buf_prev_crc: 0,
+            buf_first_us: now_us,
+            consumers: Vec::new(),
+            released: 0,
+            corrupt_seen: Vec::new(),
+            producers: Vec::new(),
+            dirty: false,
+            last_persist_us: now_us,
+            now_us,
+            jblock,
+            jpos,
+            jseq: entry.as_ref().map_or(0, |e| e.seq),
+            damaged: None,
+            cursor: None,
+            index_seg: None,
+            index: Vec::new(),
+        };
+        let seg_data = (l.seg_size - l.data_start) & !(l.ws() - 1);
+        log.buf_cap = log.buf.len().min(seg_data as usize);
+        log.find_damage_before_tail().map_err(MountError::Flash)?;
+
+        // 4. Scan the head segment.
+        let mut report = RecoveryReport {
+            segments: l.seg_count,
+            segments_valid: valid,
+            head_records: 0,
+            torn_tail_bytes: 0,
+            clean: false,
+            journal_found: entry.is_some(),
+            journal_seq: entry.as_ref().map_or(0, |e| e.seq),
+            journal_invalid: jinvalid,
+            journal_clean: false,
+            not_durable: None,
+            head_lost: None,
+            first_offset: 0,
+            next_offset: 0,
+            flash_reads: 0,
+        };
+        let mut head_clean = false;
+        // Torn bytes after the head's data: (end of the data, end of the bytes that do not
+        // read erased, how many do not).
+        let mut torn_at: Option<(u32, u32, u32)> = None;
+        if let Some(h) = head {
+            let slot = log.slots[h as usize];
+            let mut pos = l.data_start;
+            let mut expected = slot.base;
+            let mut last_batch: Option<(u32, BatchHeader)> = None;
+            loop {
+                match log
+                    .dev
+                    .next_batch(h, pos, expected)
+                    .map_err(MountError::Flash)?
+                {
+                    Next::Batch {
+                        pos: p,
+                        h: bh,
+                        after_corruption,
+                    } => {
+                        if after_corruption && report.head_lost.is_none() {
+                            report.head_lost = Some(LostRange {
+                                from: expected,
+                                to: bh.base_offset,
+                                reason: LostReason::Corrupt,
+                            });
+                        }
+                        report.head_records += bh.count as u64;
+                        expected = bh.end_offset();
+                        last_batch = Some((p, bh));
+                        pos = p + align_up(bh.len, l.ws());
+                    }
+                    Next::End { pos: p, corrupt } => {
+                        // Count the non-erased bytes after the last valid batch and find
+                        // where they end (a byte that read non-erased once counts for
+                        // where the next write may go; the report counts bytes that read
+                        // non-erased twice).
+                        let tail = log
+                            .dev
+                            .count_non_erased(l.seg_addr(h) + p, l.seg_size - p)
+                            .map_err(MountError::Flash)?;
+                        let (torn, any) = (tail.both, tail.any);
+                        let used_end = p + tail.used_end;
+                        report.torn_tail_bytes = torn;
+                        head_clean = !corrupt && any == 0 && report.head_lost.is_none();
+                        pos = p;
+                        if any > 0 {
+                            torn_at = Some((p, used_end, any));
+                        }
+                        break;
+                    }
+                }
+            }
+            log.head_pos = pos;
+            log.flash_end = expected;
+            log.flash_last_crc =
+                slot_prev_crc_or(&mut log, h, last_batch).map_err(MountError::Flash)?;
+        }
+
+        // 5. Offsets, consumers, producers.
+        let (jlease, jdurable, jclean) = entry
+            .as_ref()
+            .map_or((0, 0, false), |e| (e.lease, e.durable_next, e.clean));
+        // A clean shutdown leaves a head that ends in erased flash. (The journal's durable
+        // end may be past the head's data: records consumed from RAM and never written.)
+        report.clean = jclean && head_clean && jdurable >= log.flash_end && head.is_some();
+        report.journal_clean = jclean;
+        log.durable_end = log.flash_end.max(jdurable);
+        log.next_offset = log.durable_end.max(jlease);
+        if log.next_offset > log.durable_end {
+            report.not_durable = Some((log.durable_end, log.next_offset));
+        }
+        log.lease = log.next_offset;
+        log.head_writable = report.clean;
+        log.unclean_pending = !report.clean;
+        if !report.clean
+            && let Some(h) = head
+        {
+            // After an unclean shutdown the head is appended to again, never over a torn
+            // word: with no torn bytes the next batch follows the data (readers see the
+            // offsets it skips as a gap before it), else it goes after the torn bytes,
+            // behind a resume marker (format version 2 segments only; a version 1 head is
+            // abandoned for a fresh segment as before).
+            match torn_at {
+                None => log.head_writable = true,
+                Some((from, used_end, torn)) => {
+                    let at = log
+                        .torn_extent(h, from, used_end)
+                        .map_err(MountError::Flash)?;
+                    if log.slots[h as usize].version >= 2
+                        && at as u64 + RESUME_LEN as u64 <= l.seg_size as u64
+                    {
+                        log.head_pos = at;
+                        log.head_writable = true;
+                        log.resume = Some(ResumeMarker {
+                            expected: log.flash_end,
+                            torn_from: from,
+                            torn_bytes: torn,
+                        });
+                    }
+                }
+            }
+        }
+        log.last_crc = log.flash_last_crc;
+        log.buf_base = log.next_offset;
+        log.buf_prev_crc = log.last_crc;
+        match &entry {
+            Some(e) => {
+                for (name, off) in &e.consumers {
+                    let c = (*off).min(log.durable_end);
+                    let _ = log.consumers.push(Consumer {
+                        name: name.clone(),
+                        committed: c,
+                        persisted: c,
+                    });
+                }
+                for p in &e.producers {
+                    let _ = log.producers.push(ProducerState::from_snapshot(p));
+                }
+            }
+            None => {
+                let first = log.first_offset();
+                let mut name = heapless::String::new();
+                let _ = name.push_str(BRIDGE_CONSUMER);
+                let _ = log.consumers.push(Consumer {
+                    name,
+                    committed: first,
+                    persisted: first,
+                });
+            }
+        }
+        // No consumer is known to have read anything retained.
+        log.released = log.first_offset();
+        let rebuild_from = entry.as_ref().map_or(jdurable, |e| {
+            producers::rebuild_from(jdurable, &e.producers)
+        });
+        log.rebuild_producers(rebuild_from)
+            .map_err(MountError::Flash)?;
+
+        // 6. Mark the log as running (clears the clean flag) with the lease in place.
+        log.persist_journal(false).map_err(|e| match e {
+            Io::Flash(e) => MountError::Flash(e),
+            Io::BadBlock(block) => MountError::WornJournal { block },
+        })?;
+        report.first_offset = log.first_offset();
+        report.next_offset = log.next_offset;
+        report.flash_reads = log.dev.stats.flash_reads;
+        info!(
+            "mounted log {:032x}: offsets {}..{}, clean {}, torn {} B",
+            log_id, report.first_offset, report.next_offset, report.clean, report.torn_tail_bytes
+        );
+        return Ok((log, report));
+
+        /// CRC of the last record of the segment's last batch, or the header's prev CRC.
+        fn slot_prev_crc_or<F: Flash>(
+            log: &mut Log<'_, F>,
+            seg: u32,
+            last: Option<(u32, BatchHeader)>,
+        ) -> Result<u32, F::Error> {
+            match last {
+                Some((pos, h)) => log.last_record_crc(seg, pos, &h),
+                None => {
+                    let addr = log.dev.l.seg_addr(seg);
+                    Ok(log.dev.read_segment_header(addr)?.map_or(0, |h| h.prev_crc))
+                }
+            }
+        }
+    }
+
+    /// Where the words a cut write may have programmed end, from `from` (the end of the
+    /// valid data) in segment `seg` whose last non-erased byte ends at `used_end`: a word
+    /// programmed with erased-valued data reads erased, so the extent of each torn
+    /// structure is taken from its header when the length pair survived (a batch), as 32
+    /// bytes from its magic for a resume marker (whole or torn), else as 32 bytes (a batch
+    /// header cut before its length check). After such a cut header, a resume marker an
+    /// earlier boot placed after it (and a later cut tore) is looked for by its magic at
+    /// the `W`-aligned positions up to `used_end`, and the walk goes on after it.
+    /// Returns a write-size-aligned position at or after `used_end`, at most the segment
+    /// size.
+    fn torn_extent(&mut self, seg: u32, from: u32, used_end: u32) -> Result<u32, F::Error> {
+        let l = self.dev.l;
+        let resume = format::RESUME_MAGIC.to_le_bytes();
+        let mut at = from;
+        while at < used_end && at + BATCH_HEADER_LEN as u32 <= l.seg_size {
+            let mut hb = [0u8; BATCH_HEADER_LEN];
+            self.dev.read(l.seg_addr(seg) + at, &mut hb)?;
+            if BatchHeader::check(&hb, l.geo.erased, l.seg_size - at) == HeadCheck::Plausible {
+                at += align_up(BatchHeader::decode(&hb).len, l.ws());
+                continue;
+            }
+            if hb[..4] == resume {
+                at += align_up(RESUME_LEN as u32, l.ws());
+                continue;
+            }
+            // Cut inside its first 32 bytes (in address order nothing after them was
+            // written by the same write); bytes a cut out of order programmed read
+            // non-erased, and `used_end` covers them. A later boot may have put a resume
+            // marker after them that a later cut tore: its bytes after the last one that
+            // reads non-erased may be programmed too (its `len_check` holds erased-valued
+            // bytes), so it is measured from its magic.
+            let next = at + align_up(BATCH_HEADER_LEN.max(RESUME_LEN) as u32, l.ws());
+            match self.find_resume_magic(seg, next, used_end)? {
+                Some(p) if p + RESUME_LEN as u32 > l.seg_size => {
+                    at = l.seg_size;
+                    break;
+                }
+                Some(p) => at = p,
+                None => {
+                    at = next;
+                    break;
+                }
+            }
+        }
+        Ok(align_up(at.max(used_end), l.ws()).min(l.seg_size))
+    }
+
+    /// The first `W`-aligned position in `from..to` of segment `seg` holding the resume
+    /// marker magic, read in chunks of [`CHUNK`] bytes.
+    fn find_resume_magic(&mut self, seg: u32, from: u32, to: u32) -> Result<Option<u32>, F::Error> {
+        let l = self.dev.l;
+        let ws = l.ws();
+        let magic = format::RESUME_MAGIC.to_le_bytes();
+        let to = to.min(l.seg_size);
+        let mut chunk = [0u8; CHUNK];
+        let mut p = align_up(from, ws);
+        while p + 4 <= l.seg_size && p < to {
+            let n = (l.seg_size - p).min(CHUNK as u32) as usize;
+            self.dev.read(l.seg_addr(seg) + p, &mut chunk[..n])?;
+            let mut q = 0usize;
+            while q + 4 <= n && p + (q as u32) < to {
+                if chunk[q..q + 4] == magic {
+                    return Ok(Some(p + q as u32));
+                }
+                q += ws as usize;
+            }
+            let advance = ((n.saturating_sub(3)) as u32 / ws) * ws;
+            p += advance.max(ws);
+        }
+        Ok(None)
+    }
+
+    /// Looks at the segment just before the tail in ring order: if it is not the next one
+    /// to open (so no erase or reclaim of it was under way) yet its header does not
+    /// validate while a batch inside does, with offsets below the tail's, the segment was
+    /// damaged and its offsets are reported corrupt rather than dropped. Costs one read
+    /// when that segment is blank.
+    fn find_damage_before_tail(&mut self) -> Result<(), F::Error> {
+        let n = self.dev.l.seg_count;
+        let (Some(t), Some(h)) = (self.tail, self.head) else {
+            return Ok(());
+        };
+        let p = (t + n - 1) % n;
+        if self.slots[p as usize].valid || p == (h + 1) % n {
+            return Ok(());
+        }
+        let tail_base = self.slots[t as usize].base;
+        let start = self.dev.l.data_start;
+        if let Next::Batch { h: bh, .. } = self.dev.next_batch(p, start, 0)?
+            && bh.base_offset < tail_base
+            && bh.end_offset() <= tail_base
+        {
+            warn!(
+                "segment {} is damaged: offsets {}..{} lost",
+                p, bh.base_offset, tail_base
+            );
+            self.damaged = Some(DamagedBeforeTail {
+                tail: t,
+                seg: p,
+                from: bh.base_offset,
+            });
+        }
+        Ok(())
+    }
+
+    /// The damaged range before the tail, `from..tail base`, while the tail is unchanged.
+    pub(super) fn damaged_before_tail(&self) -> Option<(u64, u64)> {
+        let d = self.damaged?;
+        (self.tail == Some(d.tail)).then(|| (d.from, self.slots[d.tail as usize].base))
+    }
+
+    /// Record CRC of the last record of the (valid) batch at `pos` of `seg`.
+    fn last_record_crc(&mut self, seg: u32, pos: u32, h: &BatchHeader) -> Result<u32, F::Error> {
+        let l = self.dev.l;
+        if self.slots[seg as usize].version >= COMPACT_VERSION {
+            let mut crc = h.prev_crc;
+            self.dev
+                .walk_compact(l.seg_addr(seg) + pos, h, |_, _, c| crc = c)?;
+            return Ok(crc);
+        }
+        let mut at = l.seg_addr(seg) + pos + BATCH_HEADER_LEN as u32;
+        let end = l.seg_addr(seg) + pos + h.len;
+        let mut crc = h.prev_crc;
+        for i in 0..h.count as u64 {
+            let Some(len) = self.dev.record_len_at(at, end - at)? else {
+                break;
+            };
+            let mut hasher = crate::crc::Hasher::new();
+            hasher.update(&(h.base_offset + i).to_le_bytes());
+            self.dev.crc_of(&mut hasher, at, len)?;
+            crc = hasher.finalize();
+            at += len;
+        }
+        Ok(crc)
+    }
+
+    /// Rebuilds the producer table from the records at or above `from` (the journal's
+    /// snapshot covers those below), using the empty RAM buffer as scratch.
+    fn rebuild_producers(&mut self, from: u64) -> Result<(), F::Error> {
+        let mut at = from.max(self.first_offset());
+        while at < self.flash_end {
+            let buf = core::mem::take(&mut self.buf);
+            let r = self.read_flash(at, buf);
+            self.buf = buf;
+            let out = match r {
+                Ok(o) => o,
+                Err(ReadError::Flash(e)) => return Err(e),
+                Err(_) => break,
+            };
+            if out.next_offset <= at {
+                break;
+            }
+            let buf = core::mem::take(&mut self.buf);
+            for r in out.records(buf) {
+                if let Some(p) = r.producer {
+                    self.note_producer(p.id, p.seq, r.offset);
+                }
+            }
+            self.buf = buf;
+            at = out.next_offset;
+        }
+        Ok(())
+    }
+}

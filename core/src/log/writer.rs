@@ -1,0 +1,412 @@
+//! Appending and writing: records into the RAM buffer (the pending batch), the spill
+//! policies, batches written to the head segment (group commit), flush, tick and the clean
+//! shutdown.
+
+use super::Log;
+use super::compact::{self, COMPACT_VERSION};
+use super::config::{FullPolicy, SpillPolicy};
+use super::format::{
+    BATCH_HEADER_LEN, BatchHeader, MAX_TOPIC_LEN, RESUME_LEN, Record, align_up,
+    parse_record_fields, record_crc,
+};
+use super::outcome::Appended;
+use crate::error::{AppendError, FlushError};
+use crate::storage::Flash;
+
+impl<'a, F: Flash> Log<'a, F> {
+    /// Appends a record into the RAM buffer and returns its offset. The record is durable
+    /// once [`Log::durable_offset`] passes its offset ([`Log::flush`] forces that).
+    ///
+    /// With a [`Producer`], a resend of one of the producer's last [`PRODUCER_WINDOW`]
+    /// sequences returns the original offset with `duplicate: true` and stores nothing.
+    ///
+    /// May write to flash: when the buffer is full, when the offset lease runs out (a
+    /// journal write every [`Config::lease_step`] offsets) and under `OnPressure` at the
+    /// high-water mark. Cancel-safety: a failure leaves the log consistent; the record is
+    /// not appended.
+    ///
+    /// Errors: [`AppendError::BadTopic`], [`AppendError::TooLarge`] (see
+    /// [`Log::max_record_len`]), [`AppendError::Full`] under `RejectNew`,
+    /// [`AppendError::SequenceTooOld`], [`AppendError::Poisoned`] once a flash write, erase
+    /// or sync has failed (see [`Log::poisoned`]), storage errors (the first failure).
+    ///
+    /// [`Producer`]: super::Producer
+    /// [`PRODUCER_WINDOW`]: super::PRODUCER_WINDOW
+    /// [`Config::lease_step`]: super::Config::lease_step
+    pub fn append(
+        &mut self,
+        now_us: u64,
+        rec: &Record<'_>,
+    ) -> Result<Appended, AppendError<F::Error>> {
+        self.append_in_session(now_us, rec, 0)
+    }
+
+    /// Appends a record of a producer session opened with [`Log::open_session`]: like
+    /// [`Log::append`], with the session rules (see [`producers`]). `epoch` is the session's;
+    /// 0 means no session (the legacy rule of [`Log::append`]). A record without a producer
+    /// ignores `epoch`.
+    ///
+    /// The record is appended only if its sequence is the session's last stored + 1; a
+    /// resend of a stored sequence returns its offset with `duplicate: true` (from the
+    /// window of the last [`PRODUCER_WINDOW`] records), or [`AppendError::SequenceTooOld`]
+    /// when it is older than the window (stored, offset unknown). Errors beyond those of
+    /// [`Log::append`]: [`AppendError::OutOfSequence`] (resend in order),
+    /// [`AppendError::Fenced`] (an older epoch, or none, while a newer session owns the id),
+    /// [`AppendError::UnknownSession`] (an epoch the log did not hand out for this id).
+    ///
+    /// [`producers`]: super::producers
+    /// [`PRODUCER_WINDOW`]: super::PRODUCER_WINDOW
+    pub fn append_in_session(
+        &mut self,
+        now_us: u64,
+        rec: &Record<'_>,
+        epoch: u32,
+    ) -> Result<Appended, AppendError<F::Error>> {
+        self.now_us = now_us;
+        if let Some(op) = self.dev.failed {
+            return Err(AppendError::Poisoned { op });
+        }
+        let tlen = rec.topic.len();
+        if tlen == 0 || tlen > MAX_TOPIC_LEN {
+            return Err(AppendError::BadTopic { len: tlen });
+        }
+        let len = rec.encoded_len();
+        if len > self.max_record_len() {
+            return Err(AppendError::TooLarge {
+                len,
+                max: self.max_record_len(),
+            });
+        }
+        if let Some(p) = rec.producer
+            && let Some(done) = self.check_producer(p, epoch)?
+        {
+            return Ok(done);
+        }
+        // `OnPressure` writes the buffer out before this record would take it past the
+        // high-water mark, not after appending it: a failed write must leave the record
+        // unappended (the error tells the producer to retry).
+        let past_high_water = self.cfg.spill == SpillPolicy::OnPressure
+            && (self.buf_len + len - BATCH_HEADER_LEN) * 100
+                > (self.buf_cap - BATCH_HEADER_LEN) * self.cfg.high_water_percent as usize;
+        if self.buf_len + len > self.buf_cap || past_high_water {
+            self.spill()?;
+        }
+        if self.cfg.full == FullPolicy::RejectNew && !self.flash_has_room(self.buf_len + len) {
+            return Err(AppendError::Full);
+        }
+        if self.next_offset >= self.lease {
+            // Raise the lease in RAM only for the write: if the write fails, the next
+            // append must try again rather than hand out offsets no journal entry covers.
+            let old = self.lease;
+            self.lease = self.next_offset.saturating_add(self.cfg.lease_step.max(1));
+            if let Err(e) = self.persist_journal(false) {
+                self.lease = old;
+                return Err(e.into());
+            }
+        }
+        let offset = self.next_offset;
+        let start = self.buf_len;
+        rec.encode_into(&mut self.buf[start..start + len]);
+        let crc = record_crc(offset, &self.buf[start..start + len]);
+        if self.buf_count == 0 {
+            self.buf_base = offset;
+            self.buf_prev_crc = self.last_crc;
+            self.buf_first_us = now_us;
+        }
+        self.buf_len += len;
+        self.buf_count += 1;
+        self.next_offset += 1;
+        self.last_crc = crc;
+        self.dev.stats.records_appended += 1;
+        self.dev.stats.payload_bytes_appended += rec.payload.len() as u64;
+        if let Some(p) = rec.producer {
+            self.note_producer(p.id, p.seq, offset);
+        }
+        Ok(Appended {
+            offset,
+            duplicate: false,
+        })
+    }
+
+    /// Writes the RAM buffer to flash as one batch (or more, when it crosses a segment)
+    /// and syncs: afterwards [`Log::durable_offset`] equals [`Log::next_offset`]. This is
+    /// the group commit: every record appended before it becomes durable with one write.
+    ///
+    /// Cancel-safety: an interruption is a power cut; what was synced stays durable.
+    /// Errors: [`FlushError::Full`] under `RejectNew` when no segment can be reused (the
+    /// records stay in RAM), [`FlushError::Poisoned`] once a flash write, erase or sync has
+    /// failed, storage errors (the first failure, which poisons the log: the durable
+    /// offset stays where the last successful sync left it).
+    pub fn flush(&mut self, now_us: u64) -> Result<u64, FlushError<F::Error>> {
+        self.now_us = now_us;
+        self.check_poisoned()?;
+        self.spill()?;
+        Ok(self.durable_end)
+    }
+
+    /// Housekeeping driven by the caller's clock: writes the buffer when its oldest record
+    /// has waited `linger_us`, persists commits older than `commit_interval_us`.
+    /// Returns the time (µs) of the next deadline, for the caller's timer.
+    ///
+    /// Errors: as [`Log::flush`] ([`FlushError::Poisoned`] on every call once poisoned).
+    pub fn tick(&mut self, now_us: u64) -> Result<u64, FlushError<F::Error>> {
+        self.now_us = now_us;
+        self.check_poisoned()?;
+        if self.buf_count > 0 && now_us.saturating_sub(self.buf_first_us) >= self.cfg.linger_us {
+            self.spill()?;
+        }
+        if self.dirty && now_us.saturating_sub(self.last_persist_us) >= self.cfg.commit_interval_us
+        {
+            self.persist_journal(false)?;
+        }
+        let mut next = u64::MAX;
+        if self.buf_count > 0 {
+            next = next.min(self.buf_first_us.saturating_add(self.cfg.linger_us));
+        }
+        if self.dirty {
+            next = next.min(
+                self.last_persist_us
+                    .saturating_add(self.cfg.commit_interval_us),
+            );
+        }
+        Ok(next)
+    }
+
+    /// Clean shutdown: writes the buffer, persists commits with the lease at the next
+    /// offset (so no offsets are skipped) and marks the shutdown clean. Gives the storage
+    /// back.
+    ///
+    /// Errors: as [`Log::flush`]. A poisoned log cannot shut down cleanly: it fails with
+    /// [`FlushError::Poisoned`] without writing (use [`Log::into_flash`] to get the storage
+    /// back for a remount).
+    pub fn close(mut self, now_us: u64) -> Result<F, FlushError<F::Error>> {
+        self.now_us = now_us;
+        self.check_poisoned()?;
+        self.spill()?;
+        // A torn write left in the head is closed off, so the next mount finds the head
+        // ending in erased flash (a clean shutdown).
+        if self.resume.is_some() {
+            self.write_resume_marker()?;
+            self.dev.sync().map_err(FlushError::Flash)?;
+        }
+        self.lease = self.next_offset;
+        self.persist_journal(true)?;
+        Ok(self.dev.flash)
+    }
+
+    /// [`FlushError::Poisoned`] if a flash write, erase or sync failed since mount.
+    fn check_poisoned(&self) -> Result<(), FlushError<F::Error>> {
+        match self.dev.failed {
+            Some(op) => Err(FlushError::Poisoned { op }),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes out what the spill policy says must reach flash now: everything in the
+    /// buffer, after (`OnPressure`) discarding what every consumer has committed.
+    fn spill(&mut self) -> Result<(), FlushError<F::Error>> {
+        if self.cfg.spill == SpillPolicy::OnPressure {
+            self.discard_committed()?;
+        }
+        self.write_buffer()
+    }
+
+    /// `OnPressure`: drops the buffered records every consumer has committed, after
+    /// persisting the commits that allow it.
+    fn discard_committed(&mut self) -> Result<(), FlushError<F::Error>> {
+        if self.buf_count == 0 || self.consumers.is_empty() {
+            return Ok(());
+        }
+        let m = self.min_commit(|c| c.committed).min(self.next_offset);
+        if m <= self.buf_base {
+            return Ok(());
+        }
+        let k = m - self.buf_base;
+        let old = self.durable_end;
+        self.durable_end = m;
+        if let Err(e) = self.persist_journal(false) {
+            self.durable_end = old;
+            return Err(e.into());
+        }
+        let (n, bytes, crc) = self.buffered_fit(k as u32, usize::MAX);
+        self.drop_buffered(n, bytes, crc);
+        self.dev.stats.records_discarded += k;
+        trace!("discarded {} committed records from RAM", k);
+        Ok(())
+    }
+
+    /// How many of the first `k` buffered records fit in `max_bytes`: `(count, bytes,
+    /// CRC of the last one counted)`.
+    pub(super) fn buffered_fit(&self, k: u32, max_bytes: usize) -> (u32, usize, u32) {
+        let mut at = BATCH_HEADER_LEN;
+        let mut last = None;
+        let mut n = 0u32;
+        while n < k.min(self.buf_count) {
+            let Some((_, len)) =
+                parse_record_fields(&self.buf[at..self.buf_len], self.buf_base + n as u64)
+            else {
+                break;
+            };
+            if at - BATCH_HEADER_LEN + len > max_bytes {
+                break;
+            }
+            last = Some(at..at + len);
+            at += len;
+            n += 1;
+        }
+        // Only the last counted record's CRC is needed; when that is the newest record,
+        // `append` already computed it.
+        let crc = match last {
+            Some(_) if n == self.buf_count => self.last_crc,
+            Some(r) => record_crc(self.buf_base + n as u64 - 1, &self.buf[r]),
+            None => self.buf_prev_crc,
+        };
+        (n, at - BATCH_HEADER_LEN, crc)
+    }
+
+    fn drop_buffered(&mut self, k: u32, bytes: usize, last_crc: u32) {
+        let from = BATCH_HEADER_LEN + bytes;
+        self.buf.copy_within(from..self.buf_len, BATCH_HEADER_LEN);
+        self.buf_len -= bytes;
+        self.buf_count -= k;
+        self.buf_base += k as u64;
+        self.buf_prev_crc = last_crc;
+    }
+
+    /// Writes every buffered record to flash, rolling to new segments as needed, then syncs.
+    fn write_buffer(&mut self) -> Result<(), FlushError<F::Error>> {
+        if self.buf_count == 0 {
+            // Every offset below the next one is on flash, discarded, or was skipped at
+            // mount (never existed). Batches written but not synced are left only by a
+            // failed write or sync, which poisons the log: a sync now would prove nothing
+            // about them (the storage may have dropped them), so callers stop before this.
+            if self.durable_end < self.next_offset {
+                if self.flash_end > self.durable_end {
+                    self.dev.sync().map_err(FlushError::Flash)?;
+                }
+                self.durable_end = self.next_offset;
+            }
+            return Ok(());
+        }
+        let l = self.dev.l;
+        while self.buf_count > 0 {
+            if self.head.is_none() || !self.head_writable {
+                self.roll()?;
+            }
+            let head = self.head.unwrap_or(0);
+            let marker = if self.resume.is_some() { RESUME_LEN } else { 0 };
+            let space = (l.seg_size - self.head_pos) & !(l.ws() - 1);
+            let max_body = (space as usize).saturating_sub(BATCH_HEADER_LEN + marker);
+            if self.slots[head as usize].version >= COMPACT_VERSION {
+                let plan = compact::plan(
+                    &self.buf[BATCH_HEADER_LEN..self.buf_len],
+                    self.buf_base,
+                    self.buf_count,
+                    max_body,
+                );
+                if plan.count == 0 {
+                    if self.head_pos == l.data_start {
+                        return Err(FlushError::Unwritable {
+                            offset: self.buf_base,
+                            room: max_body,
+                        });
+                    }
+                    self.head_writable = false;
+                    continue;
+                }
+                let (k, body, crc) = self.buffered_fit(plan.count, plan.canonical_len);
+                let mut hdr = BatchHeader {
+                    len: 0,
+                    crc: 0,
+                    base_offset: self.buf_base,
+                    count: k,
+                    prev_crc: self.buf_prev_crc,
+                };
+                self.write_resume_marker()?;
+                let addr = l.seg_addr(head) + self.head_pos;
+                let canonical = &self.buf[BATCH_HEADER_LEN..BATCH_HEADER_LEN + body];
+                if let Err(e) = self.dev.write_compact(addr, &mut hdr, canonical, &plan) {
+                    self.head_writable = false;
+                    return Err(FlushError::Flash(e));
+                }
+                self.head_pos += align_up(hdr.len, l.ws());
+                self.unclean_pending = false;
+                self.dev.stats.batches_written += 1;
+                self.flash_end = self.buf_base + k as u64;
+                self.flash_last_crc = crc;
+                self.drop_buffered(k, body, crc);
+                continue;
+            }
+            let (k, body, crc) = self.buffered_fit(self.buf_count, max_body);
+            if k == 0 {
+                if self.head_pos == l.data_start {
+                    // Cannot happen: a buffered record never exceeds an empty segment.
+                    return Err(FlushError::Unwritable {
+                        offset: self.buf_base,
+                        room: max_body,
+                    });
+                }
+                self.head_writable = false;
+                continue;
+            }
+            let len = BATCH_HEADER_LEN + body;
+            let mut hdr = BatchHeader {
+                len: len as u32,
+                crc: 0,
+                base_offset: self.buf_base,
+                count: k,
+                prev_crc: self.buf_prev_crc,
+            };
+            let mut h = crate::crc::Hasher::new();
+            h.update(&hdr.encode()[16..]);
+            h.update(&self.buf[BATCH_HEADER_LEN..len]);
+            hdr.crc = h.finalize();
+            self.buf[..BATCH_HEADER_LEN].copy_from_slice(&hdr.encode());
+            self.write_resume_marker()?;
+            let addr = l.seg_addr(head) + self.head_pos;
+            if let Err(e) = self.dev.write_padded(addr, &self.buf[..len]) {
+                // The words from `addr` may be partly programmed: seal the head so that
+                // they are never programmed again; the log is poisoned from here on.
+                self.head_writable = false;
+                return Err(FlushError::Flash(e));
+            }
+            self.head_pos += align_up(len as u32, l.ws());
+            // The head holds data written since the mount: it was not abandoned.
+            self.unclean_pending = false;
+            self.dev.stats.batches_written += 1;
+            self.flash_end = self.buf_base + k as u64;
+            self.flash_last_crc = crc;
+            self.drop_buffered(k, body, crc);
+        }
+        self.dev.sync().map_err(FlushError::Flash)?;
+        self.durable_end = self.durable_end.max(self.flash_end);
+        Ok(())
+    }
+
+    /// Writes the pending resume marker (if any) at the head position, after the torn bytes
+    /// an unclean shutdown left in the head segment.
+    fn write_resume_marker(&mut self) -> Result<(), FlushError<F::Error>> {
+        let Some(m) = self.resume else {
+            return Ok(());
+        };
+        let (Some(head), true) = (self.head, self.head_writable) else {
+            return Ok(());
+        };
+        let l = self.dev.l;
+        // Whatever happens to this write, these words are never programmed again.
+        self.resume = None;
+        let at = self.head_pos;
+        self.head_pos += RESUME_LEN as u32;
+        if let Err(e) = self.dev.write_padded(l.seg_addr(head) + at, &m.encode()) {
+            // As after a failed batch write: the head is sealed, the log poisoned.
+            self.head_writable = false;
+            return Err(FlushError::Flash(e));
+        }
+        self.unclean_pending = false;
+        debug!(
+            "resumed segment {} at {} after {} torn bytes from {}",
+            head, at, m.torn_bytes, m.torn_from
+        );
+        Ok(())
+    }
+}

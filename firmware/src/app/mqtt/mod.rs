@@ -1,0 +1,736 @@
+//! The MQTT listener (`--listen mqtt://IP:PORT`): MQTT 3.1.1 and 5.0 clients publish into
+//! the log. Publish only: each PUBLISH becomes one record (the MQTT topic is the record's
+//! topic, the payload is kept as is); SUBSCRIBE and UNSUBSCRIBE are answered with the
+//! protocol's failure codes. The retain flag, MQTT 5 content type and user properties are
+//! dropped (records have no headers in this format).
+//!
+//! The packets are decoded and encoded by `mqtt-protocol-core`, a sans-I/O codec and
+//! connection state machine (keep-alive, receive maximum, maximum packet size, QoS 2
+//! packet-id state); this module only feeds it bytes, writes what it asks to send, and
+//! turns its PUBLISH, PUBREL and CONNECT events into commands for the log thread.
+//!
+//! ## What each QoS means here
+//! - QoS 0: stored once it reaches the log; no acknowledgement (MQTT has none). Durable
+//!   with the next group flush.
+//! - QoS 1: PUBACK once the record is durable (on flash and synced), whatever the
+//!   gateway's `--ack`; `mqtt://…?ack=buffered` sends it once the record is in the log's
+//!   RAM buffer instead. A resend (DUP=1) of one of the session's last stored records, same
+//!   packet id, topic and payload, is acknowledged without being stored again.
+//! - QoS 2: PUBREC once the record is durable; its packet id stays reserved until PUBREL,
+//!   so a resend is not stored twice; PUBCOMP answers the PUBREL.
+//!
+//! Group commit is shared with every other listener: the log thread flushes once for all
+//! that waits.
+//!
+//! ## Backpressure and limits
+//! - A connection has at most [`RECEIVE_MAXIMUM`] QoS 1/2 publishes unacknowledged; MQTT 5
+//!   clients are told so in the CONNACK, and no client's socket is read beyond it.
+//! - Log full (`reject-new`): MQTT 5 publishes get PUBACK/PUBREC with reason code 0x97
+//!   (quota exceeded); for MQTT 3.1.1, which has no such code, the publish is kept, no
+//!   PUBACK is sent and the socket is not read until the log takes it (TCP backpressure).
+//! - Maximum packet size: the record limit plus room for topic and properties (MQTT 5
+//!   clients are told in the CONNACK); a larger packet closes the connection (MQTT 5 with
+//!   DISCONNECT 0x95).
+//! - A topic of more than 255 bytes: PUBACK/PUBREC 0x90 (topic name invalid) for MQTT 5,
+//!   the connection closed for MQTT 3.1.1; nothing stored.
+//! - Keep-alive: a client silent for 1.5 times its keep-alive is disconnected; a
+//!   connection that sends no CONNECT within [`CONNECT_TIMEOUT`] is closed.
+//! - An empty client id gets one assigned (MQTT 5: sent back in the CONNACK); MQTT 3.1.1
+//!   allows that only with a clean session.
+//! - MQTT connections count toward `--max-connections`.
+
+pub mod sessions;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use async_channel::Receiver;
+use mqtt_protocol_core::mqtt::common::Cursor;
+use mqtt_protocol_core::mqtt::connection::{ConnectionOptions, Event, TimerKind};
+use mqtt_protocol_core::mqtt::packet::{
+    AssignedClientIdentifier, GenericPacket, GenericPacketTrait, Packet, Property, Qos,
+    ReceiveMaximum, v3_1_1, v5_0,
+};
+use mqtt_protocol_core::mqtt::result_code::{
+    ConnectReasonCode, ConnectReturnCode, PubackReasonCode, PubrecReasonCode, SubackReasonCode,
+    SubackReturnCode, UnsubackReasonCode,
+};
+use mqtt_protocol_core::mqtt::{Connection, Version, role::Server};
+use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use spillway_core::log::format::MAX_TOPIC_LEN;
+
+use super::config::MqttAck;
+use super::engine::{Cmd, ConnId};
+use super::net::Ctx;
+pub use sessions::{MqttCmd, MqttPublish, MqttReply, RECEIVE_MAXIMUM, Refusal};
+
+/// Time a connection has to send its CONNECT after it is accepted.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Time a write to a client may take; a client that does not read its acknowledgements for
+/// that long is disconnected.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a MQTT 3.1.1 publish refused by a full log waits before it is offered again.
+pub const FULL_RETRY: Duration = Duration::from_millis(100);
+
+/// Bytes a packet may have beyond the record limit: fixed header, topic (at most 255
+/// bytes here) and properties.
+pub const PACKET_OVERHEAD: u32 = 1024;
+
+/// Bytes read from the socket at a time.
+const READ_BUF: usize = 8 * 1024;
+
+/// Longest client id accepted, bytes.
+pub const MAX_CLIENT_ID_LEN: usize = 256;
+
+/// What woke the connection up.
+enum Wake {
+    Read(std::io::Result<usize>),
+    Reply(MqttReply),
+    Timer,
+}
+
+/// One MQTT connection's state beside the codec's.
+struct Link {
+    conn: ConnId,
+    peer: String,
+    ack: MqttAck,
+    ctx: Ctx,
+    mq: Connection<Server>,
+    replies: async_channel::Sender<MqttReply>,
+    /// The session's client id, once CONNECT was answered.
+    client: Option<Arc<str>>,
+    /// The client id assigned by the gateway (MQTT 5 CONNACK property).
+    assigned: bool,
+    /// A CONNECT waits for the log thread's answer: nothing else is read meanwhile.
+    connecting: bool,
+    connected: bool,
+    /// QoS 1/2 publishes sent to the log thread and not answered.
+    in_flight: usize,
+    /// Keep-alive deadline.
+    keep_alive: Option<Instant>,
+    /// A 3.1.1 publish refused by a full log, offered again at this time.
+    held: Option<(Instant, Box<MqttPublish>)>,
+    /// Close after writing what is queued.
+    closing: bool,
+}
+
+/// Serves one MQTT connection on `stream` until the client disconnects, an I/O or protocol
+/// error, a keep-alive timeout, a takeover of its session, or a write that takes longer
+/// than [`WRITE_TIMEOUT`]. Generic over the byte stream (TCP or TLS).
+pub async fn serve<S>(mut stream: S, ack: MqttAck, ctx: Ctx, peer: String)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let conn: ConnId = ctx.next_id.fetch_add(1, Ordering::Relaxed);
+    ctx.metrics.connections.inc();
+    ctx.metrics.listener_connection("mqtt");
+    log::debug!("mqtt connection {conn} from {peer}");
+    let max_packet = u32::try_from(ctx.max_record)
+        .unwrap_or(u32::MAX)
+        .saturating_add(PACKET_OVERHEAD);
+    // The receive maximum is announced to MQTT 5 clients in the CONNACK (and then checked
+    // by the codec); MQTT 3.1.1 has none, so its clients are held back by not being read.
+    let opts = ConnectionOptions::new().maximum_packet_size_recv(max_packet);
+    let mut mq = Connection::<Server>::with_options(Version::Undetermined, opts);
+    mq.set_auto_ping_response(true);
+    mq.set_auto_pub_response(false);
+    // Unbounded as a channel, bounded by the receive maximum: one answer per publish.
+    let (tx, rx) = async_channel::unbounded::<MqttReply>();
+    let mut link = Link {
+        conn,
+        peer,
+        ack,
+        ctx,
+        mq,
+        replies: tx,
+        client: None,
+        assigned: false,
+        connecting: false,
+        connected: false,
+        in_flight: 0,
+        keep_alive: None,
+        held: None,
+        closing: false,
+    };
+    let connect_by = Instant::now() + CONNECT_TIMEOUT;
+    let mut buf = vec![0u8; READ_BUF];
+    while !link.closing {
+        let now = Instant::now();
+        let readable = !link.connecting
+            && link.held.is_none()
+            && link.in_flight < usize::from(RECEIVE_MAXIMUM);
+        let mut deadline = link.keep_alive;
+        if !link.connected {
+            deadline = Some(deadline.map_or(connect_by, |d| d.min(connect_by)));
+        }
+        if let Some((at, _)) = &link.held {
+            deadline = Some(deadline.map_or(*at, |d| d.min(*at)));
+        }
+        let wake = wait(&mut stream, &mut buf, readable, &rx, deadline).await;
+        match wake {
+            Wake::Read(Ok(0)) | Wake::Read(Err(_)) => break,
+            Wake::Read(Ok(n)) => {
+                let mut cursor = Cursor::new(&buf[..n]);
+                while (cursor.position() as usize) < n && !link.closing {
+                    let before = cursor.position();
+                    let events = link.mq.recv(&mut cursor);
+                    link.events(&mut stream, events).await;
+                    if cursor.position() == before {
+                        break;
+                    }
+                }
+            }
+            Wake::Reply(r) => link.reply(&mut stream, r).await,
+            Wake::Timer => {
+                let now = Instant::now().max(now);
+                if !link.connected && now >= connect_by {
+                    log::warn!(
+                        "mqtt connection {conn} from {}: no CONNECT within {CONNECT_TIMEOUT:?}; closing",
+                        link.peer
+                    );
+                    break;
+                }
+                if link.keep_alive.is_some_and(|k| now >= k) {
+                    link.keep_alive = None;
+                    log::info!(
+                        "mqtt connection {conn} from {}: keep-alive expired; closing",
+                        link.peer
+                    );
+                    let events = link.mq.notify_timer_fired(TimerKind::PingreqRecv);
+                    link.events(&mut stream, events).await;
+                    break;
+                }
+                if let Some((at, _)) = &link.held
+                    && now >= *at
+                    && let Some((_, p)) = link.held.take()
+                {
+                    link.in_flight += 1;
+                    if link
+                        .ctx
+                        .cmds
+                        .send(Cmd::Mqtt(MqttCmd::Publish(p)))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    if let Some(client) = link.client.take() {
+        let _ = link
+            .ctx
+            .cmds
+            .send(Cmd::Mqtt(MqttCmd::Closed { conn, client }))
+            .await;
+    }
+    log::debug!("mqtt connection {conn} from {} closed", link.peer);
+}
+
+/// Waits for bytes from the client (only when `readable`), an answer of the log thread,
+/// or `deadline`.
+async fn wait<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut [u8],
+    readable: bool,
+    rx: &Receiver<MqttReply>,
+    deadline: Option<Instant>,
+) -> Wake {
+    let reply = async {
+        match rx.recv().await {
+            Ok(r) => Wake::Reply(r),
+            // Never: the link holds a sender.
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let timer = async {
+        match deadline {
+            Some(at) => {
+                smol::Timer::at(at).await;
+                Wake::Timer
+            }
+            None => std::future::pending().await,
+        }
+    };
+    // Answers first: they free the budget that reading needs.
+    let others = smol::future::or(reply, timer);
+    if readable {
+        smol::future::or(others, async { Wake::Read(stream.read(buf).await) }).await
+    } else {
+        others.await
+    }
+}
+
+/// The reason code of a refused QoS 1 publish for MQTT 5.
+fn puback_code(why: Refusal) -> PubackReasonCode {
+    match why {
+        Refusal::Full | Refusal::Quota => PubackReasonCode::QuotaExceeded,
+        Refusal::BadTopic => PubackReasonCode::TopicNameInvalid,
+        Refusal::TooLarge => PubackReasonCode::ImplementationSpecificError,
+        Refusal::Storage => PubackReasonCode::UnspecifiedError,
+    }
+}
+
+/// The reason code of a refused QoS 2 publish for MQTT 5.
+fn pubrec_code(why: Refusal) -> PubrecReasonCode {
+    match why {
+        Refusal::Full | Refusal::Quota => PubrecReasonCode::QuotaExceeded,
+        Refusal::BadTopic => PubrecReasonCode::TopicNameInvalid,
+        Refusal::TooLarge => PubrecReasonCode::ImplementationSpecificError,
+        Refusal::Storage => PubrecReasonCode::UnspecifiedError,
+    }
+}
+
+impl Link {
+    fn v5(&self) -> bool {
+        self.mq.get_protocol_version() == Version::V5_0
+    }
+
+    /// Writes `packet` (bounded by [`WRITE_TIMEOUT`]); a failure closes the connection.
+    async fn write<S: AsyncWrite + Unpin>(&mut self, stream: &mut S, packet: &Packet) {
+        let bytes = packet.to_continuous_buffer();
+        let write = async {
+            stream.write_all(&bytes).await?;
+            stream.flush().await
+        };
+        let timeout = async {
+            smol::Timer::after(WRITE_TIMEOUT).await;
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client does not read",
+            ))
+        };
+        if let Err(e) = smol::future::or(write, timeout).await {
+            log::info!(
+                "mqtt connection {} from {}: write failed: {e}; closing",
+                self.conn,
+                self.peer
+            );
+            self.closing = true;
+        }
+    }
+
+    /// Hands `packet` to the codec and carries out what it asks.
+    async fn send<S: AsyncWrite + Unpin>(&mut self, stream: &mut S, packet: Packet) {
+        let events = self.mq.send(packet);
+        Box::pin(self.events(stream, events)).await;
+    }
+
+    /// Carries out the codec's events.
+    async fn events<S: AsyncWrite + Unpin>(&mut self, stream: &mut S, events: Vec<Event>) {
+        for ev in events {
+            if self.closing && !matches!(ev, Event::NotifyError(_)) {
+                continue;
+            }
+            match ev {
+                Event::RequestSendPacket { packet, .. } => self.write(stream, &packet).await,
+                Event::RequestClose => self.closing = true,
+                Event::NotifyError(e) => {
+                    self.ctx.metrics.ingest_error("mqtt_protocol");
+                    log::info!("mqtt connection {} from {}: {e:?}", self.conn, self.peer);
+                }
+                Event::RequestTimerReset {
+                    kind: TimerKind::PingreqRecv,
+                    duration_ms,
+                } => {
+                    self.keep_alive = Some(Instant::now() + Duration::from_millis(duration_ms));
+                }
+                Event::RequestTimerCancel(TimerKind::PingreqRecv) => self.keep_alive = None,
+                Event::NotifyPacketReceived(p) => self.packet(stream, p).await,
+                _ => {}
+            }
+        }
+    }
+
+    /// A packet the codec decoded and checked.
+    async fn packet<S: AsyncWrite + Unpin>(&mut self, stream: &mut S, p: Packet) {
+        match p {
+            GenericPacket::V3_1_1Connect(c) => {
+                let id = c.client_id().to_string();
+                self.connect(stream, id, c.clean_session(), !c.clean_session())
+                    .await;
+            }
+            GenericPacket::V5_0Connect(c) => {
+                let expiry = c.props().iter().find_map(|p| match p {
+                    Property::SessionExpiryInterval(v) => Some(v.val()),
+                    _ => None,
+                });
+                let id = c.client_id().to_string();
+                self.connect(stream, id, c.clean_start(), expiry.unwrap_or(0) > 0)
+                    .await;
+            }
+            GenericPacket::V3_1_1Publish(p) => {
+                let (qos, pid, dup) = (p.qos(), p.packet_id(), p.dup());
+                let payload = p.payload().as_slice().to_vec();
+                self.publish(stream, qos, pid, dup, p.topic_name(), payload)
+                    .await;
+            }
+            GenericPacket::V5_0Publish(p) => {
+                let (qos, pid, dup) = (p.qos(), p.packet_id(), p.dup());
+                let payload = p.payload().as_slice().to_vec();
+                self.publish(stream, qos, pid, dup, p.topic_name(), payload)
+                    .await;
+            }
+            GenericPacket::V3_1_1Pubrel(r) => self.release(stream, r.packet_id()).await,
+            GenericPacket::V5_0Pubrel(r) => self.release(stream, r.packet_id()).await,
+            GenericPacket::V3_1_1Subscribe(s) => {
+                let codes = vec![SubackReturnCode::Failure; s.entries().len()];
+                if let Ok(ack) = v3_1_1::Suback::builder()
+                    .packet_id(s.packet_id())
+                    .return_codes(codes)
+                    .build()
+                {
+                    self.send(stream, ack.into()).await;
+                }
+            }
+            GenericPacket::V5_0Subscribe(s) => {
+                let codes = vec![SubackReasonCode::ImplementationSpecificError; s.entries().len()];
+                if let Ok(ack) = v5_0::Suback::builder()
+                    .packet_id(s.packet_id())
+                    .reason_codes(codes)
+                    .build()
+                {
+                    self.send(stream, ack.into()).await;
+                }
+            }
+            GenericPacket::V3_1_1Unsubscribe(u) => {
+                if let Ok(ack) = v3_1_1::Unsuback::builder().packet_id(u.packet_id()).build() {
+                    self.send(stream, ack.into()).await;
+                }
+            }
+            GenericPacket::V5_0Unsubscribe(u) => {
+                let codes = vec![UnsubackReasonCode::NoSubscriptionExisted; u.entries().len()];
+                if let Ok(ack) = v5_0::Unsuback::builder()
+                    .packet_id(u.packet_id())
+                    .reason_codes(codes)
+                    .build()
+                {
+                    self.send(stream, ack.into()).await;
+                }
+            }
+            GenericPacket::V3_1_1Disconnect(_) | GenericPacket::V5_0Disconnect(_) => {
+                self.closing = true;
+            }
+            _ => {}
+        }
+    }
+
+    /// A CONNECT: checks the client id (assigning one if empty) and asks the log thread
+    /// for the session; the CONNACK goes out with its answer.
+    async fn connect<S: AsyncWrite + Unpin>(
+        &mut self,
+        stream: &mut S,
+        mut id: String,
+        clean: bool,
+        persistent: bool,
+    ) {
+        let v5 = self.v5();
+        let refuse = if id.len() > MAX_CLIENT_ID_LEN {
+            true
+        } else if id.is_empty() {
+            if !v5 && !clean {
+                // MQTT 3.1.1: a server may assign an id only to a clean session.
+                true
+            } else {
+                id = format!("spillway-{:016x}", rand::random::<u64>());
+                self.assigned = true;
+                false
+            }
+        } else {
+            false
+        };
+        if refuse {
+            self.ctx.metrics.ingest_error("mqtt_client_id");
+            let packet: Packet = if v5 {
+                v5_0::Connack::builder()
+                    .session_present(false)
+                    .reason_code(ConnectReasonCode::ClientIdentifierNotValid)
+                    .build()
+                    .map(Into::into)
+            } else {
+                v3_1_1::Connack::builder()
+                    .session_present(false)
+                    .return_code(ConnectReturnCode::IdentifierRejected)
+                    .build()
+                    .map(Into::into)
+            }
+            .expect("a CONNACK without properties always builds");
+            self.send(stream, packet).await;
+            self.closing = true;
+            return;
+        }
+        let client: Arc<str> = Arc::from(id);
+        self.client = Some(client.clone());
+        self.connecting = true;
+        let cmd = MqttCmd::Connect {
+            conn: self.conn,
+            client,
+            clean,
+            persistent,
+            replies: self.replies.clone(),
+        };
+        if self.ctx.cmds.send(Cmd::Mqtt(cmd)).await.is_err() {
+            self.closing = true;
+        }
+    }
+
+    /// A PUBLISH: checked here (topic length), stored by the log thread.
+    async fn publish<S: AsyncWrite + Unpin>(
+        &mut self,
+        stream: &mut S,
+        qos: Qos,
+        pid: Option<u16>,
+        dup: bool,
+        topic: &str,
+        payload: Vec<u8>,
+    ) {
+        let Some(client) = self.client.clone() else {
+            self.closing = true;
+            return;
+        };
+        let qos = match qos {
+            Qos::AtMostOnce => 0,
+            Qos::AtLeastOnce => 1,
+            Qos::ExactlyOnce => 2,
+        };
+        let pid = pid.unwrap_or(0);
+        if topic.is_empty() || topic.len() > MAX_TOPIC_LEN {
+            self.ctx.metrics.ingest_error("mqtt_topic");
+            log::info!(
+                "mqtt connection {} from {}: topic of {} bytes refused (1 to {MAX_TOPIC_LEN})",
+                self.conn,
+                self.peer,
+                topic.len()
+            );
+            self.refused(stream, qos, pid, Refusal::BadTopic).await;
+            return;
+        }
+        if qos > 0 {
+            self.in_flight += 1;
+        }
+        let p = MqttPublish {
+            conn: self.conn,
+            client,
+            qos,
+            pid,
+            dup,
+            topic: topic.to_string(),
+            payload,
+            durable: self.ack == MqttAck::Durable,
+            replies: self.replies.clone(),
+        };
+        if self
+            .ctx
+            .cmds
+            .send(Cmd::Mqtt(MqttCmd::Publish(Box::new(p))))
+            .await
+            .is_err()
+        {
+            self.closing = true;
+        }
+    }
+
+    /// A PUBREL: frees the packet id in the session and answers PUBCOMP.
+    async fn release<S: AsyncWrite + Unpin>(&mut self, stream: &mut S, pid: u16) {
+        if let Some(client) = self.client.clone() {
+            let cmd = MqttCmd::Release {
+                conn: self.conn,
+                client,
+                pid,
+            };
+            if self.ctx.cmds.send(Cmd::Mqtt(cmd)).await.is_err() {
+                self.closing = true;
+                return;
+            }
+        }
+        let packet: Packet = if self.v5() {
+            v5_0::Pubcomp::builder()
+                .packet_id(pid)
+                .build()
+                .map(Into::into)
+        } else {
+            v3_1_1::Pubcomp::builder()
+                .packet_id(pid)
+                .build()
+                .map(Into::into)
+        }
+        .expect("a PUBCOMP with a packet id always builds");
+        self.send(stream, packet).await;
+    }
+
+    /// An answer of the log thread.
+    async fn reply<S: AsyncWrite + Unpin>(&mut self, stream: &mut S, r: MqttReply) {
+        match r {
+            MqttReply::Connected { session_present } => {
+                self.connecting = false;
+                self.connected = true;
+                let packet: Packet = if self.v5() {
+                    let mut props = Vec::new();
+                    if let Ok(p) = ReceiveMaximum::new(RECEIVE_MAXIMUM) {
+                        props.push(Property::ReceiveMaximum(p));
+                    }
+                    if self.assigned
+                        && let Some(c) = &self.client
+                        && let Ok(p) = AssignedClientIdentifier::new(c.to_string())
+                    {
+                        props.push(Property::AssignedClientIdentifier(p));
+                    }
+                    v5_0::Connack::builder()
+                        .session_present(session_present)
+                        .reason_code(ConnectReasonCode::Success)
+                        .props(props)
+                        .build()
+                        .map(Into::into)
+                } else {
+                    v3_1_1::Connack::builder()
+                        .session_present(session_present)
+                        .return_code(ConnectReturnCode::Accepted)
+                        .build()
+                        .map(Into::into)
+                }
+                .expect("a CONNACK always builds");
+                self.send(stream, packet).await;
+            }
+            MqttReply::Busy => {
+                self.client = None;
+                log::warn!(
+                    "mqtt connection {} from {}: refused: {} persistent sessions in use",
+                    self.conn,
+                    self.peer,
+                    sessions::MAX_SESSIONS
+                );
+                self.ctx.metrics.ingest_error("mqtt_sessions_full");
+                let packet: Packet = if self.v5() {
+                    v5_0::Connack::builder()
+                        .session_present(false)
+                        .reason_code(ConnectReasonCode::ServerBusy)
+                        .build()
+                        .map(Into::into)
+                } else {
+                    v3_1_1::Connack::builder()
+                        .session_present(false)
+                        .return_code(ConnectReturnCode::ServerUnavailable)
+                        .build()
+                        .map(Into::into)
+                }
+                .expect("a CONNACK always builds");
+                self.send(stream, packet).await;
+                self.closing = true;
+            }
+            MqttReply::TakenOver => {
+                // The session is another connection's now: nothing of ours to release.
+                self.client = None;
+                if self.v5()
+                    && let Ok(d) = v5_0::Disconnect::builder()
+                        .reason_code(
+                            mqtt_protocol_core::mqtt::result_code::DisconnectReasonCode::SessionTakenOver,
+                        )
+                        .build()
+                {
+                    self.send(stream, d.into()).await;
+                }
+                self.closing = true;
+            }
+            MqttReply::Stored { qos, pid } => {
+                self.in_flight = self.in_flight.saturating_sub(1);
+                let packet: Option<Packet> = match (qos, self.v5()) {
+                    (1, true) => v5_0::Puback::builder()
+                        .packet_id(pid)
+                        .build()
+                        .ok()
+                        .map(Into::into),
+                    (1, false) => v3_1_1::Puback::builder()
+                        .packet_id(pid)
+                        .build()
+                        .ok()
+                        .map(Into::into),
+                    (2, true) => v5_0::Pubrec::builder()
+                        .packet_id(pid)
+                        .build()
+                        .ok()
+                        .map(Into::into),
+                    (2, false) => v3_1_1::Pubrec::builder()
+                        .packet_id(pid)
+                        .build()
+                        .ok()
+                        .map(Into::into),
+                    _ => None,
+                };
+                if let Some(p) = packet {
+                    self.send(stream, p).await;
+                }
+            }
+            MqttReply::Refused {
+                qos,
+                pid,
+                why,
+                back,
+            } => {
+                if qos > 0 {
+                    self.in_flight = self.in_flight.saturating_sub(1);
+                }
+                // The gateway counted the others (full, too_large, invalid, internal).
+                if why == Refusal::Quota {
+                    self.ctx.metrics.ingest_error("mqtt_quota");
+                }
+                if why == Refusal::Full && !self.v5() {
+                    // MQTT 3.1.1 cannot say "full": keep the publish (QoS 1 and 2), stop
+                    // reading, offer it again later.
+                    if let Some(p) = back
+                        && qos > 0
+                    {
+                        self.held = Some((Instant::now() + FULL_RETRY, p));
+                    } else {
+                        // QoS 0: lost, as QoS 0 allows; still hold the client back.
+                        self.held = None;
+                        smol::Timer::after(FULL_RETRY).await;
+                    }
+                    return;
+                }
+                self.refused(stream, qos, pid, why).await;
+            }
+        }
+    }
+
+    /// Tells the client a publish was not stored: MQTT 5 by reason code, MQTT 3.1.1 (which
+    /// has none) by closing the connection.
+    async fn refused<S: AsyncWrite + Unpin>(
+        &mut self,
+        stream: &mut S,
+        qos: u8,
+        pid: u16,
+        why: Refusal,
+    ) {
+        if !self.v5() {
+            log::info!(
+                "mqtt connection {} from {}: publish refused ({why:?}); closing (MQTT 3.1.1 has no reason codes)",
+                self.conn,
+                self.peer
+            );
+            self.closing = true;
+            return;
+        }
+        let packet: Option<Packet> = match qos {
+            1 => v5_0::Puback::builder()
+                .packet_id(pid)
+                .reason_code(puback_code(why))
+                .build()
+                .ok()
+                .map(Into::into),
+            2 => v5_0::Pubrec::builder()
+                .packet_id(pid)
+                .reason_code(pubrec_code(why))
+                .build()
+                .ok()
+                .map(Into::into),
+            _ => None,
+        };
+        if let Some(p) = packet {
+            self.send(stream, p).await;
+        }
+    }
+}

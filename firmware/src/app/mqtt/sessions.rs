@@ -1,0 +1,599 @@
+//! The MQTT sessions, kept by the log thread: which client ids have a session, which
+//! connection owns each, and what each session needs to tell a resend from a new message.
+//!
+//! ## Session ids, and sessions on the producer table
+//! A client id is never stored: its session is named by a **session id**, SipHash-1-3 of
+//! the client id keyed with the log id (top bit set), so two client ids do not share state
+//! and a client cannot pick another one's. A persistent session's QoS 1 and 2 records carry
+//! the session id as their producer id and a sequence `counter << 17 | qos2 << 16 | packet
+//! id`: the log's producer table (the idempotent producers' rule of protocol versions 1
+//! and 2, every sequence after the last) remembers each session's last sequence across
+//! restarts, and the records themselves say which packet ids a session stored. At start
+//! the gateway reads the last [`RECOVER_RECORDS`] records back to rebuild what each
+//! session stored.
+//!
+//! ## Dedup rules
+//! A redelivery always has DUP=1 (MQTT 3.1.1 §3.3.1.1, MQTT 5 §3.3.1.1); a PUBLISH with
+//! DUP=0 is always a new message.
+//! - QoS 2: a stored PUBLISH keeps its packet id **reserved** (with its record's offset)
+//!   until the client's PUBREL; a PUBLISH with a reserved id is the same message sent again
+//!   and is answered (PUBREC once its record is durable) without storing it twice. After a
+//!   restart, PUBRELs received before it are not known: a QoS 2 PUBLISH with DUP=1 is a
+//!   resend when one of the session's last [`REMEMBERED`] records has its packet id, QoS 2,
+//!   and the same topic and payload CRC.
+//! - QoS 1: a PUBLISH with DUP=1 whose packet id matches one of the session's last
+//!   [`REMEMBERED`] stored QoS 1 records **with the same topic and payload CRC** is a resend:
+//!   answered with PUBACK, not stored again. Anything else is new (after a PUBACK the client
+//!   may reuse the id for another message).
+//!
+//! ## Admission
+//! At most [`MAX_SESSIONS`] persistent sessions (MQTT 3.1.1 `clean session = 0`, MQTT 5 a
+//! session expiry above 0). A new one beyond that takes the place of a disconnected session
+//! that has no QoS 2 id reserved (for QoS 1 the client accepts a duplicate: at least once);
+//! with none, the CONNECT is refused (MQTT 5 reason code 0x89 server busy, MQTT 3.1.1
+//! return code 3 server unavailable). A session whose resends are still possible is never
+//! evicted. A clean session lives as long as its connection, and its records carry no
+//! producer (its client never resends after a reconnect).
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hasher as _;
+use std::sync::Arc;
+
+use async_channel::Sender;
+use spillway_core::log::{Log, Producer, Record, RecordIter};
+use spillway_core::storage::Flash;
+use spillway_core::wire::ErrorCode;
+use spillway_firmware::gateway::Gateway;
+
+use super::super::engine::ConnId;
+use super::super::metrics::Metrics;
+
+/// Most persistent sessions kept at once (the benchmark's 50 publishers fit); each takes
+/// one id of the log's producer table.
+pub const MAX_SESSIONS: usize = 64;
+
+/// QoS 1 and 2 publishes one connection may have unacknowledged (MQTT 5 "Receive
+/// Maximum", announced in the CONNACK; MQTT 3.1.1 clients are not read beyond it).
+pub const RECEIVE_MAXIMUM: u16 = 32;
+
+/// Stored QoS 1 and 2 records remembered per session for the DUP check.
+pub const REMEMBERED: usize = 2 * RECEIVE_MAXIMUM as usize;
+
+/// QoS 2 packet ids a session may hold reserved (stored, PUBREL not yet received); a
+/// further QoS 2 publish is refused (MQTT 5: PUBREC 0x97 quota exceeded; MQTT 3.1.1: the
+/// connection is closed). An MQTT 5 client stays within its receive maximum; an MQTT 3.1.1
+/// client has no such limit, and one that reconnects sends its whole queue before the
+/// PUBRELs of the first ones (at most 24 bytes of memory per reserved id).
+pub const QOS2_RESERVED_MAX: usize = 4096;
+
+/// Records read back at start to rebuild what the persistent sessions stored.
+pub const RECOVER_RECORDS: u64 = 8192;
+
+/// The top bit of every session id (the producer ids of MQTT sessions).
+pub const SESSION_ID_BIT: u64 = 1 << 63;
+
+/// The producer sequence of a session's record: a 15-bit counter, the QoS 2 flag and the
+/// packet id. Consecutive records' sequences always increase (RFC 1982), as the
+/// producers' rule wants, and the wrap of the counter is one more step.
+pub fn record_seq(counter: u16, qos: u8, pid: u16) -> u32 {
+    (u32::from(counter & 0x7FFF) << 17) | (u32::from(qos == 2) << 16) | u32::from(pid)
+}
+
+/// The QoS (1 or 2) and packet id a session's record sequence carries.
+pub fn seq_parts(seq: u32) -> (u8, u16) {
+    (if seq & (1 << 16) != 0 { 2 } else { 1 }, seq as u16)
+}
+
+/// A request of an MQTT connection to the log thread.
+pub enum MqttCmd {
+    /// A CONNECT: claim (or create) the client id's session; answered with
+    /// [`MqttReply::Connected`] or [`MqttReply::Busy`].
+    Connect {
+        /// The connection.
+        conn: ConnId,
+        /// The client id (assigned by the listener when the client sent none).
+        client: Arc<str>,
+        /// Discard any session state the client id had (3.1.1 clean session, 5 clean
+        /// start).
+        clean: bool,
+        /// Keep the session after the connection closes.
+        persistent: bool,
+        /// Where the answers of this connection go.
+        replies: Sender<MqttReply>,
+    },
+    /// A PUBLISH: one record (topic as is, payload as is, the gateway's wall clock).
+    Publish(Box<MqttPublish>),
+    /// A PUBREL: the QoS 2 packet id is free again.
+    Release {
+        /// The connection (only its own session's ids are released).
+        conn: ConnId,
+        /// The client id.
+        client: Arc<str>,
+        /// Packet id.
+        pid: u16,
+    },
+    /// The connection closed.
+    Closed {
+        /// The connection.
+        conn: ConnId,
+        /// The client id.
+        client: Arc<str>,
+    },
+}
+
+/// One PUBLISH for the log thread.
+pub struct MqttPublish {
+    /// The connection.
+    pub conn: ConnId,
+    /// The client id.
+    pub client: Arc<str>,
+    /// QoS 0, 1 or 2.
+    pub qos: u8,
+    /// Packet id (0 for QoS 0).
+    pub pid: u16,
+    /// The DUP flag.
+    pub dup: bool,
+    /// The MQTT topic, the record's topic.
+    pub topic: String,
+    /// The payload, the record's payload.
+    pub payload: Vec<u8>,
+    /// Answer only once the record is durable (`ack=durable`).
+    pub durable: bool,
+    /// Where the answer goes.
+    pub replies: Sender<MqttReply>,
+}
+
+/// Why a publish was not stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The log is full (`reject-new`).
+    Full,
+    /// Too many QoS 2 ids reserved by the session.
+    Quota,
+    /// The payload is above `--max-record-bytes`.
+    TooLarge,
+    /// The topic is empty or longer than the log allows.
+    BadTopic,
+    /// A storage failure: the gateway restarts.
+    Storage,
+}
+
+/// An answer of the log thread to an MQTT connection.
+pub enum MqttReply {
+    /// The session is the connection's.
+    Connected {
+        /// The client id had a session before (CONNACK session present).
+        session_present: bool,
+    },
+    /// Refused: every persistent session is in use and none can be evicted.
+    Busy,
+    /// Another connection took this client id's session over.
+    TakenOver,
+    /// The publish is stored (durable when the listener asked for it); send PUBACK or
+    /// PUBREC.
+    Stored {
+        /// QoS of the publish.
+        qos: u8,
+        /// Packet id.
+        pid: u16,
+    },
+    /// The publish was not stored.
+    Refused {
+        /// QoS of the publish.
+        qos: u8,
+        /// Packet id.
+        pid: u16,
+        /// Why.
+        why: Refusal,
+        /// The publish itself when the log was full, for a 3.1.1 listener to send again
+        /// later (it cannot say "full").
+        back: Option<Box<MqttPublish>>,
+    },
+}
+
+/// An acknowledgement that waits for the group flush.
+pub struct MqttPending {
+    /// The offset that must be durable.
+    pub offset: u64,
+    /// The answer.
+    pub reply: MqttReply,
+    /// Where it goes.
+    pub replies: Sender<MqttReply>,
+}
+
+/// One stored QoS 1 or 2 message of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stored {
+    pid: u16,
+    qos: u8,
+    offset: u64,
+    /// CRC-32 of topic and payload ([`message_crc`]).
+    crc: u32,
+}
+
+struct Session {
+    /// The session id (the records' producer id).
+    id: u64,
+    persistent: bool,
+    /// The connection serving the session now.
+    owner: Option<(ConnId, Sender<MqttReply>)>,
+    /// QoS 2 packet ids stored and not yet released by this process, with their offset.
+    reserved: HashMap<u16, u64>,
+    /// The last stored QoS 1 and 2 messages, oldest first, at most [`REMEMBERED`].
+    recent: VecDeque<Stored>,
+    /// Counter of the next record's sequence ([`record_seq`]).
+    counter: u16,
+}
+
+impl Session {
+    fn evictable(&self) -> bool {
+        self.persistent && self.owner.is_none() && self.reserved.is_empty()
+    }
+
+    fn remember(&mut self, st: Stored) {
+        if self.recent.len() >= REMEMBERED {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(st);
+    }
+}
+
+/// The sessions of every MQTT listener.
+pub struct MqttSessions {
+    /// Key of the session ids: the log id.
+    key: u128,
+    sessions: HashMap<Arc<str>, Session>,
+    /// What the records read back at start say each session id stored, until its client
+    /// connects again.
+    recovered: HashMap<u64, VecDeque<Stored>>,
+}
+
+/// CRC-32 of `topic`, a 0 byte and `payload`: what a QoS 1 resend must match.
+fn message_crc(topic: &str, payload: &[u8]) -> u32 {
+    let mut h = spillway_core::crc::Hasher::new();
+    h.update(topic.as_bytes());
+    h.update(&[0]);
+    h.update(payload);
+    h.finalize()
+}
+
+impl MqttSessions {
+    /// No sessions yet, for the log `log_id`.
+    pub fn new(log_id: u128) -> Self {
+        MqttSessions {
+            key: log_id,
+            sessions: HashMap::new(),
+            recovered: HashMap::new(),
+        }
+    }
+
+    /// The session id of `client` ([module docs](self)).
+    pub fn session_id(&self, client: &str) -> u64 {
+        let mut h = siphasher::sip::SipHasher13::new_with_key(&self.key.to_le_bytes());
+        h.write(client.as_bytes());
+        h.finish() | SESSION_ID_BIT
+    }
+
+    /// Persistent sessions kept now.
+    pub fn persistent(&self) -> usize {
+        self.sessions.values().filter(|s| s.persistent).count()
+    }
+
+    /// Reads the last [`RECOVER_RECORDS`] offsets below `records_end` (the end of the
+    /// records found at mount: after an unclean shutdown the next offset is past a lease of
+    /// offsets that hold nothing) back and notes the QoS 1 and 2 messages the sessions
+    /// stored (producer ids with [`SESSION_ID_BIT`]). `buf` must hold the largest record.
+    /// Returns how many messages were found; a read error ends the scan (what was not read
+    /// is not deduplicated).
+    pub fn recover<F: Flash>(
+        &mut self,
+        log: &mut Log<'_, F>,
+        buf: &mut [u8],
+        records_end: u64,
+    ) -> usize {
+        let next = records_end.min(log.next_offset());
+        let mut at = next.saturating_sub(RECOVER_RECORDS).max(log.first_offset());
+        let mut found = 0;
+        while at < next {
+            let out = match log.read(at, buf) {
+                Ok(o) => o,
+                Err(e) => {
+                    log::warn!("mqtt: reading records back from offset {at} failed: {e}");
+                    break;
+                }
+            };
+            for r in RecordIter::new(&buf[..out.len], out.first_offset, out.count) {
+                let Some(p) = r.producer.filter(|p| p.id & SESSION_ID_BIT != 0) else {
+                    continue;
+                };
+                let (qos, pid) = seq_parts(p.seq);
+                let list = self.recovered.entry(p.id).or_default();
+                if list.len() >= REMEMBERED {
+                    list.pop_front();
+                }
+                list.push_back(Stored {
+                    pid,
+                    qos,
+                    offset: r.offset,
+                    crc: message_crc(r.topic, r.payload),
+                });
+                found += 1;
+            }
+            if out.next_offset <= at {
+                break;
+            }
+            at = out.next_offset;
+        }
+        found
+    }
+
+    /// Applies one command. Replies that must wait for durability go to `pending`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn handle<F: Flash>(
+        &mut self,
+        cmd: MqttCmd,
+        gw: &mut Gateway,
+        log: &mut Log<'_, F>,
+        now_us: u64,
+        wall_us: u64,
+        metrics: &Metrics,
+        pending: &mut Vec<MqttPending>,
+    ) {
+        match cmd {
+            MqttCmd::Connect {
+                conn,
+                client,
+                clean,
+                persistent,
+                replies,
+            } => {
+                let reply = self.connect(conn, client, clean, persistent, replies.clone(), log);
+                let _ = replies.try_send(reply);
+            }
+            MqttCmd::Release { conn, client, pid } => {
+                if let Some(s) = self.sessions.get_mut(&client)
+                    && s.owner.as_ref().is_some_and(|o| o.0 == conn)
+                {
+                    s.reserved.remove(&pid);
+                }
+            }
+            MqttCmd::Closed { conn, client } => {
+                if let Some(s) = self.sessions.get_mut(&client)
+                    && s.owner.as_ref().is_some_and(|o| o.0 == conn)
+                {
+                    s.owner = None;
+                    if !s.persistent {
+                        self.sessions.remove(&client);
+                    }
+                }
+            }
+            MqttCmd::Publish(p) => self.publish(p, gw, log, now_us, wall_us, metrics, pending),
+        }
+    }
+
+    fn connect<F: Flash>(
+        &mut self,
+        conn: ConnId,
+        client: Arc<str>,
+        clean: bool,
+        persistent: bool,
+        replies: Sender<MqttReply>,
+        log: &Log<'_, F>,
+    ) -> MqttReply {
+        let id = self.session_id(&client);
+        if let Some(old) = self.sessions.get_mut(&client) {
+            if let Some((_, tx)) = old.owner.take() {
+                let _ = tx.try_send(MqttReply::TakenOver);
+            }
+            if clean {
+                self.sessions.remove(&client);
+            }
+        }
+        let recovered = self.recovered.remove(&id).filter(|_| !clean);
+        let session_present = self.sessions.contains_key(&client) || recovered.is_some();
+        if !self.sessions.contains_key(&client) && persistent && self.persistent() >= MAX_SESSIONS {
+            let victim = self
+                .sessions
+                .iter()
+                .find(|(_, s)| s.evictable())
+                .map(|(k, _)| k.clone());
+            match victim {
+                Some(k) => {
+                    log::info!("mqtt: session of client {k:?} forgotten to admit {client:?}");
+                    self.sessions.remove(&k);
+                }
+                None => {
+                    if let Some(r) = recovered {
+                        self.recovered.insert(id, r);
+                    }
+                    return MqttReply::Busy;
+                }
+            }
+        }
+        // The next sequence goes on after the last the log remembers for the id.
+        let counter = match log.producer_session(id) {
+            Some((0, last)) => ((last >> 17) as u16).wrapping_add(1) & 0x7FFF,
+            _ => 0,
+        };
+        let s = self.sessions.entry(client).or_insert_with(|| Session {
+            id,
+            persistent,
+            owner: None,
+            reserved: HashMap::new(),
+            recent: recovered.unwrap_or_default(),
+            counter,
+        });
+        s.persistent = persistent;
+        s.owner = Some((conn, replies));
+        MqttReply::Connected { session_present }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn publish<F: Flash>(
+        &mut self,
+        p: Box<MqttPublish>,
+        gw: &mut Gateway,
+        log: &mut Log<'_, F>,
+        now_us: u64,
+        wall_us: u64,
+        metrics: &Metrics,
+        pending: &mut Vec<MqttPending>,
+    ) {
+        let (qos, pid) = (p.qos, p.pid);
+        let mut session = self
+            .sessions
+            .get_mut(&p.client)
+            .filter(|s| s.owner.as_ref().is_some_and(|o| o.0 == p.conn));
+        let crc = message_crc(&p.topic, &p.payload);
+        // A resend of a stored message: answered once the original is durable.
+        let earlier = session.as_ref().and_then(|s| {
+            let reserved = (qos == 2).then(|| s.reserved.get(&pid).copied()).flatten();
+            reserved.or_else(|| {
+                p.dup
+                    .then(|| {
+                        s.recent
+                            .iter()
+                            .rev()
+                            .find(|e| e.pid == pid && e.qos == qos && e.crc == crc)
+                            .map(|e| e.offset)
+                    })
+                    .flatten()
+            })
+        });
+        if let Some(offset) = earlier {
+            metrics.mqtt_duplicates.inc();
+            if qos == 2
+                && let Some(s) = session.as_mut()
+            {
+                s.reserved.insert(pid, offset);
+            }
+            let reply = MqttReply::Stored { qos, pid };
+            if p.durable && log.durable_offset() <= offset {
+                pending.push(MqttPending {
+                    offset,
+                    reply,
+                    replies: p.replies,
+                });
+            } else {
+                let _ = p.replies.try_send(reply);
+            }
+            return;
+        }
+        if qos == 2
+            && let Some(s) = &session
+            && s.reserved.len() >= QOS2_RESERVED_MAX
+        {
+            let _ = p.replies.try_send(MqttReply::Refused {
+                qos,
+                pid,
+                why: Refusal::Quota,
+                back: None,
+            });
+            return;
+        }
+        // A persistent session's QoS 1/2 records name the session and the packet id.
+        let producer = match &session {
+            Some(s) if s.persistent && qos > 0 => Some(Producer {
+                id: s.id,
+                seq: record_seq(s.counter, qos, pid),
+            }),
+            _ => None,
+        };
+        let rec = Record {
+            topic: &p.topic,
+            timestamp_us: wall_us,
+            producer,
+            payload: &p.payload,
+        };
+        match gw.append_record(&rec, log, now_us) {
+            Ok(a) => {
+                metrics.mqtt_publish(qos);
+                if let Some(s) = session {
+                    if producer.is_some() {
+                        s.counter = s.counter.wrapping_add(1) & 0x7FFF;
+                    }
+                    if qos > 0 {
+                        s.remember(Stored {
+                            pid,
+                            qos,
+                            offset: a.offset,
+                            crc,
+                        });
+                    }
+                    if qos == 2 {
+                        s.reserved.insert(pid, a.offset);
+                    }
+                }
+                let reply = MqttReply::Stored { qos, pid };
+                if qos == 0 {
+                    // No acknowledgement in MQTT; durability comes with the next flush.
+                } else if p.durable && log.durable_offset() <= a.offset {
+                    pending.push(MqttPending {
+                        offset: a.offset,
+                        reply,
+                        replies: p.replies,
+                    });
+                } else {
+                    let _ = p.replies.try_send(reply);
+                }
+            }
+            Err(code) => {
+                let why = match code {
+                    ErrorCode::Full => Refusal::Full,
+                    ErrorCode::TooLarge => Refusal::TooLarge,
+                    ErrorCode::BadRequest => Refusal::BadTopic,
+                    _ => Refusal::Storage,
+                };
+                if why == Refusal::Storage {
+                    log::warn!("mqtt: publish of client {:?} refused: {code:?}", p.client);
+                }
+                let replies = p.replies.clone();
+                let back = (why == Refusal::Full).then_some(p);
+                let _ = replies.try_send(MqttReply::Refused {
+                    qos,
+                    pid,
+                    why,
+                    back,
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_sequences_increase_and_carry_qos_and_packet_id() {
+        use spillway_core::log::seq_before;
+        let mut prev = record_seq(0, 2, 65_535);
+        assert_eq!(seq_parts(prev), (2, 65_535));
+        // Every step of the counter, through its wrap, with the worst packet ids.
+        for c in 1..=0x8001u32 {
+            let (qos, pid) = if c % 2 == 0 { (1, 1) } else { (2, 65_535) };
+            let next = record_seq(c as u16, qos, pid);
+            assert!(seq_before(prev, next), "{c}: {prev:#x} then {next:#x}");
+            assert_eq!(seq_parts(next), (qos, pid));
+            prev = next;
+        }
+    }
+
+    #[test]
+    fn session_ids_depend_on_the_log_and_the_client() {
+        let a = MqttSessions::new(1);
+        let b = MqttSessions::new(2);
+        assert_eq!(a.session_id("pump-1"), a.session_id("pump-1"));
+        assert_ne!(a.session_id("pump-1"), a.session_id("pump-2"));
+        assert_ne!(a.session_id("pump-1"), b.session_id("pump-1"));
+        assert_ne!(a.session_id("pump-1") & SESSION_ID_BIT, 0);
+    }
+
+    #[test]
+    fn a_resend_must_match_topic_and_payload() {
+        assert_eq!(message_crc("a", b"x"), message_crc("a", b"x"));
+        assert_ne!(message_crc("a", b"x"), message_crc("a", b"y"));
+        // The separator keeps topic and payload apart.
+        assert_ne!(message_crc("ab", b"c"), message_crc("a", b"bc"));
+    }
+}

@@ -1,0 +1,363 @@
+//! `tail`: prints a gateway's records (JSON lines, raw payloads, or a kcat-style template)
+//! from a start position (an offset, or so many records before the end), optionally
+//! following new ones, only of the topics that match MQTT-style filters, at most `--count`
+//! of them: the kcat `-C` habit. Read-only: commits nothing.
+
+use std::io::Write;
+use std::time::Duration;
+
+use spillway_core::wire::LostReason;
+
+use super::CLIENT_NAME;
+use crate::client::{Client, ClientError, FetchReply, GatewayAddr, log_id_hex};
+use crate::drain::{Backoff, StartFrom};
+use crate::exit;
+use crate::sink::{JsonRecord, Source};
+
+/// Output format of `tail`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TailFormat {
+    /// One JSON object per line, the file sink's keys.
+    Json,
+    /// The payload and a newline.
+    Raw,
+    /// A kcat-style template ([`TailFormat::parse`]).
+    Template(Vec<Token>),
+}
+
+/// One piece of a `--format` template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Token {
+    /// Text printed as it is (`\n`, `\t`, `\\` and `%%` already turned into their bytes).
+    Text(Vec<u8>),
+    /// `%t`: the topic.
+    Topic,
+    /// `%o`: the offset.
+    Offset,
+    /// `%T`: the record's timestamp, milliseconds since the Unix epoch (as kcat prints it).
+    TimestampMs,
+    /// `%s`: the payload, as its bytes.
+    Payload,
+}
+
+impl TailFormat {
+    /// `json`, `raw`, or a template with kcat's tokens: `%t` topic, `%o` offset, `%T`
+    /// timestamp (ms since the epoch), `%s` payload, `%%` a percent sign, and the escapes
+    /// `\n`, `\t`, `\\`. A template prints no newline of its own (end it with `\n`).
+    ///
+    /// # Errors
+    /// An unknown `%` token or escape, named.
+    pub fn parse(s: &str) -> Result<TailFormat, String> {
+        match s {
+            "json" => return Ok(TailFormat::Json),
+            "raw" => return Ok(TailFormat::Raw),
+            _ => {}
+        }
+        let mut tokens = Vec::new();
+        let mut text = Vec::new();
+        let mut chars = s.chars();
+        let flush = |text: &mut Vec<u8>, tokens: &mut Vec<Token>| {
+            if !text.is_empty() {
+                tokens.push(Token::Text(std::mem::take(text)));
+            }
+        };
+        while let Some(c) = chars.next() {
+            match c {
+                '%' => {
+                    let t = match chars.next() {
+                        Some('t') => Token::Topic,
+                        Some('o') => Token::Offset,
+                        Some('T') => Token::TimestampMs,
+                        Some('s') => Token::Payload,
+                        Some('%') => {
+                            text.push(b'%');
+                            continue;
+                        }
+                        Some(o) => {
+                            return Err(format!(
+                                "--format: unknown token %{o} (json, raw, or a template of %t topic, %o offset, %T timestamp in ms, %s payload, %%, \\n, \\t)"
+                            ));
+                        }
+                        None => return Err("--format: a template ends with a lone %".into()),
+                    };
+                    flush(&mut text, &mut tokens);
+                    tokens.push(t);
+                }
+                '\\' => match chars.next() {
+                    Some('n') => text.push(b'\n'),
+                    Some('t') => text.push(b'\t'),
+                    Some('\\') => text.push(b'\\'),
+                    Some(o) => return Err(format!("--format: unknown escape \\{o}")),
+                    None => return Err("--format: a template ends with a lone \\".into()),
+                },
+                c => {
+                    let mut b = [0u8; 4];
+                    text.extend_from_slice(c.encode_utf8(&mut b).as_bytes());
+                }
+            }
+        }
+        flush(&mut text, &mut tokens);
+        Ok(TailFormat::Template(tokens))
+    }
+}
+
+/// Where `tail` starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TailFrom {
+    /// Earliest, latest or an offset.
+    Start(StartFrom),
+    /// This many offsets before the gateway's next offset (`--from -10`), not before its
+    /// first retained one.
+    BeforeEnd(u64),
+}
+
+impl std::str::FromStr for TailFrom {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.strip_prefix('-') {
+            Some(n) => n
+                .parse()
+                .map(TailFrom::BeforeEnd)
+                .map_err(|_| format!("--from {s:?}: expected earliest, latest, an offset or -N")),
+            None => s.parse().map(TailFrom::Start),
+        }
+    }
+}
+
+/// Whether `topic` matches the MQTT-style `filter`: levels split at `/`, `+` matches one
+/// whole level, `#` as the last level matches the rest (none included: `a/#` matches `a`).
+pub fn topic_matches(filter: &str, topic: &str) -> bool {
+    let mut f = filter.split('/');
+    let mut t = topic.split('/');
+    loop {
+        match (f.next(), t.next()) {
+            (Some("#"), _) => return true,
+            (Some("+"), Some(_)) => {}
+            (Some(a), Some(b)) if a == b => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+/// Settings of `tail`.
+#[derive(Debug, Clone)]
+pub struct TailArgs {
+    /// Gateway.
+    pub gateway: GatewayAddr,
+    /// Start.
+    pub from: TailFrom,
+    /// Keep following new records.
+    pub follow: bool,
+    /// Output format.
+    pub format: TailFormat,
+    /// Print at most this many records, then stop.
+    pub count: Option<u64>,
+    /// Print only the records whose topic matches one of these MQTT-style filters (all
+    /// when empty).
+    pub topics: Vec<String>,
+    /// Reply timeout.
+    pub reply_timeout: Duration,
+}
+
+/// Runs `tail`; returns the exit code. Read-only: commits nothing, fetches anonymously.
+pub async fn tail(args: TailArgs, out: &mut dyn Write) -> i32 {
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    let mut cursor: Option<u64> = None;
+    let mut end: Option<u64> = None;
+    let mut log_id: Option<u128> = None;
+    let mut printed = 0u64;
+    loop {
+        let mut c = match Client::connect(&args.gateway, CLIENT_NAME, args.reply_timeout).await {
+            Ok(c) => c,
+            Err(e) if args.follow || cursor.is_some() => {
+                let d = backoff.next_delay();
+                log::warn!("gateway {}: {e}; retrying in {d:.1?}", args.gateway);
+                smol::Timer::after(d).await;
+                continue;
+            }
+            Err(e) => {
+                log::error!("gateway {}: {e}", args.gateway);
+                return exit::FAILURE;
+            }
+        };
+        let w = c.welcome().clone();
+        if log_id.is_some_and(|l| l != w.log_id) {
+            log::error!(
+                "gateway log id changed from {} to {}",
+                log_id_hex(log_id.unwrap_or(0)),
+                log_id_hex(w.log_id)
+            );
+            return exit::FAILURE;
+        }
+        log_id = Some(w.log_id);
+        let src = Source {
+            gateway_id: w.gateway_id.clone(),
+            log_id: w.log_id,
+        };
+        let res: Result<bool, ClientError> = async {
+            if cursor.is_none() {
+                let s = c.stats().await?;
+                // An offset not written yet is refused the same way with and without
+                // --follow (the log's next offset is where new records go).
+                if let TailFrom::Start(StartFrom::Offset(o)) = args.from
+                    && o > s.next_offset
+                {
+                    log::error!(
+                        "--from {o} is past the end of log {}: its next offset is {} (--from latest waits for new records)",
+                        log_id_hex(w.log_id),
+                        s.next_offset
+                    );
+                    return Ok(false);
+                }
+                cursor = Some(match args.from {
+                    TailFrom::Start(StartFrom::Earliest) => s.first_offset,
+                    TailFrom::Start(StartFrom::Latest) => s.next_offset,
+                    TailFrom::Start(StartFrom::Offset(o)) => o,
+                    TailFrom::BeforeEnd(n) => s.next_offset.saturating_sub(n).max(s.first_offset),
+                });
+                if !args.follow {
+                    end = Some(s.next_offset);
+                }
+            }
+            loop {
+                let at = cursor.unwrap_or(0);
+                if end.is_some_and(|e| at >= e) || args.count.is_some_and(|n| printed >= n) {
+                    return Ok(true);
+                }
+                let wait = if args.follow {
+                    Duration::from_secs(1)
+                } else {
+                    Duration::ZERO
+                };
+                match c.fetch(None, at, 256 * 1024, wait).await? {
+                    FetchReply::Dropped { first_available } => {
+                        log::warn!("offsets {at}..{first_available} are gone");
+                        cursor = Some(first_available.max(at));
+                    }
+                    FetchReply::Records {
+                        next_offset,
+                        lost,
+                        records,
+                        ..
+                    } => {
+                        match lost {
+                            Some(l) if l.reason == LostReason::NotPersisted => log::info!(
+                                "offsets {}..{} were never persisted by the gateway (skipped after a crash)",
+                                l.from,
+                                l.to
+                            ),
+                            Some(l) => {
+                                log::warn!("offsets {}..{} are gone ({:?})", l.from, l.to, l.reason)
+                            }
+                            None => {}
+                        }
+                        for r in &records {
+                            if end.is_some_and(|e| r.offset >= e)
+                                || args.count.is_some_and(|n| printed >= n)
+                            {
+                                break;
+                            }
+                            if !args.topics.is_empty()
+                                && !args.topics.iter().any(|f| topic_matches(f, &r.topic))
+                            {
+                                continue;
+                            }
+                            printed += 1;
+                            let ok = match &args.format {
+                                TailFormat::Json => {
+                                    out.write_all(JsonRecord::new(&src, r).to_line().as_bytes())
+                                }
+                                TailFormat::Raw => out
+                                    .write_all(&r.payload)
+                                    .and_then(|()| out.write_all(b"\n")),
+                                TailFormat::Template(tokens) => {
+                                    tokens.iter().try_for_each(|t| match t {
+                                        Token::Text(b) => out.write_all(b),
+                                        Token::Topic => out.write_all(r.topic.as_bytes()),
+                                        Token::Offset => write!(out, "{}", r.offset),
+                                        Token::TimestampMs => {
+                                            write!(out, "{}", r.timestamp_us / 1000)
+                                        }
+                                        Token::Payload => out.write_all(&r.payload),
+                                    })
+                                }
+                            }
+                            .and_then(|()| out.flush());
+                            if ok.is_err() {
+                                // Output closed (e.g. `| head`): done.
+                                return Ok(true);
+                            }
+                        }
+                        if args.count.is_some_and(|n| printed >= n) {
+                            return Ok(true);
+                        }
+                        let after = records.last().map_or(at, |r| r.offset + 1);
+                        cursor = Some(next_offset.max(after).max(at));
+                    }
+                }
+                backoff.reset();
+            }
+        }
+        .await;
+        match res {
+            Ok(true) => return exit::OK,
+            Ok(false) => return exit::FAILURE,
+            Err(ClientError::Gateway { code, message }) => {
+                log::error!("gateway error {code:?}: {message}");
+                return exit::FAILURE;
+            }
+            Err(e) => {
+                let d = backoff.next_delay();
+                log::warn!("gateway {}: {e}; reconnecting in {d:.1?}", args.gateway);
+                smol::Timer::after(d).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mqtt_wildcards() {
+        for (f, t, m) in [
+            ("a/+/c", "a/b/c", true),
+            ("a/+/c", "a/b/d", false),
+            ("a/+", "a/b/c", false),
+            ("a/#", "a", true),
+            ("a/#", "a/b/c", true),
+            ("#", "x/y", true),
+            ("+", "x", true),
+            ("+", "x/y", false),
+            ("a/b", "a/b", true),
+            ("a/b", "a/bc", false),
+        ] {
+            assert_eq!(topic_matches(f, t), m, "{f} {t}");
+        }
+    }
+
+    #[test]
+    fn kcat_templates_and_from_before_the_end() {
+        assert_eq!(
+            TailFormat::parse("%t@%o: %s\\n").unwrap(),
+            TailFormat::Template(vec![
+                Token::Topic,
+                Token::Text(b"@".to_vec()),
+                Token::Offset,
+                Token::Text(b": ".to_vec()),
+                Token::Payload,
+                Token::Text(b"\n".to_vec()),
+            ])
+        );
+        assert!(TailFormat::parse("%x").is_err());
+        assert_eq!(TailFormat::parse("raw").unwrap(), TailFormat::Raw);
+        assert_eq!("-10".parse::<TailFrom>(), Ok(TailFrom::BeforeEnd(10)));
+        assert_eq!(
+            "7".parse::<TailFrom>(),
+            Ok(TailFrom::Start(StartFrom::Offset(7)))
+        );
+        assert!("-x".parse::<TailFrom>().is_err());
+    }
+}

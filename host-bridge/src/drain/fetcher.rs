@@ -1,0 +1,354 @@
+//! The fetcher: the task that owns the gateway connection during a session. It fetches
+//! ahead of the sink (at most `prefetch` batches of at most `max_batch_bytes`), long-polls
+//! at the end of the log, fetches a range reported corrupt again before it becomes a gap,
+//! commits the latest checkpoint offset on the gateway between fetches, and reconnects
+//! with backoff (a changed log id ends the session). See `docs/drain.md`, step 3 and "Gaps".
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use smol::channel::Sender;
+use spillway_core::wire::{ErrorCode, LostReason};
+
+use super::{Backoff, DrainError, Shutdown, refused_commit, sleep_or_stop};
+use crate::client::{Client, ClientError, FetchReply, GatewayAddr, log_id_hex};
+use crate::metrics::Metrics;
+
+/// What the fetcher hands the main loop.
+pub(super) enum Item {
+    /// A reply to a fetch from `from`.
+    Batch { from: u64, reply: FetchReply },
+    /// After a reconnect the gateway has another log id: end the session.
+    LogChanged,
+    /// The gateway says the fetch offset is beyond its log.
+    BeyondEnd { offset: u64, next: u64 },
+}
+
+/// The offset the main loop wants committed on the gateway, and why the fetcher stopped
+/// for good, if it did (a refused commit, a gateway unreachable for the `--once` budget).
+#[derive(Default)]
+pub(super) struct CommitCell {
+    want: Mutex<u64>,
+    fatal: Mutex<Option<DrainError>>,
+}
+
+impl CommitCell {
+    pub(super) fn fail(&self, e: DrainError) {
+        if let Ok(mut f) = self.fatal.lock() {
+            f.get_or_insert(e);
+        }
+    }
+    pub(super) fn take_fatal(&self) -> Option<DrainError> {
+        self.fatal.lock().ok().and_then(|mut f| f.take())
+    }
+    pub(super) fn set(&self, o: u64) {
+        if let Ok(mut w) = self.want.lock() {
+            *w = (*w).max(o);
+        }
+    }
+    pub(super) fn get(&self) -> u64 {
+        self.want.lock().map(|w| *w).unwrap_or(0)
+    }
+}
+
+pub(super) struct FetcherCtx {
+    pub(super) addr: GatewayAddr,
+    pub(super) log_id: u128,
+    pub(super) consumer: String,
+    pub(super) max_bytes: u32,
+    pub(super) poll_wait: Duration,
+    pub(super) reply_timeout: Duration,
+    pub(super) target: Option<u64>,
+    pub(super) tx: Sender<Item>,
+    pub(super) commit: Arc<CommitCell>,
+    pub(super) stop: Shutdown,
+    pub(super) metrics: Metrics,
+    pub(super) backoff: Backoff,
+    /// `--once`: give up reconnecting after this long without a connection.
+    pub(super) give_up_after: Option<Duration>,
+}
+
+/// Fetches repeated, at most, after the gateway reported a range corrupt, before the range
+/// is recorded as a gap (docs/drain.md, "Gaps").
+pub const CORRUPT_REFETCHES: u32 = 24;
+/// Pause between those fetches.
+pub const CORRUPT_REFETCH_DELAY: Duration = Duration::from_millis(50);
+/// No fetch is repeated once this much time has passed since the first corrupt reply for
+/// the offset, so a range that is corrupt on every read becomes a gap within about this
+/// time plus one fetch (over a slow serial line, after fewer than [`CORRUPT_REFETCHES`]).
+pub const CORRUPT_REFETCH_FOR: Duration = Duration::from_millis(1200);
+
+pub(super) const CLIENT_NAME: &str = concat!("spillway-bridge/", env!("CARGO_PKG_VERSION"));
+const STATS_EVERY: Duration = Duration::from_secs(2);
+pub(super) const FINAL_COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why [`connect_retry`] returned without a connection.
+pub(super) enum NoConnection {
+    /// The shutdown signal.
+    Stopped,
+    /// The retry budget ran out.
+    GaveUp(DrainError),
+}
+
+/// Connects, retrying with backoff until connected, `stop`, or (with `give_up` set) once
+/// that long has passed since `since` without a connection.
+pub(super) async fn connect_retry(
+    addr: &GatewayAddr,
+    reply_timeout: Duration,
+    backoff: &mut Backoff,
+    stop: &Shutdown,
+    metrics: &Metrics,
+    give_up: Option<(Instant, Duration)>,
+) -> Result<Client, NoConnection> {
+    loop {
+        if stop.is_set() {
+            return Err(NoConnection::Stopped);
+        }
+        match Client::connect(addr, CLIENT_NAME, reply_timeout).await {
+            Ok(c) => {
+                backoff.reset();
+                return Ok(c);
+            }
+            Err(e) => {
+                metrics.gateway_errors.inc();
+                if let Some((since, budget)) = give_up
+                    && since.elapsed() >= budget
+                {
+                    return Err(NoConnection::GaveUp(DrainError::GatewayUnreachable {
+                        gateway: addr.to_string(),
+                        waited: since.elapsed(),
+                        last_error: e.to_string(),
+                    }));
+                }
+                metrics.retries.inc();
+                let mut d = backoff.next_delay();
+                if let Some((since, budget)) = give_up {
+                    // Try once more right at the end of the budget, not after it.
+                    d = d.min(budget.saturating_sub(since.elapsed()));
+                }
+                log::warn!("gateway {addr}: {e}; retrying in {d:.1?}");
+                if !sleep_or_stop(d, stop).await {
+                    return Err(NoConnection::Stopped);
+                }
+            }
+        }
+    }
+}
+
+pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherCtx) -> Client {
+    let mut committed_sent = 0u64;
+    let mut last_stats = Instant::now() - STATS_EVERY;
+    let mut send_consumer = true;
+    // A fetch answered "corrupt": (its offset, when first, fetches again so far).
+    let mut corrupt_at: Option<(u64, Instant, u32)> = None;
+    loop {
+        // Commit what the main loop has made durable.
+        let want = ctx.commit.get();
+        if want > committed_sent {
+            match conn.commit(&ctx.consumer, want).await {
+                Ok(_) => committed_sent = want,
+                Err(e) if refused_commit(&e, &ctx.consumer, want).is_some() => {
+                    // The consumer would never hold retention: stop, and let the main loop
+                    // end the drain with the error.
+                    if let Some(f) = refused_commit(&e, &ctx.consumer, want) {
+                        ctx.commit.fail(f);
+                    }
+                    return conn;
+                }
+                Err(e) if e.connection_ok() => {
+                    log::warn!("gateway refused commit of {want}: {e}");
+                    committed_sent = want;
+                }
+                Err(e) => {
+                    conn = match reconnect(&mut ctx, e).await {
+                        Some(c) => c,
+                        None => return conn,
+                    };
+                    continue;
+                }
+            }
+        }
+        if ctx.stop.is_set() {
+            // The main loop may have moved the checkpoint while the commit above waited
+            // for its reply: the final checkpoint goes out before the fetcher stops.
+            if ctx.commit.get() > committed_sent {
+                continue;
+            }
+            return conn;
+        }
+        if last_stats.elapsed() >= STATS_EVERY {
+            last_stats = Instant::now();
+            match conn.stats().await {
+                Ok(s) => ctx.metrics.set_next(s.next_offset),
+                Err(e) if e.connection_ok() => {}
+                Err(e) => {
+                    conn = match reconnect(&mut ctx, e).await {
+                        Some(c) => c,
+                        None => return conn,
+                    };
+                    continue;
+                }
+            }
+        }
+        if ctx.target.is_some_and(|t| cursor >= t) {
+            // Nothing more to fetch: wait for commits or the end.
+            sleep_or_stop(Duration::from_millis(50), &ctx.stop).await;
+            continue;
+        }
+        let consumer = send_consumer.then_some(ctx.consumer.as_str());
+        match conn
+            .fetch(consumer, cursor, ctx.max_bytes, ctx.poll_wait)
+            .await
+        {
+            Ok(reply) => {
+                ctx.backoff.reset();
+                let corrupt = matches!(&reply, FetchReply::Records { lost: Some(l), .. }
+                    if l.reason == LostReason::Corrupt);
+                if corrupt {
+                    let (since, tries) = corrupt_at
+                        .filter(|c| c.0 == cursor)
+                        .map_or((Instant::now(), 0), |c| (c.1, c.2));
+                    if tries < CORRUPT_REFETCHES && since.elapsed() < CORRUPT_REFETCH_FOR {
+                        corrupt_at = Some((cursor, since, tries + 1));
+                        ctx.metrics.corrupt_refetches.inc();
+                        log::debug!(
+                            "gateway reports offsets from {cursor} corrupt; fetching again ({} of {CORRUPT_REFETCHES})",
+                            tries + 1
+                        );
+                        sleep_or_stop(CORRUPT_REFETCH_DELAY, &ctx.stop).await;
+                        continue;
+                    }
+                    log::warn!(
+                        "gateway still reports offsets from {cursor} corrupt after {tries} fetches again over {:.1?}",
+                        since.elapsed()
+                    );
+                } else if corrupt_at.is_some_and(|c| c.0 == cursor) {
+                    log::info!(
+                        "offsets from {cursor} read back whole after {} fetches again (the gateway first reported them corrupt)",
+                        corrupt_at.map_or(0, |c| c.2)
+                    );
+                }
+                corrupt_at = None;
+                let next = match &reply {
+                    FetchReply::Records {
+                        next_offset,
+                        records,
+                        ..
+                    } => {
+                        let after_last = records.last().map_or(cursor, |r| r.offset + 1);
+                        (*next_offset).max(after_last).max(cursor)
+                    }
+                    FetchReply::Dropped { first_available } => (*first_available).max(cursor),
+                };
+                let empty = matches!(&reply, FetchReply::Records { records, lost: None, .. }
+                    if records.is_empty())
+                    && next == cursor;
+                if empty {
+                    continue;
+                }
+                let item = Item::Batch {
+                    from: cursor,
+                    reply,
+                };
+                let sent = smol::future::or(async { ctx.tx.send(item).await.is_ok() }, async {
+                    ctx.stop.wait().await;
+                    false
+                })
+                .await;
+                if !sent {
+                    continue;
+                }
+                cursor = next;
+            }
+            Err(ClientError::Gateway {
+                code: ErrorCode::UnknownConsumer,
+                ..
+            }) if send_consumer => {
+                // The consumer does not exist until its first commit: fetch anonymously.
+                send_consumer = false;
+            }
+            Err(ClientError::Gateway {
+                code: ErrorCode::OffsetOutOfRange,
+                ..
+            }) => {
+                let next = conn.stats().await.map(|s| s.next_offset).unwrap_or(0);
+                let _ = ctx
+                    .tx
+                    .send(Item::BeyondEnd {
+                        offset: cursor,
+                        next,
+                    })
+                    .await;
+                return conn;
+            }
+            Err(ClientError::Gateway {
+                code: ErrorCode::TooLarge,
+                message,
+            }) => {
+                // The gateway cannot send this record at all: fetching it again would fail
+                // for ever.
+                ctx.metrics.gateway_errors.inc();
+                ctx.commit.fail(DrainError::RecordTooLarge {
+                    offset: cursor,
+                    message,
+                });
+                return conn;
+            }
+            Err(e) if e.connection_ok() => {
+                ctx.metrics.gateway_errors.inc();
+                ctx.metrics.retries.inc();
+                let d = ctx.backoff.next_delay();
+                log::warn!("gateway refused fetch from {cursor}: {e}; retrying in {d:.1?}");
+                sleep_or_stop(d, &ctx.stop).await;
+            }
+            Err(e) => {
+                conn = match reconnect(&mut ctx, e).await {
+                    Some(c) => c,
+                    None => return conn,
+                };
+            }
+        }
+    }
+}
+
+/// Reconnects after `e`; `None` on stop or when the log id changed (reported to the main
+/// loop).
+async fn reconnect(ctx: &mut FetcherCtx, e: ClientError) -> Option<Client> {
+    ctx.metrics.gateway_errors.inc();
+    log::warn!("gateway {}: {e}; reconnecting", ctx.addr);
+    let d = ctx.backoff.next_delay();
+    if !sleep_or_stop(d, &ctx.stop).await {
+        return None;
+    }
+    let since = Instant::now();
+    let c = match connect_retry(
+        &ctx.addr,
+        ctx.reply_timeout,
+        &mut ctx.backoff,
+        &ctx.stop,
+        &ctx.metrics,
+        ctx.give_up_after.map(|b| (since, b)),
+    )
+    .await
+    {
+        Ok(c) => c,
+        Err(NoConnection::Stopped) => return None,
+        Err(NoConnection::GaveUp(e)) => {
+            ctx.commit.fail(e);
+            return None;
+        }
+    };
+    ctx.metrics.retries.inc();
+    if c.welcome().log_id != ctx.log_id {
+        log::warn!(
+            "gateway {} came back with log id {} (was {})",
+            ctx.addr,
+            log_id_hex(c.welcome().log_id),
+            log_id_hex(ctx.log_id)
+        );
+        let _ = ctx.tx.send(Item::LogChanged).await;
+        return None;
+    }
+    log::info!("gateway {}: reconnected", ctx.addr);
+    Some(c)
+}

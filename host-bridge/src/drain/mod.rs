@@ -1,0 +1,602 @@
+//! The drain: gateway → sink, with redb checkpoints and an exact resume.
+//!
+//! This module owns what a caller sees of a drain: its settings ([`DrainConfig`],
+//! [`StartFrom`]), its errors ([`DrainError`]) and result ([`DrainSummary`]), and
+//! [`Drain`] itself with its outer loop: open the state file and the sink, connect, resume,
+//! run a session, and reopen the state file after a failed transaction. How a drain works
+//! (one session step by step, the resume check, pipelining, gaps, sink files, stopping, the
+//! delivery guarantee and the effectively-once resume) is described in `docs/drain.md`.
+//!
+//! The parts, one file each:
+//! - `control`: [`Backoff`] and the [`Shutdown`] signal.
+//! - `fetcher`: the task that owns the gateway connection, fetches ahead, commits and
+//!   reconnects.
+//! - `resume`: loading the checkpoint and the resume check against the gateway.
+//! - `kafka_tail`: the effectively-once resume from the Kafka topic's partition tails.
+//! - `session`: one session, the fetcher task and the main loop over its batches.
+//! - `window`: the in-flight window at the sink, acknowledgements, checkpoint advance and
+//!   resends.
+//! - `gaps`: gap and never-persisted range bookkeeping.
+//! - `state`: what the drains of one process share: the state file and the gateway ids.
+//! - `fleet`: one process draining several gateways at once ([`Fleet`]).
+
+mod control;
+mod fetcher;
+mod fleet;
+mod gaps;
+#[cfg(feature = "kafka")]
+mod kafka_tail;
+mod resume;
+mod session;
+mod state;
+mod window;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use spillway_core::wire::ErrorCode;
+
+use crate::checkpoint::{ResumeMismatch, Store, StoreError};
+use crate::client::{ClientError, GatewayAddr};
+use crate::metrics::Metrics;
+use crate::progress::{Mode, Progress};
+use crate::sink::{Sink, SinkError, SinkOptions, SinkSpec};
+
+use control::sleep_or_stop;
+pub use control::{Backoff, Shutdown, ShutdownTrigger};
+pub use fetcher::{CORRUPT_REFETCH_DELAY, CORRUPT_REFETCH_FOR, CORRUPT_REFETCHES};
+use fetcher::{NoConnection, connect_retry};
+pub use fleet::{Fleet, GatewayOutcome, fleet_exit_code, identify};
+pub use state::{GatewayIds, SharedStore};
+
+/// Where to start when the state file has no checkpoint for the gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartFrom {
+    /// The gateway's oldest retained offset.
+    Earliest,
+    /// The gateway's next offset (only records published from now on).
+    Latest,
+    /// This offset.
+    Offset(u64),
+}
+
+impl std::str::FromStr for StartFrom {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "earliest" => Ok(StartFrom::Earliest),
+            "latest" => Ok(StartFrom::Latest),
+            n => n.parse().map(StartFrom::Offset).map_err(|_| {
+                format!("bad start position {s:?}: expected earliest, latest or an offset")
+            }),
+        }
+    }
+}
+
+/// Settings of a drain.
+#[derive(Debug, Clone)]
+pub struct DrainConfig {
+    /// The gateway.
+    pub gateway: GatewayAddr,
+    /// The sink.
+    pub sink: SinkSpec,
+    /// Sink settings.
+    pub sink_options: SinkOptions,
+    /// The redb state file.
+    pub state: PathBuf,
+    /// Consumer name (the checkpoint's key, and the name committed on the gateway).
+    pub consumer: String,
+    /// Start position when there is no checkpoint (`--from`). `None`: the gateway's
+    /// committed offset for [`DrainConfig::consumer`] when it is above the log's first
+    /// offset, else the first offset.
+    pub from: Option<StartFrom>,
+    /// Drain up to the gateway's next offset as read at start, then stop.
+    pub once: bool,
+    /// `--retry-for`: how long to keep retrying a gateway that cannot be reached (or whose
+    /// requests keep failing) without progress before giving up with
+    /// [`DrainError::GatewayUnreachable`] (a Kafka broker whose partition tails cannot be read
+    /// at start: [`DrainError::SinkUnreachable`]). `None`: [`DEFAULT_ONCE_RETRY_FOR`] with
+    /// [`DrainConfig::once`], for ever without it (see [`DrainConfig::retry_budget`]). In
+    /// a fleet it applies to each gateway.
+    pub retry_for: Option<Duration>,
+    /// On a failed resume check, start over from the new log's first offset.
+    pub accept_new_log: bool,
+    /// Byte budget of one fetch (`max_bytes`), bytes.
+    pub max_batch_bytes: u32,
+    /// Batches fetched ahead of the sink, at most.
+    pub prefetch: usize,
+    /// Batches handed to a pipelined sink (Kafka) whose acknowledgements are outstanding,
+    /// at most (docs/drain.md, "Pipelining"); at least 1. The file sink always has 1.
+    pub max_in_flight_batches: usize,
+    /// Long-poll wait of a fetch at the end of the log.
+    pub poll_wait: Duration,
+    /// First retry delay.
+    pub backoff_initial: Duration,
+    /// Largest retry delay.
+    pub backoff_max: Duration,
+    /// Time to wait for a gateway reply.
+    pub reply_timeout: Duration,
+    /// After a shutdown signal, how long the batch being delivered may still be retried.
+    pub shutdown_grace: Duration,
+    /// Progress display.
+    pub progress: Mode,
+    /// Kafka: messages read from the end of each partition at start to find records
+    /// delivered but not checkpointed (effectively-once resume); 0 turns the scan off.
+    pub kafka_resume_window: u64,
+    /// Kafka: how long one scan of the partition tails may take before it is retried.
+    pub kafka_resume_timeout: Duration,
+}
+
+/// How long the Kafka producer's metadata warm-up may hold up the start of the drain.
+#[cfg(feature = "kafka")]
+pub const WARM_UP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Default of [`DrainConfig::retry_for`] with `--once` (5 minutes).
+pub const DEFAULT_ONCE_RETRY_FOR: Duration = Duration::from_secs(300);
+
+/// Default of [`DrainConfig::max_in_flight_batches`].
+pub const DEFAULT_MAX_IN_FLIGHT_BATCHES: usize = 4;
+
+/// The largest window the effectively-once resume grows to, messages per partition.
+pub const MAX_RESUME_WINDOW: u64 = 1 << 20;
+
+impl DrainConfig {
+    /// How long the drain retries without progress before it gives up: `--retry-for`
+    /// when given; else [`DEFAULT_ONCE_RETRY_FOR`] with `--once`, and for ever (`None`)
+    /// without it.
+    pub fn retry_budget(&self) -> Option<Duration> {
+        match (self.retry_for, self.once) {
+            (Some(d), _) => Some(d),
+            (None, true) => Some(DEFAULT_ONCE_RETRY_FOR),
+            (None, false) => None,
+        }
+    }
+
+    /// Defaults for everything but the gateway, sink and state file.
+    pub fn new(gateway: GatewayAddr, sink: SinkSpec, state: PathBuf) -> Self {
+        DrainConfig {
+            gateway,
+            sink,
+            sink_options: SinkOptions::default(),
+            state,
+            consumer: spillway_core::log::BRIDGE_CONSUMER.to_string(),
+            from: None,
+            once: false,
+            retry_for: None,
+            accept_new_log: false,
+            max_batch_bytes: 256 * 1024,
+            prefetch: 4,
+            max_in_flight_batches: DEFAULT_MAX_IN_FLIGHT_BATCHES,
+            poll_wait: Duration::from_millis(500),
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(30),
+            reply_timeout: crate::client::DEFAULT_REPLY_TIMEOUT,
+            shutdown_grace: Duration::from_secs(30),
+            progress: Mode::Auto,
+            kafka_resume_window: 10_000,
+            kafka_resume_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a drain ended with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DrainError {
+    /// The resume check failed (exit code 3; not retried).
+    #[error(
+        "resume check failed: {0}; rerun with --accept-new-log to start over from the gateway's first offset"
+    )]
+    Resume(#[from] ResumeMismatch),
+    /// The state file failed (exit code 4): with `--once`, any failed transaction;
+    /// without it, one that reopening cannot cure (a value that does not parse).
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// The state file could not be opened at start (exit code 4).
+    #[error(
+        "cannot open the state file {}: {source} (if another drain holds it, stop that one; if the reason is an I/O error, fix the disk first and keep the file; only a file that is damaged should be moved aside: without a checkpoint the next drain starts at the gateway's committed offset for its consumer)",
+        path.display()
+    )]
+    StateOpen {
+        /// The state file.
+        path: PathBuf,
+        /// Why.
+        source: StoreError,
+    },
+    /// The sink could not be opened (exit code 1).
+    #[error("sink: {0}")]
+    Sink(SinkError),
+    /// A setting does not fit the gateway (exit code 2).
+    #[error("{0}")]
+    Config(String),
+    /// The gateway refused to create the consumer: its consumer table is full (exit code
+    /// 1). The consumer would never hold retention, so the drain stops instead of going on.
+    #[error(
+        "the gateway refused to commit offset {offset} for consumer {consumer:?}: {message}; its consumer table is full (at most {max} consumers), so this consumer would never hold back retention. Free a slot with `spillway-bridge consumers delete NAME` (`spillway-bridge consumers` lists them with their lag), or drain as an existing consumer with --consumer"
+    )]
+    TooManyConsumers {
+        /// The consumer name.
+        consumer: String,
+        /// The offset whose commit was refused.
+        offset: u64,
+        /// Consumers a gateway keeps, at most.
+        max: usize,
+        /// The gateway's message.
+        message: String,
+    },
+    /// The gateway cannot send the record at `offset`: it is larger than the frames the
+    /// gateway now sends (it was stored with a larger RAM buffer), exit code 1. Fetching it
+    /// again would fail for ever.
+    #[error(
+        "the gateway cannot send the record at offset {offset}: {message}; it was stored while the gateway ran with a larger --buffer-bytes: restart the gateway with that buffer size to drain it"
+    )]
+    RecordTooLarge {
+        /// The record's offset.
+        offset: u64,
+        /// The gateway's message.
+        message: String,
+    },
+    /// The gateway could not be reached, or its requests kept failing, for the whole retry
+    /// budget ([`DrainConfig::retry_budget`]) without progress (exit code 1).
+    #[error(
+        "gateway {gateway} stayed unreachable: no progress for {waited:.1?} (--retry-for): {last_error}; the checkpoint stays where it was, and the next drain resumes there"
+    )]
+    GatewayUnreachable {
+        /// The gateway.
+        gateway: String,
+        /// How long the drain retried.
+        waited: Duration,
+        /// The last failure.
+        last_error: String,
+    },
+    /// With `--once`: the sink could not be reached (e.g. a Kafka broker whose TLS
+    /// certificate does not verify) for the whole retry budget without progress (exit code
+    /// 1). Nothing was delivered or committed past the checkpoint.
+    #[error(
+        "sink {sink}: no progress for {waited:.1?} (the --once retry budget, --retry-for): {last_error}; the checkpoint stays where it was, and the next drain resumes there"
+    )]
+    SinkUnreachable {
+        /// The sink.
+        sink: String,
+        /// How long the drain retried.
+        waited: Duration,
+        /// The last failure.
+        last_error: String,
+    },
+    /// Two gateways of one drain announce the same gateway id (cloned SD cards share a
+    /// host name): their checkpoints would be one (exit code 2).
+    #[error(
+        "gateways {uri} and {other} both announce the gateway id {id:?}: their checkpoints would be one; give each gateway its own id (--gateway-id) before draining them together"
+    )]
+    DuplicateGatewayId {
+        /// The gateway id.
+        id: String,
+        /// The gateway that announced it second.
+        uri: String,
+        /// The gateway that announced it first.
+        other: String,
+    },
+}
+
+impl DrainError {
+    /// The exit code of `spillway-bridge drain` for this error (see the crate doc).
+    pub fn exit_code(&self) -> i32 {
+        use crate::exit;
+        match self {
+            DrainError::Resume(_) => exit::RESUME,
+            DrainError::Store(_) | DrainError::StateOpen { .. } => exit::STATE,
+            DrainError::Config(_)
+            | DrainError::DuplicateGatewayId { .. }
+            | DrainError::Sink(SinkError::Config(_)) => exit::USAGE,
+            _ => exit::FAILURE,
+        }
+    }
+}
+
+/// A commit the gateway refuses because its consumer table is full, as a drain error.
+fn refused_commit(e: &ClientError, consumer: &str, offset: u64) -> Option<DrainError> {
+    match e {
+        ClientError::Gateway {
+            code: ErrorCode::TooManyConsumers,
+            message,
+        } => Some(DrainError::TooManyConsumers {
+            consumer: consumer.to_string(),
+            offset,
+            max: spillway_core::log::MAX_CONSUMERS,
+            message: message.clone(),
+        }),
+        _ => None,
+    }
+}
+
+/// What a drain did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrainSummary {
+    /// Records forwarded by this run.
+    pub records: u64,
+    /// Payload bytes forwarded by this run.
+    pub bytes: u64,
+    /// Gaps met by this run.
+    pub gaps: u64,
+    /// Offsets skipped by this run that the gateway never persisted (`NotPersisted`: the
+    /// rest of an offset lease after a crash); not gaps, no record is missing.
+    pub skipped_offsets: u64,
+    /// Checkpoint offset at the end.
+    pub offset: u64,
+    /// Log id drained (0 if the gateway was never reached).
+    pub log_id: u128,
+    /// Gateway id.
+    pub gateway_id: String,
+}
+
+/// The drain.
+pub struct Drain {
+    cfg: DrainConfig,
+    /// The state file, shared with the other drains of the process.
+    state: Arc<SharedStore>,
+    /// The generation of the state file handle of the last transaction.
+    state_gen: u64,
+    /// The sink; `None` for a per-gateway file sink not opened yet (see
+    /// [`Drain::with_shared`]).
+    sink: Option<Sink>,
+    /// The gateway id the per-gateway file sink was opened for.
+    sink_gateway: Option<String>,
+    /// The lock on the file sink's directory (held while the drain lives).
+    sink_lock: Option<Arc<crate::sink::file::DirLock>>,
+    /// The gateway ids claimed by the gateways of the process (fleet).
+    ids: Option<Arc<GatewayIds>>,
+    metrics: Metrics,
+    stop: Shutdown,
+    summary: DrainSummary,
+    progress: Progress,
+    /// The sink's tail was scanned (once per run).
+    sink_scanned: bool,
+    /// When the shutdown grace ends (set when the shutdown signal is first seen).
+    stop_deadline: Option<Instant>,
+    /// Delay before reopening a failed state file; reset by a checkpoint saved.
+    state_backoff: Backoff,
+}
+
+/// Result of a session.
+enum SessionEnd {
+    /// Finished (`--once` target reached, or shutdown).
+    Done,
+    /// Reconnect and run the resume check again.
+    Again,
+}
+
+impl Drain {
+    /// Opens the state file and the sink.
+    pub async fn open(
+        cfg: DrainConfig,
+        metrics: Metrics,
+        stop: Shutdown,
+    ) -> Result<Drain, DrainError> {
+        let store =
+            SharedStore::open(&cfg.state)
+                .await
+                .map_err(|source| DrainError::StateOpen {
+                    path: cfg.state.clone(),
+                    source,
+                })?;
+        let sink_lock = match &cfg.sink {
+            SinkSpec::File(dir) => Some(
+                crate::sink::file::DirLock::acquire(dir)
+                    .await
+                    .map_err(DrainError::Sink)?,
+            ),
+            SinkSpec::Kafka { .. } => None,
+        };
+        let sink = Sink::open(&cfg.sink, &cfg.sink_options)
+            .await
+            .map_err(DrainError::Sink)?;
+        let mut d = Drain::with_shared(cfg, metrics, stop, store, Some(sink), None);
+        d.sink_lock = sink_lock.map(Arc::new);
+        Ok(d)
+    }
+
+    /// A drain of `cfg.gateway` that shares the state file `store` with other drains of
+    /// the process. `sink`: the sink to deliver to (a clone of a shared Kafka producer), or
+    /// `None` for a file sink opened per gateway at `file_root/<gateway id>/` once the
+    /// gateway's id is known. `ids`: the ids claimed by the other gateways of the process.
+    pub(crate) fn with_shared(
+        cfg: DrainConfig,
+        metrics: Metrics,
+        stop: Shutdown,
+        store: Arc<SharedStore>,
+        sink: Option<Sink>,
+        ids: Option<Arc<GatewayIds>>,
+    ) -> Drain {
+        let progress = Progress::new(cfg.progress);
+        let cfg_backoff = (cfg.backoff_initial, cfg.backoff_max);
+        Drain {
+            cfg,
+            state: store,
+            state_gen: 0,
+            sink,
+            sink_gateway: None,
+            sink_lock: None,
+            ids,
+            metrics,
+            stop,
+            summary: DrainSummary::default(),
+            progress,
+            sink_scanned: false,
+            stop_deadline: None,
+            state_backoff: Backoff::new(cfg_backoff.0, cfg_backoff.1),
+        }
+    }
+
+    /// The state file's current handle (remembering its generation for a reopen).
+    fn store(&mut self) -> Store {
+        let (generation, store) = self.state.current();
+        self.state_gen = generation;
+        store
+    }
+
+    /// Runs until done (see docs/drain.md).
+    pub async fn run(mut self) -> Result<DrainSummary, DrainError> {
+        let mut backoff = Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max);
+        let mut once_target: Option<u64> = None;
+        // `--once`: when the drain last made progress (connected and resumed).
+        let mut progress_at = Instant::now();
+        let budget = self.cfg.retry_budget();
+        let res = loop {
+            let mut conn = match connect_retry(
+                &self.cfg.gateway,
+                self.cfg.reply_timeout,
+                &mut backoff,
+                &self.stop,
+                &self.metrics,
+                budget.map(|b| (progress_at, b)),
+            )
+            .await
+            {
+                Ok(c) => c,
+                Err(NoConnection::Stopped) => break Ok(()),
+                Err(NoConnection::GaveUp(e)) => break Err(e),
+            };
+            let cp = match self.resume(&mut conn).await {
+                Ok(cp) => cp,
+                Err(Resumed::Stopped) => break Ok(()),
+                Err(Resumed::Fatal(DrainError::Store(e))) if e.is_storage() => {
+                    match self.state_failed(e).await {
+                        Ok(true) => continue,
+                        Ok(false) => break Ok(()),
+                        Err(e) => break Err(e),
+                    }
+                }
+                Err(Resumed::Fatal(e)) => break Err(e),
+                Err(Resumed::Retry(e)) => {
+                    self.metrics.gateway_errors.inc();
+                    if let Some(b) = budget
+                        && progress_at.elapsed() >= b
+                    {
+                        break Err(DrainError::GatewayUnreachable {
+                            gateway: self.cfg.gateway.to_string(),
+                            waited: progress_at.elapsed(),
+                            last_error: e.to_string(),
+                        });
+                    }
+                    self.metrics.retries.inc();
+                    let d = backoff.next_delay();
+                    log::warn!("gateway {}: {e}; retrying in {d:.1?}", self.cfg.gateway);
+                    if !sleep_or_stop(d, &self.stop).await {
+                        break Ok(());
+                    }
+                    continue;
+                }
+            };
+            progress_at = Instant::now();
+            if self.cfg.once && once_target.is_none() {
+                match conn.stats().await {
+                    Ok(s) => {
+                        log::info!("--once: draining up to offset {}", s.next_offset);
+                        once_target = Some(s.next_offset);
+                    }
+                    Err(e) => {
+                        log::warn!("gateway {}: {e}; retrying", self.cfg.gateway);
+                        sleep_or_stop(backoff.next_delay(), &self.stop).await;
+                        continue;
+                    }
+                }
+            }
+            match self.session(conn, cp, once_target).await {
+                Ok(SessionEnd::Done) => break Ok(()),
+                Ok(SessionEnd::Again) => continue,
+                Err(DrainError::Store(e)) if e.is_storage() => match self.state_failed(e).await {
+                    Ok(true) => continue,
+                    Ok(false) => break Ok(()),
+                    Err(e) => break Err(e),
+                },
+                Err(e) => break Err(e),
+            }
+        };
+        self.progress.finish();
+        if let Some(sink) = self.sink.take() {
+            sink.close(Duration::from_secs(5)).await;
+        }
+        res.map(|()| self.summary)
+    }
+
+    /// A state file transaction failed (docs/drain.md, "State file failures"). With `--once`
+    /// returns the error (exit code 4). Otherwise reopens the state file after a backoff,
+    /// retrying until it opens (`Ok(true)`: resume from its last durable checkpoint) or the
+    /// shutdown signal comes (`Ok(false)`).
+    async fn state_failed(&mut self, e: StoreError) -> Result<bool, DrainError> {
+        self.metrics.state_errors.inc();
+        let path = self.cfg.state.display().to_string();
+        if self.cfg.once {
+            log::error!(
+                "state file {path}: {e}; --once: giving up (exit code 4); without --once the drain reopens the state file and resumes from its last durable checkpoint"
+            );
+            return Err(DrainError::Store(e));
+        }
+        log::warn!(
+            "state file {path}: {e}; reopening it and resuming from its last durable checkpoint"
+        );
+        loop {
+            self.metrics.retries.inc();
+            let d = self.state_backoff.next_delay();
+            if !sleep_or_stop(d, &self.stop).await {
+                return Ok(false);
+            }
+            match self.state.reopen(self.state_gen).await {
+                Ok(()) => {
+                    log::info!("state file {path}: reopened");
+                    // What the sink holds past the durable checkpoint is looked at again.
+                    self.sink_scanned = false;
+                    return Ok(true);
+                }
+                Err(e) => {
+                    self.metrics.state_errors.inc();
+                    log::warn!("state file {path}: reopening failed: {e}");
+                }
+            }
+        }
+    }
+}
+
+enum Resumed {
+    Fatal(DrainError),
+    Retry(ClientError),
+    /// The shutdown signal came first.
+    Stopped,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_capped_and_jittered() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let mut prev_cap = Duration::from_millis(100);
+        for _ in 0..20 {
+            let d = b.next_delay();
+            assert!(d <= prev_cap && d >= prev_cap / 2, "{d:?} vs {prev_cap:?}");
+            prev_cap = (prev_cap * 2).min(Duration::from_secs(1));
+        }
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn start_from_parses() {
+        assert_eq!("earliest".parse::<StartFrom>(), Ok(StartFrom::Earliest));
+        assert_eq!("latest".parse::<StartFrom>(), Ok(StartFrom::Latest));
+        assert_eq!("42".parse::<StartFrom>(), Ok(StartFrom::Offset(42)));
+        assert!("-1".parse::<StartFrom>().is_err());
+    }
+
+    #[test]
+    fn shutdown_signal() {
+        let (t, s) = Shutdown::new();
+        assert!(!s.is_set());
+        let s2 = s.clone();
+        t.trigger();
+        assert!(s2.is_set());
+        smol::block_on(s.wait());
+    }
+}

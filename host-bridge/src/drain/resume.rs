@@ -1,0 +1,282 @@
+//! The resume check: loads the checkpoint of (gateway id, consumer), or picks the start
+//! of a new one, checks a stored one against the gateway (log id, CRC of the record before
+//! the checkpoint, end of the log), handles `--accept-new-log`, and cuts the file sink back
+//! to the checkpoint before anything is written. See `docs/drain.md`, step 2 and "Sink
+//! files".
+
+use std::time::Duration;
+
+use spillway_core::wire::ErrorCode;
+
+#[cfg(feature = "kafka")]
+use super::WARM_UP_TIMEOUT;
+use super::{Backoff, Drain, DrainError, Resumed, StartFrom, sleep_or_stop};
+use crate::checkpoint::{Checkpoint, Reset, ResumeMismatch, check_log_id, check_prev_crc, now_ms};
+use crate::client::{Client, ClientError, FetchReply, log_id_hex};
+use crate::sink::{Sink, SinkError, SinkSpec};
+
+impl Drain {
+    /// Loads the checkpoint, checks it against the gateway (docs/drain.md, step 2), then, once
+    /// per run, moves it past records the sink already holds (effectively-once resume).
+    ///
+    /// The first time, a Kafka sink's producer also loads the topic's metadata meanwhile
+    /// ([`KafkaSink::warm_up`](crate::sink::kafka::KafkaSink::warm_up)), waited for at most
+    /// [`WARM_UP_TIMEOUT`] after the checks.
+    pub(super) async fn resume(&mut self, conn: &mut Client) -> Result<Checkpoint, Resumed> {
+        let gateway_id = conn.welcome().gateway_id.clone();
+        if let Some(ids) = &self.ids
+            && let Some(other) = ids.claim(&gateway_id, &self.cfg.gateway.to_string())
+        {
+            return Err(Resumed::Fatal(DrainError::DuplicateGatewayId {
+                id: gateway_id,
+                uri: self.cfg.gateway.to_string(),
+                other,
+            }));
+        }
+        self.open_gateway_sink(&gateway_id).await?;
+        #[cfg(feature = "kafka")]
+        let warm_up = match self.sink.as_ref() {
+            Some(Sink::Kafka(k)) if !self.sink_scanned => Some(k.warm_up(WARM_UP_TIMEOUT)),
+            _ => None,
+        };
+        let cp = self.resume_check(conn).await?;
+        self.restore_sink(&cp).await?;
+        if self.sink_scanned {
+            return Ok(cp);
+        }
+        #[cfg(feature = "kafka")]
+        let cp = self.resume_from_sink(conn, cp).await?;
+        self.sink_scanned = true;
+        #[cfg(feature = "kafka")]
+        if let Some(w) = warm_up
+            && let Err(e) = w.await
+        {
+            log::debug!("kafka producer warm-up: {e}");
+        }
+        Ok(cp)
+    }
+
+    /// Fleet with a file sink: opens the sink at `DIR/<gateway id>/` (the id
+    /// percent-encoded like a topic, see `sink::file`) the first time, and again if the
+    /// gateway came back under another id.
+    async fn open_gateway_sink(&mut self, gateway_id: &str) -> Result<(), Resumed> {
+        let SinkSpec::File(root) = &self.cfg.sink else {
+            return Ok(());
+        };
+        if self.ids.is_none() || self.sink_gateway.as_deref() == Some(gateway_id) {
+            return Ok(());
+        }
+        if let Some(old) = self.sink.take() {
+            old.close(Duration::from_secs(5)).await;
+        }
+        let dir = root.join(crate::sink::file::topic_stem(gateway_id));
+        let sink = Sink::open(&SinkSpec::File(dir), &self.cfg.sink_options)
+            .await
+            .map_err(|e| Resumed::Fatal(DrainError::Sink(e)))?;
+        self.sink = Some(sink);
+        self.sink_gateway = Some(gateway_id.to_string());
+        self.sink_scanned = false;
+        Ok(())
+    }
+
+    /// File sink: cuts the files back to what `cp` recorded as synced, before anything is
+    /// written (docs/drain.md, "Sink files"); retried with backoff while the file system
+    /// fails, until the shutdown signal.
+    async fn restore_sink(&mut self, cp: &Checkpoint) -> Result<(), Resumed> {
+        let Some(files) = cp.sink_files.as_ref() else {
+            return Ok(());
+        };
+        let mut backoff = Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max);
+        loop {
+            let Some(Sink::File(f)) = self.sink.as_mut() else {
+                return Ok(());
+            };
+            match f.restore(files).await {
+                Ok(Some(cut)) if cut.files > 0 => {
+                    log::warn!(
+                        "file sink: cut {} bytes off {} files written after the checkpoint at offset {} (sent again from there)",
+                        cut.bytes,
+                        cut.files,
+                        cp.offset
+                    );
+                    return Ok(());
+                }
+                Ok(_) => return Ok(()),
+                Err(e) => {
+                    let e = SinkError::Io(e);
+                    self.metrics.sink_error(e.kind());
+                    self.metrics.retries.inc();
+                    let d = backoff.next_delay();
+                    log::warn!(
+                        "{e} while cutting the files back to the checkpoint; retrying in {d:.1?}"
+                    );
+                    if !sleep_or_stop(d, &self.stop).await {
+                        return Err(Resumed::Stopped);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Loads the checkpoint and checks it against the gateway (docs/drain.md, step 2).
+    async fn resume_check(&mut self, conn: &mut Client) -> Result<Checkpoint, Resumed> {
+        let w = conn.welcome().clone();
+        self.summary.log_id = w.log_id;
+        self.summary.gateway_id = w.gateway_id.clone();
+        let consumer = self.cfg.consumer.clone();
+        let stored = self
+            .store()
+            .load_async(&w.gateway_id, &consumer)
+            .await
+            .map_err(|e| Resumed::Fatal(e.into()))?;
+        let Some(cp) = stored else {
+            let stats = conn.stats().await.map_err(Resumed::Retry)?;
+            let start = match self.cfg.from {
+                None => {
+                    let consumers = conn.consumers().await.map_err(Resumed::Retry)?;
+                    let committed = consumers
+                        .iter()
+                        .find(|c| c.name == consumer)
+                        .map(|c| c.committed_offset)
+                        .filter(|&o| o != stats.first_offset && o <= stats.next_offset);
+                    match committed {
+                        Some(o) if o < stats.first_offset => {
+                            // Records the consumer had not taken were dropped before this
+                            // state file's first run: start at its committed offset, so that
+                            // the main loop meets them as a gap with the gateway's reason.
+                            log::warn!(
+                                "gateway {:?} log {}: consumer {consumer:?} committed offset {o} on the gateway, but the log now starts at {}: offsets {o}..{} were dropped before this bridge drained them (recorded as a gap)",
+                                w.gateway_id,
+                                log_id_hex(w.log_id),
+                                stats.first_offset,
+                                stats.first_offset
+                            );
+                            o
+                        }
+                        Some(o) => {
+                            log::warn!(
+                                "gateway {:?} log {}: the state file {} has no checkpoint for consumer {consumer:?}; starting at the gateway's committed offset {o} for it (the CRC of the record before it cannot be checked without the local checkpoint; pass --from to choose another start)",
+                                w.gateway_id,
+                                log_id_hex(w.log_id),
+                                self.cfg.state.display()
+                            );
+                            o
+                        }
+                        None => stats.first_offset,
+                    }
+                }
+                Some(StartFrom::Earliest) => stats.first_offset,
+                Some(StartFrom::Latest) => stats.next_offset,
+                Some(StartFrom::Offset(o)) if o > stats.next_offset => {
+                    return Err(Resumed::Fatal(DrainError::Config(format!(
+                        "--from {o} is beyond the gateway's next offset {}",
+                        stats.next_offset
+                    ))));
+                }
+                Some(StartFrom::Offset(o)) => o,
+            };
+            let cp = Checkpoint::new(w.log_id, start);
+            self.store()
+                .save_async(&w.gateway_id, &consumer, &cp)
+                .await
+                .map_err(|e| Resumed::Fatal(e.into()))?;
+            log::info!(
+                "gateway {:?} log {}: no checkpoint for consumer {consumer:?}, starting at offset {start}",
+                w.gateway_id,
+                cp.log_id
+            );
+            self.metrics.set_committed(cp.offset);
+            return Ok(cp);
+        };
+        // --from chooses the start only without a checkpoint: say so once, with both
+        // offsets, so that a user who expected a replay sees why there is none.
+        if let Some(from) = self.cfg.from.take() {
+            let asked = match from {
+                StartFrom::Offset(o) => Some(o),
+                StartFrom::Earliest | StartFrom::Latest => {
+                    conn.stats().await.ok().map(|s| match from {
+                        StartFrom::Earliest => s.first_offset,
+                        _ => s.next_offset,
+                    })
+                }
+            };
+            log::warn!(
+                "--from {} (offset {}) is not used: the state file {} has a checkpoint for gateway {:?} consumer {consumer:?} at offset {}, and the drain resumes there (--from applies only without a checkpoint; give another --state or --consumer to start elsewhere)",
+                match from {
+                    StartFrom::Earliest => "earliest".to_string(),
+                    StartFrom::Latest => "latest".to_string(),
+                    StartFrom::Offset(o) => o.to_string(),
+                },
+                asked.map_or("unknown".to_string(), |o| o.to_string()),
+                self.cfg.state.display(),
+                w.gateway_id,
+                cp.offset
+            );
+        }
+        let check = match check_log_id(&cp, &w.gateway_id, w.log_id) {
+            Err(m) => Err(m),
+            Ok(()) => match conn.fetch(None, cp.offset, 1, Duration::ZERO).await {
+                Ok(FetchReply::Records {
+                    prev_crc,
+                    lost: None,
+                    ..
+                }) => check_prev_crc(&cp, &w.gateway_id, w.log_id, prev_crc),
+                // The records before the resume point are gone: the gap is handled by the
+                // main loop; nothing to compare.
+                Ok(_) => Ok(()),
+                Err(ClientError::Gateway {
+                    code: ErrorCode::OffsetOutOfRange,
+                    ..
+                }) => {
+                    let next = conn.stats().await.map_err(Resumed::Retry)?.next_offset;
+                    Err(ResumeMismatch::BeyondEnd {
+                        gateway_id: w.gateway_id.clone(),
+                        stored_log_id: cp.log_id.clone(),
+                        gateway_log_id: log_id_hex(w.log_id),
+                        offset: cp.offset,
+                        next_offset: next,
+                    })
+                }
+                Err(e) => return Err(Resumed::Retry(e)),
+            },
+        };
+        match check {
+            Ok(()) => {
+                log::info!(
+                    "gateway {:?} log {}: resuming consumer {consumer:?} at offset {}",
+                    w.gateway_id,
+                    cp.log_id,
+                    cp.offset
+                );
+                self.metrics.set_committed(cp.offset);
+                Ok(cp)
+            }
+            Err(m) if self.cfg.accept_new_log => {
+                let stats = conn.stats().await.map_err(Resumed::Retry)?;
+                let mut new = Checkpoint::new(w.log_id, stats.first_offset);
+                new.resets = cp.resets + 1;
+                new.sink_files = cp.sink_files.clone();
+                let reset = Reset {
+                    old_log_id: cp.log_id.clone(),
+                    old_offset: cp.offset,
+                    new_log_id: new.log_id.clone(),
+                    new_offset: new.offset,
+                    reason: m.to_string(),
+                    at_unix_ms: now_ms(),
+                };
+                self.store()
+                    .save_with_reset_async(&w.gateway_id, &consumer, &reset, &new)
+                    .await
+                    .map_err(|e| Resumed::Fatal(e.into()))?;
+                log::warn!(
+                    "resume check failed: {m}; --accept-new-log is set: starting over at the gateway's first offset {} of log {} (the reset is recorded in the state file)",
+                    new.offset,
+                    new.log_id
+                );
+                self.metrics.set_committed(new.offset);
+                Ok(new)
+            }
+            Err(m) => Err(Resumed::Fatal(DrainError::Resume(m))),
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! The in-flight window at the sink: batches handed over and not yet acknowledged, the
+//! checkpoint advanced strictly in offset order over the acknowledged ones (saved in redb,
+//! then committed on the gateway), resends after a failed delivery, and the shutdown
+//! grace. See `docs/drain.md`, "Pipelining" and "Stopping".
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::time::Instant;
+
+use smol::channel::Receiver;
+
+use super::fetcher::{CommitCell, Item};
+use super::{Backoff, Drain, DrainError};
+use crate::checkpoint::{Checkpoint, now_ms};
+use crate::client::OwnedRecord;
+use crate::sink::{DeliverError, Pending, Sink, SinkError, Source};
+
+impl Drain {
+    /// Sets the shutdown deadline when the signal has come.
+    fn note_stop(&mut self) {
+        if self.stop.is_set() && self.stop_deadline.is_none() {
+            self.stop_deadline = Some(Instant::now() + self.cfg.shutdown_grace);
+        }
+    }
+
+    /// True once the shutdown grace has run out.
+    fn gave_up(&self) -> bool {
+        self.stop.is_set() && self.stop_deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Runs `fut` to its end, or returns `None` when the shutdown signal arrives (the first
+    /// time) or the shutdown grace runs out, so the caller can look again.
+    async fn until_halt<F: Future>(&mut self, fut: F) -> Option<F::Output> {
+        self.note_stop();
+        let deadline = self.stop_deadline;
+        smol::future::or(async { Some(fut.await) }, async {
+            match deadline {
+                None => self.stop.wait().await,
+                Some(d) => {
+                    smol::Timer::at(d).await;
+                }
+            }
+            None
+        })
+        .await
+    }
+
+    /// One step of the sink side: resends after a failure (once its backoff has passed),
+    /// takes the acknowledgements of the oldest batch in flight, or, with `rx` and room in
+    /// the window, takes the next item from the fetcher.
+    pub(super) async fn advance(
+        &mut self,
+        s: &mut SinkCtx<'_>,
+        rx: Option<&Receiver<Item>>,
+    ) -> Result<Step, DrainError> {
+        self.note_stop();
+        if self.gave_up() && !s.win.is_idle() {
+            log::warn!(
+                "shutting down with offsets from {} not acknowledged by the sink (resent next time)",
+                s.cp.offset
+            );
+            return Ok(Step::GaveUp);
+        }
+        if !s.win.resend.is_empty() && s.win.in_flight.len() < s.win.max {
+            let at = s.win.resend_at;
+            if Instant::now() < at {
+                self.until_halt(smol::Timer::at(at)).await;
+                return Ok(Step::Progress);
+            }
+            while s.win.in_flight.len() < s.win.max
+                && let Some(records) = s.win.resend.pop_front()
+            {
+                self.submit(s, records).await;
+            }
+            return Ok(Step::Progress);
+        }
+        let room =
+            !self.stop.is_set() && s.win.resend.is_empty() && s.win.in_flight.len() < s.win.max;
+        let rx = rx.filter(|_| room);
+        if s.win.in_flight.is_empty() && rx.is_none() {
+            return Ok(Step::Idle);
+        }
+        let event = {
+            let front = s.win.in_flight.front_mut();
+            let settled = async {
+                match front {
+                    Some(b) => {
+                        b.pending.settle().await;
+                        None
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let received = async {
+                match rx {
+                    Some(rx) => Some(rx.recv().await.ok()),
+                    None => std::future::pending().await,
+                }
+            };
+            self.until_halt(smol::future::or(settled, received)).await
+        };
+        match event {
+            None => Ok(Step::Progress),
+            Some(None) => {
+                self.complete(s).await?;
+                Ok(Step::Progress)
+            }
+            Some(Some(item)) => Ok(Step::Item(item)),
+        }
+    }
+
+    /// Finishes every batch in flight and every resend, retrying as usual; false if the
+    /// shutdown grace ran out first. Afterwards the checkpoint is at `win.next`.
+    pub(super) async fn flush(&mut self, s: &mut SinkCtx<'_>) -> Result<bool, DrainError> {
+        while !s.win.is_idle() {
+            if let Step::GaveUp = self.advance(s, None).await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Hands `records` to the sink as the newest batch in flight.
+    pub(super) async fn submit(&mut self, s: &mut SinkCtx<'_>, records: Vec<OwnedRecord>) {
+        let pending = match self.sink.as_mut() {
+            Some(sink) => sink.submit(s.src, &records).await,
+            None => Pending::Done(Some(Err(DeliverError {
+                delivered: 0,
+                error: SinkError::Kafka("sink closed".into()),
+            }))),
+        };
+        s.win.in_flight.push_back(InFlight { records, pending });
+    }
+
+    /// Called once the oldest batch in flight has settled: moves the checkpoint over it and
+    /// over every following batch that has settled too, up to the first unacknowledged
+    /// record, and saves it once (redb, then the gateway's commit). On a failure, see
+    /// [`Drain::fail`].
+    async fn complete(&mut self, s: &mut SinkCtx<'_>) -> Result<(), DrainError> {
+        let mut records = 0u64;
+        let mut bytes = 0u64;
+        let mut failure = None;
+        while let Some(front) = s.win.in_flight.front_mut() {
+            if smol::future::poll_once(front.pending.settle())
+                .await
+                .is_none()
+            {
+                break;
+            }
+            let Some(mut b) = s.win.in_flight.pop_front() else {
+                break;
+            };
+            let done = match b.pending.result() {
+                Ok(()) => {
+                    s.win.backoff.reset();
+                    b.records.len()
+                }
+                Err(e) => {
+                    let done = e.delivered.min(b.records.len());
+                    failure = Some((b.records.split_off(done), e.error));
+                    done
+                }
+            };
+            if let Some(last) = b.records[..done].last() {
+                s.cp.offset = last.offset + 1;
+                s.cp.last_crc = Some(last.record_crc);
+            }
+            records += done as u64;
+            bytes += b.records[..done]
+                .iter()
+                .map(|r| r.payload.len() as u64)
+                .sum::<u64>();
+            if failure.is_some() {
+                break;
+            }
+        }
+        if records > 0 {
+            s.cp.records += records;
+            s.cp.bytes += bytes;
+            s.cp.updated_unix_ms = now_ms();
+            if let Some(Sink::File(f)) = self.sink.as_ref() {
+                // The file sink delivers one batch at a time: what it has synced now is
+                // exactly the records below the new checkpoint offset.
+                s.cp.sink_files = f.synced_files();
+            }
+            self.store()
+                .save_async(&s.src.gateway_id, &self.cfg.consumer, s.cp)
+                .await?;
+            self.state_backoff.reset();
+            s.commit.set(s.cp.offset);
+            self.metrics.forwarded_records.inc_by(records);
+            self.metrics.forwarded_bytes.inc_by(bytes);
+            self.metrics.set_committed(s.cp.offset);
+            self.summary.records += records;
+            self.summary.bytes += bytes;
+            self.summary.offset = s.cp.offset;
+            let next = u64::try_from(self.metrics.next_offset.get()).unwrap_or(0);
+            self.progress.update(
+                s.cp.offset,
+                next.max(s.cp.offset),
+                self.summary.records,
+                self.summary.bytes,
+            );
+        }
+        if let Some((rest, err)) = failure {
+            self.fail(s, rest, err).await;
+        }
+        Ok(())
+    }
+
+    /// A delivery failed at `s.cp.offset` (the first unacknowledged record; `rest` is what
+    /// is left of its batch). Waits until every later batch in flight has settled too, so
+    /// that no resend overtakes a message still queued from the first attempt, then queues
+    /// everything from `s.cp.offset` on for resending, in order, after a backoff. Whatever
+    /// later batches got acknowledged is sent again (duplicates, never a skipped record).
+    async fn fail(&mut self, s: &mut SinkCtx<'_>, rest: Vec<OwnedRecord>, err: SinkError) {
+        self.metrics.sink_error(err.kind());
+        self.metrics.retries.inc();
+        let mut later = std::mem::take(&mut s.win.in_flight);
+        for b in later.iter_mut() {
+            while self.until_halt(b.pending.settle()).await.is_none() {
+                if self.gave_up() {
+                    break;
+                }
+            }
+        }
+        let mut resend: VecDeque<Vec<OwnedRecord>> = VecDeque::new();
+        resend.extend(Some(rest).filter(|r| !r.is_empty()));
+        resend.extend(later.into_iter().map(|b| b.records));
+        resend.append(&mut s.win.resend);
+        s.win.resend = resend;
+        let n: usize = s.win.resend.iter().map(Vec::len).sum();
+        let d = s.win.backoff.next_delay();
+        s.win.resend_at = Instant::now() + d;
+        log::warn!(
+            "sink failed at offset {} ({err}); resending {n} records from there in {d:.1?}",
+            s.cp.offset
+        );
+    }
+}
+
+/// A batch handed to the sink, waiting for its acknowledgements.
+pub(super) struct InFlight {
+    /// The batch, kept for a resend.
+    pub(super) records: Vec<OwnedRecord>,
+    /// Its acknowledgements.
+    pub(super) pending: Pending,
+}
+
+/// The sink side of a session (docs/drain.md, "Pipelining").
+pub(super) struct Window {
+    /// Batches handed to the sink and not yet checkpointed, oldest first.
+    pub(super) in_flight: VecDeque<InFlight>,
+    /// After a failure: the unacknowledged records, as batches, to hand over again (in
+    /// order, before anything new).
+    pub(super) resend: VecDeque<Vec<OwnedRecord>>,
+    /// When the resend may start (backoff).
+    pub(super) resend_at: Instant,
+    /// Batches in flight at most.
+    pub(super) max: usize,
+    /// The offset after the last record handed to the sink: where the next batch starts.
+    pub(super) next: u64,
+    /// Backoff between resends; reset by a batch acknowledged whole.
+    pub(super) backoff: Backoff,
+}
+
+impl Window {
+    /// Nothing in flight and nothing to resend: the checkpoint is at `next`.
+    pub(super) fn is_idle(&self) -> bool {
+        self.in_flight.is_empty() && self.resend.is_empty()
+    }
+}
+
+/// What the sink side of a session works on.
+pub(super) struct SinkCtx<'a> {
+    pub(super) win: &'a mut Window,
+    pub(super) src: &'a Source,
+    pub(super) cp: &'a mut Checkpoint,
+    pub(super) commit: &'a CommitCell,
+}
+
+/// What [`Drain::advance`] did.
+pub(super) enum Step {
+    /// Something (or nothing, after a signal): look again.
+    Progress,
+    /// Nothing in flight and nothing to take.
+    Idle,
+    /// The shutdown grace ran out with records unacknowledged.
+    GaveUp,
+    /// The next item from the fetcher (`None`: the fetcher ended).
+    Item(Option<Item>),
+}

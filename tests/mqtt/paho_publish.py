@@ -1,0 +1,75 @@
+"""Publishes COUNT messages "<client>-<n>" (n = 1..COUNT, zero-padded) to TOPIC at QOS with
+a persistent session (clean session off) through paho-mqtt, reconnecting and resending for
+as long as it takes, and prints "acked <payload>" for every message the gateway
+acknowledged (PUBACK for QoS 1, PUBCOMP for QoS 2), then "done".
+
+Usage: paho_publish.py HOST PORT CLIENT_ID TOPIC QOS COUNT
+"""
+
+import sys
+import threading
+import time
+
+import paho.mqtt.client as mqtt
+
+host, port, client_id, topic = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+qos, count = int(sys.argv[5]), int(sys.argv[6])
+
+pending = {}  # mid -> payload, for messages not acknowledged yet
+done = set()  # mids acknowledged before publish() returned them
+lock = threading.Lock()
+
+
+def on_publish(client, userdata, mid, reason_code=None, properties=None):
+    with lock:
+        payload = pending.pop(mid, None)
+        if payload is None:
+            done.add(mid)
+            return
+    print("acked " + payload, flush=True)
+
+
+client = mqtt.Client(
+    mqtt.CallbackAPIVersion.VERSION2,
+    client_id=client_id,
+    clean_session=False,
+    protocol=mqtt.MQTTv311,
+)
+client.max_inflight_messages_set(20)
+client.max_queued_messages_set(0)
+client.reconnect_delay_set(min_delay=1, max_delay=1)
+client.on_publish = on_publish
+while True:
+    try:
+        client.connect(host, port, keepalive=30)
+        break
+    except OSError:
+        time.sleep(0.1)
+client.loop_start()
+infos = []
+for n in range(1, count + 1):
+    payload = f"{client_id}-{n:06d}"
+    # Not under the lock: paho calls on_publish with its own lock held.
+    info = client.publish(topic, payload, qos=qos)
+    with lock:
+        early = info.mid in done
+        if early:
+            done.discard(info.mid)
+        else:
+            pending[info.mid] = payload
+    if early:
+        print("acked " + payload, flush=True)
+    infos.append(info)
+    # Keep the stream steady: at most 20 in flight, the rest queued in the client.
+    if n % 20 == 0:
+        time.sleep(0.002)
+deadline = time.time() + 120
+for info in infos:
+    while not info.is_published():
+        if time.time() > deadline:
+            print("timeout", flush=True)
+            sys.exit(1)
+        time.sleep(0.01)
+client.disconnect()
+client.loop_stop()
+print("done", flush=True)

@@ -1,0 +1,366 @@
+//! One bridge, many gateways, on the real binaries: 16 `spillway` gateway processes with
+//! records already stored, one `spillway-bridge drain` of all of them into a 4-partition
+//! Kafka topic (librdkafka's mock cluster, or the broker of `SPILLWAY_KAFKA_BROKER`) and,
+//! in a second test, into the file sink. The bridge is killed with SIGKILL twice, each time
+//! after its first delivery of that run (seen in its metrics), then drains to the end with
+//! `--once`. Every record of every gateway arrives once, in order per gateway; the runs
+//! after a kill resumed from checkpoints (their logs and metrics say so). Also: two
+//! gateways announcing one id are refused with exit 2 naming both, and `publish` refuses
+//! several gateways.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use spillway_tests::bridge::spawn_bridge;
+use spillway_tests::gateway::free_port;
+use spillway_tests::kafka::{Broker, consume_all};
+use spillway_tests::process::ChildProcess;
+use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
+
+const GATEWAYS: usize = 16;
+const PER_GATEWAY: usize = 600;
+
+struct Fleet {
+    _gateways: Vec<GatewayProcess>,
+    uris: Vec<String>,
+}
+
+/// Starts `n` gateways with ids `fleet-0`.. (`same_id`: all with that one id) and stores
+/// `per` records in each (`"<id> <i>"` on topics `a` and `b`, alternately by line).
+fn start_fleet(dir: &Path, n: usize, per: usize, same_id: Option<&str>) -> Fleet {
+    let t0 = Instant::now();
+    let mut gateways = Vec::new();
+    let mut uris = Vec::new();
+    for i in 0..n {
+        let port = free_port();
+        let id = same_id.map_or(format!("fleet-{i}"), str::to_string);
+        let args: Vec<String> = vec![
+            "--image".into(),
+            dir.join(format!("gw{i}.img")).display().to_string(),
+            "--size".into(),
+            "4M".into(),
+            "--listen".into(),
+            format!("tcp://127.0.0.1:{port}"),
+            "--gateway-id".into(),
+            id.clone(),
+        ];
+        gateways.push(GatewayProcess::start(&args, 1));
+        uris.push(format!("tcp://127.0.0.1:{port}"));
+    }
+    eprintln!("{n} gateways started in {:.1?}", t0.elapsed());
+    let threads: Vec<_> = uris
+        .iter()
+        .enumerate()
+        .filter(|_| per > 0)
+        .map(|(i, uri)| {
+            let uri = uri.clone();
+            let dir = dir.to_path_buf();
+            std::thread::spawn(move || {
+                for (topic, parity) in [("a", 0), ("b", 1)] {
+                    let p = dir.join(format!("in-{i}-{topic}.txt"));
+                    let text: String = (0..per)
+                        .filter(|k| k % 2 == parity)
+                        .map(|k| format!("fleet-{i} {k}\n"))
+                        .collect();
+                    std::fs::write(&p, text).unwrap();
+                    let out = run_bridge(&[
+                        "publish",
+                        "--gateway",
+                        &uri,
+                        "--topic",
+                        topic,
+                        &p.display().to_string(),
+                    ]);
+                    assert!(
+                        out.status.success(),
+                        "publish: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    Fleet {
+        _gateways: gateways,
+        uris,
+    }
+}
+
+/// The payload of offset `o` of gateway `gw`: topic `a` (even lines) was published first,
+/// then topic `b` (odd lines).
+fn expected_payload(gw: &str, o: u64) -> String {
+    let half = (PER_GATEWAY / 2) as u64;
+    let k = if o < half { 2 * o } else { 2 * (o - half) + 1 };
+    format!("{gw} {k}")
+}
+
+/// The sum of every sample of metric `name` (all gateways) served on `port`, if reachable.
+fn metric_sum(port: u16, name: &str) -> Option<f64> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    Some(
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum(),
+    )
+}
+
+fn drain_args(fleet: &Fleet, sink: &str, state: &Path, consumer: &str) -> Vec<String> {
+    let mut args: Vec<String> = vec!["drain".into()];
+    for u in &fleet.uris {
+        args.extend(["--gateway".into(), u.clone()]);
+    }
+    args.extend([
+        "--sink".into(),
+        sink.into(),
+        "--state".into(),
+        state.display().to_string(),
+        "--consumer".into(),
+        consumer.into(),
+        "--max-batch-bytes".into(),
+        "2048".into(),
+        "--prefetch".into(),
+        "2".into(),
+        "--progress".into(),
+        "off".into(),
+    ]);
+    args
+}
+
+/// Runs the drain `args` twice, each time killed with SIGKILL right after its first
+/// delivery (its `forwarded_records` metric above 0), then once more with `--once` to the
+/// end. Returns the three runs' logs.
+fn drain_with_two_kills(dir: &Path, args: &[String], t0: Instant) -> Vec<String> {
+    let mut logs = Vec::new();
+    for k in 0..2 {
+        let port = free_port();
+        let mut a = args.to_vec();
+        a.extend(["--metrics".into(), format!("127.0.0.1:{port}")]);
+        let log = dir.join(format!("bridge-{k}.log"));
+        let mut child: ChildProcess = spawn_bridge(&bridge_bin(), &a, &log).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let forwarded =
+                metric_sum(port, "spillway_bridge_forwarded_records_total").unwrap_or(0.0);
+            if forwarded > 0.0 {
+                eprintln!(
+                    "run {k}: killed after {forwarded} records forwarded, {:.1?} into the test",
+                    t0.elapsed()
+                );
+                break;
+            }
+            assert!(
+                child.is_running(),
+                "{}",
+                std::fs::read_to_string(&log).unwrap()
+            );
+            assert!(Instant::now() < deadline, "no delivery within 20 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child.kill();
+        logs.push(std::fs::read_to_string(&log).unwrap_or_default());
+    }
+    let mut a = args.to_vec();
+    a.push("--once".into());
+    let strs: Vec<&str> = a.iter().map(String::as_str).collect();
+    let out = run_bridge(&strs);
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "final --once run: {text}");
+    logs.push(text);
+    logs
+}
+
+/// Runs 2 and 3 started from checkpoints saved by the killed runs before them.
+fn assert_resumed(logs: &[String]) {
+    for (k, log) in logs.iter().enumerate().skip(1) {
+        let resumed = log.matches("resuming consumer").count();
+        eprintln!("run {k}: {resumed} gateways resumed from a stored checkpoint");
+        assert!(
+            resumed > 0,
+            "run {k} did not resume from a checkpoint:\n{log}"
+        );
+    }
+}
+
+#[test]
+fn one_bridge_drains_16_gateways_into_4_kafka_partitions_through_two_kill_9s() {
+    let t0 = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start_fleet(dir.path(), GATEWAYS, PER_GATEWAY, None);
+    eprintln!(
+        "{GATEWAYS} gateways with {PER_GATEWAY} records each in {:.1?}",
+        t0.elapsed()
+    );
+    let broker = Broker::real_or_mock();
+    let topic = broker.new_topic("spillway-fleet", 4);
+    let sink = format!("kafka://{}/{topic}", broker.bootstrap());
+    let args = drain_args(&fleet, &sink, &dir.path().join("k.redb"), "kafka");
+    let logs = drain_with_two_kills(dir.path(), &args, t0);
+    assert_resumed(&logs);
+    let resumed_from_topic: usize = logs
+        .iter()
+        .map(|l| l.matches("already holds offsets").count())
+        .sum();
+
+    let msgs = consume_all(&broker.bootstrap(), &topic, 4);
+    let mut per_gateway: BTreeMap<String, Vec<(i32, u64, Vec<u8>)>> = BTreeMap::new();
+    for m in &msgs {
+        per_gateway
+            .entry(m.headers["spillway-gateway"].clone())
+            .or_default()
+            .push((m.partition, m.spillway_offset(), m.payload.clone()));
+        assert_eq!(m.key, m.headers["spillway-gateway"], "keyed by gateway id");
+    }
+    assert_eq!(per_gateway.len(), GATEWAYS);
+    let mut partitions_used = std::collections::BTreeSet::new();
+    for (gw, recs) in &per_gateway {
+        let offsets: Vec<u64> = recs.iter().map(|r| r.1).collect();
+        assert_eq!(
+            offsets,
+            (0..PER_GATEWAY as u64).collect::<Vec<_>>(),
+            "{gw}: every record once, in order"
+        );
+        let parts: std::collections::BTreeSet<i32> = recs.iter().map(|r| r.0).collect();
+        assert_eq!(parts.len(), 1, "{gw}: one partition");
+        partitions_used.extend(parts);
+        for (_, o, payload) in recs {
+            assert_eq!(payload, &expected_payload(gw, *o).into_bytes());
+        }
+    }
+    eprintln!(
+        "{} messages in {} partitions of {} ({}), every record once and in order per gateway; {resumed_from_topic} gateway resumes found records already in the topic; {:.1?} in all",
+        msgs.len(),
+        partitions_used.len(),
+        topic,
+        broker.describe(),
+        t0.elapsed()
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(60),
+        "{:.1?}",
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn one_bridge_drains_16_gateways_into_files_through_two_kill_9s() {
+    let t0 = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start_fleet(dir.path(), GATEWAYS, PER_GATEWAY, None);
+    let out = dir.path().join("out");
+    let sink = format!("file:{}", out.display());
+    let args = drain_args(&fleet, &sink, &dir.path().join("f.redb"), "files");
+    let logs = drain_with_two_kills(dir.path(), &args, t0);
+    assert_resumed(&logs);
+    let mut gateway_dirs = 0;
+    for i in 0..GATEWAYS {
+        let gw = format!("fleet-{i}");
+        let gdir = out.join(&gw);
+        let mut names: Vec<String> = std::fs::read_dir(&gdir)
+            .unwrap_or_else(|e| panic!("{}: {e}", gdir.display()))
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        // Per topic, lines in file order; merged by offset they must be 0..PER_GATEWAY once.
+        let mut all = Vec::new();
+        for name in &names {
+            let mut last = None;
+            for line in std::fs::read_to_string(gdir.join(name)).unwrap().lines() {
+                let j: serde_json::Value = serde_json::from_str(line).unwrap();
+                let o = j["offset"].as_u64().unwrap();
+                assert_eq!(j["gateway_id"], gw.as_str());
+                assert_eq!(j["payload"], expected_payload(&gw, o).as_str());
+                assert!(last.is_none_or(|l| l < o), "{gw}/{name}: in order");
+                last = Some(o);
+                all.push(o);
+            }
+        }
+        all.sort_unstable();
+        assert_eq!(
+            all,
+            (0..PER_GATEWAY as u64).collect::<Vec<_>>(),
+            "{gw}: every record once"
+        );
+        gateway_dirs += 1;
+    }
+    eprintln!(
+        "{gateway_dirs} gateway directories under {}, every record once and in order; {:.1?} in all",
+        out.display(),
+        t0.elapsed()
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(60),
+        "{:.1?}",
+        t0.elapsed()
+    );
+
+    // A second bridge into the same directory is refused at once, naming the holder.
+    let port = free_port();
+    let mut a = args.clone();
+    a.extend([
+        "--metrics".into(),
+        format!("127.0.0.1:{port}"),
+        "--log-level".into(),
+        "info".into(),
+    ]);
+    let log = dir.path().join("holder.log");
+    let mut holder = spawn_bridge(&bridge_bin(), &a, &log).unwrap();
+    // It holds the directory once its drains resume (after the lock is taken).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("resuming consumer")
+    {
+        assert!(Instant::now() < deadline, "the first bridge did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Its own state file: only the sink directory is shared.
+    let mut other = drain_args(&fleet, &sink, &dir.path().join("other.redb"), "files");
+    other.push("--once".into());
+    let strs: Vec<&str> = other.iter().map(String::as_str).collect();
+    let second = run_bridge(&strs);
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&out.display().to_string()) && err.contains(&format!("pid {}", holder.pid())),
+        "{err}"
+    );
+    holder.kill();
+}
+
+#[test]
+fn two_gateways_announcing_one_id_are_refused_and_publish_takes_one_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start_fleet(dir.path(), 2, 0, Some("cloned-card"));
+    let sink = format!("file:{}", dir.path().join("out").display());
+    let mut args = drain_args(&fleet, &sink, &dir.path().join("s.redb"), "bridge");
+    args.push("--once".into());
+    let strs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run_bridge(&strs);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&fleet.uris[0]) && err.contains(&fleet.uris[1]) && err.contains("cloned-card"),
+        "{err}"
+    );
+    let out = run_bridge(&[
+        "publish",
+        "--gateway",
+        &fleet.uris[0],
+        "--gateway",
+        &fleet.uris[1],
+        "--topic",
+        "t",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+}

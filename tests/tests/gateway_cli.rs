@@ -1,0 +1,557 @@
+//! What a user of the real `spillway` binary sees: help texts and exit codes, log levels,
+//! warnings of dropped lines in line mode, the metrics endpoint, the full log (in the
+//! metrics, the log and `spillway-bridge status`), locks, ports, late serial devices,
+//! `validate`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use spillway_core::wire::{AckLevel, ErrorCode};
+use spillway_tests::bridge::run_bridge;
+use spillway_tests::client::{Client, Reply};
+use spillway_tests::gateway::{GatewayProcess, free_port, run_cli, spillway_bin};
+use spillway_tests::process::ChildProcess;
+
+fn image_args(dir: &Path) -> Vec<String> {
+    vec![
+        "--image".into(),
+        dir.join("gw.img").display().to_string(),
+        "--size".into(),
+        "1M".into(),
+        "--erase-size".into(),
+        "4K".into(),
+        "--gateway-id".into(),
+        "cli-gw".into(),
+    ]
+}
+
+fn args(dir: &Path, extra: &[String]) -> Vec<String> {
+    let mut a = image_args(dir);
+    a.extend(extra.iter().cloned());
+    a
+}
+
+/// Waits (10 s at most) until the gateway's log has `n` lines containing `needle`.
+fn wait_for_log(g: &GatewayProcess, needle: &str, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let lines = g.log_lines(&[needle]);
+        if lines.len() >= n {
+            return lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{n} line(s) with {needle:?} never logged:\n{}",
+            g.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// An HTTP/1.1 request to the metrics address; the whole answer.
+fn http(port: u16, request_line: &str) -> String {
+    let mut m = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    m.write_all(format!("{request_line}\r\nHost: x\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut text = String::new();
+    m.read_to_string(&mut text).unwrap();
+    text
+}
+
+#[test]
+fn help_opens_with_the_purpose_and_each_subcommand_lists_its_exit_codes() {
+    let (code, out, _) = run_cli(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.starts_with("Spillway gateway: keeps the messages of sensors"),
+        "{out}"
+    );
+    for (sub, codes) in [
+        ("run", &["0 ", "1 ", "2 ", "3 "][..]),
+        ("inspect", &["0 ", "2 ", "3 ", "4 "][..]),
+        ("validate", &["0 ", "2 ", "3 "][..]),
+    ] {
+        let (code, out, _) = run_cli(&[sub, "--help"]);
+        assert_eq!(code, 0, "{sub}");
+        let tail = out
+            .split("Exit codes:")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{sub} --help lists no exit codes:\n{out}"));
+        for c in codes {
+            assert!(tail.contains(&format!("  {c}")), "{sub}: {c}in {tail}");
+        }
+    }
+    let (_, run_help, _) = run_cli(&["run", "--help"]);
+    assert!(run_help.contains("--log-level"), "{run_help}");
+    assert!(run_help.contains("line-timeout-ms"), "{run_help}");
+}
+
+/// `--log-level warn` hides the info lines; RUST_LOG, when set, wins over the flag.
+#[test]
+fn log_level_flag_and_rust_log_precedence() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let lines_port = free_port();
+    let a = args(
+        dir.path(),
+        &[
+            "--listen".into(),
+            format!("tcp://127.0.0.1:{port}"),
+            "--listen".into(),
+            format!("tcp://127.0.0.1:{lines_port}?mode=lines"),
+            "--log-level".into(),
+            "warn".into(),
+        ],
+    );
+    let mut child = Command::new(spillway_bin())
+        .arg("run")
+        .args(&a)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut child = ChildProcess::new(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    // Serving (no "listening on" line tells): the framed listener answers.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut c = loop {
+        if let Ok(mut c) = Client::tcp(&format!("127.0.0.1:{port}"))
+            && c.hello("t").is_ok()
+        {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "the gateway never served");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    c.publish("t", b"x", AckLevel::Buffered, None).unwrap();
+    // A warning still goes out.
+    let mut s = TcpStream::connect(("127.0.0.1", lines_port)).unwrap();
+    s.write_all(b" starts with a blank\n").unwrap();
+    let mut seen = Vec::new();
+    loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("no warning logged: {seen:?}"));
+        let done = line.contains("line dropped");
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    assert!(
+        seen.iter().all(|l| !l.contains(" INFO ")),
+        "info lines under --log-level warn: {seen:?}"
+    );
+    child.stop(Duration::from_secs(10));
+
+    // RUST_LOG=info (set by the harness) wins over --log-level error: the info lines that
+    // the harness waits for appear.
+    let port = free_port();
+    let g = GatewayProcess::start(
+        &args(
+            dir.path(),
+            &[
+                "--listen".into(),
+                format!("tcp://127.0.0.1:{port}"),
+                "--log-level".into(),
+                "error".into(),
+            ],
+        ),
+        1,
+    );
+    assert!(!g.log_lines(&["listening on"]).is_empty());
+
+    // A bad value is a usage error.
+    let (code, _, err) = run_cli(&["run", "--log-level", "loud"]);
+    assert_eq!(code, 2, "{err}");
+}
+
+/// Every kind of dropped line is warned about, naming the configured limit; a burst of
+/// one kind gives one warning (rate limited), and the good lines around them are stored.
+#[test]
+fn dropped_lines_are_warned_once_per_burst_naming_the_configured_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pf, pw, pl) = (free_port(), free_port(), free_port());
+    let g = GatewayProcess::start(
+        &args(
+            dir.path(),
+            &[
+                "--listen".into(),
+                format!("tcp://127.0.0.1:{pf}"),
+                "--listen".into(),
+                format!("tcp://127.0.0.1:{pw}?mode=lines"),
+                "--listen".into(),
+                format!("tcp://127.0.0.1:{pl}?mode=lines&topic=buoy/sst"),
+                "--max-record-bytes".into(),
+                "256".into(),
+            ],
+        ),
+        3,
+    );
+    let mut words = TcpStream::connect(("127.0.0.1", pw)).unwrap();
+    let mut fixed = TcpStream::connect(("127.0.0.1", pl)).unwrap();
+    // Fixed topic: 300 bytes is over the payload limit of 256.
+    fixed.write_all(&[b'x'; 300]).unwrap();
+    fixed.write_all(b"\n21.5\n").unwrap();
+    let too_long = wait_for_log(&g, "longer than 256 bytes, --max-record-bytes is 256", 1);
+    assert_eq!(too_long.len(), 1);
+    // Topic word: a topic and a 300-byte payload fit the line buffer but not the record.
+    words.write_all(b"t ").unwrap();
+    words.write_all(&[b'y'; 300]).unwrap();
+    words.write_all(b"\n").unwrap();
+    wait_for_log(&g, "a payload of 300 bytes, --max-record-bytes is 256", 1);
+    // A line over the topic word's room too.
+    words.write_all(&[b'z'; 600]).unwrap();
+    words.write_all(b"\n").unwrap();
+    wait_for_log(&g, "a payload of at most 256 bytes, --max-record-bytes", 1);
+    // Five lines without a topic word: one warning.
+    for _ in 0..5 {
+        words.write_all(b" 5.4\n").unwrap();
+    }
+    // A topic that is not UTF-8.
+    words.write_all(b"\xff\xfe 5.5\ncgm/glucose 5.6\n").unwrap();
+    wait_for_log(&g, "topic word is not UTF-8", 1);
+    let mut c = Client::tcp(&format!("127.0.0.1:{pf}")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let got = loop {
+        let recs = c.fetch_all(0).unwrap();
+        if recs.len() >= 2 || Instant::now() > deadline {
+            break recs;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let got: Vec<(&str, &[u8])> = got
+        .iter()
+        .map(|r| (r.topic.as_str(), r.payload.as_slice()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![("buoy/sst", &b"21.5"[..]), ("cgm/glucose", &b"5.6"[..])]
+    );
+    assert_eq!(
+        g.log_lines(&["line has no topic"]).len(),
+        1,
+        "a burst of one kind is warned once:\n{}",
+        g.log_text()
+    );
+}
+
+/// `t=20.3`, three seconds of silence, then `t=20.4\n` stores `t=20.4` alone: the partial
+/// line is dropped with a warning after `line-timeout-ms`, never glued to the next one.
+#[test]
+fn a_partial_line_followed_by_silence_is_dropped_not_glued_to_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pf, pl) = (free_port(), free_port());
+    let g = GatewayProcess::start(
+        &args(
+            dir.path(),
+            &[
+                "--listen".into(),
+                format!("tcp://127.0.0.1:{pf}"),
+                "--listen".into(),
+                format!("tcp://127.0.0.1:{pl}?mode=lines&topic=sensor&line-timeout-ms=300"),
+            ],
+        ),
+        2,
+    );
+    let mut s = TcpStream::connect(("127.0.0.1", pl)).unwrap();
+    s.write_all(b"t=20.3").unwrap();
+    let w = wait_for_log(&g, "partial line of 6 bytes dropped", 1);
+    assert!(w[0].contains("no newline within 300 ms"), "{w:?}");
+    s.write_all(b"t=20.4\n").unwrap();
+    let mut c = Client::tcp(&format!("127.0.0.1:{pf}")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let recs = loop {
+        let recs = c.fetch_all(0).unwrap();
+        if !recs.is_empty() || Instant::now() > deadline {
+            break recs;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let payloads: Vec<&[u8]> = recs.iter().map(|r| r.payload.as_slice()).collect();
+    assert_eq!(payloads, vec![&b"t=20.4"[..]]);
+    // A bad value is a usage error naming the key.
+    let (code, _, err) = run_cli(&[
+        "validate",
+        "--config",
+        write_config(
+            dir.path(),
+            "listen = [\"tcp://:1?mode=lines&line-timeout-ms=0\"]\n",
+        )
+        .to_str()
+        .unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("line-timeout-ms"), "{err}");
+}
+
+fn write_config(dir: &Path, text: &str) -> std::path::PathBuf {
+    let p = dir.join("c.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// The metrics are served on `/metrics` only, with the image's used and free bytes; a log
+/// that fills up under `reject-new` sets `spillway_full` and logs one warning naming the
+/// consumer that holds the space, and one more when it accepts records again.
+#[test]
+fn metrics_path_gauges_and_the_full_log_warnings() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, pm) = (free_port(), free_port());
+    let g = GatewayProcess::start(
+        &[
+            "--image".into(),
+            dir.path().join("gw.img").display().to_string(),
+            "--size".into(),
+            "128K".into(),
+            "--erase-size".into(),
+            "4K".into(),
+            "--buffer-bytes".into(),
+            "8K".into(),
+            "--listen".into(),
+            format!("tcp://127.0.0.1:{port}"),
+            "--metrics".into(),
+            format!("127.0.0.1:{pm}"),
+        ],
+        2,
+    );
+    assert!(http(pm, "GET / HTTP/1.1").starts_with("HTTP/1.1 404"));
+    assert!(http(pm, "GET /metricsx HTTP/1.1").starts_with("HTTP/1.1 404"));
+    let text = http(pm, "GET /metrics HTTP/1.1");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    for want in [
+        "spillway_capacity_bytes 131072",
+        "spillway_used_bytes ",
+        "spillway_free_bytes ",
+        "spillway_full 0",
+    ] {
+        assert!(text.contains(want), "{want} missing in:\n{text}");
+    }
+    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    let payload = vec![b'p'; 2000];
+    let mut stored = 0u64;
+    let last = loop {
+        match c
+            .publish("fill", &payload, AckLevel::Durable, None)
+            .unwrap()
+        {
+            Reply::Ack { offset, .. } => stored = offset + 1,
+            Reply::Error {
+                code: ErrorCode::Full,
+                ..
+            } => break stored,
+            other => panic!("{other:?}"),
+        }
+        assert!(stored < 1000, "never full");
+    };
+    // More refusals: still one warning.
+    for _ in 0..3 {
+        let r = c
+            .publish("fill", &payload, AckLevel::Durable, None)
+            .unwrap();
+        assert!(
+            matches!(
+                r,
+                Reply::Error {
+                    code: ErrorCode::Full,
+                    ..
+                }
+            ),
+            "{r:?}"
+        );
+    }
+    let full = wait_for_log(&g, "the log is full", 1);
+    assert!(full[0].contains("consumer \"bridge\""), "{full:?}");
+    let text = http(pm, "GET /metrics HTTP/1.1");
+    assert!(text.contains("spillway_full 1"), "{text}");
+    // `spillway-bridge status` says so too, naming the consumer that holds the space.
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let out = run_bridge(&["status", "--gateway", &gw]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("free; FULL: new records are refused until consumer \"bridge\""),
+        "{text}"
+    );
+    let out = run_bridge(&["status", "--gateway", &gw, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["stats"]["full"], true, "{v}");
+    let (cap, used) = (
+        v["stats"]["capacity_bytes"].as_u64().unwrap(),
+        v["stats"]["used_bytes"].as_u64().unwrap(),
+    );
+    assert_eq!(v["stats"]["free_bytes"].as_u64(), Some(cap - used), "{v}");
+    c.commit("bridge", last).unwrap();
+    let r = c
+        .publish("fill", &payload, AckLevel::Durable, None)
+        .unwrap();
+    assert!(matches!(r, Reply::Ack { .. }), "{r:?}");
+    wait_for_log(&g, "the log accepts records again", 1);
+    let text = http(pm, "GET /metrics HTTP/1.1");
+    assert!(text.contains("spillway_full 0"), "{text}");
+    let out = run_bridge(&["status", "--gateway", &gw, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["stats"]["full"], false, "{v}");
+    assert_eq!(g.log_lines(&["the log is full"]).len(), 1);
+}
+
+/// A second gateway on a locked image is told that it is locked and by which process,
+/// even with geometry flags that disagree with the image (the lock is what matters).
+#[test]
+fn a_locked_image_names_the_process_that_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let g = GatewayProcess::start(
+        &args(
+            dir.path(),
+            &["--listen".into(), format!("tcp://127.0.0.1:{port}")],
+        ),
+        1,
+    );
+    let img = dir.path().join("gw.img").display().to_string();
+    let other = format!("tcp://127.0.0.1:{}", free_port());
+    for extra in [&[][..], &["--erase-size", "8K"][..]] {
+        let mut a = vec!["run", "--image", &img, "--listen", &other];
+        a.extend_from_slice(extra);
+        let (code, _, err) = run_cli(&a);
+        assert_eq!(code, 3, "{err}");
+        assert!(
+            err.contains(&format!("is locked by process {}", g.pid())),
+            "{extra:?}: {err}"
+        );
+        assert!(!err.contains("geometry disagrees"), "{err}");
+    }
+}
+
+/// A port in use is found before anything is created on disk: no image, no file aside.
+#[test]
+fn a_port_in_use_fails_the_start_before_the_image_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let (code, _, err) = run_cli(&[
+        "run",
+        "--image",
+        &dir.path().join("gw.img").display().to_string(),
+        "--size",
+        "1M",
+        "--listen",
+        &format!("tcp://127.0.0.1:{port}"),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("cannot listen on tcp://127.0.0.1:{port}")),
+        "{err}"
+    );
+    assert!(err.contains("in use"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "created on disk: {left:?}");
+}
+
+/// A serial device that is absent at start (a USB adapter enumerating late) is waited for:
+/// the gateway serves its other listeners, and once the device appears it is opened and its
+/// lines are stored.
+#[test]
+fn a_serial_device_absent_at_start_is_waited_for() {
+    use serialport::{SerialPort, TTYPort};
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("ttyLATE");
+    let port = free_port();
+    let serial = format!("serial://{}?baud=9600&mode=lines&topic=late", dev.display());
+    let g = GatewayProcess::start(
+        &args(
+            dir.path(),
+            &[
+                "--listen".into(),
+                format!("tcp://127.0.0.1:{port}"),
+                "--serial".into(),
+                serial.clone(),
+            ],
+        ),
+        1,
+    );
+    let w = wait_for_log(&g, "waiting for it", 1);
+    assert!(w[0].contains(&dev.display().to_string()), "{w:?}");
+    let (mut master, slave) = TTYPort::pair().expect("pty pair");
+    std::os::unix::fs::symlink(slave.name().expect("pty name"), &dev).unwrap();
+    wait_for_log(&g, &format!("listening on {serial}"), 1);
+    master.write_all(b"19.25\n").unwrap();
+    master.flush().unwrap();
+    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let recs = c.fetch_all(0).unwrap();
+        if let Some(r) = recs.first() {
+            assert_eq!(
+                (r.topic.as_str(), r.payload.as_slice()),
+                ("late", &b"19.25"[..])
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the late device's line never arrived"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(slave);
+}
+
+/// `validate` refuses what `run` would refuse (an existing image of another geometry) and
+/// warns of what `run` would meet (an absent serial device, a port in use).
+#[test]
+fn validate_checks_the_image_geometry_and_warns_of_devices_and_ports() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut g = GatewayProcess::start(
+        &args(
+            dir.path(),
+            &["--listen".into(), format!("tcp://127.0.0.1:{port}")],
+        ),
+        1,
+    );
+    g.terminate();
+    let img = dir.path().join("gw.img").display().to_string();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_port = busy.local_addr().unwrap().port();
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "image = \"{img}\"\nerase-size = \"8K\"\nlisten = [\"tcp://127.0.0.1:{busy_port}\"]\n"
+        ),
+    );
+    let (code, _, err) = run_cli(&["validate", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("erase size 8192 (image: 4096)"), "{err}");
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "image = \"{img}\"\nerase-size = \"4K\"\nlisten = [\"tcp://127.0.0.1:{busy_port}\"]\nserial = [\"serial:///dev/spillway-absent?mode=lines\"]\n"
+        ),
+    );
+    let (code, out, err) = run_cli(&["validate", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("2 warning(s)"), "{out}");
+    assert!(
+        err.contains("serial device /dev/spillway-absent does not exist"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "tcp://127.0.0.1:{busy_port}: cannot listen there now"
+        )),
+        "{err}"
+    );
+}

@@ -1,0 +1,465 @@
+//! The MQTT listener end to end, with real MQTT clients against the real `spillway`:
+//! `mosquitto_pub` (Debian `mosquitto-clients`, installed by `scripts/install-deps.sh`) at
+//! QoS 0, 1 and 2 over MQTT 3.1.1 and 5.0; an over-long topic answered with a reason code;
+//! subscriptions refused; and hostile clients (truncated packets, absurd CONNECT lengths,
+//! 1,000 idle connections, a client that never reads) beside a QoS 1 publisher that must
+//! finish while the gateway's peak RSS stays under 64 MiB.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use spillway_tests::gateway::free_port;
+use spillway_tests::{GatewayProcess, run_bridge};
+
+/// A gateway with an MQTT listener on `mqtt` and a framed one on `tcp` (for `tail`).
+fn start_gateway(dir: &Path, mqtt: u16, tcp: u16, extra: &[&str]) -> GatewayProcess {
+    let mut args: Vec<String> = vec![
+        "--image".into(),
+        dir.join("gw.img").display().to_string(),
+        "--size".into(),
+        "4M".into(),
+        "--listen".into(),
+        format!("mqtt://127.0.0.1:{mqtt}"),
+        "--listen".into(),
+        format!("tcp://127.0.0.1:{tcp}"),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    GatewayProcess::start(&args, 2)
+}
+
+/// `mosquitto_pub -l` of `lines` (one message per line) at `qos`, protocol `version`
+/// (`mqttv311` or `mqttv5`), with `extra` arguments; returns its exit status and stderr.
+fn mosquitto_pub(
+    port: u16,
+    version: &str,
+    qos: u8,
+    topic: &str,
+    lines: &str,
+    extra: &[&str],
+) -> (bool, String) {
+    let mut child = Command::new("mosquitto_pub")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-V", version])
+        .args(["-q", &qos.to_string(), "-t", topic, "-l"])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mosquitto_pub (Debian mosquitto-clients; scripts/install-deps.sh installs it)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(lines.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every stored record as `(topic, payload)`, from the first offset.
+fn stored(tcp: u16) -> Vec<(String, String)> {
+    let gw = format!("tcp://127.0.0.1:{tcp}");
+    let out = run_bridge(&[
+        "tail",
+        "--gateway",
+        &gw,
+        "--from",
+        "earliest",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let j: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                j["topic"].as_str().unwrap().to_string(),
+                j["payload"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The gateway's metrics text.
+fn metrics(port: u16) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
+#[test]
+fn mosquitto_pub_at_qos_0_1_and_2_stores_every_message_once_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mqtt, tcp, m) = (free_port(), free_port(), free_port());
+    let gw = start_gateway(
+        dir.path(),
+        mqtt,
+        tcp,
+        &["--metrics", &format!("127.0.0.1:{m}")],
+    );
+    let mut want = Vec::new();
+    for version in ["mqttv311", "mqttv5"] {
+        for qos in 0..=2u8 {
+            let topic = format!("sensors/{version}/q{qos}");
+            let lines: String = (0..50).map(|i| format!("{version}-q{qos}-{i}\n")).collect();
+            let (ok, err) = mosquitto_pub(mqtt, version, qos, &topic, &lines, &[]);
+            assert!(
+                ok,
+                "mosquitto_pub {version} QoS {qos}: {err}\n{}",
+                gw.log_text()
+            );
+            want.extend(lines.lines().map(|l| (topic.clone(), l.to_string())));
+        }
+    }
+    // QoS 0 has no acknowledgement: wait until the last QoS 0 record is there.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let got = loop {
+        let got = stored(tcp);
+        if got.len() >= want.len() || Instant::now() > deadline {
+            break got;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(got, want);
+    let text = metrics(m);
+    for line in [
+        "spillway_listener_connections_total{kind=\"mqtt\"} 6",
+        "spillway_mqtt_publishes_total{qos=\"0\"} 100",
+        "spillway_mqtt_publishes_total{qos=\"1\"} 100",
+        "spillway_mqtt_publishes_total{qos=\"2\"} 100",
+        "spillway_mqtt_duplicates_total 0",
+    ] {
+        assert!(text.contains(line), "{line} not in\n{text}");
+    }
+}
+
+#[test]
+fn an_mqtt5_topic_over_255_bytes_gets_reason_code_0x90_and_nothing_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mqtt, tcp) = (free_port(), free_port());
+    let gw = start_gateway(dir.path(), mqtt, tcp, &[]);
+    let long = "t".repeat(300);
+    for qos in [1u8, 2] {
+        let (_, err) = mosquitto_pub(mqtt, "mqttv5", qos, &long, "x\n", &[]);
+        assert!(err.contains("Topic Name invalid"), "QoS {qos}: {err}");
+    }
+    // The connection and the gateway go on: a good publish after them is stored.
+    let (ok, err) = mosquitto_pub(mqtt, "mqttv5", 1, "ok", "after\n", &[]);
+    assert!(ok, "{err}\n{}", gw.log_text());
+    assert_eq!(stored(tcp), vec![("ok".to_string(), "after".to_string())]);
+}
+
+#[test]
+fn subscriptions_are_refused_with_the_protocols_failure_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mqtt, tcp) = (free_port(), free_port());
+    let _gw = start_gateway(dir.path(), mqtt, tcp, &[]);
+    for version in ["mqttv311", "mqttv5"] {
+        let out = Command::new("mosquitto_sub")
+            .args(["-h", "127.0.0.1", "-p", &mqtt.to_string(), "-V", version])
+            .args(["-t", "sensors/#", "-C", "1", "-W", "5"])
+            .output()
+            .expect("mosquitto_sub");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("All subscription requests were denied"),
+            "{version}: {err}"
+        );
+    }
+}
+
+/// An MQTT remaining length (variable byte integer).
+fn remaining_length(mut n: usize, out: &mut Vec<u8>) {
+    loop {
+        let mut b = (n % 128) as u8;
+        n /= 128;
+        if n > 0 {
+            b |= 0x80;
+        }
+        out.push(b);
+        if n == 0 {
+            break;
+        }
+    }
+}
+
+/// An MQTT 3.1.1 CONNECT of `client` with a clean session and no keep-alive (test input,
+/// written out so that hostile variants can be cut from it).
+fn connect_packet(client: &str) -> Vec<u8> {
+    let mut body = vec![0, 4, b'M', b'Q', b'T', b'T', 4, 0x02, 0, 0];
+    body.extend_from_slice(&(client.len() as u16).to_be_bytes());
+    body.extend_from_slice(client.as_bytes());
+    let mut p = vec![0x10];
+    remaining_length(body.len(), &mut p);
+    p.extend_from_slice(&body);
+    p
+}
+
+/// An MQTT 3.1.1 PUBLISH at QoS 1 with packet id `pid`.
+fn publish_packet(topic: &str, pid: u16, payload: &[u8]) -> Vec<u8> {
+    let mut body = (topic.len() as u16).to_be_bytes().to_vec();
+    body.extend_from_slice(topic.as_bytes());
+    body.extend_from_slice(&pid.to_be_bytes());
+    body.extend_from_slice(payload);
+    let mut p = vec![0x32];
+    remaining_length(body.len(), &mut p);
+    p.extend_from_slice(&body);
+    p
+}
+
+/// `VmHWM` (peak resident set) of process `pid`, bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+/// The hostile-inputs campaign: 1,000 idle MQTT connections (connected, then silent),
+/// truncated packets, CONNECTs with absurd lengths and a client that publishes at QoS 1
+/// and never reads its PUBACKs, all at once, beside a `mosquitto_pub -q 1` of 2,000
+/// messages that must finish with every message stored, while the gateway stays up and
+/// its peak RSS stays under 64 MiB.
+#[test]
+fn hostile_mqtt_clients_leave_the_gateway_up_small_and_serving_a_qos1_publisher() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mqtt, tcp) = (free_port(), free_port());
+    let mut gw = start_gateway(dir.path(), mqtt, tcp, &["--max-connections", "1100"]);
+    let addr = ("127.0.0.1", mqtt);
+
+    // 1,000 idle connections, each with a session.
+    let mut idle = Vec::new();
+    for i in 0..1000 {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(&connect_packet(&format!("idle-{i}"))).unwrap();
+        idle.push(s);
+    }
+    for s in &mut idle {
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut connack = [0u8; 4];
+        s.read_exact(&mut connack).unwrap();
+        assert_eq!(connack, [0x20, 2, 0, 0]);
+    }
+
+    // Truncated packets: every prefix of a CONNECT, and of a PUBLISH after a good CONNECT.
+    let connect = connect_packet("cut");
+    for cut in 1..connect.len() {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(&connect[..cut]).unwrap();
+    }
+    let publish = publish_packet("cut/topic", 7, b"payload");
+    for cut in 1..publish.len() {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(&connect_packet(&format!("cut-{cut}"))).unwrap();
+        s.write_all(&publish[..cut]).unwrap();
+    }
+    // Absurd lengths: a remaining length of 268,435,455 bytes (the largest MQTT has), a
+    // five-byte remaining length, a client id longer than the packet.
+    for bad in [
+        vec![
+            0x10, 0xFF, 0xFF, 0xFF, 0x7F, 0, 4, b'M', b'Q', b'T', b'T', 4, 2, 0, 0,
+        ],
+        vec![0x10, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F],
+        vec![
+            0x10, 12, 0, 4, b'M', b'Q', b'T', b'T', 4, 2, 0, 0, 0xFF, 0xFF,
+        ],
+    ] {
+        let mut s = TcpStream::connect(addr).unwrap();
+        let _ = s.write_all(&bad);
+        let _ = s.write_all(&[0u8; 4096]);
+    }
+
+    // A client that publishes at QoS 1 and never reads (for at most 5 s).
+    let flooder = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
+        s.write_all(&connect_packet("never-reads")).unwrap();
+        let until = Instant::now() + Duration::from_secs(5);
+        let mut sent = 0u32;
+        while Instant::now() < until && sent < 20_000 {
+            let pid = (sent % 65_535 + 1) as u16;
+            if s.write_all(&publish_packet("flood", pid, b"0123456789"))
+                .is_err()
+            {
+                break;
+            }
+            sent += 1;
+        }
+        (s, sent)
+    });
+
+    // Beside them, a well-behaved QoS 1 publisher finishes.
+    let lines: String = (0..2000).map(|i| format!("m{i}\n")).collect();
+    let started = Instant::now();
+    let (ok, err) = mosquitto_pub(mqtt, "mqttv311", 1, "good", &lines, &["-i", "good"]);
+    assert!(ok, "{err}\n{}", gw.log_text());
+    let took = started.elapsed();
+    let (_flood_socket, sent) = flooder.join().unwrap();
+    assert!(
+        gw.try_wait().is_none(),
+        "the gateway died:\n{}",
+        gw.log_text()
+    );
+    let good: Vec<String> = stored(tcp)
+        .into_iter()
+        .filter(|(t, _)| t == "good")
+        .map(|(_, p)| p)
+        .collect();
+    let want: Vec<String> = lines.lines().map(str::to_string).collect();
+    assert_eq!(good, want);
+    // The absurd lengths were seen as such.
+    assert!(
+        gw.log_text().contains("PacketTooLarge"),
+        "{}",
+        gw.log_text()
+    );
+    let peak = peak_rss(gw.pid());
+    eprintln!(
+        "QoS 1 publisher: 2,000 messages in {took:?} beside 1,000 idle connections and a flooder that sent {sent} publishes without reading; gateway peak RSS {:.1} MiB",
+        peak as f64 / 1048576.0
+    );
+    assert!(peak < 64 * 1024 * 1024, "peak RSS {peak} bytes");
+    drop(idle);
+}
+
+/// The Python with `paho-mqtt` (`SPILLWAY_TEST_PYTHON`, set by `scripts/test.sh`, which
+/// installs it into the tests' venv), else a `python3` that imports it; `None` (the test is
+/// skipped, and says so) outside CI when there is neither.
+fn paho_python() -> Option<String> {
+    if let Ok(p) = std::env::var("SPILLWAY_TEST_PYTHON") {
+        return Some(p);
+    }
+    let importable = Command::new("python3")
+        .args(["-c", "import paho.mqtt.client"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if importable {
+        return Some("python3".into());
+    }
+    assert!(
+        std::env::var("CI").is_err(),
+        "paho-mqtt is missing: run the tests through scripts/test.sh"
+    );
+    eprintln!("skipped: no paho-mqtt (scripts/test.sh installs it into the tests' venv)");
+    None
+}
+
+/// A `tests/mqtt/paho_publish.py` run; its stdout lines are collected as they come.
+struct Paho {
+    child: std::process::Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Paho {
+    fn start(python: &str, port: u16, client: &str, qos: u8, count: u32) -> Paho {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("mqtt/paho_publish.py");
+        let mut child = Command::new(python)
+            .arg(script)
+            .args(["127.0.0.1", &port.to_string(), client, client])
+            .args([qos.to_string(), count.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start paho_publish.py");
+        let out = child.stdout.take().unwrap();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = lines.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for l in std::io::BufReader::new(out).lines() {
+                let Ok(l) = l else { break };
+                keep.lock().unwrap().push(l);
+            }
+        });
+        Paho { child, lines }
+    }
+
+    fn acked(&self) -> usize {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.starts_with("acked "))
+            .count()
+    }
+}
+
+/// paho-mqtt clients with persistent sessions (clean session off) publish a numbered
+/// stream at QoS 1 and at QoS 2; the gateway is killed with SIGKILL in the middle and
+/// started again on the same image; the clients reconnect and resend what was not
+/// acknowledged (DUP=1). Every message is acknowledged in the end, and the log holds each
+/// exactly once, in order per client: what was stored before the kill but not yet
+/// acknowledged is recognised as a resend from the records read back at start.
+#[test]
+fn paho_persistent_sessions_survive_a_kill_9_with_every_message_stored_once_in_order() {
+    let Some(python) = paho_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mqtt, tcp, m) = (free_port(), free_port(), free_port());
+    let metrics_arg = format!("127.0.0.1:{m}");
+    let mut gw = start_gateway(dir.path(), mqtt, tcp, &["--metrics", &metrics_arg]);
+    let clients = [("paho-q1", 1u8, 3000u32), ("paho-q2", 2u8, 2000u32)];
+    let mut runs: Vec<Paho> = clients
+        .iter()
+        .map(|&(c, q, n)| Paho::start(&python, mqtt, c, q, n))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while runs.iter().any(|r| r.acked() < 300) {
+        assert!(Instant::now() < deadline, "no progress:\n{}", gw.log_text());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    gw.kill();
+    let before: Vec<usize> = runs.iter().map(Paho::acked).collect();
+    let gw = start_gateway(dir.path(), mqtt, tcp, &["--metrics", &metrics_arg]);
+    for r in &mut runs {
+        let status = r.child.wait().unwrap();
+        assert!(status.success(), "{status}:\n{}", gw.log_text());
+    }
+    for (r, &(client, _, count)) in runs.iter().zip(&clients) {
+        let last = r.lines.lock().unwrap().last().cloned();
+        assert_eq!(last.as_deref(), Some("done"));
+        assert_eq!(r.acked(), count as usize, "{client}");
+        let got: Vec<String> = stored(tcp)
+            .into_iter()
+            .filter(|(t, _)| t == client)
+            .map(|(_, p)| p)
+            .collect();
+        let want: Vec<String> = (1..=count).map(|n| format!("{client}-{n:06}")).collect();
+        assert_eq!(
+            got.len(),
+            want.len(),
+            "{client}: stored {} of {count}",
+            got.len()
+        );
+        assert_eq!(got, want, "{client}");
+    }
+    let text = metrics(m);
+    let dups = text
+        .lines()
+        .find(|l| l.starts_with("spillway_mqtt_duplicates_total"))
+        .unwrap_or("")
+        .to_string();
+    eprintln!(
+        "killed after {before:?} acknowledgements; after the restart: {dups}; {}",
+        gw.log_lines(&["read back"]).join(" ")
+    );
+}

@@ -1,0 +1,736 @@
+//! `spillway-bridge publish` as a new user meets it, against the real gateway: a topic
+//! checked once, records from `-m`, a line over the gateway's limit named with both sizes
+//! and passed over, an input that cannot be opened named, refusals of a full gateway
+//! warned about once, not once per record.
+
+use std::path::Path;
+
+use spillway_tests::bridge::run_bridge;
+use spillway_tests::client::Client;
+use spillway_tests::gateway::{GatewayProcess, free_port};
+
+fn gateway(dir: &Path, extra: &[&str]) -> (GatewayProcess, String) {
+    let port = free_port();
+    let mut args: Vec<String> = vec![
+        "--image".into(),
+        dir.join("gw.img").display().to_string(),
+        "--erase-size".into(),
+        "4K".into(),
+        "--listen".into(),
+        format!("tcp://127.0.0.1:{port}"),
+    ];
+    if !extra.contains(&"--size") {
+        args.extend(["--size".into(), "1M".into()]);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    (
+        GatewayProcess::start(&args, 1),
+        format!("tcp://127.0.0.1:{port}"),
+    )
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn an_empty_topic_is_one_usage_error() {
+    let out = run_bridge(&[
+        "publish",
+        "--gateway",
+        "tcp://127.0.0.1:1",
+        "--topic",
+        "",
+        "-m",
+        "x",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--topic must be 1 to 255 bytes"), "{err}");
+}
+
+#[test]
+fn messages_from_the_command_line_and_lines_over_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = gateway(dir.path(), &["--max-record-bytes", "4K"]);
+    let out = run_bridge(&[
+        "publish",
+        "--gateway",
+        &gw,
+        "--topic",
+        "m/t",
+        "-m",
+        "first",
+        "-m",
+        "two\nlines",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // A 300,000-byte line between two short ones: named with both sizes, passed over.
+    let input = dir.path().join("in.txt");
+    let mut text = b"before\n".to_vec();
+    text.extend(std::iter::repeat_n(b'x', 300_000));
+    text.extend_from_slice(b"\nafter\n");
+    std::fs::write(&input, &text).unwrap();
+    let out = run_bridge(&[
+        "publish",
+        "--gateway",
+        &gw,
+        "--topic",
+        "m/t",
+        input.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("input line 2 is 300000 bytes, the gateway takes at most 4096; not sent"),
+        "{err}"
+    );
+    let mut c = Client::tcp(gw.trim_start_matches("tcp://")).unwrap();
+    let got: Vec<Vec<u8>> = c
+        .fetch_all(0)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.payload)
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            b"first".to_vec(),
+            b"two\nlines".to_vec(),
+            b"before".to_vec(),
+            b"after".to_vec()
+        ]
+    );
+    // An input that cannot be opened is named.
+    let missing = dir.path().join("missing.txt");
+    let out = run_bridge(&[
+        "publish",
+        "--gateway",
+        &gw,
+        "--topic",
+        "m/t",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "cannot open input {}: No such file",
+            missing.display()
+        )),
+        "{err}"
+    );
+}
+
+/// A full gateway refuses every record of each pipelined window; `publish` warns once for
+/// all of them (then at most every 10 s), not once per record.
+#[test]
+fn a_full_gateway_is_warned_about_once_not_per_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = gateway(dir.path(), &["--size", "128K", "--buffer-bytes", "8K"]);
+    let input = dir.path().join("in.txt");
+    let line = "p".repeat(2000);
+    let text: String = (0..400).map(|_| format!("{line}\n")).collect();
+    std::fs::write(&input, text).unwrap();
+    let out = run_bridge(&[
+        "publish",
+        "--gateway",
+        &gw,
+        "--topic",
+        "fill",
+        "--retry-for",
+        "1s",
+        input.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    let warnings = err.lines().filter(|l| l.contains("gateway full")).count();
+    assert_eq!(warnings, 1, "{err}");
+    assert!(
+        err.contains("to continue: spillway-bridge publish"),
+        "{err}"
+    );
+}
+
+/// `tail` with kcat's habits: `--from -N` (both spellings), `--count`, `--format` with
+/// kcat's tokens, `--topic` with MQTT wildcards.
+#[test]
+fn tail_from_the_end_with_count_template_and_topic_filters() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = gateway(dir.path(), &[]);
+    for (topic, msg) in [
+        ("a/b/c", "one"),
+        ("a/x/c", "two"),
+        ("z", "three"),
+        ("a/b", "four"),
+    ] {
+        let out = run_bridge(&["publish", "--gateway", &gw, "--topic", topic, "-m", msg]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let tail = |extra: &[&str]| {
+        let mut a = vec!["tail", "--gateway", gw.as_str()];
+        a.extend_from_slice(extra);
+        let out = run_bridge(&a);
+        assert!(out.status.success(), "{extra:?}: {}", stderr(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(
+        tail(&["--from", "-2", "--format", "%t %o %s\\n"]),
+        "z 2 three\na/b 3 four\n"
+    );
+    assert_eq!(tail(&["--from=-1", "--format", "raw"]), "four\n");
+    assert_eq!(
+        tail(&["--topic", "a/+/c", "--format", "%s\\n"]),
+        "one\ntwo\n"
+    );
+    assert_eq!(
+        tail(&["--topic", "a/#", "--count", "2", "--format", "%o,"]),
+        "0,1,"
+    );
+    assert_eq!(
+        tail(&["--topic", "z", "--topic", "a/b", "--format", "%t\\t%s\\n"]),
+        "z\tthree\na/b\tfour\n"
+    );
+    let stamp = tail(&["--from", "-1", "--format", "%T"]);
+    let ms: u64 = stamp.parse().unwrap();
+    assert!(ms > 1_600_000_000_000, "{stamp} is not ms since the epoch");
+    let out = run_bridge(&["tail", "--gateway", &gw, "--format", "%q"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = run_bridge(&["tail", "--gateway", &gw, "--topic", "a/b#"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+/// SIGTERM or SIGINT stops a publish with its summary (what was acknowledged, the
+/// producer, the command that continues it) and the shell's exit code for the signal.
+#[test]
+fn a_signalled_publish_prints_its_summary_and_exits_128_plus_the_signal() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use spillway_tests::bridge::{bridge_bin, gateway_next_offset};
+    use spillway_tests::process::signal;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = gateway(dir.path(), &[]);
+    for (sig, want) in [(libc::SIGTERM, 143), (libc::SIGINT, 130)] {
+        let before = gateway_next_offset(&gw);
+        let mut p = Command::new(bridge_bin())
+            .args(["publish", "--gateway", &gw, "--topic", "t"])
+            .args(["--producer-id", "5", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Three lines, and the input stays open.
+        let mut stdin = p.stdin.take().unwrap();
+        stdin.write_all(b"a\nb\nc\n").unwrap();
+        stdin.flush().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while gateway_next_offset(&gw) < before + 3 {
+            assert!(Instant::now() < deadline, "publish made no progress");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        signal(&p, sig);
+        let out = p.wait_with_output().unwrap();
+        drop(stdin);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(want), "{err}");
+        assert!(err.contains("acknowledged 3 (0 duplicates)"), "{err}");
+        assert!(err.contains("producer 5 session"), "{err}");
+        assert!(
+            err.contains("first input line not acknowledged: 4"),
+            "{err}"
+        );
+        assert!(
+            err.contains("to continue: spillway-bridge publish")
+                && err.contains("--producer-id 5 --resume"),
+            "{err}"
+        );
+    }
+}
+
+/// Every regular file under `dir`, recursively, sorted by path.
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A payload that is one JSON object or array on one line reaches the file sink (and
+/// `tail`) as that JSON value, byte for byte, with `payload_encoding: "json"`; anything
+/// else is a string as before.
+#[test]
+fn json_payloads_reach_the_file_sink_and_tail_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = gateway(dir.path(), &[]);
+    let obj = r#"{"t": 21.50,  "unit":"°C","n":[1,2e3]}"#;
+    let arr = r#"[ {"a":1}, null ]"#;
+    let out = run_bridge(&[
+        "publish",
+        "--gateway",
+        &gw,
+        "--topic",
+        "j",
+        "-m",
+        obj,
+        "-m",
+        arr,
+        "-m",
+        "21.5",
+        "-m",
+        "{broken",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let sink = format!("file:{}", dir.path().join("out").display());
+    let state = dir.path().join("s.redb");
+    let out = run_bridge(&[
+        "drain",
+        "--gateway",
+        &gw,
+        "--sink",
+        &sink,
+        "--state",
+        state.to_str().unwrap(),
+        "--once",
+        "--progress",
+        "off",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut text = String::new();
+    for f in files_under(&dir.path().join("out")) {
+        text.push_str(&std::fs::read_to_string(f).unwrap());
+    }
+    let tail = run_bridge(&["tail", "--gateway", &gw]);
+    assert!(tail.status.success(), "{}", stderr(&tail));
+    for (what, text) in [
+        ("sink", text),
+        ("tail", String::from_utf8(tail.stdout).unwrap()),
+    ] {
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{what}: {text}");
+        assert!(
+            lines[0].contains(&format!(r#""payload":{obj},"payload_encoding":"json""#)),
+            "{what}: {}",
+            lines[0]
+        );
+        assert!(
+            lines[1].contains(&format!(r#""payload":{arr},"payload_encoding":"json""#)),
+            "{what}: {}",
+            lines[1]
+        );
+        for (l, p) in [(lines[2], "21.5"), (lines[3], "{broken")] {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            assert_eq!(v["payload"], p, "{what}");
+            assert_eq!(v["payload_encoding"], "utf8", "{what}");
+        }
+    }
+}
+
+/// Each subcommand's `--help` lists its own exit codes; `spillway --help` opens with what
+/// the gateway is for.
+#[test]
+fn each_subcommand_lists_its_own_exit_codes() {
+    let help = |args: &[&str]| {
+        let out = run_bridge(args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let drain = help(&["drain", "--help"]);
+    assert!(
+        drain.contains("Exit codes:") && drain.contains("3  resume check failed"),
+        "{drain}"
+    );
+    assert!(!drain.contains("130, 143"), "{drain}");
+    let publish = help(&["publish", "--help"]);
+    assert!(
+        publish.contains("130, 143  stopped by SIGINT, SIGTERM"),
+        "{publish}"
+    );
+    assert!(!publish.contains("resume check"), "{publish}");
+    for sub in ["tail", "status", "consumers"] {
+        let h = help(&[sub, "--help"]);
+        assert!(h.contains("Exit codes:"), "{sub}: {h}");
+        assert!(
+            !h.contains("resume check") && !h.contains("130, 143"),
+            "{sub}: {h}"
+        );
+    }
+    let (code, out, _) = spillway_tests::gateway::run_cli(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.starts_with("Spillway gateway: keeps the messages of sensors"),
+        "{out}"
+    );
+    for sub in ["run", "inspect", "validate", "token"] {
+        let (code, out, _) = spillway_tests::gateway::run_cli(&[sub, "--help"]);
+        assert_eq!(code, 0, "{sub}");
+        assert!(out.contains("Exit codes:"), "{sub}: {out}");
+    }
+}
+
+/// Every `--gateway` takes `HOST:PORT` as `tcp://HOST:PORT`; the log id is printed the
+/// same way (32 hex digits) by the gateway, `inspect`, `status` and `tail`.
+#[test]
+fn host_port_gateways_and_one_spelling_of_the_log_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let (g, gw) = gateway(dir.path(), &[]);
+    let bare = gw.strip_prefix("tcp://").unwrap().to_string();
+    let out = run_bridge(&["publish", "--gateway", &bare, "--topic", "t", "-m", "x"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run_bridge(&["status", "--gateway", &bare, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let log_id = status["log_id"].as_str().unwrap().to_string();
+    assert_eq!(log_id.len(), 32, "{log_id}");
+    let out = run_bridge(&["consumers", "--gateway", &bare]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run_bridge(&["tail", "--gateway", &bare]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(line["log_id"], log_id.as_str());
+    let state = dir.path().join("s.redb");
+    let sink = format!("file:{}", dir.path().join("out").display());
+    let out = run_bridge(&[
+        "drain",
+        "--gateway",
+        &bare,
+        "--sink",
+        &sink,
+        "--state",
+        state.to_str().unwrap(),
+        "--once",
+        "--progress",
+        "off",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The gateway's own log: every "log <hex>" it printed is the same 32 digits.
+    let text = g.log_text();
+    let printed: Vec<&str> = text
+        .split("log ")
+        .skip(1)
+        .map(|rest| rest.strip_prefix("id ").unwrap_or(rest))
+        .filter_map(|rest| rest.split(|c: char| !c.is_ascii_hexdigit()).next())
+        .filter(|w| w.len() >= 8)
+        .collect();
+    assert!(!printed.is_empty(), "{text}");
+    assert!(
+        printed.iter().all(|w| *w == log_id),
+        "{printed:?} vs {log_id}: {text}"
+    );
+    drop(g);
+    let (code, out, err) = spillway_tests::gateway::run_cli(&[
+        "inspect",
+        dir.path().join("gw.img").to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["log_id"], log_id.as_str());
+}
+
+/// `tail --from` past the end of the log exits 1 the same way with and without --follow.
+#[test]
+fn tail_from_past_the_end_is_the_same_with_and_without_follow() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = gateway(dir.path(), &[]);
+    let out = run_bridge(&[
+        "publish",
+        "--gateway",
+        &gw,
+        "--topic",
+        "t",
+        "-m",
+        "a",
+        "-m",
+        "b",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for follow in [false, true] {
+        let mut args = vec!["tail", "--gateway", &gw, "--from", "10"];
+        if follow {
+            args.push("--follow");
+        }
+        let out = run_bridge(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "follow {follow}: {}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("--from 10 is past the end of log")
+                && stderr(&out).contains("its next offset is 2"),
+            "follow {follow}: {}",
+            stderr(&out)
+        );
+        assert!(out.stdout.is_empty());
+    }
+    // The next offset itself is not past the end: nothing to print, exit 0.
+    let out = run_bridge(&["tail", "--gateway", &gw, "--from", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// `drain --from` with a checkpoint in the state file: one warning naming both offsets;
+/// `--retry-for` bounds a drain without --once too and names the gateway; a publish with
+/// `--retry-for 0s` makes one attempt.
+#[test]
+fn drain_from_over_a_checkpoint_warns_once_and_retry_for_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = gateway(dir.path(), &[]);
+    let out = run_bridge(&[
+        "publish",
+        "--gateway",
+        &gw,
+        "--topic",
+        "t",
+        "--retry-for",
+        "0s",
+        "-m",
+        "a",
+        "-m",
+        "b",
+        "-m",
+        "c",
+    ]);
+    assert!(
+        out.status.success(),
+        "--retry-for 0s: one attempt: {}",
+        stderr(&out)
+    );
+    let state = dir.path().join("s.redb");
+    let sink = format!("file:{}", dir.path().join("out").display());
+    let drain = |extra: &[&str]| {
+        let mut args = vec![
+            "drain",
+            "--gateway",
+            &gw,
+            "--sink",
+            &sink,
+            "--state",
+            state.to_str().unwrap(),
+            "--once",
+            "--progress",
+            "off",
+        ];
+        args.extend_from_slice(extra);
+        run_bridge(&args)
+    };
+    let out = drain(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = drain(&["--from", "earliest"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let warns: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("--from earliest"))
+        .collect();
+    assert_eq!(warns.len(), 1, "{err}");
+    assert!(
+        warns[0].contains("WARN")
+            && warns[0].contains("(offset 0)")
+            && warns[0].contains("at offset 3"),
+        "{err}"
+    );
+    // Unreachable: --retry-for bounds the drain with and without --once, naming the gateway.
+    for once in [true, false] {
+        let t0 = std::time::Instant::now();
+        let mut args = vec![
+            "drain",
+            "--gateway",
+            "127.0.0.1:1",
+            "--sink",
+            &sink,
+            "--state",
+            state.to_str().unwrap(),
+            "--retry-for",
+            "1s",
+            "--progress",
+            "off",
+        ];
+        if once {
+            args.push("--once");
+        }
+        let out = run_bridge(&args);
+        assert_eq!(out.status.code(), Some(1), "once {once}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("gateway tcp://127.0.0.1:1 stayed unreachable"),
+            "once {once}: {}",
+            stderr(&out)
+        );
+        assert!(t0.elapsed() < std::time::Duration::from_secs(20));
+    }
+}
+
+/// `publish --timestamp-field NAME` stamps each record from its JSON payload (RFC 3339 or
+/// µs since the epoch; without a usable field the gateway stamps it, with a warning), and
+/// several input files are read one after the other as one input; a missing one is named
+/// before anything is sent.
+#[test]
+fn timestamps_from_a_field_and_several_input_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = gateway(dir.path(), &[]);
+    let a = dir.path().join("a.jsonl");
+    let b = dir.path().join("b.jsonl");
+    std::fs::write(
+        &a,
+        "{\"ts\":\"2023-11-14T22:13:20.5Z\",\"v\":1}\n{\"ts\":1600000000000000,\"v\":2}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &b,
+        "{\"v\":3}\n{\"ts\":\"2001-02-03T04:05:06+01:00\",\"v\":4}\n",
+    )
+    .unwrap();
+    let missing = dir.path().join("nope.jsonl");
+    let out = run_bridge(&[
+        "publish",
+        "--gateway",
+        &gw,
+        "--topic",
+        "s",
+        a.to_str().unwrap(),
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains(&format!(
+            "cannot open input {}: No such file",
+            missing.display()
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        spillway_tests::bridge::gateway_next_offset(&gw),
+        0,
+        "nothing sent"
+    );
+    let before_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    let out = run_bridge(&[
+        "publish",
+        "--gateway",
+        &gw,
+        "--topic",
+        "s",
+        "--timestamp-field",
+        "ts",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("input line 3 (")
+            && err.contains("b.jsonl line 1): --timestamp-field: no field \"ts\""),
+        "{err}"
+    );
+    let out = run_bridge(&["tail", "--gateway", &gw]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let recs: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs.len(), 4);
+    for (i, r) in recs.iter().enumerate() {
+        assert_eq!(r["payload"]["v"], i as u64 + 1, "in input order: {r}");
+    }
+    assert_eq!(recs[0]["timestamp_us"], 1_700_000_000_500_000u64);
+    assert_eq!(recs[0]["timestamp"], "2023-11-14T22:13:20.500000Z");
+    assert_eq!(recs[1]["timestamp_us"], 1_600_000_000_000_000u64);
+    assert!(
+        recs[2]["timestamp_us"].as_u64().unwrap() >= before_us,
+        "gateway-stamped"
+    );
+    assert_eq!(recs[3]["timestamp"], "2001-02-03T03:05:06.000000Z");
+}
+
+/// Errors that involve a file name the path and the OS reason: a sink path that is a file,
+/// a state file that cannot be created, an image that cannot be created.
+#[test]
+fn file_errors_name_the_path_and_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("afile");
+    std::fs::write(&file, b"x").unwrap();
+    let state = dir.path().join("s.redb");
+    let out = run_bridge(&[
+        "drain",
+        "--gateway",
+        "tcp://127.0.0.1:1",
+        "--sink",
+        &format!("file:{}", file.display()),
+        "--state",
+        state.to_str().unwrap(),
+        "--once",
+        "--retry-for",
+        "1s",
+        "--progress",
+        "off",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "cannot create the sink directory {}",
+            file.display()
+        )) && stderr(&out).contains("File exists"),
+        "{}",
+        stderr(&out)
+    );
+    let bad_state = dir.path().join("none/s.redb");
+    let out = run_bridge(&[
+        "drain",
+        "--gateway",
+        "tcp://127.0.0.1:1",
+        "--sink",
+        &format!("file:{}", dir.path().join("out").display()),
+        "--state",
+        bad_state.to_str().unwrap(),
+        "--once",
+        "--retry-for",
+        "1s",
+        "--progress",
+        "off",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&bad_state.display().to_string())
+            && stderr(&out).contains("No such file or directory"),
+        "{}",
+        stderr(&out)
+    );
+    let image = dir.path().join("none/gw.img");
+    let (code, _, err) = spillway_tests::gateway::run_cli(&[
+        "run",
+        "--image",
+        image.to_str().unwrap(),
+        "--size",
+        "1M",
+        "--erase-size",
+        "4K",
+        "--listen",
+        "tcp://127.0.0.1:0",
+    ]);
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!("cannot create flash image {}", image.display()))
+            && err.contains("No such file or directory"),
+        "{err}"
+    );
+}

@@ -1,0 +1,442 @@
+//! Credentials, roles and TLS on the real binaries: the safe defaults at start; wrong and
+//! missing tokens; client certificates from a wrong CA or expired, and a gateway
+//! certificate from a wrong CA; a plaintext client on a TLS port and a TLS client on a
+//! plaintext port; a `publish`-only credential that tries to commit, delete and fetch.
+//! Each refusal is checked on both sides (the bridge's message, the gateway's log), in
+//! the gateway's metrics, and in what the log holds afterwards (nothing stored, nothing
+//! committed). Certificates are made at run time (`spillway_tests::pki`).
+//!
+//! The listeners that require credentials bind `0.0.0.0` (a non-loopback address is what
+//! makes a listener require them); the tests only ever connect to them through
+//! `localhost`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use spillway_tests::gateway::{GatewayProcess, free_port, run_cli};
+use spillway_tests::pki::{Pki, make_token};
+use spillway_tests::run_bridge;
+
+/// The gateway's certificates and two tokens: `bridge` (every role) and `sensor`
+/// (`publish` only).
+struct Setup {
+    dir: tempfile::TempDir,
+    pki: Pki,
+    bridge_token: PathBuf,
+    sensor_token: PathBuf,
+    config: PathBuf,
+}
+
+impl Setup {
+    fn new(client_ca: bool) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::make(dir.path());
+        let bridge_token = dir.path().join("bridge.token");
+        let sensor_token = dir.path().join("sensor.token");
+        let mut text = format!(
+            "tls-cert = {:?}\ntls-key = {:?}\n",
+            pki.gw_cert.display().to_string(),
+            pki.gw_key.display().to_string()
+        );
+        if client_ca {
+            text += &format!(
+                "tls-client-ca = {:?}\n",
+                pki.client_ca.display().to_string()
+            );
+        }
+        text += &make_token(&bridge_token, "bridge", "publish,consume,admin");
+        text += &make_token(&sensor_token, "sensor", "publish");
+        let config = dir.path().join("gw.toml");
+        std::fs::write(&config, text).unwrap();
+        Setup {
+            dir,
+            pki,
+            bridge_token,
+            sensor_token,
+            config,
+        }
+    }
+
+    fn image(&self) -> PathBuf {
+        self.dir.path().join("gw.img")
+    }
+
+    /// Starts the gateway with `listeners` and a metrics port.
+    fn start(&self, listeners: &[String], metrics: u16) -> GatewayProcess {
+        let mut args: Vec<String> = vec![
+            "--config".into(),
+            self.config.display().to_string(),
+            "--image".into(),
+            self.image().display().to_string(),
+            "--size".into(),
+            "1M".into(),
+            "--metrics".into(),
+            format!("127.0.0.1:{metrics}"),
+        ];
+        for l in listeners {
+            args.extend(["--listen".into(), l.clone()]);
+        }
+        GatewayProcess::start(&args, listeners.len())
+    }
+
+    /// `spillway-bridge ARGS --tls-ca CA` (plus `extra`); (exit code, stdout, stderr).
+    fn bridge(&self, args: &[&str], extra: &[&str]) -> (i32, String, String) {
+        let ca = self.pki.ca.display().to_string();
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--tls-ca", &ca]);
+        all.extend(extra);
+        let out = run_bridge(&all);
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// The gateway's next offset and the `bridge` consumer's committed offset, read with
+    /// the `bridge` token.
+    fn offsets(&self, gw: &str) -> (u64, u64) {
+        let token = self.bridge_token.display().to_string();
+        let (code, out, err) = self.bridge(
+            &[
+                "status",
+                "--gateway",
+                gw,
+                "--json",
+                "--state",
+                "/nonexistent/x.redb",
+            ],
+            &["--token-file", &token],
+        );
+        assert_eq!(code, 0, "status: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let committed = v["consumers"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["name"] == "bridge"))
+            .and_then(|c| c["committed_offset"].as_u64())
+            .unwrap_or(0);
+        (v["stats"]["next_offset"].as_u64().unwrap(), committed)
+    }
+}
+
+/// `spillway_refused_total{reason="REASON"}` from the metrics port.
+fn refused(metrics: u16, reason: &str) -> u64 {
+    let mut m = TcpStream::connect(("127.0.0.1", metrics)).unwrap();
+    m.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    m.read_to_string(&mut text).unwrap();
+    let key = format!("spillway_refused_total{{reason=\"{reason}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits (10 s at most) until the gateway's log has a line with `needle`.
+fn wait_for_log(g: &GatewayProcess, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while g.log_lines(&[needle]).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "never logged {needle:?}:\n{}",
+            g.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn input(dir: &Path, n: usize) -> String {
+    let p = dir.join("in.txt");
+    std::fs::write(&p, (0..n).map(|i| format!("r {i}\n")).collect::<String>()).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn unsafe_listener_settings_exit_2_before_the_image_is_touched() {
+    let s = Setup::new(false);
+    let img = s.image().display().to_string();
+    let port = free_port();
+    let plain = format!("tcp://0.0.0.0:{port}");
+    let (code, _, err) = run_cli(&["run", "--image", &img, "--listen", &plain]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&plain) && err.contains("allow-insecure=true") && err.contains("tls://"),
+        "the error names the listener and the fixes: {err}"
+    );
+    let tls = format!("tls://127.0.0.1:{port}");
+    let (code, _, err) = run_cli(&["run", "--image", &img, "--listen", &tls]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--tls-cert and --tls-key"), "{err}");
+    // A non-loopback TLS listener with nobody able to present a credential.
+    let (cert, key) = (
+        s.pki.gw_cert.display().to_string(),
+        s.pki.gw_key.display().to_string(),
+    );
+    let open = format!("tls://0.0.0.0:{port}");
+    let (code, _, err) = run_cli(&[
+        "run",
+        "--image",
+        &img,
+        "--listen",
+        &open,
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("[[credential]]"), "{err}");
+    assert!(!s.image().exists(), "the image was not created");
+}
+
+#[test]
+fn wrong_or_missing_tokens_are_refused_counted_and_store_nothing() {
+    let s = Setup::new(false);
+    let (port, metrics) = (free_port(), free_port());
+    let g = s.start(&[format!("tls://0.0.0.0:{port}")], metrics);
+    let gw = format!("tls://localhost:{port}");
+    let file = input(s.dir.path(), 10);
+    let wrong = s.dir.path().join("wrong.token");
+    std::fs::write(&wrong, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let mut perm = std::fs::metadata(&wrong).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o600);
+    std::fs::set_permissions(&wrong, perm).unwrap();
+    let wrong = wrong.display().to_string();
+
+    let (code, _, err) = s.bridge(
+        &[
+            "publish",
+            "--gateway",
+            &gw,
+            "--topic",
+            "t",
+            "--retry-for",
+            "1s",
+            &file,
+        ],
+        &["--token-file", &wrong],
+    );
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains("Unauthorized") && err.contains("credential not accepted"),
+        "{err}"
+    );
+    wait_for_log(&g, "credential not accepted");
+
+    let (code, _, err) = s.bridge(&["status", "--gateway", &gw], &[]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("requires a credential"), "{err}");
+    wait_for_log(&g, "no credential");
+
+    assert_eq!(s.offsets(&gw), (0, 0), "nothing stored, nothing committed");
+    // The publish tried more than once within its --retry-for.
+    assert!(refused(metrics, "unauthorized") >= 2);
+}
+
+#[test]
+fn wrong_ca_and_expired_certificates_fail_the_handshake_on_both_sides() {
+    let s = Setup::new(true);
+    let (port, metrics) = (free_port(), free_port());
+    let g = s.start(&[format!("tls://0.0.0.0:{port}")], metrics);
+    let gw = format!("tls://localhost:{port}");
+    let p = |p: &Path| p.display().to_string();
+
+    // A client certificate from the client CA admits the bridge without a token.
+    let (cert, key) = (p(&s.pki.client_cert), p(&s.pki.client_key));
+    let (code, _, err) = s.bridge(
+        &["status", "--gateway", &gw],
+        &["--tls-cert", &cert, "--tls-key", &key],
+    );
+    assert_eq!(code, 0, "a valid client certificate: {err}");
+
+    let mut failures = 0;
+    for (what, cert, key) in [
+        ("expired", p(&s.pki.expired_cert), p(&s.pki.expired_key)),
+        ("from another CA", p(&s.pki.other_cert), p(&s.pki.other_key)),
+    ] {
+        let (code, _, err) = s.bridge(
+            &["status", "--gateway", &gw],
+            &["--tls-cert", &cert, "--tls-key", &key],
+        );
+        assert_ne!(code, 0, "a client certificate {what} was accepted");
+        assert!(
+            err.contains("TLS") || err.contains("alert"),
+            "{what}: {err}"
+        );
+        failures += 1;
+        wait_for_log(&g, "TLS handshake");
+    }
+    assert!(
+        !g.log_lines(&["Expired", "expired"]).is_empty(),
+        "the gateway says why:\n{}",
+        g.log_text()
+    );
+
+    // The bridge does not trust a gateway whose certificate another CA signed.
+    let other = p(&s.pki.other_ca);
+    let token = p(&s.bridge_token);
+    let out = run_bridge(&[
+        "status",
+        "--gateway",
+        &gw,
+        "--tls-ca",
+        &other,
+        "--token-file",
+        &token,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("UnknownIssuer"), "{err}");
+    failures += 1;
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while refused(metrics, "tls_handshake") < failures {
+        assert!(Instant::now() < deadline, "{}", g.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(s.offsets(&gw), (0, 0));
+}
+
+#[test]
+fn plaintext_and_tls_clients_on_the_wrong_port_are_told_so() {
+    let s = Setup::new(false);
+    let (tls_port, tcp_port, metrics) = (free_port(), free_port(), free_port());
+    let g = s.start(
+        &[
+            format!("tls://127.0.0.1:{tls_port}"),
+            format!("tcp://127.0.0.1:{tcp_port}"),
+        ],
+        metrics,
+    );
+    let token = s.bridge_token.display().to_string();
+    let (code, _, err) = s.bridge(
+        &[
+            "status",
+            "--gateway",
+            &format!("tcp://127.0.0.1:{tls_port}"),
+        ],
+        &["--token-file", &token],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("a tls:// port?"), "{err}");
+    wait_for_log(
+        &g,
+        &format!("TLS handshake on tls://127.0.0.1:{tls_port} failed"),
+    );
+
+    let (code, _, err) = s.bridge(
+        &[
+            "status",
+            "--gateway",
+            &format!("tls://localhost:{tcp_port}"),
+        ],
+        &["--token-file", &token],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("handshake failed"), "{err}");
+    wait_for_log(&g, "a TLS client on a plaintext listener");
+    assert_eq!(refused(metrics, "tls_handshake"), 2);
+}
+
+#[test]
+fn a_publish_only_credential_cannot_commit_delete_or_fetch() {
+    let s = Setup::new(false);
+    let (port, metrics) = (free_port(), free_port());
+    let _g = s.start(&[format!("tls://0.0.0.0:{port}")], metrics);
+    let gw = format!("tls://localhost:{port}");
+    let sensor = s.sensor_token.display().to_string();
+    let as_sensor = ["--token-file", sensor.as_str()];
+    let file = input(s.dir.path(), 20);
+    let (code, _, err) = s.bridge(
+        &["publish", "--gateway", &gw, "--topic", "t", &file],
+        &as_sensor,
+    );
+    assert_eq!(code, 0, "the sensor publishes: {err}");
+    assert_eq!(s.offsets(&gw), (20, 0));
+
+    let state = s.dir.path().join("s.redb").display().to_string();
+    let sink = format!("file:{}", s.dir.path().join("out").display());
+    for args in [
+        vec!["consumers", "delete", "bridge", "--force", "--gateway", &gw],
+        vec!["tail", "--gateway", &gw],
+        vec![
+            "drain",
+            "--gateway",
+            &gw,
+            "--sink",
+            &sink,
+            "--state",
+            &state,
+            "--once",
+            "--progress",
+            "off",
+            "--retry-for",
+            "1s",
+        ],
+    ] {
+        let (code, _, err) = s.bridge(&args, &as_sensor);
+        assert_ne!(code, 0, "{args:?} succeeded for a publish-only credential");
+        assert!(err.contains("Forbidden"), "{args:?}: {err}");
+    }
+    assert_eq!(s.offsets(&gw), (20, 0), "nothing committed");
+    let token = s.bridge_token.display().to_string();
+    let (_, out, _) = s.bridge(&["consumers", "--gateway", &gw], &["--token-file", &token]);
+    assert!(out.contains("bridge"), "the consumer is still there: {out}");
+    assert!(refused(metrics, "forbidden") >= 3);
+}
+
+/// `mqtts://` is the MQTT listener over the same TLS as `tls://`: `mosquitto_pub` with the
+/// test CA publishes, a plaintext MQTT client on that port is refused in the handshake.
+#[test]
+fn mqtts_carries_mqtt_publishes_over_tls() {
+    let s = Setup::new(false);
+    let (mqtts, port, metrics) = (free_port(), free_port(), free_port());
+    let g = s.start(
+        &[
+            format!("mqtts://127.0.0.1:{mqtts}"),
+            format!("tls://127.0.0.1:{port}"),
+        ],
+        metrics,
+    );
+    let ca = s.pki.ca.display().to_string();
+    let pub_ = |extra: &[&str]| {
+        std::process::Command::new("mosquitto_pub")
+            .args(["-h", "localhost", "-p", &mqtts.to_string()])
+            .args([
+                "-t",
+                "buoy/sst",
+                "-m",
+                "21.5",
+                "-q",
+                "1",
+                "-i",
+                "mqtts-test",
+            ])
+            .args(extra)
+            .output()
+            .expect("mosquitto_pub (Debian mosquitto-clients; scripts/install-deps.sh installs it)")
+    };
+    let out = pub_(&["--cafile", &ca]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = pub_(&[]);
+    assert!(!out.status.success(), "plaintext MQTT on the TLS port");
+    wait_for_log(
+        &g,
+        &format!("TLS handshake on mqtts://127.0.0.1:{mqtts} failed"),
+    );
+    let gw = format!("tls://localhost:{port}");
+    let token = s.bridge_token.display().to_string();
+    let (code, out, err) = s.bridge(
+        &["tail", "--gateway", &gw, "--format", "raw"],
+        &["--token-file", &token],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "21.5\n");
+}
