@@ -8,7 +8,7 @@
 //! them, under `drop-oldest` or with no consumer left; `corrupt`: offsets read back
 //! corrupt, each counted once; `spared`), `spillway_ingest_errors_total{reason}` (`bad_frame`,
 //! `too_large`, `full`, `invalid`, and the MQTT listener's own: `mqtt_protocol`,
-//! `mqtt_client_id`, `mqtt_topic`, `mqtt_quota`, `mqtt_sessions_full`),
+//! `mqtt_client_id`, `mqtt_topic`, `mqtt_sessions_full`),
 //! `spillway_connections_total`, `spillway_listener_connections_total{kind}` (`tcp`, `tls`, `unix`,
 //! `serial`, `mqtt`), `spillway_mqtt_publishes_total{qos}` (records stored from MQTT
 //! PUBLISH packets), `spillway_mqtt_duplicates_total` (MQTT resends answered without

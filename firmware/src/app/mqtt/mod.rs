@@ -176,6 +176,11 @@ where
                 let mut cursor = Cursor::new(&buf[..n]);
                 while (cursor.position() as usize) < n && !link.closing {
                     let before = cursor.position();
+                    // The codec answers a QoS 2 PUBLISH whose packet id it saw on this
+                    // connection with a PUBREC of its own, at once, before the record is
+                    // durable. Forget those ids: the log thread's reserved ids decide, and
+                    // it answers when the record is durable.
+                    link.mq.restore_qos2_publish_handled(Default::default());
                     let events = link.mq.recv(&mut cursor);
                     link.events(&mut stream, events).await;
                     if cursor.position() == before {
@@ -268,7 +273,7 @@ async fn wait<S: AsyncRead + Unpin>(
 /// The reason code of a refused QoS 1 publish for MQTT 5.
 fn puback_code(why: Refusal) -> PubackReasonCode {
     match why {
-        Refusal::Full | Refusal::Quota => PubackReasonCode::QuotaExceeded,
+        Refusal::Full => PubackReasonCode::QuotaExceeded,
         Refusal::BadTopic => PubackReasonCode::TopicNameInvalid,
         Refusal::TooLarge => PubackReasonCode::ImplementationSpecificError,
         Refusal::Storage => PubackReasonCode::UnspecifiedError,
@@ -278,7 +283,7 @@ fn puback_code(why: Refusal) -> PubackReasonCode {
 /// The reason code of a refused QoS 2 publish for MQTT 5.
 fn pubrec_code(why: Refusal) -> PubrecReasonCode {
     match why {
-        Refusal::Full | Refusal::Quota => PubrecReasonCode::QuotaExceeded,
+        Refusal::Full => PubrecReasonCode::QuotaExceeded,
         Refusal::BadTopic => PubrecReasonCode::TopicNameInvalid,
         Refusal::TooLarge => PubrecReasonCode::ImplementationSpecificError,
         Refusal::Storage => PubrecReasonCode::UnspecifiedError,
@@ -673,10 +678,7 @@ impl Link {
                 if qos > 0 {
                     self.in_flight = self.in_flight.saturating_sub(1);
                 }
-                // The gateway counted the others (full, too_large, invalid, internal).
-                if why == Refusal::Quota {
-                    self.ctx.metrics.ingest_error("mqtt_quota");
-                }
+                // The gateway counted them (full, too_large, invalid, internal).
                 if why == Refusal::Full && !self.v5() {
                     // MQTT 3.1.1 cannot say "full": keep the publish (QoS 1 and 2), stop
                     // reading, offer it again later.

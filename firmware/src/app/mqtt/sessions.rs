@@ -15,16 +15,21 @@
 //! ## Dedup rules
 //! A redelivery always has DUP=1 (MQTT 3.1.1 §3.3.1.1, MQTT 5 §3.3.1.1); a PUBLISH with
 //! DUP=0 is always a new message.
-//! - QoS 2: a stored PUBLISH keeps its packet id **reserved** (with its record's offset)
-//!   until the client's PUBREL; a PUBLISH with a reserved id is the same message sent again
-//!   and is answered (PUBREC once its record is durable) without storing it twice. After a
-//!   restart, PUBRELs received before it are not known: a QoS 2 PUBLISH with DUP=1 is a
-//!   resend when one of the session's last [`REMEMBERED`] records has its packet id, QoS 2,
-//!   and the same topic and payload CRC.
-//! - QoS 1: a PUBLISH with DUP=1 whose packet id matches one of the session's last
-//!   [`REMEMBERED`] stored QoS 1 records **with the same topic and payload CRC** is a resend:
-//!   answered with PUBACK, not stored again. Anything else is new (after a PUBACK the client
-//!   may reuse the id for another message).
+//! - QoS 2: a stored PUBLISH keeps its packet id **reserved** until the client's PUBREL; a
+//!   PUBLISH with a reserved id is the same message sent again and is answered (PUBREC once
+//!   the session's records are durable) without storing it twice. Every packet id can be
+//!   reserved at once (a bitmap of 8 KiB per session): an MQTT 3.1.1 client has no receive
+//!   maximum, and one that reconnects may send its whole queue before the PUBRELs of the
+//!   first ones, so a quota would refuse it on every reconnect.
+//! - After a restart, PUBRELs received before it are not known: a PUBLISH with DUP=1 is a
+//!   resend when the **newest** record the session stored with its packet id, among the
+//!   records read back at start ([`RECOVER_RECORDS`]), has the same QoS, topic and payload
+//!   CRC (an older record with that id was completed: the client reuses an id only after
+//!   PUBACK or PUBCOMP).
+//! - QoS 1: a PUBLISH with DUP=1 whose packet id matches the newest of the session's last
+//!   [`REMEMBERED`] stored records with that id, **with the same topic and payload CRC**, is
+//!   a resend: answered with PUBACK, not stored again. Anything else is new (after a PUBACK
+//!   the client may reuse the id for another message).
 //!
 //! ## Admission
 //! At most [`MAX_SESSIONS`] persistent sessions (MQTT 3.1.1 `clean session = 0`, MQTT 5 a
@@ -59,14 +64,8 @@ pub const RECEIVE_MAXIMUM: u16 = 32;
 /// Stored QoS 1 and 2 records remembered per session for the DUP check.
 pub const REMEMBERED: usize = 2 * RECEIVE_MAXIMUM as usize;
 
-/// QoS 2 packet ids a session may hold reserved (stored, PUBREL not yet received); a
-/// further QoS 2 publish is refused (MQTT 5: PUBREC 0x97 quota exceeded; MQTT 3.1.1: the
-/// connection is closed). An MQTT 5 client stays within its receive maximum; an MQTT 3.1.1
-/// client has no such limit, and one that reconnects sends its whole queue before the
-/// PUBRELs of the first ones (at most 24 bytes of memory per reserved id).
-pub const QOS2_RESERVED_MAX: usize = 4096;
-
-/// Records read back at start to rebuild what the persistent sessions stored.
+/// Records read back at start to rebuild what the persistent sessions stored (at most
+/// this many remembered in all, about 32 bytes each).
 pub const RECOVER_RECORDS: u64 = 8192;
 
 /// The top bit of every session id (the producer ids of MQTT sessions).
@@ -148,8 +147,6 @@ pub struct MqttPublish {
 pub enum Refusal {
     /// The log is full (`reject-new`).
     Full,
-    /// Too many QoS 2 ids reserved by the session.
-    Quota,
     /// The payload is above `--max-record-bytes`.
     TooLarge,
     /// The topic is empty or longer than the log allows.
@@ -211,16 +208,59 @@ struct Stored {
     crc: u32,
 }
 
+/// A set of MQTT packet ids, one bit each (8 KiB once the first id is added).
+#[derive(Default)]
+struct PidSet {
+    bits: Option<Box<[u64; 1024]>>,
+    len: usize,
+}
+
+impl PidSet {
+    fn contains(&self, pid: u16) -> bool {
+        let (word, bit) = (usize::from(pid >> 6), pid & 63);
+        self.bits.as_ref().is_some_and(|b| b[word] >> bit & 1 != 0)
+    }
+
+    fn insert(&mut self, pid: u16) {
+        let (word, bit) = (usize::from(pid >> 6), pid & 63);
+        let w = &mut self.bits.get_or_insert_with(|| Box::new([0; 1024]))[word];
+        if *w >> bit & 1 == 0 {
+            *w |= 1 << bit;
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, pid: u16) {
+        let (word, bit) = (usize::from(pid >> 6), pid & 63);
+        if let Some(b) = self.bits.as_mut()
+            && b[word] >> bit & 1 != 0
+        {
+            b[word] &= !(1 << bit);
+            self.len -= 1;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 struct Session {
     /// The session id (the records' producer id).
     id: u64,
     persistent: bool,
     /// The connection serving the session now.
     owner: Option<(ConnId, Sender<MqttReply>)>,
-    /// QoS 2 packet ids stored and not yet released by this process, with their offset.
-    reserved: HashMap<u16, u64>,
+    /// QoS 2 packet ids stored (or answered as stored) and not yet released by this process.
+    reserved: PidSet,
+    /// Offset of the newest record the session stored in this process: a resend of a
+    /// reserved id is answered once it is durable.
+    last_offset: u64,
     /// The last stored QoS 1 and 2 messages, oldest first, at most [`REMEMBERED`].
     recent: VecDeque<Stored>,
+    /// The newest record per packet id among those read back at start; an id leaves when
+    /// the session stores a new record with it.
+    recovered: HashMap<u16, Stored>,
     /// Counter of the next record's sequence ([`record_seq`]).
     counter: u16,
 }
@@ -234,7 +274,21 @@ impl Session {
         if self.recent.len() >= REMEMBERED {
             self.recent.pop_front();
         }
+        self.recovered.remove(&st.pid);
+        self.last_offset = st.offset;
         self.recent.push_back(st);
+    }
+
+    /// The offset of the record a PUBLISH with DUP=1 resends, if it is one: the newest
+    /// record the session stored with `pid` must have the same QoS and CRC.
+    fn resent(&self, pid: u16, qos: u8, crc: u32) -> Option<u64> {
+        let newest = match self.recent.iter().rev().find(|e| e.pid == pid) {
+            Some(e) => Some(e),
+            None => self.recovered.get(&pid),
+        };
+        newest
+            .filter(|e| e.qos == qos && e.crc == crc)
+            .map(|e| e.offset)
     }
 }
 
@@ -243,9 +297,9 @@ pub struct MqttSessions {
     /// Key of the session ids: the log id.
     key: u128,
     sessions: HashMap<Arc<str>, Session>,
-    /// What the records read back at start say each session id stored, until its client
-    /// connects again.
-    recovered: HashMap<u64, VecDeque<Stored>>,
+    /// What the records read back at start say each session id stored (the newest record
+    /// per packet id), until its client connects again.
+    recovered: HashMap<u64, HashMap<u16, Stored>>,
 }
 
 /// CRC-32 of `topic`, a 0 byte and `payload`: what a QoS 1 resend must match.
@@ -307,16 +361,13 @@ impl MqttSessions {
                     continue;
                 };
                 let (qos, pid) = seq_parts(p.seq);
-                let list = self.recovered.entry(p.id).or_default();
-                if list.len() >= REMEMBERED {
-                    list.pop_front();
-                }
-                list.push_back(Stored {
+                let stored = Stored {
                     pid,
                     qos,
                     offset: r.offset,
                     crc: message_crc(r.topic, r.payload),
-                });
+                };
+                self.recovered.entry(p.id).or_default().insert(pid, stored);
                 found += 1;
             }
             if out.next_offset <= at {
@@ -354,7 +405,7 @@ impl MqttSessions {
                 if let Some(s) = self.sessions.get_mut(&client)
                     && s.owner.as_ref().is_some_and(|o| o.0 == conn)
                 {
-                    s.reserved.remove(&pid);
+                    s.reserved.remove(pid);
                 }
             }
             MqttCmd::Closed { conn, client } => {
@@ -419,8 +470,10 @@ impl MqttSessions {
             id,
             persistent,
             owner: None,
-            reserved: HashMap::new(),
-            recent: recovered.unwrap_or_default(),
+            reserved: PidSet::default(),
+            last_offset: 0,
+            recent: VecDeque::new(),
+            recovered: recovered.unwrap_or_default(),
             counter,
         });
         s.persistent = persistent;
@@ -445,27 +498,24 @@ impl MqttSessions {
             .get_mut(&p.client)
             .filter(|s| s.owner.as_ref().is_some_and(|o| o.0 == p.conn));
         let crc = message_crc(&p.topic, &p.payload);
-        // A resend of a stored message: answered once the original is durable.
+        // A resend of a stored message: answered once the original is durable (for a
+        // reserved id, once every record of the session is).
         let earlier = session.as_ref().and_then(|s| {
-            let reserved = (qos == 2).then(|| s.reserved.get(&pid).copied()).flatten();
-            reserved.or_else(|| {
-                p.dup
-                    .then(|| {
-                        s.recent
-                            .iter()
-                            .rev()
-                            .find(|e| e.pid == pid && e.qos == qos && e.crc == crc)
-                            .map(|e| e.offset)
-                    })
-                    .flatten()
-            })
+            if qos == 2 && s.reserved.contains(pid) {
+                Some(s.last_offset)
+            } else if p.dup {
+                s.resent(pid, qos, crc)
+            } else {
+                None
+            }
         });
         if let Some(offset) = earlier {
             metrics.mqtt_duplicates.inc();
             if qos == 2
                 && let Some(s) = session.as_mut()
             {
-                s.reserved.insert(pid, offset);
+                s.reserved.insert(pid);
+                s.last_offset = s.last_offset.max(offset);
             }
             let reply = MqttReply::Stored { qos, pid };
             if p.durable && log.durable_offset() <= offset {
@@ -477,18 +527,6 @@ impl MqttSessions {
             } else {
                 let _ = p.replies.try_send(reply);
             }
-            return;
-        }
-        if qos == 2
-            && let Some(s) = &session
-            && s.reserved.len() >= QOS2_RESERVED_MAX
-        {
-            let _ = p.replies.try_send(MqttReply::Refused {
-                qos,
-                pid,
-                why: Refusal::Quota,
-                back: None,
-            });
             return;
         }
         // A persistent session's QoS 1/2 records name the session and the packet id.
@@ -521,7 +559,7 @@ impl MqttSessions {
                         });
                     }
                     if qos == 2 {
-                        s.reserved.insert(pid, a.offset);
+                        s.reserved.insert(pid);
                     }
                 }
                 let reply = MqttReply::Stored { qos, pid };
@@ -577,6 +615,58 @@ mod tests {
             assert_eq!(seq_parts(next), (qos, pid));
             prev = next;
         }
+    }
+
+    #[test]
+    fn every_packet_id_can_be_reserved_at_once() {
+        let mut set = PidSet::default();
+        assert!(set.is_empty() && !set.contains(7));
+        for pid in 0..=u16::MAX {
+            set.insert(pid);
+            set.insert(pid);
+        }
+        assert_eq!(set.len, 65_536);
+        assert!(set.contains(0) && set.contains(u16::MAX));
+        for pid in (0..=u16::MAX).step_by(2) {
+            set.remove(pid);
+            set.remove(pid);
+        }
+        assert_eq!(set.len, 32_768);
+        assert!(!set.contains(64) && set.contains(65));
+    }
+
+    #[test]
+    fn a_resend_matches_only_the_newest_record_with_its_packet_id() {
+        let st = |pid, qos, offset, crc| Stored {
+            pid,
+            qos,
+            offset,
+            crc,
+        };
+        let mut s = Session {
+            id: SESSION_ID_BIT,
+            persistent: true,
+            owner: None,
+            reserved: PidSet::default(),
+            last_offset: 0,
+            recent: VecDeque::new(),
+            recovered: HashMap::from([(5, st(5, 2, 10, 0xA)), (6, st(6, 1, 11, 0xB))]),
+            counter: 0,
+        };
+        // Read back at start: the newest record per id.
+        assert_eq!(s.resent(5, 2, 0xA), Some(10));
+        assert_eq!(s.resent(5, 1, 0xA), None, "another QoS");
+        assert_eq!(s.resent(5, 2, 0xC), None, "another message");
+        // A new message with id 5: the record read back was completed before it.
+        s.remember(st(5, 2, 20, 0xC));
+        assert_eq!(s.resent(5, 2, 0xA), None);
+        assert_eq!(s.resent(5, 2, 0xC), Some(20));
+        assert_eq!(s.last_offset, 20);
+        // In this process too, only the newest with an id counts.
+        s.remember(st(5, 1, 21, 0xD));
+        assert_eq!(s.resent(5, 2, 0xC), None);
+        assert_eq!(s.resent(5, 1, 0xD), Some(21));
+        assert_eq!(s.resent(6, 1, 0xB), Some(11));
     }
 
     #[test]
