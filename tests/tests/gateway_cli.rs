@@ -555,3 +555,49 @@ fn validate_checks_the_image_geometry_and_warns_of_devices_and_ports() {
         "{err}"
     );
 }
+
+/// Mistakes with the listener URIs and the image path get messages that name the fix:
+/// every listener scheme, `mqtts://` for a plaintext MQTT listener on a non-loopback
+/// address, and the image file for a directory.
+#[test]
+fn listener_and_image_mistakes_name_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = run_cli(&["run", "--image", "/tmp/x.img", "--listen", "foo://x:1"]);
+    assert_eq!(code, 2, "{err}");
+    for scheme in ["tcp://", "tls://", "unix://", "mqtt://", "mqtts://"] {
+        assert!(err.contains(scheme), "{scheme} missing: {err}");
+    }
+    let img = dir.path().join("gw.img");
+    let (code, _, err) = run_cli(&[
+        "run",
+        "--image",
+        img.to_str().unwrap(),
+        "--listen",
+        "mqtt://0.0.0.0:1883",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("Use mqtts://0.0.0.0:1883"), "{err}");
+    assert!(
+        !img.exists(),
+        "nothing is created before the config is valid"
+    );
+    let port = free_port();
+    let (code, _, err) = run_cli(&[
+        "run",
+        "--image",
+        dir.path().to_str().unwrap(),
+        "--listen",
+        &format!("tcp://127.0.0.1:{port}"),
+    ]);
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains("is a directory: --image names the flash image file"),
+        "{err}"
+    );
+    let (code, out, _) = run_cli(&["run", "--help"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("mqtt://IP:PORT") && out.contains("mqtts://IP:PORT"),
+        "{out}"
+    );
+}

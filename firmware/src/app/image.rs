@@ -46,10 +46,17 @@ fn plausible_erase(erase: u32, len: u64) -> bool {
 pub fn probe(path: &Path) -> Result<Option<Probed>, AppError> {
     let file = File::open(path)
         .map_err(|e| AppError::Image(format!("cannot open {}: {e}", path.display())))?;
-    let len = file
+    let meta = file
         .metadata()
-        .map_err(|e| AppError::Image(format!("cannot stat {}: {e}", path.display())))?
-        .len();
+        .map_err(|e| AppError::Image(format!("cannot stat {}: {e}", path.display())))?;
+    if meta.is_dir() {
+        return Err(AppError::Image(format!(
+            "{} is a directory: --image names the flash image file (e.g. {})",
+            path.display(),
+            path.join("gw.img").display()
+        )));
+    }
+    let len = meta.len();
     let read = |at: u64, buf: &mut [u8]| -> usize {
         let n = (len.saturating_sub(at) as usize).min(buf.len());
         if file.read_exact_at(&mut buf[..n], at).is_err() {

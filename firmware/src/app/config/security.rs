@@ -59,8 +59,12 @@ pub(super) fn check(s: &Settings, a: &TlsPaths) -> Result<(), AppError> {
             continue;
         };
         if !l.tls && !l.allow_insecure {
+            let secure = match l.mode {
+                Mode::Mqtt { .. } => "mqtts",
+                _ => "tls",
+            };
             return usage(format!(
-                "{}: plaintext on the non-loopback address {addr}: anyone on that network could read and forge records. Use tls://{addr} with --tls-cert and --tls-key, bind 127.0.0.1, or add ?allow-insecure=true to the URI",
+                "{}: plaintext on the non-loopback address {addr}: anyone on that network could read and forge records. Use {secure}://{addr} with --tls-cert and --tls-key, bind 127.0.0.1, or add ?allow-insecure=true to the URI",
                 l.uri
             ));
         }

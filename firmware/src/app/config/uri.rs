@@ -196,6 +196,11 @@ fn roles_of(uri: &Uri, mode: &Mode, default: Roles) -> Result<Roles, AppError> {
 fn address_of(text: &str) -> Result<(Uri, GatewayAddr), AppError> {
     let usage = |e: BadUri| AppError::Usage(e.to_string());
     let uri = Uri::parse(text).map_err(usage)?;
+    if !matches!(uri.scheme.as_str(), "tcp" | "tls" | "unix" | "serial") {
+        return Err(AppError::Usage(format!(
+            "bad URI {text:?}: unknown scheme (listeners: tcp://IP:PORT, tls://IP:PORT, unix:///PATH, mqtt://IP:PORT or mqtts://IP:PORT)"
+        )));
+    }
     let params = [
         "mode",
         "topic",
@@ -280,7 +285,7 @@ pub fn parse_listen(text: &str) -> Result<Listen, AppError> {
         GatewayAddr::Unix(path) => (Endpoint::Unix(PathBuf::from(path)), false),
         GatewayAddr::Serial { .. } => {
             return Err(AppError::Usage(format!(
-                "{text}: listener URIs start with tcp://, tls://, unix:// or mqtt:// (serial ports: --serial)"
+                "{text}: listener URIs start with tcp://, tls://, unix://, mqtt:// or mqtts:// (serial ports: --serial)"
             )));
         }
     };
