@@ -67,16 +67,27 @@ pub enum StoreError {
     /// The handle was closed by [`Store::reopen`] and opening the file again failed.
     #[error("state file is closed (reopening it failed)")]
     Closed,
+    /// Another process (another drain) has the state file open: redb holds a `flock` on it.
+    #[error("state file {} is in use by {}", path.display(), holder.map_or("another process".to_string(), |p| format!("process {p}")))]
+    Locked {
+        /// The state file.
+        path: std::path::PathBuf,
+        /// The pid holding it, when `/proc/locks` tells.
+        holder: Option<u32>,
+    },
 }
 
 impl StoreError {
     /// True for a failure of redb itself (I/O, a failed commit, a poisoned handle), which
-    /// reopening the state file may cure; false for a value that does not parse or a
+    /// reopening the state file may cure (a lock another handle or drain holds included); false for a value that does not parse or a
     /// read-only handle, which reopening cannot change.
     pub fn is_storage(&self) -> bool {
         matches!(
             self,
-            StoreError::Redb(_) | StoreError::Task(_) | StoreError::Closed
+            StoreError::Redb(_)
+                | StoreError::Task(_)
+                | StoreError::Closed
+                | StoreError::Locked { .. }
         )
     }
 }
@@ -463,7 +474,19 @@ impl Store {
                 path.display()
             );
         }
-        let db = Database::create(path)?;
+        let db = match Database::create(path) {
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                use std::os::unix::fs::MetadataExt as _;
+                let holder = std::fs::metadata(path)
+                    .ok()
+                    .and_then(|m| crate::sink::file::lock::holder_pid(m.ino()));
+                return Err(StoreError::Locked {
+                    path: path.to_path_buf(),
+                    holder,
+                });
+            }
+            other => other?,
+        };
         let tx = db.begin_write()?;
         tx.open_table(CHECKPOINTS)?;
         tx.open_table(GAPS)?;
@@ -970,7 +993,14 @@ mod tests {
         let path = dir.path().join("state.redb");
         let cp = Checkpoint::new(5, 99);
         s.save("gw", "bridge", &cp).unwrap();
-        assert!(Store::open(&path).is_err(), "held by this handle");
+        match Store::open(&path) {
+            Err(StoreError::Locked { path: p, holder }) => {
+                assert_eq!(p, path);
+                assert_eq!(holder, Some(std::process::id()), "held by this handle");
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("opened twice"),
+        }
         s.reopen(&path).unwrap();
         assert_eq!(s.load("gw", "bridge").unwrap(), Some(cp));
         // A clone still alive keeps the file held: the reopen fails and the store is

@@ -34,6 +34,11 @@ pub const MAX_FRAME_ABSOLUTE: usize = 16 * 1024 * 1024;
 /// Default time to wait for a reply before the connection is declared dead (a long-poll
 /// fetch adds its `wait_ms`).
 pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time a gateway has to answer the `Hello` with its `Welcome` on a TCP, TLS or Unix
+/// connection (at most the reply timeout): a peer silent for that long is taken for a port
+/// that does not speak the protocol (a line-mode or MQTT listener, say). A serial link
+/// waits the whole reply timeout.
+pub const WELCOME_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default serial speed, baud.
 pub const DEFAULT_BAUD: u32 = 115_200;
 
@@ -535,7 +540,13 @@ impl Client {
         c.io.write_all(&[0]).await?;
         // Version 3 appends its fields (the token, if any) after the Hello.
         let security = crate::security::get();
-        let hello = c.hello(client_name, security.token.as_deref()).await;
+        let welcome_timeout = match addr {
+            GatewayAddr::Serial { .. } => reply_timeout,
+            _ => WELCOME_TIMEOUT.min(reply_timeout),
+        };
+        let hello = c
+            .hello(client_name, security.token.as_deref(), welcome_timeout)
+            .await;
         match (hello, addr) {
             // TLS 1.3 settles the client certificate after the client's side of the
             // handshake: a refused one shows as the session ending here.
@@ -547,18 +558,28 @@ impl Client {
                     ),
                 })
             }
-            // A TLS listener drops a plaintext client in its handshake.
+            // A TLS listener drops a plaintext client in its handshake; an MQTT or HTTP
+            // (metrics) port closes on the Hello's bytes.
             (Err(ClientError::Closed), GatewayAddr::Tcp(_)) => Err(ClientError::Protocol(
-                "the gateway closed the connection before its Welcome (a tls:// port? connect with tls://HOST:PORT and --tls-ca)".into(),
+                "the peer closed the connection before a Welcome: not a Spillway listener (a tls:// port? connect with tls://HOST:PORT and --tls-ca; or an MQTT or metrics port)".into(),
             )),
+            (Err(ClientError::Timeout(t)), a) if !matches!(a, GatewayAddr::Serial { .. }) => {
+                Err(ClientError::Protocol(format!(
+                    "no Welcome within {t:?}: the peer does not speak the Spillway protocol (a line-mode, MQTT or metrics port?), or the gateway is stalled"
+                )))
+            }
             (other, _) => other.map(|()| c),
         }
     }
 
     /// Sends the `Hello` and takes the `Welcome` (or the refusal).
-    async fn hello(&mut self, client_name: &str, token: Option<&[u8]>) -> Result<(), ClientError> {
+    async fn hello(
+        &mut self,
+        client_name: &str,
+        token: Option<&[u8]>,
+        welcome_timeout: Duration,
+    ) -> Result<(), ClientError> {
         let c = self;
-        let reply_timeout = c.reply_timeout;
         c.send(&(
             Request::Hello {
                 protocol_version: PROTOCOL_VERSION,
@@ -567,7 +588,7 @@ impl Client {
             wire::HelloV3 { credential: token },
         ))
         .await?;
-        match c.recv(None, reply_timeout).await? {
+        match c.recv(None, welcome_timeout).await? {
             Owned::Welcome(w) => {
                 c.max_frame = (w.max_frame_bytes as usize).clamp(64, MAX_FRAME_ABSOLUTE);
                 // Nothing follows the Welcome unasked, so no partial frame is lost here.

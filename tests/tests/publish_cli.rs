@@ -734,3 +734,93 @@ fn file_errors_name_the_path_and_the_reason() {
         "{err}"
     );
 }
+
+/// A directory given as input is refused before anything is sent, naming it; a publish
+/// that never reached the gateway says to run the same command again, not to resume a
+/// session that was never opened.
+#[test]
+fn a_directory_input_and_a_gateway_never_reached_get_the_right_advice() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = format!("tcp://127.0.0.1:{}", free_port());
+    let out = run_bridge(&[
+        "publish",
+        "--gateway",
+        &gw,
+        "--topic",
+        "t",
+        dir.path().to_str().unwrap(),
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("cannot open input {}", dir.path().display()))
+            && err.contains("is a directory"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("Connection refused"),
+        "nothing is sent: {err}"
+    );
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "a\nb\n").unwrap();
+    let out = run_bridge(&[
+        "publish",
+        "--gateway",
+        &gw,
+        "--topic",
+        "t",
+        "--retry-for",
+        "1s",
+        input.to_str().unwrap(),
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("stopped before anything was stored: run the same command again"),
+        "{err}"
+    );
+    assert!(!err.contains("--resume"), "{err}");
+}
+
+/// `tail` pointed at a port that is not a Spillway listener says so and exits 1 within a
+/// few seconds (the Welcome timeout is 2 s; it waited 10 s before): a line-mode port and
+/// the metrics port say nothing, an MQTT port closes on the Hello's bytes.
+#[test]
+fn a_port_that_is_not_a_spillway_listener_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lines, mqtt, metrics) = (free_port(), free_port(), free_port());
+    let args: Vec<String> = [
+        "--image",
+        &dir.path().join("gw.img").display().to_string(),
+        "--size",
+        "1M",
+        "--listen",
+        &format!("tcp://127.0.0.1:{lines}?mode=lines&topic=t"),
+        "--listen",
+        &format!("mqtt://127.0.0.1:{mqtt}"),
+        "--metrics",
+        &format!("127.0.0.1:{metrics}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let _g = GatewayProcess::start(&args, 2);
+    // Built (if it needs to be) before anything is timed.
+    assert!(run_bridge(&["--version"]).status.success());
+    for (port, what) in [
+        (lines, "does not speak the Spillway protocol"),
+        (metrics, "does not speak the Spillway protocol"),
+        (mqtt, "not a Spillway listener"),
+    ] {
+        let started = std::time::Instant::now();
+        let out = run_bridge(&["tail", "--gateway", &format!("127.0.0.1:{port}")]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{port}: {err}");
+        assert!(err.contains(what), "{port}: {err}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(8),
+            "{port}: took {:?}",
+            started.elapsed()
+        );
+    }
+}

@@ -85,6 +85,9 @@ pub struct PublishSummary {
     /// Records whose `--timestamp-field` was missing or unusable (the gateway stamped
     /// them).
     pub unstamped: u64,
+    /// Set when publishing stopped before a session was opened or anything acknowledged:
+    /// running the same command again is the way on (there is no session to resume).
+    pub stopped_before_storing: bool,
 }
 
 impl std::fmt::Display for PublishSummary {
@@ -122,6 +125,12 @@ impl std::fmt::Display for PublishSummary {
                 f,
                 "; {} records without a usable timestamp field (stamped by the gateway)",
                 self.unstamped
+            )?;
+        }
+        if self.stopped_before_storing {
+            write!(
+                f,
+                "\nstopped before anything was stored: run the same command again"
             )?;
         }
         if let Some(cmd) = &self.resume_command {
@@ -335,7 +344,9 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
     // Stops publishing: `line` is the first input line not acknowledged.
     let stopped = |mut sum: PublishSummary, starts: &[u64], line: u64, why: &str| {
         log::error!("{why}");
-        if let Some(id) = sum.producer_id {
+        if sum.session.is_none() && sum.acknowledged == 0 {
+            sum.stopped_before_storing = true;
+        } else if let Some(id) = sum.producer_id {
             sum.resume_command = Some(resume_command(&args, id));
             sum.first_unacknowledged_line = Some(line);
             if several {
@@ -728,7 +739,9 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         log::error!("{} input lines were rejected by the gateway", sum.rejected);
     }
     if input_failed {
-        if let Some(id) = sum.producer_id {
+        if sum.session.is_none() && sum.acknowledged == 0 {
+            sum.stopped_before_storing = true;
+        } else if let Some(id) = sum.producer_id {
             sum.resume_command = Some(resume_command(&args, id));
             sum.first_unacknowledged_line = Some(sum.read + 1);
             if several {
@@ -783,7 +796,16 @@ fn open_input(input: Option<&std::path::Path>) -> std::io::Result<Box<dyn BufRea
     Ok(match input {
         None => Box::new(std::io::BufReader::new(std::io::stdin())),
         Some(p) if p.as_os_str() == "-" => Box::new(std::io::BufReader::new(std::io::stdin())),
-        Some(p) => Box::new(std::io::BufReader::new(std::fs::File::open(p)?)),
+        Some(p) => {
+            let file = std::fs::File::open(p)?;
+            if file.metadata()?.is_dir() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::IsADirectory,
+                    "it is a directory, not a file of lines",
+                ));
+            }
+            Box::new(std::io::BufReader::new(file))
+        }
     })
 }
 

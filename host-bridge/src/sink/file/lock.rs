@@ -73,8 +73,9 @@ impl DirLock {
 }
 
 /// The pid holding a `flock` on the file with inode `inode`, from `/proc/locks` (lines like
-/// `1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF`).
-fn holder_pid(inode: u64) -> Option<u32> {
+/// `1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF`); also names the drain holding a
+/// state file (redb locks it with `flock`).
+pub(crate) fn holder_pid(inode: u64) -> Option<u32> {
     let text = std::fs::read_to_string("/proc/locks").ok()?;
     text.lines().find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();

@@ -75,7 +75,7 @@
 //! - `recovery`: reading the files back: torn last lines, each stem's last record (the
 //!   duplicate check's marks), and cutting files back to synced lengths ([`CutBack`]).
 
-mod lock;
+pub(crate) mod lock;
 mod names;
 mod recovery;
 #[cfg(test)]
