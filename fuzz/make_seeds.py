@@ -78,6 +78,10 @@ def session_publish(seq, topic, payload, producer_id, epoch, pseq, ack=2, ts=1_7
             + varint(producer_id) + varint(epoch) + varint(pseq))
 
 
+def find_offset(seq, timestamp_us, from_offset=0):
+    return varint(9) + varint(seq) + varint(timestamp_us) + varint(from_offset)
+
+
 def write(target, name, data):
     os.makedirs(f"seeds/{target}", exist_ok=True)
     with open(f"seeds/{target}/{name}", "wb") as f:
@@ -122,6 +126,21 @@ v3 = b"".join(frame(m) for m in [
 write("wire_gateway", "v3_sessions", b"\x09" + v3)
 write("wire_gateway", "v3_sessions_bytewise", b"\x00" + v3)
 write("wire_gateway", "v3_credential", b"\x11" + frame(hello(3) + b"\x01" + s("token")) + frame(open_session(1, 1)))
+# Version 4: the offset of a time (before every record, in the middle, past the end, from
+# an offset past the end), and the same request from a version 3 client.
+v4 = b"".join(frame(m) for m in [
+    hello(4) + b"\x00",
+    publish(1, "s/t", b"a", ts=1_764_000_000_000_000),
+    publish(2, "s/t", b"b", ts=1_763_000_000_000_000),
+    publish(3, "s/t", b"c", ts=1_765_000_000_000_000),
+    find_offset(4, 0),
+    find_offset(5, 1_764_500_000_000_000),
+    find_offset(6, 1_764_500_000_000_000, 1),
+    find_offset(7, 1 << 63),
+    find_offset(8, 0, 1 << 40),
+])
+write("wire_gateway", "v4_find_offset", b"\x09" + v4)
+write("wire_gateway", "v3_find_offset", b"\x09" + frame(hello(3) + b"\x00") + frame(find_offset(1, 0)))
 write("wire_gateway", "garbage", b"\x03\x00\x01\x02\xff\x00\x05abcd\x00")
 
 # lines: bit 6 of the first byte is a fixed topic, the rest the read size.
@@ -164,4 +183,5 @@ write("bridge_reply", "dropped", frame(varint(4) + varint(7) + varint(100)))
 write("bridge_reply", "committed", frame(varint(5) + varint(8) + s("bridge") + varint(12)))
 entry = s("bridge") + varint(12)
 write("bridge_reply", "consumers", frame(varint(6) + varint(9) + varint(1) + varint(len(entry)) + entry))
+write("bridge_reply", "found_offset", frame(varint(10) + varint(11) + varint(4096) + b"\x00"))
 write("bridge_reply", "stats", frame(varint(8) + varint(10) + b"".join(varint(i * 3) for i in range(20))))

@@ -37,6 +37,12 @@ pub const MAX_GATEWAY_ID_LEN: usize = 64;
 /// Smallest reply buffer [`Gateway`] works with, bytes (room for any error reply).
 pub const MIN_REPLY_BUFFER: usize = 256;
 
+/// Bytes of record encodings one [`Request::FindOffset`] reads at most (plus one read
+/// buffer) before it answers "not done, ask again from here": about 1 ms of reads from a
+/// file image in the page cache, so the other connections wait at most that long for the
+/// log between two steps of a search.
+pub const FIND_STEP_BYTES: usize = 256 * 1024;
+
 /// Longest error message sent, bytes.
 const MAX_ERROR_MESSAGE: usize = 160;
 
@@ -601,6 +607,11 @@ impl Gateway {
                     error_reply(out, seq, code, &m)
                 }
             },
+            Request::FindOffset {
+                seq,
+                timestamp_us,
+                from_offset,
+            } => self.find_offset(seq, timestamp_us, from_offset, version, log, scratch, out),
             Request::Stats { seq } => {
                 let stats = self.stats(log, now_us);
                 let resp = Response::StatsReply { seq, stats };
@@ -861,6 +872,58 @@ impl Gateway {
                 error_reply(out, seq, ErrorCode::Internal, &m)
             }
         }
+    }
+
+    /// One step of the search for the first offset stamped at or after `timestamp_us`
+    /// (see [`Log::find_offset`]), at most [`FIND_STEP_BYTES`] of records read.
+    #[allow(clippy::too_many_arguments)]
+    fn find_offset<F: Flash>(
+        &mut self,
+        seq: u32,
+        timestamp_us: u64,
+        from_offset: u64,
+        version: u16,
+        log: &mut Log<'_, F>,
+        scratch: &mut [u8],
+        out: &mut [u8],
+    ) -> Outcome {
+        if version < wire::FIND_OFFSET_VERSION {
+            let m = message(format_args!(
+                "FindOffset needs protocol version {}; this connection announced {version}",
+                wire::FIND_OFFSET_VERSION
+            ));
+            return error_reply(out, seq, ErrorCode::BadRequest, &m);
+        }
+        let (offset, done) = match log.find_offset(
+            timestamp_us,
+            from_offset,
+            scratch,
+            FIND_STEP_BYTES,
+        ) {
+            Ok(clog::FindStep::Found(o)) => (o, true),
+            Ok(clog::FindStep::Continue(o)) => (o, false),
+            Err(e) => {
+                let (code, m) = match e {
+                    ReadError::OffsetOutOfRange { .. } => {
+                        (ErrorCode::OffsetOutOfRange, message(format_args!("{e}")))
+                    }
+                    ReadError::BufferTooSmall { needed } => (
+                        ErrorCode::TooLarge,
+                        message(format_args!(
+                            "a record needs {needed} bytes, more than this gateway's {} byte read buffer",
+                            scratch.len()
+                        )),
+                    ),
+                    _ => {
+                        let m = message(format_args!("{e}"));
+                        error!("find offset failed: {}", m.as_str());
+                        (ErrorCode::Internal, m)
+                    }
+                };
+                return error_reply(out, seq, code, &m);
+            }
+        };
+        reply(out, &Response::FoundOffset { seq, offset, done })
     }
 
     /// The first read of a fetch, with its errors turned into replies.

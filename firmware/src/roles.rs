@@ -113,9 +113,10 @@ impl Roles {
             Request::Publish { .. }
             | Request::OpenSession { .. }
             | Request::SessionPublish { .. } => allowed(self.publish, Role::Publish),
-            Request::Fetch { .. } | Request::Stats { .. } | Request::ListConsumers { .. } => {
-                allowed(self.consume, Role::Consume)
-            }
+            Request::Fetch { .. }
+            | Request::FindOffset { .. }
+            | Request::Stats { .. }
+            | Request::ListConsumers { .. } => allowed(self.consume, Role::Consume),
             Request::Commit { consumer, .. } => {
                 if self.admin || (self.consume && self.names(consumer)) {
                     Ok(())

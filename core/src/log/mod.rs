@@ -50,7 +50,7 @@
 //! report), `layout` (geometry and addresses), `device` (the flash wrapper and poisoning),
 //! `scan` (finding valid batches in a segment), `recovery` (format and mount), `writer`
 //! (append, the RAM buffer, flush), `ring` (segment rotation and retention), `reader`
-//! (reads by offset), `consumers`, `producers` (idempotent producers and sessions),
+//! (reads by offset), `find` (an offset by record time), `consumers`, `producers` (idempotent producers and sessions),
 //! `journal` (the commit journal) and `format` (byte layouts). This file holds [`Log`] and
 //! its accessors.
 
@@ -59,6 +59,7 @@ mod compact_io;
 mod config;
 mod consumers;
 mod device;
+mod find;
 pub mod format;
 mod journal;
 mod layout;
@@ -82,6 +83,7 @@ pub use config::{
 pub use consumers::BRIDGE_CONSUMER;
 use device::Dev;
 pub use device::READ_ATTEMPTS;
+pub use find::FindStep;
 use format::{BATCH_HEADER_LEN, ResumeMarker};
 pub use format::{Producer, Record, RecordIter, RecordRef, record_crc};
 use journal::Consumer;

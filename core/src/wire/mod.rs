@@ -59,7 +59,13 @@ use serde::{Deserialize, Serialize};
 /// producer sessions ([`Request::OpenSession`], [`Request::SessionPublish`],
 /// [`Response::Session`], error codes 13 to 15), the credential of the `Hello`
 /// ([`HelloV3`], error code 16) and the producer window of the `Welcome` ([`WelcomeV3`]).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// Version 4 added the search of an offset by record time ([`Request::FindOffset`],
+/// [`Response::FoundOffset`]).
+pub const PROTOCOL_VERSION: u16 = 4;
+
+/// The first protocol version that has [`Request::FindOffset`] and
+/// [`Response::FoundOffset`].
+pub const FIND_OFFSET_VERSION: u16 = 4;
 
 /// The fields protocol version 3 appends to [`Request::Hello`], encoded right after it in
 /// the same message (a version 1 or 2 gateway ignores them). Encode a version 3 hello as the
@@ -139,7 +145,7 @@ pub use crate::log::Producer;
 ///
 /// Variant indexes on the wire: `Hello` 0, `Publish` 1, `Fetch` 2, `Commit` 3,
 /// `ListConsumers` 4, `DeleteConsumer` 5, `Stats` 6, `OpenSession` 7 (version 3),
-/// `SessionPublish` 8 (version 3).
+/// `SessionPublish` 8 (version 3), `FindOffset` 9 (version 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request<'a> {
     /// Handshake, the first message of a connection. Answered by [`Response::Welcome`] or
@@ -254,6 +260,27 @@ pub enum Request<'a> {
         /// Producer id, session epoch and sequence.
         producer: SessionProducer,
     },
+    /// (Version 4) Find the first offset, in offset order from `from_offset`, whose record
+    /// is stamped at or after `timestamp_us`; the gateway reads the records itself, so the
+    /// log does not travel to the client. Answered by [`Response::FoundOffset`], or
+    /// [`Response::Error`] (`OffsetOutOfRange` above the log's next offset, `BadRequest`
+    /// from a client that announced a version below 4, `TooLarge` for a record larger than the
+    /// gateway's read buffer, `Internal` when the flash cannot be read).
+    ///
+    /// Timestamps are the publishers' and need not grow with the offset: the answer is the
+    /// first offset whose timestamp is ≥ `timestamp_us`, records before it may carry later
+    /// stamps and records after it earlier ones. The gateway reads a bounded number of
+    /// bytes per request: when that is used up first, the reply says so (`done` false) and
+    /// the client asks again from the reply's `offset`.
+    FindOffset {
+        /// Client sequence number, echoed in the reply.
+        seq: u32,
+        /// The time searched for, µs since the Unix epoch.
+        timestamp_us: u64,
+        /// Where the search starts (0, or the previous reply's `offset`); below the log's
+        /// first retained offset it starts there.
+        from_offset: u64,
+    },
 }
 
 impl Request<'_> {
@@ -268,7 +295,8 @@ impl Request<'_> {
             | Request::DeleteConsumer { seq, .. }
             | Request::Stats { seq }
             | Request::OpenSession { seq, .. }
-            | Request::SessionPublish { seq, .. } => Some(seq),
+            | Request::SessionPublish { seq, .. }
+            | Request::FindOffset { seq, .. } => Some(seq),
         }
     }
 }
@@ -276,7 +304,8 @@ impl Request<'_> {
 /// A response, sent by the gateway to a client.
 ///
 /// Variant indexes on the wire: `Welcome` 0, `Ack` 1, `Error` 2, `Records` 3, `Dropped` 4,
-/// `Committed` 5, `Consumers` 6, `Deleted` 7, `StatsReply` 8, `Session` 9 (version 3).
+/// `Committed` 5, `Consumers` 6, `Deleted` 7, `StatsReply` 8, `Session` 9 (version 3),
+/// `FoundOffset` 10 (version 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response<'a> {
     /// Handshake accepted.
@@ -384,6 +413,19 @@ pub enum Response<'a> {
         /// True: the id's current session was resumed; false: a new one was opened.
         resumed: bool,
     },
+    /// (Version 4) Answer to [`Request::FindOffset`].
+    FoundOffset {
+        /// Echo of the request's `seq`.
+        seq: u32,
+        /// With `done`: the first offset at or after the search's start whose record
+        /// timestamp is ≥ the one asked for, or the log's next offset if no record has
+        /// one (a fetch from there returns only records published later). Without
+        /// `done`: no record from the search's start up to this offset (exclusive) has
+        /// such a timestamp; ask again from here.
+        offset: u64,
+        /// The search is over; `offset` is the answer.
+        done: bool,
+    },
 }
 
 impl Response<'_> {
@@ -399,7 +441,8 @@ impl Response<'_> {
             | Response::Consumers { seq, .. }
             | Response::Deleted { seq, .. }
             | Response::StatsReply { seq, .. }
-            | Response::Session { seq, .. } => Some(seq),
+            | Response::Session { seq, .. }
+            | Response::FoundOffset { seq, .. } => Some(seq),
         }
     }
 }

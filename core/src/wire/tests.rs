@@ -170,6 +170,22 @@ fn golden_list_delete_stats() {
     );
 }
 
+#[test]
+fn golden_find_offset() {
+    // 09 variant FindOffset (version 4) | 0a seq 10 | 8080f9c0c1c48203 = TS |
+    // d209 from_offset 1234
+    golden(
+        &Request::FindOffset {
+            seq: 10,
+            timestamp_us: TS,
+            from_offset: 1234,
+        },
+        "09 0a 8080f9c0c1c48203 d209",
+        "11 090a8080f9c0c1c48203d209 04615fe1 00",
+        req,
+    );
+}
+
 // ---------------------------------------------------------------- golden responses
 
 #[test]
@@ -385,6 +401,32 @@ fn golden_stats_reply() {
         &Response::StatsReply { seq: 9, stats: s },
         "08 09 0102030405060708090a0b0c0d0e0f10111213141516171819",
         "20 08090102030405060708090a0b0c0d0e0f10111213141516171819923a277a 00",
+        resp,
+    );
+}
+
+#[test]
+fn golden_found_offset() {
+    // 0a variant FoundOffset (version 4) | 0a seq 10 | d209 offset 1234 | 01 done
+    golden(
+        &Response::FoundOffset {
+            seq: 10,
+            offset: 1234,
+            done: true,
+        },
+        "0a 0a d209 01",
+        "0a 0a0ad209 015965e7cb 00",
+        resp,
+    );
+    // Not done: nothing stamped late enough below offset 4096; ask again from there.
+    golden(
+        &Response::FoundOffset {
+            seq: 11,
+            offset: 4096,
+            done: false,
+        },
+        "0a 0b 8020 00",
+        "05 0a0b8020 059f57222f 00",
         resp,
     );
 }
