@@ -78,6 +78,18 @@ pub enum ClientError {
     /// The gateway sent something that does not decode or does not fit the protocol.
     #[error("protocol violation: {0}")]
     Protocol(String),
+    /// The gateway speaks a protocol version older than the one a request needs.
+    #[error(
+        "{what} needs protocol version {needed}, and the gateway speaks version {spoken}: upgrade the gateway"
+    )]
+    Unsupported {
+        /// What the request is for.
+        what: &'static str,
+        /// The first protocol version that has the request.
+        needed: u16,
+        /// The version agreed with the gateway.
+        spoken: u16,
+    },
     /// The gateway answered with an error.
     #[error("gateway error {code:?}: {message}")]
     Gateway {
@@ -369,6 +381,8 @@ enum Owned {
     /// gateway).
     Stats(GatewayStats, Option<bool>),
     Session(SessionInfo),
+    /// `FoundOffset`: the offset and whether the search is done.
+    Found(u64, bool),
 }
 
 /// Decodes one reply frame from a gateway (its COBS bytes up to and including the 0
@@ -498,6 +512,9 @@ fn own(resp: Response<'_>) -> Result<Owned, ClientError> {
             last_seq,
             resumed,
         }),
+        Response::FoundOffset { offset, done, .. } => {
+            Owned::Found(off("found offset", offset)?, done)
+        }
         Response::StatsReply { stats, .. } => {
             off("first offset", stats.first_offset)?;
             off("next offset", stats.next_offset)?;
@@ -870,6 +887,45 @@ impl Client {
         match self.call(req, Duration::ZERO).await? {
             Owned::Session(s) if s.producer_id == producer_id => Ok(s),
             _ => Err(ClientError::Protocol("expected Session".into())),
+        }
+    }
+
+    /// The first offset whose record is stamped at or after `timestamp_us` (µs since the
+    /// Unix epoch), in offset order from the log's first offset; the log's next offset if
+    /// no record is (see `FindOffset` in `core/PROTOCOL.md`: stamps need not grow with the
+    /// offset). The gateway searches in steps of a bounded number of bytes; this asks again
+    /// until it is done.
+    ///
+    /// Errors: [`ClientError::Unsupported`] if the gateway speaks a protocol version before
+    /// 4, [`ClientError::Protocol`] for a step that does not move forward, gateway errors,
+    /// I/O.
+    pub async fn find_offset(&mut self, timestamp_us: u64) -> Result<u64, ClientError> {
+        let spoken = self.welcome.protocol_version;
+        if spoken < wire::FIND_OFFSET_VERSION {
+            return Err(ClientError::Unsupported {
+                what: "finding an offset by time",
+                needed: wire::FIND_OFFSET_VERSION,
+                spoken,
+            });
+        }
+        let mut from = 0u64;
+        loop {
+            let seq = self.next_seq();
+            let req = Request::FindOffset {
+                seq,
+                timestamp_us,
+                from_offset: from,
+            };
+            match self.call(req, Duration::ZERO).await? {
+                Owned::Found(offset, true) => return Ok(offset),
+                Owned::Found(offset, false) if offset > from => from = offset,
+                Owned::Found(offset, false) => {
+                    return Err(ClientError::Protocol(format!(
+                        "FindOffset from {from} did not move forward (answered {offset}, not done)"
+                    )));
+                }
+                _ => return Err(ClientError::Protocol("expected FoundOffset".into())),
+            }
         }
     }
 

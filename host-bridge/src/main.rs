@@ -43,7 +43,8 @@ Exit codes:
   1  a gateway stayed unreachable past --retry-for (named in the log), the sink could not
      be opened (e.g. its directory is held by another drain), or the gateway refused the
      consumer (its table is full)
-  2  usage or configuration error (also a refused or unknown Kafka property)
+  2  usage or configuration error (also a refused or unknown Kafka property, and a --from
+     time with a gateway older than protocol version 4)
   3  resume check failed (gateway log id or previous record CRC differs from the
      checkpoint, or the checkpoint is beyond the log); not retried, see --accept-new-log
   4  state file could not be opened (e.g. held by another drain), or with --once a write
@@ -62,9 +63,10 @@ Exit codes:
 const TAIL_EXIT_CODES: &str = "\
 Exit codes:
   0  printed up to the end seen at start (or --count records); with --follow, output closed
-  1  gateway unreachable at start, a gateway error, --from past the end of the log, or the
-     gateway's log changed while following
-  2  usage or configuration error";
+  1  gateway unreachable at start, a gateway error, --from past the end of the log, a
+     --from time with a gateway older than protocol version 4, or the gateway's log
+     changed while following
+  2  usage or configuration error (also a --from that is no start position)";
 
 const STATUS_EXIT_CODES: &str = "\
 Exit codes:
@@ -171,7 +173,9 @@ struct DrainArgs {
     #[arg(long)]
     consumer: Option<String>,
     /// Where to start when the state file has no checkpoint for this gateway: earliest,
-    /// latest or an offset. Without it: the gateway's committed offset for --consumer when
+    /// latest, an offset, or an RFC 3339 time (`2026-11-30T12:00:00Z`): the first record, in
+    /// offset order, stamped at or after it, looked up by the gateway (protocol version 4;
+    /// an older gateway exits 2). Without it: the gateway's committed offset for --consumer when
     /// it has one other than the log's first offset (a deleted state file or a renamed
     /// gateway id resumes there, with a warning: the previous record's CRC cannot be
     /// checked; one below the first offset makes the records dropped since a gap), else
@@ -314,9 +318,12 @@ struct TailCli {
     /// Gateway URI; HOST:PORT is tcp://HOST:PORT [default: tcp://127.0.0.1:7878]
     #[arg(long)]
     gateway: Option<String>,
-    /// earliest, latest, an offset, or -N: the last N offsets (`--from -10`, `--from=-10`).
-    /// An offset past the log's next offset exits 1, with or without --follow
-    /// [default: earliest]
+    /// earliest, latest, an offset, -N: the last N offsets (`--from -10`, `--from=-10`), or
+    /// an RFC 3339 time (`2026-11-30T12:00:00Z`, `2026-11-30T13:00:00+01:00`): from the
+    /// first record, in offset order, stamped at or after it (records after it may carry
+    /// earlier stamps when publishers' clocks disagree), looked up by the gateway (protocol
+    /// version 4; an older gateway exits 1). An offset past the log's next offset exits 1,
+    /// with or without --follow [default: earliest]
     #[arg(long, allow_hyphen_values = true)]
     from: Option<String>,
     /// Keep printing new records; without it, stop at the next offset seen at start.

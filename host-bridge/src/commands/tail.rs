@@ -1,5 +1,6 @@
 //! `tail`: prints a gateway's records (JSON lines, raw payloads, or a kcat-style template)
-//! from a start position (an offset, or so many records before the end), optionally
+//! from a start position (an offset, so many records before the end, or the first record
+//! stamped at or after a time, which the gateway looks up), optionally
 //! following new ones, only of the topics that match MQTT-style filters, at most `--count`
 //! of them: the kcat `-C` habit. Read-only: commits nothing.
 
@@ -111,6 +112,16 @@ pub enum TailFrom {
     BeforeEnd(u64),
 }
 
+impl std::fmt::Display for TailFrom {
+    /// The form given to `--from`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TailFrom::Start(s) => s.fmt(f),
+            TailFrom::BeforeEnd(n) => write!(f, "-{n}"),
+        }
+    }
+}
+
 impl std::str::FromStr for TailFrom {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -118,7 +129,11 @@ impl std::str::FromStr for TailFrom {
             Some(n) => n
                 .parse()
                 .map(TailFrom::BeforeEnd)
-                .map_err(|_| format!("--from {s:?}: expected earliest, latest, an offset or -N")),
+                .map_err(|_| {
+                    format!(
+                        "--from {s:?}: expected earliest, latest, an offset, -N or an RFC 3339 time such as 2026-11-30T12:00:00Z"
+                    )
+                }),
             None => s.parse().map(TailFrom::Start),
         }
     }
@@ -211,6 +226,7 @@ pub async fn tail(args: TailArgs, out: &mut dyn Write) -> i32 {
                     return Ok(false);
                 }
                 cursor = Some(match args.from {
+                    TailFrom::Start(StartFrom::Time(t)) => c.find_offset(t).await?,
                     TailFrom::Start(StartFrom::Earliest) => s.first_offset,
                     TailFrom::Start(StartFrom::Latest) => s.next_offset,
                     TailFrom::Start(StartFrom::Offset(o)) => o,
@@ -307,6 +323,10 @@ pub async fn tail(args: TailArgs, out: &mut dyn Write) -> i32 {
                 log::error!("gateway error {code:?}: {message}");
                 return exit::FAILURE;
             }
+            Err(e @ ClientError::Unsupported { .. }) => {
+                log::error!("gateway {}: --from {}: {e}", args.gateway, args.from);
+                return exit::FAILURE;
+            }
             Err(e) => {
                 let d = backoff.next_delay();
                 log::warn!("gateway {}: {e}; reconnecting in {d:.1?}", args.gateway);
@@ -359,5 +379,12 @@ mod tests {
             Ok(TailFrom::Start(StartFrom::Offset(7)))
         );
         assert!("-x".parse::<TailFrom>().is_err());
+        assert_eq!(
+            "2026-11-30T12:00:00Z".parse::<TailFrom>(),
+            Ok(TailFrom::Start(StartFrom::Time(1_796_040_000_000_000)))
+        );
+        assert_eq!(TailFrom::BeforeEnd(10).to_string(), "-10");
+        let e = "yesterday".parse::<TailFrom>().unwrap_err();
+        assert!(e.contains("RFC 3339"), "{e}");
     }
 }

@@ -59,19 +59,65 @@ pub enum StartFrom {
     Latest,
     /// This offset.
     Offset(u64),
+    /// The first offset, in offset order, whose record is stamped at or after this time
+    /// (µs since the Unix epoch), found by the gateway (protocol version 4, see
+    /// `Client::find_offset`); the next offset if no record is.
+    Time(u64),
 }
 
 impl std::str::FromStr for StartFrom {
     type Err = String;
+    /// `earliest`, `latest`, an offset (decimal digits) or an RFC 3339 time
+    /// (`2026-11-30T12:00:00Z`, `2026-11-30T13:00:00.5+01:00`).
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "earliest" => Ok(StartFrom::Earliest),
             "latest" => Ok(StartFrom::Latest),
-            n => n.parse().map(StartFrom::Offset).map_err(|_| {
-                format!("bad start position {s:?}: expected earliest, latest or an offset")
+            n if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+                n.parse().map(StartFrom::Offset).map_err(|_| {
+                    format!("bad start position {s:?}: the offset does not fit in 64 bits")
+                })
+            }
+            t => parse_rfc3339_us(t).map(StartFrom::Time).map_err(|why| {
+                format!(
+                    "bad start position {s:?}: expected earliest, latest, an offset or an RFC 3339 time such as 2026-11-30T12:00:00Z ({why})"
+                )
             }),
         }
     }
+}
+
+impl std::fmt::Display for StartFrom {
+    /// The form [`StartFrom::from_str`](std::str::FromStr) reads (a time in UTC).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            StartFrom::Earliest => f.write_str("earliest"),
+            StartFrom::Latest => f.write_str("latest"),
+            StartFrom::Offset(o) => write!(f, "{o}"),
+            StartFrom::Time(us) => f.write_str(&format_rfc3339_us(us)),
+        }
+    }
+}
+
+/// Parses an RFC 3339 date and time with its offset (`Z` or `±HH:MM`, fractions of a
+/// second allowed) into µs since the Unix epoch. Errors: not RFC 3339, or before the
+/// epoch.
+pub fn parse_rfc3339_us(s: &str) -> Result<u64, String> {
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| e.to_string())?;
+    u64::try_from(t.unix_timestamp_nanos() / 1000)
+        .map_err(|_| "the time is before 1970-01-01T00:00:00Z".to_string())
+}
+
+/// `us` (µs since the Unix epoch) as an RFC 3339 time in UTC.
+pub fn format_rfc3339_us(us: u64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(us) * 1000)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| format!("{us} µs after the Unix epoch"))
 }
 
 /// Settings of a drain.
@@ -588,6 +634,30 @@ mod tests {
         assert_eq!("latest".parse::<StartFrom>(), Ok(StartFrom::Latest));
         assert_eq!("42".parse::<StartFrom>(), Ok(StartFrom::Offset(42)));
         assert!("-1".parse::<StartFrom>().is_err());
+        // RFC 3339, with a zone or an offset and fractions; the Display form reads back.
+        let noon = 1_796_040_000_000_000; // 2026-11-30T12:00:00Z
+        for s in [
+            "2026-11-30T12:00:00Z",
+            "2026-11-30T13:00:00+01:00",
+            "2026-11-30t12:00:00z",
+        ] {
+            assert_eq!(s.parse::<StartFrom>(), Ok(StartFrom::Time(noon)), "{s}");
+        }
+        assert_eq!(
+            "2026-11-30T12:00:00.000250Z".parse::<StartFrom>(),
+            Ok(StartFrom::Time(noon + 250))
+        );
+        assert_eq!(StartFrom::Time(noon).to_string(), "2026-11-30T12:00:00Z");
+        for bad in [
+            "2026-11-30",
+            "2026-11-30T12:00:00",
+            "1969-12-31T23:59:59Z",
+            "soon",
+            "",
+        ] {
+            let e = bad.parse::<StartFrom>().unwrap_err();
+            assert!(e.contains("RFC 3339"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -174,6 +174,25 @@ impl Drain {
                     ))));
                 }
                 Some(StartFrom::Offset(o)) => o,
+                Some(StartFrom::Time(t)) => match conn.find_offset(t).await {
+                    Ok(o) => {
+                        log::info!(
+                            "gateway {:?} log {}: --from {}: the first record stamped at or after it is at offset {o} (the log's next offset {} if none is)",
+                            w.gateway_id,
+                            log_id_hex(w.log_id),
+                            StartFrom::Time(t),
+                            stats.next_offset
+                        );
+                        o
+                    }
+                    Err(e @ ClientError::Unsupported { .. }) => {
+                        return Err(Resumed::Fatal(DrainError::Config(format!(
+                            "--from {}: {e}",
+                            StartFrom::Time(t)
+                        ))));
+                    }
+                    Err(e) => return Err(Resumed::Retry(e)),
+                },
             };
             let cp = Checkpoint::new(w.log_id, start);
             self.store()
@@ -199,15 +218,18 @@ impl Drain {
                         _ => s.next_offset,
                     })
                 }
+                // Not searched for: the search reads the log up to the answer, for nothing.
+                StartFrom::Time(_) => None,
             };
             log::warn!(
-                "--from {} (offset {}) is not used: the state file {} has a checkpoint for gateway {:?} consumer {consumer:?} at offset {}, and the drain resumes there (--from applies only without a checkpoint; give another --state or --consumer to start elsewhere)",
-                match from {
-                    StartFrom::Earliest => "earliest".to_string(),
-                    StartFrom::Latest => "latest".to_string(),
-                    StartFrom::Offset(o) => o.to_string(),
-                },
-                asked.map_or("unknown".to_string(), |o| o.to_string()),
+                "--from {from} (offset {}) is not used: the state file {} has a checkpoint for gateway {:?} consumer {consumer:?} at offset {}, and the drain resumes there (--from applies only without a checkpoint; give another --state or --consumer to start elsewhere)",
+                asked.map_or_else(
+                    || match from {
+                        StartFrom::Time(_) => "not looked up".to_string(),
+                        _ => "unknown".to_string(),
+                    },
+                    |o| o.to_string()
+                ),
                 self.cfg.state.display(),
                 w.gateway_id,
                 cp.offset
