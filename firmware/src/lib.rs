@@ -41,7 +41,8 @@ pub mod roles;
 pub mod session;
 
 pub use gateway::{
-    Auth, Conn, Gateway, GatewayConfig, GatewayCounters, LineAccepted, LineRejected, Outcome,
+    Auth, Conn, FIND_STEP_BYTES, Gateway, GatewayConfig, GatewayCounters, LineAccepted,
+    LineRejected, Outcome,
 };
 pub use mount::{Mounted, ServeError, serve_remounting};
 pub use roles::{Role, Roles};

@@ -180,6 +180,14 @@ mod tests {
         assert_eq!(p.check(&publish), Ok(()));
         assert_eq!(p.check(&commit("c")), Err(Role::Consume));
         assert_eq!(p.check(&Request::Stats { seq: 1 }), Err(Role::Consume));
+        // A search by time reads the log as a fetch does.
+        let find = Request::FindOffset {
+            seq: 1,
+            timestamp_us: 0,
+            from_offset: 0,
+        };
+        assert_eq!(p.check(&find), Err(Role::Consume));
+        assert_eq!(Roles::ALL.check(&find), Ok(()));
         assert_eq!(
             p.check(&Request::DeleteConsumer {
                 seq: 1,

@@ -123,6 +123,15 @@ pub enum Reply {
         /// The last sequence stored in it.
         last_seq: u32,
     },
+    /// A step of a search by time (protocol version 4).
+    FoundOffset {
+        /// Echoed seq.
+        seq: u32,
+        /// The answer (`done`) or where to search on from.
+        offset: u64,
+        /// The search is over.
+        done: bool,
+    },
 }
 
 impl Reply {
@@ -224,6 +233,7 @@ impl Reply {
                 epoch,
                 last_seq,
             },
+            Response::FoundOffset { seq, offset, done } => Reply::FoundOffset { seq, offset, done },
         })
     }
 }
@@ -487,6 +497,20 @@ impl Client {
         self.recv()
     }
 
+    /// One `FindOffset` step: the first offset at or after `from` stamped at or after
+    /// `timestamp_us`, or where to go on from (the reply as it came).
+    pub fn find_offset(&mut self, timestamp_us: u64, from: u64) -> io::Result<Reply> {
+        let seq = self.next_seq();
+        self.send(&Request::FindOffset {
+            seq,
+            timestamp_us,
+            from_offset: from,
+        })?;
+        let r = self.recv()?;
+        check_seq(&r, seq)?;
+        Ok(r)
+    }
+
     /// The gateway's counters.
     pub fn stats(&mut self) -> io::Result<GatewayStats> {
         let seq = self.next_seq();
@@ -508,7 +532,8 @@ fn check_seq(r: &Reply, seq: u32) -> io::Result<()> {
         | Reply::Consumers { seq, .. }
         | Reply::Deleted { seq, .. }
         | Reply::Stats { seq, .. }
-        | Reply::Session { seq, .. } => *seq,
+        | Reply::Session { seq, .. }
+        | Reply::FoundOffset { seq, .. } => *seq,
         Reply::Welcome { .. } => return Ok(()),
     };
     if got != seq && got != 0 {

@@ -824,3 +824,106 @@ fn a_port_that_is_not_a_spillway_listener_is_named_as_such() {
         );
     }
 }
+
+/// `tail --from TIME` and `drain --from TIME` start at the first offset, in offset order,
+/// whose record is stamped at or after the time, found by the gateway (more than one
+/// `FindOffset` step here: over 256 KiB of older records come first). Stamps set with
+/// `publish --timestamp-field` out of order do not move the start, and records after it
+/// stamped earlier are printed too; a time before every record starts at the first one,
+/// one after every record prints nothing; a time that is no RFC 3339 time is a usage error.
+#[test]
+fn tail_and_drain_from_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = gateway(dir.path(), &["--size", "4M"]);
+    let input = dir.path().join("in.jsonl");
+    let pad = "p".repeat(200);
+    let mut lines = String::new();
+    let old = 1_600u64;
+    for i in 0..old {
+        lines += &format!(
+            "{{\"ts\":\"2026-11-30T11:{:02}:{:02}Z\",\"v\":{i},\"pad\":\"{pad}\"}}\n",
+            i / 60 % 60,
+            i % 60
+        );
+    }
+    // Offsets old.. : 12:00, 11:30 (earlier, after it), 12:30, 12:00:00.5.
+    for (v, ts) in [
+        (old, "2026-11-30T12:00:00Z"),
+        (old + 1, "2026-11-30T11:30:00Z"),
+        (old + 2, "2026-11-30T12:30:00Z"),
+        (old + 3, "2026-11-30T12:00:00.5Z"),
+    ] {
+        lines += &format!("{{\"ts\":\"{ts}\",\"v\":{v}}}\n");
+    }
+    std::fs::write(&input, lines).unwrap();
+    let out = run_bridge(&[
+        "publish",
+        "--gateway",
+        &gw,
+        "--topic",
+        "buoy/sst",
+        "--timestamp-field",
+        "ts",
+        input.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(spillway_tests::bridge::gateway_next_offset(&gw), old + 4);
+    // More than one request's worth of records lies before the answer.
+    let mut c = Client::tcp(gw.trim_start_matches("tcp://")).unwrap();
+    c.hello("find").unwrap();
+    let first = c.find_offset(1_796_040_000_000_000, 0).unwrap();
+    assert!(
+        matches!(first, spillway_tests::client::Reply::FoundOffset { done: false, offset, .. } if offset > 0 && offset < old),
+        "{first:?}"
+    );
+    let tail_from = |from: &str| {
+        let out = run_bridge(&["tail", "--gateway", &gw, "--from", from, "--format", "%o\n"]);
+        assert!(out.status.success(), "--from {from}: {}", stderr(&out));
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| l.parse::<u64>().unwrap())
+            .collect::<Vec<u64>>()
+    };
+    let all_late: Vec<u64> = (old..old + 4).collect();
+    assert_eq!(tail_from("2026-11-30T12:00:00Z"), all_late);
+    assert_eq!(tail_from("2026-11-30T13:00:00+01:00"), all_late);
+    assert_eq!(tail_from("2026-11-30T11:45:00Z"), all_late);
+    assert_eq!(tail_from("2026-11-30T12:00:00.1Z"), vec![old + 2, old + 3]);
+    assert_eq!(tail_from("2026-11-30T12:30:00.000001Z"), Vec::<u64>::new());
+    assert_eq!(tail_from("2026-11-30T11:00:10Z")[..2], [10, 11]);
+    assert_eq!(tail_from("2020-01-01T00:00:00Z").len() as u64, old + 4);
+    let out = run_bridge(&["tail", "--gateway", &gw, "--from", "2026-11-30 noon"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("RFC 3339"), "{}", stderr(&out));
+
+    // drain --from TIME: the first record delivered is the first stamped at or after it.
+    let sink_dir = dir.path().join("out");
+    let out = run_bridge(&[
+        "drain",
+        "--gateway",
+        &gw,
+        "--sink",
+        &format!("file:{}", sink_dir.display()),
+        "--state",
+        dir.path().join("s.redb").to_str().unwrap(),
+        "--from",
+        "2026-11-30T12:00:00.1Z",
+        "--once",
+        "--progress",
+        "off",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut offsets = Vec::new();
+    for e in std::fs::read_dir(&sink_dir).unwrap() {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        for l in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if let Some(o) = v["offset"].as_u64() {
+                offsets.push(o);
+            }
+        }
+    }
+    offsets.sort();
+    assert_eq!(offsets, vec![old + 2, old + 3], "{}", stderr(&out));
+}
