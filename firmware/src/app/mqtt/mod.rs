@@ -34,7 +34,8 @@
 //! - A topic of more than 255 bytes: PUBACK/PUBREC 0x90 (topic name invalid) for MQTT 5,
 //!   the connection closed for MQTT 3.1.1; nothing stored.
 //! - Keep-alive: a client silent for 1.5 times its keep-alive is disconnected; a
-//!   connection that sends no CONNECT within [`CONNECT_TIMEOUT`] is closed.
+//!   connection that sends no CONNECT within [`CONNECT_TIMEOUT`] is closed, and one whose
+//!   first bytes do not decode as a packet is closed at once.
 //! - An empty client id gets one assigned (MQTT 5: sent back in the CONNACK); MQTT 3.1.1
 //!   allows that only with a clean session.
 //! - MQTT connections count toward `--max-connections`.
@@ -337,6 +338,13 @@ impl Link {
                 Event::NotifyError(e) => {
                     self.ctx.metrics.ingest_error("mqtt_protocol");
                     log::info!("mqtt connection {} from {}: {e:?}", self.conn, self.peer);
+                    // The first packet must be a CONNECT (MQTT 3.1.1 [MQTT-3.1.0-1], 5.0
+                    // 3.1): bytes that do not decode as one come from a client of another
+                    // protocol (a Spillway client, an HTTP request), which is told so by
+                    // the close at once rather than by the CONNECT timeout.
+                    if !self.connected && !self.connecting {
+                        self.closing = true;
+                    }
                 }
                 Event::RequestTimerReset {
                     kind: TimerKind::PingreqRecv,
