@@ -138,29 +138,37 @@ pub struct Checkpoint {
     pub sink_files: Option<SinkFiles>,
 }
 
-/// The file sink's synced state saved with a checkpoint: per topic stem, the newest file and
-/// how many of its bytes were fsynced when every record below the checkpoint offset had been
-/// written. Bytes past these lengths were written after the checkpoint (or their fsync
-/// failed): the sink cuts them off, and syncs, before it writes again, and the drain resends
-/// their records from the checkpoint.
+/// The file sink's synced state saved with a checkpoint: per topic, the newest file and how
+/// many of its bytes were fsynced when every record below the checkpoint offset had been
+/// written. Bytes past these lengths in open files were written after the checkpoint (or
+/// their fsync failed): the sink cuts them off, and syncs, before it writes again, and the
+/// drain resends their records from the checkpoint (see `sink::file`, "Synced lengths").
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SinkFiles {
     /// The sink directory, absolute (canonical); a checkpoint taken for another directory
     /// is not applied.
     pub dir: String,
+    /// The file layout the state describes: [`crate::sink::file::LAYOUT`] (2,
+    /// `<topic>/<first offset>.jsonl[.open]`); 0 (absent) in checkpoints of earlier
+    /// versions (`<topic>.<n>.jsonl`), which are not applied.
+    #[serde(default)]
+    pub layout: u32,
     /// The log id (32 hex digits) whose lines were being written: only lines of this log
     /// (or lines that are not records at all, such as a torn line) are ever cut off.
     pub log_id: String,
-    /// Every topic stem in the directory at that time (file name without `.<n>.jsonl`),
-    /// with its newest file. A stem not listed had no lines then.
+    /// Every topic directory (percent-encoded topic) in the gateway's directory at that
+    /// time, with its newest file. A topic not listed had no lines then.
     pub files: BTreeMap<String, SyncedFile>,
 }
 
 /// One topic's newest file in [`SinkFiles`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SyncedFile {
-    /// File number (`<stem>.<n>.jsonl`); older files of the stem are complete.
-    pub n: u64,
+    /// The file's first offset, its name (`<first>.jsonl` or `<first>.jsonl.open`, in
+    /// whichever date directory); files of the topic named by lower offsets are closed and
+    /// complete. Earlier versions stored their file number here under the key `n`.
+    #[serde(alias = "n")]
+    pub first: u64,
     /// Bytes of that file fsynced, always at a line boundary.
     pub len: u64,
 }
@@ -974,9 +982,10 @@ mod tests {
         let mut cp = s.load("gw", "bridge").unwrap().unwrap();
         assert_eq!((cp.offset, cp.sink_files.clone()), (10, None));
         let mut files = BTreeMap::new();
-        files.insert("t".to_string(), SyncedFile { n: 2, len: 300 });
+        files.insert("t".to_string(), SyncedFile { first: 2, len: 300 });
         cp.sink_files = Some(SinkFiles {
             dir: "/var/spool/out".into(),
+            layout: crate::sink::file::LAYOUT,
             log_id: cp.log_id.clone(),
             files,
         });

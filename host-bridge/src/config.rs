@@ -18,6 +18,8 @@
 //! prefetch = 4                         # batches fetched ahead of the sink
 //! max-in-flight-batches = 4            # Kafka: batches awaiting delivery reports
 //! rotate-bytes = "64M"                 # file sink rotation size, bytes
+//! rotate-interval = "1h"               # file sink: close files open this long; default none
+//! partition-by-date = false            # file sink: files under YYYY-MM-DD/ (record time, UTC)
 //! kafka-delivery-timeout-ms = 300000
 //! kafka-resume-window = 10000          # the gateway's records read back at start; 0 = off
 //! kafka-key = "gateway"                # gateway | gateway-topic
@@ -39,7 +41,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 pub use spillway_core::cli::layer::ConfigError;
 use spillway_core::cli::layer::layered;
-use spillway_core::cli::units::ByteSize;
+use spillway_core::cli::units::{ByteSize, DurationValue};
 
 use crate::sink::properties::PropertyValue;
 
@@ -91,6 +93,10 @@ pub struct FileConfig {
     pub max_in_flight_batches: Option<usize>,
     /// File sink rotation size, bytes.
     pub rotate_bytes: Option<ByteSize>,
+    /// File sink: longest a file stays open.
+    pub rotate_interval: Option<DurationValue>,
+    /// File sink: files under `YYYY-MM-DD/`.
+    pub partition_by_date: Option<bool>,
     /// Kafka delivery timeout, ms.
     pub kafka_delivery_timeout_ms: Option<u64>,
     /// Kafka resume scan window, records of the gateway's log.
@@ -152,6 +158,15 @@ mod tests {
             toml::from_str("max-batch-bytes = \"256K\"\nrotate-bytes = \"64M\"\n").unwrap();
         assert_eq!(c.max_batch_bytes, Some(ByteSize(256 << 10)));
         assert_eq!(c.rotate_bytes, Some(ByteSize(64 << 20)));
+        let c: FileConfig =
+            toml::from_str("rotate-interval = \"1h\"\npartition-by-date = true\n").unwrap();
+        assert_eq!(
+            c.rotate_interval,
+            Some(DurationValue(std::time::Duration::from_secs(3600)))
+        );
+        assert_eq!(c.partition_by_date, Some(true));
+        let e = toml::from_str::<FileConfig>("rotate-interval = \"soon\"\n").unwrap_err();
+        assert!(e.to_string().contains("rotate-interval"), "{e}");
         assert!(toml::from_str::<FileConfig>("gatway = \"x\"").is_err());
         let c: FileConfig = toml::from_str("gateway = [\"tcp://a:1\", \"unix:///b\"]\n").unwrap();
         assert_eq!(

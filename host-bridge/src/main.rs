@@ -18,7 +18,7 @@ use spillway_bridge::progress::Mode;
 use spillway_bridge::sink::SinkSpec;
 use spillway_bridge::sink::properties::KafkaProperties;
 use spillway_bridge::{exit, metrics};
-use spillway_core::cli::units::{ByteSize, parse_duration};
+use spillway_core::cli::units::{ByteSize, DurationValue, parse_duration};
 use spillway_core::wire::AckLevel;
 
 const EXIT_CODES: &str = "\
@@ -216,6 +216,17 @@ struct DrainArgs {
     /// [default: 64M]
     #[arg(long)]
     rotate_bytes: Option<ByteSize>,
+    /// File sink: also close a topic's open file once it has been open this long, even
+    /// below --rotate-bytes (checked at each write and while the drain is idle): seconds
+    /// (30, 0.5) or with a unit (500ms, 5s, 2m, 1h) [default: no limit]
+    #[arg(long, value_name = "DURATION")]
+    rotate_interval: Option<DurationValue>,
+    /// File sink: put each topic's files under YYYY-MM-DD/ directories, the UTC date of
+    /// the timestamp of each file's first record; a file is closed before a record of a
+    /// later date
+    #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    partition_by_date: bool,
     /// Kafka: delivery timeout in ms before a record counts as unknown and is resent
     /// [default: 300000]
     #[arg(long)]
@@ -668,7 +679,16 @@ fn run_drain(c: FileConfig, retry_for: Option<Duration>, kafka_flags: &[String])
     let so = &mut cfg.sink_options;
     so.kafka_properties = KafkaProperties::from_table_and_flags(c.kafka.as_ref(), kafka_flags)
         .unwrap_or_else(|e| usage(e));
-    so.rotate_bytes = c.rotate_bytes.map_or(so.rotate_bytes, |v| v.0.max(1));
+    if let Some(v) = c.rotate_bytes {
+        so.rotation.bytes = v.0.max(1);
+    }
+    if let Some(v) = c.rotate_interval {
+        if v.0.is_zero() {
+            usage("--rotate-interval: must be longer than 0 s");
+        }
+        so.rotation.interval = Some(v.0);
+    }
+    so.rotation.by_date = c.partition_by_date.unwrap_or(false);
     so.kafka_delivery_timeout_ms = c
         .kafka_delivery_timeout_ms
         .map_or(so.kafka_delivery_timeout_ms, |v| v.max(1));

@@ -125,6 +125,60 @@ impl<'de> Deserialize<'de> for ByteSize {
     }
 }
 
+/// A duration read with [`parse_duration()`]: from a flag (`FromStr`) or a config file (a
+/// string such as `"1h"` or `"500ms"`, or an integer or float count of seconds). Written back
+/// as a string that [`parse_duration()`] reads again (`humantime`'s form, e.g. `1h 30m`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct DurationValue(pub Duration);
+
+impl FromStr for DurationValue {
+    type Err = BadValue;
+    fn from_str(s: &str) -> Result<Self, BadValue> {
+        parse_duration(s).map(DurationValue)
+    }
+}
+
+impl fmt::Display for DurationValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", humantime::format_duration(self.0))
+    }
+}
+
+impl Serialize for DurationValue {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for DurationValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = DurationValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration: seconds, or a string like \"500ms\", \"5s\", \"1h\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<DurationValue, E> {
+                Ok(DurationValue(Duration::from_secs(v)))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<DurationValue, E> {
+                u64::try_from(v)
+                    .map(|v| DurationValue(Duration::from_secs(v)))
+                    .map_err(|_| E::custom(std::format!("a duration cannot be negative ({v})")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<DurationValue, E> {
+                Duration::try_from_secs_f64(v)
+                    .map(DurationValue)
+                    .map_err(|e| E::custom(std::format!("{v} is not a duration: {e}")))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<DurationValue, E> {
+                parse_duration(v).map(DurationValue).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +208,8 @@ mod tests {
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        let d: DurationValue = "1h 30m".parse().unwrap();
+        assert_eq!(d.to_string().parse::<DurationValue>(), Ok(d));
         for bad in ["", "s", "5x", "-3", "1.2.3"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }

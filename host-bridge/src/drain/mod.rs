@@ -383,7 +383,7 @@ pub struct Drain {
     state: Arc<SharedStore>,
     /// The generation of the state file handle of the last transaction.
     state_gen: u64,
-    /// The sink; `None` for a per-gateway file sink not opened yet (see
+    /// The sink; `None` for a file sink not opened yet (it is per gateway, see
     /// [`Drain::with_shared`]).
     sink: Option<Sink>,
     /// The gateway id the per-gateway file sink was opened for.
@@ -434,18 +434,24 @@ impl Drain {
             ),
             SinkSpec::Kafka { .. } => None,
         };
-        let sink = Sink::open(&cfg.sink, &cfg.sink_options)
-            .await
-            .map_err(DrainError::Sink)?;
-        let mut d = Drain::with_shared(cfg, metrics, stop, store, Some(sink), None);
+        // A file sink is opened in `DIR/<gateway id>/` once the gateway's id is known.
+        let sink = match &cfg.sink {
+            SinkSpec::File(_) => None,
+            SinkSpec::Kafka { .. } => Some(
+                Sink::open(&cfg.sink, &cfg.sink_options)
+                    .await
+                    .map_err(DrainError::Sink)?,
+            ),
+        };
+        let mut d = Drain::with_shared(cfg, metrics, stop, store, sink, None);
         d.sink_lock = sink_lock.map(Arc::new);
         Ok(d)
     }
 
     /// A drain of `cfg.gateway` that shares the state file `store` with other drains of
-    /// the process. `sink`: the sink to deliver to (a clone of a shared Kafka producer), or
-    /// `None` for a file sink opened per gateway at `file_root/<gateway id>/` once the
-    /// gateway's id is known. `ids`: the ids claimed by the other gateways of the process.
+    /// the process. `sink`: the sink to deliver to (a Kafka producer, maybe shared), or
+    /// `None` for a file sink, opened at `DIR/<gateway id>/` once the gateway's id is
+    /// known. `ids`: the ids claimed by the other gateways of the process.
     pub(crate) fn with_shared(
         cfg: DrainConfig,
         metrics: Metrics,

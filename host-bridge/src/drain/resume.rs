@@ -56,14 +56,14 @@ impl Drain {
         Ok(cp)
     }
 
-    /// Fleet with a file sink: opens the sink at `DIR/<gateway id>/` (the id
-    /// percent-encoded like a topic, see `sink::file`) the first time, and again if the
-    /// gateway came back under another id.
+    /// File sink: opens the sink at `DIR/<gateway id>/` (the id percent-encoded like a
+    /// topic, see `sink::file`, "Layout") the first time, and again if the gateway came back
+    /// under another id; one gateway or several.
     async fn open_gateway_sink(&mut self, gateway_id: &str) -> Result<(), Resumed> {
         let SinkSpec::File(root) = &self.cfg.sink else {
             return Ok(());
         };
-        if self.ids.is_none() || self.sink_gateway.as_deref() == Some(gateway_id) {
+        if self.sink_gateway.as_deref() == Some(gateway_id) {
             return Ok(());
         }
         if let Some(old) = self.sink.take() {

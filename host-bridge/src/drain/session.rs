@@ -167,6 +167,11 @@ impl Drain {
                     }));
                 }
                 Item::Batch { from, reply } => {
+                    // Nothing new from the gateway (a long poll that timed out).
+                    let quiet = matches!(
+                        &reply,
+                        FetchReply::Records { records, lost: None, .. } if records.is_empty()
+                    );
                     if from != s.win.next {
                         // Cannot happen: batches are consecutive. Start the session over.
                         log::warn!(
@@ -254,7 +259,28 @@ impl Drain {
                         }
                     }
                     s.commit.set(s.cp.offset);
+                    if quiet && s.win.is_idle() {
+                        self.close_expired_files().await;
+                    }
                 }
+            }
+        }
+    }
+
+    /// File sink with `--rotate-interval`, while the drain is idle: closes the files open
+    /// for that long (see `sink::file`, "Layout"). A failure is logged and counted; the
+    /// sink cuts back and reopens at its next write, as after a failed write.
+    async fn close_expired_files(&mut self) {
+        let Some(Sink::File(f)) = self.sink.as_mut() else {
+            return;
+        };
+        match f.close_expired().await {
+            Ok(0) => {}
+            Ok(n) => log::debug!("file sink: closed {n} files open for --rotate-interval"),
+            Err(e) => {
+                let e = crate::sink::SinkError::Io(e);
+                self.metrics.sink_error(e.kind());
+                log::warn!("{e} while closing files open for --rotate-interval");
             }
         }
     }

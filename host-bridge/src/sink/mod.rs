@@ -163,8 +163,9 @@ impl std::str::FromStr for KafkaKey {
 /// Sink settings besides the spec.
 #[derive(Debug, Clone)]
 pub struct SinkOptions {
-    /// File sink: rotate a topic's file when it would pass this size, bytes.
-    pub rotate_bytes: u64,
+    /// File sink: when a topic's file is closed and the next one begun (`--rotate-bytes`,
+    /// `--rotate-interval`, `--partition-by-date`).
+    pub rotation: file::Rotation,
     /// Kafka: librdkafka's delivery timeout (`message.timeout.ms`), ms.
     pub kafka_delivery_timeout_ms: u64,
     /// Kafka: librdkafka properties passed through (`-X`, `[kafka]`), set after the
@@ -177,7 +178,7 @@ pub struct SinkOptions {
 impl Default for SinkOptions {
     fn default() -> Self {
         SinkOptions {
-            rotate_bytes: file::DEFAULT_ROTATE_BYTES,
+            rotation: file::Rotation::default(),
             kafka_delivery_timeout_ms: 300_000,
             kafka_properties: properties::KafkaProperties::default(),
             kafka_key: KafkaKey::Gateway,
@@ -186,12 +187,13 @@ impl Default for SinkOptions {
 }
 
 impl Sink {
-    /// Opens the sink (file: creates the directory and cuts back torn lines; Kafka: creates
+    /// Opens the sink (file: `spec`'s directory is the gateway's directory,
+    /// `DIR/<gateway id>/`; creates it and settles what a crash left there; Kafka: creates
     /// the producer; neither needs the destination to be up).
     pub async fn open(spec: &SinkSpec, opts: &SinkOptions) -> Result<Sink, SinkError> {
         match spec {
             SinkSpec::File(dir) => Ok(Sink::File(Box::new(
-                file::FileSink::open_async(dir.clone(), opts.rotate_bytes).await?,
+                file::FileSink::open_async(dir.clone(), opts.rotation).await?,
             ))),
             #[cfg(feature = "kafka")]
             SinkSpec::Kafka { brokers, topic } => {
@@ -253,7 +255,7 @@ impl Sink {
     }
 
     /// Writes `gap` for the records of `src` and waits until it is durable (file: written and
-    /// fsynced into every topic's newest file, or the file of the empty topic when there is
+    /// fsynced into every topic's open file, or the file of the empty topic when there is
     /// none yet; Kafka: its delivery report).
     ///
     /// # Errors

@@ -1,24 +1,61 @@
-//! The `file:DIR` sink: newline-delimited JSON, one file set per topic, rotated by size.
+//! The `file:DIR` sink: newline-delimited JSON, one directory per gateway and topic, files
+//! named by their first offset and rotated by size, age or date.
 //!
 //! # Layout
 //!
-//! `DIR/<topic>.<n>.jsonl`, where `<topic>` is the topic percent-encoded (every byte but
-//! ASCII letters, digits, `-` and `_` becomes `%XX`, so `buoy/sst` is `buoy%2Fsst` and no
-//! topic is ever used as a path) and `<n>` counts the topic's files from `00000000`, eight
-//! digits at least. An encoded topic longer than [`MAX_STEM`] bytes is cut there and
-//! followed by `~` and the CRC-32 of the topic in 8 hex digits. The topic is in every line,
-//! so readers never need to decode file names.
+//! ```text
+//! DIR/<gateway id>/<topic>/[YYYY-MM-DD/]<first offset>.jsonl
+//! DIR/<gateway id>/<topic>/[YYYY-MM-DD/]<first offset>.jsonl.open
+//! ```
+//!
+//! - `<gateway id>` and `<topic>` are percent-encoded ([`topic_stem`]: every byte but ASCII
+//!   letters, digits, `-` and `_` becomes `%XX`, so `buoy/sst` is `buoy%2Fsst` and no topic
+//!   is ever used as a path; the empty string is `%`). An encoded name longer than
+//!   [`MAX_STEM`] bytes is cut there and followed by `~` and the CRC-32 of the name in 8 hex
+//!   digits. The topic is in every line, so readers never need to decode names.
+//! - `<first offset>` is the log offset of the file's first record, 20 digits with leading
+//!   zeros (so names sort in offset order; a file that begins with a gap line is named by
+//!   the gap's first offset). Offsets only grow within a log, so a name is never used twice
+//!   for one gateway's log: moving closed files away does not make the sink reuse their
+//!   names, unlike the earlier `<topic>.<n>.jsonl` counters, which restarted at
+//!   `00000000`. A gateway whose log starts over (reflashed, `--accept-new-log`) counts
+//!   from its new first offset again: give it a new directory, or the sink refuses to write
+//!   a file whose closed name exists already (and retries) rather than replace it.
+//! - A topic has at most one file being written, named `….jsonl.open`. It is renamed to
+//!   `….jsonl` (closed) when it is rotated, and a closed file is never written, cut or
+//!   renamed again: a downstream job takes only `*.jsonl` files (`find DIR -name
+//!   '*.jsonl'`), and may move or delete them as soon as they appear.
+//! - Rotation ([`Rotation`]): before a line that would take the open file past
+//!   `--rotate-bytes` (a file always takes its first line, however long); before the first
+//!   line written when the file has been open `--rotate-interval` or longer, and, when the
+//!   drain is idle, at the end of that interval ([`FileSink::close_expired`]); with
+//!   `--partition-by-date`, before a record whose UTC date is later than the file's. "Open
+//!   for" counts from the file's creation (its birth time, as the file system reports it;
+//!   the time the sink found it where the file system has none).
+//! - `--partition-by-date` puts a topic's files in `YYYY-MM-DD/` directories below the
+//!   topic's: the UTC date of the timestamp of the file's first record (the record's own
+//!   timestamp, not the wall clock, so a backlog drained days later lands under the days it
+//!   was recorded; a file that begins with a gap line takes the wall clock's date). A record
+//!   stamped earlier than its file's date (clocks set back) stays in the current file.
+//! - On a clean stop the `.open` file stays open-named and the next drain continues it. The
+//!   sink cannot rename anything when it is killed, so a restart must continue open files
+//!   anyway; closing on a clean stop too would leave a small file behind each restart and
+//!   hand downstream jobs files whose size and span depend on when the bridge was
+//!   restarted. `--rotate-interval` bounds how long a record can sit in an open file.
 //!
 //! Each line is one record with exactly the keys `gateway_id`, `log_id`, `offset`, `topic`,
-//! `timestamp`, `timestamp_us`, `payload`, `payload_encoding` (see
-//! [`JsonRecord`]).
+//! `timestamp`, `timestamp_us`, `payload`, `payload_encoding` (see [`JsonRecord`]).
 //!
 //! # Durability
 //!
 //! A batch is written and every file it touched is fsynced (`fdatasync`) before
-//! [`FileSink::deliver`] returns; when a file is created (first file of a topic, or a
-//! rotation) the directory is fsynced too. A crash can leave a torn last line: on open, the
-//! newest file of every topic is cut back to its last newline.
+//! [`FileSink::deliver`] returns. A rotation fsyncs the file, renames it (a hard link to the
+//! closed name, which fails rather than replace an existing file, then the open name
+//! removed) and fsyncs its directory before the next file is created; creating a file or a
+//! directory fsyncs the directory holding it. A crash can leave a torn last line in an open
+//! file: on open it is cut back to its last newline (an open file left empty is removed).
+//! A crash between the link and the removal leaves both names of one file: the open name is
+//! removed on open.
 //!
 //! # Synced lengths
 //!
@@ -30,50 +67,55 @@
 //! drain saves that with every checkpoint ([`SinkFiles`]), in the same redb transaction.
 //!
 //! - After a failed write or fsync the sink drops its handles, and before it writes
-//!   anything again it cuts every file back to the state after the last batch that was
-//!   synced whole (later files of a topic, and topics created since, to 0 bytes), fsyncs
-//!   each file it cut, and reopens. The drain resends the batch from its checkpoint, which
-//!   is exactly that state.
+//!   anything again it cuts every open file back to the state after the last batch that was
+//!   synced whole (an open file created since, removed), fsyncs each file it cut, and
+//!   reopens. The drain resends the batch from its checkpoint, which is exactly that state.
 //! - At a start, the drain hands the checkpoint's state to [`FileSink::restore`], which cuts
-//!   back the same way before the first write: whatever was written after that checkpoint
-//!   (synced or not) is gone and is sent again.
+//!   back the same way before the first write: whatever was written into open files after
+//!   that checkpoint (synced or not) is gone and is sent again. The open file is found by
+//!   its name: the checkpoint records each topic's newest file by its first offset.
+//! - Closed files are never cut: a file is renamed only after its fsync succeeded, so all
+//!   of it is durable, and a downstream job may have taken it already. Records in a file
+//!   closed after the checkpoint are skipped by the duplicate check when they are resent.
 //! - Only lines of the log being drained are cut (or lines that are not records, such as a
 //!   torn line): if a line of another log follows a synced length, another drain writes
 //!   into the same directory and that topic is left as it is. A checkpoint saved by an
-//!   earlier version has no synced lengths: only torn last lines are cut then, as on open.
+//!   earlier version (no layout, or the earlier layout) is not applied: only torn last
+//!   lines are cut then, as on open.
 //!
 //! # Exactly once
 //!
 //! The drain resends, after a restart, everything after its last checkpoint, and some of
-//! it may already be in the files (written and fsynced, but the bridge died before redb
-//! saved the checkpoint, and the checkpoint had no synced lengths to cut back to: a state
-//! file saved by an earlier version, a new state file, another directory). The sink therefore remembers, per file set (topic stem) and log
-//! id, the highest offset written; on open it reads it from the last complete line of each
-//! topic's newest file (from an older file if the newest is empty, as after a crash right
-//! after a rotation). A record at or below that offset for the same stem and log id is
+//! it may already be in the files (in a file closed after the checkpoint; or written and
+//! fsynced, but the bridge died before redb saved the checkpoint, and the checkpoint had no
+//! synced lengths to cut back to: a state file saved by an earlier version, a new state
+//! file, another directory). The sink therefore remembers, per topic and log id, the
+//! highest offset written; on open it reads it from the last complete line of the topic's
+//! newest non-empty file. A record at or below that offset for the same topic and log id is
 //! acknowledged without being written again, and counted as a skipped duplicate.
 //!
-//! Why per stem and not per log: offsets are global across topics, and one batch is written
-//! topic by topic, so a crash can leave topic `a`'s lines of a batch on disk and topic
-//! `b`'s not. A single high-water mark per log would then skip `b`'s records for good.
-//! Within one stem the lines are appended in offset order and the drain delivers batches
-//! one after another, so every record of that stem and log at or below the mark is
+//! Why per topic and not per log: offsets are global across topics, and one batch is
+//! written topic by topic, so a crash can leave topic `a`'s lines of a batch on disk and
+//! topic `b`'s not. A single high-water mark per log would then skip `b`'s records for
+//! good. Within one topic the lines are appended in offset order and the drain delivers
+//! batches one after another, so every record of that topic and log at or below the mark is
 //! already in the files.
 //!
 //! The mark only ever skips records that are known to be written. A log id that is not the
-//! last one in a stem's files (two gateways draining into one directory in turns) has no
-//! mark after a reopen: its resent records are written again (at-least-once, never lost;
-//! duplicates carry the same `log_id` and `offset`). A last line that does not parse is
-//! ignored the same way.
+//! last one in a topic's files has no mark after a reopen: its resent records are written
+//! again (at-least-once, never lost; duplicates carry the same `log_id` and `offset`). A
+//! last line that does not parse is ignored the same way.
 //!
 //! # Files of this module
 //!
 //! - `mod.rs`: [`FileSink`] and its writer (open, write, rotate, fsync, cut back after a
 //!   failure).
 //! - `lock`: the lock on the sink directory ([`DirLock`]): one drain per directory.
-//! - `names`: file names: topic stems ([`topic_stem`]) and `<stem>.<n>.jsonl`.
-//! - `recovery`: reading the files back: torn last lines, each stem's last record (the
-//!   duplicate check's marks), and cutting files back to synced lengths ([`CutBack`]).
+//! - `names`: names: topic and gateway directories ([`topic_stem`]), `<first>.jsonl[.open]`
+//!   and date directories.
+//! - `recovery`: reading the files back: the layout, torn last lines, each topic's last
+//!   record (the duplicate check's marks), and cutting open files back to synced lengths
+//!   ([`CutBack`]).
 
 pub(crate) mod lock;
 mod names;
@@ -84,149 +126,319 @@ mod tests;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use super::{DeliverError, GapNotice, JsonRecord, SinkError, Source};
 use crate::checkpoint::{SinkFiles, SyncedFile};
 use crate::client::{OwnedRecord, log_id_hex};
 
 pub use lock::DirLock;
-pub use names::topic_stem;
-use names::{file_name, parse_name};
+pub use names::{file_name, parse_name, topic_stem, utc_date};
 pub use recovery::CutBack;
-use recovery::{cut_back, cut_torn_tail, last_key, sync_dir};
+use recovery::{Found, cut_back, cut_torn_tail, last_key, scan, scan_topic, sync_dir};
 
 /// Default size at which a topic's file is rotated, bytes (64 MiB).
 pub const DEFAULT_ROTATE_BYTES: u64 = 64 * 1024 * 1024;
-/// Longest encoded topic used in a file name, bytes.
+/// Longest encoded topic or gateway id used as a directory name, bytes.
 pub const MAX_STEM: usize = 200;
-/// File name suffix.
+/// A closed file's name suffix.
 pub const SUFFIX: &str = ".jsonl";
+/// Added to [`SUFFIX`] while a file is written.
+pub const OPEN_SUFFIX: &str = ".open";
+/// The layout [`SinkFiles::layout`] records: 2 for `<topic>/<first offset>.jsonl[.open]`
+/// (an absent value, 0, is the earlier `<topic>.<n>.jsonl`).
+pub const LAYOUT: u32 = 2;
 /// Longest line parsed when checking whose lines follow a synced length, bytes: far more
 /// than any record's line (a record fits in one wire frame); a longer line is taken for
 /// garbage, not a record of another log, and is never held in memory whole.
 const MAX_LINE: usize = 16 * 1024 * 1024;
 
-/// What one trip to the blocking pool writes.
-enum Job {
-    /// Records.
-    Records(Vec<OwnedRecord>),
-    /// A gap line.
-    Gap(String),
+/// When a topic's open file is closed and the next one begun (see the module doc,
+/// "Layout").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rotation {
+    /// Largest file, bytes (`--rotate-bytes`); at least 1.
+    pub bytes: u64,
+    /// Longest a file stays open (`--rotate-interval`); `None`: no limit.
+    pub interval: Option<Duration>,
+    /// Files under `YYYY-MM-DD/`, the UTC date of their first record
+    /// (`--partition-by-date`).
+    pub by_date: bool,
 }
 
-struct TopicFile {
-    n: u64,
-    file: File,
+impl Default for Rotation {
+    fn default() -> Self {
+        Rotation::bytes(DEFAULT_ROTATE_BYTES)
+    }
+}
+
+impl Rotation {
+    /// Rotation by size alone, at `bytes`.
+    pub fn bytes(bytes: u64) -> Self {
+        Rotation {
+            bytes: bytes.max(1),
+            interval: None,
+            by_date: false,
+        }
+    }
+}
+
+/// What one trip to the blocking pool does.
+enum Job {
+    /// Write records.
+    Records(Vec<OwnedRecord>),
+    /// Write a gap line; the offset names a file it has to begin.
+    Gap(String, u64),
+    /// Close the open files older than the rotation interval.
+    CloseExpired,
+}
+
+/// A topic's open file.
+struct OpenFile {
+    first: u64,
+    path: PathBuf,
+    /// Opened for appending on first use.
+    file: Option<File>,
     len: u64,
+    /// When it was created (see the module doc, "Layout": "open for").
+    since: SystemTime,
+    /// Its date directory, with `--partition-by-date`.
+    date: Option<String>,
+}
+
+impl OpenFile {
+    fn handle(&mut self) -> std::io::Result<&mut File> {
+        if self.file.is_none() {
+            self.file = Some(OpenOptions::new().append(true).open(&self.path)?);
+        }
+        self.file
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("file handle vanished"))
+    }
+
+    fn expired(&self, rot: &Rotation, now: SystemTime) -> bool {
+        rot.interval
+            .is_some_and(|i| now.duration_since(self.since).unwrap_or_default() >= i)
+    }
 }
 
 /// State that lives on the blocking thread during a write.
 struct Inner {
     dir: PathBuf,
-    rotate_bytes: u64,
-    /// Newest file number per stem found on disk at open.
-    newest: HashMap<String, u64>,
-    open: HashMap<String, TopicFile>,
+    rot: Rotation,
+    /// Per topic stem, its open file.
+    open: HashMap<String, OpenFile>,
     /// Highest offset written per (stem, log id): see the module doc, "Exactly once".
     marks: HashMap<(String, u128), u64>,
     /// Per stem, the newest file and its length: as found at open, then as synced by the
-    /// last successful [`Inner::write`] (see the module doc, "Synced lengths").
+    /// last successful write (see the module doc, "Synced lengths").
     state: BTreeMap<String, SyncedFile>,
 }
 
+/// Creates `dir` and its missing parents, fsyncing the directory that holds each one made.
+fn create_dirs(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent()
+        && !parent.as_os_str().is_empty()
+    {
+        create_dirs(parent)?;
+    }
+    match std::fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    sync_dir(parent)
+}
+
+/// Renames the open file `path` to its closed name, never replacing a file of that name,
+/// and fsyncs the directory (see the module doc, "Durability").
+fn close_name(path: &Path, first: u64) -> std::io::Result<PathBuf> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let closed = dir.join(file_name(first, false));
+    std::fs::hard_link(path, &closed).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "cannot close {} as {}: {e}",
+                path.display(),
+                closed.display()
+            ),
+        )
+    })?;
+    std::fs::remove_file(path)?;
+    sync_dir(dir)?;
+    Ok(closed)
+}
+
 impl Inner {
-    fn open(dir: PathBuf, rotate_bytes: u64) -> std::io::Result<Inner> {
-        let created = !dir.exists();
-        std::fs::create_dir_all(&dir)?;
-        if created && let Some(parent) = dir.parent() {
-            let parent = if parent.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                parent
-            };
-            let _ = sync_dir(parent);
-        }
-        let mut newest: HashMap<String, u64> = HashMap::new();
-        for entry in std::fs::read_dir(&dir)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if let Some((stem, n)) = parse_name(name) {
-                let e = newest.entry(stem.to_string()).or_insert(n);
-                *e = (*e).max(n);
-            }
-        }
+    fn open(dir: PathBuf, rot: Rotation) -> std::io::Result<Inner> {
+        create_dirs(&dir)?;
         let mut marks = HashMap::new();
         let mut state = BTreeMap::new();
-        for (stem, n) in &newest {
-            let len = cut_torn_tail(&dir.join(file_name(stem, *n)))?;
-            state.insert(stem.clone(), SyncedFile { n: *n, len });
-            if let Some((log_id, offset)) = last_key(&dir, stem, *n)? {
-                marks.insert((stem.clone(), log_id), offset);
+        let mut open = HashMap::new();
+        for (stem, files) in scan(&dir)? {
+            let files = settle(&dir.join(&stem), files)?;
+            let Some(newest) = files.last() else { continue };
+            let len = std::fs::metadata(&newest.path)?.len();
+            state.insert(
+                stem.clone(),
+                SyncedFile {
+                    first: newest.first,
+                    len,
+                },
+            );
+            if newest.open {
+                let meta = std::fs::metadata(&newest.path)?;
+                let since = meta.created().unwrap_or_else(|_| SystemTime::now());
+                let date = newest
+                    .path
+                    .parent()
+                    .and_then(|p| p.file_name())
+                    .and_then(|n| n.to_str())
+                    .filter(|n| names::is_date_dir(n))
+                    .map(str::to_string);
+                open.insert(
+                    stem.clone(),
+                    OpenFile {
+                        first: newest.first,
+                        path: newest.path.clone(),
+                        file: None,
+                        len,
+                        since,
+                        date,
+                    },
+                );
+            }
+            if let Some((log_id, offset)) = last_key(&files)? {
+                marks.insert((stem, log_id), offset);
             }
         }
         Ok(Inner {
             dir,
-            rotate_bytes: rotate_bytes.max(1),
-            newest,
-            open: HashMap::new(),
+            rot: Rotation {
+                bytes: rot.bytes.max(1),
+                ..rot
+            },
+            open,
             marks,
             state,
         })
     }
 
-    fn create(&mut self, stem: &str, n: u64) -> std::io::Result<TopicFile> {
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(file_name(stem, n)))?;
-        let len = file.metadata()?.len();
-        sync_dir(&self.dir)?;
-        self.newest.insert(stem.to_string(), n);
-        Ok(TopicFile { n, file, len })
-    }
-
-    fn topic_file(&mut self, stem: &str) -> std::io::Result<&mut TopicFile> {
-        if !self.open.contains_key(stem) {
-            let tf = match self.newest.get(stem) {
-                Some(&n) => {
-                    let file = OpenOptions::new()
-                        .append(true)
-                        .open(self.dir.join(file_name(stem, n)))?;
-                    let len = file.metadata()?.len();
-                    TopicFile { n, file, len }
-                }
-                None => self.create(stem, 0)?,
-            };
-            self.open.insert(stem.to_string(), tf);
+    /// Creates the open file of `stem` whose first line is for `first` (dated `date`).
+    fn create(&mut self, stem: &str, first: u64, date: Option<String>) -> std::io::Result<()> {
+        let mut dir = self.dir.join(stem);
+        if let Some(d) = &date {
+            dir.push(d);
         }
-        self.open
-            .get_mut(stem)
-            .ok_or_else(|| std::io::Error::other("topic file vanished"))
+        create_dirs(&dir)?;
+        let closed = dir.join(file_name(first, false));
+        if closed.exists() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} exists: records from offset {first} were written there before (a log \
+                     that started over?); not replacing it: move it away or drain into \
+                     another directory",
+                    closed.display()
+                ),
+            ));
+        }
+        let path = dir.join(file_name(first, true));
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        sync_dir(&dir)?;
+        self.open.insert(
+            stem.to_string(),
+            OpenFile {
+                first,
+                path,
+                file: Some(file),
+                len: 0,
+                since: SystemTime::now(),
+                date,
+            },
+        );
+        Ok(())
     }
 
-    /// Appends `line` (a gap line) to the newest file of every topic (the empty topic's
-    /// file when there is none yet) and fsyncs them.
-    fn write_gap(&mut self, line: &str) -> std::io::Result<()> {
-        let mut stems: Vec<String> = self.newest.keys().cloned().collect();
+    /// Closes the open file of `stem` (already synced); its stem's newest file is then that
+    /// closed file.
+    fn close(&mut self, stem: &str) -> std::io::Result<()> {
+        let Some(of) = self.open.remove(stem) else {
+            return Ok(());
+        };
+        drop(of.file);
+        close_name(&of.path, of.first)?;
+        self.state.insert(
+            stem.to_string(),
+            SyncedFile {
+                first: of.first,
+                len: of.len,
+            },
+        );
+        Ok(())
+    }
+
+    /// Closes every open file that has been open for the rotation interval; returns how
+    /// many.
+    fn close_expired(&mut self) -> std::io::Result<u64> {
+        let now = SystemTime::now();
+        let mut stems: Vec<String> = self
+            .open
+            .iter()
+            .filter(|(_, of)| of.len > 0 && of.expired(&self.rot, now))
+            .map(|(s, _)| s.clone())
+            .collect();
+        stems.sort();
+        for stem in &stems {
+            self.close(stem)?;
+        }
+        Ok(stems.len() as u64)
+    }
+
+    /// Appends `line` (a gap line) to the open file of every topic (beginning a file named
+    /// `from` where there is none; the empty topic's when there is no topic yet) and fsyncs
+    /// them.
+    fn write_gap(&mut self, line: &str, from: u64) -> std::io::Result<()> {
+        let mut stems: Vec<String> = self.state.keys().chain(self.open.keys()).cloned().collect();
         if stems.is_empty() {
             stems.push(topic_stem(""));
         }
         stems.sort();
+        stems.dedup();
         for stem in &stems {
-            let tf = self.topic_file(stem)?;
-            tf.file.write_all(line.as_bytes())?;
-            tf.len += line.len() as u64;
+            if !self.open.contains_key(stem) {
+                let date = self.rot.by_date.then(|| utc_date(wall_clock_us()));
+                self.create(stem, from, date)?;
+            }
+            let of = self
+                .open
+                .get_mut(stem)
+                .ok_or_else(|| std::io::Error::other("open file vanished"))?;
+            of.handle()?.write_all(line.as_bytes())?;
+            of.len += line.len() as u64;
         }
         for stem in stems {
-            if let Some(tf) = self.open.get(&stem) {
-                tf.file.sync_data()?;
+            if let Some(of) = self.open.get_mut(&stem) {
+                of.handle()?.sync_data()?;
                 self.state.insert(
                     stem,
                     SyncedFile {
-                        n: tf.n,
-                        len: tf.len,
+                        first: of.first,
+                        len: of.len,
                     },
                 );
             }
@@ -234,12 +446,13 @@ impl Inner {
         Ok(())
     }
 
-    /// Writes the records not yet in the files; returns how many were skipped as already
-    /// written. On error the caller drops `self` (the marks may be ahead of the files).
+    /// Writes the records not yet in the files, rotating as [`Rotation`] says; returns how
+    /// many were skipped as already written. On error the caller drops `self` (the marks
+    /// may be ahead of the files).
     fn write(&mut self, src: &Source, records: &[OwnedRecord]) -> std::io::Result<u64> {
-        // Lines grouped by file, in record order within each topic.
+        // Lines grouped by topic, in record order within each: (offset, timestamp, line).
         let mut order: Vec<String> = Vec::new();
-        let mut lines: HashMap<String, Vec<String>> = HashMap::new();
+        let mut lines: HashMap<String, Vec<(u64, u64, String)>> = HashMap::new();
         let mut skipped = 0u64;
         for rec in records {
             let stem = topic_stem(&rec.topic);
@@ -256,48 +469,58 @@ impl Inner {
                     order.push(stem.clone());
                     Vec::new()
                 })
-                .push(line);
+                .push((rec.offset, rec.timestamp_us, line));
         }
+        let now = SystemTime::now();
+        let rot = self.rot;
         let mut touched: Vec<String> = Vec::new();
         for stem in order {
             let Some(ls) = lines.remove(&stem) else {
                 continue;
             };
-            let rotate = self.rotate_bytes;
             let mut buf: Vec<u8> = Vec::new();
-            for line in ls {
-                let tf = self.topic_file(&stem)?;
-                let pending = tf.len + buf.len() as u64;
-                if pending > 0 && pending + line.len() as u64 > rotate {
-                    // Finish the current file, then start the next one.
-                    tf.file.write_all(&buf)?;
-                    tf.len += buf.len() as u64;
-                    buf.clear();
-                    tf.file.sync_data()?;
-                    let next = tf.n + 1;
-                    let new = self.create(&stem, next)?;
-                    self.open.insert(stem.clone(), new);
+            for (offset, ts, line) in ls {
+                let date = rot.by_date.then(|| utc_date(ts));
+                if let Some(of) = self.open.get_mut(&stem) {
+                    let pending = of.len + buf.len() as u64;
+                    let full = pending + line.len() as u64 > rot.bytes;
+                    let later_day = matches!((&date, &of.date), (Some(d), Some(f)) if d > f);
+                    if pending > 0 && (full || of.expired(&rot, now) || later_day) {
+                        // Finish the current file, close it, then begin the next one.
+                        let f = of.handle()?;
+                        f.write_all(&buf)?;
+                        f.sync_data()?;
+                        of.len += buf.len() as u64;
+                        buf.clear();
+                        self.close(&stem)?;
+                    }
+                }
+                if !self.open.contains_key(&stem) {
+                    self.create(&stem, offset, date)?;
                 }
                 buf.extend_from_slice(line.as_bytes());
             }
-            let tf = self.topic_file(&stem)?;
-            tf.file.write_all(&buf)?;
-            tf.len += buf.len() as u64;
+            let of = self
+                .open
+                .get_mut(&stem)
+                .ok_or_else(|| std::io::Error::other("open file vanished"))?;
+            of.handle()?.write_all(&buf)?;
+            of.len += buf.len() as u64;
             touched.push(stem);
         }
         for stem in &touched {
-            if let Some(tf) = self.open.get(stem) {
-                tf.file.sync_data()?;
+            if let Some(of) = self.open.get_mut(stem) {
+                of.handle()?.sync_data()?;
             }
         }
         // Every touched file is synced: record what is now durable.
         for stem in touched {
-            if let Some(tf) = self.open.get(&stem) {
+            if let Some(of) = self.open.get(&stem) {
                 self.state.insert(
                     stem,
                     SyncedFile {
-                        n: tf.n,
-                        len: tf.len,
+                        first: of.first,
+                        len: of.len,
                     },
                 );
             }
@@ -306,12 +529,71 @@ impl Inner {
     }
 }
 
+/// Settles a topic's files after a crash (see the module doc, "Durability"): removes an
+/// open name left beside its closed name by a rename cut short, closes any open file but
+/// the newest (there is one at most unless the files were changed outside the sink), cuts
+/// the newest open file's torn last line and removes it if nothing is left. Returns the
+/// topic's files as they are then.
+fn settle(topic_dir: &Path, files: Vec<Found>) -> std::io::Result<Vec<Found>> {
+    let mut changed = false;
+    for f in files.iter().filter(|f| f.open) {
+        let closed = f.path.with_file_name(file_name(f.first, false));
+        if let (Ok(a), Ok(b)) = (std::fs::metadata(&f.path), std::fs::metadata(&closed))
+            && a.dev() == b.dev()
+            && a.ino() == b.ino()
+        {
+            log::warn!(
+                "{}: also named {} (a rename cut short by a crash); removing the open name",
+                f.path.display(),
+                closed.display()
+            );
+            std::fs::remove_file(&f.path)?;
+            sync_dir(f.path.parent().unwrap_or(topic_dir))?;
+            changed = true;
+        }
+    }
+    let files = if changed {
+        scan_topic(topic_dir)?
+    } else {
+        files
+    };
+    let opens: Vec<&Found> = files.iter().filter(|f| f.open).collect();
+    if let Some((newest, older)) = opens.split_last() {
+        for f in older {
+            log::warn!(
+                "{}: an open file older than {}; closing it",
+                f.path.display(),
+                newest.path.display()
+            );
+            cut_torn_tail(&f.path)?;
+            close_name(&f.path, f.first)?;
+        }
+        if cut_torn_tail(&newest.path)? == 0 {
+            log::warn!(
+                "{}: empty after a crash; removing it",
+                newest.path.display()
+            );
+            std::fs::remove_file(&newest.path)?;
+            sync_dir(newest.path.parent().unwrap_or(topic_dir))?;
+        }
+        return scan_topic(topic_dir);
+    }
+    Ok(files)
+}
+
+/// The wall clock, µs since the Unix epoch.
+fn wall_clock_us() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
 /// The file sink. Blocking file work runs on `smol::unblock`'s thread pool.
 pub struct FileSink {
     dir: PathBuf,
     /// `dir` made absolute and canonical, as recorded in [`SinkFiles::dir`].
     canonical: String,
-    rotate_bytes: u64,
+    rot: Rotation,
     /// `None` while a write is on the blocking pool, or after a failure (reopened before
     /// the next write, after cutting the files back to `synced`).
     inner: Option<Inner>,
@@ -325,14 +607,18 @@ pub struct FileSink {
 }
 
 impl FileSink {
-    /// Opens (creating) `dir`, cutting back torn last lines. Blocking.
-    pub fn open(dir: PathBuf, rotate_bytes: u64) -> std::io::Result<FileSink> {
-        let inner = Inner::open(dir.clone(), rotate_bytes)?;
+    /// Opens (creating) `dir`, the directory of one gateway's topics, and settles what a
+    /// crash left (see the module doc, "Durability"). Blocking.
+    ///
+    /// # Errors
+    /// The I/O error of a directory or file operation.
+    pub fn open(dir: PathBuf, rot: Rotation) -> std::io::Result<FileSink> {
+        let inner = Inner::open(dir.clone(), rot)?;
         let canonical = std::fs::canonicalize(&dir)?.to_string_lossy().into_owned();
         Ok(FileSink {
             dir,
             canonical,
-            rotate_bytes,
+            rot,
             synced: inner.state.clone(),
             inner: Some(inner),
             log_id: None,
@@ -341,8 +627,11 @@ impl FileSink {
     }
 
     /// [`FileSink::open`] on the blocking pool.
-    pub async fn open_async(dir: PathBuf, rotate_bytes: u64) -> std::io::Result<FileSink> {
-        smol::unblock(move || FileSink::open(dir, rotate_bytes)).await
+    ///
+    /// # Errors
+    /// As [`FileSink::open`].
+    pub async fn open_async(dir: PathBuf, rot: Rotation) -> std::io::Result<FileSink> {
+        smol::unblock(move || FileSink::open(dir, rot)).await
     }
 
     /// The directory written to.
@@ -362,6 +651,7 @@ impl FileSink {
     pub fn synced_files(&self) -> Option<SinkFiles> {
         Some(SinkFiles {
             dir: self.canonical.clone(),
+            layout: LAYOUT,
             log_id: log_id_hex(self.log_id?),
             files: self.synced.clone(),
         })
@@ -374,6 +664,13 @@ impl FileSink {
     /// `Ok(None)`). Errors: the I/O error of a read, cut or fsync (nothing is written until
     /// a later `restore` or [`FileSink::deliver`] succeeds in cutting back).
     pub async fn restore(&mut self, files: &SinkFiles) -> std::io::Result<Option<CutBack>> {
+        if files.layout != LAYOUT {
+            log::info!(
+                "the checkpoint's file sink state is for the earlier file layout: not applied \
+                 (torn last lines are still cut)"
+            );
+            return Ok(None);
+        }
         if files.dir != self.canonical {
             log::info!(
                 "the checkpoint's file sink state is for {:?}, not {:?}: not applied",
@@ -395,7 +692,7 @@ impl FileSink {
         self.inner = None;
         self.synced = files.files.clone();
         self.log_id = Some(log_id);
-        let (dir, rotate, synced) = (self.dir.clone(), self.rotate_bytes, self.synced.clone());
+        let (dir, rotate, synced) = (self.dir.clone(), self.rot, self.synced.clone());
         let (inner, cut) = smol::unblock(move || {
             let cut = cut_back(&dir, &synced, log_id)?;
             Ok::<_, std::io::Error>((Inner::open(dir, rotate)?, cut))
@@ -441,17 +738,43 @@ impl FileSink {
     /// # Errors
     /// The I/O error of the write or fsync.
     pub async fn deliver_gap(&mut self, src: &Source, gap: &GapNotice) -> Result<(), SinkError> {
-        self.write_job(src, Job::Gap(gap.to_line(src)))
+        self.write_job(src, Job::Gap(gap.to_line(src), gap.from))
             .await
             .map(|_| ())
             .map_err(SinkError::Io)
+    }
+
+    /// Closes (renames to `….jsonl`) every open file that has been open for the rotation
+    /// interval or longer, so that a topic that went quiet does not keep its last records
+    /// from downstream jobs; the drain calls it when it has nothing to deliver. Returns how
+    /// many files were closed (0 without `--rotate-interval`). Failures are handled as for
+    /// [`FileSink::deliver`].
+    ///
+    /// # Errors
+    /// The I/O error of the rename or a directory fsync.
+    pub async fn close_expired(&mut self) -> std::io::Result<u64> {
+        if self.rot.interval.is_none() || self.log_id.is_none() {
+            return Ok(0);
+        }
+        let Some(src) = self.log_id.map(|log_id| Source {
+            gateway_id: String::new(),
+            log_id,
+        }) else {
+            return Ok(0);
+        };
+        self.write_job(&src, Job::CloseExpired).await
+    }
+
+    /// The rotation settings.
+    pub fn rotation(&self) -> Rotation {
+        self.rot
     }
 
     /// Runs `job` on the blocking pool, reopening first (cut back to the synced lengths)
     /// after a failure; returns the duplicates skipped.
     async fn write_job(&mut self, src: &Source, job: Job) -> std::io::Result<u64> {
         let inner = self.inner.take();
-        let (dir, rotate) = (self.dir.clone(), self.rotate_bytes);
+        let (dir, rotate) = (self.dir.clone(), self.rot);
         let synced = self.synced.clone();
         // Lines after the synced lengths were written by the last attempt, for its log.
         let cut_log = self.log_id.unwrap_or(src.log_id);
@@ -471,7 +794,8 @@ impl FileSink {
             };
             let res = match &job {
                 Job::Records(records) => inner.write(&src, records),
-                Job::Gap(line) => inner.write_gap(line).map(|()| 0),
+                Job::Gap(line, from) => inner.write_gap(line, *from).map(|()| 0),
+                Job::CloseExpired => inner.close_expired(),
             };
             match res {
                 Ok(skipped) => (Some(inner), Ok(skipped)),

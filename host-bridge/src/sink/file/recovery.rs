@@ -1,7 +1,8 @@
-//! Reading the file sink's files back: cutting a torn last line, finding the last record
-//! of a stem (the duplicate check's mark), and cutting files back to the synced lengths a
-//! checkpoint recorded (see the module doc of `sink::file`, "Synced lengths" and "Exactly
-//! once").
+//! Reading the file sink's files back: finding every topic's files in the layout, cutting a
+//! torn last line, finding the last record of a topic (the duplicate check's mark), and
+//! cutting open files back to the synced lengths a checkpoint recorded (see the module doc
+//! of `sink::file`, "Layout", "Synced lengths" and "Exactly once"). Closed files are only
+//! ever read here.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -9,7 +10,7 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use super::MAX_LINE;
-use super::names::{file_name, parse_name};
+use super::names::{is_date_dir, parse_name};
 use crate::checkpoint::SyncedFile;
 use crate::client::log_id_hex;
 
@@ -103,16 +104,11 @@ pub(super) fn line_key(line: &[u8]) -> Option<(u128, u64)> {
     Some((u128::from_str_radix(&k.log_id, 16).ok()?, k.offset))
 }
 
-/// The `(log id, offset)` of the last line of the stem's files, looking from file `newest`
-/// back to the first non-empty one.
-pub(super) fn last_key(
-    dir: &Path,
-    stem: &str,
-    newest: u64,
-) -> std::io::Result<Option<(u128, u64)>> {
-    for n in (0..=newest).rev() {
-        let path = dir.join(file_name(stem, n));
-        let line = match last_line(&path) {
+/// The `(log id, offset)` of the last line of a topic's files (`files` sorted by first
+/// offset), looking from the newest back to the first non-empty one.
+pub(super) fn last_key(files: &[Found]) -> std::io::Result<Option<(u128, u64)>> {
+    for f in files.iter().rev() {
+        let line = match last_line(&f.path) {
             Ok(l) => l,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e),
@@ -123,13 +119,82 @@ pub(super) fn last_key(
                 log::warn!(
                     "{}: last line is not a record of this sink; records of its topic \
                      are not checked for duplicates",
-                    path.display()
+                    f.path.display()
                 );
             }
             return Ok(key);
         }
     }
     Ok(None)
+}
+
+/// One file of a topic found on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Found {
+    /// The offset in its name: its first record's.
+    pub first: u64,
+    /// Named `….jsonl.open`: still written.
+    pub open: bool,
+    /// Where it is (in the topic's directory, or a date directory below it).
+    pub path: PathBuf,
+}
+
+/// Every topic directory under `dir` (the gateway's directory) with its files, each list
+/// sorted by first offset (a closed file before an open one of the same offset). Names the
+/// layout does not make are passed over; files of the earlier layout
+/// (`<topic>.<n>.jsonl` directly in `dir`) are left where they are, with one warning.
+pub(super) fn scan(dir: &Path) -> std::io::Result<BTreeMap<String, Vec<Found>>> {
+    let mut out = BTreeMap::new();
+    let mut earlier = 0u64;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if entry.file_type()?.is_dir() {
+            out.insert(name.to_string(), scan_topic(&entry.path())?);
+        } else if name.ends_with(super::SUFFIX) {
+            earlier += 1;
+        }
+    }
+    if earlier > 0 {
+        log::warn!(
+            "{}: {earlier} files of the earlier flat layout (<topic>.<n>.jsonl) are left as \
+             they are; new records go to <topic>/<first offset>.jsonl",
+            dir.display()
+        );
+    }
+    Ok(out)
+}
+
+pub(super) fn scan_topic(dir: &Path) -> std::io::Result<Vec<Found>> {
+    let mut found = Vec::new();
+    let add = |dir: &Path, found: &mut Vec<Found>| -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Some((first, open)) = parse_name(name)
+                && entry.file_type()?.is_file()
+            {
+                found.push(Found {
+                    first,
+                    open,
+                    path: entry.path(),
+                });
+            }
+        }
+        Ok(())
+    };
+    add(dir, &mut found)?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_str().is_some_and(is_date_dir) && entry.file_type()?.is_dir() {
+            add(&entry.path(), &mut found)?;
+        }
+    }
+    found.sort_by_key(|f| (f.first, f.open));
+    Ok(found)
 }
 
 /// What cutting the files back to their synced lengths did ([`FileSink::restore`](super::FileSink::restore)).
@@ -179,47 +244,46 @@ pub(super) fn foreign_line(path: &Path, from: u64, log_id: u128) -> std::io::Res
     }
 }
 
-/// Cuts every topic's files in `dir` back to `synced` (see the `sink::file` module doc, "Synced
-/// lengths"), and fsyncs each file it cut: the newest file of a listed stem to its synced
-/// length, its later files and every file of an unlisted stem to 0 bytes. Bytes past a synced
-/// length are cut only if no line among them is a record of another log than `log_id`
-/// (another drain writing into the same directory): such a stem is left as it is, with a
-/// warning, and its records rely on the duplicate check. A file shorter than its synced
-/// length lost synced bytes outside the bridge: logged at `error`, left as it is.
+/// Cuts every topic's open file in `dir` back to `synced` (see the `sink::file` module doc,
+/// "Synced lengths"), and fsyncs each file it cut: the open file that is the checkpoint's
+/// newest file of its topic to its synced length, any later open file, and the open file
+/// of a topic not listed, removed (it was created after the checkpoint). Closed files are
+/// final (everything in them was synced before the rename) and never cut. Bytes past a
+/// synced length are cut only if no line among them is a record of another log than
+/// `log_id`: such a topic is left as it is, with a warning, and its records rely on the
+/// duplicate check. A file shorter than its synced length lost synced bytes outside the
+/// bridge: logged at `error`, left as it is.
 pub(super) fn cut_back(
     dir: &Path,
     synced: &BTreeMap<String, SyncedFile>,
     log_id: u128,
 ) -> std::io::Result<CutBack> {
-    let mut stems: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if let Some((stem, n)) = parse_name(name) {
-            stems.entry(stem.to_string()).or_default().push(n);
-        }
-    }
     let mut done = CutBack::default();
-    for (stem, ns) in stems {
+    for (stem, files) in scan(dir)? {
         let target = synced.get(&stem);
         // (path, bytes to keep, bytes now)
         let mut cuts: Vec<(PathBuf, u64, u64)> = Vec::new();
-        for n in ns {
+        for f in files.iter().filter(|f| f.open) {
             let keep = match target {
-                Some(t) if n < t.n => continue,
-                Some(t) if n == t.n => t.len,
+                Some(t) if f.first < t.first => continue,
+                Some(t) if f.first == t.first => t.len,
                 _ => 0,
             };
-            let path = dir.join(file_name(&stem, n));
-            let len = std::fs::metadata(&path)?.len();
-            if len > keep {
-                cuts.push((path, keep, len));
+            if f.path
+                .with_file_name(super::file_name(f.first, false))
+                .exists()
+            {
+                // A rename cut short: the file is closed, and final (see `settle`).
+                continue;
+            }
+            let len = std::fs::metadata(&f.path)?.len();
+            if len > keep || keep == 0 {
+                cuts.push((f.path.clone(), keep, len));
             } else if len < keep {
                 log::error!(
                     "{}: {len} bytes, but {keep} bytes of it were synced when the checkpoint \
                      was saved: the file system lost synced lines (not written again)",
-                    path.display()
+                    f.path.display()
                 );
             }
         }
@@ -233,8 +297,8 @@ pub(super) fn cut_back(
         if let Some((path, id)) = foreign {
             log::warn!(
                 "{}: holds lines of log {} after the length synced for log {}: another drain \
-                 writes here; not cutting topic file set {stem:?} (its records are checked \
-                 for duplicates only)",
+                 writes here; not cutting topic {stem:?} (its records are checked for \
+                 duplicates only)",
                 path.display(),
                 log_id_hex(id),
                 log_id_hex(log_id)
@@ -242,16 +306,28 @@ pub(super) fn cut_back(
             continue;
         }
         for (path, keep, len) in cuts {
-            let f = OpenOptions::new().write(true).open(&path)?;
-            f.set_len(keep)?;
-            f.sync_all()?;
-            log::warn!(
-                "{}: cut back from {len} to {keep} bytes, the length synced at the last \
-                 checkpoint ({} bytes written after it or not synced; their records are \
-                 sent again)",
-                path.display(),
-                len - keep
-            );
+            if keep == 0 {
+                std::fs::remove_file(&path)?;
+                if let Some(parent) = path.parent() {
+                    sync_dir(parent)?;
+                }
+                log::warn!(
+                    "{}: removed ({len} bytes), created after the last checkpoint (its records \
+                     are sent again)",
+                    path.display()
+                );
+            } else {
+                let f = OpenOptions::new().write(true).open(&path)?;
+                f.set_len(keep)?;
+                f.sync_all()?;
+                log::warn!(
+                    "{}: cut back from {len} to {keep} bytes, the length synced at the last \
+                     checkpoint ({} bytes written after it or not synced; their records are \
+                     sent again)",
+                    path.display(),
+                    len - keep
+                );
+            }
             done.files += 1;
             done.bytes += len - keep;
         }

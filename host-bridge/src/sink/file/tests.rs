@@ -1,6 +1,8 @@
 //! Unit tests of the file sink: layout, rotation, torn lines, the duplicate check and the
 //! cut back to synced lengths.
 
+use std::time::Duration;
+
 use super::recovery::{foreign_line, last_line, line_key};
 use super::*;
 
@@ -20,6 +22,38 @@ fn src() -> Source {
         gateway_id: "gw".into(),
         log_id: 42,
     }
+}
+
+/// `out/<stem>/<first>.jsonl.open`.
+fn open_file(out: &Path, stem: &str, first: u64) -> PathBuf {
+    out.join(stem).join(file_name(first, true))
+}
+
+/// `out/<stem>/<first>.jsonl`.
+fn closed_file(out: &Path, stem: &str, first: u64) -> PathBuf {
+    out.join(stem).join(file_name(first, false))
+}
+
+/// Every file under `dir`, relative, sorted.
+fn tree(dir: &Path) -> Vec<String> {
+    fn walk(base: &Path, d: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(base, &p, out);
+            } else {
+                out.push(p.strip_prefix(base).unwrap().display().to_string());
+            }
+        }
+    }
+    let mut v = Vec::new();
+    walk(dir, dir, &mut v);
+    v.sort();
+    v
+}
+
+fn rot(bytes: u64) -> Rotation {
+    Rotation::bytes(bytes)
 }
 
 fn lines(path: &Path) -> Vec<serde_json::Value> {
@@ -43,13 +77,20 @@ fn stems_are_percent_encoded_and_bounded() {
     assert!(!s.contains('/'));
     let long2 = format!("{}x", "/".repeat(254));
     assert_ne!(topic_stem(&long2), s);
+    assert_eq!(file_name(3, false), "00000000000000000003.jsonl");
+    assert_eq!(file_name(3, true), "00000000000000000003.jsonl.open");
+    assert_eq!(file_name(u64::MAX, false), "18446744073709551615.jsonl");
+    assert_eq!(parse_name("00000000000000000003.jsonl"), Some((3, false)));
     assert_eq!(
-        parse_name("buoy%2Fsst.00000003.jsonl"),
-        Some(("buoy%2Fsst", 3))
+        parse_name("00000000000000000003.jsonl.open"),
+        Some((3, true))
     );
-    assert_eq!(parse_name("a.b.00000000.jsonl"), Some(("a.b", 0)));
-    assert_eq!(parse_name("x.3.jsonl"), None);
-    assert_eq!(parse_name("x.00000001.json"), None);
+    assert_eq!(parse_name("0000000000000000003.jsonl"), None);
+    assert_eq!(parse_name("buoy%2Fsst.00000003.jsonl"), None);
+    assert_eq!(parse_name("00000000000000000003.json"), None);
+    assert!(names::is_date_dir("2023-11-14"));
+    assert!(!names::is_date_dir("2023-11-1x"));
+    assert_eq!(utc_date(1_700_000_000_000_000), "2023-11-14");
 }
 
 #[test]
@@ -57,7 +98,7 @@ fn writes_exact_lines_per_topic() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
             .await
             .unwrap();
         let recs = vec![
@@ -67,7 +108,7 @@ fn writes_exact_lines_per_topic() {
         ];
         s.deliver(&src(), &recs).await.unwrap();
     });
-    let sst = lines(&out.join("buoy%2Fsst.00000000.jsonl"));
+    let sst = lines(&open_file(&out, "buoy%2Fsst", 0));
     assert_eq!(sst.len(), 2);
     assert_eq!(sst[0]["offset"], 0);
     assert_eq!(sst[1]["offset"], 2);
@@ -88,43 +129,53 @@ fn writes_exact_lines_per_topic() {
     let mut got: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
     got.sort();
     assert_eq!(got, want);
-    let cgm = lines(&out.join("cgm.00000000.jsonl"));
+    let cgm = lines(&open_file(&out, "cgm", 1));
     assert_eq!(cgm[0]["payload_encoding"], "base64");
     assert_eq!(cgm[0]["payload"], "//4=");
     // Only the two topic files, nothing named after a raw topic.
-    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 2);
+    assert_eq!(
+        tree(&out),
+        vec![
+            "buoy%2Fsst/00000000000000000000.jsonl.open",
+            "cgm/00000000000000000001.jsonl.open"
+        ]
+    );
 }
 
 #[test]
-fn rotates_by_size_and_resumes_numbering() {
+fn rotates_by_size_renaming_the_open_file_and_continues_it_after_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), line_len * 3)
+        let mut s = FileSink::open_async(out.clone(), rot(line_len * 3))
             .await
             .unwrap();
         let recs: Vec<_> = (0..7).map(|i| rec(i, "t", b"x")).collect();
         s.deliver(&src(), &recs).await.unwrap();
     });
-    assert_eq!(lines(&out.join("t.00000000.jsonl")).len(), 3);
-    assert_eq!(lines(&out.join("t.00000001.jsonl")).len(), 3);
-    assert_eq!(lines(&out.join("t.00000002.jsonl")).len(), 1);
-    // Reopen: appends to the newest file, then rotates on.
+    // Each rotation renamed the open file; one open file is left, named by its first offset.
+    assert_eq!(
+        tree(&out),
+        vec![
+            "t/00000000000000000000.jsonl",
+            "t/00000000000000000003.jsonl",
+            "t/00000000000000000006.jsonl.open"
+        ]
+    );
+    assert_eq!(offsets(&closed_file(&out, "t", 3)), vec![3, 4, 5]);
+    assert_eq!(lines(&open_file(&out, "t", 6)).len(), 1);
+    // Reopen (a clean stop left the open file open-named): appends to it, then rotates on.
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), line_len * 3)
+        let mut s = FileSink::open_async(out.clone(), rot(line_len * 3))
             .await
             .unwrap();
         let recs: Vec<_> = (7..10).map(|i| rec(i, "t", b"x")).collect();
         s.deliver(&src(), &recs).await.unwrap();
     });
-    assert_eq!(lines(&out.join("t.00000002.jsonl")).len(), 3);
-    assert_eq!(lines(&out.join("t.00000003.jsonl")).len(), 1);
-    let all: Vec<u64> = (0..4)
-        .flat_map(|n| lines(&out.join(file_name("t", n))))
-        .map(|v| v["offset"].as_u64().unwrap())
-        .collect();
-    assert_eq!(all, (0..10).collect::<Vec<_>>());
+    assert_eq!(offsets(&closed_file(&out, "t", 6)), vec![6, 7, 8]);
+    assert_eq!(offsets(&open_file(&out, "t", 9)), vec![9]);
+    assert_eq!(all_offsets(&out), (0..10).collect::<Vec<_>>());
 }
 
 #[test]
@@ -132,20 +183,20 @@ fn torn_last_line_is_cut_back_on_open() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
             .await
             .unwrap();
         s.deliver(&src(), &[rec(0, "t", b"a"), rec(1, "t", b"b")])
             .await
             .unwrap();
     });
-    let path = out.join("t.00000000.jsonl");
+    let path = open_file(&out, "t", 0);
     let good = std::fs::read(&path).unwrap();
     let mut f = OpenOptions::new().append(true).open(&path).unwrap();
     f.write_all(b"{\"gateway_id\":\"gw\",\"log_i").unwrap();
     drop(f);
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
             .await
             .unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), good);
@@ -157,11 +208,12 @@ fn torn_last_line_is_cut_back_on_open() {
         .collect();
     assert_eq!(offs, vec![0, 1, 2]);
 
-    // A file with no newline at all is emptied.
-    let p2 = out.join("u.00000000.jsonl");
+    // An open file with no newline at all is emptied, and removed.
+    let p2 = open_file(&out, "u", 5);
+    std::fs::create_dir_all(p2.parent().unwrap()).unwrap();
     std::fs::write(&p2, b"{\"torn").unwrap();
-    FileSink::open(out.clone(), DEFAULT_ROTATE_BYTES).unwrap();
-    assert_eq!(std::fs::read(&p2).unwrap().len(), 0);
+    FileSink::open(out.clone(), rot(DEFAULT_ROTATE_BYTES)).unwrap();
+    assert!(!p2.exists());
 }
 
 fn offsets(path: &Path) -> Vec<u64> {
@@ -171,7 +223,7 @@ fn offsets(path: &Path) -> Vec<u64> {
         .collect()
 }
 
-fn deliver(out: &Path, rotate: u64, src: &Source, recs: &[OwnedRecord]) -> u64 {
+fn deliver(out: &Path, rotate: Rotation, src: &Source, recs: &[OwnedRecord]) -> u64 {
     smol::block_on(async {
         let mut s = FileSink::open_async(out.to_path_buf(), rotate)
             .await
@@ -186,23 +238,29 @@ fn resent_records_are_acknowledged_without_a_second_line() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let recs: Vec<_> = (0..8).map(|i| rec(i, "t", b"x")).collect();
-    assert_eq!(deliver(&out, DEFAULT_ROTATE_BYTES, &src(), &recs[..5]), 0);
-    // The bridge died before its checkpoint: it resends from 3 after the restart.
-    assert_eq!(deliver(&out, DEFAULT_ROTATE_BYTES, &src(), &recs[3..]), 2);
     assert_eq!(
-        offsets(&out.join("t.00000000.jsonl")),
+        deliver(&out, rot(DEFAULT_ROTATE_BYTES), &src(), &recs[..5]),
+        0
+    );
+    // The bridge died before its checkpoint: it resends from 3 after the restart.
+    assert_eq!(
+        deliver(&out, rot(DEFAULT_ROTATE_BYTES), &src(), &recs[3..]),
+        2
+    );
+    assert_eq!(
+        offsets(&open_file(&out, "t", 0)),
         (0..8).collect::<Vec<_>>()
     );
     // The same within one open sink (a retried batch).
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
             .await
             .unwrap();
         s.deliver(&src(), &recs[6..]).await.unwrap();
         s.deliver(&src(), &recs[6..]).await.unwrap();
         assert_eq!(s.skipped_duplicates(), 4);
     });
-    assert_eq!(offsets(&out.join("t.00000000.jsonl")).len(), 8);
+    assert_eq!(offsets(&open_file(&out, "t", 0)).len(), 8);
 }
 
 /// Guards against one high-water mark per log: offsets are global across topics and a
@@ -217,11 +275,11 @@ fn crash_between_the_topics_of_one_batch_loses_nothing() {
         .collect();
     // What the crash left: topic a's lines of the batch (0, 2, 4), none of b's.
     let a_only: Vec<_> = batch.iter().filter(|r| r.topic == "a").cloned().collect();
-    deliver(&out, DEFAULT_ROTATE_BYTES, &src(), &a_only);
+    deliver(&out, rot(DEFAULT_ROTATE_BYTES), &src(), &a_only);
     // The drain resends the whole batch.
-    assert_eq!(deliver(&out, DEFAULT_ROTATE_BYTES, &src(), &batch), 3);
-    assert_eq!(offsets(&out.join("a.00000000.jsonl")), vec![0, 2, 4]);
-    assert_eq!(offsets(&out.join("b.00000000.jsonl")), vec![1, 3, 5]);
+    assert_eq!(deliver(&out, rot(DEFAULT_ROTATE_BYTES), &src(), &batch), 3);
+    assert_eq!(offsets(&open_file(&out, "a", 0)), vec![0, 2, 4]);
+    assert_eq!(offsets(&open_file(&out, "b", 1)), vec![1, 3, 5]);
 }
 
 #[test]
@@ -229,20 +287,16 @@ fn mark_survives_rotation_and_an_empty_newest_file() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
-    let rotate = line_len * 3;
+    let rotate = rot(line_len * 3);
     let recs: Vec<_> = (0..10).map(|i| rec(i, "t", b"x")).collect();
     deliver(&out, rotate, &src(), &recs[..6]);
-    assert_eq!(offsets(&out.join("t.00000001.jsonl")), vec![3, 4, 5]);
-    // A crash right after a rotation created the next file, and one torn line in it.
-    std::fs::write(out.join("t.00000002.jsonl"), b"{\"gateway_id\":").unwrap();
+    assert_eq!(offsets(&open_file(&out, "t", 3)), vec![3, 4, 5]);
+    // A crash right after a rotation closed the file and created the next one, with one
+    // torn line in it.
+    std::fs::rename(open_file(&out, "t", 3), closed_file(&out, "t", 3)).unwrap();
+    std::fs::write(open_file(&out, "t", 6), b"{\"gateway_id\":").unwrap();
     assert_eq!(deliver(&out, rotate, &src(), &recs[2..]), 4);
-    let all: Vec<u64> = (0..4)
-        .flat_map(|n| {
-            let p = out.join(file_name("t", n));
-            if p.exists() { offsets(&p) } else { Vec::new() }
-        })
-        .collect();
-    assert_eq!(all, (0..10).collect::<Vec<_>>());
+    assert_eq!(all_offsets(&out), (0..10).collect::<Vec<_>>());
 }
 
 #[test]
@@ -250,19 +304,22 @@ fn another_log_id_is_never_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let recs: Vec<_> = (0..4).map(|i| rec(i, "t", b"x")).collect();
-    deliver(&out, DEFAULT_ROTATE_BYTES, &src(), &recs);
+    deliver(&out, rot(DEFAULT_ROTATE_BYTES), &src(), &recs);
     let new_log = Source {
         gateway_id: "gw".into(),
         log_id: 43,
     };
     // A reflashed gateway starts again at offset 0 with a new log id.
-    assert_eq!(deliver(&out, DEFAULT_ROTATE_BYTES, &new_log, &recs[..2]), 0);
-    let v = lines(&out.join("t.00000000.jsonl"));
+    assert_eq!(
+        deliver(&out, rot(DEFAULT_ROTATE_BYTES), &new_log, &recs[..2]),
+        0
+    );
+    let v = lines(&open_file(&out, "t", 0));
     assert_eq!(v.len(), 6);
     assert_eq!(v[5]["log_id"], "0000000000000000000000000000002b");
     // And the old log's mark is kept in memory while the sink stays open.
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
             .await
             .unwrap();
         s.deliver(&new_log, &recs[..3]).await.unwrap();
@@ -274,11 +331,11 @@ fn another_log_id_is_never_skipped() {
 fn a_foreign_last_line_disables_skipping_for_its_topic() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    std::fs::create_dir_all(&out).unwrap();
-    std::fs::write(out.join("t.00000000.jsonl"), b"not json\n").unwrap();
+    std::fs::create_dir_all(out.join("t")).unwrap();
+    std::fs::write(open_file(&out, "t", 0), b"not json\n").unwrap();
     let recs: Vec<_> = (0..2).map(|i| rec(i, "t", b"x")).collect();
-    assert_eq!(deliver(&out, DEFAULT_ROTATE_BYTES, &src(), &recs), 0);
-    let text = std::fs::read_to_string(out.join("t.00000000.jsonl")).unwrap();
+    assert_eq!(deliver(&out, rot(DEFAULT_ROTATE_BYTES), &src(), &recs), 0);
+    let text = std::fs::read_to_string(open_file(&out, "t", 0)).unwrap();
     assert_eq!(text.lines().count(), 3);
 }
 
@@ -305,13 +362,12 @@ fn last_line_longer_than_the_scan_chunk() {
     assert_eq!(line_key(br#"{"log_id":"2a","offset":7}"#), None);
 }
 
+/// The offsets of every file under `out`, in name order (topic, then first offset).
 fn all_offsets(out: &Path) -> Vec<u64> {
-    let mut names: Vec<_> = std::fs::read_dir(out)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
-    names.iter().flat_map(|n| offsets(&out.join(n))).collect()
+    tree(out)
+        .iter()
+        .flat_map(|n| offsets(&out.join(n)))
+        .collect()
 }
 
 /// Lines written after the checkpoint (their fsync may have failed, yet Linux can still
@@ -323,7 +379,7 @@ fn restore_cuts_back_to_the_checkpoints_synced_lengths() {
     let out = dir.path().join("out");
     let recs: Vec<_> = (0..8).map(|i| rec(i, "t", b"x")).collect();
     let synced = smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
             .await
             .unwrap();
         assert_eq!(s.synced_files(), None);
@@ -334,12 +390,13 @@ fn restore_cuts_back_to_the_checkpoints_synced_lengths() {
         synced
     });
     assert_eq!(synced.log_id, log_id_hex(42));
-    assert_eq!(synced.files["t"].n, 0);
-    let path = out.join("t.00000000.jsonl");
+    assert_eq!(synced.layout, LAYOUT);
+    assert_eq!(synced.files["t"].first, 0);
+    let path = open_file(&out, "t", 0);
     let at_checkpoint = synced.files["t"].len;
     assert!(std::fs::metadata(&path).unwrap().len() > at_checkpoint);
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
             .await
             .unwrap();
         let cut = s.restore(&synced).await.unwrap().unwrap();
@@ -353,34 +410,66 @@ fn restore_cuts_back_to_the_checkpoints_synced_lengths() {
 }
 
 #[test]
-fn restore_empties_files_and_topics_created_after_the_checkpoint() {
+fn restore_cuts_open_files_and_removes_topics_created_after_the_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
-    let rotate = line_len * 3;
+    let rotate = rot(line_len * 3);
     let recs: Vec<_> = (0..10).map(|i| rec(i, "t", b"x")).collect();
     let synced = smol::block_on(async {
         let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
         s.deliver(&src(), &recs[..4]).await.unwrap();
         let synced = s.synced_files().unwrap();
-        s.deliver(&src(), &recs[4..8]).await.unwrap();
-        s.deliver(&src(), &[rec(8, "new", b"y")]).await.unwrap();
+        s.deliver(&src(), &recs[4..5]).await.unwrap();
+        s.deliver(&src(), &[rec(5, "new", b"y")]).await.unwrap();
         synced
     });
     assert_eq!(
         synced.files["t"],
         SyncedFile {
-            n: 1,
+            first: 3,
             len: line_len
         }
     );
     smol::block_on(async {
         let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
         let cut = s.restore(&synced).await.unwrap().unwrap();
-        assert_eq!(cut.files, 3, "t.1 cut, t.2 and new.0 emptied");
+        assert_eq!(cut.files, 2, "t/3 cut, new/5 removed");
+        assert!(!out.join("new").join(file_name(5, true)).exists());
         assert_eq!(all_offsets(&out), vec![0, 1, 2, 3]);
         s.deliver(&src(), &recs[4..]).await.unwrap();
         assert_eq!(s.skipped_duplicates(), 0);
+    });
+    assert_eq!(all_offsets(&out), (0..10).collect::<Vec<_>>());
+}
+
+/// A file closed after the checkpoint is final: a downstream job may have taken it. It is
+/// never cut; its records are skipped when the drain resends them, and the open file
+/// created after it is removed and written again.
+#[test]
+fn restore_keeps_files_closed_after_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
+    let rotate = rot(line_len * 3);
+    let recs: Vec<_> = (0..10).map(|i| rec(i, "t", b"x")).collect();
+    let synced = smol::block_on(async {
+        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
+        s.deliver(&src(), &recs[..4]).await.unwrap();
+        let synced = s.synced_files().unwrap();
+        s.deliver(&src(), &recs[4..8]).await.unwrap();
+        synced
+    });
+    let closed = closed_file(&out, "t", 3);
+    let before = std::fs::read(&closed).unwrap();
+    smol::block_on(async {
+        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
+        let cut = s.restore(&synced).await.unwrap().unwrap();
+        assert_eq!(cut.files, 1, "t/6 removed");
+        assert_eq!(std::fs::read(&closed).unwrap(), before);
+        assert_eq!(all_offsets(&out), (0..6).collect::<Vec<_>>());
+        s.deliver(&src(), &recs[4..]).await.unwrap();
+        assert_eq!(s.skipped_duplicates(), 2);
     });
     assert_eq!(all_offsets(&out), (0..10).collect::<Vec<_>>());
 }
@@ -396,26 +485,26 @@ fn restore_leaves_lines_of_another_log() {
         log_id: 43,
     };
     let synced = smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
             .await
             .unwrap();
         s.deliver(&src(), &recs[..2]).await.unwrap();
         s.synced_files().unwrap()
     });
-    deliver(&out, DEFAULT_ROTATE_BYTES, &other, &recs);
-    let before = std::fs::read(out.join("t.00000000.jsonl")).unwrap();
+    deliver(&out, rot(DEFAULT_ROTATE_BYTES), &other, &recs);
+    let before = std::fs::read(open_file(&out, "t", 0)).unwrap();
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
             .await
             .unwrap();
         assert_eq!(s.restore(&synced).await.unwrap().unwrap().files, 0);
     });
-    assert_eq!(std::fs::read(out.join("t.00000000.jsonl")).unwrap(), before);
+    assert_eq!(std::fs::read(open_file(&out, "t", 0)).unwrap(), before);
     // A checkpoint taken for another directory is not applied.
     let mut elsewhere = synced.clone();
     elsewhere.dir = "/nonexistent/out".into();
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), DEFAULT_ROTATE_BYTES)
+        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
             .await
             .unwrap();
         assert_eq!(s.restore(&elsewhere).await.unwrap(), None);
@@ -423,28 +512,180 @@ fn restore_leaves_lines_of_another_log() {
 }
 
 /// A batch that fails half-way (here: the next file of a rotation cannot be created,
-/// after the current one was written and synced) is cut back whole before the resend,
-/// so the resent batch lands once.
+/// after the current one was written, synced and closed) is cut back before the resend:
+/// the closed file stays as it is, its records are skipped, the rest lands once.
 #[test]
 fn a_failed_batch_is_cut_back_before_it_is_resent() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
-    let rotate = line_len * 3;
+    let rotate = rot(line_len * 3);
     let recs: Vec<_> = (0..6).map(|i| rec(i, "t", b"x")).collect();
     smol::block_on(async {
         let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
         s.deliver(&src(), &recs[..1]).await.unwrap();
-        let blocker = out.join("t.00000001.jsonl");
+        let blocker = open_file(&out, "t", 3);
         std::fs::create_dir(&blocker).unwrap();
         assert!(s.deliver(&src(), &recs[1..]).await.is_err());
-        // Written and synced by the failed attempt, past the synced length.
-        assert_eq!(offsets(&out.join("t.00000000.jsonl")), vec![0, 1, 2]);
+        // Written, synced and closed by the failed attempt.
+        assert_eq!(offsets(&closed_file(&out, "t", 0)), vec![0, 1, 2]);
         std::fs::remove_dir(&blocker).unwrap();
         s.deliver(&src(), &recs[1..]).await.unwrap();
-        assert_eq!(s.skipped_duplicates(), 0);
+        assert_eq!(s.skipped_duplicates(), 2);
     });
     assert_eq!(all_offsets(&out), (0..6).collect::<Vec<_>>());
+    assert_eq!(
+        tree(&out),
+        vec![
+            "t/00000000000000000000.jsonl",
+            "t/00000000000000000003.jsonl.open"
+        ]
+    );
+}
+
+/// Guards against reused names: the earlier layout counted files from `00000000` again
+/// once the files were moved away, and a downstream job that had taken them got new files
+/// under old names.
+#[test]
+fn names_never_repeat_after_closed_files_were_moved_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let picked = dir.path().join("picked");
+    std::fs::create_dir_all(&picked).unwrap();
+    let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
+    let rotate = rot(line_len * 2);
+    // Offsets of one digit: every line is as long as the first.
+    let recs: Vec<_> = (0..10).map(|i| rec(i, "t", b"x")).collect();
+    let mut taken: Vec<String> = Vec::new();
+    for part in [&recs[..5], &recs[5..8], &recs[8..]] {
+        deliver(&out, rotate, &src(), part);
+        // A downstream job takes every closed file.
+        for name in tree(&out) {
+            if name.ends_with(SUFFIX) {
+                let base = name.rsplit('/').next().unwrap().to_string();
+                assert!(!taken.contains(&base), "{base} written twice");
+                std::fs::rename(out.join(&name), picked.join(&base)).unwrap();
+                taken.push(base);
+            }
+        }
+    }
+    assert_eq!(taken.len(), 4);
+    let mut got: Vec<u64> = taken
+        .iter()
+        .flat_map(|n| offsets(&picked.join(n)))
+        .collect();
+    got.extend(all_offsets(&out));
+    got.sort_unstable();
+    assert_eq!(got, (0..10).collect::<Vec<_>>());
+}
+
+#[test]
+fn rotate_interval_closes_files_at_a_write_and_when_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let interval = Duration::from_millis(200);
+    let r = Rotation {
+        interval: Some(interval),
+        ..Rotation::default()
+    };
+    smol::block_on(async {
+        let mut s = FileSink::open_async(out.clone(), r).await.unwrap();
+        s.deliver(&src(), &[rec(0, "t", b"a"), rec(1, "u", b"b")])
+            .await
+            .unwrap();
+        assert_eq!(s.close_expired().await.unwrap(), 0, "not open long enough");
+        // The interval is what is tested: let it pass.
+        smol::Timer::after(interval).await;
+        s.deliver(&src(), &[rec(2, "t", b"c")]).await.unwrap();
+        assert_eq!(
+            tree(&out),
+            vec![
+                "t/00000000000000000000.jsonl",
+                "t/00000000000000000002.jsonl.open",
+                "u/00000000000000000001.jsonl.open"
+            ]
+        );
+        // Idle: the drain asks the sink to close what is due; u is, t's new file is not.
+        assert_eq!(s.close_expired().await.unwrap(), 1);
+        assert!(closed_file(&out, "u", 1).exists());
+        smol::Timer::after(interval).await;
+        assert_eq!(s.close_expired().await.unwrap(), 1);
+        assert_eq!(
+            tree(&out),
+            vec![
+                "t/00000000000000000000.jsonl",
+                "t/00000000000000000002.jsonl",
+                "u/00000000000000000001.jsonl"
+            ]
+        );
+        // The next record begins a new file.
+        s.deliver(&src(), &[rec(3, "u", b"d")]).await.unwrap();
+        assert_eq!(offsets(&open_file(&out, "u", 3)), vec![3]);
+    });
+}
+
+#[test]
+fn partition_by_date_puts_files_under_the_first_records_utc_date() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let r = Rotation {
+        by_date: true,
+        ..Rotation::default()
+    };
+    let day = 86_400_000_000u64;
+    // 2023-11-14T22:13:20Z, 23:59:59.999999Z, then the next day.
+    let t0 = 1_700_000_000_000_000u64;
+    let at = |offset: u64, ts: u64| OwnedRecord {
+        timestamp_us: ts,
+        ..rec(offset, "t", b"x")
+    };
+    let end_of_day = t0 - t0 % day + day - 1;
+    deliver(
+        &out,
+        r,
+        &src(),
+        &[at(0, t0), at(1, end_of_day), at(2, end_of_day + 1)],
+    );
+    // Stamped a day earlier (a clock set back): stays in the open file.
+    deliver(&out, r, &src(), &[at(3, t0), at(4, end_of_day + 1 + day)]);
+    assert_eq!(
+        tree(&out),
+        vec![
+            "t/2023-11-14/00000000000000000000.jsonl",
+            "t/2023-11-15/00000000000000000002.jsonl",
+            "t/2023-11-16/00000000000000000004.jsonl.open"
+        ]
+    );
+    assert_eq!(
+        offsets(&out.join("t/2023-11-15/00000000000000000002.jsonl")),
+        vec![2, 3]
+    );
+    // A reopen finds the open file in its date directory and continues it.
+    deliver(&out, r, &src(), &[at(5, end_of_day + 1 + day)]);
+    assert_eq!(
+        offsets(&out.join("t/2023-11-16/00000000000000000004.jsonl.open")),
+        vec![4, 5]
+    );
+}
+
+/// A crash between the link to the closed name and the removal of the open name leaves
+/// one file under both: the open name goes, the closed file is kept as it is.
+#[test]
+fn a_rename_cut_short_keeps_the_closed_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let recs: Vec<_> = (0..4).map(|i| rec(i, "t", b"x")).collect();
+    deliver(&out, rot(DEFAULT_ROTATE_BYTES), &src(), &recs[..2]);
+    std::fs::hard_link(open_file(&out, "t", 0), closed_file(&out, "t", 0)).unwrap();
+    assert_eq!(deliver(&out, rot(DEFAULT_ROTATE_BYTES), &src(), &recs), 2);
+    assert_eq!(
+        tree(&out),
+        vec![
+            "t/00000000000000000000.jsonl",
+            "t/00000000000000000002.jsonl.open"
+        ]
+    );
+    assert_eq!(all_offsets(&out), vec![0, 1, 2, 3]);
 }
 
 #[test]
