@@ -31,11 +31,8 @@ fn run(c: DrainConfig) -> Result<DrainSummary, DrainError> {
 /// (topic, offset, payload) of every line in the output directory, sorted by offset.
 fn read_out(dir: &Path) -> Vec<(String, u64, String)> {
     let mut v = Vec::new();
-    let Ok(rd) = std::fs::read_dir(dir.join("out")) else {
-        return v;
-    };
-    for e in rd {
-        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+    for path in common::sink_files(&dir.join("out")) {
+        let text = std::fs::read_to_string(path).unwrap();
         for line in text.lines() {
             let j: serde_json::Value = serde_json::from_str(line).unwrap();
             if j.get("gap").is_some() {
@@ -85,7 +82,11 @@ fn once_drains_everything_in_order_and_commits() {
             assert_eq!(payload, &format!("b-{}", i - 300));
         }
     }
-    assert!(dir.path().join("out/buoy%2Fsst.00000000.jsonl").exists());
+    assert!(
+        dir.path()
+            .join("out/gw-1/buoy%2Fsst/00000000000000000000.jsonl.open")
+            .exists()
+    );
     assert_eq!(gw.committed("bridge"), Some(500));
     let store = Store::open(&dir.path().join("state.redb")).unwrap();
     let cp = store.load("gw-1", "bridge").unwrap().unwrap();

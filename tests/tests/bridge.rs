@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
-use spillway_tests::bridge::{committed_offset, drain_args, gateway_next_offset};
+use spillway_tests::bridge::{committed_offset, drain_args, gateway_next_offset, sink_files};
 use spillway_tests::gateway::free_port;
 use spillway_tests::kafka::{Broker, KMsg, consume_all};
 use spillway_tests::pki::TlsSetup;
@@ -109,11 +109,8 @@ fn publish_over(link: &Link, gw: &str, topic: &str, file: &str) {
 /// Every line of the file sink: (offset, payload), sorted by offset (duplicates kept).
 fn read_files(out: &Path) -> Vec<(u64, String)> {
     let mut v = Vec::new();
-    let Ok(rd) = std::fs::read_dir(out) else {
-        return v;
-    };
-    for e in rd {
-        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+    for path in sink_files(out) {
+        let text = std::fs::read_to_string(path).unwrap();
         for line in text.lines() {
             let j: serde_json::Value = serde_json::from_str(line).expect("whole JSON lines");
             if j.get("gap").is_some() {
@@ -207,7 +204,14 @@ fn publish_drain_tail_status_over(dir: &Path, link: &Link) {
         assert_eq!(*off, i as u64);
         assert_eq!(payload, &format!("sst {i}"));
     }
-    assert!(sink_dir.join("buoy%2Fsst.00000000.jsonl").exists());
+    assert!(
+        sink_dir
+            .join(GATEWAY_ID)
+            .join("buoy%2Fsst/00000000000000000000.jsonl.open")
+            .exists(),
+        "{:?}",
+        sink_files(&sink_dir)
+    );
 
     let out = link.run(&["tail", "--gateway", &gw, "--format", "raw"]);
     assert!(out.status.success());

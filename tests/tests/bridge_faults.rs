@@ -10,6 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use spillway_tests::bridge::sink_files;
 use spillway_tests::faultfs::{Kept, faultfs_env, reboot};
 use spillway_tests::gateway::free_port;
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
@@ -57,19 +58,13 @@ fn publish_ack(dir: &Path, gw: &str, topic: &str, n: usize, ack: &str) {
     );
 }
 
-/// (offset, payload) of every line of the file sink, file by file in file-number order and
+/// (offset, payload) of every line of the file sink, file by file in first-offset order and
 /// line by line as written (nothing sorted: order is part of what is checked).
 fn sink_lines(out: &Path) -> Vec<(u64, String)> {
-    let mut names: Vec<String> = match std::fs::read_dir(out) {
-        Ok(rd) => rd
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect(),
-        Err(_) => return Vec::new(),
-    };
-    names.sort();
     let mut v = Vec::new();
-    for name in names {
-        let bytes = std::fs::read(out.join(&name)).unwrap();
+    for path in sink_files(out) {
+        let name = path.display();
+        let bytes = std::fs::read(&path).unwrap();
         for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
             let j: serde_json::Value = serde_json::from_slice(line).unwrap_or_else(|e| {
                 panic!(
@@ -92,16 +87,9 @@ fn sink_lines(out: &Path) -> Vec<(u64, String)> {
 
 /// The `gap` objects of every gap line of the file sink, in file order.
 fn gap_lines(out: &Path) -> Vec<serde_json::Value> {
-    let mut names: Vec<String> = std::fs::read_dir(out)
-        .map(|rd| {
-            rd.map(|e| e.unwrap().file_name().into_string().unwrap())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
     let mut v = Vec::new();
-    for name in names {
-        for line in std::fs::read_to_string(out.join(&name)).unwrap().lines() {
+    for path in sink_files(out) {
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
             let j: serde_json::Value = serde_json::from_str(line).unwrap();
             if j.get("gap").is_some() {
                 assert!(
@@ -215,7 +203,7 @@ fn sink_fsync_eio(kept: Kept) {
     let out = dir.path().join("out");
     let state = dir.path().join("s.redb");
     let shim_state = dir.path().join("faultfs.state");
-    let env = faultfs_env(".jsonl", &shim_state, kept, Some(5));
+    let env = faultfs_env(".jsonl.open", &shim_state, kept, Some(5));
     let mut args = drain_args(&gw, &out, &state);
     args.push("--once".into());
     let o = run_with_env(&args, &env);
@@ -262,7 +250,7 @@ fn sink_fsync_eio_then_kill_9_with_kept_pages_lands_every_record_once() {
     let out = dir.path().join("out");
     let state = dir.path().join("s.redb");
     let shim_state = dir.path().join("faultfs.state");
-    let env = faultfs_env(".jsonl", &shim_state, Kept::Kept, Some(5));
+    let env = faultfs_env(".jsonl.open", &shim_state, Kept::Kept, Some(5));
     let args = drain_args(&gw, &out, &state);
     let (mut c, rx) = spawn_with_env(&args, &env);
     let mut seen = Vec::new();

@@ -14,7 +14,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use spillway_tests::bridge::spawn_bridge;
+use spillway_tests::bridge::{sink_files, spawn_bridge};
 use spillway_tests::gateway::free_port;
 use spillway_tests::kafka::{Broker, consume_all};
 use spillway_tests::process::ChildProcess;
@@ -266,16 +266,20 @@ fn one_bridge_drains_16_gateways_into_files_through_two_kill_9s() {
     for i in 0..GATEWAYS {
         let gw = format!("fleet-{i}");
         let gdir = out.join(&gw);
-        let mut names: Vec<String> = std::fs::read_dir(&gdir)
-            .unwrap_or_else(|e| panic!("{}: {e}", gdir.display()))
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        names.sort();
+        let files = sink_files(&gdir);
+        assert!(!files.is_empty(), "{}: no files", gdir.display());
         // Per topic, lines in file order; merged by offset they must be 0..PER_GATEWAY once.
         let mut all = Vec::new();
-        for name in &names {
-            let mut last = None;
-            for line in std::fs::read_to_string(gdir.join(name)).unwrap().lines() {
+        let mut last = None;
+        let mut topic_dir: Option<&Path> = None;
+        for path in &files {
+            let name = path.strip_prefix(&gdir).unwrap().display().to_string();
+            if topic_dir != path.parent() {
+                // Files of one topic are in offset order, across files.
+                topic_dir = path.parent();
+                last = None;
+            }
+            for line in std::fs::read_to_string(path).unwrap().lines() {
                 let j: serde_json::Value = serde_json::from_str(line).unwrap();
                 let o = j["offset"].as_u64().unwrap();
                 assert_eq!(j["gateway_id"], gw.as_str());

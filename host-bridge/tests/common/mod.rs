@@ -511,3 +511,29 @@ fn handle(
         }
     }
 }
+
+/// Every file of a file sink under `dir` (`*.jsonl` and `*.jsonl.open`, in every gateway,
+/// topic and date directory), in path order.
+pub fn sink_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    fn walk(d: &Path, out: &mut Vec<std::path::PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(d) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(".jsonl") || n.ends_with(".jsonl.open"))
+            {
+                out.push(p);
+            }
+        }
+    }
+    let mut v = Vec::new();
+    walk(dir, &mut v);
+    v.sort();
+    v
+}

@@ -1,4 +1,5 @@
-//! Reading the file sink: counting its lines as they grow, and parsing every line at the end.
+//! Reading the file sink (`DIR/<gateway id>/<topic>/<first offset>.jsonl[.open]`): counting
+//! its lines as they grow, and parsing every line at the end.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -8,7 +9,8 @@ use std::path::{Path, PathBuf};
 /// Counts the lines of the sink's files as they grow, reading only what is new.
 #[derive(Debug, Default)]
 pub(super) struct SinkCounter {
-    /// Per file: bytes read and lines counted.
+    /// Per file (its closed name: a rename on rotation is the same file): bytes read and
+    /// lines counted.
     pub(super) files: HashMap<PathBuf, (u64, u64)>,
     /// Highest offset seen in a last line.
     pub(super) high: Option<u64>,
@@ -16,16 +18,16 @@ pub(super) struct SinkCounter {
 
 impl SinkCounter {
     pub(super) fn lines(&mut self, dir: &Path) -> u64 {
-        let Ok(rd) = std::fs::read_dir(dir) else {
-            return 0;
-        };
-        for e in rd.flatten() {
-            let path = e.path();
+        let paths = crate::bridge::sink_files(dir);
+        let keys: Vec<PathBuf> = paths.iter().map(|p| closed_name(p)).collect();
+        // A file removed (an open file cut back to nothing after a kill) counts no more.
+        self.files.retain(|k, _| keys.contains(k));
+        for (path, key) in paths.into_iter().zip(keys) {
             let Ok(mut f) = File::open(&path) else {
                 continue;
             };
             let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-            let entry = self.files.entry(path).or_insert((0, 0));
+            let entry = self.files.entry(key).or_insert((0, 0));
             if len < entry.0 {
                 // Cut back (a torn line after a kill): count again.
                 *entry = (0, 0);
@@ -59,16 +61,19 @@ impl SinkCounter {
     }
 }
 
+/// `path` without a trailing `.open`.
+fn closed_name(path: &Path) -> PathBuf {
+    let s = path.to_string_lossy();
+    PathBuf::from(s.strip_suffix(".open").unwrap_or(&s).to_string())
+}
+
 /// Total size of the sink's files, bytes.
 pub(super) fn sink_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| e.metadata().ok())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
+    crate::bridge::sink_files(dir)
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum()
 }
 
 /// One line of the file sink.
@@ -81,28 +86,44 @@ pub(super) struct SinkLine {
     pub(super) payload: Vec<u8>,
 }
 
-/// The sink's lines per file stem, in file order; errors are reported as failures.
+/// The sink's lines per topic directory (`<gateway id>/<topic>`), in file order (first
+/// offset); errors, and files the layout does not name, are reported as failures.
 pub(super) fn read_sink(dir: &Path, failures: &mut Vec<String>) -> BTreeMap<String, Vec<SinkLine>> {
     let mut files: BTreeMap<String, BTreeMap<u64, PathBuf>> = BTreeMap::new();
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let parsed = name
-                .strip_suffix(".jsonl")
-                .and_then(|b| b.rsplit_once('.'))
-                .and_then(|(stem, n)| Some((stem.to_string(), n.parse::<u64>().ok()?)));
-            match parsed {
-                Some((stem, n)) => {
-                    files.entry(stem).or_default().insert(n, e.path());
+    let mut open_per_topic: BTreeMap<String, u32> = BTreeMap::new();
+    for path in crate::bridge::sink_files(dir) {
+        let rel = path.strip_prefix(dir).unwrap_or(&path).to_path_buf();
+        let name = rel.display().to_string();
+        let parts: Vec<&str> = name.split('/').collect();
+        let file = parts.last().copied().unwrap_or("");
+        let (digits, open) = match file.strip_suffix(".jsonl.open") {
+            Some(d) => (d, true),
+            None => (file.strip_suffix(".jsonl").unwrap_or(""), false),
+        };
+        let first = (digits.len() == 20)
+            .then(|| digits.parse::<u64>().ok())
+            .flatten();
+        match (first, parts.len()) {
+            (Some(first), 3) => {
+                let topic = format!("{}/{}", parts[0], parts[1]);
+                if open {
+                    *open_per_topic.entry(topic.clone()).or_default() += 1;
                 }
-                None => failures.push(format!("unexpected file in the sink: {name}")),
+                files.entry(topic).or_default().insert(first, path.clone());
             }
+            _ => failures.push(format!("unexpected file in the sink: {name}")),
+        }
+    }
+    for (topic, n) in open_per_topic {
+        if n > 1 {
+            failures.push(format!("{topic}: {n} open files, at most one expected"));
         }
     }
     let mut out = BTreeMap::new();
     for (stem, by_n) in files {
         let mut lines = Vec::new();
-        for path in by_n.values() {
+        for (&first, path) in &by_n {
+            let at = lines.len();
             let text = match std::fs::read_to_string(path) {
                 Ok(t) => t,
                 Err(e) => {
@@ -153,6 +174,16 @@ pub(super) fn read_sink(dir: &Path, failures: &mut Vec<String>) -> BTreeMap<Stri
                     timestamp_us: v["timestamp_us"].as_u64().unwrap_or(0),
                     payload,
                 });
+            }
+            // A file is named by the offset of its first record.
+            if let Some(l) = lines.get(at)
+                && l.offset != first
+            {
+                failures.push(format!(
+                    "{}: named {first} but its first record has offset {}",
+                    path.display(),
+                    l.offset
+                ));
             }
         }
         out.insert(stem, lines);
