@@ -278,8 +278,16 @@ fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
     let extra = link.bridge_args();
     let mut args = drain_args(&gw, &sink, &state);
     args.extend(extra.iter().map(String::as_str));
-    // Small batches: many checkpoints, many chances to die in between.
-    args.extend(["--max-batch-bytes", "1024", "--prefetch", "2"]);
+    // Small batches: many checkpoints, many chances to die in between; small files: many
+    // rotations (a rename each), some cut short by a kill.
+    args.extend([
+        "--max-batch-bytes",
+        "1024",
+        "--prefetch",
+        "2",
+        "--rotate-bytes",
+        "16K",
+    ]);
     let kills = 25;
     for _ in 0..kills {
         let mut c = spawn_bridge(&args);
@@ -306,8 +314,166 @@ fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
         assert_eq!(payload, &format!("r {off}"));
     }
     let dups = lines.len() - n;
-    eprintln!("{kills} kills: {dups} duplicate lines");
+    let files = sink_files(&sink_dir);
+    eprintln!(
+        "{kills} kills: {dups} duplicate lines, {} files",
+        files.len()
+    );
     assert_eq!(dups, 0, "no record written twice");
+    assert_layout(&sink_dir.join(GATEWAY_ID).join("t"), false);
+}
+
+/// Checks the files of one topic directory: each named `<first offset, 20 digits>.jsonl`
+/// (or `.jsonl.open`) by its first record's offset, at most one open and that one the
+/// newest, and, with `by_date`, each in the `YYYY-MM-DD` directory of its first record's
+/// UTC date. Returns the closed files' paths relative to `topic_dir`.
+fn assert_layout(topic_dir: &Path, by_date: bool) -> Vec<String> {
+    let files = sink_files(topic_dir);
+    assert!(!files.is_empty(), "{}: no files", topic_dir.display());
+    let mut closed = Vec::new();
+    let mut newest_open = None;
+    let mut firsts = Vec::new();
+    for path in &files {
+        let rel = path.strip_prefix(topic_dir).unwrap().display().to_string();
+        let name = path.file_name().unwrap().to_str().unwrap();
+        let (digits, open) = match name.strip_suffix(".jsonl.open") {
+            Some(d) => (d, true),
+            None => (name.strip_suffix(".jsonl").unwrap(), false),
+        };
+        assert_eq!(digits.len(), 20, "{rel}");
+        let first: u64 = digits.parse().unwrap();
+        let text = std::fs::read_to_string(path).unwrap();
+        let line: serde_json::Value =
+            serde_json::from_str(text.lines().next().expect("not empty")).unwrap();
+        assert_eq!(line["offset"], first, "{rel}: named by its first record");
+        let date = &line["timestamp"].as_str().unwrap()[..10];
+        let expected = if by_date {
+            format!("{date}/{name}")
+        } else {
+            name.to_string()
+        };
+        assert_eq!(rel, expected);
+        if open {
+            assert!(newest_open.is_none(), "two open files: {files:?}");
+            newest_open = Some(first);
+        } else {
+            closed.push(rel);
+        }
+        firsts.push(first);
+    }
+    if let Some(o) = newest_open {
+        assert_eq!(Some(&o), firsts.iter().max(), "the open file is the newest");
+    }
+    closed
+}
+
+/// A downstream job moves every closed file away after each drain: the next drains never
+/// write a file under a name it took (the earlier layout started over at `00000000`).
+#[test]
+fn file_names_never_repeat_after_the_closed_files_were_moved_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let port = free_port();
+    let _g = start_gateway(dir, port);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let sink_dir = dir.join("out");
+    let sink = format!("file:{}", sink_dir.display());
+    let state = dir.join("s.redb").display().to_string();
+    let picked = dir.join("picked");
+    std::fs::create_dir_all(&picked).unwrap();
+    let topic_dir = sink_dir.join(GATEWAY_ID).join("t");
+    let mut taken: Vec<String> = Vec::new();
+    let per_round = 300;
+    for round in 0..3 {
+        let input = write_input(dir, per_round, &format!("r{round}"));
+        publish(&gw, "t", &input);
+        let mut args = drain_args(&gw, &sink, &state);
+        args.extend(["--once", "--rotate-bytes", "4K"]);
+        let out = run_bridge(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let closed = assert_layout(&topic_dir, false);
+        assert!(closed.len() >= 2, "round {round}: {closed:?}");
+        for name in closed {
+            assert!(
+                !taken.contains(&name),
+                "round {round}: {name} written again"
+            );
+            std::fs::rename(topic_dir.join(&name), picked.join(&name)).unwrap();
+            taken.push(name);
+        }
+    }
+    let mut offsets: Vec<u64> = read_files(&picked)
+        .into_iter()
+        .chain(read_files(&sink_dir))
+        .map(|l| l.0)
+        .collect();
+    offsets.sort_unstable();
+    assert_eq!(offsets, (0..3 * per_round as u64).collect::<Vec<_>>());
+    eprintln!(
+        "{} closed files taken in 3 rounds, no name twice",
+        taken.len()
+    );
+}
+
+/// `--rotate-interval` (flag) closes a file that stays below `--rotate-bytes` while the
+/// drain is idle, and `partition-by-date` (config key) puts it under the UTC date of its
+/// first record.
+#[test]
+fn rotate_interval_closes_an_idle_file_under_its_date_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let port = free_port();
+    let _g = start_gateway(dir, port);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let sink_dir = dir.join("out");
+    let sink = format!("file:{}", sink_dir.display());
+    let state = dir.join("s.redb").display().to_string();
+    let config = dir.join("bridge.toml");
+    std::fs::write(
+        &config,
+        "partition-by-date = true\nrotate-bytes = \"64M\"\n",
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    publish(&gw, "t", &write_input(dir, 50, "a"));
+    let mut args = drain_args(&gw, &sink, &state);
+    args.extend(["--config", &config, "--rotate-interval", "1s"]);
+    let c = spawn_bridge(&args);
+    let topic_dir = sink_dir.join(GATEWAY_ID).join("t");
+    let t = Instant::now();
+    // Wait for the drain to write all 50 records and close their file.
+    let done = loop {
+        let files = sink_files(&topic_dir);
+        if read_files(&sink_dir).len() == 50
+            && !files.is_empty()
+            && files
+                .iter()
+                .all(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        {
+            break true;
+        }
+        if t.elapsed() > Duration::from_secs(30) {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let files = sink_files(&topic_dir);
+    assert_eq!(sigterm_and_wait(c), 0);
+    assert!(done, "not closed within 30 s: {files:?}");
+    let closed = assert_layout(&topic_dir, true);
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    eprintln!("closed {:?} after {:.1?}", closed, t.elapsed());
+    assert_eq!(
+        read_files(&sink_dir)
+            .iter()
+            .map(|l| l.0)
+            .collect::<Vec<_>>(),
+        (0..50).collect::<Vec<_>>()
+    );
 }
 
 #[test]

@@ -144,6 +144,10 @@ impl Drain {
             let item = match self.advance(s, Some(rx)).await? {
                 Step::GaveUp => return Ok(SessionEnd::Done),
                 Step::Progress | Step::Idle => continue,
+                Step::Quiet => {
+                    self.close_expired_files().await;
+                    continue;
+                }
                 Step::Item(None) => {
                     // The fetcher ended: finish what is in flight.
                     self.flush(s).await?;
@@ -167,11 +171,6 @@ impl Drain {
                     }));
                 }
                 Item::Batch { from, reply } => {
-                    // Nothing new from the gateway (a long poll that timed out).
-                    let quiet = matches!(
-                        &reply,
-                        FetchReply::Records { records, lost: None, .. } if records.is_empty()
-                    );
                     if from != s.win.next {
                         // Cannot happen: batches are consecutive. Start the session over.
                         log::warn!(
@@ -259,9 +258,6 @@ impl Drain {
                         }
                     }
                     s.commit.set(s.cp.offset);
-                    if quiet && s.win.is_idle() {
-                        self.close_expired_files().await;
-                    }
                 }
             }
         }

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use smol::channel::Receiver;
 
@@ -45,6 +45,18 @@ impl Drain {
         .await
     }
 
+    /// How often an idle drain lets a file sink with `--rotate-interval` close the files
+    /// that are due: half the interval, between 50 ms and 5 s; `None` for other sinks.
+    pub(super) fn idle_tick(&self) -> Option<Duration> {
+        match self.sink.as_ref() {
+            Some(Sink::File(f)) => f
+                .rotation()
+                .interval
+                .map(|i| (i / 2).clamp(Duration::from_millis(50), Duration::from_secs(5))),
+            _ => None,
+        }
+    }
+
     /// One step of the sink side: resends after a failure (once its backoff has passed),
     /// takes the acknowledgements of the oldest batch in flight, or, with `rx` and room in
     /// the window, takes the next item from the fetcher.
@@ -80,32 +92,49 @@ impl Drain {
         if s.win.in_flight.is_empty() && rx.is_none() {
             return Ok(Step::Idle);
         }
+        // With nothing in flight, a file sink with --rotate-interval wakes up now and then
+        // to close the files that are due (the fetcher sends nothing while the log is quiet).
+        let tick = self.idle_tick().filter(|_| s.win.is_idle());
         let event = {
             let front = s.win.in_flight.front_mut();
             let settled = async {
                 match front {
                     Some(b) => {
                         b.pending.settle().await;
-                        None
+                        Event::Settled
                     }
                     None => std::future::pending().await,
                 }
             };
             let received = async {
                 match rx {
-                    Some(rx) => Some(rx.recv().await.ok()),
+                    Some(rx) => Event::Received(rx.recv().await.ok()),
                     None => std::future::pending().await,
                 }
             };
-            self.until_halt(smol::future::or(settled, received)).await
+            let ticked = async {
+                match tick {
+                    Some(d) => {
+                        smol::Timer::after(d).await;
+                        Event::Tick
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            self.until_halt(smol::future::or(
+                settled,
+                smol::future::or(received, ticked),
+            ))
+            .await
         };
         match event {
             None => Ok(Step::Progress),
-            Some(None) => {
+            Some(Event::Settled) => {
                 self.complete(s).await?;
                 Ok(Step::Progress)
             }
-            Some(Some(item)) => Ok(Step::Item(item)),
+            Some(Event::Received(item)) => Ok(Step::Item(item)),
+            Some(Event::Tick) => Ok(Step::Quiet),
         }
     }
 
@@ -285,8 +314,20 @@ pub(super) enum Step {
     Progress,
     /// Nothing in flight and nothing to take.
     Idle,
+    /// Nothing in flight and nothing received for a while (see [`Drain::idle_tick`]).
+    Quiet,
     /// The shutdown grace ran out with records unacknowledged.
     GaveUp,
     /// The next item from the fetcher (`None`: the fetcher ended).
     Item(Option<Item>),
+}
+
+/// What one wait of [`Drain::advance`] ended with.
+enum Event {
+    /// The oldest batch in flight has its outcome.
+    Settled,
+    /// An item from the fetcher (`None`: the fetcher ended).
+    Received(Option<Item>),
+    /// The idle tick (see [`Drain::idle_tick`]).
+    Tick,
 }
