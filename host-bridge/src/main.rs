@@ -684,7 +684,7 @@ fn run_drain(c: FileConfig, retry_for: Option<Duration>, kafka_flags: &[String])
     }
     if let Some(v) = c.rotate_interval {
         if v.0.is_zero() {
-            usage("--rotate-interval: must be longer than 0 s");
+            usage("--rotate-interval (key rotate-interval): must be longer than 0 s");
         }
         so.rotation.interval = Some(v.0);
     }

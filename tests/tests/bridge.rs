@@ -867,3 +867,37 @@ fn an_idle_drain_once_reports_its_checkpoint_and_repairs_the_gateway_commit() {
         "{text}"
     );
 }
+
+/// A bad `--rotate-interval` (flag or key) is a usage error naming the flag or key, before
+/// anything is created on disk.
+#[test]
+fn a_bad_rotate_interval_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let sink = format!("file:{}", out_dir.display());
+    let state = dir.path().join("s.redb").display().to_string();
+    let mut args = drain_args("tcp://127.0.0.1:1", &sink, &state);
+    args.extend(["--once", "--rotate-interval", "soon"]);
+    let out = run_bridge(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--rotate-interval") && err.contains("soon"),
+        "{err}"
+    );
+    let config = dir.path().join("b.toml");
+    std::fs::write(&config, "rotate-interval = \"0s\"\n").unwrap();
+    let config = config.display().to_string();
+    let mut args = drain_args("tcp://127.0.0.1:1", &sink, &state);
+    args.extend(["--once", "--config", &config]);
+    let out = run_bridge(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("rotate-interval"), "{err}");
+    std::fs::write(dir.path().join("b.toml"), "rotate-interval = []\n").unwrap();
+    let out = run_bridge(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("rotate-interval"), "{err}");
+    assert!(!out_dir.exists(), "nothing created");
+}
