@@ -191,8 +191,6 @@ enum Job {
     Records(Vec<OwnedRecord>),
     /// Write a gap line; the offset names a file it has to begin.
     Gap(String, u64),
-    /// Close the open files older than the rotation interval.
-    CloseExpired,
 }
 
 /// A topic's open file.
@@ -753,16 +751,25 @@ impl FileSink {
     /// # Errors
     /// The I/O error of the rename or a directory fsync.
     pub async fn close_expired(&mut self) -> std::io::Result<u64> {
-        if self.rot.interval.is_none() || self.log_id.is_none() {
+        if self.rot.interval.is_none() {
             return Ok(0);
         }
-        let Some(src) = self.log_id.map(|log_id| Source {
-            gateway_id: String::new(),
-            log_id,
-        }) else {
+        // After a failure the next write cuts back and reopens first; nothing to close now.
+        let Some(mut inner) = self.inner.take() else {
             return Ok(0);
         };
-        self.write_job(&src, Job::CloseExpired).await
+        let (inner, res) = smol::unblock(move || match inner.close_expired() {
+            Ok(n) => (Some(inner), Ok(n)),
+            // Drop the handles: the next write cuts back to the synced lengths and reopens.
+            Err(e) => (None, Err(e)),
+        })
+        .await;
+        self.inner = inner;
+        let n = res?;
+        if let Some(i) = &self.inner {
+            self.synced = i.state.clone();
+        }
+        Ok(n)
     }
 
     /// The rotation settings.
@@ -795,7 +802,6 @@ impl FileSink {
             let res = match &job {
                 Job::Records(records) => inner.write(&src, records),
                 Job::Gap(line, from) => inner.write_gap(line, *from).map(|()| 0),
-                Job::CloseExpired => inner.close_expired(),
             };
             match res {
                 Ok(skipped) => (Some(inner), Ok(skipped)),
