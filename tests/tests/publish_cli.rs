@@ -827,7 +827,7 @@ fn a_port_that_is_not_a_spillway_listener_is_named_as_such() {
 
 /// `tail --from TIME` and `drain --from TIME` start at the first offset, in offset order,
 /// whose record is stamped at or after the time, found by the gateway (more than one
-/// `FindOffset` step here: over 256 KiB of older records come first). Stamps set with
+/// `FindOffset` step here: over 64 KiB of older records come first). Stamps set with
 /// `publish --timestamp-field` out of order do not move the start, and records after it
 /// stamped earlier are printed too; a time before every record starts at the first one,
 /// one after every record prints nothing; a time that is no RFC 3339 time is a usage error.

@@ -14,11 +14,15 @@
 //! ## Cost
 //! Each step reads the records in offset order through [`Log::read`] (every batch's CRC is
 //! checked, as for a fetch), from RAM or flash, until a record matches or `budget_bytes`
-//! of record encodings have been looked at; the caller continues from the offset the step
-//! returns. A lookup reads every record from the start up to the answer once: on a full
-//! 1 GiB image whose records are all older than T, about 1 GiB of flash reads, spread over
-//! `1 GiB / budget_bytes` steps. A step reads at most `budget_bytes` plus one read
-//! buffer, so another client waits at most that long between two of its requests.
+//! of record encodings have been looked at (plus the rest of the last read buffer); the
+//! caller continues from the offset the step returns. A lookup reads every record from the
+//! start up to the answer once, so its flash reads are those of a fetch of the same
+//! records. Measured with `core/tests/find_cost.rs` on a full 1 GiB file image (10.6 M
+//! records of 100 B, 1,244 MiB of record encodings), a time after every record: 10,230
+//! steps of 64 KiB, 16.5 s in all from the page cache (17.5 s from the disk), 1.6 ms per
+//! step on average and 25 ms at the longest, on a 2-core machine shared with other jobs;
+//! 4,028 MiB read from the image, as much as a read of every record through [`Log::read`]
+//! in the same run (16.6 s).
 
 use super::Log;
 use super::format::parse_record_fields;
