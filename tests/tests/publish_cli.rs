@@ -915,8 +915,8 @@ fn tail_and_drain_from_a_time() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let mut offsets = Vec::new();
-    for e in std::fs::read_dir(&sink_dir).unwrap() {
-        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+    for f in spillway_tests::bridge::sink_files(&sink_dir) {
+        let text = std::fs::read_to_string(f).unwrap();
         for l in text.lines() {
             let v: serde_json::Value = serde_json::from_str(l).unwrap();
             if let Some(o) = v["offset"].as_u64() {
