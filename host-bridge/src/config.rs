@@ -87,6 +87,8 @@ pub struct FileConfig {
     pub metrics: Option<String>,
     /// Fetch budget, bytes.
     pub max_batch_bytes: Option<ByteSize>,
+    /// Uplink cap, record payload bytes per second (`--max-bytes-per-sec`).
+    pub max_bytes_per_sec: Option<ByteSize>,
     /// Prefetched batches.
     pub prefetch: Option<usize>,
     /// Batches in flight at a pipelined sink.

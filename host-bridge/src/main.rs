@@ -11,7 +11,7 @@ use spillway_bridge::client::GatewayAddr;
 use spillway_bridge::commands::{self, PublishArgs, TailArgs, TailFormat, TailFrom};
 use spillway_bridge::config::FileConfig;
 use spillway_bridge::drain::{
-    Drain, DrainConfig, Fleet, Shutdown, StartFrom, fleet_exit_code, identify,
+    Drain, DrainConfig, Fleet, Shutdown, StartFrom, Uplink, fleet_exit_code, identify,
 };
 use spillway_bridge::metrics::Metrics;
 use spillway_bridge::progress::Mode;
@@ -203,6 +203,12 @@ struct DrainArgs {
     /// Byte budget of one fetch, bytes with optional K/M/G (K = 1024) [default: 256K]
     #[arg(long)]
     max_batch_bytes: Option<ByteSize>,
+    /// Uplink cap for a metered link: at most this many record payload bytes per second
+    /// go to the sink, summed over every gateway of this drain (K/M/G, K = 1024; `1M`);
+    /// a batch waits before it is sent, never after, and the progress line's and the
+    /// metrics' ETA are computed under the cap [default: no cap]
+    #[arg(long, value_name = "SIZE")]
+    max_bytes_per_sec: Option<ByteSize>,
     /// Batches fetched ahead of the sink [default: 4]
     #[arg(long)]
     prefetch: Option<usize>,
@@ -671,6 +677,10 @@ fn run_drain(c: FileConfig, retry_for: Option<Duration>, kafka_flags: &[String])
             .to_u32("--max-batch-bytes")
             .unwrap_or_else(|e| usage(e))
             .max(1);
+    }
+    if let Some(v) = c.max_bytes_per_sec {
+        cfg.uplink =
+            Some(Uplink::new(v.0).unwrap_or_else(|e| usage(format!("--max-bytes-per-sec: {e}"))));
     }
     cfg.prefetch = c.prefetch.map_or(cfg.prefetch, |v| v.clamp(1, 1024));
     cfg.max_in_flight_batches = c

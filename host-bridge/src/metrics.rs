@@ -9,6 +9,7 @@
 //! | `spillway_bridge_committed_offset` | gauge | checkpoint offset (first offset not yet forwarded) |
 //! | `spillway_bridge_gateway_next_offset` | gauge | the gateway's next offset, as last seen |
 //! | `spillway_bridge_lag_offsets` | gauge | next offset − committed offset, in offsets (a gateway crash skips offsets that hold no record) |
+//! | `spillway_bridge_backlog_eta_seconds` | gauge | seconds to forward the lag at this run's rate, never faster than `--max-bytes-per-sec` allows at its mean payload size (−1: unknown yet) |
 //! | `spillway_bridge_retries_total` | counter | retries after a gateway or sink failure |
 //! | `spillway_bridge_gaps_total` | counter | ranges of offsets the gateway no longer had |
 //! | `spillway_bridge_lost_records_total` | counter | offsets in those ranges |
@@ -41,6 +42,8 @@ pub struct Metrics {
     pub next_offset: Gauge,
     /// Lag in records.
     pub lag: Gauge,
+    /// Seconds to forward the lag (−1: unknown), under the uplink cap.
+    pub backlog_eta: Gauge,
     /// Retries.
     pub retries: Counter,
     /// Gaps met.
@@ -131,6 +134,11 @@ impl Metrics {
             "gateway_next_offset",
             "The gateway's next offset as last seen",
             self.next_offset.clone(),
+        );
+        r.register(
+            "backlog_eta_seconds",
+            "Seconds to forward the lag at this run's rate, under the uplink cap (-1: unknown yet)",
+            self.backlog_eta.clone(),
         );
         r.register(
             "lag_offsets",

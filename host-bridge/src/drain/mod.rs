@@ -29,6 +29,7 @@ mod kafka_tail;
 mod resume;
 mod session;
 mod state;
+mod uplink;
 mod window;
 
 use std::path::PathBuf;
@@ -49,6 +50,7 @@ pub use fetcher::{CORRUPT_REFETCH_DELAY, CORRUPT_REFETCH_FOR, CORRUPT_REFETCHES}
 use fetcher::{NoConnection, connect_retry};
 pub use fleet::{Fleet, GatewayOutcome, fleet_exit_code, identify};
 pub use state::{GatewayIds, SharedStore};
+pub use uplink::Uplink;
 
 /// Where to start when the state file has no checkpoint for the gateway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +174,10 @@ pub struct DrainConfig {
     pub kafka_resume_window: u64,
     /// Kafka: how long one scan of the partition tails may take before it is retried.
     pub kafka_resume_timeout: Duration,
+    /// The uplink cap (`--max-bytes-per-sec`): record payload bytes per second handed to
+    /// the sink, shared by every gateway of the drain (clones of this config share it).
+    /// `None`: no cap.
+    pub uplink: Option<Uplink>,
 }
 
 /// How long the Kafka producer's metadata warm-up may hold up the start of the drain.
@@ -222,6 +228,7 @@ impl DrainConfig {
             progress: Mode::Auto,
             kafka_resume_window: 10_000,
             kafka_resume_timeout: Duration::from_secs(10),
+            uplink: None,
         }
     }
 }
@@ -460,7 +467,9 @@ impl Drain {
         sink: Option<Sink>,
         ids: Option<Arc<GatewayIds>>,
     ) -> Drain {
-        let progress = Progress::new(cfg.progress);
+        let progress =
+            Progress::new(cfg.progress).with_cap(cfg.uplink.as_ref().map(Uplink::bytes_per_sec));
+        metrics.backlog_eta.set(-1);
         let cfg_backoff = (cfg.backoff_initial, cfg.backoff_max);
         Drain {
             cfg,

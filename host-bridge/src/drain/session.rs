@@ -242,6 +242,17 @@ impl Drain {
                                     .await?;
                             }
                             if let Some(last) = records.last() {
+                                // The uplink cap: wait before the batch goes out (never
+                                // after it was delivered). Stopped while waiting: the
+                                // batch was not sent, the checkpoint stays before it.
+                                if let Some(cap) = &self.cfg.uplink {
+                                    let bytes =
+                                        records.iter().map(|r| r.payload.len() as u64).sum();
+                                    if !cap.take(bytes, &self.stop).await {
+                                        self.flush(s).await?;
+                                        return Ok(SessionEnd::Done);
+                                    }
+                                }
                                 *expect_crc = Some(last.record_crc);
                                 s.win.next = last.offset + 1;
                                 self.submit(s, records).await;

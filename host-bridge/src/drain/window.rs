@@ -224,12 +224,15 @@ impl Drain {
             self.summary.bytes += bytes;
             self.summary.offset = s.cp.offset;
             let next = u64::try_from(self.metrics.next_offset.get()).unwrap_or(0);
-            self.progress.update(
+            let eta = self.progress.update(
                 s.cp.offset,
                 next.max(s.cp.offset),
                 self.summary.records,
                 self.summary.bytes,
             );
+            self.metrics
+                .backlog_eta
+                .set(eta.map_or(-1, |s| s.round() as i64));
         }
         if let Some((rest, err)) = failure {
             self.fail(s, rest, err).await;
