@@ -9,7 +9,8 @@
 # topics); a failed check exits 1 with a message saying which.
 #
 # Usage: scripts/bench.sh [--only 1,2,...]     (arguments go to the bench program)
-#   Comparisons: 1 core, 2 mount, 3 gateway ingest, 4 Kafka, 5 footprint. Wall time on a
+#   Comparisons: 1 core, 2 mount, 3 gateway ingest, 4 Kafka, 5 footprint, 6 MQTT QoS 1
+#   fan-in against mosquitto (`--only 6` runs it alone). Wall time on a
 #   2-core machine busy with other builds (load 7-13), two runs: 1 in 70-140 s, 2 in
 #   175-320 s (filling the peer's 64 MiB image takes most of it), 3 in 155-200 s, 4 in
 #   45-65 s, 5 in under 20 s; all of them 8-12.5 min after a warm release build (a cold

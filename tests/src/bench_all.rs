@@ -11,7 +11,9 @@
 //! 3. gateway ingest over TCP, buffered and durable, against NATS JetStream, with the disk's
 //!    sync bandwidth ([`bench_gateway`]);
 //! 4. bridge drain into a Kafka-protocol broker against a plain producer ([`bench_kafka`]);
-//! 5. footprint beside nats-server and mosquitto ([`bench_footprint`]).
+//! 5. footprint beside nats-server and mosquitto ([`bench_footprint`]);
+//! 6. MQTT QoS 1 fan-in of 50 publishers against Mosquitto, with the load generator's own
+//!    ceiling against a discard server ([`bench_mqtt`]).
 //!
 //! A ratio's range is the widest the extremes allow (spillway's min ÷ the peer's max to
 //! spillway's max ÷ the peer's min), unless the repetitions were paired, then it is the
@@ -27,6 +29,7 @@ use crate::bench_core::{
 use crate::bench_footprint;
 use crate::bench_gateway;
 use crate::bench_kafka;
+use crate::bench_mqtt;
 use crate::plot::{self, Bar, Series};
 
 /// What to run.
@@ -53,12 +56,14 @@ pub struct Options {
     pub kafka: Option<(bench_kafka::Options, String)>,
     /// Comparison 5.
     pub footprint: bench_footprint::Options,
+    /// Comparison 6.
+    pub mqtt: bench_mqtt::Options,
     /// Which comparisons run (index 0 is comparison 1); all of them normally.
-    pub parts: [bool; 5],
+    pub parts: [bool; 6],
 }
 
 impl Options {
-    /// Runs only the comparisons numbered in `only` (1–5).
+    /// Runs only the comparisons numbered in `only` (1–6).
     pub fn only(mut self, only: &[u8]) -> Options {
         for (i, p) in self.parts.iter_mut().enumerate() {
             *p = only.contains(&(i as u8 + 1));
@@ -83,8 +88,9 @@ impl Options {
                 nats_bin: nats_bin.clone(),
                 mosquitto_bin: bench_footprint::mosquitto_bin(),
             },
+            mqtt: bench_mqtt::Options::full(bench_footprint::mosquitto_bin()),
             nats_bin,
-            parts: [true; 5],
+            parts: [true; 6],
         }
     }
 
@@ -112,8 +118,9 @@ impl Options {
                 nats_bin: nats_bin.clone(),
                 mosquitto_bin: bench_footprint::mosquitto_bin(),
             },
+            mqtt: bench_mqtt::Options::smoke(bench_footprint::mosquitto_bin()),
             nats_bin,
-            parts: [true; 5],
+            parts: [true; 6],
         }
     }
 }
@@ -153,6 +160,8 @@ pub struct AllReport {
     pub kafka: Option<bench_kafka::Report>,
     /// Comparison 5 (`None` if not run).
     pub footprint: Option<bench_footprint::Report>,
+    /// Comparison 6 (`None` if not run).
+    pub mqtt: Option<bench_mqtt::Report>,
     /// Wall time of each comparison.
     pub timings: Vec<(&'static str, Duration)>,
     /// Wall time of the whole run.
@@ -246,6 +255,10 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> AllReport {
         .then(|| bench_footprint::run(&opts.footprint, |w| progress(&format!("5. {w}"))));
     timings.push(("5. footprint", t.elapsed()));
 
+    let t = Instant::now();
+    let mqtt = opts.parts[5].then(|| bench_mqtt::run(&opts.mqtt, |w| progress(&format!("6. {w}"))));
+    timings.push(("6. MQTT QoS 1 fan-in", t.elapsed()));
+
     AllReport {
         options: opts.clone(),
         machine: at_start,
@@ -256,6 +269,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> AllReport {
         gateway,
         kafka,
         footprint,
+        mqtt,
         timings,
         elapsed: begun.elapsed(),
     }
@@ -264,7 +278,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> AllReport {
 /// A headline ratio.
 #[derive(Debug, Clone)]
 pub struct Ratio {
-    /// Comparison number (1–5).
+    /// Comparison number (1–6).
     pub comparison: u8,
     /// What is compared.
     pub label: String,
@@ -522,15 +536,54 @@ impl AllReport {
                 });
             }
         }
+        if let Some(r) = &self.mqtt
+            && let Some(peer) = &r.mosquitto
+        {
+            for c in r.cases.iter().filter(|c| !c.mosquitto.is_empty()) {
+                let (sw, mq) = (c.spillway_rates(), c.mosquitto_rates());
+                let (a, b) = (Spread::of(&sw), Spread::of(&mq));
+                out.push(Ratio {
+                    comparison: 6,
+                    label: format!(
+                        "MQTT QoS 1 fan-in messages/s, {} B (PUBACK after fdatasync vs before any disk write)",
+                        c.payload
+                    ),
+                    spillway: si(a.median),
+                    peer: si(b.median),
+                    peer_name: peer.clone(),
+                    ratio: a.median / b.median,
+                    range: paired(&sw, &mq),
+                    higher_is_better: true,
+                });
+                let p99 = |runs: &[bench_mqtt::Measured]| {
+                    runs.iter().map(|m| m.p99_ms).collect::<Vec<f64>>()
+                };
+                let (sw, mq) = (p99(&c.spillway), p99(&c.mosquitto));
+                let (a, b) = (Spread::of(&sw), Spread::of(&mq));
+                out.push(Ratio {
+                    comparison: 6,
+                    label: format!("MQTT QoS 1 PUBACK p99 latency, {} B", c.payload),
+                    spillway: format!("{:.2} ms", a.median),
+                    peer: format!("{:.2} ms", b.median),
+                    peer_name: peer.clone(),
+                    ratio: a.median / b.median,
+                    range: paired(&sw, &mq),
+                    higher_is_better: false,
+                });
+            }
+        }
         out
     }
 
     /// Every check this run failed, described (empty when every figure's run did the work
     /// it claims). The benchmark program exits non-zero when there is any.
     pub fn failures(&self) -> Vec<String> {
-        self.kafka
+        let mut out = self
+            .kafka
             .as_ref()
-            .map_or_else(Vec::new, bench_kafka::Report::failures)
+            .map_or_else(Vec::new, bench_kafka::Report::failures);
+        out.extend(self.mqtt.iter().flat_map(bench_mqtt::Report::failures));
+        out
     }
 
     /// Writes `BENCH.md`, `mount.svg` and `ratios.svg` into `dir` (created if missing).
@@ -642,7 +695,7 @@ impl AllReport {
             "Every figure was measured in this run beside its peer, repetitions interleaved, \
              and is given as min / median / max. A ratio is spillway ÷ peer on medians; its \
              range is the per-repetition ratios where the repetitions were paired \
-             (comparisons 3 and 4), else the widest the extremes allow (spillway min ÷ peer \
+             (comparisons 3, 4 and 6), else the widest the extremes allow (spillway min ÷ peer \
              max … spillway max ÷ peer min). Flash bytes and erases are exact counts. This \
              is a shared 2-core machine: absolute figures move from run to run, the ratios \
              much less."
@@ -791,6 +844,37 @@ impl AllReport {
         )?;
         writeln!(f)?;
         match &self.footprint {
+            Some(r) => writeln!(f, "{r}")?,
+            None => writeln!(f, "Not run.\n")?,
+        }
+        writeln!(
+            f,
+            "## 6. MQTT QoS 1 fan-in: spillway vs Mosquitto, and the load generator's ceiling"
+        )?;
+        writeln!(f)?;
+        writeln!(
+            f,
+            "{} MQTT 3.1.1 publishers with persistent sessions, {} QoS 1 messages each per \
+             run, {} unacknowledged at most per publisher, driven by one load generator \
+             (Rust, `mqtt-protocol-core`, one thread per connection); {} repetitions, cases \
+             interleaved. Spillway: a fresh image per run, PUBACK once the record is written \
+             and `fdatasync`ed; afterwards its log is read back and must hold exactly one \
+             record per message, in order per publisher. Mosquitto: `persistence true`, a \
+             persistent QoS 1 subscriber session that is offline during the run \
+             (`max_queued_messages 0`: every message queued), PUBACK before any disk write \
+             (it writes its persistence file at autosave and shutdown); afterwards the \
+             subscriber connects and must receive exactly one delivery per message. Discard: \
+             a server in the bench process that PUBACKs at once and keeps nothing, the \
+             generator's ceiling, which must be at least {}× both servers' rates. Latency: \
+             from the write of a PUBLISH to the read of its PUBACK.",
+            bench_mqtt::PUBLISHERS,
+            o.mqtt.per_publisher,
+            bench_mqtt::WINDOW,
+            o.mqtt.reps,
+            bench_mqtt::CEILING_FACTOR
+        )?;
+        writeln!(f)?;
+        match &self.mqtt {
             Some(r) => writeln!(f, "{r}")?,
             None => writeln!(f, "Not run.\n")?,
         }

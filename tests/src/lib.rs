@@ -5,20 +5,23 @@
 //! consumer, the [`demo`] scenario (also the `spillway-demo` binary), and the benchmarks'
 //! measuring code: the core against `sequential-storage` ([`bench_core`]), gateway ingest
 //! against NATS ([`bench_gateway`]), bridge drain against a plain Kafka producer
-//! ([`bench_kafka`]), footprint beside nats-server and mosquitto ([`bench_footprint`]), all
-//! of them in one report ([`bench_all`]) with its [`plot`]s.
+//! ([`bench_kafka`]), footprint beside nats-server and mosquitto ([`bench_footprint`]), MQTT
+//! QoS 1 fan-in against Mosquitto ([`bench_mqtt`], its load generator [`mqtt_load`]), all of them in one report
+//! ([`bench_all`]) with its [`plot`]s.
 
 pub mod bench_all;
 pub mod bench_core;
 pub mod bench_footprint;
 pub mod bench_gateway;
 pub mod bench_kafka;
+pub mod bench_mqtt;
 pub mod bridge;
 pub mod client;
 pub mod demo;
 pub mod faultfs;
 pub mod gateway;
 pub mod kafka;
+pub mod mqtt_load;
 pub mod nats;
 pub mod pki;
 pub mod plot;
