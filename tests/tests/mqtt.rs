@@ -481,3 +481,126 @@ fn paho_persistent_sessions_survive_a_kill_9_with_every_message_stored_once_in_o
         gw.log_lines(&["read back"]).join(" ")
     );
 }
+
+/// An MQTT 3.1.1 CONNECT of `client` with a persistent session (clean session 0) and no
+/// keep-alive.
+fn persistent_connect_packet(client: &str) -> Vec<u8> {
+    let mut p = connect_packet(client);
+    // The connect flags follow the remaining length (one byte here) and the 7 bytes of the
+    // protocol name and level.
+    let flags = 2 + 7;
+    assert_eq!(p[flags], 0x02, "clean session flag");
+    p[flags] = 0x00;
+    p
+}
+
+/// Connects `client` with a persistent session; returns the socket and the CONNACK's
+/// return code (0 accepted, 3 server unavailable).
+fn persistent_connect(port: u16, client: &str) -> (TcpStream, u8) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(&persistent_connect_packet(client)).unwrap();
+    let mut connack = [0u8; 4];
+    s.read_exact(&mut connack).unwrap();
+    assert_eq!(connack[..2], [0x20, 2], "CONNACK of {client}: {connack:?}");
+    (s, connack[3])
+}
+
+/// Publishes `payload` to `topic` at QoS 1 with packet id `pid` (DUP set when `dup`) and
+/// waits for its PUBACK.
+fn publish_acked(s: &mut TcpStream, topic: &str, pid: u16, payload: &[u8], dup: bool) {
+    let mut p = publish_packet(topic, pid, payload);
+    if dup {
+        p[0] |= 0x08;
+    }
+    s.write_all(&p).unwrap();
+    let mut puback = [0u8; 4];
+    s.read_exact(&mut puback).unwrap();
+    let [hi, lo] = pid.to_be_bytes();
+    assert_eq!(puback, [0x40, 2, hi, lo]);
+}
+
+/// Sends DISCONNECT and waits until the gateway closed the socket (by then it has handed
+/// the connection's end to the log thread, before any later CONNECT).
+fn disconnect(mut s: TcpStream) {
+    s.write_all(&[0xE0, 0]).unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+}
+
+/// The session table is full (64 persistent sessions): a new persistent session is
+/// refused with return code 3 (server unavailable) as long as every disconnected session
+/// has stored a QoS 1 message its client could still resend, and a resend into one of them
+/// afterwards is still recognised; a session that never stored anything makes room.
+#[test]
+fn a_full_session_table_refuses_new_sessions_and_never_evicts_one_that_could_resend() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mqtt, tcp, m) = (free_port(), free_port(), free_port());
+    let gw = start_gateway(
+        dir.path(),
+        mqtt,
+        tcp,
+        &["--metrics", &format!("127.0.0.1:{m}")],
+    );
+    // 63 sessions that each stored one message, and one that stored nothing.
+    for i in 0..63 {
+        let client = format!("stored-{i}");
+        let (mut s, rc) = persistent_connect(mqtt, &client);
+        assert_eq!(rc, 0, "{client}:\n{}", gw.log_text());
+        publish_acked(&mut s, "evict/t", 1, client.as_bytes(), false);
+        disconnect(s);
+    }
+    let (s, rc) = persistent_connect(mqtt, "empty");
+    assert_eq!(rc, 0);
+    disconnect(s);
+
+    // The empty session makes room for a new one, which stores a message too.
+    let (mut s, rc) = persistent_connect(mqtt, "newcomer");
+    assert_eq!(
+        rc,
+        0,
+        "the session that stored nothing was not evicted:\n{}",
+        gw.log_text()
+    );
+    publish_acked(&mut s, "evict/t", 1, b"newcomer", false);
+    disconnect(s);
+
+    // Now every session could see a resend: the next one is refused, and so is the one
+    // that was evicted.
+    for client in ["latecomer", "empty"] {
+        let (_s, rc) = persistent_connect(mqtt, client);
+        assert_eq!(
+            rc,
+            3,
+            "{client} was admitted into a full table:\n{}",
+            gw.log_text()
+        );
+    }
+    // A clean session needs no room in the table.
+    let mut s = TcpStream::connect(("127.0.0.1", mqtt)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(&connect_packet("clean-one")).unwrap();
+    let mut connack = [0u8; 4];
+    s.read_exact(&mut connack).unwrap();
+    assert_eq!(connack, [0x20, 2, 0, 0]);
+    disconnect(s);
+
+    // Every stored session kept its state: a resend of its message is acknowledged and not
+    // stored again.
+    for client in ["stored-0", "stored-62", "newcomer"] {
+        let (mut s, rc) = persistent_connect(mqtt, client);
+        assert_eq!(rc, 0);
+        publish_acked(&mut s, "evict/t", 1, client.as_bytes(), true);
+        disconnect(s);
+    }
+    let text = metrics(m);
+    for line in [
+        "spillway_mqtt_duplicates_total 3",
+        "spillway_mqtt_publishes_total{qos=\"1\"} 64",
+        "spillway_ingest_errors_total{reason=\"mqtt_sessions_full\"} 2",
+    ] {
+        assert!(text.contains(line), "{line} not in\n{text}");
+    }
+    let got = stored(tcp);
+    assert_eq!(got.len(), 64, "{got:?}");
+}

@@ -33,12 +33,19 @@
 //!
 //! ## Admission
 //! At most [`MAX_SESSIONS`] persistent sessions (MQTT 3.1.1 `clean session = 0`, MQTT 5 a
-//! session expiry above 0). A new one beyond that takes the place of a disconnected session
-//! that has no QoS 2 id reserved (for QoS 1 the client accepts a duplicate: at least once);
-//! with none, the CONNECT is refused (MQTT 5 reason code 0x89 server busy, MQTT 3.1.1
-//! return code 3 server unavailable). A session whose resends are still possible is never
-//! evicted. A clean session lives as long as its connection, and its records carry no
-//! producer (its client never resends after a reconnect).
+//! session expiry above 0). A session whose client could still resend is never evicted:
+//! the gateway cannot know which PUBACKs reached a client, so once a session stored a QoS 1
+//! or 2 message (in this process, or among the records read back at start), a reconnect
+//! may resend it with DUP=1, and only the session's memory of what it stored tells that
+//! resend from a new message. A new persistent session beyond the limit therefore takes
+//! the place of a disconnected session that has stored no QoS 1 or 2 message (one that
+//! connected and published nothing, or only QoS 0); with none, the CONNECT is refused
+//! (MQTT 5 reason code 0x89 server busy, MQTT 3.1.1 return code 3 server unavailable) and
+//! counted (`spillway_ingest_errors_total{reason="mqtt_sessions_full"}`). A client that
+//! wants a full table to make room connects once with a clean session (MQTT 5: clean start
+//! and session expiry 0), which discards its session. A clean session lives as long as its
+//! connection, needs no room in the table, and its records carry no producer (its client
+//! never resends after a reconnect).
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hasher as _;
@@ -266,8 +273,16 @@ struct Session {
 }
 
 impl Session {
+    /// Whether forgetting the session loses nothing a resend could need: it is persistent,
+    /// no connection serves it, and it has stored no QoS 1 or 2 message (none in this
+    /// process, none among the records read back at start), so no QoS 2 id is reserved
+    /// either.
     fn evictable(&self) -> bool {
-        self.persistent && self.owner.is_none() && self.reserved.is_empty()
+        self.persistent
+            && self.owner.is_none()
+            && self.reserved.is_empty()
+            && self.recent.is_empty()
+            && self.recovered.is_empty()
     }
 
     fn remember(&mut self, st: Stored) {
