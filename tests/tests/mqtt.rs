@@ -604,3 +604,113 @@ fn a_full_session_table_refuses_new_sessions_and_never_evicts_one_that_could_res
     let got = stored(tcp);
     assert_eq!(got.len(), 64, "{got:?}");
 }
+
+/// An MQTT 5 CONNECT of `client` with a clean start, no keep-alive and no properties.
+fn connect_packet_v5(client: &str) -> Vec<u8> {
+    let mut body = vec![0, 4, b'M', b'Q', b'T', b'T', 5, 0x02, 0, 0, 0];
+    body.extend_from_slice(&(client.len() as u16).to_be_bytes());
+    body.extend_from_slice(client.as_bytes());
+    let mut p = vec![0x10];
+    remaining_length(body.len(), &mut p);
+    p.extend_from_slice(&body);
+    p
+}
+
+/// An MQTT 5 PUBLISH at `qos` (packet id `pid` unless QoS 0), no properties.
+fn publish_packet_v5(topic: &str, qos: u8, pid: u16, payload: &[u8]) -> Vec<u8> {
+    let mut body = (topic.len() as u16).to_be_bytes().to_vec();
+    body.extend_from_slice(topic.as_bytes());
+    if qos > 0 {
+        body.extend_from_slice(&pid.to_be_bytes());
+    }
+    body.push(0);
+    body.extend_from_slice(payload);
+    let mut p = vec![0x30 | (qos << 1)];
+    remaining_length(body.len(), &mut p);
+    p.extend_from_slice(&body);
+    p
+}
+
+/// Reads one packet with a one-byte remaining length: its first byte and body, or `None`
+/// when the gateway closed the connection first.
+fn read_small_packet(s: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
+    let mut head = [0u8; 2];
+    s.read_exact(&mut head).ok()?;
+    assert!(head[1] < 128, "a packet of {} bytes or more", head[1]);
+    let mut body = vec![0u8; usize::from(head[1])];
+    s.read_exact(&mut body).ok()?;
+    Some((head[0], body))
+}
+
+/// A listener whose `roles=` lack `publish` refuses every PUBLISH with the protocol's
+/// "not authorized" and stores nothing: MQTT 5 QoS 1 and 2 get reason code 0x87 in the
+/// PUBACK and PUBREC (and the connection goes on), QoS 0 a DISCONNECT with 0x87; MQTT 3.1.1
+/// is disconnected without a PUBACK. Each refusal is counted; a listener with the default
+/// roles beside it stores as usual.
+#[test]
+fn an_mqtt_listener_without_the_publish_role_refuses_publishes_as_not_authorized() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mqtt, tcp, m, open) = (free_port(), free_port(), free_port(), free_port());
+    let args: Vec<String> = [
+        "--image".to_string(),
+        dir.path().join("gw.img").display().to_string(),
+        "--size".into(),
+        "4M".into(),
+        "--listen".into(),
+        format!("mqtt://127.0.0.1:{mqtt}?roles=consume,admin"),
+        "--listen".into(),
+        format!("mqtt://127.0.0.1:{open}"),
+        "--listen".into(),
+        format!("tcp://127.0.0.1:{tcp}"),
+        "--metrics".into(),
+        format!("127.0.0.1:{m}"),
+    ]
+    .to_vec();
+    let gw = GatewayProcess::start(&args, 3);
+    let connect = |packet: Vec<u8>| {
+        let mut s = TcpStream::connect(("127.0.0.1", mqtt)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.write_all(&packet).unwrap();
+        let (kind, body) = read_small_packet(&mut s).expect("CONNACK");
+        assert_eq!(kind, 0x20);
+        assert_eq!(body[1], 0, "CONNACK refused: {body:?}");
+        s
+    };
+
+    // MQTT 5, QoS 1 then QoS 2 on one connection: reason code 0x87 each, still connected.
+    let mut s = connect(connect_packet_v5("v5-client"));
+    s.write_all(&publish_packet_v5("denied/t", 1, 11, b"one"))
+        .unwrap();
+    let (kind, body) = read_small_packet(&mut s).expect("PUBACK");
+    assert_eq!((kind, &body[..3]), (0x40, &[0, 11, 0x87][..]), "{body:?}");
+    s.write_all(&publish_packet_v5("denied/t", 2, 12, b"two"))
+        .unwrap();
+    let (kind, body) = read_small_packet(&mut s).expect("PUBREC");
+    assert_eq!((kind, &body[..3]), (0x50, &[0, 12, 0x87][..]), "{body:?}");
+    // QoS 0: DISCONNECT with 0x87, then the connection closes.
+    s.write_all(&publish_packet_v5("denied/t", 0, 0, b"zero"))
+        .unwrap();
+    let (kind, body) = read_small_packet(&mut s).expect("DISCONNECT");
+    assert_eq!((kind, body.first()), (0xE0, Some(&0x87)), "{body:?}");
+    assert!(read_small_packet(&mut s).is_none());
+
+    // MQTT 3.1.1 has no such code: closed without a PUBACK.
+    let mut s = connect(connect_packet("v311-client"));
+    s.write_all(&publish_packet("denied/t", 7, b"three"))
+        .unwrap();
+    assert!(
+        read_small_packet(&mut s).is_none(),
+        "a 3.1.1 PUBLISH on a listener without publish was answered"
+    );
+
+    // The listener with the default roles stores.
+    let (ok, err) = mosquitto_pub(open, "mqttv311", 1, "allowed/t", "kept\n", &[]);
+    assert!(ok, "{err}\n{}", gw.log_text());
+    assert_eq!(
+        stored(tcp),
+        vec![("allowed/t".to_string(), "kept".to_string())]
+    );
+    let text = metrics(m);
+    let line = "spillway_refused_total{reason=\"forbidden\"} 4";
+    assert!(text.contains(line), "{line} not in\n{text}");
+}

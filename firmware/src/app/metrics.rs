@@ -13,7 +13,7 @@
 //! `serial`, `mqtt`), `spillway_mqtt_publishes_total{qos}` (records stored from MQTT
 //! PUBLISH packets), `spillway_mqtt_duplicates_total` (MQTT resends answered without
 //! storing them again), `spillway_refused_total{reason}` (`forbidden`: a request the
-//! connection's roles do not allow; `unauthorized`: a handshake with a wrong or missing
+//! connection's roles do not allow, an MQTT PUBLISH on a listener without `publish`; `unauthorized`: a handshake with a wrong or missing
 //! credential; `tls_handshake`: a TLS handshake that failed or timed out, e.g. a plaintext
 //! client on a TLS port, an untrusted or expired client certificate). Gauges:
 //! `spillway_next_offset`, `spillway_durable_offset`, `spillway_first_offset`,
@@ -231,6 +231,12 @@ impl Metrics {
     /// line-mode connection without a client certificate where one is required).
     pub fn refused_unauthorized(&self) {
         self.refused.get_or_create(&reason("unauthorized")).inc();
+    }
+
+    /// Counts a request the connection's roles do not allow that the log thread never
+    /// sees (an MQTT PUBLISH on a listener without `publish`).
+    pub fn refused_forbidden(&self) {
+        self.refused.get_or_create(&reason("forbidden")).inc();
     }
 
     /// Brings the metrics up to date with the log and the gateway (log thread). Returns

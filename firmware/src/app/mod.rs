@@ -338,7 +338,7 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
                                         ctx.metrics.refused_unauthorized();
                                         return;
                                     }
-                                    mqtt::serve(c.stream, ack, ctx, c.peer).await;
+                                    mqtt::serve(c.stream, ack, access.roles, ctx, c.peer).await;
                                     return;
                                 }
                                 ctx.metrics.listener_connection(kind);

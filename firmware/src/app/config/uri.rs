@@ -212,9 +212,11 @@ fn address_of(text: &str) -> Result<(Uri, GatewayAddr), AppError> {
     Ok((uri, addr))
 }
 
-/// Parses an `mqtt://IP:PORT[?ack=durable|buffered]` listener URI (a TCP address; no
-/// `mode` or `topic`: the MQTT topic is the record's topic), or `mqtts://` (the same over
-/// TLS). MQTT connections only publish.
+/// Parses an `mqtt://IP:PORT[?ack=durable|buffered][&roles=…]` listener URI (a TCP
+/// address; no `mode` or `topic`: the MQTT topic is the record's topic), or `mqtts://` (the
+/// same over TLS). MQTT connections only publish: `roles=` is `publish` by default, and a
+/// list without `publish` makes a listener that refuses every PUBLISH (`consume` and
+/// `admin` grant nothing over MQTT, which has no way to ask for them).
 fn parse_mqtt_listen(text: &str, uri: Uri) -> Result<Listen, AppError> {
     let tls = uri.scheme == "mqtts";
     let allow_insecure = allow_insecure_of(&uri)?;
@@ -228,11 +230,16 @@ fn parse_mqtt_listen(text: &str, uri: Uri) -> Result<Listen, AppError> {
             )));
         }
     };
+    let roles = uri
+        .param("roles")
+        .map(|l| parse_roles(l, text))
+        .transpose()?
+        .unwrap_or(Roles::PUBLISH);
     // The address rules are those of tcp://.
     let mut tcp = uri;
     tcp.scheme = "tcp".into();
     let GatewayAddr::Tcp(hp) =
-        GatewayAddr::from_uri(&tcp, &["ack", "allow-insecure"]).map_err(usage)?
+        GatewayAddr::from_uri(&tcp, &["ack", "allow-insecure", "roles"]).map_err(usage)?
     else {
         return Err(AppError::Usage(format!("{text}: expected mqtt://IP:PORT")));
     };
@@ -246,7 +253,7 @@ fn parse_mqtt_listen(text: &str, uri: Uri) -> Result<Listen, AppError> {
         endpoint: Endpoint::Tcp(addr),
         mode: Mode::Mqtt { ack },
         tls,
-        roles: Roles::PUBLISH,
+        roles,
         allow_insecure,
     })
 }
@@ -378,9 +385,29 @@ mod tests {
             "mqtt://127.0.0.1",
             "mqtt://localhost:1883",
             "mqtt:///path",
+            "mqtt://127.0.0.1:1883?roles=root",
+            "mqtts://127.0.0.1:8883?roles=",
         ] {
             assert!(parse_listen(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn mqtt_listeners_publish_unless_roles_say_otherwise() {
+        assert_eq!(
+            parse_listen("mqtt://127.0.0.1:1883").unwrap().roles,
+            Roles::PUBLISH
+        );
+        let l = parse_listen("mqtt://127.0.0.1:1883?roles=consume").unwrap();
+        assert!(!l.roles.publish && l.roles.consume && !l.roles.admin);
+        let l = parse_listen("mqtts://127.0.0.1:8883?ack=buffered&roles=publish,admin").unwrap();
+        assert!(l.tls && l.roles.publish && l.roles.admin && !l.roles.consume);
+        assert_eq!(
+            l.mode,
+            Mode::Mqtt {
+                ack: MqttAck::Buffered
+            }
+        );
     }
 
     #[test]

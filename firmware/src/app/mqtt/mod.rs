@@ -39,6 +39,16 @@
 //! - An empty client id gets one assigned (MQTT 5: sent back in the CONNACK); MQTT 3.1.1
 //!   allows that only with a clean session.
 //! - MQTT connections count toward `--max-connections`.
+//!
+//! ## Roles
+//! MQTT connections only publish, so of a listener's `roles=` only `publish` matters
+//! (the default). A listener whose roles lack it refuses every PUBLISH and counts it
+//! (`spillway_refused_total{reason="forbidden"}`): MQTT 5 QoS 1 and 2 get PUBACK/PUBREC
+//! with reason code 0x87 (not authorized), QoS 0 a DISCONNECT with 0x87; MQTT 3.1.1, which
+//! has no such code, is disconnected (its §3.3.5 allows only that or a false
+//! acknowledgement). Nothing is stored. The client's username and password are not
+//! credentials here: a client certificate admits a connection where credentials are
+//! required, with the listener's roles.
 
 pub mod sessions;
 
@@ -60,6 +70,7 @@ use mqtt_protocol_core::mqtt::result_code::{
 use mqtt_protocol_core::mqtt::{Connection, Version, role::Server};
 use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use spillway_core::log::format::MAX_TOPIC_LEN;
+use spillway_firmware::Roles;
 
 use super::config::MqttAck;
 use super::engine::{Cmd, ConnId};
@@ -98,6 +109,8 @@ struct Link {
     conn: ConnId,
     peer: String,
     ack: MqttAck,
+    /// The listener's roles include `publish`.
+    may_publish: bool,
     ctx: Ctx,
     mq: Connection<Server>,
     replies: async_channel::Sender<MqttReply>,
@@ -120,8 +133,9 @@ struct Link {
 
 /// Serves one MQTT connection on `stream` until the client disconnects, an I/O or protocol
 /// error, a keep-alive timeout, a takeover of its session, or a write that takes longer
-/// than [`WRITE_TIMEOUT`]. Generic over the byte stream (TCP or TLS).
-pub async fn serve<S>(mut stream: S, ack: MqttAck, ctx: Ctx, peer: String)
+/// than [`WRITE_TIMEOUT`]. Generic over the byte stream (TCP or TLS). `roles` are the
+/// listener's: without `publish`, every PUBLISH is refused ([module docs](self)).
+pub async fn serve<S>(mut stream: S, ack: MqttAck, roles: Roles, ctx: Ctx, peer: String)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -144,6 +158,7 @@ where
         conn,
         peer,
         ack,
+        may_publish: roles.publish,
         ctx,
         mq,
         replies: tx,
@@ -278,6 +293,7 @@ fn puback_code(why: Refusal) -> PubackReasonCode {
         Refusal::BadTopic => PubackReasonCode::TopicNameInvalid,
         Refusal::TooLarge => PubackReasonCode::ImplementationSpecificError,
         Refusal::Storage => PubackReasonCode::UnspecifiedError,
+        Refusal::NotAuthorized => PubackReasonCode::NotAuthorized,
     }
 }
 
@@ -288,6 +304,7 @@ fn pubrec_code(why: Refusal) -> PubrecReasonCode {
         Refusal::BadTopic => PubrecReasonCode::TopicNameInvalid,
         Refusal::TooLarge => PubrecReasonCode::ImplementationSpecificError,
         Refusal::Storage => PubrecReasonCode::UnspecifiedError,
+        Refusal::NotAuthorized => PubrecReasonCode::NotAuthorized,
     }
 }
 
@@ -511,6 +528,16 @@ impl Link {
             Qos::ExactlyOnce => 2,
         };
         let pid = pid.unwrap_or(0);
+        if !self.may_publish {
+            self.ctx.metrics.refused_forbidden();
+            log::info!(
+                "mqtt connection {} from {}: PUBLISH refused: the listener's roles lack publish",
+                self.conn,
+                self.peer
+            );
+            self.refused(stream, qos, pid, Refusal::NotAuthorized).await;
+            return;
+        }
         if topic.is_empty() || topic.len() > MAX_TOPIC_LEN {
             self.ctx.metrics.ingest_error("mqtt_topic");
             log::info!(
@@ -737,10 +764,22 @@ impl Link {
                 .build()
                 .ok()
                 .map(Into::into),
+            // QoS 0 has no acknowledgement to carry a reason code: a publish the listener
+            // does not allow ends the connection, so the client learns of it.
+            _ if why == Refusal::NotAuthorized => v5_0::Disconnect::builder()
+                .reason_code(
+                    mqtt_protocol_core::mqtt::result_code::DisconnectReasonCode::NotAuthorized,
+                )
+                .build()
+                .ok()
+                .map(Into::into),
             _ => None,
         };
         if let Some(p) = packet {
             self.send(stream, p).await;
+        }
+        if qos == 0 && why == Refusal::NotAuthorized {
+            self.closing = true;
         }
     }
 }

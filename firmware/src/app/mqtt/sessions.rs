@@ -160,6 +160,8 @@ pub enum Refusal {
     BadTopic,
     /// A storage failure: the gateway restarts.
     Storage,
+    /// The listener's roles lack `publish` (`mqtt://…?roles=`).
+    NotAuthorized,
 }
 
 /// An answer of the log thread to an MQTT connection.
