@@ -204,9 +204,10 @@ pub struct RunArgs {
     /// Listener URI, repeatable: tcp://IP:PORT, tls://IP:PORT or unix:///PATH (framed
     /// protocol, or ?mode=lines&topic=NAME&line-timeout-ms=N: a partial line followed by N
     /// ms of silence is dropped, 1000 by default), mqtt://IP:PORT or mqtts://IP:PORT (MQTT
-    /// 3.1.1 and 5 publishers, ?ack=durable|buffered). tcp://, tls:// and unix:// take
-    /// ?roles=publish,consume,admin; plaintext on a non-loopback address needs
-    /// ?allow-insecure=true [default: tcp://127.0.0.1:7878].
+    /// 3.1.1 and 5 publishers, ?ack=durable|buffered). Every listener takes
+    /// ?roles=publish,consume,admin (MQTT: only publish matters; without it every PUBLISH
+    /// is refused); plaintext on a non-loopback address needs ?allow-insecure=true
+    /// [default: tcp://127.0.0.1:7878].
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listen: Vec<String>,
