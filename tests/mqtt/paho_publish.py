@@ -69,7 +69,7 @@ for n in range(1, count + 1):
 print("queued", flush=True)
 # Not info.is_published(): it raises for a message published while the client was
 # disconnected, which paho still sends after the reconnect.
-deadline = time.time() + 120
+deadline = time.time() + 240
 while True:
     with lock:
         waiting = len(pending)
