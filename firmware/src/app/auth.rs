@@ -179,26 +179,58 @@ impl Access {
         } else {
             None
         };
-        Some(match token {
+        Some(match self.check(token) {
             // The gateway answers "not configured" itself.
-            Some(_) if self.credentials.is_empty() => (Auth::NotConfigured, self.roles),
-            Some(t) => match self.credentials.find(t) {
-                Some(c) => {
-                    log::debug!("{peer}: client {client_name:?} is credential {:?}", c.name);
-                    (Auth::Accepted, self.roles.intersect(c.roles))
-                }
-                None => {
-                    log::warn!("{peer}: client {client_name:?}: {WRONG_TOKEN}");
-                    (Auth::Refused(WRONG_TOKEN), Roles::NONE)
-                }
-            },
-            None if self.token_required && self.client_cert.is_none() => {
+            Verdict::NotConfigured => (Auth::NotConfigured, self.roles),
+            Verdict::Credential(c) => {
+                log::debug!("{peer}: client {client_name:?} is credential {:?}", c.name);
+                (Auth::Accepted, self.roles.intersect(c.roles))
+            }
+            Verdict::Wrong => {
+                log::warn!("{peer}: client {client_name:?}: {WRONG_TOKEN}");
+                (Auth::Refused(WRONG_TOKEN), Roles::NONE)
+            }
+            Verdict::Missing => {
                 log::warn!("{peer}: client {client_name:?}: no credential");
                 (Auth::Refused(TOKEN_REQUIRED), Roles::NONE)
             }
-            None => (Auth::Accepted, self.roles),
+            Verdict::Anonymous => (Auth::Accepted, self.roles),
         })
     }
+
+    /// What `token` comes to on this connection: the one check behind both a `Hello`'s
+    /// token and an MQTT CONNECT's password. `None` or an empty token is "none presented".
+    /// The token is looked up by its SHA-256 ([`Credentials::find`]), never compared as
+    /// text, so the time taken says nothing about how much of a token was right.
+    pub fn check(&self, token: Option<&[u8]>) -> Verdict<'_> {
+        match token.filter(|t| !t.is_empty()) {
+            Some(_) if self.credentials.is_empty() => Verdict::NotConfigured,
+            Some(t) => match self.credentials.find(t) {
+                Some(c) => Verdict::Credential(c),
+                None => Verdict::Wrong,
+            },
+            None if self.token_required && self.client_cert.is_none() => Verdict::Missing,
+            None => Verdict::Anonymous,
+        }
+    }
+}
+
+/// The outcome of [`Access::check`]; each protocol answers it in its own terms.
+#[derive(Debug, Clone, Copy)]
+pub enum Verdict<'a> {
+    /// No token, and none needed (an anonymous listener, or a verified client
+    /// certificate): the listener's roles apply.
+    Anonymous,
+    /// A token where no credential is configured: never ignored, as its sender expects it
+    /// to count.
+    NotConfigured,
+    /// The token is this credential's: the listener's roles ∩ the credential's apply.
+    Credential(&'a Credential),
+    /// A token that is no configured credential's.
+    Wrong,
+    /// No token, on a listener that requires a credential, from a peer without a client
+    /// certificate.
+    Missing,
 }
 
 /// `spillway token FILE`: makes FILE with a new random token if it does not exist, then

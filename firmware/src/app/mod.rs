@@ -326,26 +326,16 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
                         move |c: net::Accepted| {
                             let (mode, ctx, access) = (mode.clone(), ctx2.clone(), access.clone());
                             async move {
-                                if let config::Mode::Mqtt { ack } = mode {
-                                    if access.token_required && c.client_cert.is_none() {
-                                        // MQTT carries no token here: only a client
-                                        // certificate admits it where credentials are
-                                        // required.
-                                        log::warn!(
-                                            "{}: an MQTT client without a client certificate; closing",
-                                            c.peer
-                                        );
-                                        ctx.metrics.refused_unauthorized();
-                                        return;
-                                    }
-                                    mqtt::serve(c.stream, ack, access.roles, ctx, c.peer).await;
-                                    return;
-                                }
-                                ctx.metrics.listener_connection(kind);
                                 let access = auth::Access {
                                     client_cert: c.client_cert,
                                     ..access
                                 };
+                                if let config::Mode::Mqtt { ack } = mode {
+                                    // The CONNECT's password is judged there.
+                                    mqtt::serve(c.stream, ack, access, ctx, c.peer).await;
+                                    return;
+                                }
+                                ctx.metrics.listener_connection(kind);
                                 let (r, w) = c.stream.halves();
                                 net::serve(
                                     r,

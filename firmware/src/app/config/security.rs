@@ -4,8 +4,8 @@
 //! that nobody could use or that anybody could use.
 //!
 //! Who must present a credential ([`token_required`]): every connection to a non-loopback
-//! listener, a token in its `Hello` or a client certificate verified against
-//! `--tls-client-ca`; loopback and Unix listeners are anonymous (their `roles=` apply to
+//! listener, a token (in its `Hello`, or as an MQTT CONNECT's password) or a client
+//! certificate verified against `--tls-client-ca`; loopback and Unix listeners are anonymous (their `roles=` apply to
 //! everyone on the host), and so is a plaintext non-loopback listener with
 //! `allow-insecure=true` while no credential is configured.
 
@@ -69,13 +69,10 @@ pub(super) fn check(s: &Settings, a: &TlsPaths) -> Result<(), AppError> {
             ));
         }
         if token_required(l, &s.credentials) {
-            if !matches!(l.mode, Mode::Frames) && !client_ca {
-                let what = match l.mode {
-                    Mode::Mqtt { .. } => "an MQTT listener",
-                    _ => "a line-mode listener",
-                };
+            // Lines carry no token; an MQTT CONNECT carries one as its password.
+            if matches!(l.mode, Mode::Lines { .. }) && !client_ca {
                 return usage(format!(
-                    "{}: {what} on a non-loopback address admits only clients with a certificate (it carries no token): give --tls-client-ca, or bind 127.0.0.1",
+                    "{}: a line-mode listener on a non-loopback address admits only clients with a certificate (it carries no token): give --tls-client-ca, or bind 127.0.0.1",
                     l.uri
                 ));
             }

@@ -46,9 +46,28 @@
 //! (`spillway_refused_total{reason="forbidden"}`): MQTT 5 QoS 1 and 2 get PUBACK/PUBREC
 //! with reason code 0x87 (not authorized), QoS 0 a DISCONNECT with 0x87; MQTT 3.1.1, which
 //! has no such code, is disconnected (its §3.3.5 allows only that or a false
-//! acknowledgement). Nothing is stored. The client's username and password are not
-//! credentials here: a client certificate admits a connection where credentials are
-//! required, with the listener's roles.
+//! acknowledgement). Nothing is stored.
+//!
+//! ## Credentials
+//! The CONNECT's password is a token of the config file's `[[credential]]` entries, checked
+//! exactly as a `Hello`'s token ([`Access::check`]: its SHA-256 looked up among the
+//! configured hashes, surrounding white space ignored). The user name, when given and not
+//! empty, must be the credential's `name`; an absent or empty user name leaves the token
+//! alone to name the credential, as in a `Hello` (MQTT 3.1.1 clients must send a user name
+//! with a password, [MQTT-3.1.2-22], so they give the name). An accepted connection
+//! publishes under the listener's roles ∩ the credential's, and a credential without
+//! `publish` is refused at once. A password is checked wherever it is given, loopback
+//! listeners included (a client that sends one expects it to count); on a listener that
+//! requires credentials (non-loopback, see `config::security::token_required`) a CONNECT
+//! without a password is refused unless the peer has a client certificate verified
+//! against `--tls-client-ca`, which admits it with the listener's roles.
+//!
+//! A refused CONNECT gets a CONNACK and the connection is closed, counted in
+//! `spillway_refused_total{reason="unauthorized"}`, nothing stored: a wrong token, a user
+//! name that is not the credential's, or a password where no credential is configured get
+//! MQTT 5 reason code 0x86 (bad user name or password) / MQTT 3.1.1 return code 4; no
+//! credential where one is required, or a credential without `publish`, get 0x87 (not
+//! authorized) / return code 5. The password is never logged.
 
 pub mod sessions;
 
@@ -70,8 +89,8 @@ use mqtt_protocol_core::mqtt::result_code::{
 use mqtt_protocol_core::mqtt::{Connection, Version, role::Server};
 use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use spillway_core::log::format::MAX_TOPIC_LEN;
-use spillway_firmware::Roles;
 
+use super::auth::{Access, Verdict, WRONG_TOKEN};
 use super::config::MqttAck;
 use super::engine::{Cmd, ConnId};
 use super::net::Ctx;
@@ -109,8 +128,11 @@ struct Link {
     conn: ConnId,
     peer: String,
     ack: MqttAck,
-    /// The listener's roles include `publish`.
+    /// The connection may publish: the listener's roles (∩ the credential's) include
+    /// `publish`. Set when its CONNECT is admitted.
     may_publish: bool,
+    /// The listener's roles, whether it requires a credential, the peer's certificate.
+    access: Access,
     ctx: Ctx,
     mq: Connection<Server>,
     replies: async_channel::Sender<MqttReply>,
@@ -133,9 +155,11 @@ struct Link {
 
 /// Serves one MQTT connection on `stream` until the client disconnects, an I/O or protocol
 /// error, a keep-alive timeout, a takeover of its session, or a write that takes longer
-/// than [`WRITE_TIMEOUT`]. Generic over the byte stream (TCP or TLS). `roles` are the
-/// listener's: without `publish`, every PUBLISH is refused ([module docs](self)).
-pub async fn serve<S>(mut stream: S, ack: MqttAck, roles: Roles, ctx: Ctx, peer: String)
+/// than [`WRITE_TIMEOUT`]. Generic over the byte stream (TCP or TLS). `access` holds the
+/// listener's roles, whether it requires a credential, and the peer's verified client
+/// certificate: the CONNECT's user name and password are judged against it, and without
+/// `publish` every PUBLISH is refused ([module docs](self)).
+pub async fn serve<S>(mut stream: S, ack: MqttAck, access: Access, ctx: Ctx, peer: String)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -158,7 +182,8 @@ where
         conn,
         peer,
         ack,
-        may_publish: roles.publish,
+        may_publish: false,
+        access,
         ctx,
         mq,
         replies: tx,
@@ -381,8 +406,10 @@ impl Link {
         match p {
             GenericPacket::V3_1_1Connect(c) => {
                 let id = c.client_id().to_string();
-                self.connect(stream, id, c.clean_session(), !c.clean_session())
-                    .await;
+                if self.admit(stream, c.user_name(), c.password()).await {
+                    self.connect(stream, id, c.clean_session(), !c.clean_session())
+                        .await;
+                }
             }
             GenericPacket::V5_0Connect(c) => {
                 let expiry = c.props().iter().find_map(|p| match p {
@@ -390,8 +417,10 @@ impl Link {
                     _ => None,
                 });
                 let id = c.client_id().to_string();
-                self.connect(stream, id, c.clean_start(), expiry.unwrap_or(0) > 0)
-                    .await;
+                if self.admit(stream, c.user_name(), c.password()).await {
+                    self.connect(stream, id, c.clean_start(), expiry.unwrap_or(0) > 0)
+                        .await;
+                }
             }
             GenericPacket::V3_1_1Publish(p) => {
                 let (qos, pid, dup) = (p.qos(), p.packet_id(), p.dup());
@@ -447,6 +476,85 @@ impl Link {
             }
             _ => {}
         }
+    }
+
+    /// Judges a CONNECT's user name and password ([module docs](self)): true if the
+    /// connection is admitted (and `may_publish` set); else the CONNACK refusal is sent,
+    /// counted, and the connection closes.
+    async fn admit<S: AsyncWrite + Unpin>(
+        &mut self,
+        stream: &mut S,
+        user: Option<&str>,
+        password: Option<&[u8]>,
+    ) -> bool {
+        let user = user.filter(|u| !u.is_empty());
+        // (bad user name or password, not authorized) and why.
+        let refused: (bool, &str) = match self.access.check(password) {
+            Verdict::Anonymous => {
+                self.may_publish = self.access.roles.publish;
+                return true;
+            }
+            Verdict::Credential(c) if user.is_some_and(|u| u != c.name) => (
+                true,
+                "the user name is not the name of the token's credential",
+            ),
+            Verdict::Credential(c) if !c.roles.publish => {
+                (false, "the credential's roles lack publish")
+            }
+            Verdict::Credential(c) => {
+                log::debug!(
+                    "mqtt connection {} from {}: credential {:?}",
+                    self.conn,
+                    self.peer,
+                    c.name
+                );
+                self.may_publish = self.access.roles.intersect(c.roles).publish;
+                return true;
+            }
+            Verdict::NotConfigured => (
+                true,
+                "a password is given and no credential is configured on this gateway",
+            ),
+            Verdict::Wrong => (true, WRONG_TOKEN),
+            Verdict::Missing => (
+                false,
+                "this listener requires a credential: a token as the password, or a client certificate",
+            ),
+        };
+        let (bad_password, why) = refused;
+        log::warn!(
+            "mqtt connection {} from {}: CONNECT refused: {why}",
+            self.conn,
+            self.peer
+        );
+        self.ctx.metrics.refused_unauthorized();
+        let packet: Packet = if self.v5() {
+            let code = if bad_password {
+                ConnectReasonCode::BadUserNameOrPassword
+            } else {
+                ConnectReasonCode::NotAuthorized
+            };
+            v5_0::Connack::builder()
+                .session_present(false)
+                .reason_code(code)
+                .build()
+                .map(Into::into)
+        } else {
+            let code = if bad_password {
+                ConnectReturnCode::BadUserNameOrPassword
+            } else {
+                ConnectReturnCode::NotAuthorized
+            };
+            v3_1_1::Connack::builder()
+                .session_present(false)
+                .return_code(code)
+                .build()
+                .map(Into::into)
+        }
+        .expect("a CONNACK without properties always builds");
+        self.send(stream, packet).await;
+        self.closing = true;
+        false
     }
 
     /// A CONNECT: checks the client id (assigning one if empty) and asks the log thread
@@ -531,7 +639,7 @@ impl Link {
         if !self.may_publish {
             self.ctx.metrics.refused_forbidden();
             log::info!(
-                "mqtt connection {} from {}: PUBLISH refused: the listener's roles lack publish",
+                "mqtt connection {} from {}: PUBLISH refused: the connection's roles lack publish",
                 self.conn,
                 self.peer
             );
