@@ -51,10 +51,13 @@
 //! ## Credentials
 //! The CONNECT's password is a token of the config file's `[[credential]]` entries, checked
 //! exactly as a `Hello`'s token ([`Access::check`]: its SHA-256 looked up among the
-//! configured hashes, surrounding white space ignored). The user name, when given and not
-//! empty, must be the credential's `name`; an absent or empty user name leaves the token
-//! alone to name the credential, as in a `Hello` (MQTT 3.1.1 clients must send a user name
-//! with a password, [MQTT-3.1.2-22], so they give the name). An accepted connection
+//! configured hashes, surrounding white space ignored). The user name must be the
+//! credential's `name`, or empty: then the token alone names the credential, as in a
+//! `Hello`. A password needs a user name (MQTT 3.1.1 [MQTT-3.1.2-22]; `mqtt-protocol-core`
+//! holds MQTT 5 CONNECTs to the same rule, although MQTT 5 allows a password alone): a
+//! CONNECT with a password and no user name is a protocol error and closes the connection
+//! (counted as `mqtt_protocol`). A user name without a password is not a credential and
+//! is ignored. An accepted connection
 //! publishes under the listener's roles ∩ the credential's, and a credential without
 //! `publish` is refused at once. A password is checked wherever it is given, loopback
 //! listeners included (a client that sends one expects it to count); on a listener that
