@@ -189,6 +189,24 @@ fn unsafe_listener_settings_exit_2_before_the_image_is_touched() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("[[credential]]"), "{err}");
+    // The same for MQTT, whose clients present tokens as passwords.
+    let open = format!("mqtts://0.0.0.0:{port}");
+    let (code, _, err) = run_cli(&[
+        "run",
+        "--image",
+        &img,
+        "--listen",
+        &open,
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&open) && err.contains("[[credential]]"),
+        "{err}"
+    );
     assert!(!s.image().exists(), "the image was not created");
 }
 
