@@ -576,10 +576,16 @@ impl Client {
                 })
             }
             // A TLS listener drops a plaintext client in its handshake; an MQTT or HTTP
-            // (metrics) port closes on the Hello's bytes.
-            (Err(ClientError::Closed), GatewayAddr::Tcp(_)) => Err(ClientError::Protocol(
-                "the peer closed the connection before a Welcome: not a Spillway listener (a tls:// port? connect with tls://HOST:PORT and --tls-ca; or an MQTT or metrics port)".into(),
-            )),
+            // (metrics) port closes on the Hello's bytes. The close may arrive as a reset:
+            // the peer closed with the Hello's bytes still unread (RFC 1122 4.2.2.13).
+            (Err(e), GatewayAddr::Tcp(_))
+                if matches!(&e, ClientError::Closed)
+                    || matches!(&e, ClientError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionReset) =>
+            {
+                Err(ClientError::Protocol(
+                    "the peer closed the connection before a Welcome: not a Spillway listener (a tls:// port? connect with tls://HOST:PORT and --tls-ca; or an MQTT or metrics port)".into(),
+                ))
+            }
             (Err(ClientError::Timeout(t)), a) if !matches!(a, GatewayAddr::Serial { .. }) => {
                 Err(ClientError::Protocol(format!(
                     "no Welcome within {t:?}: the peer does not speak the Spillway protocol (a line-mode, MQTT or metrics port?), or the gateway is stalled"
