@@ -14,7 +14,7 @@
 //! PUBLISH packets), `spillway_mqtt_duplicates_total` (MQTT resends answered without
 //! storing them again), `spillway_refused_total{reason}` (`forbidden`: a request the
 //! connection's roles do not allow, an MQTT PUBLISH on a listener without `publish`; `unauthorized`: a handshake with a wrong or missing
-//! credential; `tls_handshake`: a TLS handshake that failed or timed out, e.g. a plaintext
+//! credential, an MQTT CONNECT included; `tls_handshake`: a TLS handshake that failed or timed out, e.g. a plaintext
 //! client on a TLS port, an untrusted or expired client certificate). Gauges:
 //! `spillway_next_offset`, `spillway_durable_offset`, `spillway_first_offset`,
 //! `spillway_consumer_committed_offset{consumer}`, `spillway_consumer_lag_offsets{consumer}`,
@@ -227,8 +227,9 @@ impl Metrics {
         self.refused.get_or_create(&reason("tls_handshake")).inc();
     }
 
-    /// Counts a connection closed before its handshake for want of a credential (a
-    /// line-mode connection without a client certificate where one is required).
+    /// Counts a connection closed before its handshake for want of a credential: a
+    /// line-mode connection without a client certificate where one is required, or an
+    /// MQTT CONNECT refused with CONNACK 0x86 / 0x87 (3.1.1: 4 / 5).
     pub fn refused_unauthorized(&self) {
         self.refused.get_or_create(&reason("unauthorized")).inc();
     }

@@ -204,7 +204,8 @@ pub struct RunArgs {
     /// Listener URI, repeatable: tcp://IP:PORT, tls://IP:PORT or unix:///PATH (framed
     /// protocol, or ?mode=lines&topic=NAME&line-timeout-ms=N: a partial line followed by N
     /// ms of silence is dropped, 1000 by default), mqtt://IP:PORT or mqtts://IP:PORT (MQTT
-    /// 3.1.1 and 5 publishers, ?ack=durable|buffered). Every listener takes
+    /// 3.1.1 and 5 publishers, ?ack=durable|buffered; a client's password is its token, its
+    /// user name the credential's name). Every listener takes
     /// ?roles=publish,consume,admin (MQTT: only publish matters; without it every PUBLISH
     /// is refused); plaintext on a non-loopback address needs ?allow-insecure=true
     /// [default: tcp://127.0.0.1:7878].
