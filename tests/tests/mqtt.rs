@@ -369,13 +369,23 @@ struct Paho {
 }
 
 impl Paho {
-    /// `pace_ms`: the script's pause after every 20 messages (0: none).
-    fn start(python: &str, port: u16, client: &str, qos: u8, count: u32, pace_ms: u32) -> Paho {
+    /// `pace_ms`: the script's pause after every 20 messages (0: none); `version`: 3 (MQTT
+    /// 3.1.1) or 5.
+    fn start(
+        python: &str,
+        port: u16,
+        client: &str,
+        qos: u8,
+        count: u32,
+        pace_ms: u32,
+        version: u8,
+    ) -> Paho {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("mqtt/paho_publish.py");
         let mut child = Command::new(python)
             .arg(script)
             .args(["127.0.0.1", &port.to_string(), client, client])
             .args([qos.to_string(), count.to_string(), pace_ms.to_string()])
+            .arg(version.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -407,8 +417,9 @@ impl Paho {
     }
 }
 
-/// paho-mqtt clients with persistent sessions (clean session off) publish a numbered
-/// stream at QoS 1 and at QoS 2; the gateway is killed with SIGKILL in the middle and
+/// paho-mqtt clients with persistent sessions (MQTT 3.1.1 with clean session off, MQTT 5
+/// with clean start off and a session expiry) publish a numbered stream at QoS 1 and at
+/// QoS 2; the gateway is killed with SIGKILL in the middle and
 /// started again on the same image; the clients reconnect and resend what was not
 /// acknowledged (DUP=1). Every message is acknowledged in the end, and the log holds each
 /// exactly once: what was stored before the kill but not yet acknowledged is recognised as
@@ -419,6 +430,8 @@ impl Paho {
 /// ids reserved at once (a quota of 4,096 refused it on every reconnect, for ever). paho
 /// also sends what it published while disconnected ahead of its resends, so the order is
 /// checked up to the kill: everything acknowledged before it is the log's prefix, in order.
+/// The MQTT 5 clients, too, resend more than any receive maximum after the reconnect: one
+/// announced made the codec disconnect them on every reconnect, for ever.
 #[test]
 fn paho_persistent_sessions_survive_a_kill_9_with_every_message_stored_once_in_order() {
     let Some(python) = paho_python() else {
@@ -428,11 +441,16 @@ fn paho_persistent_sessions_survive_a_kill_9_with_every_message_stored_once_in_o
     let (mqtt, tcp, m) = (free_port(), free_port(), free_port());
     let metrics_arg = format!("127.0.0.1:{m}");
     let mut gw = start_gateway(dir.path(), mqtt, tcp, &["--metrics", &metrics_arg]);
-    // (client id, QoS, messages, pause in ms after every 20)
-    let clients = [("paho-q1", 1u8, 3000u32, 2), ("paho-q2", 2u8, 20_000u32, 0)];
+    // (client id, QoS, messages, pause in ms after every 20, MQTT version)
+    let clients = [
+        ("paho-q1", 1u8, 3000u32, 2, 3u8),
+        ("paho-q2", 2, 20_000, 0, 3),
+        ("paho5-q1", 1, 3000, 0, 5),
+        ("paho5-q2", 2, 5000, 0, 5),
+    ];
     let mut runs: Vec<Paho> = clients
         .iter()
-        .map(|&(c, q, n, pace)| Paho::start(&python, mqtt, c, q, n, pace))
+        .map(|&(c, q, n, pace, v)| Paho::start(&python, mqtt, c, q, n, pace, v))
         .collect();
     // Generous: a loaded 2-core machine runs this beside the other tests.
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -456,7 +474,7 @@ fn paho_persistent_sessions_survive_a_kill_9_with_every_message_stored_once_in_o
         assert!(status.success(), "{status}:\n{}", gw.log_text());
     }
     let all = stored(tcp);
-    for ((r, &(client, _, count, _)), &acked_before) in runs.iter().zip(&clients).zip(&before) {
+    for ((r, &(client, _, count, _, _)), &acked_before) in runs.iter().zip(&clients).zip(&before) {
         let last = r.lines.lock().unwrap().last().cloned();
         assert_eq!(last.as_deref(), Some("done"));
         assert_eq!(r.acked(), count as usize, "{client}");

@@ -16,7 +16,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
 use super::control::Shutdown;
 
-/// A bandwidth cap shared by every drain of one bridge process ([module docs](self)).
+/// A bandwidth cap shared by every drain of one bridge process: `drain --max-bytes-per-sec`.
 /// Cheap to clone: the clones share one limiter.
 #[derive(Clone)]
 pub struct Uplink {

@@ -23,8 +23,12 @@
 //! that waits.
 //!
 //! ## Backpressure and limits
-//! - A connection has at most [`RECEIVE_MAXIMUM`] QoS 1/2 publishes unacknowledged; MQTT 5
-//!   clients are told so in the CONNACK, and no client's socket is read beyond it.
+//! - A connection has at most [`RECEIVE_MAXIMUM`] QoS 1/2 publishes waiting for the log
+//!   (plus what one read of the socket holds): its socket is not read beyond that (TCP
+//!   backpressure), for MQTT 3.1.1 and 5 alike. No Receive Maximum is announced to MQTT 5
+//!   clients: the codec would then disconnect a client that sends more, and paho-mqtt 2.x
+//!   resends its whole queue after a reconnect whatever it was told, so every reconnect
+//!   would end the same way (and store its first resends again).
 //! - Log full (`reject-new`): MQTT 5 publishes get PUBACK/PUBREC with reason code 0x97
 //!   (quota exceeded); for MQTT 3.1.1, which has no such code, the publish is kept, no
 //!   PUBACK is sent and the socket is not read until the log takes it (TCP backpressure).
@@ -82,8 +86,8 @@ use async_channel::Receiver;
 use mqtt_protocol_core::mqtt::common::Cursor;
 use mqtt_protocol_core::mqtt::connection::{ConnectionOptions, Event, TimerKind};
 use mqtt_protocol_core::mqtt::packet::{
-    AssignedClientIdentifier, GenericPacket, GenericPacketTrait, Packet, Property, Qos,
-    ReceiveMaximum, v3_1_1, v5_0,
+    AssignedClientIdentifier, GenericPacket, GenericPacketTrait, Packet, Property, Qos, v3_1_1,
+    v5_0,
 };
 use mqtt_protocol_core::mqtt::result_code::{
     ConnectReasonCode, ConnectReturnCode, PubackReasonCode, PubrecReasonCode, SubackReasonCode,
@@ -173,8 +177,8 @@ where
     let max_packet = u32::try_from(ctx.max_record)
         .unwrap_or(u32::MAX)
         .saturating_add(PACKET_OVERHEAD);
-    // The receive maximum is announced to MQTT 5 clients in the CONNACK (and then checked
-    // by the codec); MQTT 3.1.1 has none, so its clients are held back by not being read.
+    // No receive maximum is announced (module docs): clients of both versions are held
+    // back by not being read.
     let opts = ConnectionOptions::new().maximum_packet_size_recv(max_packet);
     let mut mq = Connection::<Server>::with_options(Version::Undetermined, opts);
     mq.set_auto_ping_response(true);
@@ -721,9 +725,6 @@ impl Link {
                 self.connected = true;
                 let packet: Packet = if self.v5() {
                     let mut props = Vec::new();
-                    if let Ok(p) = ReceiveMaximum::new(RECEIVE_MAXIMUM) {
-                        props.push(Property::ReceiveMaximum(p));
-                    }
                     if self.assigned
                         && let Some(c) = &self.client
                         && let Ok(p) = AssignedClientIdentifier::new(c.to_string())

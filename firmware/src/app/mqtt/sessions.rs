@@ -64,8 +64,8 @@ use super::super::metrics::Metrics;
 /// one id of the log's producer table.
 pub const MAX_SESSIONS: usize = 64;
 
-/// QoS 1 and 2 publishes one connection may have unacknowledged (MQTT 5 "Receive
-/// Maximum", announced in the CONNACK; MQTT 3.1.1 clients are not read beyond it).
+/// QoS 1 and 2 publishes one connection may have waiting for the log before its socket is
+/// no longer read (not announced as an MQTT 5 Receive Maximum: see the listener's docs).
 pub const RECEIVE_MAXIMUM: u16 = 32;
 
 /// Stored QoS 1 and 2 records remembered per session for the DUP check.
