@@ -206,7 +206,8 @@ struct DrainArgs {
     /// Uplink cap for a metered link: at most this many record payload bytes per second
     /// go to the sink, summed over every gateway of this drain (K/M/G, K = 1024; `1M`);
     /// a batch waits before it is sent, never after, and the progress line's and the
-    /// metrics' ETA are computed under the cap [default: no cap]
+    /// metrics' ETA are computed under the cap; without --max-batch-bytes a fetch then
+    /// holds about one second's worth (at least 1K) [default: no cap]
     #[arg(long, value_name = "SIZE")]
     max_bytes_per_sec: Option<ByteSize>,
     /// Batches fetched ahead of the sink [default: 4]
@@ -679,8 +680,15 @@ fn run_drain(c: FileConfig, retry_for: Option<Duration>, kafka_flags: &[String])
             .max(1);
     }
     if let Some(v) = c.max_bytes_per_sec {
-        cfg.uplink =
-            Some(Uplink::new(v.0).unwrap_or_else(|e| usage(format!("--max-bytes-per-sec: {e}"))));
+        let cap = Uplink::new(v.0).unwrap_or_else(|e| usage(format!("--max-bytes-per-sec: {e}")));
+        // Without --max-batch-bytes, a fetch holds about one second's worth under the cap
+        // (at least 1 KiB; the gateway returns at least one record), so records go out
+        // steadily instead of a 256K batch once every few minutes on a slow link.
+        if c.max_batch_bytes.is_none() {
+            let second = u32::try_from(cap.bytes_per_sec()).unwrap_or(u32::MAX);
+            cfg.max_batch_bytes = cfg.max_batch_bytes.min(second.max(1024));
+        }
+        cfg.uplink = Some(cap);
     }
     cfg.prefetch = c.prefetch.map_or(cfg.prefetch, |v| v.clamp(1, 1024));
     cfg.max_in_flight_batches = c
