@@ -567,6 +567,20 @@ fn listener_and_image_mistakes_name_the_fix() {
     for scheme in ["tcp://", "tls://", "unix://", "mqtt://", "mqtts://"] {
         assert!(err.contains(scheme), "{scheme} missing: {err}");
     }
+    // A parameter a listener does not take: the message names the listener forms, not
+    // the bridge's (which include serial ports).
+    for uri in [
+        "mqtt://127.0.0.1:1883?mode=lines",
+        "tcp://127.0.0.1:7878?bogus=1",
+    ] {
+        let (code, _, err) = run_cli(&["run", "--image", "/tmp/x.img", "--listen", uri]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("unknown parameter") && err.contains("mqtts://IP:PORT"),
+            "{err}"
+        );
+        assert!(!err.contains("serial:"), "{err}");
+    }
     let img = dir.path().join("gw.img");
     let (code, _, err) = run_cli(&[
         "run",

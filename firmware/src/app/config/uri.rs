@@ -193,12 +193,30 @@ fn roles_of(uri: &Uri, mode: &Mode, default: Roles) -> Result<Roles, AppError> {
 /// Parses a URI and its address with the shared parser, leaving `mode`, `topic` and
 /// `line-timeout-ms` to [`mode_of`], `roles` to [`roles_of`] and `allow-insecure` to
 /// [`parse_listen`].
-fn address_of(text: &str) -> Result<(Uri, GatewayAddr), AppError> {
-    let usage = |e: BadUri| AppError::Usage(e.to_string());
+/// What `--listen` accepts, for the messages of a URI that does not parse (the bridge's
+/// forms, which the shared parser names, include serial ports and host names).
+const LISTENER_FORMS: &str = "tcp://IP:PORT, tls://IP:PORT or unix:///PATH, with mode, topic, line-timeout-ms, roles, allow-insecure; mqtt://IP:PORT or mqtts://IP:PORT, with ack, roles, allow-insecure";
+
+/// What `--serial` accepts, for the same messages.
+const SERIAL_FORMS: &str = "serial:///dev/ttyX?baud=N, with mode, topic, line-timeout-ms, roles";
+
+/// A parse error of a listener URI, naming the listener forms.
+fn listener_usage(mut e: BadUri) -> AppError {
+    e.expected = LISTENER_FORMS;
+    AppError::Usage(e.to_string())
+}
+
+/// Parses `text` as a listener URI (`forms`: [`LISTENER_FORMS`]) or a serial port URI
+/// ([`SERIAL_FORMS`]); a parse error names those forms.
+fn address_of(text: &str, forms: &'static str) -> Result<(Uri, GatewayAddr), AppError> {
+    let usage = |mut e: BadUri| {
+        e.expected = forms;
+        AppError::Usage(e.to_string())
+    };
     let uri = Uri::parse(text).map_err(usage)?;
     if !matches!(uri.scheme.as_str(), "tcp" | "tls" | "unix" | "serial") {
         return Err(AppError::Usage(format!(
-            "bad URI {text:?}: unknown scheme (listeners: tcp://IP:PORT, tls://IP:PORT, unix:///PATH, mqtt://IP:PORT or mqtts://IP:PORT)"
+            "bad URI {text:?}: unknown scheme (expected {forms})"
         )));
     }
     let params = [
@@ -220,7 +238,7 @@ fn address_of(text: &str) -> Result<(Uri, GatewayAddr), AppError> {
 fn parse_mqtt_listen(text: &str, uri: Uri) -> Result<Listen, AppError> {
     let tls = uri.scheme == "mqtts";
     let allow_insecure = allow_insecure_of(&uri)?;
-    let usage = |e: BadUri| AppError::Usage(e.to_string());
+    let usage = listener_usage;
     let ack = match uri.param("ack") {
         None | Some("durable") => MqttAck::Durable,
         Some("buffered") => MqttAck::Buffered,
@@ -278,7 +296,7 @@ pub fn parse_listen(text: &str) -> Result<Listen, AppError> {
     {
         return parse_mqtt_listen(text, uri);
     }
-    let (uri, addr) = address_of(text)?;
+    let (uri, addr) = address_of(text, LISTENER_FORMS)?;
     let ip_port = |hp: String, scheme: &str| {
         hp.parse().map(Endpoint::Tcp).map_err(|_| {
             AppError::Usage(format!(
@@ -310,7 +328,7 @@ pub fn parse_listen(text: &str) -> Result<Listen, AppError> {
 
 /// Parses a `--serial` URI.
 pub fn parse_serial(text: &str) -> Result<Serial, AppError> {
-    let (uri, addr) = address_of(text)?;
+    let (uri, addr) = address_of(text, SERIAL_FORMS)?;
     let GatewayAddr::Serial { path, baud } = addr else {
         return Err(AppError::Usage(format!(
             "{text}: serial URIs start with serial://"
