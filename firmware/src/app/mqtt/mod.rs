@@ -535,33 +535,45 @@ impl Link {
             self.peer
         );
         self.ctx.metrics.refused_unauthorized();
+        let (v5, v3) = if bad_password {
+            (
+                ConnectReasonCode::BadUserNameOrPassword,
+                ConnectReturnCode::BadUserNameOrPassword,
+            )
+        } else {
+            (
+                ConnectReasonCode::NotAuthorized,
+                ConnectReturnCode::NotAuthorized,
+            )
+        };
+        self.refuse_connect(stream, v5, v3).await;
+        false
+    }
+
+    /// Refuses the CONNECT with `v5` (an MQTT 5 client) or `v3` (MQTT 3.1.1) in a CONNACK
+    /// without a session, and closes the connection once it is written.
+    async fn refuse_connect<S: AsyncWrite + Unpin>(
+        &mut self,
+        stream: &mut S,
+        v5: ConnectReasonCode,
+        v3: ConnectReturnCode,
+    ) {
         let packet: Packet = if self.v5() {
-            let code = if bad_password {
-                ConnectReasonCode::BadUserNameOrPassword
-            } else {
-                ConnectReasonCode::NotAuthorized
-            };
             v5_0::Connack::builder()
                 .session_present(false)
-                .reason_code(code)
+                .reason_code(v5)
                 .build()
                 .map(Into::into)
         } else {
-            let code = if bad_password {
-                ConnectReturnCode::BadUserNameOrPassword
-            } else {
-                ConnectReturnCode::NotAuthorized
-            };
             v3_1_1::Connack::builder()
                 .session_present(false)
-                .return_code(code)
+                .return_code(v3)
                 .build()
                 .map(Into::into)
         }
         .expect("a CONNACK without properties always builds");
         self.send(stream, packet).await;
         self.closing = true;
-        false
     }
 
     /// A CONNECT: checks the client id (assigning one if empty) and asks the log thread
@@ -590,22 +602,11 @@ impl Link {
         };
         if refuse {
             self.ctx.metrics.ingest_error("mqtt_client_id");
-            let packet: Packet = if v5 {
-                v5_0::Connack::builder()
-                    .session_present(false)
-                    .reason_code(ConnectReasonCode::ClientIdentifierNotValid)
-                    .build()
-                    .map(Into::into)
-            } else {
-                v3_1_1::Connack::builder()
-                    .session_present(false)
-                    .return_code(ConnectReturnCode::IdentifierRejected)
-                    .build()
-                    .map(Into::into)
-            }
-            .expect("a CONNACK without properties always builds");
-            self.send(stream, packet).await;
-            self.closing = true;
+            let (v5, v3) = (
+                ConnectReasonCode::ClientIdentifierNotValid,
+                ConnectReturnCode::IdentifierRejected,
+            );
+            self.refuse_connect(stream, v5, v3).await;
             return;
         }
         let client: Arc<str> = Arc::from(id);
@@ -756,22 +757,11 @@ impl Link {
                     sessions::MAX_SESSIONS
                 );
                 self.ctx.metrics.ingest_error("mqtt_sessions_full");
-                let packet: Packet = if self.v5() {
-                    v5_0::Connack::builder()
-                        .session_present(false)
-                        .reason_code(ConnectReasonCode::ServerBusy)
-                        .build()
-                        .map(Into::into)
-                } else {
-                    v3_1_1::Connack::builder()
-                        .session_present(false)
-                        .return_code(ConnectReturnCode::ServerUnavailable)
-                        .build()
-                        .map(Into::into)
-                }
-                .expect("a CONNACK always builds");
-                self.send(stream, packet).await;
-                self.closing = true;
+                let (v5, v3) = (
+                    ConnectReasonCode::ServerBusy,
+                    ConnectReturnCode::ServerUnavailable,
+                );
+                self.refuse_connect(stream, v5, v3).await;
             }
             MqttReply::TakenOver => {
                 // The session is another connection's now: nothing of ours to release.
