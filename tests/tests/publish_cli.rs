@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use spillway_tests::bridge::run_bridge;
+use spillway_tests::bridge::{drain_args, run_bridge};
 use spillway_tests::client::Client;
 use spillway_tests::gateway::{GatewayProcess, free_port};
 
@@ -297,18 +297,13 @@ fn json_payloads_reach_the_file_sink_and_tail_byte_for_byte() {
     assert!(out.status.success(), "{}", stderr(&out));
     let sink = format!("file:{}", dir.path().join("out").display());
     let state = dir.path().join("s.redb");
-    let out = run_bridge(&[
-        "drain",
-        "--gateway",
-        &gw,
-        "--sink",
-        &sink,
-        "--state",
-        state.to_str().unwrap(),
-        "--once",
-        "--progress",
-        "off",
-    ]);
+    let out = run_bridge(
+        &[
+            drain_args(&gw, &sink, state.to_str().unwrap()),
+            vec!["--once"],
+        ]
+        .concat(),
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let mut text = String::new();
     for f in files_under(&dir.path().join("out")) {
@@ -404,18 +399,13 @@ fn host_port_gateways_and_one_spelling_of_the_log_id() {
     assert_eq!(line["log_id"], log_id.as_str());
     let state = dir.path().join("s.redb");
     let sink = format!("file:{}", dir.path().join("out").display());
-    let out = run_bridge(&[
-        "drain",
-        "--gateway",
-        &bare,
-        "--sink",
-        &sink,
-        "--state",
-        state.to_str().unwrap(),
-        "--once",
-        "--progress",
-        "off",
-    ]);
+    let out = run_bridge(
+        &[
+            drain_args(&bare, &sink, state.to_str().unwrap()),
+            vec!["--once"],
+        ]
+        .concat(),
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     // The gateway's own log: every "log <hex>" it printed is the same 32 digits.
     let text = g.log_text();
@@ -514,18 +504,11 @@ fn drain_from_over_a_checkpoint_warns_once_and_retry_for_applies() {
     let state = dir.path().join("s.redb");
     let sink = format!("file:{}", dir.path().join("out").display());
     let drain = |extra: &[&str]| {
-        let mut args = vec![
-            "drain",
-            "--gateway",
-            &gw,
-            "--sink",
-            &sink,
-            "--state",
-            state.to_str().unwrap(),
-            "--once",
-            "--progress",
-            "off",
-        ];
+        let mut args = [
+            drain_args(&gw, &sink, state.to_str().unwrap()),
+            vec!["--once"],
+        ]
+        .concat();
         args.extend_from_slice(extra);
         run_bridge(&args)
     };
@@ -548,19 +531,11 @@ fn drain_from_over_a_checkpoint_warns_once_and_retry_for_applies() {
     // Unreachable: --retry-for bounds the drain with and without --once, naming the gateway.
     for once in [true, false] {
         let t0 = std::time::Instant::now();
-        let mut args = vec![
-            "drain",
-            "--gateway",
-            "127.0.0.1:1",
-            "--sink",
-            &sink,
-            "--state",
-            state.to_str().unwrap(),
-            "--retry-for",
-            "1s",
-            "--progress",
-            "off",
-        ];
+        let mut args = [
+            drain_args("127.0.0.1:1", &sink, state.to_str().unwrap()),
+            vec!["--retry-for", "1s"],
+        ]
+        .concat();
         if once {
             args.push("--once");
         }
@@ -670,20 +645,17 @@ fn file_errors_name_the_path_and_the_reason() {
     let file = dir.path().join("afile");
     std::fs::write(&file, b"x").unwrap();
     let state = dir.path().join("s.redb");
-    let out = run_bridge(&[
-        "drain",
-        "--gateway",
-        "tcp://127.0.0.1:1",
-        "--sink",
-        &format!("file:{}", file.display()),
-        "--state",
-        state.to_str().unwrap(),
-        "--once",
-        "--retry-for",
-        "1s",
-        "--progress",
-        "off",
-    ]);
+    let out = run_bridge(
+        &[
+            drain_args(
+                "tcp://127.0.0.1:1",
+                &format!("file:{}", file.display()),
+                state.to_str().unwrap(),
+            ),
+            vec!["--once", "--retry-for", "1s"],
+        ]
+        .concat(),
+    );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
         stderr(&out).contains(&format!(
@@ -694,20 +666,17 @@ fn file_errors_name_the_path_and_the_reason() {
         stderr(&out)
     );
     let bad_state = dir.path().join("none/s.redb");
-    let out = run_bridge(&[
-        "drain",
-        "--gateway",
-        "tcp://127.0.0.1:1",
-        "--sink",
-        &format!("file:{}", dir.path().join("out").display()),
-        "--state",
-        bad_state.to_str().unwrap(),
-        "--once",
-        "--retry-for",
-        "1s",
-        "--progress",
-        "off",
-    ]);
+    let out = run_bridge(
+        &[
+            drain_args(
+                "tcp://127.0.0.1:1",
+                &format!("file:{}", dir.path().join("out").display()),
+                bad_state.to_str().unwrap(),
+            ),
+            vec!["--once", "--retry-for", "1s"],
+        ]
+        .concat(),
+    );
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     assert!(
         stderr(&out).contains(&bad_state.display().to_string())
@@ -899,20 +868,17 @@ fn tail_and_drain_from_a_time() {
 
     // drain --from TIME: the first record delivered is the first stamped at or after it.
     let sink_dir = dir.path().join("out");
-    let out = run_bridge(&[
-        "drain",
-        "--gateway",
-        &gw,
-        "--sink",
-        &format!("file:{}", sink_dir.display()),
-        "--state",
-        dir.path().join("s.redb").to_str().unwrap(),
-        "--from",
-        "2026-11-30T12:00:00.1Z",
-        "--once",
-        "--progress",
-        "off",
-    ]);
+    let out = run_bridge(
+        &[
+            drain_args(
+                &gw,
+                &format!("file:{}", sink_dir.display()),
+                dir.path().join("s.redb").to_str().unwrap(),
+            ),
+            vec!["--from", "2026-11-30T12:00:00.1Z", "--once"],
+        ]
+        .concat(),
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let mut offsets = Vec::new();
     for f in spillway_tests::bridge::sink_files(&sink_dir) {
