@@ -67,18 +67,15 @@ fn sink_lines(dir: &Path) -> Vec<String> {
     lines
 }
 
-/// Seconds the cap needs for `bytes` after its burst of one second's worth.
-fn capped_secs(bytes: u64, per_sec: u64) -> f64 {
-    bytes.saturating_sub(per_sec) as f64 / per_sec as f64
-}
-
-#[test]
-fn a_capped_drain_takes_the_time_the_cap_allows_and_forwards_everything_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_g, gw) = gateway_with_records(dir.path(), "cap-gw");
-    let sink = format!("file:{}", dir.path().join("out").display());
-    let state = dir.path().join("s.redb").display().to_string();
-    let mut args = drain_args(&gw, &sink, &state);
+/// Runs `drain --once --max-bytes-per-sec 200K` of `gateways` into `dir/out`, which must
+/// succeed; how long it took and the payload lines in the sink, sorted.
+fn capped_drain(dir: &Path, gateways: &[&str]) -> (Duration, Vec<String>) {
+    let sink = format!("file:{}", dir.join("out").display());
+    let state = dir.join("s.redb").display().to_string();
+    let mut args = drain_args(gateways[0], &sink, &state);
+    for g in &gateways[1..] {
+        args.extend(["--gateway", g]);
+    }
     args.extend(["--once", "--max-bytes-per-sec", "200K"]);
     let start = Instant::now();
     let out = run_bridge(&args);
@@ -88,7 +85,19 @@ fn a_capped_drain_takes_the_time_the_cap_allows_and_forwards_everything_once() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let lines = sink_lines(&dir.path().join("out"));
+    (took, sink_lines(&dir.join("out")))
+}
+
+/// Seconds the cap needs for `bytes` after its burst of one second's worth.
+fn capped_secs(bytes: u64, per_sec: u64) -> f64 {
+    bytes.saturating_sub(per_sec) as f64 / per_sec as f64
+}
+
+#[test]
+fn a_capped_drain_takes_the_time_the_cap_allows_and_forwards_everything_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = gateway_with_records(dir.path(), "cap-gw");
+    let (took, lines) = capped_drain(dir.path(), &[&gw]);
     assert_eq!(lines.len(), RECORDS, "every record once");
     let want = capped_secs(RECORDS as u64 * 200, 200 * 1024);
     eprintln!(
@@ -103,19 +112,7 @@ fn one_cap_is_shared_by_every_gateway_of_a_drain() {
     let dir = tempfile::tempdir().unwrap();
     let (_a, a) = gateway_with_records(dir.path(), "cap-a");
     let (_b, b) = gateway_with_records(dir.path(), "cap-b");
-    let sink = format!("file:{}", dir.path().join("out").display());
-    let state = dir.path().join("s.redb").display().to_string();
-    let mut args = drain_args(&a, &sink, &state);
-    args.extend(["--gateway", &b, "--once", "--max-bytes-per-sec", "200K"]);
-    let start = Instant::now();
-    let out = run_bridge(&args);
-    let took = start.elapsed();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines = sink_lines(&dir.path().join("out"));
+    let (took, lines) = capped_drain(dir.path(), &[&a, &b]);
     assert_eq!(
         lines.len(),
         2 * RECORDS,
