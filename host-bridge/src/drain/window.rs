@@ -216,6 +216,7 @@ impl Drain {
                 .save_async(&s.src.gateway_id, &self.cfg.consumer, s.cp)
                 .await?;
             self.state_backoff.reset();
+            self.close_full_files().await;
             s.commit.set(s.cp.offset);
             self.metrics.forwarded_records.inc_by(records);
             self.metrics.forwarded_bytes.inc_by(bytes);

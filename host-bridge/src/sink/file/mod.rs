@@ -21,10 +21,15 @@
 //!   `00000000`. A gateway whose log starts over (reflashed, `--accept-new-log`) counts
 //!   from its new first offset again: give it a new directory, or the sink refuses to write
 //!   a file whose closed name exists already (and retries) rather than replace it.
-//! - A topic has at most one file being written, named `….jsonl.open`. It is renamed to
-//!   `….jsonl` (closed) when it is rotated, and a closed file is never written, cut or
-//!   renamed again: a downstream job takes only `*.jsonl` files (`find DIR -name
-//!   '*.jsonl'`), and may move or delete them as soon as they appear.
+//! - A topic has at most one file being written, named `….jsonl.open`. When it is rotated
+//!   it is synced and set aside as full, and the next line begins a new file; a full file
+//!   is renamed to `….jsonl` (closed) once the drain has saved the checkpoint that covers
+//!   its last record ([`FileSink::checkpointed`]), which is right after the batch that
+//!   filled it. So a closed file never holds a record the drain would send again after a
+//!   crash. A closed file is never written, cut or renamed again: a downstream job takes
+//!   only `*.jsonl` files (`find DIR -name '*.jsonl'`), and may move or delete them as soon
+//!   as they appear. A crash between the checkpoint and the rename leaves a full file
+//!   open-named beside the newest one: it is closed at the next checkpoint.
 //! - Rotation ([`Rotation`]): before a line that would take the open file past
 //!   `--rotate-bytes` (a file always takes its first line, however long); before the first
 //!   line written when the file has been open `--rotate-interval` or longer, and, when the
@@ -49,9 +54,9 @@
 //! # Durability
 //!
 //! A batch is written and every file it touched is fsynced (`fdatasync`) before
-//! [`FileSink::deliver`] returns. A rotation fsyncs the file, renames it (a hard link to the
-//! closed name, which fails rather than replace an existing file, then the open name
-//! removed) and fsyncs its directory before the next file is created; creating a file or a
+//! [`FileSink::deliver`] returns. A rotation fsyncs the file before the next file is
+//! created; closing a file renames it (a hard link to the closed name, which fails rather
+//! than replace an existing file, then the open name removed) and fsyncs its directory; creating a file or a
 //! directory fsyncs the directory holding it. A crash can leave a torn last line in an open
 //! file: on open it is cut back to its last newline (an open file left empty is removed).
 //! A crash between the link and the removal leaves both names of one file: the open name is
@@ -74,9 +79,12 @@
 //!   back the same way before the first write: whatever was written into open files after
 //!   that checkpoint (synced or not) is gone and is sent again. The open file is found by
 //!   its name: the checkpoint records each topic's newest file by its first offset.
-//! - Closed files are never cut: a file is renamed only after its fsync succeeded, so all
-//!   of it is durable, and a downstream job may have taken it already. Records in a file
-//!   closed after the checkpoint are skipped by the duplicate check when they are resent.
+//! - Closed files are never cut: a file is renamed only after its fsync succeeded and a
+//!   checkpoint covers it, so all of it is durable and none of it is sent again, and a
+//!   downstream job may have taken it already. A full file not closed yet is cut back like
+//!   an open one when the checkpoint has not covered it. (A file closed after the
+//!   checkpoint, as an earlier version could leave, is never cut either: its records are
+//!   skipped by the duplicate check when they are resent.)
 //! - Only lines of the log being drained are cut (or lines that are not records, such as a
 //!   torn line): if a line of another log follows a synced length, another drain writes
 //!   into the same directory and that topic is left as it is. A checkpoint saved by an
@@ -228,6 +236,10 @@ struct Inner {
     rot: Rotation,
     /// Per topic stem, its open file.
     open: HashMap<String, OpenFile>,
+    /// Files that are full (rotated) and synced, still open-named: renamed by
+    /// [`Inner::close_full`] once a checkpoint covers their records (see the module doc,
+    /// "Layout"), oldest first.
+    full: Vec<OpenFile>,
     /// Highest offset written per (stem, log id): see the module doc, "Exactly once".
     marks: HashMap<(String, u128), u64>,
     /// Per stem, the newest file and its length: as found at open, then as synced by the
@@ -283,9 +295,21 @@ impl Inner {
         let mut marks = HashMap::new();
         let mut state = BTreeMap::new();
         let mut open = HashMap::new();
+        let mut full = Vec::new();
         for (stem, files) in scan(&dir)? {
             let files = settle(&dir.join(&stem), files)?;
-            let Some(newest) = files.last() else { continue };
+            let Some((newest, older)) = files.split_last() else {
+                continue;
+            };
+            // Open files older than the newest are full: closed at the next checkpoint.
+            full.extend(older.iter().filter(|f| f.open).map(|f| OpenFile {
+                first: f.first,
+                path: f.path.clone(),
+                file: None,
+                len: 0,
+                since: SystemTime::now(),
+                date: None,
+            }));
             let len = std::fs::metadata(&newest.path)?.len();
             state.insert(
                 stem.clone(),
@@ -327,6 +351,7 @@ impl Inner {
                 ..rot
             },
             open,
+            full,
             marks,
             state,
         })
@@ -372,6 +397,28 @@ impl Inner {
         Ok(())
     }
 
+    /// Sets the open file of `stem` (already synced) aside as full: it keeps its open name
+    /// until [`Inner::close_full`], and the next line begins a new file.
+    fn set_full(&mut self, stem: &str) {
+        if let Some(mut of) = self.open.remove(stem) {
+            of.file = None;
+            self.full.push(of);
+        }
+    }
+
+    /// Renames every full file to its closed name (a checkpoint covers all their records
+    /// now); returns how many. On an error the files not renamed yet stay open-named and are
+    /// found again as full at the next open.
+    fn close_full(&mut self) -> std::io::Result<u64> {
+        let mut n = 0;
+        while let Some(of) = self.full.first() {
+            close_name(&of.path, of.first)?;
+            self.full.remove(0);
+            n += 1;
+        }
+        Ok(n)
+    }
+
     /// Closes the open file of `stem` (already synced); its stem's newest file is then that
     /// closed file.
     fn close(&mut self, stem: &str) -> std::io::Result<()> {
@@ -401,10 +448,12 @@ impl Inner {
             .map(|(s, _)| s.clone())
             .collect();
         stems.sort();
+        let mut n = self.close_full()?;
         for stem in &stems {
             self.close(stem)?;
+            n += 1;
         }
-        Ok(stems.len() as u64)
+        Ok(n)
     }
 
     /// Appends `line` (a gap line) to the open file of every topic (beginning a file named
@@ -484,13 +533,14 @@ impl Inner {
                     let full = pending + line.len() as u64 > rot.bytes;
                     let later_day = matches!((&date, &of.date), (Some(d), Some(f)) if d > f);
                     if pending > 0 && (full || of.expired(&rot, now) || later_day) {
-                        // Finish the current file, close it, then begin the next one.
+                        // Finish the current file and set it aside (renamed once the
+                        // checkpoint covers this batch), then begin the next one.
                         let f = of.handle()?;
                         f.write_all(&buf)?;
                         f.sync_data()?;
                         of.len += buf.len() as u64;
                         buf.clear();
-                        self.close(&stem)?;
+                        self.set_full(&stem);
                     }
                 }
                 if !self.open.contains_key(&stem) {
@@ -528,10 +578,12 @@ impl Inner {
 }
 
 /// Settles a topic's files after a crash (see the module doc, "Durability"): removes an
-/// open name left beside its closed name by a rename cut short, closes any open file but
-/// the newest (there is one at most unless the files were changed outside the sink), cuts
-/// the newest open file's torn last line and removes it if nothing is left. Returns the
-/// topic's files as they are then.
+/// open name left beside its closed name by a rename cut short, cuts the torn last line of
+/// every open file and removes the newest open file if nothing is left of it. Open files
+/// older than the newest are full files whose checkpoint had not been saved, or not
+/// followed by their rename, when the bridge stopped: they keep their open name (a restore
+/// may still cut them back) and are closed at the next checkpoint. Returns the topic's
+/// files as they are then.
 fn settle(topic_dir: &Path, files: Vec<Found>) -> std::io::Result<Vec<Found>> {
     let mut changed = false;
     for f in files.iter().filter(|f| f.open) {
@@ -558,13 +610,11 @@ fn settle(topic_dir: &Path, files: Vec<Found>) -> std::io::Result<Vec<Found>> {
     let opens: Vec<&Found> = files.iter().filter(|f| f.open).collect();
     if let Some((newest, older)) = opens.split_last() {
         for f in older {
-            log::warn!(
-                "{}: an open file older than {}; closing it",
-                f.path.display(),
-                newest.path.display()
+            log::info!(
+                "{}: full, not closed yet (closed at the next checkpoint)",
+                f.path.display()
             );
             cut_torn_tail(&f.path)?;
-            close_name(&f.path, f.first)?;
         }
         if cut_torn_tail(&newest.path)? == 0 {
             log::warn!(
@@ -656,7 +706,7 @@ impl FileSink {
     }
 
     /// Cuts the files back to what a checkpoint recorded as synced (see the module doc,
-    /// "Synced lengths") and reopens, so that the duplicate check sees only lines that were
+    /// "Synced lengths"), closes the full files the checkpoint covers, and reopens, so that the duplicate check sees only lines that were
     /// durable at that checkpoint; the drain then resends everything after it. A checkpoint
     /// taken for another directory, or whose log id does not parse, is not applied (returns
     /// `Ok(None)`). Errors: the I/O error of a read, cut or fsync (nothing is written until
@@ -693,7 +743,11 @@ impl FileSink {
         let (dir, rotate, synced) = (self.dir.clone(), self.rot, self.synced.clone());
         let (inner, cut) = smol::unblock(move || {
             let cut = cut_back(&dir, &synced, log_id)?;
-            Ok::<_, std::io::Error>((Inner::open(dir, rotate)?, cut))
+            let mut inner = Inner::open(dir, rotate)?;
+            // The full files left now are older than the checkpoint's newest files: the
+            // checkpoint covers them (a crash came between it and their rename).
+            inner.close_full()?;
+            Ok::<_, std::io::Error>((inner, cut))
         })
         .await?;
         self.synced = inner.state.clone();
@@ -770,6 +824,32 @@ impl FileSink {
             self.synced = i.state.clone();
         }
         Ok(n)
+    }
+
+    /// Closes (renames to `….jsonl`) the files that were full and set aside by earlier
+    /// deliveries; the drain calls it once the checkpoint covering every record delivered
+    /// so far is saved (see the module doc, "Layout"). Returns how many files were closed.
+    /// Failures are handled as for [`FileSink::deliver`]: the files stay open-named, are
+    /// found again as full at the reopen, and closed at a later checkpoint.
+    ///
+    /// # Errors
+    /// The I/O error of the rename or a directory fsync.
+    pub async fn checkpointed(&mut self) -> std::io::Result<u64> {
+        match &self.inner {
+            Some(i) if !i.full.is_empty() => {}
+            _ => return Ok(0),
+        }
+        let Some(mut inner) = self.inner.take() else {
+            return Ok(0);
+        };
+        let (inner, res) = smol::unblock(move || match inner.close_full() {
+            Ok(n) => (Some(inner), Ok(n)),
+            // Drop the handles: the next write cuts back to the synced lengths and reopens.
+            Err(e) => (None, Err(e)),
+        })
+        .await;
+        self.inner = inner;
+        res
     }
 
     /// The rotation settings.

@@ -153,8 +153,18 @@ fn rotates_by_size_renaming_the_open_file_and_continues_it_after_a_reopen() {
             .unwrap();
         let recs: Vec<_> = (0..7).map(|i| rec(i, "t", b"x")).collect();
         s.deliver(&src(), &recs).await.unwrap();
+        // Full files keep their open name until the checkpoint covers them.
+        assert_eq!(
+            tree(&out),
+            vec![
+                "t/00000000000000000000.jsonl.open",
+                "t/00000000000000000003.jsonl.open",
+                "t/00000000000000000006.jsonl.open"
+            ]
+        );
+        assert_eq!(s.checkpointed().await.unwrap(), 2);
     });
-    // Each rotation renamed the open file; one open file is left, named by its first offset.
+    // Each rotation closed the full file; one open file is left, named by its first offset.
     assert_eq!(
         tree(&out),
         vec![
@@ -172,6 +182,7 @@ fn rotates_by_size_renaming_the_open_file_and_continues_it_after_a_reopen() {
             .unwrap();
         let recs: Vec<_> = (7..10).map(|i| rec(i, "t", b"x")).collect();
         s.deliver(&src(), &recs).await.unwrap();
+        s.checkpointed().await.unwrap();
     });
     assert_eq!(offsets(&closed_file(&out, "t", 6)), vec![6, 7, 8]);
     assert_eq!(offsets(&open_file(&out, "t", 9)), vec![9]);
@@ -223,12 +234,15 @@ fn offsets(path: &Path) -> Vec<u64> {
         .collect()
 }
 
+/// Opens the sink, delivers `recs` and reports the checkpoint saved, as a drain does;
+/// returns the duplicates skipped.
 fn deliver(out: &Path, rotate: Rotation, src: &Source, recs: &[OwnedRecord]) -> u64 {
     smol::block_on(async {
         let mut s = FileSink::open_async(out.to_path_buf(), rotate)
             .await
             .unwrap();
         s.deliver(src, recs).await.unwrap();
+        s.checkpointed().await.unwrap();
         s.skipped_duplicates()
     })
 }
@@ -443,9 +457,10 @@ fn restore_cuts_open_files_and_removes_topics_created_after_the_checkpoint() {
     assert_eq!(all_offsets(&out), (0..10).collect::<Vec<_>>());
 }
 
-/// A file closed after the checkpoint is final: a downstream job may have taken it. It is
-/// never cut; its records are skipped when the drain resends them, and the open file
-/// created after it is removed and written again.
+/// A file closed after the checkpoint (as an earlier version closed files at rotation) is
+/// final: a downstream job may have taken it. It is never cut; its records are skipped
+/// when the drain resends them, and the open file created after it is removed and written
+/// again.
 #[test]
 fn restore_keeps_files_closed_after_the_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
@@ -460,6 +475,8 @@ fn restore_keeps_files_closed_after_the_checkpoint() {
         s.deliver(&src(), &recs[4..8]).await.unwrap();
         synced
     });
+    // Closed by hand, as an earlier version did at the rotation.
+    std::fs::rename(open_file(&out, "t", 3), closed_file(&out, "t", 3)).unwrap();
     let closed = closed_file(&out, "t", 3);
     let before = std::fs::read(&closed).unwrap();
     smol::block_on(async {
@@ -512,8 +529,9 @@ fn restore_leaves_lines_of_another_log() {
 }
 
 /// A batch that fails half-way (here: the next file of a rotation cannot be created,
-/// after the current one was written, synced and closed) is cut back before the resend:
-/// the closed file stays as it is, its records are skipped, the rest lands once.
+/// after the current one was written, synced and set aside as full) is cut back before the
+/// resend: the full file was not closed, so it is cut back like an open one, and every
+/// record lands once.
 #[test]
 fn a_failed_batch_is_cut_back_before_it_is_resent() {
     let dir = tempfile::tempdir().unwrap();
@@ -527,11 +545,13 @@ fn a_failed_batch_is_cut_back_before_it_is_resent() {
         let blocker = open_file(&out, "t", 3);
         std::fs::create_dir(&blocker).unwrap();
         assert!(s.deliver(&src(), &recs[1..]).await.is_err());
-        // Written, synced and closed by the failed attempt.
-        assert_eq!(offsets(&closed_file(&out, "t", 0)), vec![0, 1, 2]);
+        // Written and synced by the failed attempt, not closed.
+        assert_eq!(offsets(&open_file(&out, "t", 0)), vec![0, 1, 2]);
+        assert!(!closed_file(&out, "t", 0).exists());
         std::fs::remove_dir(&blocker).unwrap();
         s.deliver(&src(), &recs[1..]).await.unwrap();
-        assert_eq!(s.skipped_duplicates(), 2);
+        assert_eq!(s.skipped_duplicates(), 0);
+        s.checkpointed().await.unwrap();
     });
     assert_eq!(all_offsets(&out), (0..6).collect::<Vec<_>>());
     assert_eq!(
@@ -597,6 +617,7 @@ fn rotate_interval_closes_files_at_a_write_and_when_idle() {
         // The interval is what is tested: let it pass.
         smol::Timer::after(interval).await;
         s.deliver(&src(), &[rec(2, "t", b"c")]).await.unwrap();
+        s.checkpointed().await.unwrap();
         assert_eq!(
             tree(&out),
             vec![
@@ -620,6 +641,7 @@ fn rotate_interval_closes_files_at_a_write_and_when_idle() {
         );
         // The next record begins a new file.
         s.deliver(&src(), &[rec(3, "u", b"d")]).await.unwrap();
+        s.checkpointed().await.unwrap();
         assert_eq!(offsets(&open_file(&out, "u", 3)), vec![3]);
     });
 }
@@ -751,4 +773,86 @@ fn torn_line_longer_than_the_scan_chunk() {
     std::fs::write(&p, &data).unwrap();
     assert_eq!(cut_torn_tail(&p).unwrap(), 9);
     assert_eq!(std::fs::read(&p).unwrap(), b"{\"ok\":1}\n");
+}
+
+/// The bridge killed after a batch filled a file, before its checkpoint was saved: the
+/// full file was not closed, so no downstream job could take records that the drain sends
+/// again; the restart cuts it back, and every record arrives once across the files taken
+/// away and the files left.
+#[test]
+fn a_file_filled_by_a_batch_is_closed_only_after_its_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let picked = dir.path().join("picked");
+    std::fs::create_dir_all(&picked).unwrap();
+    let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
+    let rotate = rot(line_len * 3);
+    let recs: Vec<_> = (0..8).map(|i| rec(i, "t", b"x")).collect();
+    // A downstream job that takes every closed file.
+    let take = || {
+        for name in tree(&out) {
+            if name.ends_with(SUFFIX) {
+                let base = name.rsplit('/').next().unwrap().to_string();
+                std::fs::rename(out.join(&name), picked.join(base)).unwrap();
+            }
+        }
+    };
+    let at_checkpoint = smol::block_on(async {
+        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
+        s.deliver(&src(), &recs[..2]).await.unwrap();
+        let cp = s.synced_files().unwrap();
+        s.checkpointed().await.unwrap();
+        // Fills t/0 and t/3; killed before the checkpoint is saved.
+        s.deliver(&src(), &recs[2..]).await.unwrap();
+        cp
+    });
+    take();
+    assert_eq!(
+        tree(&picked),
+        Vec::<String>::new(),
+        "nothing closed past the checkpoint"
+    );
+    smol::block_on(async {
+        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
+        let cut = s.restore(&at_checkpoint).await.unwrap().unwrap();
+        assert_eq!(cut.files, 3, "t/0 cut back, t/3 and t/6 removed");
+        s.deliver(&src(), &recs[2..]).await.unwrap();
+        assert_eq!(s.skipped_duplicates(), 0);
+        s.checkpointed().await.unwrap();
+    });
+    take();
+    let mut got = all_offsets(&picked);
+    got.extend(all_offsets(&out));
+    assert_eq!(got, (0..8).collect::<Vec<_>>());
+}
+
+/// Killed after the checkpoint was saved and before the full files were renamed: the
+/// restore closes them (the checkpoint covers them), and nothing is sent twice.
+#[test]
+fn full_files_left_by_a_crash_after_their_checkpoint_are_closed_at_the_restore() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
+    let rotate = rot(line_len * 3);
+    let recs: Vec<_> = (0..10).map(|i| rec(i, "t", b"x")).collect();
+    let cp = smol::block_on(async {
+        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
+        s.deliver(&src(), &recs[..8]).await.unwrap();
+        s.synced_files().unwrap()
+    });
+    smol::block_on(async {
+        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
+        assert_eq!(s.restore(&cp).await.unwrap().unwrap().files, 0);
+        assert_eq!(
+            tree(&out),
+            vec![
+                "t/00000000000000000000.jsonl",
+                "t/00000000000000000003.jsonl",
+                "t/00000000000000000006.jsonl.open"
+            ]
+        );
+        s.deliver(&src(), &recs[8..]).await.unwrap();
+        assert_eq!(s.skipped_duplicates(), 0);
+    });
+    assert_eq!(all_offsets(&out), (0..10).collect::<Vec<_>>());
 }
