@@ -1,0 +1,83 @@
+//! Tests of reply decoding: malformed frames, records and ranges from a hostile gateway.
+
+use spillway_core::log::format::MAX_OFFSET;
+use spillway_core::wire::{RecordView, RecordsWriter, encode_frame};
+
+use super::*;
+
+fn record(offset: u64) -> RecordView<'static> {
+    RecordView {
+        offset,
+        record_crc: 1,
+        topic: "t",
+        timestamp_us: 2,
+        producer: None,
+        payload: b"p",
+    }
+}
+
+fn records_frame(offsets: &[u64], next_offset: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; 4096];
+    let mut w = RecordsWriter::new(&mut buf, 9, 0, 4096);
+    for &o in offsets {
+        w.push(&record(o)).unwrap();
+    }
+    let n = w.finish(next_offset, None).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+/// A fetch reply with a record at offset `u64::MAX` (the drain then computes
+/// `offset + 1`: a panic with overflow checks, offset 0 without), or with offsets that
+/// go backwards, is refused as a protocol error when it is decoded.
+#[test]
+fn a_reply_with_offsets_past_the_limit_is_refused() {
+    assert_eq!(
+        decode_reply(&mut records_frame(&[5, 6], 7)).unwrap(),
+        Some(9)
+    );
+    for (offsets, next) in [
+        (&[u64::MAX][..], 7),
+        (&[MAX_OFFSET][..], 7),
+        (&[5], u64::MAX),
+        (&[6, 5], 7),
+        (&[5, 5], 7),
+    ] {
+        let got = decode_reply(&mut records_frame(offsets, next));
+        assert!(
+            matches!(got, Err(ClientError::Protocol(_))),
+            "{offsets:?} next {next}: {got:?}"
+        );
+    }
+    let mut buf = vec![0u8; 256];
+    for resp in [
+        Response::Ack {
+            seq: 1,
+            offset: u64::MAX,
+            duplicate: false,
+        },
+        Response::Committed {
+            seq: 1,
+            consumer: "bridge",
+            offset: u64::MAX,
+        },
+        Response::Dropped {
+            seq: 1,
+            first_available: u64::MAX,
+        },
+        Response::StatsReply {
+            seq: 1,
+            stats: GatewayStats {
+                next_offset: u64::MAX,
+                ..GatewayStats::default()
+            },
+        },
+    ] {
+        let n = encode_frame(&resp, &mut buf).unwrap();
+        let got = decode_reply(&mut buf[..n]);
+        assert!(
+            matches!(got, Err(ClientError::Protocol(_))),
+            "{resp:?}: {got:?}"
+        );
+    }
+}
