@@ -1,0 +1,459 @@
+//! The file sink's writer, which lives on the blocking pool: each topic's open file and
+//! the full files waiting for their checkpoint, rotation, the duplicate check's marks, what
+//! is synced, and settling what a crash left (see the parent module's doc).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::names::{self, file_name, topic_stem, utc_date};
+use super::recovery::{Found, cut_torn_tail, last_key, scan, scan_topic, sync_dir};
+use super::{Rotation, SyncedFile};
+use crate::client::OwnedRecord;
+use crate::sink::{JsonRecord, Source};
+
+/// What one trip to the blocking pool does.
+pub(super) enum Job {
+    /// Write records.
+    Records(Vec<OwnedRecord>),
+    /// Write a gap line; the offset names a file it has to begin.
+    Gap(String, u64),
+}
+
+/// A topic's open file.
+pub(super) struct OpenFile {
+    first: u64,
+    path: PathBuf,
+    /// Opened for appending on first use.
+    file: Option<File>,
+    len: u64,
+    /// When it was created (see the module doc, "Layout": "open for").
+    since: SystemTime,
+    /// Its date directory, with `--partition-by-date`.
+    date: Option<String>,
+}
+
+impl OpenFile {
+    fn handle(&mut self) -> std::io::Result<&mut File> {
+        if self.file.is_none() {
+            self.file = Some(OpenOptions::new().append(true).open(&self.path)?);
+        }
+        self.file
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("file handle vanished"))
+    }
+
+    fn expired(&self, rot: &Rotation, now: SystemTime) -> bool {
+        rot.interval
+            .is_some_and(|i| now.duration_since(self.since).unwrap_or_default() >= i)
+    }
+}
+
+/// State that lives on the blocking thread during a write.
+pub(super) struct Inner {
+    pub(super) dir: PathBuf,
+    pub(super) rot: Rotation,
+    /// Per topic stem, its open file.
+    pub(super) open: HashMap<String, OpenFile>,
+    /// Files that are full (rotated) and synced, still open-named: renamed by
+    /// [`Inner::close_full`] once a checkpoint covers their records (see the module doc,
+    /// "Layout"), oldest first.
+    pub(super) full: Vec<OpenFile>,
+    /// Highest offset written per (stem, log id): see the module doc, "Exactly once".
+    pub(super) marks: HashMap<(String, u128), u64>,
+    /// Per stem, the newest file and its length: as found at open, then as synced by the
+    /// last successful write (see the module doc, "Synced lengths").
+    pub(super) state: BTreeMap<String, SyncedFile>,
+}
+
+/// Creates `dir` and its missing parents, fsyncing the directory that holds each one made.
+fn create_dirs(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent()
+        && !parent.as_os_str().is_empty()
+    {
+        create_dirs(parent)?;
+    }
+    match std::fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    sync_dir(parent)
+}
+
+/// Renames the open file `path` to its closed name, never replacing a file of that name,
+/// and fsyncs the directory (see the module doc, "Durability").
+fn close_name(path: &Path, first: u64) -> std::io::Result<PathBuf> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let closed = dir.join(file_name(first, false));
+    std::fs::hard_link(path, &closed).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "cannot close {} as {}: {e}",
+                path.display(),
+                closed.display()
+            ),
+        )
+    })?;
+    std::fs::remove_file(path)?;
+    sync_dir(dir)?;
+    Ok(closed)
+}
+
+impl Inner {
+    pub(super) fn open(dir: PathBuf, rot: Rotation) -> std::io::Result<Inner> {
+        create_dirs(&dir)?;
+        let mut marks = HashMap::new();
+        let mut state = BTreeMap::new();
+        let mut open = HashMap::new();
+        let mut full = Vec::new();
+        for (stem, files) in scan(&dir)? {
+            let files = settle(&dir.join(&stem), files)?;
+            let Some((newest, older)) = files.split_last() else {
+                continue;
+            };
+            // Open files older than the newest are full: closed at the next checkpoint.
+            full.extend(older.iter().filter(|f| f.open).map(|f| OpenFile {
+                first: f.first,
+                path: f.path.clone(),
+                file: None,
+                len: 0,
+                since: SystemTime::now(),
+                date: None,
+            }));
+            let len = std::fs::metadata(&newest.path)?.len();
+            state.insert(
+                stem.clone(),
+                SyncedFile {
+                    first: newest.first,
+                    len,
+                },
+            );
+            if newest.open {
+                let meta = std::fs::metadata(&newest.path)?;
+                let since = meta.created().unwrap_or_else(|_| SystemTime::now());
+                let date = newest
+                    .path
+                    .parent()
+                    .and_then(|p| p.file_name())
+                    .and_then(|n| n.to_str())
+                    .filter(|n| names::is_date_dir(n))
+                    .map(str::to_string);
+                open.insert(
+                    stem.clone(),
+                    OpenFile {
+                        first: newest.first,
+                        path: newest.path.clone(),
+                        file: None,
+                        len,
+                        since,
+                        date,
+                    },
+                );
+            }
+            if let Some((log_id, offset)) = last_key(&files)? {
+                marks.insert((stem, log_id), offset);
+            }
+        }
+        Ok(Inner {
+            dir,
+            rot: Rotation {
+                bytes: rot.bytes.max(1),
+                ..rot
+            },
+            open,
+            full,
+            marks,
+            state,
+        })
+    }
+
+    /// Creates the open file of `stem` whose first line is for `first` (dated `date`).
+    fn create(&mut self, stem: &str, first: u64, date: Option<String>) -> std::io::Result<()> {
+        let mut dir = self.dir.join(stem);
+        if let Some(d) = &date {
+            dir.push(d);
+        }
+        create_dirs(&dir)?;
+        let closed = dir.join(file_name(first, false));
+        if closed.exists() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} exists: records from offset {first} were written there before (a log \
+                     that started over?); not replacing it: move it away or drain into \
+                     another directory",
+                    closed.display()
+                ),
+            ));
+        }
+        let path = dir.join(file_name(first, true));
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        sync_dir(&dir)?;
+        self.open.insert(
+            stem.to_string(),
+            OpenFile {
+                first,
+                path,
+                file: Some(file),
+                len: 0,
+                since: SystemTime::now(),
+                date,
+            },
+        );
+        Ok(())
+    }
+
+    /// Sets the open file of `stem` (already synced) aside as full: it keeps its open name
+    /// until [`Inner::close_full`], and the next line begins a new file.
+    fn set_full(&mut self, stem: &str) {
+        if let Some(mut of) = self.open.remove(stem) {
+            of.file = None;
+            self.full.push(of);
+        }
+    }
+
+    /// Renames every full file to its closed name (a checkpoint covers all their records
+    /// now); returns how many. On an error the files not renamed yet stay open-named and are
+    /// found again as full at the next open.
+    pub(super) fn close_full(&mut self) -> std::io::Result<u64> {
+        let mut n = 0;
+        while let Some(of) = self.full.first() {
+            close_name(&of.path, of.first)?;
+            self.full.remove(0);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Closes the open file of `stem` (already synced); its stem's newest file is then that
+    /// closed file.
+    fn close(&mut self, stem: &str) -> std::io::Result<()> {
+        let Some(of) = self.open.remove(stem) else {
+            return Ok(());
+        };
+        drop(of.file);
+        close_name(&of.path, of.first)?;
+        self.state.insert(
+            stem.to_string(),
+            SyncedFile {
+                first: of.first,
+                len: of.len,
+            },
+        );
+        Ok(())
+    }
+
+    /// Closes every open file that has been open for the rotation interval; returns how
+    /// many.
+    pub(super) fn close_expired(&mut self) -> std::io::Result<u64> {
+        let now = SystemTime::now();
+        let mut stems: Vec<String> = self
+            .open
+            .iter()
+            .filter(|(_, of)| of.len > 0 && of.expired(&self.rot, now))
+            .map(|(s, _)| s.clone())
+            .collect();
+        stems.sort();
+        let mut n = self.close_full()?;
+        for stem in &stems {
+            self.close(stem)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Appends `line` (a gap line) to the open file of every topic (beginning a file named
+    /// `from` where there is none; the empty topic's when there is no topic yet) and fsyncs
+    /// them.
+    pub(super) fn write_gap(&mut self, line: &str, from: u64) -> std::io::Result<()> {
+        let mut stems: Vec<String> = self.state.keys().chain(self.open.keys()).cloned().collect();
+        if stems.is_empty() {
+            stems.push(topic_stem(""));
+        }
+        stems.sort();
+        stems.dedup();
+        for stem in &stems {
+            if !self.open.contains_key(stem) {
+                let date = self.rot.by_date.then(|| utc_date(wall_clock_us()));
+                self.create(stem, from, date)?;
+            }
+            let of = self
+                .open
+                .get_mut(stem)
+                .ok_or_else(|| std::io::Error::other("open file vanished"))?;
+            of.handle()?.write_all(line.as_bytes())?;
+            of.len += line.len() as u64;
+        }
+        for stem in stems {
+            if let Some(of) = self.open.get_mut(&stem) {
+                of.handle()?.sync_data()?;
+                self.state.insert(
+                    stem,
+                    SyncedFile {
+                        first: of.first,
+                        len: of.len,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the records not yet in the files, rotating as [`Rotation`] says; returns how
+    /// many were skipped as already written. On error the caller drops `self` (the marks
+    /// may be ahead of the files).
+    pub(super) fn write(&mut self, src: &Source, records: &[OwnedRecord]) -> std::io::Result<u64> {
+        // Lines grouped by topic, in record order within each: (offset, timestamp, line).
+        let mut order: Vec<String> = Vec::new();
+        let mut lines: HashMap<String, Vec<(u64, u64, String)>> = HashMap::new();
+        let mut skipped = 0u64;
+        for rec in records {
+            let stem = topic_stem(&rec.topic);
+            let key = (stem.clone(), src.log_id);
+            if self.marks.get(&key).is_some_and(|&m| rec.offset <= m) {
+                skipped += 1;
+                continue;
+            }
+            self.marks.insert(key, rec.offset);
+            let line = JsonRecord::new(src, rec).to_line();
+            lines
+                .entry(stem.clone())
+                .or_insert_with(|| {
+                    order.push(stem.clone());
+                    Vec::new()
+                })
+                .push((rec.offset, rec.timestamp_us, line));
+        }
+        let now = SystemTime::now();
+        let rot = self.rot;
+        let mut touched: Vec<String> = Vec::new();
+        for stem in order {
+            let Some(ls) = lines.remove(&stem) else {
+                continue;
+            };
+            let mut buf: Vec<u8> = Vec::new();
+            for (offset, ts, line) in ls {
+                let date = rot.by_date.then(|| utc_date(ts));
+                if let Some(of) = self.open.get_mut(&stem) {
+                    let pending = of.len + buf.len() as u64;
+                    let full = pending + line.len() as u64 > rot.bytes;
+                    let later_day = matches!((&date, &of.date), (Some(d), Some(f)) if d > f);
+                    if pending > 0 && (full || of.expired(&rot, now) || later_day) {
+                        // Finish the current file and set it aside (renamed once the
+                        // checkpoint covers this batch), then begin the next one.
+                        let f = of.handle()?;
+                        f.write_all(&buf)?;
+                        f.sync_data()?;
+                        of.len += buf.len() as u64;
+                        buf.clear();
+                        self.set_full(&stem);
+                    }
+                }
+                if !self.open.contains_key(&stem) {
+                    self.create(&stem, offset, date)?;
+                }
+                buf.extend_from_slice(line.as_bytes());
+            }
+            let of = self
+                .open
+                .get_mut(&stem)
+                .ok_or_else(|| std::io::Error::other("open file vanished"))?;
+            of.handle()?.write_all(&buf)?;
+            of.len += buf.len() as u64;
+            touched.push(stem);
+        }
+        for stem in &touched {
+            if let Some(of) = self.open.get_mut(stem) {
+                of.handle()?.sync_data()?;
+            }
+        }
+        // Every touched file is synced: record what is now durable.
+        for stem in touched {
+            if let Some(of) = self.open.get(&stem) {
+                self.state.insert(
+                    stem,
+                    SyncedFile {
+                        first: of.first,
+                        len: of.len,
+                    },
+                );
+            }
+        }
+        Ok(skipped)
+    }
+}
+
+/// Settles a topic's files after a crash (see the module doc, "Durability"): removes an
+/// open name left beside its closed name by a rename cut short, cuts the torn last line of
+/// every open file and removes the newest open file if nothing is left of it. Open files
+/// older than the newest are full files whose checkpoint had not been saved, or not
+/// followed by their rename, when the bridge stopped: they keep their open name (a restore
+/// may still cut them back) and are closed at the next checkpoint. Returns the topic's
+/// files as they are then.
+fn settle(topic_dir: &Path, files: Vec<Found>) -> std::io::Result<Vec<Found>> {
+    let mut changed = false;
+    for f in files.iter().filter(|f| f.open) {
+        let closed = f.path.with_file_name(file_name(f.first, false));
+        if let (Ok(a), Ok(b)) = (std::fs::metadata(&f.path), std::fs::metadata(&closed))
+            && a.dev() == b.dev()
+            && a.ino() == b.ino()
+        {
+            log::warn!(
+                "{}: also named {} (a rename cut short by a crash); removing the open name",
+                f.path.display(),
+                closed.display()
+            );
+            std::fs::remove_file(&f.path)?;
+            sync_dir(f.path.parent().unwrap_or(topic_dir))?;
+            changed = true;
+        }
+    }
+    let files = if changed {
+        scan_topic(topic_dir)?
+    } else {
+        files
+    };
+    let opens: Vec<&Found> = files.iter().filter(|f| f.open).collect();
+    if let Some((newest, older)) = opens.split_last() {
+        for f in older {
+            log::info!(
+                "{}: full, not closed yet (closed at the next checkpoint)",
+                f.path.display()
+            );
+            cut_torn_tail(&f.path)?;
+        }
+        if cut_torn_tail(&newest.path)? == 0 {
+            log::warn!(
+                "{}: empty after a crash; removing it",
+                newest.path.display()
+            );
+            std::fs::remove_file(&newest.path)?;
+            sync_dir(newest.path.parent().unwrap_or(topic_dir))?;
+        }
+        return scan_topic(topic_dir);
+    }
+    Ok(files)
+}
+
+/// The wall clock, µs since the Unix epoch.
+pub(super) fn wall_clock_us() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
