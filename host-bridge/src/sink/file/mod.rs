@@ -49,7 +49,7 @@
 //!   restarted. `--rotate-interval` bounds how long a record can sit in an open file.
 //!
 //! Each line is one record with exactly the keys `gateway_id`, `log_id`, `offset`, `topic`,
-//! `timestamp`, `timestamp_us`, `payload`, `payload_encoding` (see [`JsonRecord`]).
+//! `timestamp`, `timestamp_us`, `payload`, `payload_encoding` (see [`JsonRecord`](crate::sink::JsonRecord)).
 //!
 //! # Durability
 //!
