@@ -71,15 +71,21 @@ pub fn serve_remounting<F: Flash, R>(
             buffer: &mut *buffer,
             segments: &mut *segments,
         };
-        let (mut log, report) = Log::mount(flash, cfg, mem, now_us())
+        // The log is built in this slot (no copy of it on the stack while mounting).
+        let mut slot = None;
+        let (log, report) = Log::mount_in(&mut slot, flash, cfg, mem, now_us())
             .map_err(|source| ServeError::Mount { remounts, source })?;
         let mounted = Mounted { report, remounts };
         loop {
-            if let ControlFlow::Break(r) = serve(&mut log, mounted) {
-                if log.poisoned() {
-                    return Ok((r, log.into_flash()));
-                }
-                let flash = log.close(now_us()).map_err(ServeError::Close)?;
+            if let ControlFlow::Break(r) = serve(log, mounted) {
+                let flash = if log.poisoned() {
+                    slot.take().map(Log::into_flash)
+                } else {
+                    Log::close_in(&mut slot, now_us()).map_err(ServeError::Close)?
+                };
+                let Some(flash) = flash else {
+                    unreachable!("mount_in filled the slot")
+                };
                 return Ok((r, flash));
             }
             if let Some(op) = log.poisoned_by() {
@@ -91,6 +97,9 @@ pub fn serve_remounting<F: Flash, R>(
                 break;
             }
         }
+        let Some(log) = slot.take() else {
+            unreachable!("mount_in filled the slot")
+        };
         flash = log.into_flash();
         remounts = remounts.saturating_add(1);
     }

@@ -164,13 +164,41 @@ pub fn entry_len(head: &[u8; 16], max_len: usize) -> Option<usize> {
         .then_some(len)
 }
 
+impl Entry {
+    /// An entry with every number 0 and no consumers or producers, to decode into.
+    pub const fn empty() -> Self {
+        Entry {
+            seq: 0,
+            lease: 0,
+            durable_next: 0,
+            log_id: 0,
+            blocks_per_segment: 0,
+            erase_size: 0,
+            write_size: 0,
+            erased: 0,
+            clean: false,
+            consumers: Vec::new(),
+            producers: Vec::new(),
+        }
+    }
+}
+
 /// Decodes a whole entry (`b` is exactly the entry's bytes); `None` if anything is off,
-/// numbers included: an unknown producer layout or producer flag, an entry sequence number at
-/// or above [`MAX_SEQ`], a lease, durable end, committed offset, producer offset or session
-/// start at or above
-/// [`MAX_OFFSET`], a zero erase size, write size or segment size, a segment
-/// (`blocks_per_segment × erase_size` bytes) past 4 GiB.
+/// numbers included: an unknown producer layout or producer flag, an entry sequence number
+/// at or above [`MAX_SEQ`], a lease, durable end, committed offset, producer offset or
+/// session start at or above [`MAX_OFFSET`], a zero erase size, write size or segment size,
+/// a segment (`blocks_per_segment × erase_size` bytes) past 4 GiB.
 pub fn decode(b: &[u8]) -> Option<Entry> {
+    let mut e = Entry::empty();
+    parse(b, Some(&mut e))?;
+    Some(e)
+}
+
+/// Checks the entry `b` as [`decode`] does and returns its sequence number; with `out`,
+/// also decodes it into `out`, in place (an entry is over 2 KiB on a microcontroller:
+/// the mount keeps one). `out` is left half-written when `b` does not decode: check with
+/// `None` first to keep what it holds.
+fn parse(b: &[u8], mut out: Option<&mut Entry>) -> Option<u64> {
     if b.len() < JOURNAL_HEADER_LEN {
         return None;
     }
@@ -181,32 +209,41 @@ pub fn decode(b: &[u8]) -> Option<Entry> {
     let u64_at = |at: usize| -> Option<u64> {
         Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
     };
-    let mut e = Entry {
-        seq: u64_at(16)?,
-        lease: u64_at(24)?,
-        durable_next: u64_at(32)?,
-        log_id: u128::from_le_bytes(b[40..56].try_into().ok()?),
-        blocks_per_segment: u32::from_le_bytes(b[56..60].try_into().ok()?),
-        erase_size: u32::from_le_bytes(b[64..68].try_into().ok()?),
-        write_size: u16::from_le_bytes(b[68..70].try_into().ok()?) as u32,
-        erased: b[70],
-        clean: b[60] & FLAG_CLEAN != 0,
-        consumers: Vec::new(),
-        producers: Vec::new(),
+    let u32_at = |at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
     };
+    let seq = u64_at(16)?;
+    let lease = u64_at(24)?;
+    let durable_next = u64_at(32)?;
+    let blocks_per_segment = u32_at(56)?;
+    let erase_size = u32_at(64)?;
+    let write_size = u16::from_le_bytes(b[68..70].try_into().ok()?) as u32;
     let (nc, np, layout) = (b[61] as usize, b[62] as usize, b[63]);
     if nc > MAX_CONSUMERS
         || layout > PRODUCER_LAYOUT
         || np > MAX_PRODUCERS
-        || e.seq >= MAX_SEQ
-        || e.lease >= MAX_OFFSET
-        || e.durable_next >= MAX_OFFSET
-        || e.erase_size == 0
-        || e.write_size == 0
-        || e.blocks_per_segment == 0
-        || !geometry_fits(e.erase_size, e.blocks_per_segment)
+        || seq >= MAX_SEQ
+        || lease >= MAX_OFFSET
+        || durable_next >= MAX_OFFSET
+        || erase_size == 0
+        || write_size == 0
+        || blocks_per_segment == 0
+        || !geometry_fits(erase_size, blocks_per_segment)
     {
         return None;
+    }
+    if let Some(e) = out.as_deref_mut() {
+        e.seq = seq;
+        e.lease = lease;
+        e.durable_next = durable_next;
+        e.log_id = u128::from_le_bytes(b[40..56].try_into().ok()?);
+        e.blocks_per_segment = blocks_per_segment;
+        e.erase_size = erase_size;
+        e.write_size = write_size;
+        e.erased = b[70];
+        e.clean = b[60] & FLAG_CLEAN != 0;
+        e.consumers.clear();
+        e.producers.clear();
     }
     let mut at = JOURNAL_HEADER_LEN;
     for _ in 0..nc {
@@ -221,13 +258,12 @@ pub fn decode(b: &[u8]) -> Option<Entry> {
         if off >= MAX_OFFSET {
             return None;
         }
-        let mut s = heapless::String::new();
-        s.push_str(name).ok()?;
-        e.consumers.push((s, off)).ok()?;
+        if let Some(e) = out.as_deref_mut() {
+            let mut s = heapless::String::new();
+            s.push_str(name).ok()?;
+            e.consumers.push((s, off)).ok()?;
+        }
     }
-    let u32_at = |at: usize| -> Option<u32> {
-        Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-    };
     for _ in 0..np {
         let id = u64_at(at)?;
         let p = if layout == 0 {
@@ -265,9 +301,11 @@ pub fn decode(b: &[u8]) -> Option<Entry> {
         if p.last.is_some_and(|l| l.1 >= MAX_OFFSET) || p.session_from >= MAX_OFFSET {
             return None;
         }
-        e.producers.push(p).ok()?;
+        if let Some(e) = out.as_deref_mut() {
+            e.producers.push(p).ok()?;
+        }
     }
-    (at == b.len()).then_some(e)
+    (at == b.len()).then_some(seq)
 }
 
 /// What a journal entry says of the log it belongs to (see [`journal_geometry`]).
@@ -310,22 +348,29 @@ pub fn journal_geometry(bytes: &[u8]) -> Option<JournalGeometry> {
 }
 
 impl<'a, F: Flash> Log<'a, F> {
-    /// Reads the journal blocks: the newest valid entry, the block it is in, where the next
-    /// entry may go in that block (`None` if the rest of the block is not blank), and the
-    /// entries that did not validate.
+    /// Reads the journal blocks: the newest valid entry (decoded into `best`, which is
+    /// left alone when no entry validates), the block it is in, where the next entry may
+    /// go in that block (`None` if the rest of the block is not blank), and the entries
+    /// that did not validate. Returns whether an entry was found first.
     ///
     /// An entry that does not validate does not end its block's scan: the scan looks for a
     /// valid entry at every write-size step after it (one read each, no retries), until a
     /// blank 16-byte head. A valid entry after it means the bad one was damaged after it was
     /// written ([`JournalInvalid::damaged`]); nothing valid after it is a torn write or
     /// damage to the block's last entry ([`JournalInvalid::torn`]).
+    ///
+    /// Not inlined: its entry buffer is on the stack only while it runs, not through the
+    /// rest of the mount.
     #[allow(clippy::type_complexity)]
+    #[inline(never)]
     pub(super) fn scan_journal(
         dev: &mut Dev<F>,
-    ) -> Result<(Option<Entry>, u32, Option<u32>, JournalInvalid), (u32, F::Error)> {
+        best: &mut Entry,
+    ) -> Result<(bool, u32, Option<u32>, JournalInvalid), (u32, F::Error)> {
         let e = dev.l.geo.erase_size;
         let ws = dev.l.ws();
-        let mut best: Option<(Entry, u32, u32)> = None;
+        // The newest valid entry so far: (its sequence number, block, position after it).
+        let mut newest: Option<(u64, u32, u32)> = None;
         let mut invalid = JournalInvalid::default();
         let mut buf = [0u8; MAX_ENTRY_LEN];
         for blk in 0..JOURNAL_BLOCKS {
@@ -350,12 +395,12 @@ impl<'a, F: Flash> Log<'a, F> {
                     };
                     dev.read(blk * e + pos, &mut buf[..len])
                         .map_err(|x| (blk, x))?;
-                    if let Some(entry) = decode(&buf[..len]) {
-                        found = Some((entry, len));
+                    if let Some(seq) = parse(&buf[..len], None) {
+                        found = Some((seq, len));
                         break;
                     }
                 }
-                let Some((entry, len)) = found else {
+                let Some((seq, len)) = found else {
                     if blank {
                         break;
                     }
@@ -368,20 +413,22 @@ impl<'a, F: Flash> Log<'a, F> {
                     searching = false;
                 }
                 pos += align_up(len as u32, ws);
-                if best.as_ref().is_none_or(|b| entry.seq > b.0.seq) {
-                    best = Some((entry, blk, pos));
+                if newest.is_none_or(|n| seq > n.0) {
+                    // Validated just above: this fills `best` completely.
+                    parse(&buf[..len], Some(best));
+                    newest = Some((seq, blk, pos));
                 }
             }
             if searching {
                 invalid.torn += 1;
             }
         }
-        match best {
-            Some((entry, blk, pos)) => {
+        match newest {
+            Some((_, blk, pos)) => {
                 let blank = dev.is_blank(blk * e + pos, e - pos).map_err(|x| (blk, x))?;
-                Ok((Some(entry), blk, blank.then_some(pos), invalid))
+                Ok((true, blk, blank.then_some(pos), invalid))
             }
-            None => Ok((None, 0, None, invalid)),
+            None => Ok((false, 0, None, invalid)),
         }
     }
 

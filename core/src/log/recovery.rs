@@ -17,7 +17,7 @@ use super::format::{
 use super::journal;
 use super::journal::Consumer;
 use super::layout::Layout;
-use super::outcome::{LostRange, LostReason, RecoveryReport, Stats};
+use super::outcome::{JournalInvalid, LostRange, LostReason, RecoveryReport, Stats};
 use super::producers;
 use super::producers::ProducerState;
 use super::scan::Next;
@@ -34,6 +34,29 @@ pub(super) struct DamagedBeforeTail {
     pub(super) seg: u32,
     /// Base offset of its first valid batch.
     pub(super) from: u64,
+}
+
+/// What the mount's first phases ([`Log::open`]) found, to build the log from.
+struct Opened<F: Flash> {
+    dev: Dev<F>,
+    log_id: u128,
+    max_seq: u64,
+    head: Option<u32>,
+    tail: Option<u32>,
+    jblock: u32,
+    jpos: Option<u32>,
+    jseq: u64,
+}
+
+/// What the mount's first phases found, for the recovery report.
+#[derive(Clone, Copy)]
+struct Found {
+    /// A valid journal entry.
+    journal: bool,
+    /// Journal entries that did not validate.
+    journal_invalid: JournalInvalid,
+    /// Segments with a valid header.
+    segments_valid: u32,
 }
 
 /// The geometry recorded in the image must be the storage's: an error otherwise, never a
@@ -143,19 +166,76 @@ impl<'a, F: Flash> Log<'a, F> {
     ///
     /// `now_us` is the caller's monotonic clock (µs). Errors: storage errors, an unusable
     /// or mismatching geometry, an unformatted partition, a too small [`Memory`].
+    ///
+    /// The log is returned by value (over 5 KiB on a microcontroller, with its producer
+    /// table): where stack is short, [`Log::mount_in`] builds it in the caller's slot.
     pub fn mount(
         flash: F,
         cfg: Config,
         mem: Memory<'a>,
         now_us: u64,
     ) -> Result<(Self, RecoveryReport), MountError<F::Error>> {
+        let mut slot = None;
+        let report = Self::mount_in(&mut slot, flash, cfg, mem, now_us)?.1;
+        // `mount_in` returned Ok: the slot holds the log.
+        slot.map(|log| (log, report))
+            .ok_or(MountError::NotFormatted)
+    }
+
+    /// [`Log::mount`] into `slot`, in place: the log is built where it stays, and the
+    /// mount's phases run one after the other in frames of their own, so the mount's stack
+    /// use is about one journal entry (2.3 KiB on a microcontroller) and one segment
+    /// header's scan beside the slot, never a second copy of the log. A log already in
+    /// the slot is dropped first. On an error the slot is left empty (the flash is dropped
+    /// with the log, as [`Log::mount`] drops it).
+    ///
+    /// Errors: those of [`Log::mount`].
+    ///
+    /// Not inlined: the journal entry is on the stack only while the mount runs.
+    #[inline(never)]
+    pub fn mount_in<'s>(
+        slot: &'s mut Option<Self>,
+        flash: F,
+        cfg: Config,
+        mem: Memory<'a>,
+        now_us: u64,
+    ) -> Result<(&'s mut Self, RecoveryReport), MountError<F::Error>> {
+        *slot = None;
+        let mut entry = journal::Entry::empty();
+        let opened = Self::open(flash, mem.buffer.len(), mem.segments, &mut entry)?;
+        let recovered = slot
+            .insert(Self::assemble(opened.0, cfg, mem, now_us))
+            .recover(&entry, opened.1);
+        match recovered {
+            Err(e) => {
+                *slot = None;
+                Err(e)
+            }
+            // Never `None`: the log was put in the slot just above.
+            Ok(report) => slot
+                .as_mut()
+                .map(|log| (log, report))
+                .ok_or(MountError::NotFormatted),
+        }
+    }
+
+    /// The mount's first phases: checks the geometry and `buffer_len`, reads the journal
+    /// (its newest entry into `entry`), finds the log id and segment size, and reads one
+    /// header per segment into `segments`.
+    #[inline(never)]
+    fn open(
+        flash: F,
+        buffer_len: usize,
+        segments: &mut [SegmentSlot],
+        entry: &mut journal::Entry,
+    ) -> Result<(Opened<F>, Found), MountError<F::Error>> {
         let geo = flash.geometry();
         if !geo.is_valid() || geo.erase_size < MIN_ERASE_SIZE {
             return Err(MountError::Geometry);
         }
-        if mem.buffer.len() < MIN_BUFFER {
+        if buffer_len < MIN_BUFFER {
             return Err(MountError::BufferTooSmall {
-                len: mem.buffer.len(),
+                len: buffer_len,
                 min: MIN_BUFFER,
             });
         }
@@ -167,44 +247,41 @@ impl<'a, F: Flash> Log<'a, F> {
         };
 
         // 1. The journal.
-        let (entry, jblock, jpos, jinvalid) = Self::scan_journal(&mut dev)
+        let (journal_found, jblock, jpos, jinvalid) = Self::scan_journal(&mut dev, entry)
             .map_err(|(block, error)| MountError::JournalUnreadable { block, error })?;
 
         // 2. Geometry and log id: from the journal, else from the first valid segment
         // header found at an erase block start where a segment of its own geometry begins
         // (no single damaged header decides whether the partition is a log).
-        let (log_id, bps) = match &entry {
-            Some(e) => {
-                same_geometry(&geo, e.erase_size, e.write_size, e.erased)?;
-                (e.log_id, e.blocks_per_segment)
-            }
-            None => {
-                let mut found = None;
-                for blk in JOURNAL_BLOCKS..geo.blocks() {
-                    let mut hb = [0u8; SEGMENT_HEADER_LEN];
-                    dev.read(blk * geo.erase_size, &mut hb)
-                        .map_err(MountError::Flash)?;
-                    if let Some(h) = SegmentHeader::decode(&hb)
-                        && h.blocks_per_segment > 0
-                        && h.erase_size == geo.erase_size
-                        && (blk - JOURNAL_BLOCKS).is_multiple_of(h.blocks_per_segment)
-                    {
-                        found = Some((h.log_id, h.blocks_per_segment));
-                        break;
-                    }
+        let (log_id, bps) = if journal_found {
+            same_geometry(&geo, entry.erase_size, entry.write_size, entry.erased)?;
+            (entry.log_id, entry.blocks_per_segment)
+        } else {
+            let mut found = None;
+            for blk in JOURNAL_BLOCKS..geo.blocks() {
+                let mut hb = [0u8; SEGMENT_HEADER_LEN];
+                dev.read(blk * geo.erase_size, &mut hb)
+                    .map_err(MountError::Flash)?;
+                if let Some(h) = SegmentHeader::decode(&hb)
+                    && h.blocks_per_segment > 0
+                    && h.erase_size == geo.erase_size
+                    && (blk - JOURNAL_BLOCKS).is_multiple_of(h.blocks_per_segment)
+                {
+                    found = Some((h.log_id, h.blocks_per_segment));
+                    break;
                 }
-                found.ok_or(MountError::NotFormatted)?
             }
+            found.ok_or(MountError::NotFormatted)?
         };
         let l = Layout::new(geo, bps);
         if bps == 0 || l.seg_count < 2 {
             return Err(MountError::NotFormatted);
         }
         dev.l = l;
-        if mem.segments.len() < l.seg_count as usize {
+        if segments.len() < l.seg_count as usize {
             return Err(MountError::SegmentTable {
                 segments: l.seg_count,
-                slots: mem.segments.len(),
+                slots: segments.len(),
             });
         }
 
@@ -217,7 +294,7 @@ impl<'a, F: Flash> Log<'a, F> {
             let h = dev
                 .read_segment_header(l.seg_addr(s))
                 .map_err(MountError::Flash)?;
-            let slot = &mut mem.segments[s as usize];
+            let slot = &mut segments[s as usize];
             *slot = SegmentSlot::EMPTY;
             let Some(h) = h else {
                 continue;
@@ -239,14 +316,14 @@ impl<'a, F: Flash> Log<'a, F> {
             };
             valid += 1;
             max_seq = max_seq.max(h.seq);
-            if head.is_none_or(|x| mem.segments[x as usize].seq < h.seq) {
+            if head.is_none_or(|x| segments[x as usize].seq < h.seq) {
                 head = Some(s);
             }
-            if tail.is_none_or(|x| mem.segments[x as usize].seq > h.seq) {
+            if tail.is_none_or(|x| segments[x as usize].seq > h.seq) {
                 tail = Some(s);
             }
         }
-        if entry.is_none() && valid == 0 {
+        if !journal_found && valid == 0 {
             return Err(MountError::NotFormatted);
         }
         // Valid segments must have increasing bases in ring order; a header that breaks
@@ -255,32 +332,54 @@ impl<'a, F: Flash> Log<'a, F> {
             let mut last_base = 0u64;
             for i in 0..l.seg_count {
                 let s = ((t + i) % l.seg_count) as usize;
-                if mem.segments[s].valid {
-                    if mem.segments[s].base < last_base {
-                        mem.segments[s].valid = false;
+                if segments[s].valid {
+                    if segments[s].base < last_base {
+                        segments[s].valid = false;
                         valid -= 1;
                     } else {
-                        last_base = mem.segments[s].base;
+                        last_base = segments[s].base;
                     }
                 }
             }
             head = (0..l.seg_count)
-                .filter(|&s| mem.segments[s as usize].valid)
-                .max_by_key(|&s| mem.segments[s as usize].seq);
+                .filter(|&s| segments[s as usize].valid)
+                .max_by_key(|&s| segments[s as usize].seq);
         }
+        Ok((
+            Opened {
+                dev,
+                log_id,
+                max_seq,
+                head,
+                tail,
+                jblock,
+                jpos,
+                jseq: if journal_found { entry.seq } else { 0 },
+            },
+            Found {
+                journal: journal_found,
+                journal_invalid: jinvalid,
+                segments_valid: valid,
+            },
+        ))
+    }
 
-        let mut log = Log {
-            dev,
+    /// The log as [`Log::open`] found it, before recovery: built where it is stored
+    /// (inlined into [`Log::mount_in`]'s `Option::insert`).
+    #[inline(always)]
+    fn assemble(o: Opened<F>, cfg: Config, mem: Memory<'a>, now_us: u64) -> Self {
+        Log {
+            dev: o.dev,
             cfg,
-            log_id,
+            log_id: o.log_id,
             slots: mem.segments,
-            max_seq,
-            head,
+            max_seq: o.max_seq,
+            head: o.head,
             head_pos: 0,
             head_writable: false,
             unclean_pending: false,
             resume: None,
-            tail,
+            tail: o.tail,
             next_offset: 0,
             flash_end: 0,
             durable_end: 0,
@@ -301,14 +400,30 @@ impl<'a, F: Flash> Log<'a, F> {
             dirty: false,
             last_persist_us: now_us,
             now_us,
-            jblock,
-            jpos,
-            jseq: entry.as_ref().map_or(0, |e| e.seq),
+            jblock: o.jblock,
+            jpos: o.jpos,
+            jseq: o.jseq,
             damaged: None,
             cursor: None,
             index_seg: None,
             index: Vec::new(),
-        };
+        }
+    }
+
+    /// The mount's last phases, on the log [`Log::open`] and [`Log::assemble`] made: the
+    /// damage before the tail, the scan of the head segment, offsets, consumers and
+    /// producers (from the journal `entry`, if [`Found::journal`]), and the journal entry
+    /// that marks the log as running.
+    #[inline(never)]
+    fn recover(
+        &mut self,
+        entry: &journal::Entry,
+        found: Found,
+    ) -> Result<RecoveryReport, MountError<F::Error>> {
+        let log = self;
+        let l = log.dev.l;
+        let head = log.head;
+        let log_id = log.log_id;
         let seg_data = (l.seg_size - l.data_start) & !(l.ws() - 1);
         log.buf_cap = log.buf.len().min(seg_data as usize);
         log.find_damage_before_tail().map_err(MountError::Flash)?;
@@ -316,13 +431,13 @@ impl<'a, F: Flash> Log<'a, F> {
         // 4. Scan the head segment.
         let mut report = RecoveryReport {
             segments: l.seg_count,
-            segments_valid: valid,
+            segments_valid: found.segments_valid,
             head_records: 0,
             torn_tail_bytes: 0,
             clean: false,
-            journal_found: entry.is_some(),
-            journal_seq: entry.as_ref().map_or(0, |e| e.seq),
-            journal_invalid: jinvalid,
+            journal_found: found.journal,
+            journal_seq: log.jseq,
+            journal_invalid: found.journal_invalid,
             journal_clean: false,
             not_durable: None,
             head_lost: None,
@@ -385,14 +500,15 @@ impl<'a, F: Flash> Log<'a, F> {
             }
             log.head_pos = pos;
             log.flash_end = expected;
-            log.flash_last_crc =
-                slot_prev_crc_or(&mut log, h, last_batch).map_err(MountError::Flash)?;
+            log.flash_last_crc = slot_prev_crc_or(log, h, last_batch).map_err(MountError::Flash)?;
         }
 
         // 5. Offsets, consumers, producers.
-        let (jlease, jdurable, jclean) = entry
-            .as_ref()
-            .map_or((0, 0, false), |e| (e.lease, e.durable_next, e.clean));
+        let (jlease, jdurable, jclean) = if found.journal {
+            (entry.lease, entry.durable_next, entry.clean)
+        } else {
+            (0, 0, false)
+        };
         // A clean shutdown leaves a head that ends in erased flash. (The journal's durable
         // end may be past the head's data: records consumed from RAM and never written.)
         report.clean = jclean && head_clean && jdurable >= log.flash_end && head.is_some();
@@ -436,7 +552,7 @@ impl<'a, F: Flash> Log<'a, F> {
         log.last_crc = log.flash_last_crc;
         log.buf_base = log.next_offset;
         log.buf_prev_crc = log.last_crc;
-        match &entry {
+        match found.journal.then_some(entry) {
             Some(e) => {
                 for (name, off) in &e.consumers {
                     let c = (*off).min(log.durable_end);
@@ -463,9 +579,11 @@ impl<'a, F: Flash> Log<'a, F> {
         }
         // No consumer is known to have read anything retained.
         log.released = log.first_offset();
-        let rebuild_from = entry.as_ref().map_or(jdurable, |e| {
-            producers::rebuild_from(jdurable, &e.producers)
-        });
+        let rebuild_from = if found.journal {
+            producers::rebuild_from(jdurable, &entry.producers)
+        } else {
+            jdurable
+        };
         log.rebuild_producers(rebuild_from)
             .map_err(MountError::Flash)?;
 
@@ -481,7 +599,7 @@ impl<'a, F: Flash> Log<'a, F> {
             "mounted log {:032x}: offsets {}..{}, clean {}, torn {} B",
             log_id, report.first_offset, report.next_offset, report.clean, report.torn_tail_bytes
         );
-        return Ok((log, report));
+        return Ok(report);
 
         /// CRC of the last record of the segment's last batch, or the header's prev CRC.
         fn slot_prev_crc_or<F: Flash>(

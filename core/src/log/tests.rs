@@ -97,8 +97,9 @@ fn newest_entry(sim: &mut SimFlash<Vec<u8>>) -> Option<u64> {
         stats: Stats::default(),
         failed: None,
     };
-    let (entry, _, _, _) = Log::scan_journal(&mut dev).unwrap();
-    entry.map(|e| e.seq)
+    let mut entry = super::journal::Entry::empty();
+    let (found, _, _, _) = Log::scan_journal(&mut dev, &mut entry).unwrap();
+    found.then_some(entry.seq)
 }
 
 /// The journal switches blocks only after an entry in the other block is written and
@@ -196,4 +197,45 @@ fn unwritable_buffered_record_is_not_reported_as_full() {
         matches!(got, Err(FlushError::Unwritable { offset, .. }) if offset == at),
         "{got:?}"
     );
+}
+
+/// `mount_in` and `close_in` (the log built and shut down in the caller's slot, for small
+/// stacks) leave the flash as `mount` and `close` do: a clean shutdown with every record,
+/// mounted again by value. A failed `mount_in` and a `close_in` leave the slot empty.
+#[test]
+fn mount_in_and_close_in_a_slot_behave_as_mount_and_close() {
+    let mut sim = SimFlash::new_vec(G).unwrap();
+    Log::format(&mut sim, 9, 2).unwrap();
+    let mut blank = SimFlash::new_vec(G).unwrap();
+    // One memory per log: the slot's type holds the borrow of each it is mounted with.
+    let [mut m0, mut m1, mut m2, mut m3] = [Mem::new(), Mem::new(), Mem::new(), Mem::new()];
+    let mut slot = None;
+    let (log, rep) = Log::mount_in(&mut slot, &mut sim, Config::default(), m0.memory(), 0).unwrap();
+    assert!(rep.clean && rep.journal_found);
+    for i in 0..5 {
+        assert_eq!(log.append(i, &REC).unwrap().offset, i);
+    }
+    let flash = Log::close_in(&mut slot, 1)
+        .unwrap()
+        .expect("the slot held a log");
+    assert!(slot.is_none());
+    assert!(Log::close_in(&mut slot, 2).unwrap().is_none());
+
+    let (mut log, rep) = Log::mount(flash, Config::default(), m1.memory(), 3).unwrap();
+    assert!(rep.clean, "{rep:?}");
+    assert_eq!((rep.first_offset, rep.next_offset), (0, 5));
+    let mut out = [0u8; 256];
+    assert_eq!(log.read(0, &mut out).unwrap().count, 5);
+    let flash = log.close(4).unwrap();
+
+    // A log in the slot is replaced; a mount that fails leaves the slot empty.
+    assert!(
+        Log::mount_in(&mut slot, flash, Config::default(), m2.memory(), 5)
+            .unwrap()
+            .1
+            .clean
+    );
+    let err = Log::mount_in(&mut slot, &mut blank, Config::default(), m3.memory(), 6);
+    assert!(matches!(err, Err(MountError::NotFormatted)), "{err:?}");
+    assert!(slot.is_none());
 }

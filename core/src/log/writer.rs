@@ -180,6 +180,32 @@ impl<'a, F: Flash> Log<'a, F> {
     /// [`FlushError::Poisoned`] without writing (use [`Log::into_flash`] to get the storage
     /// back for a remount).
     pub fn close(mut self, now_us: u64) -> Result<F, FlushError<F::Error>> {
+        self.shut_down(now_us)?;
+        Ok(self.dev.flash)
+    }
+
+    /// [`Log::close`] of the log in `slot` (as [`Log::mount_in`] fills it), in place: the
+    /// shutdown runs on the log where it is, and only the storage is moved out. Returns
+    /// `Ok(None)` for an empty slot; the slot is empty afterwards, also after an error
+    /// (the storage is dropped with the log, as [`Log::close`] drops it).
+    ///
+    /// Errors: as [`Log::close`].
+    pub fn close_in(
+        slot: &mut Option<Self>,
+        now_us: u64,
+    ) -> Result<Option<F>, FlushError<F::Error>> {
+        let Some(log) = slot.as_mut() else {
+            return Ok(None);
+        };
+        if let Err(e) = log.shut_down(now_us) {
+            *slot = None;
+            return Err(e);
+        }
+        Ok(slot.take().map(Log::into_flash))
+    }
+
+    /// The writes of a clean shutdown ([`Log::close`]).
+    fn shut_down(&mut self, now_us: u64) -> Result<(), FlushError<F::Error>> {
         self.now_us = now_us;
         self.check_poisoned()?;
         self.spill()?;
@@ -191,7 +217,7 @@ impl<'a, F: Flash> Log<'a, F> {
         }
         self.lease = self.next_offset;
         self.persist_journal(true)?;
-        Ok(self.dev.flash)
+        Ok(())
     }
 
     /// [`FlushError::Poisoned`] if a flash write, erase or sync failed since mount.

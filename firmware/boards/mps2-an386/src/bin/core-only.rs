@@ -48,16 +48,14 @@ fn check<F: Flash>(log: &mut Log<'_, F>) -> Result<(), &'static str> {
     Ok(())
 }
 
-fn run() -> Result<(), &'static str> {
-    let mut flash = NorFlashAdapter::new(RamNor::take().ok_or("no partition")?);
-    Log::format(&mut flash, 0x5350_494c_4c57_4159, BLOCKS_PER_SEGMENT).map_err(|_| "format")?;
-    let mut buffer = [0u8; BUFFER_BYTES];
-    let mut slots = [SegmentSlot::EMPTY; SEGMENTS];
-    let mem = Memory {
-        buffer: &mut buffer,
-        segments: &mut slots,
-    };
-    let (mut log, _) = Log::mount(flash, Config::default(), mem, 1).map_err(|_| "mount")?;
+/// Mounts in place (`mount_in`: the log is built in this function's slot, never copied
+/// on the stack), appends [`RECORDS`] records, flushes, reads them back, commits, persists
+/// and closes in place (`close_in`). Not inlined, like [`remount`]: one slot on the stack at a time.
+#[inline(never)]
+fn fill<F: Flash>(flash: F, mem: Memory<'_>) -> Result<F, &'static str> {
+    let mut slot = None;
+    let (log, _) =
+        Log::mount_in(&mut slot, flash, Config::default(), mem, 1).map_err(|_| "mount")?;
     for i in 0..RECORDS {
         let mut p = [0u8; 24];
         let rec = Record {
@@ -69,19 +67,41 @@ fn run() -> Result<(), &'static str> {
         log.append(10 + i, &rec).map_err(|_| "append")?;
     }
     log.flush(1_000).map_err(|_| "flush")?;
-    check(&mut log)?;
+    check(log)?;
     log.commit(BRIDGE_CONSUMER, RECORDS).map_err(|_| "commit")?;
     log.persist(2_000).map_err(|_| "persist")?;
-    let flash = log.close(3_000).map_err(|_| "close")?;
+    Log::close_in(&mut slot, 3_000)
+        .map_err(|_| "close")?
+        .ok_or("no log")
+}
+
+/// Mounts again in place and checks the clean shutdown, the commit and every record.
+#[inline(never)]
+fn remount<F: Flash>(flash: F, mem: Memory<'_>) -> Result<(), &'static str> {
+    let mut slot = None;
+    let (log, rep) =
+        Log::mount_in(&mut slot, flash, Config::default(), mem, 4_000).map_err(|_| "remount")?;
+    if !rep.clean || rep.next_offset != RECORDS || log.committed(BRIDGE_CONSUMER) != Some(RECORDS) {
+        return Err("remount state");
+    }
+    check(log)
+}
+
+fn run() -> Result<(), &'static str> {
+    let mut flash = NorFlashAdapter::new(RamNor::take().ok_or("no partition")?);
+    Log::format(&mut flash, 0x5350_494c_4c57_4159, BLOCKS_PER_SEGMENT).map_err(|_| "format")?;
+    let mut buffer = [0u8; BUFFER_BYTES];
+    let mut slots = [SegmentSlot::EMPTY; SEGMENTS];
     let mem = Memory {
         buffer: &mut buffer,
         segments: &mut slots,
     };
-    let (mut log, rep) = Log::mount(flash, Config::default(), mem, 4_000).map_err(|_| "remount")?;
-    if !rep.clean || rep.next_offset != RECORDS || log.committed(BRIDGE_CONSUMER) != Some(RECORDS) {
-        return Err("remount state");
-    }
-    check(&mut log)
+    let flash = fill(flash, mem)?;
+    let mem = Memory {
+        buffer: &mut buffer,
+        segments: &mut slots,
+    };
+    remount(flash, mem)
 }
 
 #[entry]
