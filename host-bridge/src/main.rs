@@ -163,7 +163,7 @@ struct DrainArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Vec::is_empty")]
     gateway: Vec<String>,
-    /// Sink: file:DIR or kafka://HOST:PORT/TOPIC [default: file:./spillway-out]
+    /// Sink: file:DIR or kafka://HOST:PORT/TOPIC; a TOPIC with {topic} in it (kafka://HOST:PORT/{topic}) sends each topic to its own Kafka topic, characters Kafka refuses replaced by _ [default: file:./spillway-out]
     #[arg(long)]
     sink: Option<String>,
     /// redb state file holding the checkpoints [default: ./spillway-bridge.redb]

@@ -64,18 +64,29 @@ impl Broker {
     /// Creates a topic with a unique name starting with `prefix` (so reruns against a
     /// long-lived broker never collide) and returns its name.
     pub fn new_topic(&self, prefix: &str, partitions: i32) -> String {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let name = format!("{prefix}-{nanos:x}");
-        match self {
-            Broker::Mock(m) => m
-                .create_topic(&name, partitions, 1)
-                .expect("mock create topic"),
-            Broker::Real(b) => create_topic(b, &name, partitions),
-        }
+        let name = unique_name(prefix);
+        self.create_topic(&name, partitions);
         name
     }
+
+    /// Creates the topic `name` with `partitions` partitions.
+    pub fn create_topic(&self, name: &str, partitions: i32) {
+        match self {
+            Broker::Mock(m) => m
+                .create_topic(name, partitions, 1)
+                .expect("mock create topic"),
+            Broker::Real(b) => create_topic(b, name, partitions),
+        }
+    }
+}
+
+/// `prefix` and the current time in hex nanoseconds: a name that reruns against a
+/// long-lived broker never meet again.
+pub fn unique_name(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{prefix}-{nanos:x}")
 }
 
 /// Creates `topic` with the admin API (tansu does not auto-create topics).

@@ -4,9 +4,11 @@
 //! in a second test, into the file sink. The bridge is killed with SIGKILL twice, each time
 //! after its first delivery of that run (seen in its metrics), then drains to the end with
 //! `--once`. Every record of every gateway arrives once, in order per gateway; the runs
-//! after a kill resumed from checkpoints (their logs and metrics say so). Also: two
-//! gateways announcing one id are refused with exit 2 naming both, and `publish` refuses
-//! several gateways.
+//! after a kill resumed from checkpoints (their logs and metrics say so). A third test
+//! drains into a Kafka topic per Spillway topic (`kafka://HOST:PORT/PREFIX.{topic}`), one
+//! topic name with characters Kafka refuses, through two kill -9s. Also: two gateways
+//! announcing one id are refused with exit 2 naming both, and `publish` refuses several
+//! gateways.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -14,9 +16,11 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use spillway_core::wire::AckLevel;
 use spillway_tests::bridge::{sink_files, spawn_bridge};
+use spillway_tests::client::{Client, Reply};
 use spillway_tests::gateway::free_port;
-use spillway_tests::kafka::{Broker, consume_all};
+use spillway_tests::kafka::{Broker, consume_all, unique_name};
 use spillway_tests::process::ChildProcess;
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
 
@@ -250,6 +254,118 @@ fn one_bridge_drains_16_gateways_into_4_kafka_partitions_through_two_kill_9s() {
         "{:.1?}",
         t0.elapsed()
     );
+}
+
+/// The Spillway topics of the mapped-topics test, and the Kafka topics they map to under
+/// `PREFIX.{topic}` (characters outside `[a-zA-Z0-9._-]` become `_`, as README says).
+const MAPPED: [(&str, &str); 2] = [
+    ("buoy/sst", "buoy_sst"),
+    ("cgm glucose/\u{b5}mol", "cgm_glucose__mol"),
+];
+
+/// Stores `per` records `"<id> <o>"` in the gateway at `uri`, topic `MAPPED[o % 2]`: every
+/// fetched batch holds both topics.
+fn store_interleaved(uri: &str, id: &str, per: usize) {
+    let mut c = Client::tcp(uri.trim_start_matches("tcp://")).unwrap();
+    assert!(matches!(
+        c.hello("mapped-test").unwrap(),
+        Reply::Welcome { .. }
+    ));
+    for o in 0..per {
+        let payload = format!("{id} {o}");
+        c.send_publish(MAPPED[o % 2].0, payload.as_bytes(), AckLevel::Durable, None)
+            .unwrap();
+    }
+    for _ in 0..per {
+        let r = c.recv().unwrap();
+        assert!(matches!(r, Reply::Ack { .. }), "{r:?}");
+    }
+}
+
+#[test]
+fn a_kafka_topic_per_spillway_topic_through_two_kill_9s() {
+    const N: usize = 4;
+    let t0 = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start_fleet(dir.path(), N, 0, None);
+    std::thread::scope(|s| {
+        for (i, uri) in fleet.uris.iter().enumerate() {
+            s.spawn(move || store_interleaved(uri, &format!("fleet-{i}"), PER_GATEWAY));
+        }
+    });
+    let broker = Broker::real_or_mock();
+    let prefix = unique_name("spillway-mapped");
+    let kafka_topics: Vec<String> = MAPPED
+        .iter()
+        .map(|(_, k)| format!("{prefix}.{k}"))
+        .collect();
+    for t in &kafka_topics {
+        broker.create_topic(t, 2);
+    }
+    let sink = format!("kafka://{}/{prefix}.{{topic}}", broker.bootstrap());
+    let args = drain_args(&fleet, &sink, &dir.path().join("m.redb"), "mapped");
+    let logs = drain_with_two_kills(dir.path(), &args, t0);
+    assert_resumed(&logs);
+    let resumed_from_topic: usize = logs
+        .iter()
+        .map(|l| l.matches("already holds offsets").count())
+        .sum();
+    let after_hole: usize = logs
+        .iter()
+        .map(|l| l.matches("after a hole at").count())
+        .sum();
+
+    let mut per_gateway: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for (k, kafka_topic) in kafka_topics.iter().enumerate() {
+        let msgs = consume_all(&broker.bootstrap(), kafka_topic, 2);
+        // Per gateway, in this Kafka topic: one partition, offsets rising.
+        let mut seen: BTreeMap<String, (i32, u64)> = BTreeMap::new();
+        for m in &msgs {
+            let gw = m.headers["spillway-gateway"].clone();
+            let o = m.spillway_offset();
+            assert_eq!(
+                m.headers["spillway-topic"], MAPPED[k].0,
+                "{kafka_topic}: only its Spillway topic"
+            );
+            assert_eq!(o % 2, k as u64, "{gw} offset {o} in {kafka_topic}");
+            assert_eq!(m.payload, format!("{gw} {o}").into_bytes());
+            if let Some((p, last)) = seen.get(&gw) {
+                assert_eq!(*p, m.partition, "{gw}: one partition of {kafka_topic}");
+                assert!(*last < o, "{gw} in {kafka_topic}: {o} after {last}");
+            }
+            seen.insert(gw.clone(), (m.partition, o));
+            per_gateway.entry(gw).or_default().push(o);
+        }
+        eprintln!("{kafka_topic}: {} messages", msgs.len());
+    }
+    assert_eq!(per_gateway.len(), N);
+    for (gw, mut offsets) in per_gateway {
+        offsets.sort_unstable();
+        assert_eq!(
+            offsets,
+            (0..PER_GATEWAY as u64).collect::<Vec<_>>(),
+            "{gw}: every record once"
+        );
+    }
+    eprintln!(
+        "{N} gateways into {kafka_topics:?} ({}): every record once, in order per gateway and topic; {resumed_from_topic} gateway resumes found records already in the topics, {after_hole} of them after a hole; {:.1?} in all",
+        broker.describe(),
+        t0.elapsed()
+    );
+
+    // A template with a character Kafka refuses around {topic} is a usage error.
+    let mut bad = drain_args(
+        &fleet,
+        &format!("kafka://{}/a+{{topic}}", broker.bootstrap()),
+        &dir.path().join("bad.redb"),
+        "mapped",
+    );
+    bad.push("--once".into());
+    let strs: Vec<&str> = bad.iter().map(String::as_str).collect();
+    let out = run_bridge(&strs);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("a+{topic}"), "{err}");
 }
 
 #[test]

@@ -13,6 +13,7 @@
 //! | `serial:///dev/ttyUSB0?baud=N` | a serial device at N baud ([`DEFAULT_BAUD`] without `baud=`) |
 //! | `file:./spillway-out`, `file:/abs/dir`, `file:///abs/dir` | a directory (relative or absolute) |
 //! | `kafka://h1:9092,h2:9092/topic` | a Kafka topic and its bootstrap brokers |
+//! | `kafka://h1:9092/pre.{topic}` | a Kafka topic per record topic (the bridge maps `{topic}`) |
 //!
 //! A query (`?key=value&...`) follows the path; its keys and values are percent-decoded
 //! (`topic=a%2Fb` is the topic `a/b`), the path and the authority are taken as written. A
@@ -283,7 +284,8 @@ pub enum SinkUri {
     Kafka {
         /// Bootstrap servers, comma-separated `HOST:PORT`.
         brokers: String,
-        /// Target topic.
+        /// Target topic, as written: a topic name, or a template with `{topic}` that the
+        /// bridge fills per record (its `sink::kafka_topic`).
         topic: String,
     },
 }
@@ -413,6 +415,13 @@ mod tests {
             SinkUri::Kafka {
                 brokers: "h1:9092,h2:9092".into(),
                 topic: "topic".into()
+            }
+        );
+        assert_eq!(
+            sink("kafka://h1:9092/pre.{topic}"),
+            SinkUri::Kafka {
+                brokers: "h1:9092".into(),
+                topic: "pre.{topic}".into()
             }
         );
     }

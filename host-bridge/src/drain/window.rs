@@ -168,6 +168,8 @@ impl Drain {
     async fn complete(&mut self, s: &mut SinkCtx<'_>) -> Result<(), DrainError> {
         let mut records = 0u64;
         let mut bytes = 0u64;
+        // Of those, not sent (Kafka held them already): delivered, not forwarded.
+        let mut skipped = (0u64, 0u64);
         let mut failure = None;
         while let Some(front) = s.win.in_flight.front_mut() {
             if smol::future::poll_once(front.pending.settle())
@@ -182,6 +184,8 @@ impl Drain {
             let done = match b.pending.result() {
                 Ok(()) => {
                     s.win.backoff.reset();
+                    let (n, by) = b.pending.skipped();
+                    skipped = (skipped.0 + n, skipped.1 + by);
                     b.records.len()
                 }
                 Err(e) => {
@@ -218,11 +222,12 @@ impl Drain {
             self.state_backoff.reset();
             self.close_full_files().await;
             s.commit.set(s.cp.offset);
-            self.metrics.forwarded_records.inc_by(records);
-            self.metrics.forwarded_bytes.inc_by(bytes);
+            let (sent, sent_bytes) = (records - skipped.0, bytes - skipped.1);
+            self.metrics.forwarded_records.inc_by(sent);
+            self.metrics.forwarded_bytes.inc_by(sent_bytes);
             self.metrics.set_committed(s.cp.offset);
-            self.summary.records += records;
-            self.summary.bytes += bytes;
+            self.summary.records += sent;
+            self.summary.bytes += sent_bytes;
             self.summary.offset = s.cp.offset;
             let next = u64::try_from(self.metrics.next_offset.get()).unwrap_or(0);
             let eta = self.progress.update(

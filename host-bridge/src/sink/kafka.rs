@@ -1,6 +1,9 @@
 //! The `kafka://HOST:PORT/TOPIC` sink, on librdkafka (the `rdkafka` crate, built from
 //! source and linked statically), driven from smol through [`SmolRuntime`].
 //!
+//! - Target: one Kafka topic for every record, or, with `{topic}` in the URI's topic
+//!   (`kafka://HOST:PORT/{topic}`), a Kafka topic per Spillway topic, characters Kafka
+//!   refuses replaced ([`super::kafka_topic`] has the rule).
 //! - Producer settings: `enable.idempotence=true` (no duplicates or reordering from the
 //!   producer's own retries), `acks=all`, `max.in.flight.requests.per.connection=5`
 //!   (ordering kept by idempotence), `message.timeout.ms` = the delivery timeout (default
@@ -19,13 +22,15 @@
 //!   [`crate::drain`], "Pipelining"). When a report is an error, the records before it (in
 //!   offset order) count as delivered and the drain resends from the first one that was
 //!   not. [`KafkaSink::deliver`] is submit and settle in one.
-//! - [`KafkaSink::scan_tail`] reads the last records of every partition of the topic (for
+//! - [`KafkaSink::scan_tail`] reads the last records of every partition of a topic (for
 //!   the effectively-once resume, see [`crate::drain`]): it asks each partition for its
 //!   watermarks, `assign`s a consumer (no consumer group, nothing committed) at
 //!   `high − window`, reads up to the high watermark, and keeps the records whose
-//!   `spillway-log-id` header is the log being drained.
+//!   `spillway-log-id` header is the log being drained. With a topic per Spillway topic,
+//!   the resume scans the Kafka topic of every Spillway topic among the gateway's records
+//!   after the checkpoint (`drain::kafka_tail`).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
@@ -38,6 +43,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::util::AsyncRuntime;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use super::kafka_topic::KafkaTopic;
 use super::properties::KafkaProperties;
 use super::{DeliverError, KafkaKey, SinkError, Source};
 use crate::client::{OwnedRecord, log_id_hex};
@@ -98,12 +104,23 @@ pub fn record_key(key: KafkaKey, gateway_id: &str, topic: &str) -> String {
 pub struct KafkaSink {
     producer: SmolProducer,
     brokers: String,
-    topic: String,
+    /// Where records go.
+    topic: KafkaTopic,
+    /// With a topic per Spillway topic: the Kafka topics this handle sent records to (or
+    /// was told of by [`KafkaSink::note_topics`]), where a gap record goes. At most
+    /// [`MAX_GAP_TOPICS`].
+    sent_topics: BTreeSet<String>,
+    /// Offsets of the gateway's records the resume found in Kafka after a hole (and
+    /// checked against the gateway): not sent again ([`KafkaSink::skip_delivered`]).
+    skip: BTreeSet<u64>,
     /// Passed-through librdkafka properties, also set on the tail-scan consumer.
     properties: KafkaProperties,
     /// What a record's message key is.
     key: KafkaKey,
 }
+
+/// The most Kafka topics a gap record is sent to (with a topic per Spillway topic).
+pub const MAX_GAP_TOPICS: usize = 1024;
 
 /// How long [`KafkaSink::submit`] waits before enqueueing again when the producer's queue
 /// is full.
@@ -115,13 +132,15 @@ const QUEUE_FULL_WAIT: Duration = Duration::from_millis(5);
 /// stops listening for their reports.
 pub struct Pending {
     /// Reports not yet received, in offset order.
-    reports: VecDeque<DeliveryFuture>,
+    reports: VecDeque<Report>,
     /// Leading records acknowledged, counted from the first.
     acked: usize,
     /// The first failed report.
     failure: Option<SinkError>,
     /// Enqueueing stopped after the records in `reports` with this error.
     enqueue_failure: Option<SinkError>,
+    /// Records not sent because Kafka holds them already, and their payload bytes.
+    skipped: (u64, u64),
 }
 
 impl std::fmt::Debug for Pending {
@@ -131,8 +150,17 @@ impl std::fmt::Debug for Pending {
             .field("acked", &self.acked)
             .field("failure", &self.failure)
             .field("enqueue_failure", &self.enqueue_failure)
+            .field("skipped", &self.skipped)
             .finish()
     }
+}
+
+/// The outcome of one record of a [`Pending`] batch.
+enum Report {
+    /// Enqueued: its delivery report.
+    Sent(DeliveryFuture),
+    /// Not sent: the resume found it in Kafka already ([`KafkaSink::skip_delivered`]).
+    Delivered,
 }
 
 impl Pending {
@@ -143,7 +171,10 @@ impl Pending {
     /// Cancel-safe: reports already received are kept, and a later call continues.
     pub async fn settle(&mut self) {
         while let Some(f) = self.reports.front_mut() {
-            let r = KafkaSink::report(f).await;
+            let r = match f {
+                Report::Sent(f) => KafkaSink::report(f).await,
+                Report::Delivered => Ok(()),
+            };
             self.reports.pop_front();
             match r {
                 Ok(()) if self.failure.is_none() => self.acked += 1,
@@ -153,6 +184,13 @@ impl Pending {
                 }
             }
         }
+    }
+
+    /// Records of the batch not sent because the resume found them in Kafka already
+    /// ([`KafkaSink::skip_delivered`]), and their payload bytes: they count as delivered,
+    /// not as forwarded.
+    pub fn skipped(&self) -> (u64, u64) {
+        self.skipped
     }
 
     /// After [`Pending::settle`]: `Ok` if every record was acknowledged, else the first
@@ -256,9 +294,12 @@ fn kafka_err(e: KafkaError) -> SinkError {
 }
 
 impl KafkaSink {
-    /// A producer for `brokers` (comma-separated `HOST:PORT`) writing to `topic`.
-    /// Connecting happens in the background; an unreachable broker shows as delivery
-    /// errors, not here.
+    /// A producer for `brokers` (comma-separated `HOST:PORT`) writing to `topic` (a topic,
+    /// or a template with `{topic}`, see [`super::kafka_topic`]). Connecting happens in
+    /// the background; an unreachable broker shows as delivery errors, not here.
+    ///
+    /// # Errors
+    /// As [`KafkaSink::with_properties`].
     pub fn new(brokers: &str, topic: &str, delivery_timeout_ms: u64) -> Result<Self, SinkError> {
         Self::with_properties(
             brokers,
@@ -272,15 +313,16 @@ impl KafkaSink {
     /// (the refused ones never get here, see [`crate::sink::properties`]).
     ///
     /// # Errors
-    /// [`SinkError::Config`] when librdkafka refuses a property or its value (secret values
-    /// redacted from the message); [`SinkError::Kafka`] for any other failure to create
-    /// the producer.
+    /// [`SinkError::Config`] when `topic` is a template that does not parse, or librdkafka
+    /// refuses a property or its value (secret values redacted from the message);
+    /// [`SinkError::Kafka`] for any other failure to create the producer.
     pub fn with_properties(
         brokers: &str,
         topic: &str,
         delivery_timeout_ms: u64,
         properties: &KafkaProperties,
     ) -> Result<Self, SinkError> {
+        let target = KafkaTopic::parse(topic).map_err(SinkError::Config)?;
         let mut cfg = ClientConfig::new();
         cfg.set("bootstrap.servers", brokers)
             .set("enable.idempotence", "true")
@@ -296,7 +338,9 @@ impl KafkaSink {
         Ok(KafkaSink {
             producer,
             brokers: brokers.to_string(),
-            topic: topic.to_string(),
+            topic: target,
+            sent_topics: BTreeSet::new(),
+            skip: BTreeSet::new(),
             properties: properties.clone(),
             key: KafkaKey::Gateway,
         })
@@ -308,32 +352,65 @@ impl KafkaSink {
         self
     }
 
-    /// The target topic.
-    pub fn topic(&self) -> &str {
+    /// Where records go: a topic, or a template with `{topic}`.
+    pub fn topic(&self) -> &KafkaTopic {
         &self.topic
     }
 
-    /// Reads the last `window` messages of every partition of the topic and collects the
-    /// records of log `log_id` (header `spillway-log-id`) whose `spillway-offset` is at
-    /// least `min_offset`. A topic that does not exist yet holds nothing. Blocking work runs
-    /// on `smol::unblock`; the whole scan gives up after `timeout`.
+    /// With a topic per Spillway topic: counts `kafka_topics` among the topics this handle
+    /// sent the gateway's records to, where a gap record goes (the resume tells it the
+    /// topics of the records after the checkpoint, before anything is sent).
+    pub fn note_topics<'a>(&mut self, kafka_topics: impl IntoIterator<Item = &'a str>) {
+        if !self.topic.is_mapped() {
+            return;
+        }
+        for t in kafka_topics {
+            if self.sent_topics.len() >= MAX_GAP_TOPICS {
+                return;
+            }
+            if !self.sent_topics.contains(t) {
+                self.sent_topics.insert(t.to_string());
+            }
+        }
+    }
+
+    /// Tells this handle (the drain of one gateway) that its records at `offsets` are in
+    /// Kafka already: the resume found them after a hole (records of one gateway in
+    /// several partitions are delivered independently, so a crash can leave a later one
+    /// delivered and an earlier one not) and checked them against the gateway. When
+    /// [`KafkaSink::submit`] meets one, it counts it as delivered without sending it, so
+    /// the resend after the hole duplicates nothing. Offsets below a submitted batch's first
+    /// are forgotten.
+    pub fn skip_delivered(&mut self, offsets: impl IntoIterator<Item = u64>) {
+        self.skip.extend(offsets);
+    }
+
+    /// Reads the last `window` messages of every partition of `topic` (a Kafka topic) and
+    /// collects the records of log `log_id` (header `spillway-log-id`) whose
+    /// `spillway-offset` is at least `min_offset`. A topic that does not exist yet holds
+    /// nothing. Blocking work runs on `smol::unblock`; the whole scan gives up after
+    /// `timeout`.
     pub async fn scan_tail(
         &self,
+        topic: &str,
         log_id: u128,
         min_offset: u64,
         window: u64,
         timeout: Duration,
     ) -> Result<TailScan, SinkError> {
-        self.scan(None, log_id, min_offset, window, timeout).await
+        self.scan(topic, None, log_id, min_offset, window, timeout)
+            .await
     }
 
-    /// [`KafkaSink::scan_tail`] for the records of gateway `gateway_id`: keyed by gateway id
-    /// (and with a partitioner whose choice can be computed, see [`key_partition`]), only
-    /// the gateway's partition is read, back from its end until the window holds `window`
-    /// records of the log (or the partition's start): the window counts the gateway's
-    /// records, not the partition's, which many gateways share.
+    /// [`KafkaSink::scan_tail`] of Kafka topic `topic` for the records of gateway
+    /// `gateway_id`: keyed by gateway id (and with a partitioner whose choice can be
+    /// computed, see [`key_partition`]), only the gateway's partition is read, back from
+    /// its end until the window holds `window` records of the log (or the partition's
+    /// start): the window counts the gateway's records, not the partition's, which many
+    /// gateways share.
     pub async fn scan_gateway_tail(
         &self,
+        topic: &str,
         gateway_id: &str,
         log_id: u128,
         min_offset: u64,
@@ -344,11 +421,13 @@ impl KafkaSink {
             KafkaKey::Gateway => Some(gateway_id.to_string()),
             KafkaKey::GatewayTopic => None,
         };
-        self.scan(key, log_id, min_offset, window, timeout).await
+        self.scan(topic, key, log_id, min_offset, window, timeout)
+            .await
     }
 
     async fn scan(
         &self,
+        topic: &str,
         key: Option<String>,
         log_id: u128,
         min_offset: u64,
@@ -356,7 +435,7 @@ impl KafkaSink {
         timeout: Duration,
     ) -> Result<TailScan, SinkError> {
         let brokers = self.brokers.clone();
-        let topic = self.topic.clone();
+        let topic = topic.to_string();
         let properties = self.properties.clone();
         smol::unblock(move || {
             scan_tail_blocking(
@@ -379,10 +458,15 @@ impl KafkaSink {
     /// enqueued, and the first delivery report of a run was seen to come up to about 1 s
     /// late. Best-effort: a failure only means the first batch waits. (The idempotent
     /// producer's id is acquired on librdkafka's own timer; nothing here speeds that up.)
+    /// With a topic per Spillway topic, nothing is loaded (the topics are not known yet).
     pub fn warm_up(&self, timeout: Duration) -> smol::Task<Result<(), SinkError>> {
         let producer = self.producer.clone();
-        let topic = self.topic.clone();
+        let topic = match &self.topic {
+            KafkaTopic::Fixed(t) => Some(t.clone()),
+            KafkaTopic::Template { .. } => None,
+        };
         smol::unblock(move || {
+            let Some(topic) = topic else { return Ok(()) };
             producer
                 .client()
                 .fetch_metadata(Some(&topic), timeout)
@@ -421,9 +505,38 @@ impl KafkaSink {
             acked: 0,
             failure: None,
             enqueue_failure: None,
+            skipped: (0, 0),
         };
+        // The Kafka topic of the last record's Spillway topic (records of one topic come
+        // in runs).
+        let mut last: Option<(&str, String)> = None;
+        if let Some(first) = records.first()
+            && !self.skip.is_empty()
+        {
+            self.skip = self.skip.split_off(&first.offset);
+        }
         for rec in records {
+            if self.skip.contains(&rec.offset) {
+                pending.reports.push_back(Report::Delivered);
+                pending.skipped.0 += 1;
+                pending.skipped.1 += rec.payload.len() as u64;
+                continue;
+            }
             let key = record_key(self.key, &src.gateway_id, &rec.topic);
+            let kafka_topic: &str = match &self.topic {
+                KafkaTopic::Fixed(t) => t,
+                t => {
+                    if last.as_ref().is_none_or(|(s, _)| *s != rec.topic) {
+                        let k = t.for_topic(&rec.topic).into_owned();
+                        if self.sent_topics.len() < MAX_GAP_TOPICS && !self.sent_topics.contains(&k)
+                        {
+                            self.sent_topics.insert(k.clone());
+                        }
+                        last = Some((rec.topic.as_str(), k));
+                    }
+                    last.as_ref().map_or("", |(_, k)| k.as_str())
+                }
+            };
             let offset = rec.offset.to_string();
             let ts_us = rec.timestamp_us.to_string();
             loop {
@@ -448,14 +561,14 @@ impl KafkaSink {
                         key: headers::TIMESTAMP_US,
                         value: Some(ts_us.as_str()),
                     });
-                let msg = FutureRecord::to(&self.topic)
+                let msg = FutureRecord::to(kafka_topic)
                     .key(key.as_str())
                     .payload(rec.payload.as_slice())
                     .timestamp(i64::try_from(rec.timestamp_us / 1000).unwrap_or(i64::MAX))
                     .headers(hdrs);
                 match self.producer.send_result(msg) {
                     Ok(f) => {
-                        pending.reports.push_back(f);
+                        pending.reports.push_back(Report::Sent(f));
                         break;
                     }
                     Err((e, _)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
@@ -474,7 +587,11 @@ impl KafkaSink {
 
     /// Sends a gap record for `gap` (empty payload; headers `spillway-gateway`,
     /// `spillway-log-id` and `spillway-gap` = `A..B reason`; keyed like the gateway's other
-    /// records) and waits for its delivery report.
+    /// records) and waits for its delivery report. With a topic per Spillway topic, it goes
+    /// to every Kafka topic this handle sent the gateway's records to or was told of
+    /// ([`KafkaSink::note_topics`]); when there is none (nothing of the gateway seen since
+    /// the bridge started), to none: the gap is then only logged and recorded in the state
+    /// file.
     ///
     /// # Errors
     /// The enqueue or delivery failure; the drain retries.
@@ -487,33 +604,54 @@ impl KafkaSink {
         let value = gap.header();
         // Keyed by gateway id (with `--kafka-key gateway-topic` there is no topic to add).
         let key = src.gateway_id.clone();
-        let mut f = loop {
-            let hdrs = OwnedHeaders::new_with_capacity(3)
-                .insert(Header {
-                    key: headers::GATEWAY,
-                    value: Some(src.gateway_id.as_str()),
-                })
-                .insert(Header {
-                    key: headers::LOG_ID,
-                    value: Some(log_id.as_str()),
-                })
-                .insert(Header {
-                    key: headers::GAP,
-                    value: Some(value.as_str()),
-                });
-            let msg = FutureRecord::to(&self.topic)
-                .key(key.as_str())
-                .payload(&[] as &[u8])
-                .headers(hdrs);
-            match self.producer.send_result(msg) {
-                Ok(f) => break f,
-                Err((e, _)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
-                    smol::Timer::after(QUEUE_FULL_WAIT).await;
-                }
-                Err((e, _)) => return Err(kafka_err(e)),
-            }
+        let topics: Vec<String> = match &self.topic {
+            KafkaTopic::Fixed(t) => vec![t.clone()],
+            KafkaTopic::Template { .. } => self.sent_topics.iter().cloned().collect(),
         };
-        Self::report(&mut f).await
+        if topics.is_empty() {
+            log::warn!(
+                "gateway {:?} log {log_id}: no Kafka topic of this gateway known yet for the gap record of {value} (the sink maps topics with {}): the gap is recorded in the state file only",
+                src.gateway_id,
+                self.topic
+            );
+        }
+        let mut reports = Vec::with_capacity(topics.len());
+        for topic in &topics {
+            let f = loop {
+                let hdrs = OwnedHeaders::new_with_capacity(3)
+                    .insert(Header {
+                        key: headers::GATEWAY,
+                        value: Some(src.gateway_id.as_str()),
+                    })
+                    .insert(Header {
+                        key: headers::LOG_ID,
+                        value: Some(log_id.as_str()),
+                    })
+                    .insert(Header {
+                        key: headers::GAP,
+                        value: Some(value.as_str()),
+                    });
+                let msg = FutureRecord::to(topic)
+                    .key(key.as_str())
+                    .payload(&[] as &[u8])
+                    .headers(hdrs);
+                match self.producer.send_result(msg) {
+                    Ok(f) => break f,
+                    Err((e, _)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
+                        smol::Timer::after(QUEUE_FULL_WAIT).await;
+                    }
+                    Err((e, _)) => return Err(kafka_err(e)),
+                }
+            };
+            reports.push(f);
+        }
+        let mut first_err = None;
+        for mut f in reports {
+            if let Err(e) = Self::report(&mut f).await {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 
     async fn report(f: &mut DeliveryFuture) -> Result<(), SinkError> {

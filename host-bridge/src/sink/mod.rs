@@ -7,6 +7,7 @@
 pub mod file;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+pub mod kafka_topic;
 pub mod properties;
 
 use base64::Engine as _;
@@ -24,7 +25,8 @@ pub struct Source {
 }
 
 /// A `--sink` value: `file:DIR` or `kafka://HOST:PORT[,HOST:PORT…]/TOPIC`, read by the
-/// shared URI parser.
+/// shared URI parser. `TOPIC` may be a template with `{topic}` (a Kafka topic per
+/// Spillway topic, see [`kafka_topic`]).
 pub use spillway_core::cli::uri::{BadUri as BadSink, SinkUri as SinkSpec};
 
 /// Why a sink failed. Every kind is retried by the drain loop.
@@ -104,6 +106,16 @@ impl Pending {
             Pending::Done(_) => {}
             #[cfg(feature = "kafka")]
             Pending::Kafka(k) => k.settle().await,
+        }
+    }
+
+    /// Records of the batch the sink counted as delivered without sending them (Kafka
+    /// holds them already, found by the resume), and their payload bytes.
+    pub fn skipped(&self) -> (u64, u64) {
+        match self {
+            Pending::Done(_) => (0, 0),
+            #[cfg(feature = "kafka")]
+            Pending::Kafka(k) => k.skipped(),
         }
     }
 
