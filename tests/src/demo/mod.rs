@@ -52,15 +52,17 @@ mod series;
 mod sink;
 mod summary;
 mod verify;
+mod workdir;
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use scenario::{Say, Scenario, WorkDir};
+use scenario::Scenario;
 pub use series::{CgmSeries, CgmValue, SstSeries, load_cgm, load_sst, parse_utc_us};
 pub use summary::{Summary, TopicRow};
 use verify::{Observed, verify};
+use workdir::{Say, WorkDir};
 
 /// Topic of the buoy's serial line.
 pub const TOPIC_SST: &str = "buoy/sst";
