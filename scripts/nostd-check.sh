@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Proves that spillway-core and spillway-firmware build and run without std: builds the
-# freestanding check in tests/nostd-check (its own workspace) twice, plain and with the
-# `defmt` feature (DEFMT_LOG=trace, so every log call is compiled in), runs each and
+# freestanding check in tests/nostd-check (its own workspace) three times, plain, with the
+# `defmt` feature (DEFMT_LOG=trace, so every log call is compiled in) and with the
+# `compression` feature (LZ4 batches through a scratch buffer, no alloc), runs each and
 # requires exit code 0. A std leak fails the build with E0152; a failed check exits with the
 # code of its `Fail` variant in tests/nostd-check/src/main.rs.
 set -euo pipefail
@@ -30,3 +31,4 @@ run_variant() {
 run_variant plain cargo build --quiet --locked --manifest-path "$manifest"
 run_variant defmt env DEFMT_LOG=trace \
     cargo build --quiet --locked --manifest-path "$manifest" --features defmt
+run_variant compression cargo build --quiet --locked --manifest-path "$manifest" --features compression

@@ -131,6 +131,17 @@ pub enum MountError<E: Debug> {
         /// Bytes needed.
         min: usize,
     },
+    /// The mount had to read a compressed batch that decodes to more bytes than the
+    /// scratch buffer holds (none, without `Log::mount_with_scratch`).
+    #[error(
+        "a compressed batch needs a scratch buffer of {needed} bytes, the mount was given {len}"
+    )]
+    ScratchTooSmall {
+        /// Bytes the batch's body decodes to.
+        needed: usize,
+        /// Bytes of scratch given.
+        len: usize,
+    },
 }
 
 /// Appending a record failed; nothing was appended.
@@ -394,6 +405,16 @@ pub enum ReadError<E: Debug> {
     BufferTooSmall {
         /// Bytes needed.
         needed: usize,
+    },
+    /// The batch holding the offset is compressed and decodes to more bytes than the log's
+    /// scratch buffer holds (it was written with a larger RAM buffer, or the log was
+    /// mounted without a scratch: see `Log::mount_with_scratch`).
+    #[error("a compressed batch needs a scratch buffer of {needed} bytes, the log has {len}")]
+    ScratchTooSmall {
+        /// Bytes the batch's body decodes to.
+        needed: usize,
+        /// Bytes of the log's scratch buffer.
+        len: usize,
     },
 }
 

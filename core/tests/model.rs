@@ -30,8 +30,8 @@ use std::collections::VecDeque;
 
 use proptest::prelude::*;
 use spillway_core::log::{
-    BRIDGE_CONSUMER, Config, FullPolicy, Log, LostReason, Memory, Producer, Record, RecoveryReport,
-    SegmentSlot, SpillPolicy, segments_for,
+    BRIDGE_CONSUMER, Compression, Config, FullPolicy, Log, LostReason, Memory, Producer, Record,
+    RecoveryReport, SegmentSlot, SpillPolicy, segments_for,
 };
 use spillway_core::storage::{EraseTear, Geometry, SimError, SimFlash};
 use spillway_core::{AppendError, FlushError, MountError};
@@ -56,6 +56,7 @@ fn config(spill: SpillPolicy, full: FullPolicy) -> Config {
         high_water_percent: 75,
         commit_interval_us: 50_000,
         lease_step: 16,
+        compression: Compression::None,
     }
 }
 

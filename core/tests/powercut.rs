@@ -146,6 +146,28 @@ fn sweep_ws16_pressure_reject() {
 fn sweep_ws4_e4096_always_reject() {
     sweep(&VARIANTS[5]);
 }
+#[test]
+fn sweep_ws4_lz4_always_reject() {
+    sweep_compressed(&VARIANTS[6]);
+}
+#[test]
+fn sweep_ws16_lz4_pressure_drop() {
+    sweep_compressed(&VARIANTS[7]);
+}
+
+/// [`sweep`] of a variant with compression, which must have written compressed batches
+/// (and plain ones: a batch of a few bytes does not compress).
+fn sweep_compressed(v: &Variant) {
+    let ops = gen_ops(v, v.seed);
+    let base = run(v, &ops, &[], v.seed, "no cut");
+    assert!(
+        base.seen.batches_compressed > 0 && base.seen.batches_plain > 0,
+        "[{}] {:?}",
+        v.name,
+        base.seen
+    );
+    sweep(v);
+}
 
 /// The sweep subset that the Cortex-M build runs under QEMU (`scripts/mcu-test.sh` runs
 /// this test with `--nocapture` and requires the emulated board to print the same lines).

@@ -48,11 +48,24 @@ const ATTRS_KNOWN: u8 = ATTR_PRODUCER | ATTR_TOPIC;
 pub const BODY_PREFIX_LEN: usize = 10;
 
 /// Fewest bytes a compact body of `count` records takes (a one-byte topic, fixed empty
-/// payloads, one byte of timestamp delta per record): bounds the record count a batch
-/// header may claim for its length. In 64 bits, so that a decoded count never overflows
-/// a 32-bit `usize`.
+/// payloads, one byte of timestamp delta per record). In 64 bits, so that a decoded count
+/// never overflows a 32-bit `usize`.
 pub const fn min_body_len(count: u32) -> u64 {
     (BODY_PREFIX_LEN + 1 + 1) as u64 + count as u64
+}
+
+/// Most bytes an LZ4 block decodes to per byte stored (a match's length grows by 255 per
+/// extension byte): a compressed body (`FORMAT.md` section 4.4) of `n` bytes holds a
+/// compact body of at most `255 · n` bytes.
+pub const LZ4_MAX_EXPANSION: u64 = 255;
+
+/// Whether a batch body of `body_len` stored bytes can hold `count` records: at least
+/// [`min_body_len`] bytes once decoded, which a compressed body reaches from
+/// `body_len / LZ4_MAX_EXPANSION` stored bytes. Bounds the record count a batch header may
+/// claim for its length (a layout 1 body is held to its own, tighter, bound when its
+/// records are walked).
+pub const fn count_fits(count: u32, body_len: u64) -> bool {
+    min_body_len(count) <= body_len.saturating_mul(LZ4_MAX_EXPANSION)
 }
 
 /// Longest canonical record encoding before the payload: topic length, topic, timestamp,
@@ -66,7 +79,7 @@ pub(crate) const fn varint_len(v: u64) -> usize {
 }
 
 /// Writes the LEB128 varint of `v` into `out`; returns its length.
-fn put_varint(mut v: u64, out: &mut [u8; 10]) -> usize {
+pub(super) fn put_varint(mut v: u64, out: &mut [u8; 10]) -> usize {
     let mut n = 0;
     loop {
         let b = (v & 0x7F) as u8;
@@ -314,7 +327,7 @@ pub struct Decoder {
 }
 
 /// Reads a LEB128 varint of at most 10 bytes that fits in 64 bits.
-fn take_varint<S: Source>(src: &mut S) -> Result<Option<u64>, S::Error> {
+pub(super) fn take_varint<S: Source>(src: &mut S) -> Result<Option<u64>, S::Error> {
     let mut v = 0u64;
     for i in 0..10 {
         let mut b = [0u8];

@@ -1,11 +1,19 @@
 //! Compact batches (format version 4) on the flash: writing one from the canonical
 //! encodings of the RAM buffer, and decoding one straight from the flash through a
 //! [`CHUNK`]-byte window (no buffer the size of the batch), for reads and for the mount.
-//! The layout itself is in [`compact`](super::compact).
+//! The layout itself is in [`compact`](super::compact). A compressed body (feature
+//! `compression`) is decoded once into the log's scratch buffer, its CRC checked over the
+//! stored bytes as they stream from the flash, and its records are then taken from there;
+//! the scratch remembers the batch, so later reads inside it do not touch the flash.
 
+#[cfg(feature = "compression")]
+use super::compact::SliceSource;
 use super::compact::{self, Decoder, Head, MAX_CANONICAL_HEAD, Plan, Source};
 use super::device::{CHUNK, Dev, READ_ATTEMPTS};
 use super::format::{BATCH_HEADER_LEN, BatchHeader};
+use super::lz4::Scratch;
+#[cfg(feature = "compression")]
+use super::lz4::{self, BODY_LZ4, Held};
 use crate::storage::Flash;
 
 /// The body of a batch on flash, taken in order through a window; every byte loaded is
@@ -49,6 +57,20 @@ impl<'a, F: Flash> FlashSource<'a, F> {
         self.addr += n as u32;
         (self.at, self.len) = (0, n);
         Ok(true)
+    }
+
+    /// Whether every byte of the body was taken.
+    fn at_end(&self) -> bool {
+        self.len == self.at && self.addr == self.end
+    }
+
+    /// The next byte of the body without taking it; `None` at its end.
+    #[cfg(feature = "compression")]
+    fn peek(&mut self) -> Result<Option<u8>, F::Error> {
+        if self.at == self.len && !self.load()? {
+            return Ok(None);
+        }
+        Ok(Some(self.win[self.at]))
     }
 
     /// Loads the rest of the body and says whether the batch CRC matches `want`.
@@ -113,6 +135,131 @@ pub(super) enum CompactRead {
     TooSmall { needed: usize },
     /// The batch did not read back valid (CRC or layout) on any attempt.
     Corrupt,
+    /// The batch is compressed and its body decodes to `needed` bytes, more than the
+    /// scratch buffer holds (or the log has none).
+    #[cfg_attr(not(feature = "compression"), allow(dead_code))]
+    ScratchTooSmall { needed: usize },
+}
+
+/// What [`Dev::walk_compact`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Walked {
+    /// Every record was seen, the batch CRC checked.
+    Done,
+    /// The batch never read back valid.
+    Corrupt,
+    /// A compressed batch that decodes to `needed` bytes, more than the scratch holds.
+    #[cfg_attr(not(feature = "compression"), allow(dead_code))]
+    ScratchTooSmall { needed: usize },
+}
+
+/// What [`Dev::open_compressed`] found at the start of a body.
+#[cfg(feature = "compression")]
+enum Opened {
+    /// Not a compressed body: decode it from the flash.
+    Plain,
+    /// The compact body is in the scratch, `len` bytes, its batch CRC checked.
+    Decoded(usize),
+    /// A compressed body that did not decode or check this time.
+    Bad,
+    /// A compressed body longer than the scratch once decoded.
+    TooBig(usize),
+}
+
+/// Calls `f` with every record of the compact body in `src` (of the batch `h`): its offset,
+/// fields and record CRC. `Ok(false)` if the body is malformed (the caller checks that it
+/// ended and its CRC).
+fn walk_body<S: Source>(
+    src: &mut S,
+    h: &BatchHeader,
+    f: &mut impl FnMut(u64, &Head, u32),
+) -> Result<bool, S::Error> {
+    let Some(mut d) = Decoder::start(src, h.count)? else {
+        return Ok(false);
+    };
+    let mut head = [0u8; MAX_CANONICAL_HEAD];
+    for i in 0..u64::from(h.count) {
+        let Some(r) = d.next(src)? else {
+            return Ok(false);
+        };
+        let n = d.canonical_head(&r, &mut head);
+        let mut crc = record_hasher(h.base_offset + i, &head[..n]);
+        if !hash_payload(src, &mut crc, r.payload_len as usize)? {
+            return Ok(false);
+        }
+        f(h.base_offset + i, &r, crc.finalize());
+    }
+    Ok(true)
+}
+
+/// Copies the records at or after `from` of the compact body in `src` (of the batch `h`)
+/// into `buf` as canonical encodings, as many as fit; `None` if the body is malformed
+/// (the caller checks that it ended and its CRC).
+fn copy_body<S: Source>(
+    src: &mut S,
+    h: &BatchHeader,
+    from: u64,
+    buf: &mut [u8],
+) -> Result<Option<CompactRead>, S::Error> {
+    let Some(mut d) = Decoder::start(src, h.count)? else {
+        return Ok(None);
+    };
+    let mut head = [0u8; MAX_CANONICAL_HEAD];
+    let (mut count, mut len, mut prev_crc) = (0u32, 0usize, h.prev_crc);
+    let mut needed = None;
+    let mut full = false;
+    for i in 0..u64::from(h.count) {
+        let offset = h.base_offset + i;
+        let Some(r) = d.next(src)? else {
+            return Ok(None);
+        };
+        let n = d.canonical_head(&r, &mut head);
+        let plen = r.payload_len as usize;
+        if offset < from || full {
+            let mut crc = record_hasher(offset, &head[..n]);
+            if !hash_payload(src, &mut crc, plen)? {
+                return Ok(None);
+            }
+            if offset < from {
+                prev_crc = crc.finalize();
+            }
+            continue;
+        }
+        let end = len.saturating_add(n).saturating_add(plen);
+        if end > buf.len() {
+            if count == 0 {
+                needed = Some(n + plen);
+            }
+            full = true;
+            let mut crc = record_hasher(offset, &head[..n]);
+            if !hash_payload(src, &mut crc, plen)? {
+                return Ok(None);
+            }
+            continue;
+        }
+        buf[len..len + n].copy_from_slice(&head[..n]);
+        if !src.take(&mut buf[len + n..end])? {
+            return Ok(None);
+        }
+        (len, count) = (end, count + 1);
+    }
+    Ok(Some(match needed {
+        Some(needed) => CompactRead::TooSmall { needed },
+        None => CompactRead::Records {
+            count,
+            len,
+            prev_crc,
+        },
+    }))
+}
+
+/// A [`SliceSource`] never fails.
+#[cfg(feature = "compression")]
+fn infallible<T>(r: Result<T, core::convert::Infallible>) -> T {
+    match r {
+        Ok(t) => t,
+        Err(e) => match e {},
+    }
 }
 
 impl<F: Flash> Dev<F> {
@@ -158,38 +305,125 @@ impl<F: Flash> Dev<F> {
         Ok(())
     }
 
+    /// Writes one batch at `addr` whose body is the bytes of `parts` back to back: the
+    /// header is filled in (length, CRC) from `hdr`; header and body go through a
+    /// [`CHUNK`]-byte staging buffer, the last word padded with the erased value.
+    #[cfg(feature = "compression")]
+    pub(super) fn write_body(
+        &mut self,
+        addr: u32,
+        hdr: &mut BatchHeader,
+        parts: &[&[u8]],
+    ) -> Result<(), F::Error> {
+        hdr.len = (BATCH_HEADER_LEN + parts.iter().map(|p| p.len()).sum::<usize>()) as u32;
+        let mut crc = crate::crc::Hasher::new();
+        crc.update(&hdr.encode()[16..]);
+        for p in parts {
+            crc.update(p);
+        }
+        hdr.crc = crc.finalize();
+        let mut stage = [0u8; CHUNK];
+        stage[..BATCH_HEADER_LEN].copy_from_slice(&hdr.encode());
+        let (mut n, mut at) = (BATCH_HEADER_LEN, addr);
+        for mut b in parts.iter().copied() {
+            while !b.is_empty() {
+                let k = b.len().min(CHUNK - n);
+                stage[n..n + k].copy_from_slice(&b[..k]);
+                (n, b) = (n + k, &b[k..]);
+                if n == CHUNK {
+                    self.write_padded(at, &stage)?;
+                    (at, n) = (at + CHUNK as u32, 0);
+                }
+            }
+        }
+        if n > 0 {
+            self.write_padded(at, &stage[..n])?;
+        }
+        Ok(())
+    }
+
+    /// If the body of the batch `h` at `batch_addr` is compressed, decodes it into the
+    /// scratch (or finds it there already), checking the batch CRC over the stored bytes
+    /// as they are read. One attempt.
+    #[cfg(feature = "compression")]
+    fn open_compressed(
+        &mut self,
+        batch_addr: u32,
+        h: &BatchHeader,
+        scratch: &mut Scratch<'_>,
+    ) -> Result<Opened, F::Error> {
+        let key = |len| Held {
+            addr: batch_addr,
+            h: *h,
+            len,
+        };
+        if let Some(held) = scratch.holds
+            && held == key(held.len)
+        {
+            return Ok(Opened::Decoded(held.len));
+        }
+        let mut src = FlashSource::new(self, batch_addr, h);
+        if src.peek()? != Some(BODY_LZ4) {
+            return Ok(Opened::Plain);
+        }
+        let mut flag = [0u8];
+        src.take(&mut flag)?;
+        let Some(raw) = compact::take_varint(&mut src)?.and_then(|n| usize::try_from(n).ok())
+        else {
+            return Ok(Opened::Bad);
+        };
+        if raw > scratch.buf.len() {
+            return Ok(Opened::TooBig(raw));
+        }
+        let prefix = 1 + compact::varint_len(raw as u64);
+        let Some(stored) = (h.len as usize).checked_sub(BATCH_HEADER_LEN + prefix) else {
+            return Ok(Opened::Bad);
+        };
+        scratch.holds = None;
+        let ok = lz4::decompress(&mut src, stored, &mut scratch.buf[..raw])?;
+        if !(ok && src.at_end() && src.finish(h.crc)?) {
+            return Ok(Opened::Bad);
+        }
+        scratch.holds = Some(key(raw));
+        Ok(Opened::Decoded(raw))
+    }
+
     /// Decodes the valid compact batch `h` at `batch_addr`, calling `f` with every
     /// record's offset, fields and record CRC. Read again up to [`READ_ATTEMPTS`] times if
-    /// the CRC or the layout does not check; `Ok(false)` if it never does (`f` may have
-    /// seen records of a failed attempt: callers keep only what the last call gave).
+    /// the CRC or the layout does not check; [`Walked::Corrupt`] if it never does (`f` may
+    /// have seen records of a failed attempt: callers keep only what the last call gave).
     pub(super) fn walk_compact(
         &mut self,
         batch_addr: u32,
         h: &BatchHeader,
+        scratch: &mut Scratch<'_>,
         mut f: impl FnMut(u64, &Head, u32),
-    ) -> Result<bool, F::Error> {
-        'attempt: for _ in 0..READ_ATTEMPTS {
-            let mut src = FlashSource::new(self, batch_addr, h);
-            let Some(mut d) = Decoder::start(&mut src, h.count)? else {
-                continue;
-            };
-            let mut head = [0u8; MAX_CANONICAL_HEAD];
-            for i in 0..u64::from(h.count) {
-                let Some(r) = d.next(&mut src)? else {
-                    continue 'attempt;
-                };
-                let n = d.canonical_head(&r, &mut head);
-                let mut crc = record_hasher(h.base_offset + i, &head[..n]);
-                if !hash_payload(&mut src, &mut crc, r.payload_len as usize)? {
-                    continue 'attempt;
+    ) -> Result<Walked, F::Error> {
+        let _ = &scratch;
+        for _ in 0..READ_ATTEMPTS {
+            #[cfg(feature = "compression")]
+            match self.open_compressed(batch_addr, h, scratch)? {
+                Opened::Plain => {}
+                Opened::Decoded(len) => {
+                    let mut src = SliceSource {
+                        rest: &scratch.buf[..len],
+                    };
+                    if infallible(walk_body(&mut src, h, &mut f)) && src.rest.is_empty() {
+                        return Ok(Walked::Done);
+                    }
+                    // The bytes passed the batch CRC: reading again cannot help.
+                    scratch.holds = None;
+                    return Ok(Walked::Corrupt);
                 }
-                f(h.base_offset + i, &r, crc.finalize());
+                Opened::Bad => continue,
+                Opened::TooBig(needed) => return Ok(Walked::ScratchTooSmall { needed }),
             }
-            if src.len == src.at && src.addr == src.end && src.finish(h.crc)? {
-                return Ok(true);
+            let mut src = FlashSource::new(self, batch_addr, h);
+            if walk_body(&mut src, h, &mut f)? && src.at_end() && src.finish(h.crc)? {
+                return Ok(Walked::Done);
             }
         }
-        Ok(false)
+        Ok(Walked::Corrupt)
     }
 
     /// Copies the records at or after `from` of the valid compact batch `h` at
@@ -200,64 +434,37 @@ impl<F: Flash> Dev<F> {
         &mut self,
         batch_addr: u32,
         h: &BatchHeader,
+        scratch: &mut Scratch<'_>,
         from: u64,
         buf: &mut [u8],
     ) -> Result<CompactRead, F::Error> {
-        'attempt: for _ in 0..READ_ATTEMPTS {
+        let _ = &scratch;
+        for _ in 0..READ_ATTEMPTS {
+            #[cfg(feature = "compression")]
+            match self.open_compressed(batch_addr, h, scratch)? {
+                Opened::Plain => {}
+                Opened::Decoded(len) => {
+                    let mut src = SliceSource {
+                        rest: &scratch.buf[..len],
+                    };
+                    if let Some(got) = infallible(copy_body(&mut src, h, from, buf))
+                        && src.rest.is_empty()
+                    {
+                        return Ok(got);
+                    }
+                    scratch.holds = None;
+                    return Ok(CompactRead::Corrupt);
+                }
+                Opened::Bad => continue,
+                Opened::TooBig(needed) => return Ok(CompactRead::ScratchTooSmall { needed }),
+            }
             let mut src = FlashSource::new(self, batch_addr, h);
-            let Some(mut d) = Decoder::start(&mut src, h.count)? else {
-                continue;
-            };
-            let mut head = [0u8; MAX_CANONICAL_HEAD];
-            let (mut count, mut len, mut prev_crc) = (0u32, 0usize, h.prev_crc);
-            let mut needed = None;
-            let mut full = false;
-            for i in 0..u64::from(h.count) {
-                let offset = h.base_offset + i;
-                let Some(r) = d.next(&mut src)? else {
-                    continue 'attempt;
-                };
-                let n = d.canonical_head(&r, &mut head);
-                let plen = r.payload_len as usize;
-                if offset < from || full {
-                    let mut crc = record_hasher(offset, &head[..n]);
-                    if !hash_payload(&mut src, &mut crc, plen)? {
-                        continue 'attempt;
-                    }
-                    if offset < from {
-                        prev_crc = crc.finalize();
-                    }
-                    continue;
-                }
-                let end = len.saturating_add(n).saturating_add(plen);
-                if end > buf.len() {
-                    if count == 0 {
-                        needed = Some(n + plen);
-                    }
-                    full = true;
-                    let mut crc = record_hasher(offset, &head[..n]);
-                    if !hash_payload(&mut src, &mut crc, plen)? {
-                        continue 'attempt;
-                    }
-                    continue;
-                }
-                buf[len..len + n].copy_from_slice(&head[..n]);
-                if !src.take(&mut buf[len + n..end])? {
-                    continue 'attempt;
-                }
-                (len, count) = (end, count + 1);
+            if let Some(got) = copy_body(&mut src, h, from, buf)?
+                && src.at_end()
+                && src.finish(h.crc)?
+            {
+                return Ok(got);
             }
-            if !(src.len == src.at && src.addr == src.end && src.finish(h.crc)?) {
-                continue;
-            }
-            return Ok(match needed {
-                Some(needed) => CompactRead::TooSmall { needed },
-                None => CompactRead::Records {
-                    count,
-                    len,
-                    prev_crc,
-                },
-            });
         }
         Ok(CompactRead::Corrupt)
     }

@@ -32,6 +32,30 @@ pub enum FullPolicy {
     DropOldest,
 }
 
+/// Whether the writer compresses batches (`FORMAT.md` section 4.4). Compression needs the
+/// crate feature `compression` and a log mounted with a scratch buffer
+/// ([`Log::mount_with_scratch`](super::Log::mount_with_scratch)); without either, every
+/// batch is written uncompressed whatever this says. Only segments of format version 4
+/// hold compressed batches, and a batch is stored compressed only when that takes fewer
+/// bytes than its compact body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Compression {
+    /// Never compress.
+    None,
+    /// Try LZ4 on bodies of at least [`AUTO_MIN_BODY`] bytes; after a batch that did not
+    /// come out smaller, skip the next 1, 2, 4, … up to 64 batches before trying again
+    /// (incompressible streams cost little CPU), and try every batch again after one
+    /// that did.
+    Auto,
+    /// Try LZ4 on every batch.
+    Lz4,
+}
+
+/// [`Compression::Auto`] does not try bodies shorter than this, bytes: LZ4 rarely saves
+/// its own prefix on them.
+pub const AUTO_MIN_BODY: usize = 48;
+
 /// Run-time settings of a mounted log. Times are in µs of the caller's monotonic clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -50,6 +74,8 @@ pub struct Config {
     /// this many offsets (handed out or not, they are never reused and read back as never
     /// persisted), so offsets count positions, not records.
     pub lease_step: u64,
+    /// Per-batch compression (see [`Compression`]).
+    pub compression: Compression,
 }
 
 impl Default for Config {
@@ -61,6 +87,7 @@ impl Default for Config {
             high_water_percent: 75,
             commit_interval_us: 1_000_000,
             lease_step: 1024,
+            compression: Compression::None,
         }
     }
 }

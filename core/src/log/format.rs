@@ -264,7 +264,7 @@ impl BatchHeader {
     /// Checks magic, length check and bounds (`max_len`: bytes available from the batch's
     /// position to the end of its segment; the batch's last offset below [`MAX_OFFSET`];
     /// a body long enough for `count` records in the compact layout, whose records are the
-    /// smallest: a layout 1 body is held to its own bound when its records are walked).
+    /// smallest, compressed: see [`count_fits`](super::compact::count_fits)).
     pub fn check(b: &[u8; BATCH_HEADER_LEN], erased: u8, max_len: u32) -> HeadCheck {
         if b.iter().all(|&x| x == erased) {
             return HeadCheck::Erased;
@@ -276,7 +276,7 @@ impl BatchHeader {
             || u64::from(len) < BATCH_HEADER_LEN as u64 + super::compact::min_body_len(1)
             || len > max_len
             || count == 0
-            || super::compact::min_body_len(count) > u64::from(len) - BATCH_HEADER_LEN as u64
+            || !super::compact::count_fits(count, u64::from(len) - BATCH_HEADER_LEN as u64)
             || u64_at(b, 16)
                 .checked_add(u64::from(count))
                 .is_none_or(|end| end > MAX_OFFSET)
@@ -730,6 +730,79 @@ mod tests {
             (recs[1].timestamp_us, recs[1].payload),
             (second.timestamp_us, second.payload)
         );
+    }
+
+    /// The compressed batch of `FORMAT.md` section 10, as the log writes it: eight readings
+    /// of `"18.4"` on `sst`, one second apart, flushed as the first batch of a fresh log with
+    /// LZ4 compression.
+    #[cfg(feature = "compression")]
+    fn compressed_example_from_the_log() -> Vec<u8> {
+        use crate::log::{Compression, Config, Log, Memory, SegmentSlot};
+        use crate::storage::{Flash, SimFlash};
+
+        let geo = Geometry {
+            erase_size: 4096,
+            write_size: 4,
+            capacity: 4096 * 6,
+            erased: 0xFF,
+        };
+        let mut flash = SimFlash::new_vec(geo).unwrap();
+        Log::format(&mut flash, 7, 1).unwrap();
+        let mut buf = [0u8; 512];
+        let mut slots = [SegmentSlot::EMPTY; 4];
+        let mut scratch = [0u8; crate::log::scratch_len(512)];
+        let mem = Memory {
+            buffer: &mut buf,
+            segments: &mut slots,
+        };
+        let cfg = Config {
+            compression: Compression::Lz4,
+            ..Config::default()
+        };
+        let (mut log, _) = Log::mount_with_scratch(&mut flash, cfg, mem, &mut scratch, 0).unwrap();
+        for i in 0..8 {
+            let r = Record {
+                timestamp_us: EXAMPLE.timestamp_us + i * 1_000_000,
+                ..EXAMPLE
+            };
+            log.append(0, &r).unwrap();
+        }
+        log.flush(0).unwrap();
+        assert_eq!(log.stats().batches_compressed, 1);
+        drop(log);
+        let mut hb = [0u8; BATCH_HEADER_LEN];
+        flash.read(2 * 4096 + 80, &mut hb).unwrap();
+        let len = BatchHeader::decode(&hb).len as usize;
+        let mut got = std::vec![0u8; align_up(len as u32, 4) as usize];
+        flash.read(2 * 4096 + 80, &mut got).unwrap();
+        got
+    }
+
+    #[test]
+    #[cfg(feature = "compression")]
+    fn format_md_compressed_example_matches_the_log() {
+        let got = compressed_example_from_the_log();
+        let doc = dump_in_format_md("format_md_compressed_example_matches_the_log");
+        assert_eq!(
+            doc, got,
+            "FORMAT.md's compressed example differs from the log's batch"
+        );
+        // The values quoted in the text around the dump.
+        let h = BatchHeader::decode(got[..BATCH_HEADER_LEN].try_into().unwrap());
+        assert_eq!((h.len, h.crc, h.count), (68, 0xC9E2_1E5E, 8));
+        assert_eq!(got[32..34], [0x04, 68]);
+        // The block decodes to the compact body of the eight records.
+        let mut body = [0u8; 68];
+        let mut src = super::super::compact::SliceSource { rest: &got[34..] };
+        assert!(super::super::lz4::decompress(&mut src, 34, &mut body).unwrap());
+        let mut out = [0u8; 256];
+        let n = super::super::compact::expand(&body, 8, &mut out).unwrap();
+        let recs: Vec<_> = RecordIter::new(&out[..n], 0, 8).collect();
+        assert_eq!(recs.len(), 8);
+        for (i, r) in recs.iter().enumerate() {
+            assert_eq!(r.timestamp_us, EXAMPLE.timestamp_us + i as u64 * 1_000_000);
+            assert_eq!((r.topic, r.payload), ("sst", &b"18.4"[..]));
+        }
     }
 
     /// Guards against the documented encoding drifting from what the log actually writes:

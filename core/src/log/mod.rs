@@ -63,6 +63,7 @@ mod find;
 pub mod format;
 mod journal;
 mod layout;
+mod lz4;
 mod outcome;
 pub mod producers;
 mod reader;
@@ -78,7 +79,8 @@ use heapless::Vec;
 use crate::error::StorageOp;
 use crate::storage::{Flash, Geometry};
 pub use config::{
-    Config, FullPolicy, MIN_BUFFER, MIN_ERASE_SIZE, Memory, SegmentSlot, SpillPolicy,
+    AUTO_MIN_BODY, Compression, Config, FullPolicy, MIN_BUFFER, MIN_ERASE_SIZE, Memory,
+    SegmentSlot, SpillPolicy,
 };
 pub use consumers::BRIDGE_CONSUMER;
 use device::Dev;
@@ -89,6 +91,8 @@ pub use format::{Producer, Record, RecordIter, RecordRef, record_crc};
 use journal::Consumer;
 pub use journal::{JournalGeometry, MAX_CONSUMERS, MAX_JOURNAL_ENTRY_LEN, journal_geometry};
 pub use layout::segments_for;
+#[cfg(feature = "compression")]
+pub use lz4::scratch_len;
 pub use outcome::{
     Appended, CORRUPT_RANGES_REMEMBERED, JournalInvalid, LostRange, LostReason, ReadOutcome,
     RecoveryReport, Session, Stats,
@@ -135,6 +139,16 @@ pub struct Log<'a, F: Flash> {
     buf_base: u64,
     buf_prev_crc: u32,
     buf_first_us: u64,
+    /// At mount: a compressed batch the mount had to read did not fit in the scratch.
+    needs_scratch: Option<usize>,
+    /// Scratch for compressing and decoding compressed batches (empty without one).
+    scratch: lz4::Scratch<'a>,
+    /// [`Compression::Auto`]: batches still to write uncompressed before trying again, and
+    /// the back-off after the next batch that does not compress.
+    #[cfg(feature = "compression")]
+    lz4_skip: u8,
+    #[cfg(feature = "compression")]
+    lz4_backoff: u8,
 
     consumers: Vec<Consumer, MAX_CONSUMERS>,
     /// With no consumer left: records below this offset were read (the highest committed

@@ -174,6 +174,11 @@ pub struct Stats {
     /// Offsets reported corrupt by reads, each counted once however often it is read (the
     /// last [`CORRUPT_RANGES_REMEMBERED`] ranges reported are remembered for that).
     pub corrupt_offsets: u64,
+    /// Batches written compressed (`FORMAT.md` section 4.4).
+    pub batches_compressed: u64,
+    /// Bytes the compressed batches saved: their compact bodies' lengths minus what was
+    /// stored (before padding to the write size).
+    pub compressed_bytes_saved: u64,
 }
 
 /// Corrupt ranges the log remembers so that reading one again (a consumer fetching it

@@ -313,6 +313,14 @@ impl<'a, F: Flash> Log<'a, F> {
                     .read_wanted_batch(seg, pos, expected, out.next_offset, &mut buf[out.len..])
                     .map_err(ReadError::Flash)?
             };
+            // A compressed batch decoded into the scratch by an earlier read was validated
+            // then: a read that goes on inside it does not read it again.
+            #[cfg(feature = "compression")]
+            let fast = fast.or_else(|| {
+                let held = self.scratch.holds?;
+                (held.addr == l.seg_addr(seg) + pos && held.h.base_offset >= expected)
+                    .then_some(held.h)
+            });
             let next = match fast {
                 Some(h) => Next::Batch {
                     pos,
@@ -398,7 +406,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 let room = &mut buf[out.len..];
                 let got = self
                     .dev
-                    .read_compact(addr, &h, want, room)
+                    .read_compact(addr, &h, &mut self.scratch, want, room)
                     .map_err(ReadError::Flash)?;
                 let (count, len, prev) = match got {
                     CompactRead::Records {
@@ -408,6 +416,12 @@ impl<'a, F: Flash> Log<'a, F> {
                     } if count > 0 => (count, len, prev_crc),
                     CompactRead::TooSmall { needed } if out.count == 0 => {
                         return Err(ReadError::BufferTooSmall { needed });
+                    }
+                    CompactRead::ScratchTooSmall { needed } if out.count == 0 => {
+                        return Err(ReadError::ScratchTooSmall {
+                            needed,
+                            len: self.scratch.buf.len(),
+                        });
                     }
                     CompactRead::Corrupt if out.count == 0 => {
                         self.dev.stats.corrupt_batches += 1;

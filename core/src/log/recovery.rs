@@ -6,6 +6,7 @@ use heapless::Vec;
 
 use super::Log;
 use super::compact::COMPACT_VERSION;
+use super::compact_io::Walked;
 use super::config::{Config, MIN_BUFFER, MIN_ERASE_SIZE, Memory, SegmentSlot};
 use super::consumers::BRIDGE_CONSUMER;
 use super::device::{CHUNK, Dev, Io};
@@ -165,7 +166,10 @@ impl<'a, F: Flash> Log<'a, F> {
     /// [`RecoveryReport`], never returned as errors and never handed out as records.
     ///
     /// `now_us` is the caller's monotonic clock (µs). Errors: storage errors, an unusable
-    /// or mismatching geometry, an unformatted partition, a too small [`Memory`].
+    /// or mismatching geometry, an unformatted partition, a too small [`Memory`],
+    /// [`MountError::ScratchTooSmall`] when the records the mount must read (the head's last
+    /// batch, the producers' newest records) are in a compressed batch that the scratch
+    /// cannot hold (see [`Log::mount_with_scratch`]).
     ///
     /// The log is returned by value (over 5 KiB on a microcontroller, with its producer
     /// table): where stack is short, [`Log::mount_in`] builds it in the caller's slot.
@@ -175,9 +179,31 @@ impl<'a, F: Flash> Log<'a, F> {
         mem: Memory<'a>,
         now_us: u64,
     ) -> Result<(Self, RecoveryReport), MountError<F::Error>> {
+        Self::mount_with_scratch(flash, cfg, mem, &mut [], now_us)
+    }
+
+    /// [`Log::mount`] with a scratch buffer for compressed batches (`FORMAT.md` section
+    /// 4.4): the log writes batches compressed as [`Config::compression`] says, and reads
+    /// compressed batches by decoding each into the scratch once (never onto the heap).
+    /// Give it `scratch_len(mem.buffer.len())` bytes (feature `compression`): a smaller
+    /// scratch compresses only the batches whose worst case fits, and a compressed batch
+    /// whose body decodes to more than it holds cannot be read
+    /// ([`ReadError::ScratchTooSmall`]).
+    ///
+    /// Without the crate feature `compression` the scratch is not used: every batch is
+    /// written uncompressed, and a compressed batch reads as corrupt.
+    ///
+    /// Errors: as [`Log::mount`].
+    pub fn mount_with_scratch(
+        flash: F,
+        cfg: Config,
+        mem: Memory<'a>,
+        scratch: &'a mut [u8],
+        now_us: u64,
+    ) -> Result<(Self, RecoveryReport), MountError<F::Error>> {
         let mut slot = None;
-        let report = Self::mount_in(&mut slot, flash, cfg, mem, now_us)?.1;
-        // `mount_in` returned Ok: the slot holds the log.
+        let report = Self::mount_in_with_scratch(&mut slot, flash, cfg, mem, scratch, now_us)?.1;
+        // `mount_in_with_scratch` returned Ok: the slot holds the log.
         slot.map(|log| (log, report))
             .ok_or(MountError::NotFormatted)
     }
@@ -200,11 +226,27 @@ impl<'a, F: Flash> Log<'a, F> {
         mem: Memory<'a>,
         now_us: u64,
     ) -> Result<(&'s mut Self, RecoveryReport), MountError<F::Error>> {
+        Self::mount_in_with_scratch(slot, flash, cfg, mem, &mut [], now_us)
+    }
+
+    /// [`Log::mount_in`] with a scratch buffer for compressed batches (see
+    /// [`Log::mount_with_scratch`]).
+    ///
+    /// Errors: those of [`Log::mount`].
+    #[inline(never)]
+    pub fn mount_in_with_scratch<'s>(
+        slot: &'s mut Option<Self>,
+        flash: F,
+        cfg: Config,
+        mem: Memory<'a>,
+        scratch: &'a mut [u8],
+        now_us: u64,
+    ) -> Result<(&'s mut Self, RecoveryReport), MountError<F::Error>> {
         *slot = None;
         let mut entry = journal::Entry::empty();
         let opened = Self::open(flash, mem.buffer.len(), mem.segments, &mut entry)?;
         let recovered = slot
-            .insert(Self::assemble(opened.0, cfg, mem, now_us))
+            .insert(Self::assemble(opened.0, cfg, mem, scratch, now_us))
             .recover(&entry, opened.1);
         match recovered {
             Err(e) => {
@@ -367,7 +409,13 @@ impl<'a, F: Flash> Log<'a, F> {
     /// The log as [`Log::open`] found it, before recovery: built where it is stored
     /// (inlined into [`Log::mount_in`]'s `Option::insert`).
     #[inline(always)]
-    fn assemble(o: Opened<F>, cfg: Config, mem: Memory<'a>, now_us: u64) -> Self {
+    fn assemble(
+        o: Opened<F>,
+        cfg: Config,
+        mem: Memory<'a>,
+        scratch: &'a mut [u8],
+        now_us: u64,
+    ) -> Self {
         Log {
             dev: o.dev,
             cfg,
@@ -393,6 +441,16 @@ impl<'a, F: Flash> Log<'a, F> {
             buf_base: 0,
             buf_prev_crc: 0,
             buf_first_us: now_us,
+            needs_scratch: None,
+            scratch: super::lz4::Scratch {
+                buf: scratch,
+                #[cfg(feature = "compression")]
+                holds: None,
+            },
+            #[cfg(feature = "compression")]
+            lz4_skip: 0,
+            #[cfg(feature = "compression")]
+            lz4_backoff: 0,
             consumers: Vec::new(),
             released: 0,
             corrupt_seen: Vec::new(),
@@ -586,6 +644,12 @@ impl<'a, F: Flash> Log<'a, F> {
         };
         log.rebuild_producers(rebuild_from)
             .map_err(MountError::Flash)?;
+        if let Some(needed) = log.needs_scratch {
+            return Err(MountError::ScratchTooSmall {
+                needed,
+                len: log.scratch.buf.len(),
+            });
+        }
 
         // 6. Mark the log as running (clears the clean flag) with the lease in place.
         log.persist_journal(false).map_err(|e| match e {
@@ -733,8 +797,14 @@ impl<'a, F: Flash> Log<'a, F> {
         let l = self.dev.l;
         if self.slots[seg as usize].version >= COMPACT_VERSION {
             let mut crc = h.prev_crc;
-            self.dev
-                .walk_compact(l.seg_addr(seg) + pos, h, |_, _, c| crc = c)?;
+            let walked =
+                self.dev
+                    .walk_compact(l.seg_addr(seg) + pos, h, &mut self.scratch, |_, _, c| {
+                        crc = c
+                    })?;
+            if let Walked::ScratchTooSmall { needed } = walked {
+                self.needs_scratch = Some(needed);
+            }
             return Ok(crc);
         }
         let mut at = l.seg_addr(seg) + pos + BATCH_HEADER_LEN as u32;
@@ -764,6 +834,10 @@ impl<'a, F: Flash> Log<'a, F> {
             let out = match r {
                 Ok(o) => o,
                 Err(ReadError::Flash(e)) => return Err(e),
+                Err(ReadError::ScratchTooSmall { needed, .. }) => {
+                    self.needs_scratch = Some(needed);
+                    break;
+                }
                 Err(_) => break,
             };
             if out.next_offset <= at {

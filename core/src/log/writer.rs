@@ -4,6 +4,8 @@
 
 use super::Log;
 use super::compact::{self, COMPACT_VERSION};
+#[cfg(feature = "compression")]
+use super::config::{AUTO_MIN_BODY, Compression};
 use super::config::{FullPolicy, SpillPolicy};
 use super::format::{
     BATCH_HEADER_LEN, BatchHeader, MAX_TOPIC_LEN, RESUME_LEN, Record, align_up,
@@ -350,8 +352,8 @@ impl<'a, F: Flash> Log<'a, F> {
                 };
                 self.write_resume_marker()?;
                 let addr = l.seg_addr(head) + self.head_pos;
-                let canonical = &self.buf[BATCH_HEADER_LEN..BATCH_HEADER_LEN + body];
-                if let Err(e) = self.dev.write_compact(addr, &mut hdr, canonical, &plan) {
+                let whole = k == self.buf_count;
+                if let Err(e) = self.write_compact_batch(addr, &mut hdr, &plan, body, whole) {
                     self.head_writable = false;
                     return Err(FlushError::Flash(e));
                 }
@@ -407,6 +409,102 @@ impl<'a, F: Flash> Log<'a, F> {
         self.dev.sync().map_err(FlushError::Flash)?;
         self.durable_end = self.durable_end.max(self.flash_end);
         Ok(())
+    }
+
+    /// Writes the records `plan` chose from the front of the RAM buffer (`canon_len`
+    /// bytes of canonical encodings; `whole`: they are every buffered record) as one
+    /// compact batch at `addr`, compressed when [`Config::compression`] tries it and it
+    /// comes out smaller (`FORMAT.md` section 4.4).
+    ///
+    /// Compressing takes the compact body into the scratch, moves it to the front of the
+    /// RAM buffer (where the canonical encodings it was made from were, and with `whole`
+    /// the rest of the buffer) and compresses it from there into the scratch. The
+    /// canonical encodings of the batch are then gone from RAM: after a failed write the
+    /// log is poisoned and never reads RAM again.
+    ///
+    /// [`Config::compression`]: super::Config::compression
+    fn write_compact_batch(
+        &mut self,
+        addr: u32,
+        hdr: &mut BatchHeader,
+        plan: &compact::Plan,
+        canon_len: usize,
+        whole: bool,
+    ) -> Result<(), F::Error> {
+        let canonical = BATCH_HEADER_LEN..BATCH_HEADER_LEN + canon_len;
+        #[cfg(feature = "compression")]
+        {
+            use super::lz4;
+            let raw = plan.body_len;
+            let region = if whole { self.buf.len() } else { canonical.end };
+            if raw <= region && lz4::scratch_len(raw) <= self.scratch.buf.len() && self.lz4_try(raw)
+            {
+                self.scratch.holds = None;
+                let scratch = &mut *self.scratch.buf;
+                let mut at = 0usize;
+                let _ =
+                    compact::encode::<()>(&self.buf[canonical], hdr.base_offset, plan, &mut |b| {
+                        scratch[at..at + b.len()].copy_from_slice(b);
+                        at += b.len();
+                        Ok(())
+                    });
+                self.buf[..raw].copy_from_slice(&scratch[..raw]);
+                let mut prefix = [0u8; 11];
+                prefix[0] = lz4::BODY_LZ4;
+                let mut v = [0u8; 10];
+                let vn = compact::put_varint(raw as u64, &mut v);
+                prefix[1..1 + vn].copy_from_slice(&v[..vn]);
+                let pn = 1 + vn;
+                let stored = lz4::compress(&self.buf[..raw], scratch).filter(|&c| {
+                    let s = pn + c;
+                    s < raw
+                        && s as u64 >= compact::min_body_len(1)
+                        && compact::count_fits(hdr.count, s as u64)
+                });
+                self.lz4_outcome(stored.is_some());
+                return match stored {
+                    Some(c) => {
+                        self.dev
+                            .write_body(addr, hdr, &[&prefix[..pn], &self.scratch.buf[..c]])?;
+                        self.dev.stats.batches_compressed += 1;
+                        self.dev.stats.compressed_bytes_saved += (raw - pn - c) as u64;
+                        Ok(())
+                    }
+                    None => self.dev.write_body(addr, hdr, &[&self.buf[..raw]]),
+                };
+            }
+        }
+        let _ = whole;
+        self.dev
+            .write_compact(addr, hdr, &self.buf[canonical], plan)
+    }
+
+    /// Whether to try compressing a compact body of `raw` bytes now
+    /// ([`Config::compression`](super::Config::compression)).
+    #[cfg(feature = "compression")]
+    fn lz4_try(&mut self, raw: usize) -> bool {
+        match self.cfg.compression {
+            Compression::None => false,
+            Compression::Lz4 => true,
+            Compression::Auto if raw < AUTO_MIN_BODY => false,
+            Compression::Auto if self.lz4_skip > 0 => {
+                self.lz4_skip -= 1;
+                false
+            }
+            Compression::Auto => true,
+        }
+    }
+
+    /// [`Compression::Auto`]'s back-off after a batch that was tried: `smaller` if it was
+    /// stored compressed.
+    #[cfg(feature = "compression")]
+    fn lz4_outcome(&mut self, smaller: bool) {
+        if smaller {
+            self.lz4_backoff = 0;
+        } else {
+            self.lz4_backoff = (self.lz4_backoff.saturating_mul(2)).clamp(1, 64);
+            self.lz4_skip = self.lz4_backoff;
+        }
     }
 
     /// Writes the pending resume marker (if any) at the head position, after the torn bytes

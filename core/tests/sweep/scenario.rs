@@ -21,8 +21,8 @@ use alloc::vec::Vec;
 use core::cell::RefCell;
 
 use spillway_core::log::{
-    BRIDGE_CONSUMER, Config, FullPolicy, Log, Memory, Producer, Record, RecoveryReport,
-    SegmentSlot, SpillPolicy, segments_for,
+    BRIDGE_CONSUMER, Compression, Config, FullPolicy, Log, Memory, Producer, Record,
+    RecoveryReport, SegmentSlot, SpillPolicy, segments_for,
 };
 use spillway_core::storage::{EraseTear, Geometry, SimError, SimFaults, SimFlash};
 use spillway_core::{AppendError, FlushError, MountError};
@@ -38,6 +38,8 @@ type TestLog<'a> = Log<'a, Shared<'a>>;
 struct Mem {
     buffer: Vec<u8>,
     slots: Vec<SegmentSlot>,
+    /// Scratch for compressed batches (empty for a variant without compression).
+    scratch: Vec<u8>,
 }
 
 // ----- Scenario -------------------------------------------------------------------------
@@ -55,6 +57,8 @@ struct Variant {
     buffer: usize,
     linger_us: u64,
     lease_step: u64,
+    /// Per-batch compression; with it the payloads are compressible (text-like runs).
+    compression: Compression,
     ops: usize,
     seed: u64,
 }
@@ -76,6 +80,7 @@ impl Variant {
             high_water_percent: 75,
             commit_interval_us: 3 * self.linger_us,
             lease_step: self.lease_step,
+            compression: self.compression,
         }
     }
 }
@@ -162,7 +167,21 @@ fn gen_ops(v: &Variant, seed: u64) -> Vec<Op> {
                         6..=8 => 16 + r.below(64),
                         _ => 80 + r.below(121),
                     } as usize;
-                    let payload = (0..len).map(|_| r.next() as u8).collect();
+                    let payload = if v.compression == Compression::None {
+                        (0..len).map(|_| r.next() as u8).collect()
+                    } else {
+                        // A short word repeated, one byte in ten random.
+                        let w: Vec<u8> = (0..1 + r.below(6)).map(|_| r.next() as u8).collect();
+                        (0..len)
+                            .map(|i| {
+                                if r.chance(10) {
+                                    r.next() as u8
+                                } else {
+                                    w[i % w.len()]
+                                }
+                            })
+                            .collect()
+                    };
                     let producer = if r.chance(25) {
                         let p = r.below(2) as usize;
                         seqs[p] += 1;
@@ -243,6 +262,9 @@ struct Exercised {
     segments_opened: u64,
     records_dropped: u64,
     records_discarded: u64,
+    /// Batches written compressed, and written plain.
+    batches_compressed: u64,
+    batches_plain: u64,
 }
 
 impl Exercised {
@@ -251,6 +273,8 @@ impl Exercised {
         self.segments_opened += s.segments_opened;
         self.records_dropped += s.records_dropped;
         self.records_discarded += s.records_discarded;
+        self.batches_compressed += s.batches_compressed;
+        self.batches_plain += s.batches_written - s.batches_compressed;
     }
 }
 
@@ -517,6 +541,12 @@ fn new_mems(v: &Variant) -> Vec<Mem> {
         .map(|_| Mem {
             buffer: vec![0; v.buffer],
             slots: vec![SegmentSlot::EMPTY; n],
+            // The LZ4 worst case for a body the size of the buffer: 1.1 times plus 20.
+            scratch: if v.compression == Compression::None {
+                Vec::new()
+            } else {
+                vec![0; v.buffer + v.buffer / 10 + 20]
+            },
         })
         .collect()
 }
@@ -558,7 +588,7 @@ fn mount<'a>(
             buffer: &mut m.buffer,
             segments: &mut m.slots,
         };
-        match Log::mount(Shared(flash), cfg, mem, now) {
+        match Log::mount_with_scratch(Shared(flash), cfg, mem, &mut m.scratch, now) {
             Ok(x) => return x,
             Err(MountError::Flash(SimError::PowerCut | SimError::ProgramFailed { .. })) => {
                 *cuts += 1;
@@ -917,11 +947,12 @@ const BASE: Variant = Variant {
     buffer: 512,
     linger_us: 20_000,
     lease_step: 64,
+    compression: Compression::None,
     ops: 400,
     seed: 0,
 };
 
-const VARIANTS: [Variant; 6] = [
+const VARIANTS: [Variant; 8] = [
     Variant {
         name: "ws1-always-reject",
         write_size: 1,
@@ -965,6 +996,23 @@ const VARIANTS: [Variant; 6] = [
         blocks_per_segment: 1,
         ops: 600,
         seed: 0x4096,
+        ..BASE
+    },
+    // LZ4 on every batch, compressible payloads: compressed and plain batches mixed.
+    Variant {
+        name: "ws4-lz4-always-reject",
+        compression: Compression::Lz4,
+        seed: 0x1747,
+        ..BASE
+    },
+    Variant {
+        name: "ws16-lz4-pressure-drop",
+        write_size: 16,
+        segments: 5,
+        spill: SpillPolicy::OnPressure,
+        full: FullPolicy::DropOldest,
+        compression: Compression::Auto,
+        seed: 0x1716,
         ..BASE
     },
 ];

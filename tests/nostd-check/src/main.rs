@@ -7,6 +7,9 @@
 //! remounts, reads back, commits, simulates a power cut and remounts again, and exits with
 //! 0 on success or with the code of the first failed check ([`Fail`]).
 //!
+//! Built with the `compression` feature, the log writes its batch LZ4-compressed through a
+//! scratch buffer (and the check requires that it did) and reads it back from there.
+//!
 //! Built with the `defmt` feature (and `DEFMT_LOG=trace`), the core's log lines go through
 //! `defmt` to a null logger, and the check also requires that some were emitted.
 #![no_std]
@@ -78,7 +81,26 @@ enum Fail {
     /// With `defmt` on, no log frame reached the logger.
     #[cfg_attr(not(feature = "defmt"), allow(dead_code))]
     DefmtSilent = 23,
+    /// With `compression` on, the batch was not written compressed.
+    #[cfg_attr(not(feature = "compression"), allow(dead_code))]
+    NotCompressed = 24,
 }
+
+/// The log's settings: LZ4 on every batch with the `compression` feature.
+fn config() -> Config {
+    Config {
+        #[cfg(feature = "compression")]
+        compression: spillway_core::log::Compression::Lz4,
+        ..Config::default()
+    }
+}
+
+/// Scratch for compressed batches: the LZ4 worst case for the 1 KiB RAM buffer with the
+/// `compression` feature, none without.
+#[cfg(feature = "compression")]
+const SCRATCH: usize = spillway_core::log::scratch_len(1024);
+#[cfg(not(feature = "compression"))]
+const SCRATCH: usize = 0;
 
 /// Fails with `fail` unless `cond` holds.
 fn ensure(cond: bool, fail: Fail) -> Result<(), Fail> {
@@ -92,11 +114,12 @@ const BLOCKS_PER_SEGMENT: u32 = 2;
 /// Topic of every record.
 const TOPIC: &str = "buoy/sst";
 /// Payloads of the records appended, in order.
-const PAYLOADS: [&[u8]; 5] = [
+const PAYLOADS: [&[u8]; 6] = [
     b"sst=18.42C",
     b"sst=18.40C",
     b"",
     b"sst=18.37C depth=1m",
+    b"sst=18.42C sst=18.42C sst=18.42C sst=18.42C sst=18.42C sst=18.42C",
     b"\x00\xff\x00\xff binary",
 ];
 /// Producer id of the last record (an idempotent publisher).
@@ -167,14 +190,15 @@ fn run() -> Result<(), Fail> {
 
     let mut buffer = [0u8; 1024];
     let mut slots = [SegmentSlot::EMPTY; 3];
+    let mut scratch = [0u8; SCRATCH];
 
     // Fresh mount, appends, group commit, clean close.
     let mem = Memory {
         buffer: &mut buffer,
         segments: &mut slots,
     };
-    let (mut log, rep) =
-        Log::mount(&mut nor, Config::default(), mem, 1_000).map_err(|_| Fail::Mount)?;
+    let (mut log, rep) = Log::mount_with_scratch(&mut nor, config(), mem, &mut scratch, 1_000)
+        .map_err(|_| Fail::Mount)?;
     ensure(
         rep.clean && rep.next_offset == 0 && log.log_id() == LOG_ID,
         Fail::FreshMountState,
@@ -191,6 +215,8 @@ fn run() -> Result<(), Fail> {
     ensure(resend.duplicate && resend.offset == n - 1, Fail::Resend)?;
     let durable = log.flush(4_000).map_err(|_| Fail::Flush)?;
     ensure(durable == n && log.durable_offset() == n, Fail::Flush)?;
+    #[cfg(feature = "compression")]
+    ensure(log.stats().batches_compressed == 1, Fail::NotCompressed)?;
     let last_crc = log.last_crc();
     log.close(5_000).map_err(|_| Fail::Close)?;
 
@@ -199,8 +225,8 @@ fn run() -> Result<(), Fail> {
         buffer: &mut buffer,
         segments: &mut slots,
     };
-    let (mut log, rep) =
-        Log::mount(&mut nor, Config::default(), mem, 6_000).map_err(|_| Fail::Remount)?;
+    let (mut log, rep) = Log::mount_with_scratch(&mut nor, config(), mem, &mut scratch, 6_000)
+        .map_err(|_| Fail::Remount)?;
     ensure(
         rep.clean
             && rep.first_offset == 0
@@ -222,8 +248,8 @@ fn run() -> Result<(), Fail> {
         buffer: &mut buffer,
         segments: &mut slots,
     };
-    let (mut log, rep) =
-        Log::mount(nor, Config::default(), mem, 8_000).map_err(|_| Fail::CrashMount)?;
+    let (mut log, rep) = Log::mount_with_scratch(nor, config(), mem, &mut scratch, 8_000)
+        .map_err(|_| Fail::CrashMount)?;
     ensure(
         !rep.clean && rep.next_offset >= n && log.durable_offset() == n,
         Fail::CrashMountState,
