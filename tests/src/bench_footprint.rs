@@ -25,11 +25,10 @@
 //! binary linking only the C library) and a copy passed through `strip`.
 
 use std::fmt;
-use std::io::{self, Read, Write};
-use std::net::TcpStream;
+use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use spillway_core::wire::AckLevel;
 
@@ -39,6 +38,9 @@ use crate::bench_gateway::{
 };
 use crate::client::Client;
 use crate::gateway::{GatewayProcess, free_port, spillway_bin};
+pub use crate::mosquitto::mosquitto_bin;
+use crate::mosquitto::{Mosquitto, Persistence, mosquitto_version};
+use crate::mqtt_load::MqttConn;
 use crate::nats::NatsServer;
 
 /// Idle clients connected during the whole run.
@@ -256,253 +258,32 @@ fn nats_footprint(bin: &Path, opts: &Options) -> Server {
     }
 }
 
-/// A running mosquitto; killed on drop.
-struct Mosquitto {
-    child: Child,
-    addr: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Mosquitto {
-    /// Starts `bin` on a free port of 127.0.0.1, anonymous access, no persistence file,
-    /// unlimited queues; waits (10 s at most) until it accepts an MQTT connection.
-    fn start(bin: &Path) -> io::Result<Mosquitto> {
-        let dir = tempfile::tempdir()?;
-        let port = free_port();
-        let conf = dir.path().join("mosquitto.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n\
-                 max_queued_messages 0\nmax_queued_bytes 0\nmax_inflight_messages 0\n\
-                 log_dest stderr\nuser root\n"
-            ),
-        )?;
-        let log = std::fs::File::create(dir.path().join("mosquitto.log"))?;
-        let child = Command::new(bin)
-            .arg("-c")
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()?;
-        let mut m = Mosquitto {
-            child,
-            addr: format!("127.0.0.1:{port}"),
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if Mqtt::connect(&m.addr, "probe", true).is_ok() {
-                return Ok(m);
-            }
-            if let Ok(Some(status)) = m.child.try_wait() {
-                return Err(io::Error::other(format!("mosquitto exited with {status}")));
-            }
-            if Instant::now() > deadline {
-                return Err(io::Error::other("mosquitto did not start"));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Mosquitto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The smallest MQTT 3.1.1 client the footprint run needs: connect, subscribe, QoS 1
-/// publish, disconnect.
-pub struct Mqtt {
-    s: TcpStream,
-    next_id: u16,
-}
-
-/// Appends MQTT's variable-length "remaining length".
-fn put_len(out: &mut Vec<u8>, mut n: usize) {
-    loop {
-        let mut b = (n % 128) as u8;
-        n /= 128;
-        if n > 0 {
-            b |= 0x80;
-        }
-        out.push(b);
-        if n == 0 {
-            break;
-        }
-    }
-}
-
-/// Appends a length-prefixed UTF-8 string.
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as u16).to_be_bytes());
-    out.extend_from_slice(s.as_bytes());
-}
-
-/// A control packet of `kind` (first byte) with `body`.
-fn packet(kind: u8, body: &[u8]) -> Vec<u8> {
-    let mut out = vec![kind];
-    put_len(&mut out, body.len());
-    out.extend_from_slice(body);
-    out
-}
-
-impl Mqtt {
-    /// Connects as `client_id` and waits for a `CONNACK` that accepts (`clean`: a clean
-    /// session; otherwise the server keeps the session and its queue after a disconnect).
-    pub fn connect(addr: &str, client_id: &str, clean: bool) -> io::Result<Mqtt> {
-        let s = TcpStream::connect(addr)?;
-        s.set_nodelay(true)?;
-        s.set_read_timeout(Some(Duration::from_secs(30)))?;
-        let mut c = Mqtt { s, next_id: 0 };
-        let mut body = Vec::new();
-        put_str(&mut body, "MQTT");
-        body.push(4); // protocol level 3.1.1
-        body.push(if clean { 0x02 } else { 0x00 });
-        body.extend_from_slice(&600u16.to_be_bytes()); // keep alive, s
-        put_str(&mut body, client_id);
-        c.s.write_all(&packet(0x10, &body))?;
-        let (kind, ack) = c.read_packet()?;
-        if kind >> 4 != 2 || ack.get(1) != Some(&0) {
-            return Err(io::Error::other(format!(
-                "CONNACK refused: {kind:#x} {ack:?}"
-            )));
-        }
-        Ok(c)
-    }
-
-    /// Subscribes to `topic` at QoS 1 and waits for the `SUBACK`.
-    pub fn subscribe(&mut self, topic: &str) -> io::Result<()> {
-        self.next_id = self.next_id.wrapping_add(1).max(1);
-        let mut body = self.next_id.to_be_bytes().to_vec();
-        put_str(&mut body, topic);
-        body.push(1);
-        self.s.write_all(&packet(0x82, &body))?;
-        let (kind, ack) = self.read_packet()?;
-        if kind >> 4 != 9 || ack.get(2).is_none_or(|&q| q > 2) {
-            return Err(io::Error::other(format!(
-                "SUBACK refused: {kind:#x} {ack:?}"
-            )));
-        }
-        Ok(())
-    }
-
-    /// Sends a QoS 1 `PUBLISH` (does not wait for its `PUBACK`).
-    pub fn publish_qos1(&mut self, topic: &str, payload: &[u8]) -> io::Result<()> {
-        self.next_id = self.next_id.wrapping_add(1).max(1);
-        let mut body = Vec::with_capacity(topic.len() + payload.len() + 4);
-        put_str(&mut body, topic);
-        body.extend_from_slice(&self.next_id.to_be_bytes());
-        body.extend_from_slice(payload);
-        self.s.write_all(&packet(0x32, &body))
-    }
-
-    /// Waits for the next `PUBACK`.
-    pub fn puback(&mut self) -> io::Result<()> {
-        let (kind, _) = self.read_packet()?;
-        if kind >> 4 != 4 {
-            return Err(io::Error::other(format!("expected PUBACK, got {kind:#x}")));
-        }
-        Ok(())
-    }
-
-    /// Counts the `PUBLISH` packets the server sends until none comes for `quiet` (what
-    /// it had queued for this persistent session); acknowledges none of them.
-    pub fn count_publishes(&mut self, quiet: Duration) -> io::Result<usize> {
-        self.s.set_read_timeout(Some(quiet))?;
-        let mut n = 0;
-        loop {
-            match self.read_packet() {
-                Ok((kind, _)) if kind >> 4 == 3 => n += 1,
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Ok(n);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Sends `DISCONNECT` and closes.
-    pub fn disconnect(mut self) -> io::Result<()> {
-        self.s.write_all(&[0xE0, 0x00])
-    }
-
-    /// One packet: its first byte and body.
-    fn read_packet(&mut self) -> io::Result<(u8, Vec<u8>)> {
-        let mut b = [0u8; 1];
-        self.s.read_exact(&mut b)?;
-        let kind = b[0];
-        let (mut len, mut shift) = (0usize, 0);
-        loop {
-            self.s.read_exact(&mut b)?;
-            len |= usize::from(b[0] & 0x7f) << shift;
-            if b[0] & 0x80 == 0 {
-                break;
-            }
-            shift += 7;
-            if shift > 21 {
-                return Err(io::Error::other("bad remaining length"));
-            }
-        }
-        let mut body = vec![0u8; len];
-        self.s.read_exact(&mut body)?;
-        Ok((kind, body))
-    }
-}
-
 /// One MQTT publisher: `n` pipelined QoS 1 publishes, [`WINDOW`] in flight at most.
-fn mqtt_publisher(mut c: Mqtt, n: usize) {
-    let payload = [0x5au8; PAYLOAD];
+fn mqtt_publisher(mut c: MqttConn, n: usize) {
     let mut inflight = 0;
     for _ in 0..n {
-        c.publish_qos1(MQTT_TOPIC, &payload).expect("publish");
+        c.publish_qos1(MQTT_TOPIC, vec![0x5au8; PAYLOAD])
+            .expect("publish");
         inflight += 1;
         if inflight >= WINDOW {
-            c.puback().expect("PUBACK");
-            inflight -= 1;
+            inflight -= c.wait_pubacks(1).expect("PUBACK").min(inflight);
         }
     }
-    for _ in 0..inflight {
-        c.puback().expect("PUBACK");
-    }
+    c.wait_pubacks(inflight).expect("PUBACK");
 }
 
 /// Topic of the MQTT load.
 const MQTT_TOPIC: &str = "bench/records";
 
-fn mosquitto_version(bin: &Path) -> String {
-    // `mosquitto -h` prints "mosquitto version X" first and exits non-zero.
-    Command::new(bin)
-        .arg("-h")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .map(|l| l.replace(" version", ""))
-        })
-        .unwrap_or_else(|| "mosquitto".to_string())
-}
-
 fn mosquitto_footprint(bin: &Path, opts: &Options) -> Server {
-    let m = Mosquitto::start(bin).expect("start mosquitto");
+    let m = Mosquitto::start(bin, Persistence::Off).expect("start mosquitto");
     let pid = m.child.id();
-    let idle: Vec<Mqtt> = (0..IDLE_CLIENTS)
-        .map(|i| Mqtt::connect(&m.addr, &format!("idle{i}"), true).expect("idle client"))
+    let idle: Vec<MqttConn> = (0..IDLE_CLIENTS)
+        .map(|i| MqttConn::connect(&m.addr, &format!("idle{i}"), true).expect("idle client"))
         .collect();
     let idle_mem = settled_memory(pid);
     // The consumer that is away: its persistent session queues every message.
-    let mut sub = Mqtt::connect(&m.addr, "away", false).expect("subscriber");
+    let mut sub = MqttConn::connect(&m.addr, "away", false).expect("subscriber");
     sub.subscribe(MQTT_TOPIC).expect("subscribe");
     sub.disconnect().expect("disconnect");
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -511,13 +292,13 @@ fn mosquitto_footprint(bin: &Path, opts: &Options) -> Server {
         opts.per_publisher,
         || {
             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Mqtt::connect(&m.addr, &format!("pub{i}"), true).expect("publisher")
+            MqttConn::connect(&m.addr, &format!("pub{i}"), true).expect("publisher")
         },
         mqtt_publisher,
     );
     let loaded = settled_memory(pid);
     drop(idle);
-    let queued = Mqtt::connect(&m.addr, "away", false)
+    let queued = MqttConn::connect(&m.addr, "away", false)
         .and_then(|mut c| c.count_publishes(Duration::from_secs(2)))
         .expect("count the queued messages");
     assert_eq!(
@@ -563,14 +344,6 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Report {
         servers,
         skipped,
     }
-}
-
-/// Finds `mosquitto`: `$SPILLWAY_MOSQUITTO`, else `/usr/sbin/mosquitto`.
-pub fn mosquitto_bin() -> Option<PathBuf> {
-    let p = std::env::var_os("SPILLWAY_MOSQUITTO")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/sbin/mosquitto"));
-    p.is_file().then_some(p)
 }
 
 /// Bytes as KiB or MiB.
@@ -624,21 +397,6 @@ impl fmt::Display for Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn remaining_length_encoding() {
-        for (n, want) in [
-            (0usize, vec![0u8]),
-            (127, vec![0x7f]),
-            (128, vec![0x80, 0x01]),
-            (16_383, vec![0xff, 0x7f]),
-            (16_384, vec![0x80, 0x80, 0x01]),
-        ] {
-            let mut out = Vec::new();
-            put_len(&mut out, n);
-            assert_eq!(out, want, "{n}");
-        }
-    }
 
     #[test]
     fn own_memory_is_readable() {

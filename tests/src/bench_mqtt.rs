@@ -41,11 +41,10 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mqtt_protocol_core::mqtt::packet::GenericPacket;
 
@@ -53,6 +52,7 @@ use crate::bench_core::Spread;
 use crate::bench_gateway::thousands;
 use crate::client::Client;
 use crate::gateway::{GatewayProcess, free_port};
+use crate::mosquitto::{Mosquitto, Persistence, mosquitto_version};
 pub use crate::mqtt_load::Measured;
 use crate::mqtt_load::{Discard, MqttConn, fan_in, parse_payload, payload};
 
@@ -262,83 +262,13 @@ fn spillway_run(opts: &Options, len: usize) -> Measured {
     m
 }
 
-/// A running mosquitto; killed on drop.
-struct Mosquitto {
-    child: Child,
-    addr: String,
-    dir: tempfile::TempDir,
-}
-
-impl Mosquitto {
-    /// Starts `bin` on a free port of 127.0.0.1 with `persistence true` in a temporary
-    /// directory and unlimited queues; waits (10 s at most) until it accepts a connection.
-    fn start(bin: &Path) -> io::Result<Mosquitto> {
-        let dir = tempfile::tempdir()?;
-        let port = free_port();
-        let conf = dir.path().join("mosquitto.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\n\
-                 persistence_location {}/\nmax_queued_messages 0\nmax_queued_bytes 0\n\
-                 log_dest stderr\nuser root\n",
-                dir.path().display()
-            ),
-        )?;
-        let log = std::fs::File::create(dir.path().join("mosquitto.log"))?;
-        let child = Command::new(bin)
-            .arg("-c")
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()?;
-        let mut m = Mosquitto {
-            child,
-            addr: format!("127.0.0.1:{port}"),
-            dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(c) = MqttConn::connect(&m.addr, "bench-probe", true) {
-                let _ = c.disconnect();
-                return Ok(m);
-            }
-            if let Ok(Some(status)) = m.child.try_wait() {
-                return Err(io::Error::other(format!("mosquitto exited with {status}")));
-            }
-            if Instant::now() > deadline {
-                return Err(io::Error::other("mosquitto did not start within 10 s"));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Mosquitto {
-    /// The last lines of its log (for a failure message).
-    fn log_tail(&self) -> String {
-        let text =
-            std::fs::read_to_string(self.dir.path().join("mosquitto.log")).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-}
-
-impl Drop for Mosquitto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// One mosquitto run on a fresh server.
 ///
 /// # Panics
 /// If mosquitto does not start, refuses a publish, or its offline subscriber does not
 /// receive exactly one delivery of every message.
 fn mosquitto_run(bin: &Path, opts: &Options, len: usize) -> Measured {
-    let server = Mosquitto::start(bin).expect("start mosquitto");
+    let server = Mosquitto::start(bin, Persistence::File).expect("start mosquitto");
     let mut sub = MqttConn::connect(&server.addr, SUBSCRIBER, false).expect("subscriber");
     sub.subscribe(TOPIC).expect("subscribe");
     sub.disconnect().expect("disconnect the subscriber");
@@ -377,8 +307,8 @@ fn mosquitto_run(bin: &Path, opts: &Options, len: usize) -> Measured {
             eprintln!("missing (publisher, message): {missing:?}");
             eprintln!(
                 "{}",
-                std::fs::read_to_string(server.dir.path().join("mosquitto.log"))
-                    .unwrap_or_default()
+                server
+                    .log()
                     .lines()
                     .filter(|l| l.contains("bench-away") || l.contains("rror") || l.contains("arn"))
                     .collect::<Vec<_>>()
@@ -416,21 +346,6 @@ fn mosquitto_run(bin: &Path, opts: &Options, len: usize) -> Measured {
         opts.messages()
     );
     m
-}
-
-/// `mosquitto -h`'s first line, "mosquitto version X", as "mosquitto X".
-pub fn mosquitto_version(bin: &Path) -> String {
-    Command::new(bin)
-        .arg("-h")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .map(|l| l.replace(" version", ""))
-        })
-        .unwrap_or_else(|| "mosquitto".to_string())
 }
 
 /// Runs every case of `opts`, repetitions interleaved; `progress` is told what starts.

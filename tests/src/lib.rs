@@ -21,6 +21,7 @@ pub mod demo;
 pub mod faultfs;
 pub mod gateway;
 pub mod kafka;
+pub mod mosquitto;
 pub mod mqtt_load;
 pub mod nats;
 pub mod pki;

@@ -185,6 +185,65 @@ impl MqttConn {
         Ok(pid)
     }
 
+    /// Sends a QoS 1 PUBLISH of `payload` on `topic` at once (without waiting for its
+    /// PUBACK); returns its packet id.
+    ///
+    /// # Errors
+    /// The codec's (no packet id free) or the socket's.
+    pub fn publish_qos1(&mut self, topic: &str, payload: Vec<u8>) -> io::Result<u16> {
+        let pid = self.publish(topic, payload)?;
+        self.flush()?;
+        Ok(pid)
+    }
+
+    /// Reads until at least `n` PUBACKs have come; returns how many came (a read can bring
+    /// more than `n`).
+    ///
+    /// # Errors
+    /// Another packet than a PUBACK, or the socket's.
+    pub fn wait_pubacks(&mut self, n: usize) -> io::Result<usize> {
+        let mut got = 0;
+        let mut stray = None;
+        while got < n {
+            self.read_packets(|p| match p {
+                GenericPacket::V3_1_1Puback(_) => got += 1,
+                other => stray = Some(format!("expected PUBACK, got {other:?}")),
+            })?;
+            if let Some(e) = stray.take() {
+                return Err(io::Error::other(e));
+            }
+        }
+        Ok(got)
+    }
+
+    /// Counts the PUBLISH packets the server sends until none comes for `quiet` (what it
+    /// had queued for this persistent session; the codec acknowledges each).
+    ///
+    /// # Errors
+    /// The socket's, other than the timeout that ends the count.
+    pub fn count_publishes(&mut self, quiet: Duration) -> io::Result<usize> {
+        self.s.set_read_timeout(Some(quiet))?;
+        let mut n = 0;
+        loop {
+            match self.read_packets(|p| {
+                if matches!(p, GenericPacket::V3_1_1Publish(_)) {
+                    n += 1;
+                }
+            }) {
+                Ok(()) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Ok(n);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Subscribes to `topic` at QoS 1 and waits for a SUBACK that grants it.
     pub fn subscribe(&mut self, topic: &str) -> io::Result<()> {
         let pid = self.mq.acquire_packet_id().map_err(codec)?;
