@@ -96,12 +96,14 @@ fn run() -> Result<(), &'static str> {
         buffer: &mut buffer,
         segments: &mut slots,
     };
-    let flash = fill(flash, mem)?;
+    // The log works on `&mut` the partition, as `Log::format` does: one instantiation of
+    // the engine's flash layer instead of two.
+    fill(&mut flash, mem)?;
     let mem = Memory {
         buffer: &mut buffer,
         segments: &mut slots,
     };
-    remount(flash, mem)
+    remount(&mut flash, mem)
 }
 
 #[entry]

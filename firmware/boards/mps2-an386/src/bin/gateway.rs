@@ -82,13 +82,15 @@ fn main() -> ! {
     let mut last_remounts = 0;
     let mut stack_reported = 0;
     let mut handled_since_report = false;
+    // The log works on `&mut` the partition, as `Log::format` does: one instantiation of
+    // the engine's flash layer instead of two.
     let served = serve_remounting(
-        flash,
+        &mut flash,
         Config::default(),
         &mut buffer,
         &mut slots,
         clock::now_us,
-        |log: &mut Log<'_, _>, mounted| {
+        |log: &mut Log<'_, &mut _>, mounted| {
             if mounted.remounts != last_remounts {
                 last_remounts = mounted.remounts;
                 gw.counters_mut().unclean_mounts += 1;
