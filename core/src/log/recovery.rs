@@ -60,6 +60,16 @@ struct Found {
     segments_valid: u32,
 }
 
+/// What the mount's last phases ([`Log::finish_mount`]) need from the recovery, which
+/// holds the journal entry: they run after it, with the entry off the stack.
+struct Rest {
+    /// The producer table is rebuilt from the records at or above this offset.
+    rebuild_from: u64,
+    /// The head segment and its last valid batch (position and header), if there is a
+    /// head: the CRC chain goes on from its last record.
+    head_end: Option<(u32, Option<(u32, BatchHeader)>)>,
+}
+
 /// The geometry recorded in the image must be the storage's: an error otherwise, never a
 /// reinterpretation.
 pub(super) fn same_geometry<E: core::fmt::Debug>(
@@ -243,22 +253,93 @@ impl<'a, F: Flash> Log<'a, F> {
         now_us: u64,
     ) -> Result<(&'s mut Self, RecoveryReport), MountError<F::Error>> {
         *slot = None;
-        let mut entry = journal::Entry::empty();
-        let opened = Self::open(flash, mem.buffer.len(), mem.segments, &mut entry)?;
-        let recovered = slot
-            .insert(Self::assemble(opened.0, cfg, mem, scratch, now_us))
-            .recover(&entry, opened.1);
-        match recovered {
+        let started = Self::mount_start(slot, flash, cfg, mem, scratch, now_us);
+        let finished = match (started, slot.as_mut()) {
+            (Ok((report, rest)), Some(log)) => log.finish_mount(report, rest),
+            (Err(e), _) => Err(e),
+            // Never: `mount_start` put the log in the slot when it returned Ok.
+            (Ok(_), None) => Err(MountError::NotFormatted),
+        };
+        match finished {
             Err(e) => {
                 *slot = None;
                 Err(e)
             }
-            // Never `None`: the log was put in the slot just above.
+            // Never `None`: the log is in the slot.
             Ok(report) => slot
                 .as_mut()
                 .map(|log| (log, report))
                 .ok_or(MountError::NotFormatted),
         }
+    }
+
+    /// The mount up to the head's last-record CRC: [`Log::open`], the log built in
+    /// `slot` ([`Log::assemble`]) and [`Log::recover`]. Holds the journal entry, which is
+    /// off the stack once it returns (the later phases do not need it). Returns the
+    /// report so far and what [`Log::finish_mount`] needs.
+    #[inline(never)]
+    fn mount_start(
+        slot: &mut Option<Self>,
+        flash: F,
+        cfg: Config,
+        mem: Memory<'a>,
+        scratch: &'a mut [u8],
+        now_us: u64,
+    ) -> Result<(RecoveryReport, Rest), MountError<F::Error>> {
+        let mut entry = journal::Entry::empty();
+        let (opened, found) = Self::open(flash, mem.buffer.len(), mem.segments, &mut entry)?;
+        slot.insert(Self::assemble(opened, cfg, mem, scratch, now_us))
+            .recover(&entry, found)
+    }
+
+    /// The mount's last phases: the CRC of the head's last record (the chain the next
+    /// batch continues), the producer table rebuilt from the records at or above
+    /// [`Rest::rebuild_from`], and the journal entry that marks the log as running.
+    #[inline(never)]
+    fn finish_mount(
+        &mut self,
+        mut report: RecoveryReport,
+        rest: Rest,
+    ) -> Result<RecoveryReport, MountError<F::Error>> {
+        if let Some((seg, last)) = rest.head_end {
+            // CRC of the last record of the segment's last batch, or the header's prev CRC.
+            self.flash_last_crc = match last {
+                Some((pos, h)) => self.last_record_crc(seg, pos, &h),
+                None => {
+                    let addr = self.dev.l.seg_addr(seg);
+                    (self.dev.read_segment_header(addr)).map(|h| h.map_or(0, |h| h.prev_crc))
+                }
+            }
+            .map_err(MountError::Flash)?;
+        }
+        self.last_crc = self.flash_last_crc;
+        self.buf_prev_crc = self.last_crc;
+        self.rebuild_producers(rest.rebuild_from)
+            .map_err(MountError::Flash)?;
+        if let Some(needed) = self.needs_scratch {
+            return Err(MountError::ScratchTooSmall {
+                needed,
+                len: self.scratch.buf.len(),
+            });
+        }
+
+        // 6. Mark the log as running (clears the clean flag) with the lease in place.
+        self.persist_journal(false).map_err(|e| match e {
+            Io::Flash(e) => MountError::Flash(e),
+            Io::BadBlock(block) => MountError::WornJournal { block },
+        })?;
+        report.first_offset = self.first_offset();
+        report.next_offset = self.next_offset;
+        report.flash_reads = self.dev.stats.flash_reads;
+        info!(
+            "mounted log {:032x}: offsets {}..{}, clean {}, torn {} B",
+            self.log_id,
+            report.first_offset,
+            report.next_offset,
+            report.clean,
+            report.torn_tail_bytes
+        );
+        Ok(report)
     }
 
     /// The mount's first phases: checks the geometry and `buffer_len`, reads the journal
@@ -468,20 +549,19 @@ impl<'a, F: Flash> Log<'a, F> {
         }
     }
 
-    /// The mount's last phases, on the log [`Log::open`] and [`Log::assemble`] made: the
+    /// The mount's recovery, on the log [`Log::open`] and [`Log::assemble`] made: the
     /// damage before the tail, the scan of the head segment, offsets, consumers and
-    /// producers (from the journal `entry`, if [`Found::journal`]), and the journal entry
-    /// that marks the log as running.
+    /// producers (from the journal `entry`, if [`Found::journal`]). Returns the report so
+    /// far and what [`Log::finish_mount`] needs.
     #[inline(never)]
     fn recover(
         &mut self,
         entry: &journal::Entry,
         found: Found,
-    ) -> Result<RecoveryReport, MountError<F::Error>> {
+    ) -> Result<(RecoveryReport, Rest), MountError<F::Error>> {
         let log = self;
         let l = log.dev.l;
         let head = log.head;
-        let log_id = log.log_id;
         let seg_data = (l.seg_size - l.data_start) & !(l.ws() - 1);
         log.buf_cap = log.buf.len().min(seg_data as usize);
         log.find_damage_before_tail().map_err(MountError::Flash)?;
@@ -507,6 +587,7 @@ impl<'a, F: Flash> Log<'a, F> {
         // Torn bytes after the head's data: (end of the data, end of the bytes that do not
         // read erased, how many do not).
         let mut torn_at: Option<(u32, u32, u32)> = None;
+        let mut head_end = None;
         if let Some(h) = head {
             let slot = log.slots[h as usize];
             let mut pos = l.data_start;
@@ -558,7 +639,7 @@ impl<'a, F: Flash> Log<'a, F> {
             }
             log.head_pos = pos;
             log.flash_end = expected;
-            log.flash_last_crc = slot_prev_crc_or(log, h, last_batch).map_err(MountError::Flash)?;
+            head_end = Some((h, last_batch));
         }
 
         // 5. Offsets, consumers, producers.
@@ -607,9 +688,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 }
             }
         }
-        log.last_crc = log.flash_last_crc;
         log.buf_base = log.next_offset;
-        log.buf_prev_crc = log.last_crc;
         match found.journal.then_some(entry) {
             Some(e) => {
                 for (name, off) in &e.consumers {
@@ -642,43 +721,13 @@ impl<'a, F: Flash> Log<'a, F> {
         } else {
             jdurable
         };
-        log.rebuild_producers(rebuild_from)
-            .map_err(MountError::Flash)?;
-        if let Some(needed) = log.needs_scratch {
-            return Err(MountError::ScratchTooSmall {
-                needed,
-                len: log.scratch.buf.len(),
-            });
-        }
-
-        // 6. Mark the log as running (clears the clean flag) with the lease in place.
-        log.persist_journal(false).map_err(|e| match e {
-            Io::Flash(e) => MountError::Flash(e),
-            Io::BadBlock(block) => MountError::WornJournal { block },
-        })?;
-        report.first_offset = log.first_offset();
-        report.next_offset = log.next_offset;
-        report.flash_reads = log.dev.stats.flash_reads;
-        info!(
-            "mounted log {:032x}: offsets {}..{}, clean {}, torn {} B",
-            log_id, report.first_offset, report.next_offset, report.clean, report.torn_tail_bytes
-        );
-        return Ok(report);
-
-        /// CRC of the last record of the segment's last batch, or the header's prev CRC.
-        fn slot_prev_crc_or<F: Flash>(
-            log: &mut Log<'_, F>,
-            seg: u32,
-            last: Option<(u32, BatchHeader)>,
-        ) -> Result<u32, F::Error> {
-            match last {
-                Some((pos, h)) => log.last_record_crc(seg, pos, &h),
-                None => {
-                    let addr = log.dev.l.seg_addr(seg);
-                    Ok(log.dev.read_segment_header(addr)?.map_or(0, |h| h.prev_crc))
-                }
-            }
-        }
+        Ok((
+            report,
+            Rest {
+                rebuild_from,
+                head_end,
+            },
+        ))
     }
 
     /// Where the words a cut write may have programmed end, from `from` (the end of the
@@ -691,6 +740,7 @@ impl<'a, F: Flash> Log<'a, F> {
     /// the `W`-aligned positions up to `used_end`, and the walk goes on after it.
     /// Returns a write-size-aligned position at or after `used_end`, at most the segment
     /// size.
+    #[inline(never)]
     fn torn_extent(&mut self, seg: u32, from: u32, used_end: u32) -> Result<u32, F::Error> {
         let l = self.dev.l;
         let resume = format::RESUME_MAGIC.to_le_bytes();
@@ -793,6 +843,7 @@ impl<'a, F: Flash> Log<'a, F> {
     }
 
     /// Record CRC of the last record of the (valid) batch at `pos` of `seg`.
+    #[inline(never)]
     fn last_record_crc(&mut self, seg: u32, pos: u32, h: &BatchHeader) -> Result<u32, F::Error> {
         let l = self.dev.l;
         if self.slots[seg as usize].version >= COMPACT_VERSION {
@@ -825,6 +876,7 @@ impl<'a, F: Flash> Log<'a, F> {
 
     /// Rebuilds the producer table from the records at or above `from` (the journal's
     /// snapshot covers those below), using the empty RAM buffer as scratch.
+    #[inline(never)]
     fn rebuild_producers(&mut self, from: u64) -> Result<(), F::Error> {
         let mut at = from.max(self.first_offset());
         while at < self.flash_end {
