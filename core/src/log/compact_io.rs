@@ -450,6 +450,12 @@ impl<F: Flash> Dev<F> {
                     if let Some(got) = infallible(copy_body(&mut src, h, from, buf))
                         && src.rest.is_empty()
                     {
+                        if from <= h.base_offset && matches!(got, CompactRead::Records { .. }) {
+                            self.stats.compressed_batches_read += 1;
+                            let stored = h.len as usize - BATCH_HEADER_LEN;
+                            self.stats.compressed_bytes_read_saved +=
+                                len.saturating_sub(stored) as u64;
+                        }
                         return Ok(got);
                     }
                     scratch.holds = None;

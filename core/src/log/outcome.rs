@@ -179,6 +179,11 @@ pub struct Stats {
     /// Bytes the compressed batches saved: their compact bodies' lengths minus what was
     /// stored (before padding to the write size).
     pub compressed_bytes_saved: u64,
+    /// Compressed batches reads handed out from their first record on (a read that starts
+    /// inside a batch does not count it again: one pass over the log counts each once).
+    pub compressed_batches_read: u64,
+    /// Bytes those batches saved (as `compressed_bytes_saved`).
+    pub compressed_bytes_read_saved: u64,
 }
 
 /// Corrupt ranges the log remembers so that reading one again (a consumer fetching it

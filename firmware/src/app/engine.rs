@@ -219,7 +219,11 @@ pub fn run(
     let geo = spillway_core::storage::Flash::geometry(&flash);
     let mut buffer = vec![0u8; s.buffer_bytes];
     let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo, bps.max(1)) as usize];
+    // Always there, whatever --compression says: an image may hold compressed batches
+    // from an earlier run, and reading them needs it.
+    let mut scratch = vec![0u8; spillway_core::log::scratch_len(s.buffer_bytes)];
     let cfg = Config {
+        compression: s.compression,
         spill: s.spill,
         full: s.full,
         linger_us: s.linger_ms.saturating_mul(1000),
@@ -229,13 +233,14 @@ pub fn run(
         lease_step: GATEWAY_LEASE_STEP,
         ..Config::default()
     };
-    let mounted = Log::mount(
+    let mounted = Log::mount_with_scratch(
         flash,
         cfg,
         Memory {
             buffer: &mut buffer,
             segments: &mut slots,
         },
+        &mut scratch,
         clock.now_us(),
     );
     let (mut log, report) = match mounted {

@@ -65,13 +65,17 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
     let seg_bytes = h.blocks_per_segment as usize * geo.erase_size as usize;
     let mut buffer = vec![0u8; seg_bytes.clamp(spillway_core::log::MIN_BUFFER, READ_BUF)];
     let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo, h.blocks_per_segment) as usize];
-    let (mut log, report) = Log::mount(
+    // A compressed batch decodes to at most the RAM buffer of the gateway that wrote it,
+    // which is at most a segment.
+    let mut scratch = vec![0u8; spillway_core::log::scratch_len(seg_bytes)];
+    let (mut log, report) = Log::mount_with_scratch(
         flash,
         Config::default(),
         Memory {
             buffer: &mut buffer,
             segments: &mut slots,
         },
+        &mut scratch,
         0,
     )
     .map_err(|e| AppError::Image(format!("cannot mount {}: {e}", path.display())))?;
@@ -97,8 +101,19 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
     // Records at or after each consumer's committed offset (its lag in records; offsets
     // skipped by crashes hold no record and are not counted).
     let mut behind = vec![0u64; consumers.len()];
+    // Per segment (as in `segments`): compressed batches and the bytes they saved. A read
+    // never crosses a segment's end, so it is counted for the segment holding `at`.
+    let mut compressed = vec![(0u64, 0u64); segments.len()];
     while at < next {
-        let r = match log.read(at, &mut buf) {
+        let before = log.stats();
+        let read = log.read(at, &mut buf);
+        let after = log.stats();
+        if let Some(k) = segments.iter().rposition(|s| s.2 <= at) {
+            compressed[k].0 += after.compressed_batches_read - before.compressed_batches_read;
+            compressed[k].1 +=
+                after.compressed_bytes_read_saved - before.compressed_bytes_read_saved;
+        }
+        let r = match read {
             Ok(r) => r,
             Err(e) => {
                 problems.push(format!("read at offset {at} failed: {e}"));
@@ -182,9 +197,9 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
             "first_offset": first,
             "durable_offset": log.durable_offset(),
             "next_offset": next,
-            "segments": segments.iter().map(|&(i, seq, base, ec, v)| serde_json::json!({
+            "segments": segments.iter().zip(&compressed).map(|(&(i, seq, base, ec, v), &(cb, saved))| serde_json::json!({
                 "index": i, "seq": seq, "base_offset": base, "erase_count": ec,
-                "format": v,
+                "format": v, "compressed_batches": cb, "compressed_bytes_saved": saved,
             })).collect::<Vec<_>>(),
             "consumers": consumers.iter().zip(&behind).map(|((n, o), b)| serde_json::json!({
                 "name": n, "committed_offset": o, "lag_records": b,
@@ -231,9 +246,11 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
             "offsets      first {first}, durable {}, next {next}",
             log.durable_offset()
         );
-        println!("segments     (index, seq, base offset, erase count, format version)");
-        for (i, seq, base, ec, v) in &segments {
-            println!("  {i:>5} {seq:>8} {base:>12} {ec:>6} {v:>6}");
+        println!(
+            "segments     (index, seq, base offset, erase count, format version, compressed batches, bytes saved)"
+        );
+        for ((i, seq, base, ec, v), (cb, saved)) in segments.iter().zip(&compressed) {
+            println!("  {i:>5} {seq:>8} {base:>12} {ec:>6} {v:>6} {cb:>10} {saved:>10}");
         }
         println!(
             "consumers    (name, committed offset, records behind, offsets behind incl. skipped)"

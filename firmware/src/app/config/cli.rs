@@ -166,6 +166,19 @@ pub enum SpillArg {
     OnPressure,
 }
 
+/// Compression flag values (`--compression`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CompressionArg {
+    /// LZ4 on batches that come out smaller; skips short batches and backs off after
+    /// batches that do not compress.
+    Auto,
+    /// Never compress.
+    None,
+    /// Try LZ4 on every batch (stored compressed when it comes out smaller).
+    Lz4,
+}
+
 /// Full policy flag values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -237,6 +250,11 @@ pub struct RunArgs {
     /// RAM buffer size, bytes (K/M/G) [default: 64K].
     #[arg(long)]
     pub buffer_bytes: Option<ByteSize>,
+    /// Per-batch LZ4 compression of what is written to the image: auto (when a batch
+    /// comes out smaller), none, or lz4 (try every batch). Takes a second buffer of about
+    /// 1.1 times --buffer-bytes [default: auto].
+    #[arg(long, value_enum)]
+    pub compression: Option<CompressionArg>,
     /// Largest record payload accepted, bytes (K/M/G) [default: 4K].
     #[arg(long)]
     pub max_record_bytes: Option<ByteSize>,

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use spillway_core::cli::layer::layered;
 use spillway_core::cli::units::ByteSize;
-use spillway_core::log::{FullPolicy, SpillPolicy};
+use spillway_core::log::{Compression, FullPolicy, SpillPolicy};
 use spillway_core::wire::AckLevel;
 
 use std::sync::Arc;
@@ -22,7 +22,9 @@ use std::sync::Arc;
 use super::AppError;
 use super::auth::{Access, Credentials};
 use super::tls::Tls;
-pub use cli::{AckArg, Cli, Command, CredentialSpec, FullArg, LogLevelArg, RunArgs, SpillArg};
+pub use cli::{
+    AckArg, Cli, Command, CompressionArg, CredentialSpec, FullArg, LogLevelArg, RunArgs, SpillArg,
+};
 pub use uri::{Endpoint, Listen, Mode, MqttAck, Serial, parse_listen, parse_serial};
 
 /// Everything `spillway run` needs, after merging file and flags.
@@ -54,6 +56,8 @@ pub struct Settings {
     pub linger_ms: u64,
     /// RAM buffer, bytes.
     pub buffer_bytes: usize,
+    /// Per-batch compression (`--compression`).
+    pub compression: Compression,
     /// Largest payload, bytes.
     pub max_record_bytes: u32,
     /// Gateway id.
@@ -163,6 +167,11 @@ pub fn settings(args: &RunArgs) -> Result<Settings, AppError> {
         SpillArg::Always => SpillPolicy::Always,
         SpillArg::OnPressure => SpillPolicy::OnPressure,
     };
+    let compression = match a.compression.unwrap_or(CompressionArg::Auto) {
+        CompressionArg::Auto => Compression::Auto,
+        CompressionArg::None => Compression::None,
+        CompressionArg::Lz4 => Compression::Lz4,
+    };
     let full = match a.full.unwrap_or(FullArg::RejectNew) {
         FullArg::RejectNew => FullPolicy::RejectNew,
         FullArg::DropOldest => FullPolicy::DropOldest,
@@ -203,6 +212,7 @@ pub fn settings(args: &RunArgs) -> Result<Settings, AppError> {
             a.buffer_bytes.unwrap_or(ByteSize(DEFAULT_BUFFER_BYTES)),
             "buffer-bytes",
         )? as usize,
+        compression,
         max_record_bytes: size_u32(
             a.max_record_bytes
                 .unwrap_or(ByteSize(DEFAULT_MAX_RECORD_BYTES)),
@@ -246,6 +256,25 @@ mod tests {
         assert_eq!(s.listen.len(), 1);
         std::fs::write(&p, "bogus = 1\n").unwrap();
         assert!(settings(&args).is_err());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// `compression` is `auto` by default, read from the file's key, and the flag wins.
+    #[test]
+    fn compression_defaults_to_auto_and_the_flag_wins_over_the_key() {
+        let dir = tempfile_dir("compression");
+        let p = dir.join("c.toml");
+        let mut args = RunArgs::default();
+        assert_eq!(settings(&args).unwrap().compression, Compression::Auto);
+        std::fs::write(&p, "compression = \"none\"\n").unwrap();
+        args.config = Some(p.clone());
+        assert_eq!(settings(&args).unwrap().compression, Compression::None);
+        args.compression = Some(CompressionArg::Lz4);
+        assert_eq!(settings(&args).unwrap().compression, Compression::Lz4);
+        std::fs::write(&p, "compression = \"zstd\"\n").unwrap();
+        args.compression = None;
+        let e = settings(&args).unwrap_err().to_string();
+        assert!(e.contains("compression"), "{e}");
         let _ = std::fs::remove_dir_all(dir);
     }
 
