@@ -23,6 +23,10 @@ fn filled_image(img: &Path, size: &str, n: u64) -> serde_json::Value {
         "4K",
         "--listen",
         &format!("tcp://127.0.0.1:{port}"),
+        // The records are alike: compressed, they would not spread over the segments the
+        // damage is put into.
+        "--compression",
+        "none",
     ]
     .iter()
     .map(|s| s.to_string())

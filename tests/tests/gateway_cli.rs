@@ -321,6 +321,9 @@ fn metrics_path_gauges_and_the_full_log_warnings() {
             "4K".into(),
             "--buffer-bytes".into(),
             "8K".into(),
+            // Uniform payloads: compressed, they would never fill the log.
+            "--compression".into(),
+            "none".into(),
             "--listen".into(),
             format!("tcp://127.0.0.1:{port}"),
             "--metrics".into(),

@@ -128,7 +128,18 @@ fn messages_from_the_command_line_and_lines_over_the_limit() {
 #[test]
 fn a_full_gateway_is_warned_about_once_not_per_record() {
     let dir = tempfile::tempdir().unwrap();
-    let (_g, gw) = gateway(dir.path(), &["--size", "128K", "--buffer-bytes", "8K"]);
+    // Uniform lines: compressed, they would never fill the log.
+    let (_g, gw) = gateway(
+        dir.path(),
+        &[
+            "--size",
+            "128K",
+            "--buffer-bytes",
+            "8K",
+            "--compression",
+            "none",
+        ],
+    );
     let input = dir.path().join("in.txt");
     let line = "p".repeat(2000);
     let text: String = (0..400).map(|_| format!("{line}\n")).collect();

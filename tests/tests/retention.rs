@@ -118,6 +118,9 @@ fn the_last_consumer_is_kept_unless_forced_and_records_reclaimed_unread_are_coun
             "1K",
             "--full",
             "reject-new",
+            // Alike lines: compressed, they would not fill the log.
+            "--compression",
+            "none",
         ],
     );
     let _g = GatewayProcess::start(&args, 1);

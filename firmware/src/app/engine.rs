@@ -220,8 +220,11 @@ pub fn run(
     let mut buffer = vec![0u8; s.buffer_bytes];
     let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo, bps.max(1)) as usize];
     // Always there, whatever --compression says: an image may hold compressed batches
-    // from an earlier run, and reading them needs it.
-    let mut scratch = vec![0u8; spillway_core::log::scratch_len(s.buffer_bytes)];
+    // from an earlier run, and reading them needs it. A batch decodes to at most the RAM
+    // buffer it was written with, which is at most a segment: sized for the larger of the
+    // two, a restart with a lower --buffer-bytes still reads every batch.
+    let segment_bytes = geo.erase_size as usize * bps.max(1) as usize;
+    let mut scratch = vec![0u8; spillway_core::log::scratch_len(s.buffer_bytes.max(segment_bytes))];
     let cfg = Config {
         compression: s.compression,
         spill: s.spill,
