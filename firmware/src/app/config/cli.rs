@@ -251,8 +251,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub buffer_bytes: Option<ByteSize>,
     /// Per-batch LZ4 compression of what is written to the image: auto (when a batch
-    /// comes out smaller), none, or lz4 (try every batch). Takes a second buffer of about
-    /// 1.1 times --buffer-bytes [default: auto].
+    /// comes out smaller), none, or lz4 (try every batch). The gateway keeps a second
+    /// buffer of about 1.1 times the larger of --buffer-bytes and a segment under every
+    /// setting [default: auto].
     #[arg(long, value_enum)]
     pub compression: Option<CompressionArg>,
     /// Largest record payload accepted, bytes (K/M/G) [default: 4K].
