@@ -71,9 +71,10 @@ const GATEWAY_ID: &str = "bench-gw";
 const WINDOW: usize = 256;
 
 /// Counts delivery reports.
-struct Counting {
-    ok: std::sync::atomic::AtomicU64,
-    failed: std::sync::atomic::AtomicU64,
+#[derive(Default)]
+pub(crate) struct Counting {
+    pub(crate) ok: std::sync::atomic::AtomicU64,
+    pub(crate) failed: std::sync::atomic::AtomicU64,
 }
 
 impl ClientContext for Counting {}
@@ -92,8 +93,14 @@ impl ProducerContext for Counting {
 
 /// The payload of record `i`: `PAYLOAD` bytes, distinct per record.
 fn payload(i: usize) -> Vec<u8> {
+    payload_of(i, PAYLOAD)
+}
+
+/// The payload of record `i` when records have `len` bytes (at least 11): distinct per
+/// record.
+pub(crate) fn payload_of(i: usize, len: usize) -> Vec<u8> {
     let mut p = format!("{i:010} ").into_bytes();
-    p.resize(PAYLOAD, b'x');
+    p.resize(len, b'x');
     p
 }
 
@@ -107,6 +114,12 @@ fn image_size(n: usize) -> String {
 
 /// Publishes `n` records durably, pipelined; returns the gateway's log id.
 fn publish(addr: &str, n: usize) -> u128 {
+    publish_sized(addr, n, PAYLOAD)
+}
+
+/// Publishes `n` records of `len` payload bytes ([`payload_of`]) to topic `bench/sst`
+/// durably, pipelined; returns the gateway's log id.
+pub(crate) fn publish_sized(addr: &str, n: usize, len: usize) -> u128 {
     let mut c = Client::tcp(addr).expect("connect");
     let Some(Reply::Welcome { log_id, .. }) = c.welcome.clone() else {
         panic!("no welcome from the gateway")
@@ -114,7 +127,7 @@ fn publish(addr: &str, n: usize) -> u128 {
     let mut inflight = VecDeque::new();
     for i in 0..n {
         let seq = c
-            .send_publish(TOPIC, &payload(i), AckLevel::Durable, None)
+            .send_publish(TOPIC, &payload_of(i, len), AckLevel::Durable, None)
             .expect("send");
         inflight.push_back(seq);
         if inflight.len() >= WINDOW {
@@ -153,7 +166,7 @@ impl Verified {
 }
 
 /// No record and no end of partition for this long ends a read-back.
-const READ_BACK_IDLE: Duration = Duration::from_secs(30);
+pub(crate) const READ_BACK_IDLE: Duration = Duration::from_secs(30);
 
 /// Reads partition 0 of `topic` from the beginning to its end and compares it with the
 /// `n` records the benchmark sends (see [`Verified::matching`]). Streams: nothing but the
@@ -162,6 +175,14 @@ const READ_BACK_IDLE: Duration = Duration::from_secs(30);
 /// # Panics
 /// If no consumer can be created or assigned (the broker's address is wrong).
 pub fn verify_topic(bootstrap: &str, topic: &str, n: u64) -> Verified {
+    verify_topic_sized(bootstrap, topic, n, PAYLOAD)
+}
+
+/// [`verify_topic`] for records of `len` payload bytes ([`payload_of`]).
+///
+/// # Panics
+/// As [`verify_topic`].
+pub fn verify_topic_sized(bootstrap: &str, topic: &str, n: u64, len: usize) -> Verified {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "spillway-bench-verify")
@@ -207,7 +228,8 @@ pub fn verify_topic(bootstrap: &str, topic: &str, n: u64) -> Verified {
                     .key()
                     .is_some_and(|k| k.starts_with(GATEWAY_ID.as_bytes()));
                 let payload_ok = i < n
-                    && usize::try_from(i).is_ok_and(|i| m.payload() == Some(payload(i).as_slice()));
+                    && usize::try_from(i)
+                        .is_ok_and(|i| m.payload() == Some(payload_of(i, len).as_slice()));
                 if offset == Some(i) && key_ok && payload_ok {
                     matching += 1;
                 } else if first_wrong.is_none() {
@@ -317,7 +339,8 @@ fn bridge_run(broker: &Broker, addr: &str, n: usize, run: usize) -> Run {
 fn producer_run(broker: &Broker, log_id: u128, n: usize) -> Run {
     use std::sync::atomic::Ordering::Relaxed;
     let topic = broker.new_topic("bench-producer", 1);
-    let key = format!("{GATEWAY_ID}/{TOPIC}");
+    // The bridge's key: the gateway id.
+    let key = GATEWAY_ID.to_string();
     let log_hex = format!("{log_id:032x}");
     let ts_us: u64 = 1_700_000_000_000_000;
     // Build the records before the clock starts: the ceiling has them in memory.
@@ -330,10 +353,7 @@ fn producer_run(broker: &Broker, log_id: u128, n: usize) -> Run {
         .set("max.in.flight.requests.per.connection", "5")
         .set("linger.ms", "5")
         .set("queue.buffering.max.messages", "100000")
-        .create_with_context(Counting {
-            ok: 0.into(),
-            failed: 0.into(),
-        })
+        .create_with_context(Counting::default())
         .expect("producer");
     for (i, pl) in payloads.iter().enumerate() {
         let off = i.to_string();

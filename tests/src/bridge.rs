@@ -44,6 +44,24 @@ pub fn spawn_bridge(bin: &Path, args: &[String], log: &Path) -> Result<ChildProc
     Ok(ChildProcess::new(child))
 }
 
+/// The sum of every sample of metric `name` (all gateways of a drain) that the bridge's
+/// `--metrics` endpoint on `127.0.0.1:port` serves; `None` while it cannot be read.
+pub fn metric_sum(port: u16, name: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    Some(
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum(),
+    )
+}
+
 /// The gateway's next offset (via `spillway-bridge status --json`), 0 while it is
 /// unreachable.
 pub fn gateway_next_offset(gw: &str) -> u64 {

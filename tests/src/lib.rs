@@ -11,6 +11,7 @@
 
 pub mod bench_all;
 pub mod bench_core;
+pub mod bench_fleet;
 pub mod bench_footprint;
 pub mod bench_gateway;
 pub mod bench_kafka;

@@ -11,13 +11,11 @@
 //! gateways.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use spillway_core::wire::AckLevel;
-use spillway_tests::bridge::{sink_files, spawn_bridge};
+use spillway_tests::bridge::{metric_sum, sink_files, spawn_bridge};
 use spillway_tests::client::{Client, Reply};
 use spillway_tests::gateway::free_port;
 use spillway_tests::kafka::{Broker, consume_all, unique_name};
@@ -102,21 +100,6 @@ fn expected_payload(gw: &str, o: u64) -> String {
     let half = (PER_GATEWAY / 2) as u64;
     let k = if o < half { 2 * o } else { 2 * (o - half) + 1 };
     format!("{gw} {k}")
-}
-
-/// The sum of every sample of metric `name` (all gateways) served on `port`, if reachable.
-fn metric_sum(port: u16, name: &str) -> Option<f64> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    Some(
-        text.lines()
-            .filter(|l| l.starts_with(name))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum(),
-    )
 }
 
 fn drain_args(fleet: &Fleet, sink: &str, state: &Path, consumer: &str) -> Vec<String> {

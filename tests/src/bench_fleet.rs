@@ -1,0 +1,809 @@
+//! Two benchmarks of one bridge for many gateways and of its uplink cap, both into a
+//! Kafka-protocol broker:
+//!
+//! - [`run_fleet`]: records/s of one `spillway-bridge drain --once` of 16 real `spillway`
+//!   gateways at once (aggregate), beside a plain rdkafka producer sending the same records
+//!   (same keys, headers, sizes; the bridge's producer settings) to the same broker. Every
+//!   run of both sides writes a fresh topic of [`FleetOptions::partitions`] partitions and is
+//!   read back to the end: each gateway's records exactly once, in offset order, each
+//!   payload in place. Every bridge run drains from a fresh state file under a consumer name
+//!   of its own, and that consumer's committed offset on every gateway must be the gateway's
+//!   record count (then the consumer is deleted, not timed).
+//! - [`run_cap`]: `drain --max-bytes-per-sec` held over a window. A gateway holds more
+//!   records than the window can take at the cap; the bridge drains them (no `--once`) into a
+//!   fresh topic with `--metrics`. The rate is read from its counter
+//!   `spillway_bridge_forwarded_bytes_total` (payload bytes whose delivery reports arrived
+//!   and whose checkpoint was saved): sampled [`CapOptions::warm_up`] after the first
+//!   delivery (past the limiter's one-second burst) and again [`CapOptions::window`] later,
+//!   rate = bytes between the samples ÷ the time between them (also per third of the
+//!   window). The bridge is then stopped with SIGTERM; its topic must hold exactly the
+//!   records its consumer committed on the gateway, in order, and the gateway must still
+//!   have had records left (else the window was not all under the cap). A rate outside
+//!   [`CapOptions::tolerance`] of the cap fails the run.
+//!
+//! A failed check is kept in the report and named by its `failures()`; the benchmark
+//! programs exit non-zero on any.
+
+use std::fmt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::bench_core::{Machine, Spread, machine};
+use crate::bench_gateway::thousands;
+use crate::bench_kafka::{
+    Counting, PAYLOAD, READ_BACK_IDLE, Run, Verified, payload_of, publish_sized, verify_topic_sized,
+};
+use crate::bridge::{bridge_bin, metric_sum};
+use crate::client::{Client, Reply};
+use crate::gateway::{GatewayProcess, free_port};
+use crate::kafka::Broker;
+use crate::process::ChildProcess;
+
+/// What [`run_fleet`] runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetOptions {
+    /// Gateway processes.
+    pub gateways: usize,
+    /// Records of [`PAYLOAD`] bytes stored in each.
+    pub per_gateway: usize,
+    /// Partitions of every topic.
+    pub partitions: i32,
+    /// Runs of each side.
+    pub runs: usize,
+}
+
+impl Default for FleetOptions {
+    /// 16 gateways × 20,000 records (320,000 in all, about the single-gateway benchmark's
+    /// 300,000), 4 partitions, 3 runs.
+    fn default() -> Self {
+        FleetOptions {
+            gateways: 16,
+            per_gateway: 20_000,
+            partitions: 4,
+            runs: 3,
+        }
+    }
+}
+
+/// Gateway id of fleet gateway `g`.
+fn fleet_id(g: usize) -> String {
+    format!("bench-fleet-{g}")
+}
+
+/// Topic of the records on the gateways (as [`publish_sized`] stores them).
+const TOPIC: &str = "bench/sst";
+
+/// Starts a gateway on a fresh image of `size` in `dir` announcing `id`; its `host:port`.
+fn start_gateway(dir: &std::path::Path, id: &str, size: &str) -> (GatewayProcess, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let args: Vec<String> = [
+        "--image",
+        &dir.join(format!("{id}.img")).display().to_string(),
+        "--size",
+        size,
+        "--erase-size",
+        "64K",
+        "--listen",
+        &format!("tcp://{addr}"),
+        "--gateway-id",
+        id,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    (GatewayProcess::start(&args, 1), addr)
+}
+
+/// The committed offset of `consumer` on the gateway at `addr`, then deletes it there.
+///
+/// # Panics
+/// If the gateway cannot be reached or refuses.
+fn committed_and_delete(addr: &str, consumer: &str) -> Option<u64> {
+    let mut c = Client::tcp(addr).expect("connect to the gateway");
+    let committed = match c.consumers().expect("list consumers") {
+        Reply::Consumers { list, .. } => list
+            .iter()
+            .find(|(name, _)| *name == consumer)
+            .map(|&(_, o)| o),
+        other => panic!("listing consumers: {other:?}"),
+    };
+    let deleted = c.delete_consumer(consumer).expect("delete consumer");
+    assert!(
+        matches!(deleted, Reply::Deleted { .. }),
+        "deleting consumer {consumer}: {deleted:?}"
+    );
+    committed
+}
+
+/// Reads every partition of `topic` to its end and checks that it holds, for each of
+/// `gateways` gateways, its `per` records exactly once and in offset order: key = gateway
+/// id, header `spillway-offset` = the record's place in that gateway's sequence, payload
+/// [`payload_of`] it. Streams (only counters are kept).
+///
+/// # Panics
+/// If no consumer can be created or assigned.
+fn verify_fleet_topic(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    gateways: usize,
+    per: u64,
+) -> Verified {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "spillway-bench-verify")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()
+        .expect("read-back consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .expect("partition");
+    }
+    c.assign(&tpl).expect("assign");
+    let ids: Vec<String> = (0..gateways).map(fleet_id).collect();
+    let mut next = vec![0u64; gateways];
+    let (mut found, mut matching) = (0u64, 0u64);
+    let mut eof = std::collections::HashSet::new();
+    let mut problem: Option<String> = None;
+    let mut last = Instant::now();
+    while eof.len() < usize::try_from(partitions).unwrap_or(0) {
+        match c.poll(Duration::from_millis(200)) {
+            None if last.elapsed() > READ_BACK_IDLE => {
+                problem.get_or_insert(format!(
+                    "no record and no end of partition for {} s after {found} records",
+                    READ_BACK_IDLE.as_secs()
+                ));
+                break;
+            }
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                eof.insert(p);
+            }
+            Some(Err(e)) => {
+                problem.get_or_insert(format!("reading the topic back: {e}"));
+                break;
+            }
+            Some(Ok(m)) => {
+                last = Instant::now();
+                found += 1;
+                let g = m
+                    .key()
+                    .and_then(|k| ids.iter().position(|id| id.as_bytes() == k));
+                let offset = m.headers().and_then(|h| {
+                    h.iter()
+                        .find(|x| x.key == "spillway-offset")
+                        .and_then(|x| x.value)
+                        .and_then(|v| std::str::from_utf8(v).ok())
+                        .and_then(|v| v.parse::<u64>().ok())
+                });
+                match (g, offset) {
+                    (Some(g), Some(o))
+                        if o == next[g]
+                            && o < per
+                            && usize::try_from(o).is_ok_and(|i| {
+                                m.payload() == Some(payload_of(i, PAYLOAD).as_slice())
+                            }) =>
+                    {
+                        next[g] += 1;
+                        matching += 1;
+                    }
+                    _ => {
+                        problem.get_or_insert(format!(
+                            "partition {} offset {}: key {:?}, spillway-offset {offset:?}: not the next record of its gateway ({})",
+                            m.partition(),
+                            m.offset(),
+                            m.key().map(String::from_utf8_lossy),
+                            g.map_or("unknown gateway".to_string(), |g| format!(
+                                "expected offset {}",
+                                next[g]
+                            ))
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let expected = per * gateways as u64;
+    let short: Vec<String> = next
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n != per)
+        .map(|(g, n)| format!("{}: {n}", ids[g]))
+        .collect();
+    let problem = if found != expected {
+        Some(format!("{found} records in the topic, {expected} sent"))
+    } else if !short.is_empty() {
+        Some(format!(
+            "gateways with fewer than {per} records in order: {}",
+            short.join(", ")
+        ))
+    } else {
+        problem
+    };
+    Verified {
+        expected,
+        found,
+        matching,
+        problem,
+    }
+}
+
+/// One `drain --once` of every gateway into a fresh topic (see the module doc).
+fn fleet_bridge_run(broker: &Broker, addrs: &[String], o: &FleetOptions, run: usize) -> Run {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let topic = broker.new_topic("bench-fleet-bridge", o.partitions);
+    let consumer = format!("bench-fleet-run-{run}");
+    let mut cmd = Command::new(bridge_bin());
+    cmd.args(["drain", "--once", "--progress", "off"]);
+    for a in addrs {
+        cmd.arg("--gateway").arg(format!("tcp://{a}"));
+    }
+    cmd.arg("--consumer")
+        .arg(&consumer)
+        .arg("--sink")
+        .arg(format!("kafka://{}/{topic}", broker.bootstrap()))
+        .arg("--state")
+        .arg(dir.path().join("s.redb"))
+        .env("RUST_LOG", "warn");
+    let t = Instant::now();
+    let out = cmd.output().expect("run spillway-bridge");
+    let secs = t.elapsed().as_secs_f64();
+    let per = o.per_gateway as u64;
+    let mut verified =
+        verify_fleet_topic(&broker.bootstrap(), &topic, o.partitions, o.gateways, per);
+    let wrong: Vec<String> = addrs
+        .iter()
+        .enumerate()
+        .filter_map(|(g, a)| {
+            let c = committed_and_delete(a, &consumer);
+            (c != Some(per)).then(|| format!("{}: {c:?}", fleet_id(g)))
+        })
+        .collect();
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(5).collect();
+        verified.problem = Some(format!(
+            "drain exited with {}: {}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+        ));
+    } else if verified.ok() && !wrong.is_empty() {
+        verified.problem = Some(format!(
+            "the topic holds every record, but consumer {consumer} committed on the gateways \
+             not {per}: {}",
+            wrong.join(", ")
+        ));
+    }
+    Run { secs, verified }
+}
+
+/// A plain idempotent producer sending the records of every gateway (gateways interleaved
+/// in runs of 1,000, as the bridge's concurrent drains interleave them) to a fresh topic,
+/// timed from its creation to the last delivery report; verified by reading it back.
+fn fleet_producer_run(broker: &Broker, log_ids: &[u128], o: &FleetOptions) -> Run {
+    use std::sync::atomic::Ordering::Relaxed;
+    let topic = broker.new_topic("bench-fleet-producer", o.partitions);
+    let ids: Vec<String> = (0..o.gateways).map(fleet_id).collect();
+    let hexes: Vec<String> = log_ids.iter().map(|l| format!("{l:032x}")).collect();
+    let ts_us: u64 = 1_700_000_000_000_000;
+    // Built before the clock starts: the ceiling has them in memory.
+    let payloads: Vec<Vec<u8>> = (0..o.per_gateway).map(|i| payload_of(i, PAYLOAD)).collect();
+    let n = (o.per_gateway * o.gateways) as u64;
+    let t = Instant::now();
+    let p: BaseProducer<Counting> = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("max.in.flight.requests.per.connection", "5")
+        .set("linger.ms", "5")
+        .set("queue.buffering.max.messages", "100000")
+        .create_with_context(Counting::default())
+        .expect("producer");
+    const RUN: usize = 1000;
+    for start in (0..o.per_gateway).step_by(RUN) {
+        for g in 0..o.gateways {
+            for (i, pl) in payloads
+                .iter()
+                .enumerate()
+                .skip(start)
+                .take(RUN.min(o.per_gateway - start))
+            {
+                let off = i.to_string();
+                let ts = (ts_us + i as u64).to_string();
+                let mut rec = BaseRecord::to(&topic)
+                    .key(ids[g].as_str())
+                    .payload(pl.as_slice())
+                    .timestamp(i64::try_from(ts_us / 1000).unwrap_or(0))
+                    .headers(
+                        OwnedHeaders::new_with_capacity(5)
+                            .insert(Header {
+                                key: "spillway-gateway",
+                                value: Some(ids[g].as_str()),
+                            })
+                            .insert(Header {
+                                key: "spillway-log-id",
+                                value: Some(hexes[g].as_str()),
+                            })
+                            .insert(Header {
+                                key: "spillway-offset",
+                                value: Some(off.as_str()),
+                            })
+                            .insert(Header {
+                                key: "spillway-topic",
+                                value: Some(TOPIC),
+                            })
+                            .insert(Header {
+                                key: "spillway-timestamp-us",
+                                value: Some(ts.as_str()),
+                            }),
+                    );
+                loop {
+                    match p.send(rec) {
+                        Ok(()) => break,
+                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                            rec = r;
+                            p.poll(Duration::from_millis(5));
+                        }
+                        Err((e, _)) => panic!("produce: {e}"),
+                    }
+                }
+                p.poll(Duration::ZERO);
+            }
+        }
+    }
+    p.flush(Duration::from_secs(120)).expect("flush");
+    while p.context().ok.load(Relaxed) + p.context().failed.load(Relaxed) < n {
+        p.poll(Duration::from_millis(10));
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let failed = p.context().failed.load(Relaxed);
+    drop(p);
+    let mut verified = verify_fleet_topic(
+        &broker.bootstrap(),
+        &topic,
+        o.partitions,
+        o.gateways,
+        o.per_gateway as u64,
+    );
+    if failed > 0 {
+        verified.problem = Some(format!("{failed} delivery failures"));
+    }
+    Run { secs, verified }
+}
+
+/// What [`run_fleet`] measured.
+#[derive(Debug, Clone)]
+pub struct FleetReport {
+    /// Where it ran.
+    pub machine: Machine,
+    /// What ran.
+    pub options: FleetOptions,
+    /// The broker, described.
+    pub broker: String,
+    /// Bridge runs (aggregate over every gateway).
+    pub bridge: Vec<Run>,
+    /// Producer runs, run `i` right after bridge run `i`.
+    pub producer: Vec<Run>,
+    /// Time to start the gateways and fill them (durable publishes, concurrently).
+    pub fill: Duration,
+}
+
+/// The goal of the fleet ratio (bridge ÷ producer).
+pub const FLEET_GOAL: f64 = 0.8;
+
+impl FleetReport {
+    /// Bridge records/s per run.
+    pub fn bridge_rates(&self) -> Vec<f64> {
+        self.bridge.iter().map(Run::records_per_s).collect()
+    }
+
+    /// Producer records/s per run.
+    pub fn producer_rates(&self) -> Vec<f64> {
+        self.producer.iter().map(Run::records_per_s).collect()
+    }
+
+    /// Every run that did not put exactly the records it had to into its topic, described.
+    pub fn failures(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (side, runs) in [("bridge", &self.bridge), ("producer", &self.producer)] {
+            for (i, r) in runs.iter().enumerate() {
+                if let Some(p) = &r.verified.problem {
+                    out.push(format!("Kafka fleet {side} run {}: {p}", i + 1));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Starts and fills `opts.gateways` gateways (concurrently), then runs both sides
+/// `opts.runs` times, alternating; `progress` hears what starts and what each run found.
+///
+/// # Panics
+/// If a gateway or the broker fails.
+pub fn run_fleet(
+    opts: &FleetOptions,
+    broker: &Broker,
+    mut progress: impl FnMut(&str),
+) -> FleetReport {
+    let at_start = machine();
+    let dir = tempfile::tempdir().expect("tempdir");
+    progress(&format!(
+        "start {} gateways and publish {} records of {PAYLOAD} B durably into each",
+        opts.gateways, opts.per_gateway
+    ));
+    let t = Instant::now();
+    // About 256 B of flash per record, and room to spare.
+    let size = format!("{}M", ((opts.per_gateway * 256) >> 20) + 16);
+    let (gateways, addrs): (Vec<GatewayProcess>, Vec<String>) = (0..opts.gateways)
+        .map(|g| start_gateway(dir.path(), &fleet_id(g), &size))
+        .unzip();
+    let log_ids: Vec<u128> = std::thread::scope(|s| {
+        let handles: Vec<_> = addrs
+            .iter()
+            .map(|a| s.spawn(|| publish_sized(a, opts.per_gateway, PAYLOAD)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("publisher"))
+            .collect()
+    });
+    let fill = t.elapsed();
+    let _ = bridge_bin();
+    let mut bridge = Vec::new();
+    let mut producer = Vec::new();
+    let check = |r: &Run| match &r.verified.problem {
+        None => format!("{} records read back", r.verified.found),
+        Some(p) => format!("FAILED: {p}"),
+    };
+    for r in 0..opts.runs.max(1) {
+        let b = fleet_bridge_run(broker, &addrs, opts, r + 1);
+        let p = fleet_producer_run(broker, &log_ids, opts);
+        progress(&format!(
+            "run {}: bridge {:.0} records/s ({}), producer {:.0} records/s ({})",
+            r + 1,
+            b.records_per_s(),
+            check(&b),
+            p.records_per_s(),
+            check(&p)
+        ));
+        bridge.push(b);
+        producer.push(p);
+    }
+    drop(gateways);
+    FleetReport {
+        machine: at_start,
+        options: opts.clone(),
+        broker: broker.describe(),
+        bridge,
+        producer,
+        fill,
+    }
+}
+
+impl fmt::Display for FleetReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let o = &self.options;
+        let row = |f: &mut fmt::Formatter<'_>, label: &str, v: &[f64]| {
+            let s = Spread::of(v);
+            writeln!(
+                f,
+                "| {label} | {} | {} | {} |",
+                thousands(s.min),
+                thousands(s.median),
+                thousands(s.max)
+            )
+        };
+        writeln!(
+            f,
+            "| {} gateways × {} records of {PAYLOAD} B, {} partitions, {}, {} runs | min | median | max |",
+            o.gateways,
+            thousands(o.per_gateway as f64),
+            o.partitions,
+            self.broker,
+            self.bridge.len()
+        )?;
+        writeln!(f, "|---|---|---|---|")?;
+        row(
+            f,
+            "one `spillway-bridge drain --once` of every gateway, records/s (whole process)",
+            &self.bridge_rates(),
+        )?;
+        row(
+            f,
+            "plain rdkafka producer, same records, records/s",
+            &self.producer_rates(),
+        )?;
+        let ratios: Vec<f64> = self
+            .bridge_rates()
+            .iter()
+            .zip(self.producer_rates())
+            .map(|(b, p)| b / p)
+            .collect();
+        let r = Spread::of(&ratios);
+        writeln!(
+            f,
+            "| bridge ÷ producer, per run (goal ≥ {FLEET_GOAL}) | {:.2} | {:.2} | {:.2} |",
+            r.min, r.median, r.max
+        )?;
+        writeln!(f)?;
+        writeln!(
+            f,
+            "| run | bridge s | producer s | bridge ÷ producer | check |"
+        )?;
+        writeln!(f, "|---|---|---|---|---|")?;
+        for (i, (b, p)) in self.bridge.iter().zip(&self.producer).enumerate() {
+            let problems: Vec<String> = [("bridge", b), ("producer", p)]
+                .iter()
+                .filter_map(|(side, r)| r.verified.problem.as_ref().map(|e| format!("{side}: {e}")))
+                .collect();
+            writeln!(
+                f,
+                "| {} | {:.2} | {:.2} | {:.2} | {} |",
+                i + 1,
+                b.secs,
+                p.secs,
+                b.records_per_s() / p.records_per_s(),
+                if problems.is_empty() {
+                    format!(
+                        "verified: {} of {} in place, each side",
+                        thousands(b.verified.matching as f64),
+                        thousands(b.verified.expected as f64)
+                    )
+                } else {
+                    format!("**FAILED**: {}", problems.join("; "))
+                }
+            )?;
+        }
+        writeln!(f)?;
+        writeln!(
+            f,
+            "Starting and filling the gateways took {:.1} s (not timed).",
+            self.fill.as_secs_f64()
+        )
+    }
+}
+
+/// What [`run_cap`] runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapOptions {
+    /// The cap, bytes/s (`--max-bytes-per-sec` takes it as a number of bytes).
+    pub bytes_per_sec: u64,
+    /// Payload bytes per record.
+    pub payload: usize,
+    /// From the first delivery to the first sample.
+    pub warm_up: Duration,
+    /// Between the two samples.
+    pub window: Duration,
+    /// Largest allowed |achieved ÷ cap − 1|.
+    pub tolerance_pct: u32,
+}
+
+impl Default for CapOptions {
+    /// 1 MiB/s (`1M`), records of 1,000 B, 5 s warm-up, 30 s window, ±10 %.
+    fn default() -> Self {
+        CapOptions {
+            bytes_per_sec: 1 << 20,
+            payload: 1000,
+            warm_up: Duration::from_secs(5),
+            window: Duration::from_secs(30),
+            tolerance_pct: 10,
+        }
+    }
+}
+
+impl CapOptions {
+    /// Records stored in the gateway: what the warm-up and the window take at the cap, and
+    /// 10 s more, so that the drain is still capped at the window's end.
+    pub fn records(&self) -> usize {
+        let secs = (self.warm_up + self.window + Duration::from_secs(10)).as_secs_f64();
+        (secs * self.bytes_per_sec as f64 / self.payload as f64).ceil() as usize
+    }
+}
+
+/// What [`run_cap`] measured.
+#[derive(Debug, Clone)]
+pub struct CapReport {
+    /// What ran.
+    pub options: CapOptions,
+    /// Payload bytes/s over the window.
+    pub achieved: f64,
+    /// Payload bytes/s over each third of the window.
+    pub thirds: Vec<f64>,
+    /// Exact length of the window between the samples.
+    pub window: Duration,
+    /// Records the gateway held.
+    pub stored: u64,
+    /// Records the bridge had delivered and committed when it was stopped.
+    pub committed: u64,
+    /// The read-back of the topic.
+    pub verified: Verified,
+    /// What is wrong with the run (`None`: the cap held within the tolerance and the
+    /// topic holds exactly the committed records).
+    pub problem: Option<String>,
+}
+
+impl CapReport {
+    /// Achieved rate ÷ cap.
+    pub fn ratio(&self) -> f64 {
+        self.achieved / self.options.bytes_per_sec as f64
+    }
+
+    /// The run's failure, if any, described.
+    pub fn failures(&self) -> Vec<String> {
+        self.problem
+            .iter()
+            .map(|p| format!("uplink cap: {p}"))
+            .collect()
+    }
+}
+
+/// Reads the bridge's forwarded payload bytes until it answers (`None` after 10 s).
+fn forwarded_bytes(port: u16) -> Option<f64> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(v) = metric_sum(port, "spillway_bridge_forwarded_bytes_total") {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs the capped drain once (see the module doc).
+///
+/// # Panics
+/// If the gateway, the broker or the bridge's metrics cannot be reached.
+pub fn run_cap(opts: &CapOptions, broker: &Broker, mut progress: impl FnMut(&str)) -> CapReport {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let n = opts.records();
+    let size = format!("{}M", ((n * (opts.payload + 256)) >> 20) + 16);
+    let (gateway, addr) = start_gateway(dir.path(), "bench-gw", &size);
+    progress(&format!(
+        "publish {n} records of {} B durably; drain them under --max-bytes-per-sec {}",
+        opts.payload, opts.bytes_per_sec
+    ));
+    publish_sized(&addr, n, opts.payload);
+    let topic = broker.new_topic("bench-cap", 1);
+    let port = free_port();
+    let consumer = "bench-cap";
+    let child = Command::new(bridge_bin())
+        .args(["drain", "--progress", "off", "--consumer", consumer])
+        .arg("--gateway")
+        .arg(format!("tcp://{addr}"))
+        .arg("--sink")
+        .arg(format!("kafka://{}/{topic}", broker.bootstrap()))
+        .arg("--state")
+        .arg(dir.path().join("s.redb"))
+        .arg("--max-bytes-per-sec")
+        .arg(opts.bytes_per_sec.to_string())
+        .arg("--metrics")
+        .arg(format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("start spillway-bridge");
+    // Killed on the way out if anything below panics.
+    let mut child = ChildProcess::new(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while forwarded_bytes(port).unwrap_or(0.0) <= 0.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the capped drain delivered nothing in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(opts.warm_up);
+    let sample = || {
+        let b = forwarded_bytes(port).expect("bridge metrics");
+        (Instant::now(), b)
+    };
+    let mut samples = vec![sample()];
+    for k in 1..=3u32 {
+        let until = samples[0].0 + opts.window * k / 3;
+        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        samples.push(sample());
+    }
+    let exit = child.stop(Duration::from_secs(30));
+    let rate = |a: &(Instant, f64), b: &(Instant, f64)| (b.1 - a.1) / (b.0 - a.0).as_secs_f64();
+    let achieved = rate(&samples[0], &samples[3]);
+    let thirds: Vec<f64> = samples.windows(2).map(|w| rate(&w[0], &w[1])).collect();
+    let window = samples[3].0 - samples[0].0;
+    let committed = committed_and_delete(&addr, consumer).unwrap_or(0);
+    drop(gateway);
+    let verified = verify_topic_sized(&broker.bootstrap(), &topic, committed, opts.payload);
+    let cap = opts.bytes_per_sec as f64;
+    let off = (achieved / cap - 1.0).abs() * 100.0;
+    let problem = if exit.is_none_or(|s| !s.success()) {
+        Some(format!(
+            "the bridge did not exit 0 within 30 s of SIGTERM ({exit:?})"
+        ))
+    } else if let Some(p) = &verified.problem {
+        Some(format!(
+            "the topic does not hold the committed records: {p}"
+        ))
+    } else if committed >= n as u64 {
+        Some(format!(
+            "the gateway's {n} records were all drained before the bridge was stopped: the window was not all under the cap"
+        ))
+    } else if off > f64::from(opts.tolerance_pct) {
+        Some(format!(
+            "{achieved:.0} B/s over {:.1} s, {off:.1} % from the cap of {cap:.0} B/s (at most {} % allowed)",
+            window.as_secs_f64(),
+            opts.tolerance_pct
+        ))
+    } else {
+        None
+    };
+    progress(&format!(
+        "{achieved:.0} B/s over {:.1} s ({:.3} of the cap); thirds {:?}; {committed} records committed and read back{}",
+        window.as_secs_f64(),
+        achieved / cap,
+        thirds.iter().map(|t| t.round()).collect::<Vec<_>>(),
+        problem
+            .as_ref()
+            .map_or(String::new(), |p| format!("; FAILED: {p}"))
+    ));
+    CapReport {
+        options: opts.clone(),
+        achieved,
+        thirds,
+        window,
+        stored: n as u64,
+        committed,
+        verified,
+        problem,
+    }
+}
+
+impl fmt::Display for CapReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let o = &self.options;
+        let cap = o.bytes_per_sec as f64;
+        writeln!(
+            f,
+            "| `--max-bytes-per-sec {}`, records of {} B | payload B/s | ÷ cap |",
+            o.bytes_per_sec, o.payload
+        )?;
+        writeln!(f, "|---|---|---|")?;
+        writeln!(
+            f,
+            "| whole window, {:.1} s (goal: within ±{} %) | {} | **{:.3}** |",
+            self.window.as_secs_f64(),
+            o.tolerance_pct,
+            thousands(self.achieved),
+            self.achieved / cap
+        )?;
+        for (i, t) in self.thirds.iter().enumerate() {
+            writeln!(
+                f,
+                "| third {} of the window | {} | {:.3} |",
+                i + 1,
+                thousands(*t),
+                t / cap
+            )?;
+        }
+        writeln!(f)?;
+        match &self.problem {
+            None => writeln!(
+                f,
+                "Verified: the gateway held {} records and still had some left at the end of \
+                 the window; the topic, read back, holds exactly the {} records the bridge had \
+                 committed when it was stopped, in order.",
+                thousands(self.stored as f64),
+                thousands(self.committed as f64)
+            ),
+            Some(p) => writeln!(f, "**FAILED**: {p}"),
+        }
+    }
+}
