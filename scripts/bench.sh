@@ -10,12 +10,14 @@
 #
 # Usage: scripts/bench.sh [--only 1,2,...]     (arguments go to the bench program)
 #   Comparisons: 1 core, 2 mount, 3 gateway ingest, 4 Kafka, 5 footprint, 6 MQTT QoS 1
-#   fan-in against mosquitto (`--only 6` runs it alone). Wall time on a
+#   fan-in against mosquitto (`--only 6` runs it alone), 7 one bridge for 16 gateways into
+#   Kafka, 8 the uplink cap over 30 s (`--only 4,7,8`: the bridge's rows). Wall time on a
 #   2-core machine busy with other builds (load 7-13), two runs: 1 in 70-140 s, 2 in
 #   175-320 s (filling the peer's 64 MiB image takes most of it), 3 in 155-200 s, 4 in
 #   45-65 s, 5 in under 20 s, 6 in 30-50 s of runs (130 s when its first gateway start
-#   waits for the harness's own cargo build); 1 to 5 in 8-12.5 min after a warm release
-#   build (a cold one took 24 min). `--only 1,4,5` is the quick run (2-4 min).
+#   waits for the harness's own cargo build), 7 in 25 s and 8 in 40 s (one run, load 6-8);
+#   1 to 5 in 8-12.5 min after a warm release build (a cold one took 24 min). `--only 1,4,5`
+#   is the quick run (2-4 min); `--only 4,7,8` took 5 min.
 # Environment: SPILLWAY_BENCH_OUT (default bench-results), SPILLWAY_KAFKA_PORT (default
 # 19092, or any free port if another program holds it), SPILLWAY_KAFKA_BROKER (use a
 # broker already running instead of starting one).

@@ -80,7 +80,7 @@ impl Options {
         self
     }
 
-    /// The full run: 10 to 15 minutes on a 2-core machine busy with other builds (the
+    /// The full run: 9 to 14 minutes on a 2-core machine busy with other builds (the
     /// standalone benchmarks' defaults, fewer mount repetitions above 64 MiB).
     pub fn full(nats_bin: Option<PathBuf>, broker: Option<String>) -> Options {
         Options {
