@@ -487,7 +487,7 @@ impl<'a, F: Flash> Log<'a, F> {
         }
         for p in self.producers.iter_mut() {
             if let Some(s) = p.snapshot(durable) {
-                p.persisted = s.last;
+                p.set_persisted(s.last);
             }
         }
         self.dirty = false;

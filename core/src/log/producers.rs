@@ -43,8 +43,6 @@
 //! the producer id and sequence, not the epoch: records of the id below the session's first
 //! offset belong to earlier sessions and are ignored).
 
-use heapless::Vec;
-
 use super::Log;
 use super::device::Io;
 use super::format::Producer;
@@ -143,7 +141,7 @@ pub struct ProducerState {
     pub epoch: u32,
     /// The last records' `(sequence, offset)`, oldest first, at most [`PRODUCER_WINDOW`].
     /// Empty for a session that has stored nothing yet.
-    pub window: Vec<(u32, u64), PRODUCER_WINDOW>,
+    pub window: Window,
     /// Legacy rule: every sequence from this one up to the last was stored (no sequence
     /// skipped since), so a resend at or after it, older than the window, is known to be
     /// stored.
@@ -154,9 +152,99 @@ pub struct ProducerState {
     /// The session's sequences have wrapped past `u32::MAX` (every sequence was handed out
     /// at least once, so every one at or before the last is stored).
     pub wrapped: bool,
-    /// The `(sequence, offset)` last written to the journal as durable, for a snapshot
-    /// taken while none of the window's records is durable yet.
-    pub persisted: Option<(u32, u64)>,
+    /// Offset of the record last written to the journal as durable ([`Self::persisted`]);
+    /// `u64::MAX` for none (offsets stay below [`MAX_OFFSET`](super::format::MAX_OFFSET)).
+    /// Kept apart from its sequence: an `Option<(u32, u64)>` takes 24 bytes, these two 12.
+    persisted_offset: u64,
+    /// Sequence of that record.
+    persisted_seq: u32,
+}
+
+/// The last records' `(sequence, offset)` pairs of a producer, oldest first, at most
+/// [`PRODUCER_WINDOW`]. Kept as two arrays: a `(u32, u64)` pair pads to 16 bytes. With
+/// [`ProducerState`]'s persisted pair split the same way, a producer takes 96 bytes
+/// instead of 128 (on a 32-bit microcontroller; its table of 32 is 1 KiB smaller).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Window {
+    offsets: [u64; PRODUCER_WINDOW],
+    seqs: [u32; PRODUCER_WINDOW],
+    len: u8,
+}
+
+impl Window {
+    /// An empty window.
+    pub const fn new() -> Self {
+        Window {
+            offsets: [0; PRODUCER_WINDOW],
+            seqs: [0; PRODUCER_WINDOW],
+            len: 0,
+        }
+    }
+
+    /// Pairs held.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether it holds no pair.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether it holds [`PRODUCER_WINDOW`] pairs.
+    pub fn is_full(&self) -> bool {
+        self.len() == PRODUCER_WINDOW
+    }
+
+    /// The pair at `i` (0 is the oldest).
+    fn get(&self, i: usize) -> Option<(u32, u64)> {
+        (i < self.len()).then(|| (self.seqs[i], self.offsets[i]))
+    }
+
+    /// The oldest pair.
+    pub fn first(&self) -> Option<(u32, u64)> {
+        self.get(0)
+    }
+
+    /// The newest pair.
+    pub fn last(&self) -> Option<(u32, u64)> {
+        self.get(self.len().checked_sub(1)?)
+    }
+
+    /// The pairs, oldest first.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (u32, u64)> + '_ {
+        self.seqs[..self.len()]
+            .iter()
+            .copied()
+            .zip(self.offsets[..self.len()].iter().copied())
+    }
+
+    /// Appends `pair` as the newest; gives it back when the window is full.
+    pub fn push(&mut self, pair: (u32, u64)) -> Result<(), (u32, u64)> {
+        if self.is_full() {
+            return Err(pair);
+        }
+        self.seqs[self.len()] = pair.0;
+        self.offsets[self.len()] = pair.1;
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Forgets the oldest pair (none if empty).
+    pub fn remove_oldest(&mut self) {
+        let n = self.len();
+        if n > 0 {
+            self.seqs.copy_within(1..n, 0);
+            self.offsets.copy_within(1..n, 0);
+            self.len -= 1;
+        }
+    }
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Window::new()
+    }
 }
 
 /// One producer as a journal snapshot holds it (FORMAT.md section 5).
@@ -186,11 +274,12 @@ impl ProducerState {
         let mut st = ProducerState {
             id,
             epoch: 0,
-            window: Vec::new(),
+            window: Window::new(),
             contiguous_from: seq,
             session_from: 0,
             wrapped: false,
-            persisted: None,
+            persisted_offset: u64::MAX,
+            persisted_seq: 0,
         };
         let _ = st.window.push((seq, offset));
         st
@@ -202,11 +291,12 @@ impl ProducerState {
         ProducerState {
             id,
             epoch,
-            window: Vec::new(),
+            window: Window::new(),
             contiguous_from: 1,
             session_from: from,
             wrapped: false,
-            persisted: None,
+            persisted_offset: u64::MAX,
+            persisted_seq: 0,
         }
     }
 
@@ -214,7 +304,7 @@ impl ProducerState {
     pub fn from_snapshot(s: &Snapshot) -> Self {
         let mut st = ProducerState::session(s.id, s.epoch, s.session_from);
         st.wrapped = s.wrapped;
-        st.persisted = s.last;
+        st.set_persisted(s.last);
         if let Some((seq, off)) = s.last {
             let _ = st.window.push((seq, off));
             st.contiguous_from = if seq_before(seq, s.contiguous_from) {
@@ -224,6 +314,17 @@ impl ProducerState {
             };
         }
         st
+    }
+
+    /// The `(sequence, offset)` last written to the journal as durable, for a snapshot
+    /// taken while none of the window's records is durable yet.
+    pub fn persisted(&self) -> Option<(u32, u64)> {
+        (self.persisted_offset != u64::MAX).then_some((self.persisted_seq, self.persisted_offset))
+    }
+
+    /// Sets what [`Self::persisted`] returns.
+    pub fn set_persisted(&mut self, pair: Option<(u32, u64)>) {
+        (self.persisted_seq, self.persisted_offset) = pair.unwrap_or((0, u64::MAX));
     }
 
     /// The last stored sequence; 0 for a session that has stored nothing.
@@ -263,7 +364,7 @@ impl ProducerState {
         if seq == expected {
             return Verdict::Append;
         }
-        if let Some(&(_, offset)) = self.window.iter().find(|w| w.0 == seq) {
+        if let Some((_, offset)) = self.window.iter().find(|w| w.0 == seq) {
             return Verdict::Duplicate { offset };
         }
         // At or before the last: stored if the session got that far (sequences 1..=last,
@@ -274,7 +375,7 @@ impl ProducerState {
             None => false,
         };
         match (stored, self.window.first()) {
-            (true, Some(&(_, stored_below))) => Verdict::StoredBelow {
+            (true, Some((_, stored_below))) => Verdict::StoredBelow {
                 stored_below,
                 last_seq: last,
             },
@@ -288,14 +389,14 @@ impl ProducerState {
     /// unknown). A sequence inside the window's range that the window lacks was never
     /// stored (the producer skipped it) and is appended, as is any sequence after the last.
     fn check_legacy(&self, seq: u32) -> Verdict {
-        let Some(&(first_seq, first_off)) = self.window.first() else {
+        let Some((first_seq, first_off)) = self.window.first() else {
             return Verdict::Append;
         };
         let last = self.last_seq();
         if seq_steps_back(seq, last).is_none() {
             return Verdict::Append;
         }
-        if let Some(&(_, offset)) = self.window.iter().find(|w| w.0 == seq) {
+        if let Some((_, offset)) = self.window.iter().find(|w| w.0 == seq) {
             return Verdict::Duplicate { offset };
         }
         if !seq_before(seq, first_seq) {
@@ -315,13 +416,13 @@ impl ProducerState {
     /// run. A session's sequence that steps from `u32::MAX` to 0 marks it wrapped.
     pub fn push(&mut self, seq: u32, offset: u64) {
         match self.window.last() {
-            Some(&(l, _)) if seq != l.wrapping_add(1) => self.contiguous_from = seq,
-            Some(&(l, _)) if l == u32::MAX => self.wrapped = true,
+            Some((l, _)) if seq != l.wrapping_add(1) => self.contiguous_from = seq,
+            Some((l, _)) if l == u32::MAX => self.wrapped = true,
             None if self.epoch == 0 => self.contiguous_from = seq,
             _ => {}
         }
         if self.window.is_full() {
-            self.window.remove(0);
+            self.window.remove_oldest();
         }
         let _ = self.window.push((seq, offset));
     }
@@ -331,8 +432,8 @@ impl ProducerState {
     /// one persisted before (then `behind` is set: later records may have become durable
     /// unseen by the window). `None` for a legacy producer with nothing durable.
     pub fn snapshot(&self, durable: u64) -> Option<Snapshot> {
-        let in_window = self.window.iter().rev().find(|w| w.1 < durable).copied();
-        let last = in_window.or(self.persisted);
+        let in_window = self.window.iter().rev().find(|w| w.1 < durable);
+        let last = in_window.or(self.persisted());
         if self.epoch == 0 && last.is_none() {
             return None;
         }
@@ -372,7 +473,7 @@ impl<'a, F: Flash> Log<'a, F> {
     pub(super) fn note_producer(&mut self, id: u64, seq: u32, offset: u64) {
         if let Some(p) = self.producers.iter_mut().find(|p| p.id == id) {
             let after_last = match p.window.last() {
-                Some(&(l, lo)) => offset > lo && seq_before(l, seq),
+                Some((l, lo)) => offset > lo && seq_before(l, seq),
                 None => true,
             };
             if offset >= p.session_from && after_last {
@@ -642,7 +743,7 @@ mod tests {
         // Offsets 100..=105; durable below 104.
         let s = st.snapshot(104).unwrap();
         assert_eq!((s.last, s.behind), (Some((4, 103)), false));
-        st.persisted = s.last;
+        st.set_persisted(s.last);
         for i in 7..=12 {
             st.push(i, 100 + i as u64 - 1);
         }
