@@ -3,8 +3,9 @@
 //!
 //! `cargo bench -p spillway-tests --bench core` (append `-- --reps N` for other repetition
 //! counts, `--case PAYLOAD:WRITE_SIZE` (repeatable, e.g. `--case 32:4`) for only those
-//! append rows, `--no-mount` to leave out the mount rows). Under `cargo test` (no `--bench`
-//! argument) it does a short smoke run instead.
+//! append rows, `--no-mount` to leave out the mount rows, `--compression-only` for only the
+//! compression rows on the real series). Under `cargo test` (no `--bench` argument) it does a
+//! short smoke run instead.
 
 use spillway_tests::bench_core::{Options, WriteCase, run};
 
@@ -39,6 +40,13 @@ fn main() {
     }
     if args.iter().any(|a| a == "--no-mount") {
         opts.mount_cases.clear();
+    }
+    if args.iter().any(|a| a == "--compression-only") {
+        let runs = spillway_tests::bench_core::compression_runs(&opts, &mut |what: &str| {
+            eprintln!("… {what}")
+        });
+        println!("{}", spillway_tests::bench_compression::Section(&runs));
+        return;
     }
     let report = run(&opts, |what| eprintln!("… {what}"));
     println!("{report}");

@@ -177,6 +177,8 @@ pub struct AllReport {
     pub date: String,
     /// Comparison 1, in `options.core.write_cases` order, [`Engine::ALL`] inside.
     pub writes: Vec<WriteRun>,
+    /// Comparison 1's compression rows on the real series.
+    pub compression: crate::bench_compression::Report,
     /// Comparison 2, by size.
     pub mounts: Vec<MountRow>,
     /// Comparison 3 (`None` if not run).
@@ -222,6 +224,13 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> AllReport {
         ));
         writes.extend(bench_core::write_case(case, &opts.core));
     }
+    let compression = if opts.parts[0] {
+        bench_core::compression_runs(&opts.core, &mut |w: &str| {
+            progress(&format!("1. core: {w}"))
+        })
+    } else {
+        Default::default()
+    };
     timings.push(("1. core appends and reads", t.elapsed()));
 
     let t = Instant::now();
@@ -313,6 +322,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> AllReport {
         load_at_end: machine().load,
         date,
         writes,
+        compression,
         mounts,
         gateway,
         kafka,
@@ -1111,6 +1121,7 @@ impl AllReport {
             writes: self.writes.clone(),
             mounts: Vec::new(),
             peer_cold: Vec::new(),
+            compression: self.compression.clone(),
             elapsed: Duration::ZERO,
         }
         .to_string();

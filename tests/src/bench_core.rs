@@ -33,6 +33,10 @@
 //!   cache (it learns the page states by reading them, up to its head: mid-flash is its
 //!   average case). The bound beside them is a plain read of every byte of the image once.
 //!
+//! - **Compression** ([`crate::bench_compression`]): the demo's two real series with
+//!   per-batch LZ4 off, `auto` and `lz4`, batched by the default linger or flushed record
+//!   by record, beside the peer storing the same payloads, and the codec alone.
+//!
 //! Repetitions of the engines are interleaved, so that other work on the machine disturbs
 //! them alike.
 //!
@@ -111,6 +115,9 @@ pub struct Options {
     /// Largest image the peer is filled and timed on, MiB: filling it one push at a time
     /// takes minutes at the largest sizes. Above it, spillway's rows have no peer figures.
     pub mount_peer_max_mib: u32,
+    /// Rows of each real series of the compression rows ([`crate::bench_compression`]);
+    /// `Some(0)` leaves them out, `None` takes every row.
+    pub compression_rows: Option<usize>,
 }
 
 impl Default for Options {
@@ -144,6 +151,7 @@ impl Default for Options {
             mount_reps: 15,
             mount_fill_percent: 150,
             mount_peer_max_mib: u32::MAX,
+            compression_rows: None,
         }
     }
 }
@@ -167,6 +175,7 @@ impl Options {
             mount_reps: 2,
             mount_fill_percent: 150,
             mount_peer_max_mib: u32::MAX,
+            compression_rows: Some(400),
         }
     }
 }
@@ -570,7 +579,7 @@ pub fn spillway_flash<const WS: usize>(capacity: usize) -> NorFlashAdapter<RamNo
     NorFlashAdapter::new(RamNor::<WS>::new(capacity))
 }
 
-type PeerCache = Cache<HeapPageStates, HeapPagePointers, Uncached>;
+pub(crate) type PeerCache = Cache<HeapPageStates, HeapPagePointers, Uncached>;
 
 /// The peer's best cache, empty: page states and page pointers of every page.
 fn peer_cache(pages: usize) -> PeerCache {
@@ -581,7 +590,10 @@ fn peer_cache(pages: usize) -> PeerCache {
     )
 }
 
-fn peer_queue<const WS: usize>(flash: RamNor<WS>) -> QueueStorage<RamNor<WS>, PeerCache> {
+/// The peer's queue over all of `flash`, with its best cache.
+pub(crate) fn peer_queue<const WS: usize>(
+    flash: RamNor<WS>,
+) -> QueueStorage<RamNor<WS>, PeerCache> {
     let len = flash.image().len();
     QueueStorage::new(
         flash,
@@ -892,6 +904,8 @@ pub struct Report {
     pub mounts: Vec<SpillwayMount>,
     /// Peer cold starts, one per distinct image size up to [`Options::mount_peer_max_mib`].
     pub peer_cold: Vec<PeerCold>,
+    /// Compression on the real series ([`crate::bench_compression`]).
+    pub compression: crate::bench_compression::Report,
     /// Wall time of the whole run.
     pub elapsed: Duration,
 }
@@ -908,6 +922,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Report {
         ));
         writes.extend(write_case(case, opts));
     }
+    let compression = compression_runs(opts, &mut progress);
     let mut mounts = Vec::new();
     let mut peer = Vec::new();
     let mut sizes: Vec<u32> = opts.mount_cases.iter().map(|c| c.size_mib).collect();
@@ -931,8 +946,26 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Report {
         writes,
         mounts,
         peer_cold: peer,
+        compression,
         elapsed: t.elapsed(),
     }
+}
+
+/// The compression rows of `opts` (none when `compression_rows` is `Some(0)`).
+pub fn compression_runs(
+    opts: &Options,
+    progress: &mut impl FnMut(&str),
+) -> crate::bench_compression::Report {
+    if opts.compression_rows == Some(0) {
+        return Default::default();
+    }
+    crate::bench_compression::run(
+        &crate::bench_compression::Options {
+            rows: opts.compression_rows,
+            reps: opts.reps,
+        },
+        progress,
+    )
 }
 
 /// Formats a rate with a k/M suffix.
@@ -1049,6 +1082,14 @@ impl fmt::Display for Report {
                     r.reads_per_s.median * r.case.payload_len as f64 / 1e6,
                 )?;
             }
+        }
+        if !self.compression.runs.is_empty() {
+            writeln!(f)?;
+            write!(
+                f,
+                "{}",
+                crate::bench_compression::Section(&self.compression)
+            )?;
         }
         writeln!(f)?;
         writeln!(

@@ -10,6 +10,7 @@
 //! ([`bench_all`]) with its [`plot`]s.
 
 pub mod bench_all;
+pub mod bench_compression;
 pub mod bench_core;
 pub mod bench_fleet;
 pub mod bench_footprint;

@@ -8,6 +8,9 @@
 //! one the body decodes into. The LZ4 block format is the one of the reference
 //! implementation's `lz4_Block_format.md`: a sequence of (token, literal length, literals,
 //! match offset, match length), the last sequence literals only.
+//!
+//! [`compress`] and [`decompress`] are public for tools and benchmarks that measure the codec
+//! alone; the log calls them itself.
 
 #[cfg(feature = "compression")]
 use super::compact::Source;
@@ -28,9 +31,9 @@ pub const fn scratch_len(buffer_len: usize) -> usize {
 }
 
 #[cfg(feature = "compression")]
-/// Compresses `input` into `out` as one LZ4 block; `None` if `out` is smaller than the
-/// worst case for `input` ([`scratch_len`] of its length).
-pub(super) fn compress(input: &[u8], out: &mut [u8]) -> Option<usize> {
+/// Compresses `input` into `out` as one LZ4 block; returns its length, or `None` if `out` is
+/// smaller than the worst case for `input` ([`scratch_len`] of its length).
+pub fn compress(input: &[u8], out: &mut [u8]) -> Option<usize> {
     lz4_flex::block::compress_into(input, out).ok()
 }
 
@@ -74,11 +77,7 @@ fn extend<S: Source>(
 /// exactly. `Ok(false)` if the block is malformed (a match before the start of the output,
 /// an offset of 0, more output than `out` holds, fewer bytes than `out` or than `stored`):
 /// never a panic.
-pub(super) fn decompress<S: Source>(
-    src: &mut S,
-    stored: usize,
-    out: &mut [u8],
-) -> Result<bool, S::Error> {
+pub fn decompress<S: Source>(src: &mut S, stored: usize, out: &mut [u8]) -> Result<bool, S::Error> {
     let mut left = stored;
     let mut at = 0usize;
     loop {

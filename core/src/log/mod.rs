@@ -63,7 +63,7 @@ mod find;
 pub mod format;
 mod journal;
 mod layout;
-mod lz4;
+pub mod lz4;
 mod outcome;
 pub mod producers;
 mod reader;
