@@ -314,7 +314,7 @@ fn peer_programmed(recs: &[Rec]) -> u64 {
 }
 
 /// The codec alone on one series' linger batches: their compact bodies compressed and
-/// decoded again, timed over passes of at least [`CODEC_WINDOW`].
+/// decoded again, timed over passes of at least 50 ms each.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Codec {
     /// The series.
