@@ -52,7 +52,7 @@ impl Drain {
         self.store()
             .save_with_gap_async(&self.cfg.consumer, src.log_id, &gap, cp)
             .await?;
-        self.close_full_files().await;
+        self.close_full_files(src.log_id, cp.offset).await;
         self.metrics.gaps.inc();
         self.metrics.lost.inc_by(n);
         self.metrics.set_committed(cp.offset);

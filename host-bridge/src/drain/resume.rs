@@ -91,7 +91,10 @@ impl Drain {
             let Some(Sink::File(f)) = self.sink.as_mut() else {
                 return Ok(());
             };
-            match f.restore(files).await {
+            let covered = u128::from_str_radix(&cp.log_id, 16)
+                .ok()
+                .map(|log| (log, cp.offset));
+            match f.restore(files, covered).await {
                 Ok(Some(cut)) if cut.files > 0 => {
                     log::warn!(
                         "file sink: cut {} bytes off {} files written after the checkpoint at offset {} (sent again from there)",

@@ -292,16 +292,16 @@ impl Drain {
         }
     }
 
-    /// File sink, right after a checkpoint was saved: closes the files that were full and
-    /// set aside (see `sink::file`, "Layout"); every record in them is below the checkpoint
-    /// now. A failure is logged and counted; the files stay open-named and are closed at a
+    /// File sink, right after a checkpoint at `offset` of log `log_id` was saved: closes the
+    /// files that were full and set aside (see `sink::file`, "Layout"); every record in them
+    /// is below the checkpoint now. A failure is logged and counted; the files stay open-named and are closed at a
     /// later checkpoint, and the sink cuts back and reopens at its next write, as after a
     /// failed write.
-    pub(super) async fn close_full_files(&mut self) {
+    pub(super) async fn close_full_files(&mut self, log_id: u128, offset: u64) {
         let Some(Sink::File(f)) = self.sink.as_mut() else {
             return;
         };
-        match f.checkpointed().await {
+        match f.checkpointed(log_id, offset).await {
             Ok(0) => {}
             Ok(n) => log::debug!("file sink: closed {n} full files"),
             Err(e) => {

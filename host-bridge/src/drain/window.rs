@@ -220,7 +220,7 @@ impl Drain {
                 .save_async(&s.src.gateway_id, &self.cfg.consumer, s.cp)
                 .await?;
             self.state_backoff.reset();
-            self.close_full_files().await;
+            self.close_full_files(s.src.log_id, s.cp.offset).await;
             s.commit.set(s.cp.offset);
             let (sent, sent_bytes) = (records - skipped.0, bytes - skipped.1);
             self.metrics.forwarded_records.inc_by(sent);

@@ -264,12 +264,18 @@ impl FileSink {
     }
 
     /// Cuts the files back to what a checkpoint recorded as synced (see the module doc,
-    /// "Synced lengths"), closes the full files the checkpoint covers, and reopens, so that the duplicate check sees only lines that were
-    /// durable at that checkpoint; the drain then resends everything after it. A checkpoint
+    /// "Synced lengths"), closes the full files it covers (`covered`: the checkpoint's log
+    /// id and offset; a file whose last line is of that log and below that offset), and
+    /// reopens, so that the duplicate check sees only lines
+    /// that were durable at that checkpoint; the drain then resends everything after it. A checkpoint
     /// taken for another directory, or whose log id does not parse, is not applied (returns
     /// `Ok(None)`). Errors: the I/O error of a read, cut or fsync (nothing is written until
     /// a later `restore` or [`FileSink::deliver`] succeeds in cutting back).
-    pub async fn restore(&mut self, files: &SinkFiles) -> std::io::Result<Option<CutBack>> {
+    pub async fn restore(
+        &mut self,
+        files: &SinkFiles,
+        covered: Option<(u128, u64)>,
+    ) -> std::io::Result<Option<CutBack>> {
         if files.layout != LAYOUT {
             log::info!(
                 "the checkpoint's file sink state is for the earlier file layout: not applied \
@@ -302,9 +308,8 @@ impl FileSink {
         let (inner, cut) = smol::unblock(move || {
             let cut = cut_back(&dir, &synced, log_id)?;
             let mut inner = Inner::open(dir, rotate)?;
-            // The full files left now are older than the checkpoint's newest files: the
-            // checkpoint covers them (a crash came between it and their rename).
-            inner.close_full()?;
+            // Full files the checkpoint covers (a crash came between it and their rename).
+            inner.close_full(covered)?;
             Ok::<_, std::io::Error>((inner, cut))
         })
         .await?;
@@ -386,21 +391,23 @@ impl FileSink {
 
     /// Closes (renames to `….jsonl`) the files that were full and set aside by earlier
     /// deliveries; the drain calls it once the checkpoint covering every record delivered
-    /// so far is saved (see the module doc, "Layout"). Returns how many files were closed.
+    /// so far is saved, with that checkpoint's log id and offset (see the module doc,
+    /// "Layout"). Open files found at open are closed only if their last line is of that
+    /// log and below that offset. Returns how many files were closed.
     /// Failures are handled as for [`FileSink::deliver`]: the files stay open-named, are
     /// found again as full at the reopen, and closed at a later checkpoint.
     ///
     /// # Errors
     /// The I/O error of the rename or a directory fsync.
-    pub async fn checkpointed(&mut self) -> std::io::Result<u64> {
+    pub async fn checkpointed(&mut self, log_id: u128, offset: u64) -> std::io::Result<u64> {
         match &self.inner {
-            Some(i) if !i.full.is_empty() => {}
+            Some(i) if !i.full.is_empty() || !i.found.is_empty() => {}
             _ => return Ok(0),
         }
         let Some(mut inner) = self.inner.take() else {
             return Ok(0);
         };
-        let (inner, res) = smol::unblock(move || match inner.close_full() {
+        let (inner, res) = smol::unblock(move || match inner.close_full(Some((log_id, offset))) {
             Ok(n) => (Some(inner), Ok(n)),
             // Drop the handles: the next write cuts back to the synced lengths and reopens.
             Err(e) => (None, Err(e)),

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::names::{self, file_name, topic_stem, utc_date};
-use super::recovery::{Found, cut_torn_tail, last_key, scan, scan_topic, sync_dir};
+use super::recovery::{
+    Found, cut_torn_tail, last_key, last_line, line_key, scan, scan_topic, sync_dir,
+};
 use super::{Rotation, SyncedFile};
 use crate::client::OwnedRecord;
 use crate::sink::{JsonRecord, Source};
@@ -62,6 +64,12 @@ pub(super) struct Inner {
     /// [`Inner::close_full`] once a checkpoint covers their records (see the module doc,
     /// "Layout"), oldest first.
     pub(super) full: Vec<OpenFile>,
+    /// Open files older than a topic's newest, found at open (a crash between a checkpoint
+    /// and the rename of its full files, or files of another log), with the `(log id,
+    /// offset)` of their last line: closed only once a checkpoint of that log covers that
+    /// offset ([`Inner::close_full`]), so a file holding records past the checkpoint, or of
+    /// a log that started over and reuses offsets, is never handed downstream.
+    pub(super) found: Vec<(OpenFile, Option<(u128, u64)>)>,
     /// Highest offset written per (stem, log id): see the module doc, "Exactly once".
     pub(super) marks: HashMap<(String, u128), u64>,
     /// Per stem, the newest file and its length: as found at open, then as synced by the
@@ -117,21 +125,25 @@ impl Inner {
         let mut marks = HashMap::new();
         let mut state = BTreeMap::new();
         let mut open = HashMap::new();
-        let mut full = Vec::new();
+        let mut found = Vec::new();
         for (stem, files) in scan(&dir)? {
             let files = settle(&dir.join(&stem), files)?;
             let Some((newest, older)) = files.split_last() else {
                 continue;
             };
-            // Open files older than the newest are full: closed at the next checkpoint.
-            full.extend(older.iter().filter(|f| f.open).map(|f| OpenFile {
-                first: f.first,
-                path: f.path.clone(),
-                file: None,
-                len: 0,
-                since: SystemTime::now(),
-                date: None,
-            }));
+            // Open files older than the newest: closed once a checkpoint covers them.
+            for f in older.iter().filter(|f| f.open) {
+                let key = last_line(&f.path)?.and_then(|l| line_key(&l));
+                let of = OpenFile {
+                    first: f.first,
+                    path: f.path.clone(),
+                    file: None,
+                    len: 0,
+                    since: SystemTime::now(),
+                    date: None,
+                };
+                found.push((of, key));
+            }
             let len = std::fs::metadata(&newest.path)?.len();
             state.insert(
                 stem.clone(),
@@ -173,7 +185,8 @@ impl Inner {
                 ..rot
             },
             open,
-            full,
+            full: Vec::new(),
+            found,
             marks,
             state,
         })
@@ -228,15 +241,29 @@ impl Inner {
         }
     }
 
-    /// Renames every full file to its closed name (a checkpoint covers all their records
-    /// now); returns how many. On an error the files not renamed yet stay open-named and are
-    /// found again as full at the next open.
-    pub(super) fn close_full(&mut self) -> std::io::Result<u64> {
+    /// Renames every full file this writer set aside to its closed name (a checkpoint
+    /// covers all their records now), and every open file found at open whose last line is
+    /// of log `covered.0` at an offset below `covered.1` (the checkpoint's log and offset;
+    /// `None`: none of them); returns how many. On an error the files not renamed yet stay
+    /// open-named and are found again at the next open.
+    pub(super) fn close_full(&mut self, covered: Option<(u128, u64)>) -> std::io::Result<u64> {
         let mut n = 0;
         while let Some(of) = self.full.first() {
             close_name(&of.path, of.first)?;
             self.full.remove(0);
             n += 1;
+        }
+        let mut i = 0;
+        while let Some((of, key)) = self.found.get(i) {
+            let due = matches!((key, covered), (Some((log, at)), Some((cp_log, cp)))
+                if *log == cp_log && *at < cp);
+            if due {
+                close_name(&of.path, of.first)?;
+                self.found.remove(i);
+                n += 1;
+            } else {
+                i += 1;
+            }
         }
         Ok(n)
     }
@@ -270,7 +297,7 @@ impl Inner {
             .map(|(s, _)| s.clone())
             .collect();
         stems.sort();
-        let mut n = self.close_full()?;
+        let mut n = self.close_full(None)?;
         for stem in &stems {
             self.close(stem)?;
             n += 1;
@@ -433,8 +460,9 @@ fn settle(topic_dir: &Path, files: Vec<Found>) -> std::io::Result<Vec<Found>> {
     if let Some((newest, older)) = opens.split_last() {
         for f in older {
             log::info!(
-                "{}: full, not closed yet (closed at the next checkpoint)",
-                f.path.display()
+                "{}: an open file older than {}: closed once a checkpoint covers its last line",
+                f.path.display(),
+                newest.path.display()
             );
             cut_torn_tail(&f.path)?;
         }

@@ -168,7 +168,7 @@ fn rotates_by_size_renaming_the_open_file_and_continues_it_after_a_reopen() {
                 "t/00000000000000000006.jsonl.open"
             ]
         );
-        assert_eq!(s.checkpointed().await.unwrap(), 2);
+        assert_eq!(s.checkpointed(42, u64::MAX).await.unwrap(), 2);
     });
     // Each rotation closed the full file; one open file is left, named by its first offset.
     assert_eq!(
@@ -188,7 +188,7 @@ fn rotates_by_size_renaming_the_open_file_and_continues_it_after_a_reopen() {
             .unwrap();
         let recs: Vec<_> = (7..10).map(|i| rec(i, "t", b"x")).collect();
         s.deliver(&src(), &recs).await.unwrap();
-        s.checkpointed().await.unwrap();
+        s.checkpointed(42, u64::MAX).await.unwrap();
     });
     assert_eq!(offsets(&closed_file(&out, "t", 6)), vec![6, 7, 8]);
     assert_eq!(offsets(&open_file(&out, "t", 9)), vec![9]);
@@ -248,7 +248,7 @@ fn deliver(out: &Path, rotate: Rotation, src: &Source, recs: &[OwnedRecord]) -> 
             .await
             .unwrap();
         s.deliver(src, recs).await.unwrap();
-        s.checkpointed().await.unwrap();
+        s.checkpointed(42, u64::MAX).await.unwrap();
         s.skipped_duplicates()
     })
 }
@@ -444,7 +444,7 @@ fn rotate_interval_closes_files_at_a_write_and_when_idle() {
         // The interval is what is tested: let it pass.
         smol::Timer::after(interval).await;
         s.deliver(&src(), &[rec(2, "t", b"c")]).await.unwrap();
-        s.checkpointed().await.unwrap();
+        s.checkpointed(42, u64::MAX).await.unwrap();
         assert_eq!(
             tree(&out),
             vec![
@@ -468,7 +468,7 @@ fn rotate_interval_closes_files_at_a_write_and_when_idle() {
         );
         // The next record begins a new file.
         s.deliver(&src(), &[rec(3, "u", b"d")]).await.unwrap();
-        s.checkpointed().await.unwrap();
+        s.checkpointed(42, u64::MAX).await.unwrap();
         assert_eq!(offsets(&open_file(&out, "u", 3)), vec![3]);
     });
 }

@@ -32,7 +32,7 @@ fn restore_cuts_back_to_the_checkpoints_synced_lengths() {
         let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
             .await
             .unwrap();
-        let cut = s.restore(&synced).await.unwrap().unwrap();
+        let cut = s.restore(&synced, Some((42, 5))).await.unwrap().unwrap();
         assert_eq!(cut.files, 1);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), at_checkpoint);
         // The drain resends from the checkpoint: nothing is skipped.
@@ -66,7 +66,7 @@ fn restore_cuts_open_files_and_removes_topics_created_after_the_checkpoint() {
     );
     smol::block_on(async {
         let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
-        let cut = s.restore(&synced).await.unwrap().unwrap();
+        let cut = s.restore(&synced, Some((42, 4))).await.unwrap().unwrap();
         assert_eq!(cut.files, 2, "t/3 cut, new/5 removed");
         assert!(!out.join("new").join(file_name(5, true)).exists());
         assert_eq!(all_offsets(&out), vec![0, 1, 2, 3]);
@@ -100,7 +100,7 @@ fn restore_keeps_files_closed_after_the_checkpoint() {
     let before = std::fs::read(&closed).unwrap();
     smol::block_on(async {
         let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
-        let cut = s.restore(&synced).await.unwrap().unwrap();
+        let cut = s.restore(&synced, Some((42, 4))).await.unwrap().unwrap();
         assert_eq!(cut.files, 1, "t/6 removed");
         assert_eq!(std::fs::read(&closed).unwrap(), before);
         assert_eq!(all_offsets(&out), (0..6).collect::<Vec<_>>());
@@ -133,7 +133,14 @@ fn restore_leaves_lines_of_another_log() {
         let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
             .await
             .unwrap();
-        assert_eq!(s.restore(&synced).await.unwrap().unwrap().files, 0);
+        assert_eq!(
+            s.restore(&synced, Some((42, 2)))
+                .await
+                .unwrap()
+                .unwrap()
+                .files,
+            0
+        );
     });
     assert_eq!(std::fs::read(open_file(&out, "t", 0)).unwrap(), before);
     // A checkpoint taken for another directory is not applied.
@@ -143,7 +150,7 @@ fn restore_leaves_lines_of_another_log() {
         let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
             .await
             .unwrap();
-        assert_eq!(s.restore(&elsewhere).await.unwrap(), None);
+        assert_eq!(s.restore(&elsewhere, None).await.unwrap(), None);
     });
 }
 
@@ -170,7 +177,7 @@ fn a_failed_batch_is_cut_back_before_it_is_resent() {
         std::fs::remove_dir(&blocker).unwrap();
         s.deliver(&src(), &recs[1..]).await.unwrap();
         assert_eq!(s.skipped_duplicates(), 0);
-        s.checkpointed().await.unwrap();
+        s.checkpointed(42, u64::MAX).await.unwrap();
     });
     assert_eq!(all_offsets(&out), (0..6).collect::<Vec<_>>());
     assert_eq!(
@@ -228,7 +235,7 @@ fn a_file_filled_by_a_batch_is_closed_only_after_its_checkpoint() {
         let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
         s.deliver(&src(), &recs[..2]).await.unwrap();
         let cp = s.synced_files().unwrap();
-        s.checkpointed().await.unwrap();
+        s.checkpointed(42, u64::MAX).await.unwrap();
         // Fills t/0 and t/3; killed before the checkpoint is saved.
         s.deliver(&src(), &recs[2..]).await.unwrap();
         cp
@@ -241,11 +248,15 @@ fn a_file_filled_by_a_batch_is_closed_only_after_its_checkpoint() {
     );
     smol::block_on(async {
         let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
-        let cut = s.restore(&at_checkpoint).await.unwrap().unwrap();
+        let cut = s
+            .restore(&at_checkpoint, Some((42, 2)))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(cut.files, 3, "t/0 cut back, t/3 and t/6 removed");
         s.deliver(&src(), &recs[2..]).await.unwrap();
         assert_eq!(s.skipped_duplicates(), 0);
-        s.checkpointed().await.unwrap();
+        s.checkpointed(42, u64::MAX).await.unwrap();
     });
     take();
     let mut got = all_offsets(&picked);
@@ -269,7 +280,10 @@ fn full_files_left_by_a_crash_after_their_checkpoint_are_closed_at_the_restore()
     });
     smol::block_on(async {
         let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
-        assert_eq!(s.restore(&cp).await.unwrap().unwrap().files, 0);
+        assert_eq!(
+            s.restore(&cp, Some((42, 8))).await.unwrap().unwrap().files,
+            0
+        );
         assert_eq!(
             tree(&out),
             vec![
@@ -282,4 +296,36 @@ fn full_files_left_by_a_crash_after_their_checkpoint_are_closed_at_the_restore()
         assert_eq!(s.skipped_duplicates(), 0);
     });
     assert_eq!(all_offsets(&out), (0..10).collect::<Vec<_>>());
+}
+
+/// Open files found at a start are closed only once a checkpoint of their own log covers
+/// their last line: files of a log past its checkpoint, or of another log (one that started
+/// over in the same directory reuses offsets), are never handed downstream on a guess.
+#[test]
+fn found_open_files_close_only_under_a_checkpoint_of_their_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
+    let rotate = rot(line_len);
+    let recs: Vec<_> = (0..3).map(|i| rec(i, "t", b"x")).collect();
+    smol::block_on(async {
+        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
+        // Killed before the checkpoint: t/0 and t/1 full, t/2 open.
+        s.deliver(&src(), &recs).await.unwrap();
+    });
+    smol::block_on(async {
+        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
+        assert_eq!(s.checkpointed(43, 100).await.unwrap(), 0, "another log");
+        assert_eq!(s.checkpointed(42, 0).await.unwrap(), 0, "not covered");
+        assert_eq!(s.checkpointed(42, 1).await.unwrap(), 1, "t/0 covered");
+        assert_eq!(s.checkpointed(42, 2).await.unwrap(), 1, "t/1 covered");
+    });
+    assert_eq!(
+        tree(&out),
+        vec![
+            "t/00000000000000000000.jsonl",
+            "t/00000000000000000001.jsonl",
+            "t/00000000000000000002.jsonl.open"
+        ]
+    );
 }
