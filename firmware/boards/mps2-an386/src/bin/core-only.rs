@@ -3,6 +3,10 @@
 //! mounts, appends [`RECORDS`] records, flushes, reads them back, commits, persists, closes,
 //! remounts and checks every record again; then reports its stack high water on the
 //! semihosting stderr and exits 0 (1 and a line saying what failed otherwise).
+//!
+//! With the board's `compression` feature the log gets a scratch buffer and writes its
+//! batches LZ4-compressed (and the image requires that it did): built with and without
+//! it, the two images give the footprint of the feature.
 #![no_std]
 #![no_main]
 
@@ -20,6 +24,21 @@ const BLOCKS_PER_SEGMENT: u32 = 2;
 const SEGMENTS: usize = (nor::BLOCKS - 2) / BLOCKS_PER_SEGMENT as usize;
 /// Records appended.
 const RECORDS: u64 = 200;
+/// Scratch for compressed batches: the LZ4 worst case for the buffer with `compression`,
+/// none without.
+#[cfg(feature = "compression")]
+const SCRATCH: usize = spillway_core::log::scratch_len(BUFFER_BYTES);
+#[cfg(not(feature = "compression"))]
+const SCRATCH: usize = 0;
+
+/// The log's settings: LZ4 on every batch with `compression`.
+fn config() -> Config {
+    Config {
+        #[cfg(feature = "compression")]
+        compression: spillway_core::log::Compression::Lz4,
+        ..Config::default()
+    }
+}
 
 /// The payload of record `i`.
 fn payload(i: u64, buf: &mut [u8; 24]) -> &[u8] {
@@ -52,10 +71,10 @@ fn check<F: Flash>(log: &mut Log<'_, F>) -> Result<(), &'static str> {
 /// on the stack), appends [`RECORDS`] records, flushes, reads them back, commits, persists
 /// and closes in place (`close_in`). Not inlined, like [`remount`]: one slot on the stack at a time.
 #[inline(never)]
-fn fill<F: Flash>(flash: F, mem: Memory<'_>) -> Result<F, &'static str> {
+fn fill<'a, F: Flash>(flash: F, mem: Memory<'a>, scratch: &'a mut [u8]) -> Result<F, &'static str> {
     let mut slot = None;
-    let (log, _) =
-        Log::mount_in(&mut slot, flash, Config::default(), mem, 1).map_err(|_| "mount")?;
+    let (log, _) = Log::mount_in_with_scratch(&mut slot, flash, config(), mem, scratch, 1)
+        .map_err(|_| "mount")?;
     for i in 0..RECORDS {
         let mut p = [0u8; 24];
         let rec = Record {
@@ -67,6 +86,9 @@ fn fill<F: Flash>(flash: F, mem: Memory<'_>) -> Result<F, &'static str> {
         log.append(10 + i, &rec).map_err(|_| "append")?;
     }
     log.flush(1_000).map_err(|_| "flush")?;
+    if cfg!(feature = "compression") && log.stats().batches_compressed == 0 {
+        return Err("nothing compressed");
+    }
     check(log)?;
     log.commit(BRIDGE_CONSUMER, RECORDS).map_err(|_| "commit")?;
     log.persist(2_000).map_err(|_| "persist")?;
@@ -77,10 +99,14 @@ fn fill<F: Flash>(flash: F, mem: Memory<'_>) -> Result<F, &'static str> {
 
 /// Mounts again in place and checks the clean shutdown, the commit and every record.
 #[inline(never)]
-fn remount<F: Flash>(flash: F, mem: Memory<'_>) -> Result<(), &'static str> {
+fn remount<'a, F: Flash>(
+    flash: F,
+    mem: Memory<'a>,
+    scratch: &'a mut [u8],
+) -> Result<(), &'static str> {
     let mut slot = None;
-    let (log, rep) =
-        Log::mount_in(&mut slot, flash, Config::default(), mem, 4_000).map_err(|_| "remount")?;
+    let (log, rep) = Log::mount_in_with_scratch(&mut slot, flash, config(), mem, scratch, 4_000)
+        .map_err(|_| "remount")?;
     if !rep.clean || rep.next_offset != RECORDS || log.committed(BRIDGE_CONSUMER) != Some(RECORDS) {
         return Err("remount state");
     }
@@ -92,18 +118,19 @@ fn run() -> Result<(), &'static str> {
     Log::format(&mut flash, 0x5350_494c_4c57_4159, BLOCKS_PER_SEGMENT).map_err(|_| "format")?;
     let mut buffer = [0u8; BUFFER_BYTES];
     let mut slots = [SegmentSlot::EMPTY; SEGMENTS];
+    let mut scratch = [0u8; SCRATCH];
     let mem = Memory {
         buffer: &mut buffer,
         segments: &mut slots,
     };
     // The log works on `&mut` the partition, as `Log::format` does: one instantiation of
     // the engine's flash layer instead of two.
-    fill(&mut flash, mem)?;
+    fill(&mut flash, mem, &mut scratch)?;
     let mem = Memory {
         buffer: &mut buffer,
         segments: &mut slots,
     };
-    remount(&mut flash, mem)
+    remount(&mut flash, mem, &mut scratch)
 }
 
 #[entry]
