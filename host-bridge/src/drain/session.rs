@@ -126,6 +126,9 @@ impl Drain {
             },
             next: cp.offset,
             backoff: Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max),
+            saving: None,
+            dirty: false,
+            dirty_batches: 0,
         };
         let mut ctx = SinkCtx {
             win: &mut win,

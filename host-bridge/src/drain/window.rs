@@ -1,7 +1,9 @@
 //! The in-flight window at the sink: batches handed over and not yet acknowledged, the
 //! checkpoint advanced strictly in offset order over the acknowledged ones (saved in redb,
 //! then committed on the gateway), resends after a failed delivery, and the shutdown
-//! grace. See `docs/drain.md`, "Pipelining" and "Stopping".
+//! grace. With a pipelined sink (Kafka) the redb save runs behind the window: one save at a
+//! time, while later batches are handed over and acknowledged; the gateway commit follows
+//! each finished save. See `docs/drain.md`, "Pipelining" and "Stopping".
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -11,7 +13,7 @@ use smol::channel::Receiver;
 
 use super::fetcher::{CommitCell, Item};
 use super::{Backoff, Drain, DrainError};
-use crate::checkpoint::{Checkpoint, now_ms};
+use crate::checkpoint::{Checkpoint, StoreError, now_ms};
 use crate::client::OwnedRecord;
 use crate::sink::{DeliverError, Pending, Sink, SinkError, Source};
 
@@ -67,6 +69,11 @@ impl Drain {
     ) -> Result<Step, DrainError> {
         self.note_stop();
         if self.gave_up() && !s.win.is_idle() {
+            // What was acknowledged is saved before giving up on the rest.
+            self.finish_save(s).await?;
+            if s.win.is_idle() {
+                return Ok(Step::Progress);
+            }
             log::warn!(
                 "shutting down with offsets from {} not acknowledged by the sink (resent next time)",
                 s.cp.offset
@@ -89,7 +96,11 @@ impl Drain {
         let room =
             !self.stop.is_set() && s.win.resend.is_empty() && s.win.in_flight.len() < s.win.max;
         let rx = rx.filter(|_| room);
-        if s.win.in_flight.is_empty() && rx.is_none() {
+        if s.win.in_flight.is_empty() && rx.is_none() && s.win.saving.is_none() {
+            if s.win.dirty {
+                self.start_save(s);
+                return Ok(Step::Progress);
+            }
             return Ok(Step::Idle);
         }
         // With nothing in flight, a file sink with --rotate-interval wakes up now and then
@@ -103,6 +114,13 @@ impl Drain {
                         b.pending.settle().await;
                         Event::Settled
                     }
+                    None => std::future::pending().await,
+                }
+            };
+            let saving = s.win.saving.as_mut();
+            let saved = async {
+                match saving {
+                    Some(save) => Event::Saved((&mut save.task).await),
                     None => std::future::pending().await,
                 }
             };
@@ -122,13 +140,17 @@ impl Drain {
                 }
             };
             self.until_halt(smol::future::or(
-                settled,
-                smol::future::or(received, ticked),
+                saved,
+                smol::future::or(settled, smol::future::or(received, ticked)),
             ))
             .await
         };
         match event {
             None => Ok(Step::Progress),
+            Some(Event::Saved(r)) => {
+                self.saved(s, r)?;
+                Ok(Step::Progress)
+            }
             Some(Event::Settled) => {
                 self.complete(s).await?;
                 Ok(Step::Progress)
@@ -138,8 +160,9 @@ impl Drain {
         }
     }
 
-    /// Finishes every batch in flight and every resend, retrying as usual; false if the
-    /// shutdown grace ran out first. Afterwards the checkpoint is at `win.next`.
+    /// Finishes every batch in flight and every resend, retrying as usual, and the redb save
+    /// of the checkpoint; false if the shutdown grace ran out first. Afterwards the
+    /// checkpoint is at `win.next`, saved.
     pub(super) async fn flush(&mut self, s: &mut SinkCtx<'_>) -> Result<bool, DrainError> {
         while !s.win.is_idle() {
             if let Step::GaveUp = self.advance(s, None).await? {
@@ -215,17 +238,19 @@ impl Drain {
                 // The file sink delivers one batch at a time: what it has synced now is
                 // exactly the records below the new checkpoint offset.
                 s.cp.sink_files = f.synced_files();
+                self.store()
+                    .save_async(&s.src.gateway_id, &self.cfg.consumer, s.cp)
+                    .await?;
+                self.state_backoff.reset();
+                self.close_full_files(s.src.log_id, s.cp.offset).await;
+                s.commit.set(s.cp.offset);
+                self.metrics.set_committed(s.cp.offset);
+            } else {
+                self.save_behind(s).await?;
             }
-            self.store()
-                .save_async(&s.src.gateway_id, &self.cfg.consumer, s.cp)
-                .await?;
-            self.state_backoff.reset();
-            self.close_full_files(s.src.log_id, s.cp.offset).await;
-            s.commit.set(s.cp.offset);
             let (sent, sent_bytes) = (records - skipped.0, bytes - skipped.1);
             self.metrics.forwarded_records.inc_by(sent);
             self.metrics.forwarded_bytes.inc_by(sent_bytes);
-            self.metrics.set_committed(s.cp.offset);
             self.summary.records += sent;
             self.summary.bytes += sent_bytes;
             self.summary.offset = s.cp.offset;
@@ -242,6 +267,69 @@ impl Drain {
         }
         if let Some((rest, err)) = failure {
             self.fail(s, rest, err).await;
+        }
+        Ok(())
+    }
+
+    /// Pipelined sink: saves the checkpoint `s.cp` behind the window. With no save running,
+    /// starts one; with one running, the checkpoint is saved when it ends (the newest one
+    /// then), and the window goes on meanwhile, but at most `win.max` batches get
+    /// acknowledged past the save running: then this waits for it. So at most twice the
+    /// window is delivered and not saved when the bridge dies, which the effectively-once
+    /// resume reads back (docs/drain.md).
+    async fn save_behind(&mut self, s: &mut SinkCtx<'_>) -> Result<(), DrainError> {
+        if s.win.saving.is_none() {
+            self.start_save(s);
+            return Ok(());
+        }
+        s.win.dirty = true;
+        s.win.dirty_batches += 1;
+        if s.win.dirty_batches >= s.win.max {
+            self.finish_save(s).await?;
+        }
+        Ok(())
+    }
+
+    /// Starts saving `s.cp` on the blocking pool.
+    fn start_save(&mut self, s: &mut SinkCtx<'_>) {
+        let store = self.store();
+        let (gateway, consumer, cp) = (
+            s.src.gateway_id.clone(),
+            self.cfg.consumer.clone(),
+            s.cp.clone(),
+        );
+        s.win.saving = Some(Saving {
+            offset: cp.offset,
+            task: smol::spawn(async move { store.save_async(&gateway, &consumer, &cp).await }),
+        });
+        s.win.dirty = false;
+        s.win.dirty_batches = 0;
+    }
+
+    /// A save ended: on success the gateway may commit its offset, and a newer checkpoint,
+    /// if there is one, is saved next.
+    ///
+    /// # Errors
+    /// The save's failure (the state file failed).
+    fn saved(&mut self, s: &mut SinkCtx<'_>, r: Result<(), StoreError>) -> Result<(), DrainError> {
+        let Some(done) = s.win.saving.take() else {
+            return Ok(());
+        };
+        r?;
+        self.state_backoff.reset();
+        s.commit.set(done.offset);
+        self.metrics.set_committed(done.offset);
+        if s.win.dirty {
+            self.start_save(s);
+        }
+        Ok(())
+    }
+
+    /// Waits until the checkpoint is saved: the save running, and the newer one it leaves.
+    async fn finish_save(&mut self, s: &mut SinkCtx<'_>) -> Result<(), DrainError> {
+        while let Some(save) = s.win.saving.as_mut() {
+            let r = (&mut save.task).await;
+            self.saved(s, r)?;
         }
         Ok(())
     }
@@ -300,12 +388,26 @@ pub(super) struct Window {
     pub(super) next: u64,
     /// Backoff between resends; reset by a batch acknowledged whole.
     pub(super) backoff: Backoff,
+    /// Pipelined sink: the redb save running, if any.
+    pub(super) saving: Option<Saving>,
+    /// The checkpoint moved past what the save running saves.
+    pub(super) dirty: bool,
+    /// Batches acknowledged since the save running started.
+    pub(super) dirty_batches: usize,
+}
+
+/// A checkpoint save running on the blocking pool.
+pub(super) struct Saving {
+    /// The checkpoint offset it saves.
+    offset: u64,
+    /// The save.
+    task: smol::Task<Result<(), StoreError>>,
 }
 
 impl Window {
-    /// Nothing in flight and nothing to resend: the checkpoint is at `next`.
+    /// Nothing in flight, nothing to resend and the checkpoint saved: it is at `next`.
     pub(super) fn is_idle(&self) -> bool {
-        self.in_flight.is_empty() && self.resend.is_empty()
+        self.in_flight.is_empty() && self.resend.is_empty() && self.saving.is_none() && !self.dirty
     }
 }
 
@@ -333,6 +435,8 @@ pub(super) enum Step {
 
 /// What one wait of [`Drain::advance`] ended with.
 enum Event {
+    /// The checkpoint save running ended.
+    Saved(Result<(), StoreError>),
     /// The oldest batch in flight has its outcome.
     Settled,
     /// An item from the fetcher (`None`: the fetcher ended).
