@@ -29,6 +29,11 @@ pub const PRODUCER_ENTRY_LEN_V0: usize = 24;
 /// formatted instead of taking its segments for damage (the upgrade is one-way).
 pub const PRODUCER_LAYOUT: u8 = 2;
 
+/// Bytes of a journal entry staged before a flash write: an entry is written in pieces of
+/// this size (a multiple of every write size), in address order, so no buffer holds a
+/// whole entry (up to [`MAX_ENTRY_LEN`] bytes) on the stack.
+const JOURNAL_STAGE: usize = 256;
+
 /// Longest journal entry in bytes.
 pub const MAX_ENTRY_LEN: usize = JOURNAL_HEADER_LEN
     + MAX_CONSUMERS * (1 + MAX_CONSUMER_NAME_LEN + 8)
@@ -90,25 +95,124 @@ pub fn encode<'c>(
     log_id: u128,
     geometry: (u32, u32, u8, u32),
     clean: bool,
-    consumers: impl Iterator<Item = (&'c str, u64)>,
-    producers: impl Iterator<Item = Snapshot>,
+    consumers: impl Iterator<Item = (&'c str, u64)> + Clone,
+    producers: impl Iterator<Item = Snapshot> + Clone,
 ) -> usize {
-    let mut at = JOURNAL_HEADER_LEN;
+    let mut at = 0;
+    let r: Result<usize, core::convert::Infallible> = emit(
+        max_len,
+        seq,
+        lease,
+        durable_next,
+        log_id,
+        geometry,
+        clean,
+        consumers,
+        producers,
+        &mut |piece: &[u8]| {
+            out[at..at + piece.len()].copy_from_slice(piece);
+            at += piece.len();
+            Ok(())
+        },
+    );
+    match r {
+        Ok(len) => len,
+        Err(never) => match never {},
+    }
+}
+
+/// The bytes of a journal entry, handed to `sink` in address order in pieces of at most
+/// [`JOURNAL_HEADER_LEN`] bytes (the header, then one piece per consumer and per
+/// producer), without a buffer for the whole entry (1,672 bytes on a microcontroller):
+/// the iterators are walked three times (the length and counts, the CRC over bytes 16..,
+/// the bytes). Returns the entry's length; stops at the first error of `sink`. Producers
+/// that would make the entry longer than `max_len` are left out. The layout is
+/// `FORMAT.md` section 5.
+#[allow(clippy::too_many_arguments)]
+pub fn emit<'c, E>(
+    max_len: usize,
+    seq: u64,
+    lease: u64,
+    durable_next: u64,
+    log_id: u128,
+    geometry: (u32, u32, u8, u32),
+    clean: bool,
+    consumers: impl Iterator<Item = (&'c str, u64)> + Clone,
+    producers: impl Iterator<Item = Snapshot> + Clone,
+    sink: &mut impl FnMut(&[u8]) -> Result<(), E>,
+) -> Result<usize, E> {
+    // The length and the counts.
+    let mut len = JOURNAL_HEADER_LEN;
     let mut nc = 0u8;
-    for (name, off) in consumers {
-        let n = name.as_bytes();
-        out[at] = n.len() as u8;
-        out[at + 1..at + 1 + n.len()].copy_from_slice(n);
-        at += 1 + n.len();
-        out[at..at + 8].copy_from_slice(&off.to_le_bytes());
-        at += 8;
+    for (name, _) in consumers.clone() {
+        len += 1 + name.len() + 8;
         nc += 1;
     }
     let mut np = 0u8;
-    for p in producers {
-        if at + PRODUCER_ENTRY_LEN > max_len || np as usize >= MAX_PRODUCERS {
+    for _ in producers.clone() {
+        if len + PRODUCER_ENTRY_LEN > max_len || np as usize >= MAX_PRODUCERS {
             break;
         }
+        len += PRODUCER_ENTRY_LEN;
+        np += 1;
+    }
+    let mut head = [0u8; JOURNAL_HEADER_LEN];
+    let len32 = len as u32;
+    head[0..4].copy_from_slice(&JOURNAL_MAGIC.to_le_bytes());
+    head[4..8].copy_from_slice(&len32.to_le_bytes());
+    head[8..12].copy_from_slice(&(!len32).to_le_bytes());
+    head[16..24].copy_from_slice(&seq.to_le_bytes());
+    head[24..32].copy_from_slice(&lease.to_le_bytes());
+    head[32..40].copy_from_slice(&durable_next.to_le_bytes());
+    head[40..56].copy_from_slice(&log_id.to_le_bytes());
+    let (erase_size, write_size, erased, blocks_per_segment) = geometry;
+    head[56..60].copy_from_slice(&blocks_per_segment.to_le_bytes());
+    head[64..68].copy_from_slice(&erase_size.to_le_bytes());
+    head[68..70].copy_from_slice(&(write_size as u16).to_le_bytes());
+    head[70] = erased;
+    head[71] = 0;
+    head[60] = if clean { FLAG_CLEAN } else { 0 };
+    head[61] = nc;
+    head[62] = np;
+    head[63] = PRODUCER_LAYOUT;
+    // The CRC covers everything after its own field.
+    let mut hasher = crate::crc::Hasher::new();
+    hasher.update(&head[16..]);
+    let hashed: Result<(), core::convert::Infallible> = emit_body(
+        consumers.clone(),
+        producers.clone(),
+        np,
+        &mut |piece: &[u8]| {
+            hasher.update(piece);
+            Ok(())
+        },
+    );
+    if let Err(never) = hashed {
+        match never {}
+    }
+    head[12..16].copy_from_slice(&hasher.finalize().to_le_bytes());
+    sink(&head)?;
+    emit_body(consumers, producers, np, sink)?;
+    Ok(len)
+}
+
+/// The bytes after an entry's header: each consumer (name length, name, committed offset),
+/// then the first `np` producers (layout 1), one piece each.
+fn emit_body<'c, E>(
+    consumers: impl Iterator<Item = (&'c str, u64)>,
+    producers: impl Iterator<Item = Snapshot>,
+    np: u8,
+    sink: &mut impl FnMut(&[u8]) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut piece = [0u8; 1 + MAX_CONSUMER_NAME_LEN + 8];
+    for (name, off) in consumers {
+        let n = name.as_bytes();
+        piece[0] = n.len() as u8;
+        piece[1..1 + n.len()].copy_from_slice(n);
+        piece[1 + n.len()..1 + n.len() + 8].copy_from_slice(&off.to_le_bytes());
+        sink(&piece[..1 + n.len() + 8])?;
+    }
+    for p in producers.take(np as usize) {
         let (seq, off) = p.last.unwrap_or((0, 0));
         let flags = if p.last.is_some() {
             PRODUCER_HAS_LAST
@@ -116,37 +220,17 @@ pub fn encode<'c>(
             0
         } | if p.wrapped { PRODUCER_WRAPPED } else { 0 }
             | if p.behind { PRODUCER_BEHIND } else { 0 };
-        out[at..at + 8].copy_from_slice(&p.id.to_le_bytes());
-        out[at + 8..at + 12].copy_from_slice(&p.epoch.to_le_bytes());
-        out[at + 12..at + 16].copy_from_slice(&seq.to_le_bytes());
-        out[at + 16..at + 24].copy_from_slice(&off.to_le_bytes());
-        out[at + 24..at + 32].copy_from_slice(&p.session_from.to_le_bytes());
-        out[at + 32..at + 36].copy_from_slice(&p.contiguous_from.to_le_bytes());
-        out[at + 36..at + 40].copy_from_slice(&flags.to_le_bytes());
-        at += PRODUCER_ENTRY_LEN;
-        np += 1;
+        let mut b = [0u8; PRODUCER_ENTRY_LEN];
+        b[0..8].copy_from_slice(&p.id.to_le_bytes());
+        b[8..12].copy_from_slice(&p.epoch.to_le_bytes());
+        b[12..16].copy_from_slice(&seq.to_le_bytes());
+        b[16..24].copy_from_slice(&off.to_le_bytes());
+        b[24..32].copy_from_slice(&p.session_from.to_le_bytes());
+        b[32..36].copy_from_slice(&p.contiguous_from.to_le_bytes());
+        b[36..40].copy_from_slice(&flags.to_le_bytes());
+        sink(&b)?;
     }
-    let len = at as u32;
-    out[0..4].copy_from_slice(&JOURNAL_MAGIC.to_le_bytes());
-    out[4..8].copy_from_slice(&len.to_le_bytes());
-    out[8..12].copy_from_slice(&(!len).to_le_bytes());
-    out[16..24].copy_from_slice(&seq.to_le_bytes());
-    out[24..32].copy_from_slice(&lease.to_le_bytes());
-    out[32..40].copy_from_slice(&durable_next.to_le_bytes());
-    out[40..56].copy_from_slice(&log_id.to_le_bytes());
-    let (erase_size, write_size, erased, blocks_per_segment) = geometry;
-    out[56..60].copy_from_slice(&blocks_per_segment.to_le_bytes());
-    out[64..68].copy_from_slice(&erase_size.to_le_bytes());
-    out[68..70].copy_from_slice(&(write_size as u16).to_le_bytes());
-    out[70] = erased;
-    out[71] = 0;
-    out[60] = if clean { FLAG_CLEAN } else { 0 };
-    out[61] = nc;
-    out[62] = np;
-    out[63] = PRODUCER_LAYOUT;
-    let crc = crc32(&out[16..at]);
-    out[12..16].copy_from_slice(&crc.to_le_bytes());
-    at
+    Ok(())
 }
 
 /// Reads the entry length from a 16-byte prefix: `Some(len)` if the magic and the length
@@ -437,11 +521,18 @@ impl<'a, F: Flash> Log<'a, F> {
     pub(super) fn persist_journal(&mut self, clean: bool) -> Result<(), Io<F::Error>> {
         let l = self.dev.l;
         let e = l.geo.erase_size;
-        let mut buf = [0u8; MAX_ENTRY_LEN];
         let durable = self.durable_end;
         let seq = self.jseq + 1;
-        let len = encode(
-            &mut buf,
+        let (jblock, jpos, ws) = (self.jblock, self.jpos, l.ws());
+        let dev = &mut self.dev;
+        // Where the entry goes, `(block, position, padded length)`: chosen when its header
+        // (the first piece, with the length) arrives, before anything is written.
+        let mut target: Option<(u32, u32, u32)> = None;
+        let mut writing = false;
+        let mut stage = [0u8; JOURNAL_STAGE];
+        let mut staged = 0usize;
+        let mut addr = 0u32;
+        let emitted = emit(
             e as usize,
             seq,
             self.lease.max(self.next_offset),
@@ -453,30 +544,57 @@ impl<'a, F: Flash> Log<'a, F> {
                 .iter()
                 .map(|c| (c.name.as_str(), c.committed.min(durable))),
             self.producers.iter().filter_map(|p| p.snapshot(durable)),
+            &mut |mut piece: &[u8]| -> Result<(), Io<F::Error>> {
+                if target.is_none() {
+                    let len = u32::from_le_bytes([piece[4], piece[5], piece[6], piece[7]]);
+                    let padded = align_up(len, ws);
+                    let (block, pos) = match jpos {
+                        Some(pos) if pos + padded <= e => (jblock, pos),
+                        _ => {
+                            // `jblock` holds the newest valid entry and stays the journal's
+                            // block until an entry in the other one is written and synced: a
+                            // failure on the way leaves that copy alone, and the next
+                            // attempt erases the other again.
+                            let other = 1 - jblock.min(1);
+                            dev.erase_verified(other, 1)?;
+                            (other, 0)
+                        }
+                    };
+                    target = Some((block, pos, padded));
+                    addr = block * e + pos;
+                }
+                while !piece.is_empty() {
+                    let n = piece.len().min(JOURNAL_STAGE - staged);
+                    stage[staged..staged + n].copy_from_slice(&piece[..n]);
+                    staged += n;
+                    piece = &piece[n..];
+                    if staged == JOURNAL_STAGE {
+                        writing = true;
+                        dev.write_padded(addr, &stage).map_err(Io::Flash)?;
+                        addr += JOURNAL_STAGE as u32;
+                        staged = 0;
+                    }
+                }
+                Ok(())
+            },
         );
-        let padded = align_up(len as u32, l.ws());
-        let (block, pos) = match self.jpos {
-            Some(pos) if pos + padded <= e => (self.jblock, pos),
-            _ => {
-                // `self.jblock` holds the newest valid entry and stays the journal's block
-                // until an entry in the other one is written and synced: a failure on the
-                // way leaves that copy alone, and the next attempt erases the other again.
-                let other = 1 - self.jblock.min(1);
-                self.dev.erase_verified(other, 1)?;
-                (other, 0)
-            }
+        let written = emitted.and_then(|_| {
+            writing = true;
+            dev.write_padded(addr, &stage[..staged])
+                .and_then(|()| dev.sync())
+                .map_err(Io::Flash)
+        });
+        let Some((block, pos, padded)) = target else {
+            // The header is always emitted first: only its erase can have failed.
+            return written;
         };
-        let written = self
-            .dev
-            .write_padded(block * e + pos, &buf[..len])
-            .and_then(|()| self.dev.sync());
         if let Err(err) = written {
             // Words from `pos` may be programmed (partly, or not durably): never write
             // them again. In the current block that means: switch at the next entry.
-            if block == self.jblock {
+            if writing && block == self.jblock {
                 self.jpos = None;
             }
-            return Err(Io::Flash(err));
+            return Err(err);
         }
         self.jblock = block;
         self.jpos = Some(pos + padded);
