@@ -99,7 +99,7 @@ pub fn encode<'c>(
     producers: impl Iterator<Item = Snapshot> + Clone,
 ) -> usize {
     let mut at = 0;
-    let r: Result<usize, core::convert::Infallible> = emit(
+    let len = emit(
         max_len,
         seq,
         lease,
@@ -112,24 +112,24 @@ pub fn encode<'c>(
         &mut |piece: &[u8]| {
             out[at..at + piece.len()].copy_from_slice(piece);
             at += piece.len();
-            Ok(())
+            true
         },
     );
-    match r {
-        Ok(len) => len,
-        Err(never) => match never {},
-    }
+    // The sink never stops.
+    len.unwrap_or(at)
 }
 
 /// The bytes of a journal entry, handed to `sink` in address order in pieces of at most
 /// [`JOURNAL_HEADER_LEN`] bytes (the header, then one piece per consumer and per
 /// producer), without a buffer for the whole entry (1,672 bytes on a microcontroller):
 /// the iterators are walked three times (the length and counts, the CRC over bytes 16..,
-/// the bytes). Returns the entry's length; stops at the first error of `sink`. Producers
+/// the bytes). Returns the entry's length, or `None` when `sink` returned `false` (stop:
+/// the caller keeps its error). `sink` is a `dyn` so that one copy of the code serves
+/// every sink (the CRC and the flash write in the same call). Producers
 /// that would make the entry longer than `max_len` are left out. The layout is
 /// `FORMAT.md` section 5.
 #[allow(clippy::too_many_arguments)]
-pub fn emit<'c, E>(
+pub fn emit<'c>(
     max_len: usize,
     seq: u64,
     lease: u64,
@@ -139,8 +139,8 @@ pub fn emit<'c, E>(
     clean: bool,
     consumers: impl Iterator<Item = (&'c str, u64)> + Clone,
     producers: impl Iterator<Item = Snapshot> + Clone,
-    sink: &mut impl FnMut(&[u8]) -> Result<(), E>,
-) -> Result<usize, E> {
+    sink: &mut dyn FnMut(&[u8]) -> bool,
+) -> Option<usize> {
     // The length and the counts.
     let mut len = JOURNAL_HEADER_LEN;
     let mut nc = 0u8;
@@ -178,39 +178,36 @@ pub fn emit<'c, E>(
     // The CRC covers everything after its own field.
     let mut hasher = crate::crc::Hasher::new();
     hasher.update(&head[16..]);
-    let hashed: Result<(), core::convert::Infallible> = emit_body(
+    emit_body(
         consumers.clone(),
         producers.clone(),
         np,
         &mut |piece: &[u8]| {
             hasher.update(piece);
-            Ok(())
+            true
         },
     );
-    if let Err(never) = hashed {
-        match never {}
-    }
     head[12..16].copy_from_slice(&hasher.finalize().to_le_bytes());
-    sink(&head)?;
-    emit_body(consumers, producers, np, sink)?;
-    Ok(len)
+    (sink(&head) && emit_body(consumers, producers, np, sink)).then_some(len)
 }
 
 /// The bytes after an entry's header: each consumer (name length, name, committed offset),
-/// then the first `np` producers (layout 1), one piece each.
-fn emit_body<'c, E>(
+/// then the first `np` producers (layout 1), one piece each. `false` when `sink` stopped.
+fn emit_body<'c>(
     consumers: impl Iterator<Item = (&'c str, u64)>,
     producers: impl Iterator<Item = Snapshot>,
     np: u8,
-    sink: &mut impl FnMut(&[u8]) -> Result<(), E>,
-) -> Result<(), E> {
+    sink: &mut dyn FnMut(&[u8]) -> bool,
+) -> bool {
     let mut piece = [0u8; 1 + MAX_CONSUMER_NAME_LEN + 8];
     for (name, off) in consumers {
         let n = name.as_bytes();
         piece[0] = n.len() as u8;
         piece[1..1 + n.len()].copy_from_slice(n);
         piece[1 + n.len()..1 + n.len() + 8].copy_from_slice(&off.to_le_bytes());
-        sink(&piece[..1 + n.len() + 8])?;
+        if !sink(&piece[..1 + n.len() + 8]) {
+            return false;
+        }
     }
     for p in producers.take(np as usize) {
         let (seq, off) = p.last.unwrap_or((0, 0));
@@ -228,9 +225,11 @@ fn emit_body<'c, E>(
         b[24..32].copy_from_slice(&p.session_from.to_le_bytes());
         b[32..36].copy_from_slice(&p.contiguous_from.to_le_bytes());
         b[36..40].copy_from_slice(&flags.to_le_bytes());
-        sink(&b)?;
+        if !sink(&b) {
+            return false;
+        }
     }
-    Ok(())
+    true
 }
 
 /// Reads the entry length from a 16-byte prefix: `Some(len)` if the magic and the length
@@ -443,20 +442,45 @@ impl<'a, F: Flash> Log<'a, F> {
     /// written ([`JournalInvalid::damaged`]); nothing valid after it is a torn write or
     /// damage to the block's last entry ([`JournalInvalid::torn`]).
     ///
-    /// Not inlined: its entry buffer is on the stack only while it runs, not through the
-    /// rest of the mount.
+    /// The entries are read into `ram` (the log's RAM buffer, unused while it mounts) when
+    /// it holds [`MAX_ENTRY_LEN`] bytes, else into a buffer on the stack.
     #[allow(clippy::type_complexity)]
-    #[inline(never)]
     pub(super) fn scan_journal(
         dev: &mut Dev<F>,
         best: &mut Entry,
+        ram: &mut [u8],
+    ) -> Result<(bool, u32, Option<u32>, JournalInvalid), (u32, F::Error)> {
+        match ram.get_mut(..MAX_ENTRY_LEN) {
+            Some(buf) => Self::scan_journal_into(dev, best, buf),
+            None => Self::scan_journal_on_stack(dev, best),
+        }
+    }
+
+    /// [`Log::scan_journal`] with an entry buffer on the stack (a RAM buffer smaller than
+    /// an entry): not inlined, so the buffer is on the stack only on this path.
+    #[allow(clippy::type_complexity)]
+    #[inline(never)]
+    fn scan_journal_on_stack(
+        dev: &mut Dev<F>,
+        best: &mut Entry,
+    ) -> Result<(bool, u32, Option<u32>, JournalInvalid), (u32, F::Error)> {
+        let mut buf = [0u8; MAX_ENTRY_LEN];
+        Self::scan_journal_into(dev, best, &mut buf)
+    }
+
+    /// [`Log::scan_journal`], reading entries into `buf` ([`MAX_ENTRY_LEN`] bytes).
+    #[allow(clippy::type_complexity)]
+    #[inline(never)]
+    fn scan_journal_into(
+        dev: &mut Dev<F>,
+        best: &mut Entry,
+        buf: &mut [u8],
     ) -> Result<(bool, u32, Option<u32>, JournalInvalid), (u32, F::Error)> {
         let e = dev.l.geo.erase_size;
         let ws = dev.l.ws();
         // The newest valid entry so far: (its sequence number, block, position after it).
         let mut newest: Option<(u64, u32, u32)> = None;
         let mut invalid = JournalInvalid::default();
-        let mut buf = [0u8; MAX_ENTRY_LEN];
         for blk in 0..JOURNAL_BLOCKS {
             let mut pos = 0u32;
             // Inside bytes that do not validate: searching for the next valid entry.
@@ -532,6 +556,7 @@ impl<'a, F: Flash> Log<'a, F> {
         let mut stage = [0u8; JOURNAL_STAGE];
         let mut staged = 0usize;
         let mut addr = 0u32;
+        let mut failure = None;
         let emitted = emit(
             e as usize,
             seq,
@@ -544,7 +569,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 .iter()
                 .map(|c| (c.name.as_str(), c.committed.min(durable))),
             self.producers.iter().filter_map(|p| p.snapshot(durable)),
-            &mut |mut piece: &[u8]| -> Result<(), Io<F::Error>> {
+            &mut |mut piece: &[u8]| {
                 if target.is_none() {
                     let len = u32::from_le_bytes([piece[4], piece[5], piece[6], piece[7]]);
                     let padded = align_up(len, ws);
@@ -556,7 +581,10 @@ impl<'a, F: Flash> Log<'a, F> {
                             // failure on the way leaves that copy alone, and the next
                             // attempt erases the other again.
                             let other = 1 - jblock.min(1);
-                            dev.erase_verified(other, 1)?;
+                            if let Err(e) = dev.erase_verified(other, 1) {
+                                failure = Some(e);
+                                return false;
+                            }
                             (other, 0)
                         }
                     };
@@ -570,20 +598,28 @@ impl<'a, F: Flash> Log<'a, F> {
                     piece = &piece[n..];
                     if staged == JOURNAL_STAGE {
                         writing = true;
-                        dev.write_padded(addr, &stage).map_err(Io::Flash)?;
+                        if let Err(e) = dev.write_padded(addr, &stage) {
+                            failure = Some(Io::Flash(e));
+                            return false;
+                        }
                         addr += JOURNAL_STAGE as u32;
                         staged = 0;
                     }
                 }
-                Ok(())
+                true
             },
         );
-        let written = emitted.and_then(|_| {
-            writing = true;
-            dev.write_padded(addr, &stage[..staged])
-                .and_then(|()| dev.sync())
-                .map_err(Io::Flash)
-        });
+        let written = match (emitted, failure) {
+            (Some(_), _) => {
+                writing = true;
+                dev.write_padded(addr, &stage[..staged])
+                    .and_then(|()| dev.sync())
+                    .map_err(Io::Flash)
+            }
+            (None, Some(e)) => Err(e),
+            // The sink stops only with a failure.
+            (None, None) => Ok(()),
+        };
         let Some((block, pos, padded)) = target else {
             // The header is always emitted first: only its erase can have failed.
             return written;

@@ -287,7 +287,7 @@ impl<'a, F: Flash> Log<'a, F> {
         now_us: u64,
     ) -> Result<(RecoveryReport, Rest), MountError<F::Error>> {
         let mut entry = journal::Entry::empty();
-        let (opened, found) = Self::open(flash, mem.buffer.len(), mem.segments, &mut entry)?;
+        let (opened, found) = Self::open(flash, mem.buffer, mem.segments, &mut entry)?;
         slot.insert(Self::assemble(opened, cfg, mem, scratch, now_us))
             .recover(&entry, found)
     }
@@ -342,13 +342,14 @@ impl<'a, F: Flash> Log<'a, F> {
         Ok(report)
     }
 
-    /// The mount's first phases: checks the geometry and `buffer_len`, reads the journal
-    /// (its newest entry into `entry`), finds the log id and segment size, and reads one
+    /// The mount's first phases: checks the geometry and the RAM buffer's size, reads the
+    /// journal (through `buffer`, see [`Log::scan_journal`]; its newest entry into
+    /// `entry`), finds the log id and segment size, and reads one
     /// header per segment into `segments`.
     #[inline(never)]
     fn open(
         flash: F,
-        buffer_len: usize,
+        buffer: &mut [u8],
         segments: &mut [SegmentSlot],
         entry: &mut journal::Entry,
     ) -> Result<(Opened<F>, Found), MountError<F::Error>> {
@@ -356,9 +357,9 @@ impl<'a, F: Flash> Log<'a, F> {
         if !geo.is_valid() || geo.erase_size < MIN_ERASE_SIZE {
             return Err(MountError::Geometry);
         }
-        if buffer_len < MIN_BUFFER {
+        if buffer.len() < MIN_BUFFER {
             return Err(MountError::BufferTooSmall {
-                len: buffer_len,
+                len: buffer.len(),
                 min: MIN_BUFFER,
             });
         }
@@ -370,8 +371,9 @@ impl<'a, F: Flash> Log<'a, F> {
         };
 
         // 1. The journal.
-        let (journal_found, jblock, jpos, jinvalid) = Self::scan_journal(&mut dev, entry)
-            .map_err(|(block, error)| MountError::JournalUnreadable { block, error })?;
+        let (journal_found, jblock, jpos, jinvalid) =
+            Self::scan_journal(&mut dev, entry, buffer)
+                .map_err(|(block, error)| MountError::JournalUnreadable { block, error })?;
 
         // 2. Geometry and log id: from the journal, else from the first valid segment
         // header found at an erase block start where a segment of its own geometry begins

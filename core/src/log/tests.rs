@@ -98,7 +98,7 @@ fn newest_entry(sim: &mut SimFlash<Vec<u8>>) -> Option<u64> {
         failed: None,
     };
     let mut entry = super::journal::Entry::empty();
-    let (found, _, _, _) = Log::scan_journal(&mut dev, &mut entry).unwrap();
+    let (found, _, _, _) = Log::scan_journal(&mut dev, &mut entry, &mut []).unwrap();
     found.then_some(entry.seq)
 }
 
