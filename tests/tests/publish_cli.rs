@@ -805,6 +805,136 @@ fn a_port_that_is_not_a_spillway_listener_is_named_as_such() {
     }
 }
 
+/// Runs `spillway-bridge ARGS` for at most `limit`; `None` (and the process killed) if it
+/// was still running then.
+fn run_bridge_within(args: &[&str], limit: std::time::Duration) -> Option<std::process::Output> {
+    let mut child = std::process::Command::new(spillway_tests::bridge::bridge_bin())
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start spillway-bridge");
+    let started = std::time::Instant::now();
+    while started.elapsed() < limit {
+        if child
+            .try_wait()
+            .expect("wait for spillway-bridge")
+            .is_some()
+        {
+            return Some(child.wait_with_output().expect("spillway-bridge output"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// `drain` (with and without `--once`) and `publish` pointed at a port that is not a
+/// Spillway listener give up at once instead of retrying for `--retry-for` (5 minutes, or
+/// for ever without `--once`): they name the condition and exit 1 within a few seconds. In
+/// a drain of several gateways that one counts as not drained (exit 1) and the real
+/// gateway is drained to its end. A port where nothing listens is still retried.
+#[test]
+fn drain_and_publish_give_up_at_once_on_a_port_that_is_not_a_spillway_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lines, metrics) = (free_port(), free_port());
+    let (_g, gw) = gateway(
+        dir.path(),
+        &[
+            "--listen",
+            &format!("tcp://127.0.0.1:{lines}?mode=lines&topic=t"),
+            "--metrics",
+            &format!("127.0.0.1:{metrics}"),
+        ],
+    );
+    let out = run_bridge(&[
+        "publish",
+        "--gateway",
+        &gw,
+        "--topic",
+        "t",
+        "-m",
+        "a",
+        "-m",
+        "b",
+        "-m",
+        "c",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let limit = std::time::Duration::from_secs(8);
+    let not_spillway = |out: &std::process::Output, what: &str| {
+        let err = stderr(out);
+        assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+        assert!(
+            err.contains("does not speak the Spillway protocol"),
+            "{what}: {err}"
+        );
+        assert!(err.contains("not a Spillway listener"), "{what}: {err}");
+        assert!(!err.contains("retrying"), "{what}: {err}");
+    };
+    let state = dir.path().join("s.redb").display().to_string();
+    for (port, once) in [(lines, true), (metrics, false)] {
+        let sink = format!("file:{}", dir.path().join(format!("o{port}")).display());
+        let bad = format!("127.0.0.1:{port}");
+        let mut args = drain_args(&bad, &sink, &state);
+        if once {
+            args.push("--once");
+        }
+        let out = run_bridge_within(&args, limit)
+            .unwrap_or_else(|| panic!("drain {args:?} still running after {limit:?}"));
+        not_spillway(&out, &format!("drain once={once}"));
+    }
+    // Several gateways: the real one is drained, the line-mode port is not.
+    let fleet_out = dir.path().join("fleet");
+    let sink = format!("file:{}", fleet_out.display());
+    let bad = format!("127.0.0.1:{lines}");
+    let mut args = drain_args(&gw, &sink, &state);
+    args.extend(["--gateway", &bad, "--once"]);
+    let out = run_bridge_within(&args, limit).expect("fleet drain still running");
+    not_spillway(&out, "fleet drain");
+    let drained: usize = spillway_tests::bridge::sink_files(&fleet_out)
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap().lines().count())
+        .sum();
+    assert_eq!(drained, 3, "{}", stderr(&out));
+    // publish: at once, whatever --retry-for says.
+    for port in [lines, metrics] {
+        let bad = format!("127.0.0.1:{port}");
+        let args = [
+            "publish",
+            "--gateway",
+            &bad,
+            "--topic",
+            "t",
+            "--retry-for",
+            "1m",
+            "-m",
+            "hi",
+        ];
+        let out = run_bridge_within(&args, limit).expect("publish still running");
+        not_spillway(&out, &format!("publish to {port}"));
+    }
+    // A port where nothing listens is retried, as before.
+    let closed = format!("127.0.0.1:{}", free_port());
+    let args = [
+        "publish",
+        "--gateway",
+        &closed,
+        "--topic",
+        "t",
+        "--retry-for",
+        "1s",
+        "-m",
+        "hi",
+    ];
+    let out = run_bridge_within(&args, limit).expect("publish still running");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("retrying"), "{}", stderr(&out));
+}
+
 /// `tail --from TIME` and `drain --from TIME` start at the first offset, in offset order,
 /// whose record is stamped at or after the time, found by the gateway (more than one
 /// `FindOffset` step here: over 64 KiB of older records come first). Stamps set with

@@ -88,6 +88,13 @@ pub enum ClientError {
     /// The gateway sent something that does not decode or does not fit the protocol.
     #[error("protocol violation: {0}")]
     Protocol(String),
+    /// The peer took the connection but answered the `Hello` with no `Welcome`: it closed
+    /// the connection (an MQTT, metrics or `tls://` port) or stayed silent for
+    /// [`WELCOME_TIMEOUT`] (a line-mode or metrics port, or a stalled gateway). Set only by
+    /// [`Client::connect`] on TCP, TLS and Unix connections; the string says which and
+    /// why.
+    #[error("not a Spillway listener: {0}")]
+    NotSpillway(String),
     /// The gateway speaks a protocol version older than the one a request needs.
     #[error(
         "{what} needs protocol version {needed}, and the gateway speaks version {spoken}: upgrade the gateway"
@@ -291,12 +298,12 @@ impl Client {
                 if matches!(&e, ClientError::Closed)
                     || matches!(&e, ClientError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionReset) =>
             {
-                Err(ClientError::Protocol(
-                    "the peer closed the connection before a Welcome: not a Spillway listener (a tls:// port? connect with tls://HOST:PORT and --tls-ca; or an MQTT or metrics port)".into(),
+                Err(ClientError::NotSpillway(
+                    "the peer closed the connection before a Welcome (a tls:// port? connect with tls://HOST:PORT and --tls-ca; or an MQTT or metrics port)".into(),
                 ))
             }
             (Err(ClientError::Timeout(t)), a) if !matches!(a, GatewayAddr::Serial { .. }) => {
-                Err(ClientError::Protocol(format!(
+                Err(ClientError::NotSpillway(format!(
                     "no Welcome within {t:?}: the peer does not speak the Spillway protocol (a line-mode, MQTT or metrics port?), or the gateway is stalled"
                 )))
             }

@@ -91,7 +91,9 @@ pub(super) enum NoConnection {
 }
 
 /// Connects, retrying with backoff until connected, `stop`, or (with `give_up` set) once
-/// that long has passed since `since` without a connection.
+/// that long has passed since `since` without a connection. With `first` (no `Welcome`
+/// from this gateway yet in this run), a peer that is not a Spillway listener
+/// ([`ClientError::NotSpillway`]) ends the drain at once ([`DrainError::NotSpillway`]).
 pub(super) async fn connect_retry(
     addr: &GatewayAddr,
     reply_timeout: Duration,
@@ -99,6 +101,7 @@ pub(super) async fn connect_retry(
     stop: &Shutdown,
     metrics: &Metrics,
     give_up: Option<(Instant, Duration)>,
+    first: bool,
 ) -> Result<Client, NoConnection> {
     loop {
         if stop.is_set() {
@@ -108,6 +111,13 @@ pub(super) async fn connect_retry(
             Ok(c) => {
                 backoff.reset();
                 return Ok(c);
+            }
+            Err(e @ ClientError::NotSpillway(_)) if first => {
+                metrics.gateway_errors.inc();
+                return Err(NoConnection::GaveUp(DrainError::NotSpillway {
+                    gateway: addr.to_string(),
+                    source: e,
+                }));
             }
             Err(e) => {
                 metrics.gateway_errors.inc();
@@ -328,6 +338,7 @@ async fn reconnect(ctx: &mut FetcherCtx, e: ClientError) -> Option<Client> {
         &ctx.stop,
         &ctx.metrics,
         ctx.give_up_after.map(|b| (since, b)),
+        false,
     )
     .await
     {

@@ -303,6 +303,20 @@ pub enum DrainError {
         /// The last failure.
         last_error: String,
     },
+    /// The gateway's address is not a Spillway listener: at the drain's first connection
+    /// the peer closed it or sent no `Welcome` within [`crate::client::WELCOME_TIMEOUT`]
+    /// ([`ClientError::NotSpillway`]); exit code 1, not retried, with or without `--once`.
+    /// A gateway that answered once in this run and later does not is taken for a stalled
+    /// or restarting gateway and retried.
+    #[error(
+        "gateway {gateway}: {source}; giving up at once: point --gateway at the gateway's Spillway listener (its tcp://, tls:// or unix:// --listen without ?mode=lines), not a line-mode, MQTT or metrics port"
+    )]
+    NotSpillway {
+        /// The gateway.
+        gateway: String,
+        /// What the connection did.
+        source: ClientError,
+    },
     /// With `--once`: the sink could not be reached (e.g. a Kafka broker whose TLS
     /// certificate does not verify) for the whole retry budget without progress (exit code
     /// 1). Nothing was delivered or committed past the checkpoint.
@@ -503,6 +517,9 @@ impl Drain {
         // `--once`: when the drain last made progress (connected and resumed).
         let mut progress_at = Instant::now();
         let budget = self.cfg.retry_budget();
+        // A Welcome came from the gateway in this run: from then on, a peer that does not
+        // answer the handshake is a stalled or restarting gateway, retried.
+        let mut welcomed = false;
         let res = loop {
             let mut conn = match connect_retry(
                 &self.cfg.gateway,
@@ -511,10 +528,14 @@ impl Drain {
                 &self.stop,
                 &self.metrics,
                 budget.map(|b| (progress_at, b)),
+                !welcomed,
             )
             .await
             {
-                Ok(c) => c,
+                Ok(c) => {
+                    welcomed = true;
+                    c
+                }
                 Err(NoConnection::Stopped) => break Ok(()),
                 Err(NoConnection::GaveUp(e)) => break Err(e),
             };

@@ -180,6 +180,9 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         (sum, exit::FAILURE)
     };
     let mut conn: Option<Client> = None;
+    // A Welcome came from the gateway: from then on a peer that does not answer the
+    // handshake is a stalled or restarting gateway, retried.
+    let mut welcomed = false;
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     let mut last_progress = Instant::now();
     // Whether anything was tried since the last progress: `--retry-for` gives up only after
@@ -216,8 +219,10 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
             );
         }
         tried = true;
-        let Some(c) = connection(&mut conn, &args, &mut backoff, &stop).await else {
-            continue;
+        let c = match connection(&mut conn, &mut welcomed, &args, &mut backoff, &stop).await {
+            Connection::Ready(c) => c,
+            Connection::Retry => continue,
+            Connection::NotSpillway(why) => return stopped(sum, &file_starts, 1, &why),
         };
         if c.welcome().protocol_version < 3 {
             log::warn!(
@@ -400,8 +405,10 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
             return stopped(sum, &file_starts, first, &why);
         }
         tried = true;
-        let Some(c) = connection(&mut conn, &args, &mut backoff, &stop).await else {
-            continue;
+        let c = match connection(&mut conn, &mut welcomed, &args, &mut backoff, &stop).await {
+            Connection::Ready(c) => c,
+            Connection::Retry => continue,
+            Connection::NotSpillway(why) => return stopped(sum, &file_starts, first, &why),
         };
         let batch: Vec<(Option<Producer>, Option<u64>, &[u8])> = pending
             .iter()
@@ -582,26 +589,52 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
     (sum, code)
 }
 
-/// `publish`'s connection: the open one, or a new one to `args.gateway`; `None` after a
-/// failed connect, once the backoff's next delay has passed (or `stop` was triggered).
+/// `publish`'s connection: the open one, or a new one to `args.gateway`.
+/// [`Connection::Retry`] after a failed connect, once the backoff's next delay has passed
+/// (or `stop` was triggered); [`Connection::NotSpillway`] when no `Welcome` came from the
+/// gateway yet (`*welcomed` false) and the peer is not a Spillway listener: that is not
+/// retried. `*welcomed` is set by the first connection made.
 async fn connection<'a>(
     conn: &'a mut Option<Client>,
+    welcomed: &mut bool,
     args: &PublishArgs,
     backoff: &mut Backoff,
     stop: &Shutdown,
-) -> Option<&'a mut Client> {
+) -> Connection<'a> {
     if conn.is_none() {
         match Client::connect(&args.gateway, CLIENT_NAME, args.reply_timeout).await {
-            Ok(c) => *conn = Some(c),
+            Ok(c) => {
+                *welcomed = true;
+                *conn = Some(c);
+            }
+            Err(e @ ClientError::NotSpillway(_)) if !*welcomed => {
+                return Connection::NotSpillway(format!(
+                    "gateway {}: {e}; not retried: point --gateway at the gateway's Spillway listener (its tcp://, tls:// or unix:// --listen without ?mode=lines), not a line-mode, MQTT or metrics port",
+                    args.gateway
+                ));
+            }
             Err(e) => {
                 let d = backoff.next_delay();
                 log::warn!("gateway {}: {e}; retrying in {d:.1?}", args.gateway);
                 sleep_or_stop(d, stop).await;
-                return None;
+                return Connection::Retry;
             }
         }
     }
-    conn.as_mut()
+    match conn.as_mut() {
+        Some(c) => Connection::Ready(c),
+        None => Connection::Retry,
+    }
+}
+
+/// What [`connection`] found.
+enum Connection<'a> {
+    /// Connected.
+    Ready(&'a mut Client),
+    /// Not connected this time; try again (the retry budget permitting).
+    Retry,
+    /// The address is not a Spillway listener: stop, with this message.
+    NotSpillway(String),
 }
 
 /// Sleeps `d` or until `stop` is triggered.
