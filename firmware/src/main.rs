@@ -13,6 +13,17 @@ use app::config::{Cli, Command, RunArgs};
 
 fn main() {
     let cli = Cli::parse();
+    // The config file is read once, here: `log_level` and the settings both take it, and a
+    // pipe (`--config <(…)`) reads empty the second time. One that cannot be read is
+    // reported by the settings.
+    let config = match &cli.command {
+        Some(Command::Run(args)) => args.config.as_deref(),
+        Some(Command::Validate { config }) => Some(config.as_path()),
+        _ => None,
+    };
+    if let Some(path) = config {
+        let _ = spillway_core::cli::layer::load(path);
+    }
     // `--log-level` (or the config file's `log-level`), overridden by RUST_LOG when set.
     let level = match &cli.command {
         Some(Command::Run(args)) => app::config::log_level(args),

@@ -92,6 +92,11 @@ fn main() {
     logger.format_timestamp_millis().init();
 
     let file = cli.config.as_deref();
+    // Read once, here: the security settings and the subcommand's both come from it, and
+    // a pipe (`--config <(…)`) reads empty the second time.
+    if let Some(path) = file {
+        spillway_core::cli::layer::load(path).unwrap_or_else(|e| usage(e));
+    }
     let sec = layered(file, &cli.security);
     let files = spillway_bridge::security::SecurityFiles {
         tls_ca: sec.tls_ca,

@@ -618,3 +618,91 @@ fn listener_and_image_mistakes_name_the_fix() {
         "{out}"
     );
 }
+
+/// Runs `BIN ARGS` with `stdin_text` on its standard input; (exit code, stdout, stderr).
+fn run_with_stdin(bin: &Path, args: &[&str], stdin_text: &str) -> (i32, String, String) {
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the binary");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin_text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A config file that can be read only once (a pipe: `--config <(printf …)`, here
+/// `/dev/stdin`) is read once and used, by both binaries: `validate` names an unknown key
+/// in it, `run` takes its image and listener, and the bridge's `status` its gateway (they
+/// read it twice before and met an empty file the second time: defaults, or "ok").
+#[test]
+fn a_config_file_read_from_a_pipe_is_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = run_with_stdin(
+        &spillway_bin(),
+        &["validate", "--config", "/dev/stdin"],
+        "frobnicate = 1\n",
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("key `frobnicate`"), "{err}");
+    let img = dir.path().join("pipe.img");
+    let port = free_port();
+    let config = format!(
+        "image = \"{}\"\nsize = \"1M\"\nlisten = [\"tcp://127.0.0.1:{port}\"]\ngateway-id = \"piped\"\n",
+        img.display()
+    );
+    let (code, out, err) = run_with_stdin(
+        &spillway_bin(),
+        &["validate", "--config", "/dev/stdin"],
+        &config,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("image {} will be created", img.display())),
+        "{out}"
+    );
+    let mut child = Command::new(spillway_bin())
+        .args(["run", "--config", "/dev/stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(config.as_bytes())
+        .unwrap();
+    let mut gw = ChildProcess::new(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(gw.try_wait().is_none(), "spillway run exited");
+        assert!(Instant::now() < deadline, "the gateway never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        img.exists(),
+        "the image of the piped config was not created"
+    );
+    let (code, out, err) = run_with_stdin(
+        &spillway_tests::bridge::bridge_bin(),
+        &["--config", "/dev/stdin", "status", "--json"],
+        &format!("gateway = \"127.0.0.1:{port}\"\n"),
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["gateway_id"], "piped", "{out}");
+    gw.kill();
+}

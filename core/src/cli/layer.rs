@@ -61,9 +61,49 @@ pub fn parse_file<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, Con
     })
 }
 
+/// The texts of the config files read by [`load`], by path.
+static LOADED: std::sync::Mutex<std::vec::Vec<(PathBuf, std::sync::Arc<str>)>> =
+    std::sync::Mutex::new(std::vec::Vec::new());
+
+/// Reads config file `path` now and keeps its text for every later [`layered`] call with
+/// that path in this process, so that the file is read once however many settings are
+/// taken from it: a file that can be read only once (a pipe such as the shell's
+/// `<(printf …)`, `/dev/stdin`) then gives every caller its text instead of an empty one to
+/// all but the first. A binary calls it at start with its `--config` path. A file that
+/// cannot be read is not kept (the later [`layered`] call reads it and reports why).
+///
+/// # Errors
+/// [`ConfigError::Read`]: the file cannot be read (path and OS reason).
+pub fn load(path: &Path) -> Result<(), ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    loaded.retain(|(p, _)| p != path);
+    loaded.push((path.to_path_buf(), text.into()));
+    Ok(())
+}
+
+/// The text of config file `path`: the one [`load`] kept, else read now.
+fn text_of(path: &Path) -> Result<std::sync::Arc<str>, ConfigError> {
+    let loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, text)) = loaded.iter().find(|(p, _)| p == path) {
+        return Ok(text.clone());
+    }
+    drop(loaded);
+    std::fs::read_to_string(path)
+        .map(Into::into)
+        .map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
 /// The settings of config file `file` (if any) with the flags of `flags` over them: every
 /// key that `flags` serializes (leave the flags that were not given out, e.g. with
-/// `skip_serializing_if`) replaces the file's. Without a file, the flags alone.
+/// `skip_serializing_if`) replaces the file's. Without a file, the flags alone. The file's
+/// text is the one [`load`] kept for its path, else it is read now.
 ///
 /// # Errors
 /// The file cannot be read or parsed ([`ConfigError::Read`], [`ConfigError::Parse`]).
@@ -75,10 +115,7 @@ where
     let merge = |e: &dyn std::fmt::Display| ConfigError::Merge(e.to_string());
     let mut table = match file {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            })?;
+            let text = text_of(path)?;
             let from_file: T = parse_file(path, &text)?;
             toml::Table::try_from(&from_file).map_err(|e| merge(&e))?
         }
