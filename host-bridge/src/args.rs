@@ -161,14 +161,15 @@ pub(crate) struct DrainArgs {
     #[arg(long)]
     pub(crate) consumer: Option<String>,
     /// Where to start when the state file has no checkpoint for this gateway: earliest,
-    /// latest, an offset, or an RFC 3339 time (`2026-11-30T12:00:00Z`): the first record, in
+    /// latest, an offset, -N: the last N offsets (`--from -10`, `--from=-10`, as tail
+    /// takes it), or an RFC 3339 time (`2026-11-30T12:00:00Z`): the first record, in
     /// offset order, stamped at or after it, looked up by the gateway (protocol version 4;
     /// an older gateway exits 2). Without it: the gateway's committed offset for --consumer when
     /// it has one other than the log's first offset (a deleted state file or a renamed
     /// gateway id resumes there, with a warning: the previous record's CRC cannot be
     /// checked; one below the first offset makes the records dropped since a gap), else
     /// earliest
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub(crate) from: Option<String>,
     /// Drain up to the gateway's next offset as read at start, then exit 0.
     #[arg(long)]

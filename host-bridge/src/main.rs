@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Serialize;
 use spillway_bridge::client::GatewayAddr;
-use spillway_bridge::commands::{self, PublishArgs, TailArgs, TailFrom};
+use spillway_bridge::commands::{self, PublishArgs, TailArgs};
 use spillway_bridge::config::FileConfig;
 use spillway_bridge::drain::{
     Drain, DrainConfig, Fleet, Shutdown, StartFrom, Uplink, fleet_exit_code, identify,
@@ -161,8 +161,8 @@ fn main() {
         Cmd::Tail(a) => {
             let cfg = layered(file, &a);
             let from = match cfg.from.as_deref() {
-                Some(f) => f.parse::<TailFrom>().unwrap_or_else(|e| usage(e)),
-                None => TailFrom::Start(StartFrom::Earliest),
+                Some(f) => f.parse::<StartFrom>().unwrap_or_else(|e| usage(e)),
+                None => StartFrom::Earliest,
             };
             for f in &a.topic {
                 if f.is_empty() || f.split('/').any(|l| l.len() > 1 && l.contains(['+', '#'])) {

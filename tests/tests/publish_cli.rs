@@ -210,6 +210,48 @@ fn tail_from_the_end_with_count_template_and_topic_filters() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let out = run_bridge(&["tail", "--gateway", &gw, "--topic", "a/b#"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    // drain takes -N as tail does: the last N offsets, in both spellings; -N beyond the
+    // start of the log starts at its first offset.
+    for (from, want) in [("-2", 2), ("=-1", 1), ("-99", 4)] {
+        let sink = dir.path().join(format!("sink{from}"));
+        let sink_uri = format!("file:{}", sink.display());
+        let state = dir.path().join(format!("s{from}.redb"));
+        let state = state.to_str().unwrap();
+        let mut args = drain_args(&gw, &sink_uri, state);
+        let joined = format!("--from{from}");
+        match from.strip_prefix('=') {
+            Some(_) => args.push(&joined),
+            None => args.extend(["--from", from]),
+        }
+        args.push("--once");
+        let out = run_bridge(&args);
+        assert!(out.status.success(), "{from}: {}", stderr(&out));
+        let offsets: Vec<u64> = spillway_tests::bridge::sink_files(&sink)
+            .iter()
+            .flat_map(|f| {
+                std::fs::read_to_string(f)
+                    .unwrap()
+                    .lines()
+                    .map(|l| {
+                        serde_json::from_str::<serde_json::Value>(l).unwrap()["offset"]
+                            .as_u64()
+                            .unwrap()
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let mut offsets = offsets;
+        offsets.sort();
+        assert_eq!(offsets, (4 - want..4).collect::<Vec<u64>>(), "{from}");
+    }
+    let out = run_bridge(
+        &drain_args(&gw, "file:x", "x.redb")
+            .into_iter()
+            .chain(["--from", "-x", "--once"])
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("-N"), "{}", stderr(&out));
 }
 
 /// SIGTERM or SIGINT stops a publish with its summary (what was acknowledged, the

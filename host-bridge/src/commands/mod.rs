@@ -9,6 +9,6 @@ mod tail;
 pub use consumers::{Delete, consumers};
 pub use publish::{PUBLISH_INPUT_QUEUE, PUBLISH_WINDOW, PublishArgs, PublishSummary, publish};
 pub use status::status;
-pub use tail::{TailArgs, TailFormat, TailFrom, Token, tail, topic_matches};
+pub use tail::{TailArgs, TailFormat, Token, tail, topic_matches};
 
 const CLIENT_NAME: &str = concat!("spillway-bridge/", env!("CARGO_PKG_VERSION"));

@@ -102,43 +102,6 @@ impl TailFormat {
     }
 }
 
-/// Where `tail` starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TailFrom {
-    /// Earliest, latest or an offset.
-    Start(StartFrom),
-    /// This many offsets before the gateway's next offset (`--from -10`), not before its
-    /// first retained one.
-    BeforeEnd(u64),
-}
-
-impl std::fmt::Display for TailFrom {
-    /// The form given to `--from`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TailFrom::Start(s) => s.fmt(f),
-            TailFrom::BeforeEnd(n) => write!(f, "-{n}"),
-        }
-    }
-}
-
-impl std::str::FromStr for TailFrom {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.strip_prefix('-') {
-            Some(n) => n
-                .parse()
-                .map(TailFrom::BeforeEnd)
-                .map_err(|_| {
-                    format!(
-                        "--from {s:?}: expected earliest, latest, an offset, -N or an RFC 3339 time such as 2026-11-30T12:00:00Z"
-                    )
-                }),
-            None => s.parse().map(TailFrom::Start),
-        }
-    }
-}
-
 /// Whether `topic` matches the MQTT-style `filter`: levels split at `/`, `+` matches one
 /// whole level, `#` as the last level matches the rest (none included: `a/#` matches `a`).
 pub fn topic_matches(filter: &str, topic: &str) -> bool {
@@ -161,7 +124,7 @@ pub struct TailArgs {
     /// Gateway.
     pub gateway: GatewayAddr,
     /// Start.
-    pub from: TailFrom,
+    pub from: StartFrom,
     /// Keep following new records.
     pub follow: bool,
     /// Output format.
@@ -215,7 +178,7 @@ pub async fn tail(args: TailArgs, out: &mut dyn Write) -> i32 {
                 let s = c.stats().await?;
                 // An offset not written yet is refused the same way with and without
                 // --follow (the log's next offset is where new records go).
-                if let TailFrom::Start(StartFrom::Offset(o)) = args.from
+                if let StartFrom::Offset(o) = args.from
                     && o > s.next_offset
                 {
                     log::error!(
@@ -226,11 +189,11 @@ pub async fn tail(args: TailArgs, out: &mut dyn Write) -> i32 {
                     return Ok(false);
                 }
                 cursor = Some(match args.from {
-                    TailFrom::Start(StartFrom::Time(t)) => c.find_offset(t).await?,
-                    TailFrom::Start(StartFrom::Earliest) => s.first_offset,
-                    TailFrom::Start(StartFrom::Latest) => s.next_offset,
-                    TailFrom::Start(StartFrom::Offset(o)) => o,
-                    TailFrom::BeforeEnd(n) => s.next_offset.saturating_sub(n).max(s.first_offset),
+                    StartFrom::Time(t) => c.find_offset(t).await?,
+                    StartFrom::Earliest => s.first_offset,
+                    StartFrom::Latest => s.next_offset,
+                    StartFrom::Offset(o) => o,
+                    StartFrom::BeforeEnd(n) => s.next_offset.saturating_sub(n).max(s.first_offset),
                 });
                 if !args.follow {
                     end = Some(s.next_offset);
@@ -373,18 +336,15 @@ mod tests {
         );
         assert!(TailFormat::parse("%x").is_err());
         assert_eq!(TailFormat::parse("raw").unwrap(), TailFormat::Raw);
-        assert_eq!("-10".parse::<TailFrom>(), Ok(TailFrom::BeforeEnd(10)));
+        assert_eq!("-10".parse::<StartFrom>(), Ok(StartFrom::BeforeEnd(10)));
+        assert_eq!("7".parse::<StartFrom>(), Ok(StartFrom::Offset(7)));
+        assert!("-x".parse::<StartFrom>().is_err());
         assert_eq!(
-            "7".parse::<TailFrom>(),
-            Ok(TailFrom::Start(StartFrom::Offset(7)))
+            "2026-11-30T12:00:00Z".parse::<StartFrom>(),
+            Ok(StartFrom::Time(1_796_040_000_000_000))
         );
-        assert!("-x".parse::<TailFrom>().is_err());
-        assert_eq!(
-            "2026-11-30T12:00:00Z".parse::<TailFrom>(),
-            Ok(TailFrom::Start(StartFrom::Time(1_796_040_000_000_000)))
-        );
-        assert_eq!(TailFrom::BeforeEnd(10).to_string(), "-10");
-        let e = "yesterday".parse::<TailFrom>().unwrap_err();
+        assert_eq!(StartFrom::BeforeEnd(10).to_string(), "-10");
+        let e = "yesterday".parse::<StartFrom>().unwrap_err();
         assert!(e.contains("RFC 3339"), "{e}");
     }
 }

@@ -61,6 +61,9 @@ pub enum StartFrom {
     Latest,
     /// This offset.
     Offset(u64),
+    /// This many offsets before the gateway's next offset (`--from -10`: the last 10), not
+    /// before its first retained one.
+    BeforeEnd(u64),
     /// The first offset, in offset order, whose record is stamped at or after this time
     /// (µs since the Unix epoch), found by the gateway (protocol version 4, see
     /// `Client::find_offset`); the next offset if no record is.
@@ -69,20 +72,23 @@ pub enum StartFrom {
 
 impl std::str::FromStr for StartFrom {
     type Err = String;
-    /// `earliest`, `latest`, an offset (decimal digits) or an RFC 3339 time
-    /// (`2026-11-30T12:00:00Z`, `2026-11-30T13:00:00.5+01:00`).
+    /// `earliest`, `latest`, an offset (decimal digits), `-N` (N offsets before the end)
+    /// or an RFC 3339 time (`2026-11-30T12:00:00Z`, `2026-11-30T13:00:00.5+01:00`); the
+    /// one parser of `--from` for `tail` and `drain`.
     fn from_str(s: &str) -> Result<Self, String> {
+        let digits = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+        let too_big = || format!("--from {s:?}: the offset does not fit in 64 bits");
         match s {
             "earliest" => Ok(StartFrom::Earliest),
             "latest" => Ok(StartFrom::Latest),
-            n if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
-                n.parse().map(StartFrom::Offset).map_err(|_| {
-                    format!("bad start position {s:?}: the offset does not fit in 64 bits")
-                })
-            }
+            n if digits(n) => n.parse().map(StartFrom::Offset).map_err(|_| too_big()),
+            n if n.strip_prefix('-').is_some_and(digits) => n[1..]
+                .parse()
+                .map(StartFrom::BeforeEnd)
+                .map_err(|_| too_big()),
             t => parse_rfc3339_us(t).map(StartFrom::Time).map_err(|why| {
                 format!(
-                    "bad start position {s:?}: expected earliest, latest, an offset or an RFC 3339 time such as 2026-11-30T12:00:00Z ({why})"
+                    "--from {s:?}: expected earliest, latest, an offset, -N (the last N offsets) or an RFC 3339 time such as 2026-11-30T12:00:00Z ({why})"
                 )
             }),
         }
@@ -96,6 +102,7 @@ impl std::fmt::Display for StartFrom {
             StartFrom::Earliest => f.write_str("earliest"),
             StartFrom::Latest => f.write_str("latest"),
             StartFrom::Offset(o) => write!(f, "{o}"),
+            StartFrom::BeforeEnd(n) => write!(f, "-{n}"),
             StartFrom::Time(us) => f.write_str(&format_rfc3339_us(us)),
         }
     }
@@ -669,7 +676,10 @@ mod tests {
         assert_eq!("earliest".parse::<StartFrom>(), Ok(StartFrom::Earliest));
         assert_eq!("latest".parse::<StartFrom>(), Ok(StartFrom::Latest));
         assert_eq!("42".parse::<StartFrom>(), Ok(StartFrom::Offset(42)));
-        assert!("-1".parse::<StartFrom>().is_err());
+        assert_eq!("-10".parse::<StartFrom>(), Ok(StartFrom::BeforeEnd(10)));
+        assert_eq!(StartFrom::BeforeEnd(10).to_string(), "-10");
+        assert!("-x".parse::<StartFrom>().is_err());
+        assert!("-".parse::<StartFrom>().is_err());
         // RFC 3339, with a zone or an offset and fractions; the Display form reads back.
         let noon = 1_796_040_000_000_000; // 2026-11-30T12:00:00Z
         for s in [

@@ -177,6 +177,9 @@ impl Drain {
                     ))));
                 }
                 Some(StartFrom::Offset(o)) => o,
+                Some(StartFrom::BeforeEnd(n)) => {
+                    stats.next_offset.saturating_sub(n).max(stats.first_offset)
+                }
                 Some(StartFrom::Time(t)) => match conn.find_offset(t).await {
                     Ok(o) => {
                         log::info!(
@@ -215,9 +218,12 @@ impl Drain {
         if let Some(from) = self.cfg.from.take() {
             let asked = match from {
                 StartFrom::Offset(o) => Some(o),
-                StartFrom::Earliest | StartFrom::Latest => {
+                StartFrom::Earliest | StartFrom::Latest | StartFrom::BeforeEnd(_) => {
                     conn.stats().await.ok().map(|s| match from {
                         StartFrom::Earliest => s.first_offset,
+                        StartFrom::BeforeEnd(n) => {
+                            s.next_offset.saturating_sub(n).max(s.first_offset)
+                        }
                         _ => s.next_offset,
                     })
                 }
