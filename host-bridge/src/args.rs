@@ -2,12 +2,17 @@
 //! exit codes `--help` lists. A module of the binary, not of the library.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 use spillway_bridge::commands::TailFormat;
-use spillway_core::cli::units::{ByteSize, DurationValue, parse_duration};
+use spillway_bridge::config::AckSetting;
+use spillway_core::cli::units::{ByteSize, DurationValue};
+
+/// `--format`, checked as `tail` reads it and kept as given (it is also a config key).
+fn check_format(s: &str) -> Result<String, String> {
+    TailFormat::parse(s).map(|_| s.to_string())
+}
 
 pub(crate) const EXIT_CODES: &str = "\
 Exit codes:
@@ -178,10 +183,10 @@ pub(crate) struct DrainArgs {
     /// How long to keep retrying a gateway (or, at start, a Kafka broker) that cannot be reached, without progress,
     /// before exiting 1 naming it: seconds (30, 0.5) or with a unit (500ms, 5s, 2m, 1h), as
     /// publish takes it. Default: 5m with --once; without --once the drain retries for
-    /// ever unless this is given. With several gateways it applies to each.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
-    #[serde(skip)]
-    pub(crate) retry_for: Option<Duration>,
+    /// ever unless this is given. With several gateways it applies to each. A gateway
+    /// address that is not a Spillway listener is not retried.
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) retry_for: Option<DurationValue>,
     /// When the resume check fails, start over from the new log's first offset (recorded
     /// in the state file) instead of exiting with code 3.
     #[arg(long)]
@@ -256,43 +261,35 @@ pub(crate) struct DrainArgs {
     pub(crate) kafka_property: Vec<String>,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub(crate) enum AckArg {
-    None,
-    Buffered,
-    Durable,
-}
-
 #[derive(Args, Debug, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) struct PublishCli {
     /// Gateway URI; HOST:PORT is tcp://HOST:PORT [default: tcp://127.0.0.1:7878]
     #[arg(long)]
     pub(crate) gateway: Option<String>,
-    /// Topic of every record.
+    /// Topic of every record (required, here or as the config file's `topic`).
     #[arg(long)]
-    #[serde(skip)]
-    pub(crate) topic: String,
-    /// Acknowledgement level.
-    #[arg(long, value_enum, default_value = "durable")]
-    #[serde(skip)]
-    pub(crate) ack: AckArg,
-    /// Idempotent producer id (resends are deduplicated); random by default. Each run opens
-    /// a new producer session of the id (printed at start and in the summary), so a rerun's
-    /// lines are never taken for duplicates of an earlier run's.
-    #[arg(long, value_name = "ID")]
-    #[serde(skip)]
+    pub(crate) topic: Option<String>,
+    /// Acknowledgement level [default: durable]
+    #[arg(long, value_enum)]
+    pub(crate) ack: Option<AckSetting>,
+    /// Idempotent producer id, a number (u64, 0 to 18446744073709551615): resends are
+    /// deduplicated; random by default. Each run opens a new producer session of the id
+    /// (printed at start and in the summary), so a rerun's lines are never taken for
+    /// duplicates of an earlier run's.
+    #[arg(long, value_name = "NUMBER")]
     pub(crate) producer_id: Option<u64>,
     /// Continue the producer id's last session instead of opening a new one: skip the input
-    /// lines the gateway already stored (rerun the same input after an interrupt).
-    #[arg(long, requires = "producer_id")]
+    /// lines the gateway already stored (rerun the same input after an interrupt); needs
+    /// --producer-id (or the config file's `producer-id`).
+    #[arg(long)]
     #[serde(skip)]
     pub(crate) resume: bool,
     /// How long to keep reconnecting and resending without progress: seconds (30, 0.5)
-    /// or with a unit (500ms, 5s, 2m).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    #[serde(skip)]
-    pub(crate) retry_for: Duration,
+    /// or with a unit (500ms, 5s, 2m); a gateway address that is not a Spillway listener
+    /// is not retried [default: 5s]
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) retry_for: Option<DurationValue>,
     /// One record with this payload, as given (newlines included), instead of reading
     /// input lines; repeatable, the records in the order given.
     #[arg(
@@ -308,7 +305,6 @@ pub(crate) struct PublishCli {
     /// record without a usable field (warned about, at most once every 10 s) and every
     /// record without this flag is stamped by the gateway.
     #[arg(long, value_name = "NAME")]
-    #[serde(skip)]
     pub(crate) timestamp_field: Option<String>,
     /// Input files, read one after the other as one input, or - for stdin (the default).
     /// Streamed: each line is sent as soon as it is read (`tail -F app.log |
@@ -335,23 +331,22 @@ pub(crate) struct TailCli {
     pub(crate) from: Option<String>,
     /// Keep printing new records; without it, stop at the next offset seen at start.
     #[arg(long)]
-    #[serde(skip)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) follow: bool,
     /// Print at most N records, then exit 0.
     #[arg(long, value_name = "N")]
-    #[serde(skip)]
     pub(crate) count: Option<u64>,
     /// Print only records whose topic matches this MQTT-style filter (`+` one level, `#`
-    /// the rest); repeatable, a record matching any is printed.
+    /// the rest); repeatable, a record matching any is printed. Flag only: the config
+    /// file's `topic` key is publish's topic, which must not filter tail.
     #[arg(long, value_name = "FILTER")]
     #[serde(skip)]
     pub(crate) topic: Vec<String>,
     /// json: the file sink's keys, one object per line; raw: the payload and a newline; or a
     /// template with kcat's tokens: %t topic, %o offset, %T timestamp (ms since the epoch),
-    /// %s payload, %% and the escapes \n and \t (`--format '%t %o %s\n'`).
-    #[arg(long, default_value = "json", value_parser = TailFormat::parse)]
-    #[serde(skip)]
-    pub(crate) format: TailFormat,
+    /// %s payload, %% and the escapes \n and \t (`--format '%t %o %s\n'`) [default: json]
+    #[arg(long, value_parser = check_format)]
+    pub(crate) format: Option<String>,
 }
 
 #[derive(Args, Debug, Serialize)]

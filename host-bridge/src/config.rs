@@ -10,8 +10,16 @@
 //! state = "./spillway-bridge.redb"     # drain, status
 //! sink = "file:./spillway-out"         # drain
 //! consumer = "bridge"
-//! from = "earliest"                    # drain, tail: earliest | latest | OFFSET
+//! from = "earliest"                    # drain, tail: earliest | latest | OFFSET | -N | TIME
 //! once = false
+//! retry-for = "5m"                     # drain, publish: give up after this without progress
+//! topic = "buoy/sst"                   # publish (tail's --topic filters are flags only)
+//! ack = "durable"                      # publish: none | buffered | durable
+//! producer-id = 42                     # publish: a number (u64)
+//! timestamp-field = "ts"               # publish
+//! follow = false                       # tail
+//! count = 100                          # tail
+//! format = "json"                      # tail: json | raw | a template such as "%t %s\n"
 //! accept-new-log = false
 //! metrics = "127.0.0.1:9185"
 //! max-batch-bytes = "256K"             # bytes per fetch (an integer, or K/M/G = 1024)
@@ -65,6 +73,49 @@ impl Gateways {
     }
 }
 
+/// The `topic` key: `publish` takes one topic (`topic = "a/b"`); a list is read, and
+/// refused by `publish` with a usage error.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum Topics {
+    /// One topic (or filter).
+    One(String),
+    /// Several filters.
+    Many(Vec<String>),
+}
+
+impl Topics {
+    /// The topics, in order.
+    pub fn list(&self) -> Vec<String> {
+        match self {
+            Topics::One(t) => vec![t.clone()],
+            Topics::Many(v) => v.clone(),
+        }
+    }
+}
+
+/// `publish --ack` (key `ack`): what the gateway acknowledges a record after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum AckSetting {
+    /// No acknowledgement (fire and forget).
+    None,
+    /// Once the record is in the gateway's RAM buffer.
+    Buffered,
+    /// Once the record is on flash.
+    Durable,
+}
+
+impl From<AckSetting> for spillway_core::wire::AckLevel {
+    fn from(a: AckSetting) -> Self {
+        match a {
+            AckSetting::None => Self::None,
+            AckSetting::Buffered => Self::Buffered,
+            AckSetting::Durable => Self::Durable,
+        }
+    }
+}
+
 /// The config file's contents.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
@@ -81,6 +132,22 @@ pub struct FileConfig {
     pub from: Option<String>,
     /// `--once`.
     pub once: Option<bool>,
+    /// `drain` and `publish`: how long to retry without progress (`--retry-for`).
+    pub retry_for: Option<DurationValue>,
+    /// `publish --topic` (not tail's filters, which are flags only).
+    pub topic: Option<Topics>,
+    /// `publish --ack`.
+    pub ack: Option<AckSetting>,
+    /// `publish --producer-id`: a number.
+    pub producer_id: Option<u64>,
+    /// `publish --timestamp-field`.
+    pub timestamp_field: Option<String>,
+    /// `tail --follow`.
+    pub follow: Option<bool>,
+    /// `tail --count`.
+    pub count: Option<u64>,
+    /// `tail --format`: `json`, `raw` or a template.
+    pub format: Option<String>,
     /// `--accept-new-log`.
     pub accept_new_log: Option<bool>,
     /// Metrics listen address.
@@ -167,6 +234,27 @@ mod tests {
             Some(DurationValue(std::time::Duration::from_secs(3600)))
         );
         assert_eq!(c.partition_by_date, Some(true));
+        let c: FileConfig = toml::from_str(
+            "topic = \"t\"\nack = \"buffered\"\nproducer-id = 42\nretry-for = \"1m\"\ntimestamp-field = \"ts\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.topic, Some(Topics::One("t".into())));
+        assert_eq!(c.ack, Some(AckSetting::Buffered));
+        assert_eq!(c.producer_id, Some(42));
+        assert_eq!(
+            c.retry_for,
+            Some(DurationValue(std::time::Duration::from_secs(60)))
+        );
+        for bad in [
+            "ack = \"all\"\n",
+            "producer-id = \"sensor-7\"\n",
+            "retry-for = \"soon\"\n",
+        ] {
+            let key = bad.split(' ').next().unwrap();
+            let e = spillway_core::cli::layer::parse_file::<FileConfig>(Path::new("b.toml"), bad)
+                .unwrap_err();
+            assert!(e.to_string().contains(&format!("key `{key}`")), "{e}");
+        }
         let e = toml::from_str::<FileConfig>("rotate-interval = \"soon\"\n").unwrap_err();
         assert!(e.to_string().contains("rotate-interval"), "{e}");
         assert!(toml::from_str::<FileConfig>("gatway = \"x\"").is_err());

@@ -8,8 +8,9 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Serialize;
 use spillway_bridge::client::GatewayAddr;
+use spillway_bridge::commands::TailFormat;
 use spillway_bridge::commands::{self, PublishArgs, TailArgs};
-use spillway_bridge::config::FileConfig;
+use spillway_bridge::config::{AckSetting, FileConfig, Topics};
 use spillway_bridge::drain::{
     Drain, DrainConfig, Fleet, Shutdown, StartFrom, Uplink, fleet_exit_code, identify,
 };
@@ -18,7 +19,6 @@ use spillway_bridge::progress::Mode;
 use spillway_bridge::sink::SinkSpec;
 use spillway_bridge::sink::properties::KafkaProperties;
 use spillway_bridge::{exit, metrics};
-use spillway_core::wire::AckLevel;
 
 mod args;
 
@@ -81,6 +81,8 @@ fn state_path(cfg: &FileConfig) -> PathBuf {
 }
 
 const REPLY_TIMEOUT_DEFAULT_MS: u64 = 10_000;
+/// `publish --retry-for` when neither the flag nor the key is given.
+const PUBLISH_RETRY_FOR_DEFAULT: Duration = Duration::from_secs(5);
 
 fn main() {
     let cli = Cli::parse();
@@ -106,30 +108,34 @@ fn main() {
     };
     spillway_bridge::security::set(files.load().unwrap_or_else(|e| usage(e)));
     let code = match cli.cmd {
-        Cmd::Drain(a) => run_drain(layered(file, &a), a.retry_for, &a.kafka_property),
+        Cmd::Drain(a) => run_drain(layered(file, &a), &a.kafka_property),
         Cmd::Publish(a) => {
             let cfg = layered(file, &a);
+            let topic = match cfg.topic.as_ref().map(Topics::list).as_deref() {
+                Some([t]) => t.clone(),
+                Some(_) => usage("publish takes one topic (the config file's `topic` is a list)"),
+                None => usage("publish needs --topic (or the config file's `topic`)"),
+            };
             // Checked once, before anything is sent: every record would be refused.
-            if a.topic.is_empty() || a.topic.len() > 255 {
+            if topic.is_empty() || topic.len() > 255 {
                 usage(format!(
                     "--topic must be 1 to 255 bytes (got {} bytes)",
-                    a.topic.len()
+                    topic.len()
                 ));
+            }
+            if a.resume && cfg.producer_id.is_none() {
+                usage("--resume needs --producer-id (or the config file's `producer-id`)");
             }
             let args = PublishArgs {
                 gateway: gateway_addr(&cfg, "publish"),
-                topic: a.topic,
+                topic,
                 messages: a.message.into_iter().map(String::into_bytes).collect(),
-                ack: match a.ack {
-                    AckArg::None => AckLevel::None,
-                    AckArg::Buffered => AckLevel::Buffered,
-                    AckArg::Durable => AckLevel::Durable,
-                },
-                producer_id: a.producer_id,
+                ack: cfg.ack.unwrap_or(AckSetting::Durable).into(),
+                producer_id: cfg.producer_id,
                 resume: a.resume,
                 inputs: a.input,
-                timestamp_field: a.timestamp_field,
-                retry_for: a.retry_for,
+                timestamp_field: cfg.timestamp_field.clone(),
+                retry_for: cfg.retry_for.map_or(PUBLISH_RETRY_FOR_DEFAULT, |d| d.0),
                 reply_timeout: reply_timeout(&cfg),
             };
             // SIGINT or SIGTERM stops publishing; the summary then prints the command that
@@ -164,7 +170,9 @@ fn main() {
                 Some(f) => f.parse::<StartFrom>().unwrap_or_else(|e| usage(e)),
                 None => StartFrom::Earliest,
             };
-            for f in &a.topic {
+            // The `topic` key is publish's: tail's filters come from the flags only.
+            let topics = a.topic.clone();
+            for f in &topics {
                 if f.is_empty() || f.split('/').any(|l| l.len() > 1 && l.contains(['+', '#'])) {
                     usage(format!(
                         "--topic {f:?}: a filter is levels separated by /, where + and # stand alone"
@@ -174,10 +182,14 @@ fn main() {
             let args = TailArgs {
                 gateway: gateway_addr(&cfg, "tail"),
                 from,
-                follow: a.follow,
-                format: a.format,
-                count: a.count,
-                topics: a.topic,
+                follow: cfg.follow.unwrap_or(false),
+                format: match cfg.format.as_deref() {
+                    Some(f) => TailFormat::parse(f)
+                        .unwrap_or_else(|e| usage(format!("--format (key `format`): {e}"))),
+                    None => TailFormat::Json,
+                },
+                count: cfg.count,
+                topics,
                 reply_timeout: reply_timeout(&cfg),
             };
             let stdout = std::io::stdout();
@@ -255,7 +267,7 @@ fn reply_timeout(cfg: &FileConfig) -> Duration {
 
 /// `drain` with `c`, the config file's settings with the flags over them, `--retry-for` and
 /// the `-X` properties (flags only).
-fn run_drain(c: FileConfig, retry_for: Option<Duration>, kafka_flags: &[String]) -> i32 {
+fn run_drain(c: FileConfig, kafka_flags: &[String]) -> i32 {
     let sink: SinkSpec = c
         .sink
         .as_deref()
@@ -281,7 +293,7 @@ fn run_drain(c: FileConfig, retry_for: Option<Duration>, kafka_flags: &[String])
     // offset when the state file has no checkpoint.
     cfg.from = start_from(&c);
     cfg.once = c.once.unwrap_or(false);
-    cfg.retry_for = retry_for;
+    cfg.retry_for = c.retry_for.map(|d| d.0);
     cfg.accept_new_log = c.accept_new_log.unwrap_or(false);
     let ms = Duration::from_millis;
     if let Some(v) = c.max_batch_bytes {

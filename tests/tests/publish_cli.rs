@@ -1076,3 +1076,100 @@ fn tail_and_drain_from_a_time() {
     offsets.sort();
     assert_eq!(offsets, vec![old + 2, old + 3], "{}", stderr(&out));
 }
+
+/// Every flag `publish --help` documents is a config key too (`topic`, `ack`,
+/// `producer-id`, `retry-for`, `timestamp-field`), and so are drain's `retry-for` and
+/// tail's `follow`, `count` and `format` (publish's `topic` key does not filter tail); a
+/// flag still wins over its key, a bad value names its key, and `--producer-id`'s help
+/// says it is a number.
+#[test]
+fn every_documented_flag_is_a_config_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = gateway(dir.path(), &[]);
+    let cfg = dir.path().join("b.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "gateway = \"{gw}\"\ntopic = \"from/file\"\nack = \"buffered\"\nproducer-id = 4242\nretry-for = \"30s\"\ntimestamp-field = \"ts\"\n"
+        ),
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "{\"ts\":\"2026-11-30T12:00:00Z\",\"v\":1}\n").unwrap();
+    let out = run_bridge(&["--config", c, "publish", input.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("producer 4242"), "{err}");
+    // The flag wins over the key.
+    let out = run_bridge(&["--config", c, "publish", "--topic", "from/flag", "-m", "x"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run_bridge(&["--config", c, "tail", "--format", "%t %T %s\\n"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(
+        lines[0], "from/file 1796040000000 {\"ts\":\"2026-11-30T12:00:00Z\",\"v\":1}",
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("from/flag ") && lines[1].ends_with(" x"),
+        "{text}"
+    );
+    // tail's keys: a count and a format.
+    std::fs::write(
+        &cfg,
+        format!("gateway = \"{gw}\"\ncount = 1\nformat = \"%t\\n\"\n"),
+    )
+    .unwrap();
+    let out = run_bridge(&["--config", c, "tail"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from/file\n");
+    // drain's retry-for: a gateway that is not there is given up on after it.
+    std::fs::write(
+        &cfg,
+        format!(
+            "gateway = \"127.0.0.1:{}\"\nretry-for = \"1s\"\nonce = true\n",
+            free_port()
+        ),
+    )
+    .unwrap();
+    let sink = format!("file:{}", dir.path().join("o").display());
+    let state = dir.path().join("s.redb").display().to_string();
+    let started = std::time::Instant::now();
+    let out = run_bridge(&[
+        "--config",
+        c,
+        "drain",
+        "--sink",
+        &sink,
+        "--state",
+        &state,
+        "--progress",
+        "off",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("stayed unreachable"), "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    // A bad value names its key.
+    for (bad, key) in [
+        ("producer-id = \"sensor-7\"\n", "producer-id"),
+        ("ack = \"all\"\n", "ack"),
+        ("retry-for = \"soon\"\n", "retry-for"),
+    ] {
+        std::fs::write(&cfg, bad).unwrap();
+        let out = run_bridge(&["--config", c, "publish", "-m", "x"]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(err.contains(&format!("key `{key}`")), "{bad}: {err}");
+    }
+    let help = run_bridge(&["publish", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("a number (u64"), "{help}");
+}
