@@ -19,7 +19,7 @@
 //!   window). The bridge is then stopped with SIGTERM; its topic must hold exactly the
 //!   records its consumer committed on the gateway, in order, and the gateway must still
 //!   have had records left (else the window was not all under the cap). A rate outside
-//!   [`CapOptions::tolerance`] of the cap fails the run.
+//!   [`CapOptions::tolerance_pct`] of the cap fails the run.
 //!
 //! A failed check is kept in the report and named by its `failures()`; the benchmark
 //! programs exit non-zero on any.

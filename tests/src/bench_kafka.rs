@@ -178,7 +178,7 @@ pub fn verify_topic(bootstrap: &str, topic: &str, n: u64) -> Verified {
     verify_topic_sized(bootstrap, topic, n, PAYLOAD)
 }
 
-/// [`verify_topic`] for records of `len` payload bytes ([`payload_of`]).
+/// [`verify_topic`] for records of `len` payload bytes (`payload_of`).
 ///
 /// # Panics
 /// As [`verify_topic`].
