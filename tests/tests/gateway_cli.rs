@@ -411,7 +411,8 @@ fn metrics_path_gauges_and_the_full_log_warnings() {
 }
 
 /// A second gateway on a locked image is told that it is locked and by which process,
-/// even with geometry flags that disagree with the image (the lock is what matters).
+/// even with geometry flags that disagree with the image (the lock is what matters);
+/// `validate` of a config naming that image warns of the lock, naming the process.
 #[test]
 fn a_locked_image_names_the_process_that_holds_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -436,6 +437,18 @@ fn a_locked_image_names_the_process_that_holds_it() {
         );
         assert!(!err.contains("geometry disagrees"), "{err}");
     }
+    // validate reports the lock as a warning, as it does a port in use.
+    let cfg = write_config(
+        dir.path(),
+        &format!("image = \"{img}\"\nlisten = [\"{other}\"]\n"),
+    );
+    let (code, out, err) = run_cli(&["validate", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1 warning(s)"), "{out}");
+    assert!(
+        err.contains(&format!("is locked by process {}", g.pid())) && err.contains("exit 3"),
+        "{err}"
+    );
 }
 
 /// A port in use is found before anything is created on disk: no image, no file aside.

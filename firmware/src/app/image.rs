@@ -201,7 +201,7 @@ pub(super) fn lock_holder(path: &Path) -> Option<(u32, Option<String>)> {
 /// Whether another open holds a lock on the image at `path` (checked with a shared lock
 /// taken and released at once, so that a locked image is reported as locked before any
 /// other check of it).
-fn is_locked(path: &Path) -> bool {
+pub(super) fn is_locked(path: &Path) -> bool {
     let Ok(f) = File::open(path) else {
         return false;
     };

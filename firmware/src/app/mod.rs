@@ -92,6 +92,15 @@ pub fn validate(path: PathBuf) -> Result<(), AppError> {
     };
     // What `run` would meet but live with, or what may change by then: warnings.
     let mut warnings = 0usize;
+    // A running gateway holds the image: `run` refuses it (exit 3) until that one stops,
+    // a warning as a port in use is.
+    if s.image.exists() && image::is_locked(&s.image) {
+        warnings += 1;
+        log::warn!(
+            "{}; run refuses it (exit 3) while that process holds it",
+            image::locked_message(&s.image)
+        );
+    }
     for sp in &s.serial {
         if !std::path::Path::new(&sp.path).exists() {
             warnings += 1;
