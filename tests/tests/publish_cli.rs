@@ -158,6 +158,11 @@ fn a_full_gateway_is_warned_about_once_not_per_record() {
     let err = stderr(&out);
     let warnings = err.lines().filter(|l| l.contains("gateway full")).count();
     assert_eq!(warnings, 1, "{err}");
+    // The warning names the consumer that holds the space, and what it is.
+    assert!(
+        err.contains("consumer \"bridge\" (committed offset 0, the lowest) (the pre-registered consumer of a fresh image"),
+        "{err}"
+    );
     // The summary is printed once.
     for once in [
         "records read ",
@@ -877,6 +882,43 @@ fn run_bridge_within(args: &[&str], limit: std::time::Duration) -> Option<std::p
     let _ = child.kill();
     let _ = child.wait();
     None
+}
+
+/// `consumers` and `status` (when the log is not full) say in one line what the consumer
+/// `bridge` they list is: the one every fresh image is created with.
+#[test]
+fn consumers_and_status_say_what_the_bridge_consumer_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = gateway(dir.path(), &[]);
+    let state = dir.path().join("s.redb").display().to_string();
+    for args in [
+        vec!["consumers", "--gateway", gw.as_str()],
+        vec![
+            "status",
+            "--gateway",
+            gw.as_str(),
+            "--state",
+            state.as_str(),
+        ],
+    ] {
+        let out = run_bridge(&args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let notes = text
+            .lines()
+            .filter(|l| l.contains("\"bridge\" is registered with every fresh image"))
+            .count();
+        assert_eq!(notes, 1, "{args:?}: {text}");
+    }
+    // Without the consumer, no note.
+    let out = run_bridge(&["consumers", "--gateway", &gw, "delete", "bridge", "--force"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run_bridge(&["consumers", "--gateway", &gw]);
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("registered with every fresh image"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 /// `drain` (with and without `--once`) and `publish` pointed at a port that is not a

@@ -115,6 +115,12 @@ pub async fn consumers(
                             lag(c.committed_offset)
                         )?;
                     }
+                    if list
+                        .iter()
+                        .any(|c| c.name == spillway_core::log::BRIDGE_CONSUMER)
+                    {
+                        writeln!(out, "({})", super::BRIDGE_CONSUMER_NOTE)?;
+                    }
                     Ok(())
                 })()
             }

@@ -12,3 +12,32 @@ pub use status::status;
 pub use tail::{TailArgs, TailFormat, Token, tail, topic_matches};
 
 const CLIENT_NAME: &str = concat!("spillway-bridge/", env!("CARGO_PKG_VERSION"));
+
+use crate::client::ConsumerInfo;
+use spillway_core::log::BRIDGE_CONSUMER;
+
+/// The line `consumers` and `status` print under a list that holds the pre-registered
+/// consumer ([`BRIDGE_CONSUMER`], created with every fresh image at offset 0).
+pub const BRIDGE_CONSUMER_NOTE: &str = "\"bridge\" is registered with every fresh image, so the gateway keeps every record until `spillway-bridge drain` (consumer bridge by default) takes it; delete it only if nothing drains this gateway";
+
+/// The consumer that holds a full gateway's space: the one with the lowest committed
+/// offset (`None` without consumers).
+pub fn retention_holder(consumers: &[ConsumerInfo]) -> Option<&ConsumerInfo> {
+    consumers.iter().min_by_key(|c| c.committed_offset)
+}
+
+/// `consumer "NAME" (committed offset N, the lowest)`, with what the pre-registered
+/// consumer is when it is the one: how `status` and `publish` name the consumer that
+/// holds a full gateway's space.
+pub fn holder_text(c: &ConsumerInfo) -> String {
+    format!(
+        "consumer {:?} (committed offset {}, the lowest){}",
+        c.name,
+        c.committed_offset,
+        if c.name == BRIDGE_CONSUMER {
+            " (the pre-registered consumer of a fresh image: run spillway-bridge drain)"
+        } else {
+            ""
+        }
+    )
+}

@@ -148,6 +148,14 @@ pub async fn status(
                     stats.next_offset.saturating_sub(c.committed_offset)
                 )?;
             }
+            // When full, the storage line already says who holds the space and why.
+            if full != Some(true)
+                && consumers
+                    .iter()
+                    .any(|c| c.name == spillway_core::log::BRIDGE_CONSUMER)
+            {
+                writeln!(out, "  ({})", super::BRIDGE_CONSUMER_NOTE)?;
+            }
             writeln!(out, "checkpoints (state file)")?;
             for (g, c, cp) in &local {
                 let note = if g != &w.gateway_id {
@@ -179,16 +187,10 @@ pub async fn status(
 /// What `status` adds to its storage line when the gateway's log is full: who holds the
 /// space (the consumer with the lowest committed offset) and what frees it.
 fn full_note(consumers: &[ConsumerInfo]) -> String {
-    match consumers.iter().min_by_key(|c| c.committed_offset) {
+    match super::retention_holder(consumers) {
         Some(c) => format!(
-            "; FULL: new records are refused until consumer {:?} (committed offset {}, the lowest) commits or is deleted{}",
-            c.name,
-            c.committed_offset,
-            if c.name == "bridge" {
-                " (the pre-registered consumer of a fresh image: run spillway-bridge drain)"
-            } else {
-                ""
-            }
+            "; FULL: new records are refused until {} commits or is deleted",
+            super::holder_text(c)
         ),
         None => "; FULL: new records are refused".to_string(),
     }

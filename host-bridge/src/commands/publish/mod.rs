@@ -69,10 +69,15 @@ struct Refusals {
 }
 
 impl Refusals {
+    /// Whether the next [`Refusals::warn`] logs (the last warning is old enough).
+    fn due(&self) -> bool {
+        self.last.is_none_or(|t| t.elapsed() >= REFUSAL_WARN_EVERY)
+    }
+
     /// Counts `n` refusals and logs `what` if the last warning is old enough.
     fn warn(&mut self, n: u64, what: impl FnOnce(u64) -> String) {
         self.since += n;
-        if self.last.is_none_or(|t| t.elapsed() >= REFUSAL_WARN_EVERY) {
+        if self.due() {
             log::warn!("{}", what(self.since));
             self.last = Some(Instant::now());
             self.since = 0;
@@ -534,10 +539,20 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         }
         pending = unsettled;
         if full > 0 {
+            // The consumer that holds the space, asked only when the warning is printed.
+            let holder = if full_warnings.due() && failure.is_none() {
+                c.consumers()
+                    .await
+                    .ok()
+                    .and_then(|l| super::retention_holder(&l).map(super::holder_text))
+            } else {
+                None
+            };
             full_warnings.warn(full, |n| {
                 format!(
-                    "gateway full: {n} record(s) refused since the last warning, resending in order from input line {} (its log is full: a consumer must commit, see spillway-bridge status)",
-                    pending.front().map_or(0, |u| u.line)
+                    "gateway full: {n} record(s) refused since the last warning, resending in order from input line {} (its log is full: {} must commit or be deleted, see spillway-bridge status)",
+                    pending.front().map_or(0, |u| u.line),
+                    holder.as_deref().unwrap_or("a consumer")
                 )
             });
         }
