@@ -1005,6 +1005,11 @@ fn drain_and_publish_give_up_at_once_on_a_port_that_is_not_a_spillway_listener()
         ];
         let out = run_bridge_within(&args, limit).expect("publish still running");
         not_spillway(&out, &format!("publish to {port}"));
+        assert!(
+            !stderr(&out).contains("run the same command again"),
+            "{}",
+            stderr(&out)
+        );
     }
     // A port where nothing listens is retried, as before.
     let closed = format!("127.0.0.1:{}", free_port());

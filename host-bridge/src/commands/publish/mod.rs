@@ -227,7 +227,12 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         let c = match connection(&mut conn, &mut welcomed, &args, &mut backoff, &stop).await {
             Connection::Ready(c) => c,
             Connection::Retry => continue,
-            Connection::NotSpillway(why) => return stopped(sum, &file_starts, 1, &why),
+            // Nothing was stored (no Welcome ever came), and the same command would
+            // meet the same port: no "run it again" hint.
+            Connection::NotSpillway(why) => {
+                log::error!("{why}");
+                return (sum, exit::FAILURE);
+            }
         };
         if c.welcome().protocol_version < 3 {
             log::warn!(
@@ -413,7 +418,12 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         let c = match connection(&mut conn, &mut welcomed, &args, &mut backoff, &stop).await {
             Connection::Ready(c) => c,
             Connection::Retry => continue,
-            Connection::NotSpillway(why) => return stopped(sum, &file_starts, first, &why),
+            // Nothing was stored (no Welcome ever came), and the same command would
+            // meet the same port: no "run it again" hint.
+            Connection::NotSpillway(why) => {
+                log::error!("{why}");
+                return (sum, exit::FAILURE);
+            }
         };
         let batch: Vec<(Option<Producer>, Option<u64>, &[u8])> = pending
             .iter()
