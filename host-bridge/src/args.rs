@@ -33,9 +33,9 @@ Exit codes:
 pub(crate) const DRAIN_EXIT_CODES: &str = "\
 Exit codes:
   0  --once reached its target, or SIGTERM/SIGINT after in-flight work
-  1  a gateway stayed unreachable past --retry-for (named in the log), the sink could not
-     be opened (e.g. its directory is held by another drain), or the gateway refused the
-     consumer (its table is full)
+  1  a gateway stayed unreachable past --retry-for or is not a Spillway listener (named
+     in the log; not retried), the sink could not be opened (e.g. its directory is held
+     by another drain), or the gateway refused the consumer (its table is full)
   2  usage or configuration error (also a refused or unknown Kafka property, and a --from
      time with a gateway older than protocol version 4)
   3  resume check failed (gateway log id or previous record CRC differs from the
@@ -47,8 +47,9 @@ Exit codes:
 pub(crate) const PUBLISH_EXIT_CODES: &str = "\
 Exit codes:
   0  every input line was acknowledged (with --ack none: sent)
-  1  records rejected or not acknowledged, the gateway unreachable past --retry-for, the
-     input could not be read (the summary prints the command that continues)
+  1  records rejected or not acknowledged, the gateway unreachable past --retry-for or
+     not a Spillway listener (not retried), the input could not be read (the summary
+     prints the command that continues)
   2  usage or configuration error (e.g. --topic empty or over 255 bytes)
   130, 143  stopped by SIGINT, SIGTERM before the end of the input (the summary prints
      the command that continues without duplicates)";
