@@ -239,7 +239,8 @@ fn random_cuts() {
         "powercut random: runs {from}..{runs}, {cuts} cuts ({doubles} runs cut twice) in {:.2?}",
         start.elapsed()
     );
-    assert!(doubles > 0 || runs < 10);
+    // A replay of a few runs need not include one cut twice.
+    assert!(doubles > 0 || runs.saturating_sub(from) < 10 || only.is_some());
 }
 
 /// The fault kinds beyond address-ordered power cuts, each run on random scenarios until
@@ -389,6 +390,19 @@ fn torn_resume_marker_after_failed_write_is_not_written_over() {
 fn torn_resume_marker_after_two_cuts_is_not_written_over() {
     let t = random_run(0x5EED_0000_CAFE, 322_509);
     assert_eq!(t.cuts, 2);
+}
+
+/// Regression (of the scenario, not the log): `close` at a reboot returned `Full`, which
+/// the scenario took for a failure. Records 121..124 were buffered while `bridge` had
+/// committed past the ring's oldest segment; then `c2`'s first commit created it at offset
+/// 0, pinning that segment, so under `RejectNew` the close could not roll to write them
+/// (as a flush would not). Nothing acknowledged durable was lost: the remount found the
+/// durable records, skipped the rest and went on. Run 870,401 of the random campaign
+/// `0x1747`, variant ws1-pressure-reject, cut `[Bytes(11949)]` (never reached).
+#[test]
+fn close_full_under_reject_new_is_no_failure() {
+    let t = random_run(0x1747, 870_401);
+    assert_eq!(t.seen.close_full, 1);
 }
 
 #[test]

@@ -257,6 +257,8 @@ struct Oracle {
 #[derive(Debug, Default, Clone, Copy)]
 struct Exercised {
     full: u64,
+    /// `close` returned `Full` (a reboot without a clean shutdown).
+    close_full: u64,
     duplicates: u64,
     reboots: u64,
     segments_opened: u64,
@@ -844,6 +846,21 @@ fn run(v: &Variant, ops: &[Op], cuts: &[Cut], sim_seed: u64, label: &str) -> Tot
                             let lb = o.commit_lb.entry(n).or_insert(0);
                             *lb = (*lb).max(c.min(next));
                         }
+                        false
+                    }
+                    // Under `RejectNew` the ring can fill up after the buffered records
+                    // were accepted: a consumer created by its first commit below them
+                    // pins the tail. `close` then fails as `flush` would, and the records
+                    // still in RAM (never acknowledged durable) go with the log. The
+                    // storage is mounted again with the power on, as after an unclean
+                    // shutdown; the oracle raises nothing (no durable offset, no commit).
+                    Err(FlushError::Full) => {
+                        assert_eq!(v.full, FullPolicy::RejectNew, "{ctx}: close: Full");
+                        if trace() {
+                            trace_line!("close: Full (consumers {consumers:?}, next {next})");
+                        }
+                        r.oracle.seen.full += 1;
+                        r.oracle.seen.close_full += 1;
                         false
                     }
                     Err(e) if power_cut(&e) => true,
