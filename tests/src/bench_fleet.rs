@@ -29,15 +29,15 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::bench_core::{Machine, Spread, machine};
 use crate::bench_gateway::thousands;
 use crate::bench_kafka::{
-    Counting, PAYLOAD, READ_BACK_IDLE, Run, Verified, payload_of, publish_sized, verify_topic_sized,
+    BridgeLike, PAYLOAD, READ_BACK_IDLE, Run, Verified, flush_all, payload_of, plain_producer,
+    publish_sized, send_like_the_bridge, verify_topic_sized,
 };
 use crate::bridge::{bridge_bin, metric_sum};
 use crate::client::{Client, Reply};
@@ -289,7 +289,6 @@ fn fleet_bridge_run(broker: &Broker, addrs: &[String], o: &FleetOptions, run: us
 /// in runs of 1,000, as the bridge's concurrent drains interleave them) to a fresh topic,
 /// timed from its creation to the last delivery report; verified by reading it back.
 fn fleet_producer_run(broker: &Broker, log_ids: &[u128], o: &FleetOptions) -> Run {
-    use std::sync::atomic::Ordering::Relaxed;
     let topic = broker.new_topic("bench-fleet-producer", o.partitions);
     let ids: Vec<String> = (0..o.gateways).map(fleet_id).collect();
     let hexes: Vec<String> = log_ids.iter().map(|l| format!("{l:032x}")).collect();
@@ -298,15 +297,7 @@ fn fleet_producer_run(broker: &Broker, log_ids: &[u128], o: &FleetOptions) -> Ru
     let payloads: Vec<Vec<u8>> = (0..o.per_gateway).map(|i| payload_of(i, PAYLOAD)).collect();
     let n = (o.per_gateway * o.gateways) as u64;
     let t = Instant::now();
-    let p: BaseProducer<Counting> = ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("max.in.flight.requests.per.connection", "5")
-        .set("linger.ms", "5")
-        .set("queue.buffering.max.messages", "100000")
-        .create_with_context(Counting::default())
-        .expect("producer");
+    let p = plain_producer(&broker.bootstrap());
     const RUN: usize = 1000;
     for start in (0..o.per_gateway).step_by(RUN) {
         for g in 0..o.gateways {
@@ -316,55 +307,23 @@ fn fleet_producer_run(broker: &Broker, log_ids: &[u128], o: &FleetOptions) -> Ru
                 .skip(start)
                 .take(RUN.min(o.per_gateway - start))
             {
-                let off = i.to_string();
-                let ts = (ts_us + i as u64).to_string();
-                let mut rec = BaseRecord::to(&topic)
-                    .key(ids[g].as_str())
-                    .payload(pl.as_slice())
-                    .timestamp(i64::try_from(ts_us / 1000).unwrap_or(0))
-                    .headers(
-                        OwnedHeaders::new_with_capacity(5)
-                            .insert(Header {
-                                key: "spillway-gateway",
-                                value: Some(ids[g].as_str()),
-                            })
-                            .insert(Header {
-                                key: "spillway-log-id",
-                                value: Some(hexes[g].as_str()),
-                            })
-                            .insert(Header {
-                                key: "spillway-offset",
-                                value: Some(off.as_str()),
-                            })
-                            .insert(Header {
-                                key: "spillway-topic",
-                                value: Some(TOPIC),
-                            })
-                            .insert(Header {
-                                key: "spillway-timestamp-us",
-                                value: Some(ts.as_str()),
-                            }),
-                    );
-                loop {
-                    match p.send(rec) {
-                        Ok(()) => break,
-                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                            rec = r;
-                            p.poll(Duration::from_millis(5));
-                        }
-                        Err((e, _)) => panic!("produce: {e}"),
-                    }
-                }
-                p.poll(Duration::ZERO);
+                send_like_the_bridge(
+                    &p,
+                    &BridgeLike {
+                        kafka_topic: &topic,
+                        gateway: &ids[g],
+                        log_hex: &hexes[g],
+                        topic: TOPIC,
+                        offset: i,
+                        timestamp_us: ts_us + i as u64,
+                        payload: pl,
+                    },
+                );
             }
         }
     }
-    p.flush(Duration::from_secs(120)).expect("flush");
-    while p.context().ok.load(Relaxed) + p.context().failed.load(Relaxed) < n {
-        p.poll(Duration::from_millis(10));
-    }
+    let failed = flush_all(&p, n);
     let secs = t.elapsed().as_secs_f64();
-    let failed = p.context().failed.load(Relaxed);
     drop(p);
     let mut verified = verify_fleet_topic(
         &broker.bootstrap(),

@@ -91,6 +91,101 @@ impl ProducerContext for Counting {
     }
 }
 
+/// The plain producer the Kafka comparisons time: idempotent, `acks=all`, 5 requests in
+/// flight, `linger.ms=5`, a queue of 100,000 messages, counting its delivery reports.
+pub(crate) fn plain_producer(bootstrap: &str) -> BaseProducer<Counting> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("max.in.flight.requests.per.connection", "5")
+        .set("linger.ms", "5")
+        .set("queue.buffering.max.messages", "100000")
+        .create_with_context(Counting::default())
+        .expect("producer")
+}
+
+/// One record as the bridge sends it, for the plain producer.
+pub(crate) struct BridgeLike<'a> {
+    /// Kafka topic.
+    pub(crate) kafka_topic: &'a str,
+    /// Gateway id: the key and the `spillway-gateway` header.
+    pub(crate) gateway: &'a str,
+    /// Log id, 32 hex digits.
+    pub(crate) log_hex: &'a str,
+    /// The Spillway topic (`spillway-topic`).
+    pub(crate) topic: &'a str,
+    /// Log offset (`spillway-offset`).
+    pub(crate) offset: usize,
+    /// Record timestamp, µs since the Unix epoch (`spillway-timestamp-us`; the Kafka
+    /// timestamp in ms).
+    pub(crate) timestamp_us: u64,
+    /// The payload.
+    pub(crate) payload: &'a [u8],
+}
+
+/// Sends `r` with the key and headers the bridge gives it, polling while the producer's
+/// queue is full.
+///
+/// # Panics
+/// On a produce error other than a full queue.
+pub(crate) fn send_like_the_bridge(p: &BaseProducer<Counting>, r: &BridgeLike<'_>) {
+    let off = r.offset.to_string();
+    let ts = r.timestamp_us.to_string();
+    let mut rec = BaseRecord::to(r.kafka_topic)
+        .key(r.gateway)
+        .payload(r.payload)
+        .timestamp(i64::try_from(r.timestamp_us / 1000).unwrap_or(0))
+        .headers(
+            OwnedHeaders::new_with_capacity(5)
+                .insert(Header {
+                    key: "spillway-gateway",
+                    value: Some(r.gateway),
+                })
+                .insert(Header {
+                    key: "spillway-log-id",
+                    value: Some(r.log_hex),
+                })
+                .insert(Header {
+                    key: "spillway-offset",
+                    value: Some(off.as_str()),
+                })
+                .insert(Header {
+                    key: "spillway-topic",
+                    value: Some(r.topic),
+                })
+                .insert(Header {
+                    key: "spillway-timestamp-us",
+                    value: Some(ts.as_str()),
+                }),
+        );
+    loop {
+        match p.send(rec) {
+            Ok(()) => break,
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                rec = back;
+                p.poll(Duration::from_millis(5));
+            }
+            Err((e, _)) => panic!("produce: {e}"),
+        }
+    }
+    p.poll(Duration::ZERO);
+}
+
+/// Flushes `p` and waits until it has a delivery report for each of `n` records; returns
+/// how many failed.
+///
+/// # Panics
+/// If the flush fails (2 minutes).
+pub(crate) fn flush_all(p: &BaseProducer<Counting>, n: u64) -> u64 {
+    use std::sync::atomic::Ordering::Relaxed;
+    p.flush(Duration::from_secs(120)).expect("flush");
+    while p.context().ok.load(Relaxed) + p.context().failed.load(Relaxed) < n {
+        p.poll(Duration::from_millis(10));
+    }
+    p.context().failed.load(Relaxed)
+}
+
 /// The payload of record `i`: `PAYLOAD` bytes, distinct per record.
 fn payload(i: usize) -> Vec<u8> {
     payload_of(i, PAYLOAD)
@@ -337,72 +432,30 @@ fn bridge_run(broker: &Broker, addr: &str, n: usize, run: usize) -> Run {
 /// A plain idempotent producer sending the same `n` records (key, headers, payload) to a
 /// fresh topic, verified by reading the topic back.
 fn producer_run(broker: &Broker, log_id: u128, n: usize) -> Run {
-    use std::sync::atomic::Ordering::Relaxed;
     let topic = broker.new_topic("bench-producer", 1);
-    // The bridge's key: the gateway id.
-    let key = GATEWAY_ID.to_string();
     let log_hex = format!("{log_id:032x}");
     let ts_us: u64 = 1_700_000_000_000_000;
     // Build the records before the clock starts: the ceiling has them in memory.
     let payloads: Vec<Vec<u8>> = (0..n).map(payload).collect();
     let t = Instant::now();
-    let p: BaseProducer<Counting> = ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("max.in.flight.requests.per.connection", "5")
-        .set("linger.ms", "5")
-        .set("queue.buffering.max.messages", "100000")
-        .create_with_context(Counting::default())
-        .expect("producer");
+    let p = plain_producer(&broker.bootstrap());
     for (i, pl) in payloads.iter().enumerate() {
-        let off = i.to_string();
-        let ts = (ts_us + i as u64).to_string();
-        let mut rec = BaseRecord::to(&topic)
-            .key(key.as_str())
-            .payload(pl.as_slice())
-            .timestamp(i64::try_from(ts_us / 1000).unwrap_or(0))
-            .headers(
-                OwnedHeaders::new_with_capacity(5)
-                    .insert(Header {
-                        key: "spillway-gateway",
-                        value: Some(GATEWAY_ID),
-                    })
-                    .insert(Header {
-                        key: "spillway-log-id",
-                        value: Some(log_hex.as_str()),
-                    })
-                    .insert(Header {
-                        key: "spillway-offset",
-                        value: Some(off.as_str()),
-                    })
-                    .insert(Header {
-                        key: "spillway-topic",
-                        value: Some(TOPIC),
-                    })
-                    .insert(Header {
-                        key: "spillway-timestamp-us",
-                        value: Some(ts.as_str()),
-                    }),
-            );
-        loop {
-            match p.send(rec) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    rec = r;
-                    p.poll(Duration::from_millis(5));
-                }
-                Err((e, _)) => panic!("produce: {e}"),
-            }
-        }
-        p.poll(Duration::ZERO);
+        send_like_the_bridge(
+            &p,
+            &BridgeLike {
+                kafka_topic: &topic,
+                // The bridge's key: the gateway id.
+                gateway: GATEWAY_ID,
+                log_hex: &log_hex,
+                topic: TOPIC,
+                offset: i,
+                timestamp_us: ts_us + i as u64,
+                payload: pl,
+            },
+        );
     }
-    p.flush(Duration::from_secs(120)).expect("flush");
-    while p.context().ok.load(Relaxed) + p.context().failed.load(Relaxed) < n as u64 {
-        p.poll(Duration::from_millis(10));
-    }
+    let failed = flush_all(&p, n as u64);
     let secs = t.elapsed().as_secs_f64();
-    let failed = p.context().failed.load(Relaxed);
     drop(p);
     let mut verified = verify_topic(&broker.bootstrap(), &topic, n as u64);
     if failed > 0 {
