@@ -87,13 +87,22 @@ pub(crate) struct Cli {
     /// TOML file with any of the settings below (kebab-case keys); flags override it.
     #[arg(long, global = true, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
-    /// Log level (error, warn, info, debug, trace); RUST_LOG overrides.
-    #[arg(long, global = true, default_value = "info")]
-    pub(crate) log_level: String,
+    #[command(flatten)]
+    pub(crate) logging: LogFlags,
     #[command(flatten)]
     pub(crate) security: SecurityFlags,
     #[command(subcommand)]
     pub(crate) cmd: Cmd,
+}
+
+/// Logging (every subcommand; key `log-level` in the config file).
+#[derive(Args, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) struct LogFlags {
+    /// Log level (error, warn, info, debug, trace) [default: info]; RUST_LOG overrides.
+    #[arg(long, global = true, value_name = "LEVEL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) log_level: Option<String>,
 }
 
 /// How the bridge proves itself to the gateway and checks the gateway (every subcommand;

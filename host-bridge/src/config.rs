@@ -150,6 +150,8 @@ pub struct FileConfig {
     pub format: Option<String>,
     /// `--accept-new-log`.
     pub accept_new_log: Option<bool>,
+    /// `--log-level`: error, warn, info (the default), debug or trace.
+    pub log_level: Option<String>,
     /// Metrics listen address.
     pub metrics: Option<String>,
     /// Fetch budget, bytes.
@@ -234,6 +236,8 @@ mod tests {
             Some(DurationValue(std::time::Duration::from_secs(3600)))
         );
         assert_eq!(c.partition_by_date, Some(true));
+        let c: FileConfig = toml::from_str("log-level = \"debug\"\n").unwrap();
+        assert_eq!(c.log_level.as_deref(), Some("debug"));
         let c: FileConfig = toml::from_str(
             "topic = \"t\"\nack = \"buffered\"\nproducer-id = 42\nretry-for = \"1m\"\ntimestamp-field = \"ts\"\n",
         )

@@ -86,19 +86,21 @@ const PUBLISH_RETRY_FOR_DEFAULT: Duration = Duration::from_secs(5);
 
 fn main() {
     let cli = Cli::parse();
+    let file = cli.config.as_deref();
+    // Read once, here: the log level, the security settings and the subcommand's all come
+    // from it, and a pipe (`--config <(…)`) reads empty the second time.
+    if let Some(path) = file {
+        spillway_core::cli::layer::load(path).unwrap_or_else(|e| usage(e));
+    }
+    let level = layered(file, &cli.logging)
+        .log_level
+        .unwrap_or_else(|| "info".to_string());
     let mut logger = env_logger::Builder::new();
-    logger.parse_filters(&cli.log_level);
+    logger.parse_filters(&level);
     if let Ok(f) = std::env::var("RUST_LOG") {
         logger.parse_filters(&f);
     }
     logger.format_timestamp_millis().init();
-
-    let file = cli.config.as_deref();
-    // Read once, here: the security settings and the subcommand's both come from it, and
-    // a pipe (`--config <(…)`) reads empty the second time.
-    if let Some(path) = file {
-        spillway_core::cli::layer::load(path).unwrap_or_else(|e| usage(e));
-    }
     let sec = layered(file, &cli.security);
     let files = spillway_bridge::security::SecurityFiles {
         tls_ca: sec.tls_ca,

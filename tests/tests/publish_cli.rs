@@ -1169,6 +1169,24 @@ fn every_documented_flag_is_a_config_key() {
         lines[1].starts_with("from/flag ") && lines[1].ends_with(" x"),
         "{text}"
     );
+    // The bridge's log level is a key too: a payload without its timestamp field is
+    // warned about at the default level, and not at `error`.
+    for (level, warned) in [("", true), ("log-level = \"error\"\n", false)] {
+        std::fs::write(
+            &cfg,
+            format!("gateway = \"{gw}\"\ntopic = \"t\"\ntimestamp-field = \"ts\"\n{level}"),
+        )
+        .unwrap();
+        // Without RUST_LOG, which run_bridge sets and which would win over the key.
+        let out = std::process::Command::new(spillway_tests::bridge::bridge_bin())
+            .args(["--config", c, "publish", "-m", "{\"v\":1}"])
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert!(out.status.success(), "{err}");
+        assert_eq!(err.contains("WARN"), warned, "{level:?}: {err}");
+    }
     // tail's keys: a count and a format.
     std::fs::write(
         &cfg,

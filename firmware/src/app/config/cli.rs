@@ -219,8 +219,8 @@ pub struct RunArgs {
     /// ms of silence is dropped, 1000 by default), mqtt://IP:PORT or mqtts://IP:PORT (MQTT
     /// 3.1.1 and 5 publishers, ?ack=durable|buffered; a client's password is its token, its
     /// user name the credential's name). Every listener takes
-    /// ?roles=publish,consume,admin (MQTT: only publish matters; without it every PUBLISH
-    /// is refused); plaintext on a non-loopback address needs ?allow-insecure=true
+    /// ?roles=publish,consume,admin (MQTT: only publish matters, and it is in the default
+    /// roles; a roles= list without it refuses every PUBLISH); plaintext on a non-loopback address needs ?allow-insecure=true
     /// [default: tcp://127.0.0.1:7878].
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
