@@ -55,12 +55,15 @@
 //!
 //! A batch is written and every file it touched is fsynced (`fdatasync`) before
 //! [`FileSink::deliver`] returns. A rotation fsyncs the file before the next file is
-//! created; closing a file renames it (a hard link to the closed name, which fails rather
-//! than replace an existing file, then the open name removed) and fsyncs its directory; creating a file or a
-//! directory fsyncs the directory holding it. A crash can leave a torn last line in an open
-//! file: on open it is cut back to its last newline (an open file left empty is removed).
-//! A crash between the link and the removal leaves both names of one file: the open name is
-//! removed on open.
+//! created; closing a file renames it in one step that fails rather than replace an
+//! existing file (`renameat2` with `RENAME_NOREPLACE`, so a crash leaves one of the two
+//! names, never both: a downstream job that moved the closed name away never sees the file
+//! closed twice) and fsyncs its directory; creating a file or a directory fsyncs the
+//! directory holding it. Where the file system lacks that rename, a hard link to the closed
+//! name and the removal of the open name stand in for it: a crash between them leaves both
+//! names of one file, and the open name is removed on open. A crash can leave a torn last
+//! line in an open file: on open it is cut back to its last newline (an open file left
+//! empty is removed).
 //!
 //! # Synced lengths
 //!

@@ -104,7 +104,7 @@ fn create_dirs(dir: &Path) -> std::io::Result<()> {
 fn close_name(path: &Path, first: u64) -> std::io::Result<PathBuf> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let closed = dir.join(file_name(first, false));
-    std::fs::hard_link(path, &closed).map_err(|e| {
+    let context = |e: std::io::Error| {
         std::io::Error::new(
             e.kind(),
             format!(
@@ -113,10 +113,54 @@ fn close_name(path: &Path, first: u64) -> std::io::Result<PathBuf> {
                 closed.display()
             ),
         )
-    })?;
-    std::fs::remove_file(path)?;
+    };
+    match rename_no_replace(path, &closed) {
+        Ok(()) => {}
+        // A file system without RENAME_NOREPLACE: a hard link, then the open name removed
+        // (a crash in between leaves both names; `settle` removes the open one).
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
+            std::fs::hard_link(path, &closed).map_err(context)?;
+            std::fs::remove_file(path)?;
+        }
+        Err(e) => return Err(context(e)),
+    }
     sync_dir(dir)?;
     Ok(closed)
+}
+
+/// Renames `from` to `to` in one step, failing (`EEXIST`) rather than replacing `to`:
+/// `renameat2(RENAME_NOREPLACE)`, so that a crash leaves exactly one of the two names (a
+/// hard link and an unlink leave both for a moment, and a downstream job that moved the
+/// closed name away then would see the file closed a second time). `EINVAL` or `ENOSYS`
+/// where the file system or the platform lacks it.
+fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let from = std::ffi::CString::new(from.as_os_str().as_bytes())?;
+        let to = std::ffi::CString::new(to.as_os_str().as_bytes())?;
+        // SAFETY: both are valid NUL-terminated paths that live across the call, and
+        // AT_FDCWD makes them relative to the working directory as `std::fs` does.
+        let rc = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                from.as_ptr(),
+                libc::AT_FDCWD,
+                to.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (from, to);
+        Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
+    }
 }
 
 impl Inner {
