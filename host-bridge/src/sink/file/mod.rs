@@ -374,18 +374,7 @@ impl FileSink {
         if self.rot.interval.is_none() {
             return Ok(0);
         }
-        // After a failure the next write cuts back and reopens first; nothing to close now.
-        let Some(mut inner) = self.inner.take() else {
-            return Ok(0);
-        };
-        let (inner, res) = smol::unblock(move || match inner.close_expired() {
-            Ok(n) => (Some(inner), Ok(n)),
-            // Drop the handles: the next write cuts back to the synced lengths and reopens.
-            Err(e) => (None, Err(e)),
-        })
-        .await;
-        self.inner = inner;
-        let n = res?;
+        let n = self.on_writer(Inner::close_expired).await?;
         if let Some(i) = &self.inner {
             self.synced = i.state.clone();
         }
@@ -403,14 +392,26 @@ impl FileSink {
     /// # Errors
     /// The I/O error of the rename or a directory fsync.
     pub async fn checkpointed(&mut self, log_id: u128, offset: u64) -> std::io::Result<u64> {
+        // Called after every batch: no trip to the blocking pool when nothing waits.
         match &self.inner {
             Some(i) if !i.full.is_empty() || !i.found.is_empty() => {}
             _ => return Ok(0),
         }
+        self.on_writer(move |i| i.close_full(Some((log_id, offset))))
+            .await
+    }
+
+    /// Runs `job` on the writer on the blocking pool and returns what it counted; 0 without
+    /// a writer (after a failure the next write cuts back and reopens first). A failed job
+    /// drops the writer's handles, as a failed write does.
+    async fn on_writer(
+        &mut self,
+        job: impl FnOnce(&mut Inner) -> std::io::Result<u64> + Send + 'static,
+    ) -> std::io::Result<u64> {
         let Some(mut inner) = self.inner.take() else {
             return Ok(0);
         };
-        let (inner, res) = smol::unblock(move || match inner.close_full(Some((log_id, offset))) {
+        let (inner, res) = smol::unblock(move || match job(&mut inner) {
             Ok(n) => (Some(inner), Ok(n)),
             // Drop the handles: the next write cuts back to the synced lengths and reopens.
             Err(e) => (None, Err(e)),
