@@ -107,6 +107,29 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// A gateway on a fresh image `DIR/gw.img` (1 MiB unless `extra` has `--size`, 4 KiB erase
+/// blocks) listening on one free TCP port, with `extra` flags after those; returns the
+/// process and its `tcp://127.0.0.1:PORT` URI. What the bridge's command-line tests start.
+pub fn small_gateway(dir: &Path, extra: &[&str]) -> (GatewayProcess, String) {
+    let port = free_port();
+    let mut args: Vec<String> = vec![
+        "--image".into(),
+        dir.join("gw.img").display().to_string(),
+        "--erase-size".into(),
+        "4K".into(),
+        "--listen".into(),
+        format!("tcp://127.0.0.1:{port}"),
+    ];
+    if !extra.contains(&"--size") {
+        args.extend(["--size".into(), "1M".into()]);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    (
+        GatewayProcess::start(&args, 1),
+        format!("tcp://127.0.0.1:{port}"),
+    )
+}
+
 /// A running gateway process; killed (SIGKILL) on drop (through its [`ChildProcess`]).
 pub struct GatewayProcess {
     child: ChildProcess,
