@@ -48,7 +48,8 @@
 //! ## Source files
 //! One concern each: `config` (settings and caller memory), `outcome` (what operations
 //! report), `layout` (geometry and addresses), `device` (the flash wrapper and poisoning),
-//! `scan` (finding valid batches in a segment), `recovery` (format and mount), `writer`
+//! `scan` (finding valid batches in a segment), `recovery` (format and mount), `damage`
+//! (a torn write's extent and damage before the tail, for the mount), `writer`
 //! (append, the RAM buffer, flush), `ring` (segment rotation and retention), `reader`
 //! (reads by offset), `find` (an offset by record time), `consumers`, `producers` (idempotent producers and sessions),
 //! `journal` (the commit journal) and `format` (byte layouts). This file holds [`Log`] and
@@ -58,6 +59,7 @@ pub mod compact;
 mod compact_io;
 mod config;
 mod consumers;
+mod damage;
 mod device;
 mod find;
 pub mod format;
@@ -83,6 +85,7 @@ pub use config::{
     SegmentSlot, SpillPolicy,
 };
 pub use consumers::BRIDGE_CONSUMER;
+use damage::DamagedBeforeTail;
 use device::Dev;
 pub use device::READ_ATTEMPTS;
 pub use find::FindStep;
@@ -100,7 +103,6 @@ pub use outcome::{
 use producers::ProducerState;
 pub use producers::{MAX_PRODUCERS, PRODUCER_WINDOW, seq_before};
 use reader::{Cursor, INDEX_ENTRIES};
-use recovery::DamagedBeforeTail;
 
 // Names the unit tests (here and in `format`) use through this module.
 #[cfg(test)]
