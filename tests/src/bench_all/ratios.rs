@@ -1,0 +1,399 @@
+//! The headline ratios of a run ([`AllReport::ratios`]: spillway ÷ peer on medians, with
+//! their ranges and goals) and the checks it failed ([`AllReport::failures`]).
+
+use super::AllReport;
+use crate::bench_core::{Engine, Spread};
+use crate::bench_fleet;
+use crate::bench_footprint;
+use crate::bench_kafka;
+use crate::bench_mqtt;
+
+/// A headline ratio.
+#[derive(Debug, Clone)]
+pub struct Ratio {
+    /// Comparison number (1–6).
+    pub comparison: u8,
+    /// What is compared.
+    pub label: String,
+    /// Spillway's median, formatted with its unit.
+    pub spillway: String,
+    /// The peer's median, formatted with its unit.
+    pub peer: String,
+    /// Which peer.
+    pub peer_name: String,
+    /// Spillway ÷ peer on medians.
+    pub ratio: f64,
+    /// Range of the ratio (see the module doc), if the figures vary between repetitions.
+    pub range: Option<(f64, f64)>,
+    /// Whether a ratio above 1 favours spillway.
+    pub higher_is_better: bool,
+    /// The goal the ratio is held to, `(low, high)` (`high` infinite: at least `low`);
+    /// with one, "behind" means outside it.
+    pub goal: Option<(f64, f64)>,
+}
+
+impl Ratio {
+    /// Whether this ratio favours spillway (equal counts as not behind).
+    pub fn favours_spillway(&self) -> bool {
+        if let Some((lo, hi)) = self.goal {
+            return lo <= self.ratio && self.ratio <= hi;
+        }
+        if self.higher_is_better {
+            self.ratio >= 1.0
+        } else {
+            self.ratio <= 1.0
+        }
+    }
+}
+
+/// The goal of comparison 4: bridge ÷ producer.
+pub const KAFKA_GOAL: f64 = 0.9;
+
+/// The widest ratio range two spreads allow.
+fn bounds(a: &Spread, b: &Spread) -> (f64, f64) {
+    (a.min / b.max, a.max / b.min)
+}
+
+/// The range of paired ratios.
+fn paired(a: &[f64], b: &[f64]) -> Option<(f64, f64)> {
+    let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+    (!r.is_empty()).then(|| {
+        let s = Spread::of(&r);
+        (s.min, s.max)
+    })
+}
+
+/// Formats a rate with a k/M suffix.
+fn si(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2}M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.1}k", x / 1e3)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.2} MiB", kib as f64 / 1024.0)
+}
+
+impl AllReport {
+    /// Every headline ratio, in comparison order.
+    pub fn ratios(&self) -> Vec<Ratio> {
+        let mut out = Vec::new();
+        let peer_name = "sequential-storage";
+        for group in self.writes.chunks(Engine::ALL.len()) {
+            let Some(peer) = group.iter().find(|r| r.engine == Engine::Peer) else {
+                continue;
+            };
+            let case = format!(
+                "{} B, write size {}",
+                peer.case.payload_len, peer.case.write_size
+            );
+            for r in group.iter().filter(|r| r.engine != Engine::Peer) {
+                let who = if r.engine == Engine::Spillway {
+                    "buffered"
+                } else {
+                    "flush every record"
+                };
+                out.push(Ratio {
+                    comparison: 1,
+                    label: format!("appends/s, {case}, {who}"),
+                    spillway: si(r.appends_per_s.median),
+                    peer: si(peer.appends_per_s.median),
+                    peer_name: peer_name.into(),
+                    ratio: r.appends_per_s.median / peer.appends_per_s.median,
+                    range: Some(bounds(&r.appends_per_s, &peer.appends_per_s)),
+                    higher_is_better: true,
+                    goal: None,
+                });
+                out.push(Ratio {
+                    comparison: 1,
+                    label: format!("flash bytes per payload byte, {case}, {who}"),
+                    spillway: format!("{:.3}", r.programmed_per_payload_byte()),
+                    peer: format!("{:.3}", peer.programmed_per_payload_byte()),
+                    peer_name: peer_name.into(),
+                    ratio: r.programmed_per_payload_byte() / peer.programmed_per_payload_byte(),
+                    range: None,
+                    higher_is_better: false,
+                    goal: None,
+                });
+                out.push(Ratio {
+                    comparison: 1,
+                    label: format!("erases per MiB, {case}, {who}"),
+                    spillway: format!("{:.1}", r.erases_per_mib()),
+                    peer: format!("{:.1}", peer.erases_per_mib()),
+                    peer_name: peer_name.into(),
+                    ratio: r.erases_per_mib() / peer.erases_per_mib(),
+                    range: None,
+                    higher_is_better: false,
+                    goal: None,
+                });
+            }
+            // Reads do not depend on how the records were flushed: the buffered run.
+            if let Some(r) = group.iter().find(|r| r.engine == Engine::Spillway) {
+                out.push(Ratio {
+                    comparison: 1,
+                    label: format!("reads/s, {case}"),
+                    spillway: si(r.reads_per_s.median),
+                    peer: si(peer.reads_per_s.median),
+                    peer_name: peer_name.into(),
+                    ratio: r.reads_per_s.median / peer.reads_per_s.median,
+                    range: Some(bounds(&r.reads_per_s, &peer.reads_per_s)),
+                    higher_is_better: true,
+                    goal: None,
+                });
+            }
+        }
+        if let Some(m) = self.mounts.iter().rev().find(|m| m.peer.is_some())
+            && let Some(p) = &m.peer
+        {
+            out.push(Ratio {
+                comparison: 2,
+                label: format!(
+                    "mount ms, {} MiB (16 KiB segments) vs cold first peek",
+                    m.size_mib
+                ),
+                spillway: format!("{:.3} ms", m.small_segments.ms.median),
+                peer: format!("{:.3} ms", p.peek_ms.median),
+                peer_name: peer_name.into(),
+                ratio: m.small_segments.ms.median / p.peek_ms.median,
+                range: Some(bounds(&m.small_segments.ms, &p.peek_ms)),
+                higher_is_better: false,
+                goal: None,
+            });
+        }
+        if let Some(m) = self.mounts.last() {
+            for (what, s) in [
+                ("16 KiB segments", &m.small_segments),
+                (
+                    &*format!("{} segments", self.options.mount_fixed_segments),
+                    &m.fixed_count,
+                ),
+            ] {
+                out.push(Ratio {
+                    comparison: 2,
+                    label: format!("mount ms, {} MiB ({what}) vs reading the image", m.size_mib),
+                    spillway: format!("{:.3} ms", s.ms.median),
+                    peer: format!("{:.3} ms", s.full_scan_ms.median),
+                    peer_name: "full scan".into(),
+                    ratio: s.ms.median / s.full_scan_ms.median,
+                    range: Some(bounds(&s.ms, &s.full_scan_ms)),
+                    higher_is_better: false,
+                    goal: None,
+                });
+            }
+        }
+        let runs = self
+            .gateway
+            .iter()
+            .flat_map(|g| [("buffered", &g.buffered), ("durable", &g.durable)]);
+        for (what, runs) in runs {
+            let (sw, peer) = (runs.spillway_rates(), runs.nats_rates());
+            if peer.is_empty() {
+                continue;
+            }
+            let (a, b) = (Spread::of(&sw), Spread::of(&peer));
+            out.push(Ratio {
+                comparison: 3,
+                label: format!("TCP ingest records/s, 100 B, {what}"),
+                spillway: si(a.median),
+                peer: si(b.median),
+                peer_name: "NATS JetStream".into(),
+                ratio: a.median / b.median,
+                range: paired(&sw, &peer),
+                higher_is_better: true,
+                goal: None,
+            });
+        }
+        if let Some(k) = &self.kafka {
+            let (bridge, producer) = (k.bridge_rates(), k.producer_rates());
+            let (a, b) = (Spread::of(&bridge), Spread::of(&producer));
+            let unverified = if k.failures().is_empty() {
+                ""
+            } else {
+                " (FAILED its check: not valid)"
+            };
+            out.push(Ratio {
+                comparison: 4,
+                label: format!("records/s into Kafka, bridge drain vs plain producer{unverified}"),
+                spillway: si(a.median),
+                peer: si(b.median),
+                peer_name: "rdkafka producer".into(),
+                ratio: a.median / b.median,
+                range: paired(&bridge, &producer),
+                higher_is_better: true,
+                goal: Some((KAFKA_GOAL, f64::INFINITY)),
+            });
+        }
+        let servers = self
+            .footprint
+            .as_ref()
+            .map_or(&[][..], |f| f.servers.as_slice());
+        if let Some(sw) = servers.first() {
+            for peer in &servers[1..] {
+                let short = peer.name.split_whitespace().next().unwrap_or("peer");
+                if let (Some(a), Some(b)) = (sw.binary.stripped_bytes, peer.binary.stripped_bytes) {
+                    out.push(Ratio {
+                        comparison: 5,
+                        label: format!("stripped binary size vs {short}"),
+                        spillway: mib(a / 1024),
+                        peer: mib(b / 1024),
+                        peer_name: peer.name.clone(),
+                        ratio: a as f64 / b as f64,
+                        range: None,
+                        higher_is_better: false,
+                        goal: None,
+                    });
+                }
+                if !peer.binary.shared_libs.is_empty() {
+                    let with_libs = |b: &bench_footprint::BinarySize| {
+                        b.stripped_bytes.unwrap_or(b.file_bytes) + b.extra_libs_bytes
+                    };
+                    let (a, b) = (with_libs(&sw.binary), with_libs(&peer.binary));
+                    out.push(Ratio {
+                        comparison: 5,
+                        label: format!(
+                            "stripped binary + shared libraries besides the C runtime vs {short}"
+                        ),
+                        spillway: mib(a / 1024),
+                        peer: mib(b / 1024),
+                        peer_name: peer.name.clone(),
+                        ratio: a as f64 / b as f64,
+                        range: None,
+                        higher_is_better: false,
+                        goal: None,
+                    });
+                }
+                out.push(Ratio {
+                    comparison: 5,
+                    label: format!("peak RSS, 100 idle clients, vs {short}"),
+                    spillway: mib(sw.idle.hwm_kib),
+                    peer: mib(peer.idle.hwm_kib),
+                    peer_name: peer.name.clone(),
+                    ratio: sw.idle.hwm_kib as f64 / peer.idle.hwm_kib.max(1) as f64,
+                    range: None,
+                    higher_is_better: false,
+                    goal: None,
+                });
+                out.push(Ratio {
+                    comparison: 5,
+                    label: format!("peak RSS under load vs {short}"),
+                    spillway: mib(sw.loaded.hwm_kib),
+                    peer: mib(peer.loaded.hwm_kib),
+                    peer_name: peer.name.clone(),
+                    ratio: sw.loaded.hwm_kib as f64 / peer.loaded.hwm_kib.max(1) as f64,
+                    range: None,
+                    higher_is_better: false,
+                    goal: None,
+                });
+            }
+        }
+        if let Some(r) = &self.mqtt
+            && let Some(peer) = &r.mosquitto
+        {
+            for c in r.cases.iter().filter(|c| !c.mosquitto.is_empty()) {
+                let (sw, mq) = (c.spillway_rates(), c.mosquitto_rates());
+                let (a, b) = (Spread::of(&sw), Spread::of(&mq));
+                out.push(Ratio {
+                    comparison: 6,
+                    label: format!(
+                        "MQTT QoS 1 fan-in messages/s, {} B (PUBACK after fdatasync vs before any disk write)",
+                        c.payload
+                    ),
+                    spillway: si(a.median),
+                    peer: si(b.median),
+                    peer_name: peer.clone(),
+                    ratio: a.median / b.median,
+                    range: paired(&sw, &mq),
+                    higher_is_better: true,
+                    goal: None,
+                });
+                let p99 = |runs: &[bench_mqtt::Measured]| {
+                    runs.iter().map(|m| m.p99_ms).collect::<Vec<f64>>()
+                };
+                let (sw, mq) = (p99(&c.spillway), p99(&c.mosquitto));
+                let (a, b) = (Spread::of(&sw), Spread::of(&mq));
+                out.push(Ratio {
+                    comparison: 6,
+                    label: format!("MQTT QoS 1 PUBACK p99 latency, {} B", c.payload),
+                    spillway: format!("{:.2} ms", a.median),
+                    peer: format!("{:.2} ms", b.median),
+                    peer_name: peer.clone(),
+                    ratio: a.median / b.median,
+                    range: paired(&sw, &mq),
+                    higher_is_better: false,
+                    goal: None,
+                });
+            }
+        }
+        if let Some(k) = &self.fleet {
+            let (bridge, producer) = (k.bridge_rates(), k.producer_rates());
+            let (a, b) = (Spread::of(&bridge), Spread::of(&producer));
+            let unverified = if k.failures().is_empty() {
+                ""
+            } else {
+                " (FAILED its check: not valid)"
+            };
+            out.push(Ratio {
+                comparison: 7,
+                label: format!(
+                    "records/s into Kafka, one bridge draining {} gateways vs plain producer{unverified}",
+                    k.options.gateways
+                ),
+                spillway: si(a.median),
+                peer: si(b.median),
+                peer_name: "rdkafka producer".into(),
+                ratio: a.median / b.median,
+                range: paired(&bridge, &producer),
+                higher_is_better: true,
+                goal: Some((bench_fleet::FLEET_GOAL, f64::INFINITY)),
+            });
+        }
+        if let Some(c) = &self.cap {
+            let cap = c.options.bytes_per_sec as f64;
+            let tol = f64::from(c.options.tolerance_pct) / 100.0;
+            let thirds: Vec<f64> = c.thirds.iter().map(|t| t / cap).collect();
+            let t = (!thirds.is_empty()).then(|| Spread::of(&thirds));
+            out.push(Ratio {
+                comparison: 8,
+                label: format!(
+                    "payload B/s under --max-bytes-per-sec {} over {:.0} s vs the cap{}",
+                    c.options.bytes_per_sec,
+                    c.window.as_secs_f64(),
+                    if c.failures().is_empty() {
+                        ""
+                    } else {
+                        " (FAILED its check)"
+                    }
+                ),
+                spillway: si(c.achieved),
+                peer: si(cap),
+                peer_name: "the cap".into(),
+                ratio: c.ratio(),
+                range: t.map(|t| (t.min, t.max)),
+                higher_is_better: false,
+                goal: Some((1.0 - tol, 1.0 + tol)),
+            });
+        }
+        out
+    }
+
+    /// Every check this run failed, described (empty when every figure's run did the work
+    /// it claims). The benchmark program exits non-zero when there is any.
+    pub fn failures(&self) -> Vec<String> {
+        let mut out = self
+            .kafka
+            .as_ref()
+            .map_or_else(Vec::new, bench_kafka::Report::failures);
+        out.extend(self.mqtt.iter().flat_map(bench_mqtt::Report::failures));
+        out.extend(
+            self.fleet
+                .iter()
+                .flat_map(bench_fleet::FleetReport::failures),
+        );
+        out.extend(self.cap.iter().flat_map(bench_fleet::CapReport::failures));
+        out
+    }
+}
