@@ -31,7 +31,7 @@ fn run(c: DrainConfig) -> Result<DrainSummary, DrainError> {
 /// (topic, offset, payload) of every line in the output directory, sorted by offset.
 fn read_out(dir: &Path) -> Vec<(String, u64, String)> {
     let mut v = Vec::new();
-    for path in common::sink_files(&dir.join("out")) {
+    for path in common::sink_files::sink_files(&dir.join("out")) {
         let text = std::fs::read_to_string(path).unwrap();
         for line in text.lines() {
             let j: serde_json::Value = serde_json::from_str(line).unwrap();

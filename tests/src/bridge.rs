@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 
 use crate::gateway::workspace_bin;
 use crate::process::ChildProcess;
+pub use crate::sink_files::sink_files;
 
 /// Path of the `spillway-bridge` binary, built on first use (or `SPILLWAY_BRIDGE_BIN`).
 pub fn bridge_bin() -> PathBuf {
@@ -97,31 +98,4 @@ pub fn committed_offset(status_json: &[u8], consumer: &str) -> u64 {
         .and_then(|a| a.iter().find(|c| c["name"] == consumer))
         .and_then(|c| c["committed_offset"].as_u64())
         .unwrap_or(0)
-}
-
-/// Every file of a file sink under `dir` (the sink's `DIR`, or one gateway's directory in
-/// it), closed (`*.jsonl`) and open (`*.jsonl.open`), in path order: by gateway, topic,
-/// date directory, then first offset, which is the order of one topic's records.
-pub fn sink_files(dir: &Path) -> Vec<PathBuf> {
-    fn walk(d: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(rd) = std::fs::read_dir(d) else {
-            return;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                walk(&p, out);
-            } else if p
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.ends_with(".jsonl") || n.ends_with(".jsonl.open"))
-            {
-                out.push(p);
-            }
-        }
-    }
-    let mut v = Vec::new();
-    walk(dir, &mut v);
-    v.sort();
-    v
 }

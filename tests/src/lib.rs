@@ -30,6 +30,7 @@ pub mod pki;
 pub mod plot;
 pub mod process;
 pub mod ram_nor;
+pub mod sink_files;
 
 pub use bridge::{bridge_bin, run_bridge};
 pub use client::{Client, FetchedRecord, Reply};

@@ -30,6 +30,10 @@ use spillway_core::wire::{self, ErrorCode, Request};
 use spillway_firmware::gateway::error_reply;
 use spillway_firmware::{Conn, Gateway, GatewayConfig, Outcome};
 
+/// The end-to-end tests' listing of a file sink's files (one copy, included by path).
+#[path = "../../../tests/src/sink_files.rs"]
+pub mod sink_files;
+
 type TheLog = Log<'static, SimFlash<Vec<u8>>>;
 
 /// Largest frame, bytes on the wire (announced in the `Welcome`).
@@ -510,30 +514,4 @@ fn handle(
             }
         }
     }
-}
-
-/// Every file of a file sink under `dir` (`*.jsonl` and `*.jsonl.open`, in every gateway,
-/// topic and date directory), in path order.
-pub fn sink_files(dir: &Path) -> Vec<std::path::PathBuf> {
-    fn walk(d: &Path, out: &mut Vec<std::path::PathBuf>) {
-        let Ok(rd) = std::fs::read_dir(d) else {
-            return;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                walk(&p, out);
-            } else if p
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.ends_with(".jsonl") || n.ends_with(".jsonl.open"))
-            {
-                out.push(p);
-            }
-        }
-    }
-    let mut v = Vec::new();
-    walk(dir, &mut v);
-    v.sort();
-    v
 }
