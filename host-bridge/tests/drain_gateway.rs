@@ -8,9 +8,9 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Options, SimGateway, drain_config};
+use common::{Background, Options, SimGateway, drain_config, run_drain, spawn_drain};
 use spillway_bridge::checkpoint::{ResumeMismatch, Store};
-use spillway_bridge::drain::{Drain, DrainConfig, DrainError, DrainSummary, Shutdown};
+use spillway_bridge::drain::{DrainConfig, DrainError, DrainSummary};
 use spillway_bridge::metrics::Metrics;
 
 fn cfg(gw: &SimGateway, dir: &Path) -> DrainConfig {
@@ -21,11 +21,7 @@ fn cfg(gw: &SimGateway, dir: &Path) -> DrainConfig {
 }
 
 fn run(c: DrainConfig) -> Result<DrainSummary, DrainError> {
-    let (_t, stop) = Shutdown::new();
-    smol::block_on(async {
-        let d = Drain::open(c, Metrics::default(), stop).await?;
-        d.run().await
-    })
+    run_drain(c, &Metrics::default())
 }
 
 /// (topic, offset, payload) of every line in the output directory, sorted by offset.
@@ -248,15 +244,11 @@ fn survives_a_gateway_outage_and_stops_cleanly_on_shutdown() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = cfg(&gw, dir.path());
     c.once = false;
-    let (trigger, stop) = Shutdown::new();
-    let metrics = Metrics::default();
-    let m2 = metrics.clone();
-    let handle = std::thread::spawn(move || {
-        smol::block_on(async {
-            let d = Drain::open(c, m2, stop).await?;
-            d.run().await
-        })
-    });
+    let Background {
+        handle,
+        metrics,
+        trigger,
+    } = spawn_drain(c);
     publish(&gw, "t", &payloads("a", 200));
     let wait_for = |n: usize| {
         let t = Instant::now();
@@ -283,14 +275,6 @@ fn survives_a_gateway_outage_and_stops_cleanly_on_shutdown() {
     assert_eq!(gw.committed("bridge"), Some(400));
 }
 
-fn run_with(c: DrainConfig, m: &Metrics) -> Result<DrainSummary, DrainError> {
-    let (_t, stop) = Shutdown::new();
-    smol::block_on(async {
-        let d = Drain::open(c, m.clone(), stop).await?;
-        d.run().await
-    })
-}
-
 /// Offsets the gateway skipped after a crash (`NotPersisted`: the rest of its offset
 /// lease) never held a durable record: the drain moves past them without calling them a
 /// gap. Before, every power cut counted the skipped lease as lost records in the metrics
@@ -313,7 +297,7 @@ fn never_persisted_offsets_are_skipped_not_counted_as_lost() {
         (60..100).collect::<Vec<_>>()
     );
     let m = Metrics::default();
-    let s = run_with(cfg(&gw, dir.path()), &m).unwrap();
+    let s = run_drain(cfg(&gw, dir.path()), &m).unwrap();
     assert_eq!((s.records, s.gaps, s.skipped_offsets), (80, 0, 20));
     let offs: Vec<u64> = read_out(dir.path()).iter().map(|r| r.1).collect();
     assert_eq!(offs, (0..40).chain(60..100).collect::<Vec<_>>());
@@ -345,7 +329,7 @@ fn corrupt_offsets_are_still_a_gap() {
     publish(&gw, "t", &payloads("c", 40));
     gw.flip_bit(b"b-10", 2);
     let m = Metrics::default();
-    let s = run_with(cfg(&gw, dir.path()), &m).unwrap();
+    let s = run_drain(cfg(&gw, dir.path()), &m).unwrap();
     assert_eq!((s.records, s.gaps, s.skipped_offsets), (80, 1, 0));
     assert_eq!(
         (m.gaps.get(), m.lost.get(), m.skipped_offsets.get()),
@@ -413,7 +397,7 @@ fn fresh_drain(gw: &SimGateway, m: &Metrics) -> DrainSummary {
     let dir = tempfile::tempdir().unwrap();
     let mut c = cfg(gw, dir.path());
     c.from = Some(spillway_bridge::drain::StartFrom::Earliest);
-    let s = run_with(c, m).unwrap();
+    let s = run_drain(c, m).unwrap();
     let offs: Vec<u64> = read_out(dir.path()).iter().map(|r| r.1).collect();
     assert_eq!(offs.len() as u64, s.records);
     s
@@ -481,7 +465,7 @@ fn records_dropped_before_the_first_drain_are_a_gap() {
 
     let dir = tempfile::tempdir().unwrap();
     let m = Metrics::default();
-    let s = run_with(cfg(&gw, dir.path()), &m).unwrap();
+    let s = run_drain(cfg(&gw, dir.path()), &m).unwrap();
     assert_eq!((s.records, s.gaps), (100 - first, 1));
     assert_eq!((m.gaps.get(), m.lost.get()), (1, first));
     let store = Store::open(&dir.path().join("state.redb")).unwrap();

@@ -12,17 +12,18 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{SimGateway, drain_config};
+use common::{Background, SimGateway, drain_config, run_drain, spawn_drain};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
 use rdkafka::{Offset, TopicPartitionList};
 use spillway_bridge::checkpoint::Store;
 use spillway_bridge::client::{Client, FetchReply, OwnedRecord};
-use spillway_bridge::drain::{Drain, DrainConfig, DrainSummary, Shutdown};
+use spillway_bridge::drain::{DrainConfig, DrainSummary};
 use spillway_bridge::metrics::Metrics;
 use spillway_bridge::progress::Mode;
 use spillway_bridge::sink::kafka::KafkaSink;
@@ -35,22 +36,34 @@ struct Msg {
     partition: i32,
 }
 
-/// Reads every message of `topic` (partitions 0..parts), up to the end of each partition
-/// as the fetch responses report it (not ListOffsets: some brokers under-report it).
-fn consume_everything(brokers: &str, topic: &str, parts: i32) -> Vec<Msg> {
+/// A consumer assigned to `partitions` of `topic` from the beginning (no group rebalance),
+/// that reports the end of each partition as `PartitionEOF` when `eof`.
+fn consumer_from_beginning(
+    brokers: &str,
+    topic: &str,
+    partitions: std::ops::Range<i32>,
+    eof: bool,
+) -> BaseConsumer {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", "test")
         .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
+        .set("enable.partition.eof", if eof { "true" } else { "false" })
         .create()
         .unwrap();
     let mut tpl = TopicPartitionList::new();
-    for p in 0..parts {
+    for p in partitions {
         tpl.add_partition_offset(topic, p, Offset::Beginning)
             .unwrap();
     }
     c.assign(&tpl).unwrap();
+    c
+}
+
+/// Reads every message of `topic` (partitions 0..parts), up to the end of each partition
+/// as the fetch responses report it (not ListOffsets: some brokers under-report it).
+fn consume_everything(brokers: &str, topic: &str, parts: i32) -> Vec<Msg> {
+    let c = consumer_from_beginning(brokers, topic, 0..parts, true);
     let mut eof = std::collections::HashSet::new();
     let mut out = Vec::new();
     let t = Instant::now();
@@ -110,14 +123,56 @@ fn kafka_cfg(gw: &SimGateway, brokers: &str, topic: &str, dir: &std::path::Path)
 }
 
 fn run(c: DrainConfig) -> (DrainSummary, Metrics) {
-    let (_t, stop) = Shutdown::new();
     let m = Metrics::default();
-    let s = smol::block_on(async {
-        let d = Drain::open(c, m.clone(), stop).await?;
-        d.run().await
-    })
-    .unwrap();
+    let s = run_drain(c, &m).unwrap();
     (s, m)
+}
+
+/// [`run`] of [`kafka_cfg`] into topic `out`.
+fn drain_out(gw: &SimGateway, brokers: &str, dir: &std::path::Path) -> (DrainSummary, Metrics) {
+    run(kafka_cfg(gw, brokers, "out", dir))
+}
+
+/// A drain of `gw` into `kafka://brokers/out` with `DrainConfig`'s defaults but for no
+/// progress display and a backoff from 20 ms to 200 ms (the outage tests' setting).
+fn outage_cfg(gw: &SimGateway, brokers: &str, dir: &std::path::Path) -> DrainConfig {
+    let mut c = DrainConfig::new(
+        gw.uri().parse().unwrap(),
+        format!("kafka://{brokers}/out").parse().unwrap(),
+        dir.join("state.redb"),
+    );
+    c.progress = Mode::Off;
+    c.backoff_initial = Duration::from_millis(20);
+    c.backoff_max = Duration::from_millis(200);
+    c
+}
+
+/// A mock cluster of `brokers` brokers with topic `topic` of `parts` partitions, and its
+/// bootstrap servers.
+fn mock_cluster(
+    brokers: i32,
+    topic: &str,
+    parts: i32,
+) -> (MockCluster<'static, DefaultProducerContext>, String) {
+    let mock = MockCluster::new(brokers).unwrap();
+    mock.create_topic(topic, parts, 1).unwrap();
+    let servers = mock.bootstrap_servers();
+    (mock, servers)
+}
+
+fn source(gateway_id: &str, log_id: u128) -> Source {
+    Source {
+        gateway_id: gateway_id.into(),
+        log_id,
+    }
+}
+
+/// Delivers `recs` as `src`'s straight into `kafka://brokers/topic`, past any drain.
+fn deliver(brokers: &str, topic: &str, src: &Source, recs: &[OwnedRecord]) {
+    smol::block_on(async {
+        let mut k = KafkaSink::new(brokers, topic, 10_000).unwrap();
+        k.deliver(src, recs).await.unwrap();
+    });
 }
 
 /// The gateway's records `from..to`, as the bridge fetches them.
@@ -159,18 +214,7 @@ fn offsets(msgs: &[Msg]) -> Vec<u64> {
 
 /// Reads every message of `topic` (partitions 0..parts) from the beginning.
 fn consume_all(brokers: &str, topic: &str, parts: i32, want: usize) -> Vec<Msg> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", "test")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..parts {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    c.assign(&tpl).unwrap();
+    let c = consumer_from_beginning(brokers, topic, 0..parts, false);
     let mut out = Vec::new();
     let t = Instant::now();
     while out.len() < want && t.elapsed() < Duration::from_secs(30) {
@@ -195,20 +239,12 @@ fn rec(offset: u64, topic: &str) -> OwnedRecord {
 
 #[test]
 fn delivers_with_key_and_headers() {
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("out", 3, 1).unwrap();
-    let brokers = mock.bootstrap_servers();
-    let src = Source {
-        gateway_id: "gw-9".into(),
-        log_id: 0xABC,
-    };
+    let (_mock, brokers) = mock_cluster(1, "out", 3);
+    let src = source("gw-9", 0xABC);
     let recs: Vec<_> = (0..50)
         .map(|i| rec(i, if i % 2 == 0 { "buoy/sst" } else { "cgm" }))
         .collect();
-    smol::block_on(async {
-        let mut s = KafkaSink::new(&brokers, "out", 10_000).unwrap();
-        s.deliver(&src, &recs).await.unwrap();
-    });
+    deliver(&brokers, "out", &src, &recs);
     let msgs = consume_all(&brokers, "out", 3, 50);
     assert_eq!(msgs.len(), 50);
     let mut per_key: HashMap<String, Vec<u64>> = HashMap::new();
@@ -242,9 +278,7 @@ fn delivers_with_key_and_headers() {
 
 #[test]
 fn a_down_broker_holds_the_checkpoint_until_delivery() {
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("out", 1, 1).unwrap();
-    let brokers = mock.bootstrap_servers();
+    let (mock, brokers) = mock_cluster(1, "out", 1);
     let gw = SimGateway::start("gw-k", 0x4B);
     let payloads: Vec<Vec<u8>> = (0..100).map(|i| format!("r{i}").into_bytes()).collect();
     let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
@@ -252,27 +286,16 @@ fn a_down_broker_holds_the_checkpoint_until_delivery() {
     mock.broker_down(1).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    let mut c = DrainConfig::new(
-        gw.uri().parse().unwrap(),
-        format!("kafka://{brokers}/out").parse().unwrap(),
-        dir.path().join("state.redb"),
-    );
+    let mut c = outage_cfg(&gw, &brokers, dir.path());
     c.once = true;
-    c.progress = Mode::Off;
-    c.backoff_initial = Duration::from_millis(20);
-    c.backoff_max = Duration::from_millis(200);
     // Short delivery timeout so a down broker shows as failures (then resends).
     c.sink_options.kafka_delivery_timeout_ms = 1000;
     c.kafka_resume_timeout = Duration::from_millis(500);
-    let metrics = Metrics::default();
-    let m2 = metrics.clone();
-    let (_t, stop) = Shutdown::new();
-    let handle = std::thread::spawn(move || {
-        smol::block_on(async {
-            let d = Drain::open(c, m2, stop).await?;
-            d.run().await
-        })
-    });
+    let Background {
+        handle,
+        metrics,
+        trigger: _trigger,
+    } = spawn_drain(c);
     // While the broker is down nothing is acknowledged, so nothing is committed.
     std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(metrics.forwarded_records.get(), 0);
@@ -289,12 +312,7 @@ fn a_down_broker_holds_the_checkpoint_until_delivery() {
     let store = Store::open(&dir.path().join("state.redb")).unwrap();
     assert_eq!(store.load("gw-k", "bridge").unwrap().unwrap().offset, 100);
     // Every record arrived; resends after timeouts may add duplicates, never gaps.
-    let msgs = consume_all(&brokers, "out", 1, 100);
-    let mut offs: Vec<u64> = msgs
-        .iter()
-        .map(|m| m.headers["spillway-offset"].parse().unwrap())
-        .collect();
-    offs.sort_unstable();
+    let mut offs = offsets(&consume_all(&brokers, "out", 1, 100));
     offs.dedup();
     assert_eq!(offs, (0..100).collect::<Vec<_>>());
 }
@@ -302,17 +320,7 @@ fn a_down_broker_holds_the_checkpoint_until_delivery() {
 /// Gateway offsets (header `spillway-offset`) of partition `partition` of `topic`, in log
 /// order (duplicates kept), read up to the end of that partition only.
 fn partition_offsets(brokers: &str, topic: &str, partition: i32) -> Vec<u64> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", "test")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, Offset::Beginning)
-        .unwrap();
-    c.assign(&tpl).unwrap();
+    let c = consumer_from_beginning(brokers, topic, partition..partition + 1, true);
     let t = Instant::now();
     let mut out = Vec::new();
     loop {
@@ -335,10 +343,7 @@ fn partition_offsets(brokers: &str, topic: &str, partition: i32) -> Vec<u64> {
 /// in partitions 0 and 1 of a 2-partition topic, found by producing probes.
 fn topics_for_partitions(brokers: &str, gateway_id: &str) -> (String, String) {
     let names: Vec<String> = (0..16).map(|i| format!("t{i}")).collect();
-    let src = Source {
-        gateway_id: gateway_id.into(),
-        log_id: 1,
-    };
+    let src = source(gateway_id, 1);
     let recs: Vec<_> = names
         .iter()
         .enumerate()
@@ -373,12 +378,10 @@ fn topics_for_partitions(brokers: &str, gateway_id: &str) -> (String, String) {
 /// acknowledged head of the window.
 #[test]
 fn a_later_batch_acknowledged_first_never_moves_the_checkpoint_past_an_earlier_one() {
-    let mock = MockCluster::new(2).unwrap();
-    mock.create_topic("out", 2, 1).unwrap();
+    let (mock, brokers) = mock_cluster(2, "out", 2);
     mock.create_topic("probe", 2, 1).unwrap();
     mock.partition_leader("out", 0, Some(1)).unwrap();
     mock.partition_leader("out", 1, Some(2)).unwrap();
-    let brokers = mock.bootstrap_servers();
     let gw_id = "gw-ooo";
     let (slow, fast) = topics_for_partitions(&brokers, gw_id);
     let gw = SimGateway::start(gw_id, 0x000F);
@@ -389,30 +392,19 @@ fn a_later_batch_acknowledged_first_never_moves_the_checkpoint_past_an_earlier_o
     }
 
     let dir = tempfile::tempdir().unwrap();
-    let mut c = DrainConfig::new(
-        gw.uri().parse().unwrap(),
-        format!("kafka://{brokers}/out").parse().unwrap(),
-        dir.path().join("state.redb"),
-    );
-    c.progress = Mode::Off;
+    let mut c = outage_cfg(&gw, &brokers, dir.path());
     c.max_batch_bytes = 256;
     c.max_in_flight_batches = 4;
     c.poll_wait = Duration::from_millis(50);
-    c.backoff_initial = Duration::from_millis(20);
-    c.backoff_max = Duration::from_millis(200);
     c.sink_options.kafka_delivery_timeout_ms = 800;
     c.kafka_resume_window = 0;
     // One gateway's records in two partitions: keyed by gateway and topic.
     c.sink_options.kafka_key = KafkaKey::GatewayTopic;
-    let metrics = Metrics::default();
-    let m2 = metrics.clone();
-    let (trigger, stop) = Shutdown::new();
-    let handle = std::thread::spawn(move || {
-        smol::block_on(async {
-            let d = Drain::open(c, m2, stop).await?;
-            d.run().await
-        })
-    });
+    let Background {
+        handle,
+        metrics,
+        trigger,
+    } = spawn_drain(c);
     let wait_committed = |o: u64, what: &str| {
         let t = Instant::now();
         while gw.committed("bridge") != Some(o) {
@@ -511,9 +503,7 @@ fn a_later_batch_acknowledged_first_never_moves_the_checkpoint_past_an_earlier_o
 /// where it was; the next run delivers everything.
 #[test]
 fn shutdown_gives_up_on_unacknowledged_batches_after_the_grace() {
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("out", 1, 1).unwrap();
-    let brokers = mock.bootstrap_servers();
+    let (mock, brokers) = mock_cluster(1, "out", 1);
     let gw = SimGateway::start("gw-stop", 0x570);
     publish_n(&gw, &["t"], 0, 50);
     mock.broker_down(1).unwrap();
@@ -524,15 +514,11 @@ fn shutdown_gives_up_on_unacknowledged_batches_after_the_grace() {
     c.kafka_resume_window = 0;
     c.sink_options.kafka_delivery_timeout_ms = 60_000;
     c.shutdown_grace = Duration::from_millis(500);
-    let metrics = Metrics::default();
-    let m2 = metrics.clone();
-    let (trigger, stop) = Shutdown::new();
-    let handle = std::thread::spawn(move || {
-        smol::block_on(async {
-            let d = Drain::open(c, m2, stop).await?;
-            d.run().await
-        })
-    });
+    let Background {
+        handle,
+        metrics,
+        trigger,
+    } = spawn_drain(c);
     std::thread::sleep(Duration::from_millis(500));
     let t = Instant::now();
     trigger.trigger();
@@ -544,7 +530,7 @@ fn shutdown_gives_up_on_unacknowledged_batches_after_the_grace() {
     assert_eq!(gw.committed("bridge"), Some(0));
 
     mock.broker_up(1).unwrap();
-    let (s, _) = run(kafka_cfg(&gw, &brokers, "out", dir.path()));
+    let (s, _) = drain_out(&gw, &brokers, dir.path());
     assert_eq!(s.offset, 50);
     let mut offs = offsets(&consume_everything(&brokers, "out", 1));
     offs.dedup();
@@ -553,17 +539,11 @@ fn shutdown_gives_up_on_unacknowledged_batches_after_the_grace() {
 
 #[test]
 fn sink_enum_opens_kafka() {
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("x", 1, 1).unwrap();
-    let spec = format!("kafka://{}/x", mock.bootstrap_servers())
-        .parse()
-        .unwrap();
+    let (_mock, brokers) = mock_cluster(1, "x", 1);
+    let spec = format!("kafka://{brokers}/x").parse().unwrap();
     smol::block_on(async {
         let mut s = Sink::open(&spec, &Default::default()).await.unwrap();
-        let src = Source {
-            gateway_id: "g".into(),
-            log_id: 1,
-        };
+        let src = source("g", 1);
         s.deliver(&src, &[rec(0, "t")]).await.unwrap();
         s.close(Duration::from_secs(5)).await;
     });
@@ -575,16 +555,11 @@ fn sink_enum_opens_kafka() {
 /// topic holds every offset exactly once. A window of 4 messages is too small and grows.
 #[test]
 fn resume_from_the_partition_tail_sends_nothing_twice() {
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("out", 1, 1).unwrap();
-    let brokers = mock.bootstrap_servers();
+    let (_mock, brokers) = mock_cluster(1, "out", 1);
     let gw = SimGateway::start("gw-eo", 0xE0);
     let dir = tempfile::tempdir().unwrap();
     publish_n(&gw, &["a", "b"], 0, 40);
-    assert_eq!(
-        run(kafka_cfg(&gw, &brokers, "out", dir.path())).0.records,
-        40
-    );
+    assert_eq!(drain_out(&gw, &brokers, dir.path()).0.records, 40);
     let state = dir.path().join("state.redb");
     let load = || {
         Store::open(&state)
@@ -595,10 +570,7 @@ fn resume_from_the_partition_tail_sends_nothing_twice() {
     };
     let at_40 = load();
     publish_n(&gw, &["a", "b"], 40, 60);
-    assert_eq!(
-        run(kafka_cfg(&gw, &brokers, "out", dir.path())).0.records,
-        60
-    );
+    assert_eq!(drain_out(&gw, &brokers, dir.path()).0.records, 60);
     let at_100 = load();
     // The crash: Kafka has 40..100, redb still says 40.
     Store::open(&state)
@@ -625,10 +597,7 @@ fn resume_from_the_partition_tail_sends_nothing_twice() {
 
     // Later records still flow, and the resume check at 100 uses the CRC taken above.
     publish_n(&gw, &["a", "b"], 100, 10);
-    assert_eq!(
-        run(kafka_cfg(&gw, &brokers, "out", dir.path())).0.records,
-        10
-    );
+    assert_eq!(drain_out(&gw, &brokers, dir.path()).0.records, 10);
     let msgs = consume_everything(&brokers, "out", 1);
     assert_eq!(offsets(&msgs), (0..110).collect::<Vec<_>>(), "each once");
 }
@@ -638,31 +607,20 @@ fn resume_from_the_partition_tail_sends_nothing_twice() {
 /// the hole and checked against the gateway, are not sent again.
 #[test]
 fn a_hole_resends_only_the_missing_offset() {
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("out", 3, 1).unwrap();
-    let brokers = mock.bootstrap_servers();
+    let (_mock, brokers) = mock_cluster(1, "out", 3);
     let gw = SimGateway::start("gw-hole", 0x401E);
     let dir = tempfile::tempdir().unwrap();
     publish_n(&gw, &["a", "b", "c"], 0, 10);
-    assert_eq!(
-        run(kafka_cfg(&gw, &brokers, "out", dir.path())).0.records,
-        10
-    );
+    assert_eq!(drain_out(&gw, &brokers, dir.path()).0.records, 10);
     publish_n(&gw, &["a", "b", "c"], 10, 10);
     // Kafka gets 10..20 but 15; redb stays at 10 (the crash).
-    let src = Source {
-        gateway_id: "gw-hole".into(),
-        log_id: 0x401E,
-    };
+    let src = source("gw-hole", 0x401E);
     let recs: Vec<_> = gateway_records(&gw, 10, 20)
         .into_iter()
         .filter(|r| r.offset != 15)
         .collect();
-    smol::block_on(async {
-        let mut k = KafkaSink::new(&brokers, "out", 10_000).unwrap();
-        k.deliver(&src, &recs).await.unwrap();
-    });
-    let (s, m) = run(kafka_cfg(&gw, &brokers, "out", dir.path()));
+    deliver(&brokers, "out", &src, &recs);
+    let (s, m) = drain_out(&gw, &brokers, dir.path());
     assert_eq!(s.records, 1, "only 15 sent");
     assert_eq!(m.sink_resumed.get(), 9, "10..15 and 16..20 found");
     assert_eq!(s.offset, 20);
@@ -679,21 +637,13 @@ fn a_hole_resends_only_the_missing_offset() {
 /// not trusted: the drain resumes at its checkpoint and sends everything after it.
 #[test]
 fn messages_that_differ_from_the_gateway_are_not_trusted() {
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("out", 1, 1).unwrap();
-    let brokers = mock.bootstrap_servers();
+    let (_mock, brokers) = mock_cluster(1, "out", 1);
     let gw = SimGateway::start("gw-x", 0x5EED);
     let dir = tempfile::tempdir().unwrap();
     publish_n(&gw, &["t"], 0, 10);
-    assert_eq!(
-        run(kafka_cfg(&gw, &brokers, "out", dir.path())).0.records,
-        10
-    );
+    assert_eq!(drain_out(&gw, &brokers, dir.path()).0.records, 10);
     publish_n(&gw, &["t"], 10, 10);
-    let src = Source {
-        gateway_id: "gw-x".into(),
-        log_id: 0x5EED,
-    };
+    let src = source("gw-x", 0x5EED);
     let forged: Vec<_> = gateway_records(&gw, 10, 20)
         .into_iter()
         .map(|mut r| {
@@ -701,11 +651,8 @@ fn messages_that_differ_from_the_gateway_are_not_trusted() {
             r
         })
         .collect();
-    smol::block_on(async {
-        let mut k = KafkaSink::new(&brokers, "out", 10_000).unwrap();
-        k.deliver(&src, &forged).await.unwrap();
-    });
-    let (s, m) = run(kafka_cfg(&gw, &brokers, "out", dir.path()));
+    deliver(&brokers, "out", &src, &forged);
+    let (s, m) = drain_out(&gw, &brokers, dir.path());
     assert_eq!(s.records, 10);
     assert_eq!(m.sink_resumed.get(), 0);
     let store = Store::open(&dir.path().join("state.redb")).unwrap();
@@ -716,17 +663,9 @@ fn messages_that_differ_from_the_gateway_are_not_trusted() {
 /// a topic that does not exist holds nothing.
 #[test]
 fn scan_tail_reads_each_partition_tail() {
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("out", 2, 1).unwrap();
-    let brokers = mock.bootstrap_servers();
-    let mine = Source {
-        gateway_id: "g".into(),
-        log_id: 7,
-    };
-    let other = Source {
-        gateway_id: "g".into(),
-        log_id: 8,
-    };
+    let (_mock, brokers) = mock_cluster(1, "out", 2);
+    let mine = source("g", 7);
+    let other = source("g", 8);
     let recs: Vec<_> = (0..30)
         .map(|i| rec(i, if i % 2 == 0 { "even" } else { "odd" }))
         .collect();
@@ -783,10 +722,7 @@ fn real_broker_if_configured() {
     let topic = format!("spillway-sink-{:x}", rand_id());
     create_topic(&broker, &topic, 1);
     let log_id = rand_id();
-    let src = Source {
-        gateway_id: "gw-real".into(),
-        log_id,
-    };
+    let src = source("gw-real", log_id);
     let n = 200u64;
     let recs: Vec<_> = (0..n).map(|i| rec(i, "t")).collect();
     smol::block_on(async {
@@ -845,13 +781,8 @@ fn rand_id() -> u128 {
 /// reason`, keyed by the gateway id like the gateway's records, without an offset header.
 #[test]
 fn a_gap_is_a_record_with_an_empty_payload_and_a_gap_header() {
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("out", 2, 1).unwrap();
-    let brokers = mock.bootstrap_servers();
-    let src = Source {
-        gateway_id: "gw-gap".into(),
-        log_id: 0x9a9,
-    };
+    let (_mock, brokers) = mock_cluster(1, "out", 2);
+    let src = source("gw-gap", 0x9a9);
     smol::block_on(async {
         let mut s = KafkaSink::new(&brokers, "out", 10_000).unwrap();
         s.deliver(&src, &[rec(0, "t"), rec(1, "t")]).await.unwrap();
@@ -887,10 +818,8 @@ fn a_gap_is_a_record_with_an_empty_payload_and_a_gap_header() {
 /// missing record and sends only the missing ones. A gap record goes to both topics.
 #[test]
 fn a_topic_template_maps_each_topic_and_resumes_over_all_of_them() {
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("out.a_x", 2, 1).unwrap();
+    let (mock, brokers) = mock_cluster(1, "out.a_x", 2);
     mock.create_topic("out.b_y", 2, 1).unwrap();
-    let brokers = mock.bootstrap_servers();
     let gw = SimGateway::start("gw-map", 0x3a9);
     let dir = tempfile::tempdir().unwrap();
     let topics = ["a/x", "b y"];
@@ -899,18 +828,12 @@ fn a_topic_template_maps_each_topic_and_resumes_over_all_of_them() {
     assert_eq!(run(cfg()).0.records, 40);
     publish_n(&gw, &topics, 40, 20);
     // The crash: Kafka got 40..60 of `a/x` (even offsets), none of `b y`; redb says 40.
-    let src = Source {
-        gateway_id: "gw-map".into(),
-        log_id: 0x3a9,
-    };
+    let src = source("gw-map", 0x3a9);
     let evens: Vec<_> = gateway_records(&gw, 40, 60)
         .into_iter()
         .filter(|r| r.offset % 2 == 0)
         .collect();
-    smol::block_on(async {
-        let mut k = KafkaSink::new(&brokers, "out.{topic}", 10_000).unwrap();
-        k.deliver(&src, &evens).await.unwrap();
-    });
+    deliver(&brokers, "out.{topic}", &src, &evens);
     let (s, m) = run(cfg());
     assert_eq!(s.records, 10, "only the odd offsets sent");
     assert_eq!(m.sink_resumed.get(), 10);

@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use spillway_bridge::drain::DrainConfig;
+use spillway_bridge::drain::{Drain, DrainConfig, DrainError, DrainSummary, ShutdownTrigger};
+use spillway_bridge::metrics::Metrics;
 use spillway_bridge::progress::Mode;
 use spillway_core::log::{
     Config, FullPolicy, Log, Memory, Record, RecoveryReport, SegmentSlot, segments_for,
@@ -59,6 +60,42 @@ pub fn drain_config(gw: &SimGateway, sink: &str, dir: &Path) -> DrainConfig {
     c.backoff_initial = Duration::from_millis(10);
     c.backoff_max = Duration::from_millis(200);
     c
+}
+
+/// Runs the drain `c` to its end (a `--once` drain, or one whose config stops it) on this
+/// thread, counting into `m`.
+pub fn run_drain(c: DrainConfig, m: &Metrics) -> Result<DrainSummary, DrainError> {
+    let (_trigger, stop) = spillway_bridge::drain::Shutdown::new();
+    smol::block_on(async {
+        let d = Drain::open(c, m.clone(), stop).await?;
+        d.run().await
+    })
+}
+
+/// A drain running on its own thread: join `handle` for its outcome, read `metrics` while it
+/// runs, stop it with `trigger` (dropping the trigger stops it too).
+pub struct Background {
+    pub handle: std::thread::JoinHandle<Result<DrainSummary, DrainError>>,
+    pub metrics: Metrics,
+    pub trigger: ShutdownTrigger,
+}
+
+/// Starts the drain `c` on its own thread.
+pub fn spawn_drain(c: DrainConfig) -> Background {
+    let metrics = Metrics::default();
+    let m2 = metrics.clone();
+    let (trigger, stop) = spillway_bridge::drain::Shutdown::new();
+    let handle = std::thread::spawn(move || {
+        smol::block_on(async {
+            let d = Drain::open(c, m2, stop).await?;
+            d.run().await
+        })
+    });
+    Background {
+        handle,
+        metrics,
+        trigger,
+    }
 }
 
 /// How the simulated flash and the log are set up.
