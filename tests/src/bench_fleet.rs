@@ -28,19 +28,16 @@ use std::fmt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::message::Message;
 
-use crate::bench_core::{Machine, Spread, machine};
+use crate::bench_core::{Machine, machine};
 use crate::bench_gateway::thousands;
 use crate::bench_kafka::{
-    BridgeLike, PAYLOAD, READ_BACK_IDLE, Run, Verified, flush_all, payload_of, plain_producer,
-    publish_sized, send_like_the_bridge, verify_topic_sized,
+    BridgeLike, PAYLOAD, Run, Sides, TOPIC, Verified, committed_and_delete, drain_once, payload_of,
+    publish_sized, read_back, send_like_the_bridge, spillway_offset, start_gateway,
+    timed_producer_run, verify_topic_sized,
 };
 use crate::bridge::{bridge_bin, metric_sum};
-use crate::client::{Client, Reply};
 use crate::gateway::{GatewayProcess, free_port};
 use crate::kafka::Broker;
 use crate::process::ChildProcess;
@@ -76,51 +73,6 @@ fn fleet_id(g: usize) -> String {
     format!("bench-fleet-{g}")
 }
 
-/// Topic of the records on the gateways (as [`publish_sized`] stores them).
-const TOPIC: &str = "bench/sst";
-
-/// Starts a gateway on a fresh image of `size` in `dir` announcing `id`; its `host:port`.
-fn start_gateway(dir: &std::path::Path, id: &str, size: &str) -> (GatewayProcess, String) {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let args: Vec<String> = [
-        "--image",
-        &dir.join(format!("{id}.img")).display().to_string(),
-        "--size",
-        size,
-        "--erase-size",
-        "64K",
-        "--listen",
-        &format!("tcp://{addr}"),
-        "--gateway-id",
-        id,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    (GatewayProcess::start(&args, 1), addr)
-}
-
-/// The committed offset of `consumer` on the gateway at `addr`, then deletes it there.
-///
-/// # Panics
-/// If the gateway cannot be reached or refuses.
-fn committed_and_delete(addr: &str, consumer: &str) -> Option<u64> {
-    let mut c = Client::tcp(addr).expect("connect to the gateway");
-    let committed = match c.consumers().expect("list consumers") {
-        Reply::Consumers { list, .. } => list
-            .iter()
-            .find(|(name, _)| *name == consumer)
-            .map(|&(_, o)| o),
-        other => panic!("listing consumers: {other:?}"),
-    };
-    let deleted = c.delete_consumer(consumer).expect("delete consumer");
-    assert!(
-        matches!(deleted, Reply::Deleted { .. }),
-        "deleting consumer {consumer}: {deleted:?}"
-    );
-    committed
-}
-
 /// Reads every partition of `topic` to its end and checks that it holds, for each of
 /// `gateways` gateways, its `per` records exactly once and in offset order: key = gateway
 /// id, header `spillway-offset` = the record's place in that gateway's sequence, payload
@@ -135,82 +87,39 @@ fn verify_fleet_topic(
     gateways: usize,
     per: u64,
 ) -> Verified {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "spillway-bench-verify")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .create()
-        .expect("read-back consumer");
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .expect("partition");
-    }
-    c.assign(&tpl).expect("assign");
     let ids: Vec<String> = (0..gateways).map(fleet_id).collect();
     let mut next = vec![0u64; gateways];
-    let (mut found, mut matching) = (0u64, 0u64);
-    let mut eof = std::collections::HashSet::new();
-    let mut problem: Option<String> = None;
-    let mut last = Instant::now();
-    while eof.len() < usize::try_from(partitions).unwrap_or(0) {
-        match c.poll(Duration::from_millis(200)) {
-            None if last.elapsed() > READ_BACK_IDLE => {
-                problem.get_or_insert(format!(
-                    "no record and no end of partition for {} s after {found} records",
-                    READ_BACK_IDLE.as_secs()
+    let mut matching = 0u64;
+    let mut first_wrong: Option<String> = None;
+    let (found, read_error) = read_back(bootstrap, topic, partitions, |m| {
+        let g = m
+            .key()
+            .and_then(|k| ids.iter().position(|id| id.as_bytes() == k));
+        let offset = spillway_offset(m);
+        match (g, offset) {
+            (Some(g), Some(o))
+                if o == next[g]
+                    && o < per
+                    && usize::try_from(o)
+                        .is_ok_and(|i| m.payload() == Some(payload_of(i, PAYLOAD).as_slice())) =>
+            {
+                next[g] += 1;
+                matching += 1;
+            }
+            _ => {
+                first_wrong.get_or_insert(format!(
+                    "partition {} offset {}: key {:?}, spillway-offset {offset:?}: not the next record of its gateway ({})",
+                    m.partition(),
+                    m.offset(),
+                    m.key().map(String::from_utf8_lossy),
+                    g.map_or("unknown gateway".to_string(), |g| format!(
+                        "expected offset {}",
+                        next[g]
+                    ))
                 ));
-                break;
-            }
-            None => {}
-            Some(Err(KafkaError::PartitionEOF(p))) => {
-                eof.insert(p);
-            }
-            Some(Err(e)) => {
-                problem.get_or_insert(format!("reading the topic back: {e}"));
-                break;
-            }
-            Some(Ok(m)) => {
-                last = Instant::now();
-                found += 1;
-                let g = m
-                    .key()
-                    .and_then(|k| ids.iter().position(|id| id.as_bytes() == k));
-                let offset = m.headers().and_then(|h| {
-                    h.iter()
-                        .find(|x| x.key == "spillway-offset")
-                        .and_then(|x| x.value)
-                        .and_then(|v| std::str::from_utf8(v).ok())
-                        .and_then(|v| v.parse::<u64>().ok())
-                });
-                match (g, offset) {
-                    (Some(g), Some(o))
-                        if o == next[g]
-                            && o < per
-                            && usize::try_from(o).is_ok_and(|i| {
-                                m.payload() == Some(payload_of(i, PAYLOAD).as_slice())
-                            }) =>
-                    {
-                        next[g] += 1;
-                        matching += 1;
-                    }
-                    _ => {
-                        problem.get_or_insert(format!(
-                            "partition {} offset {}: key {:?}, spillway-offset {offset:?}: not the next record of its gateway ({})",
-                            m.partition(),
-                            m.offset(),
-                            m.key().map(String::from_utf8_lossy),
-                            g.map_or("unknown gateway".to_string(), |g| format!(
-                                "expected offset {}",
-                                next[g]
-                            ))
-                        ));
-                    }
-                }
             }
         }
-    }
+    });
     let expected = per * gateways as u64;
     let short: Vec<String> = next
         .iter()
@@ -226,7 +135,7 @@ fn verify_fleet_topic(
             short.join(", ")
         ))
     } else {
-        problem
+        first_wrong.or(read_error)
     };
     Verified {
         expected,
@@ -238,24 +147,9 @@ fn verify_fleet_topic(
 
 /// One `drain --once` of every gateway into a fresh topic (see the module doc).
 fn fleet_bridge_run(broker: &Broker, addrs: &[String], o: &FleetOptions, run: usize) -> Run {
-    let dir = tempfile::tempdir().expect("tempdir");
     let topic = broker.new_topic("bench-fleet-bridge", o.partitions);
     let consumer = format!("bench-fleet-run-{run}");
-    let mut cmd = Command::new(bridge_bin());
-    cmd.args(["drain", "--once", "--progress", "off"]);
-    for a in addrs {
-        cmd.arg("--gateway").arg(format!("tcp://{a}"));
-    }
-    cmd.arg("--consumer")
-        .arg(&consumer)
-        .arg("--sink")
-        .arg(format!("kafka://{}/{topic}", broker.bootstrap()))
-        .arg("--state")
-        .arg(dir.path().join("s.redb"))
-        .env("RUST_LOG", "warn");
-    let t = Instant::now();
-    let out = cmd.output().expect("run spillway-bridge");
-    let secs = t.elapsed().as_secs_f64();
+    let (secs, exit) = drain_once(broker, addrs, &consumer, &topic);
     let per = o.per_gateway as u64;
     let mut verified =
         verify_fleet_topic(&broker.bootstrap(), &topic, o.partitions, o.gateways, per);
@@ -267,14 +161,8 @@ fn fleet_bridge_run(broker: &Broker, addrs: &[String], o: &FleetOptions, run: us
             (c != Some(per)).then(|| format!("{}: {c:?}", fleet_id(g)))
         })
         .collect();
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = err.lines().rev().take(5).collect();
-        verified.problem = Some(format!(
-            "drain exited with {}: {}",
-            out.status,
-            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
-        ));
+    if exit.is_some() {
+        verified.problem = exit;
     } else if verified.ok() && !wrong.is_empty() {
         verified.problem = Some(format!(
             "the topic holds every record, but consumer {consumer} committed on the gateways \
@@ -296,46 +184,42 @@ fn fleet_producer_run(broker: &Broker, log_ids: &[u128], o: &FleetOptions) -> Ru
     // Built before the clock starts: the ceiling has them in memory.
     let payloads: Vec<Vec<u8>> = (0..o.per_gateway).map(|i| payload_of(i, PAYLOAD)).collect();
     let n = (o.per_gateway * o.gateways) as u64;
-    let t = Instant::now();
-    let p = plain_producer(&broker.bootstrap());
     const RUN: usize = 1000;
-    for start in (0..o.per_gateway).step_by(RUN) {
-        for g in 0..o.gateways {
-            for (i, pl) in payloads
-                .iter()
-                .enumerate()
-                .skip(start)
-                .take(RUN.min(o.per_gateway - start))
-            {
-                send_like_the_bridge(
-                    &p,
-                    &BridgeLike {
-                        kafka_topic: &topic,
-                        gateway: &ids[g],
-                        log_hex: &hexes[g],
-                        topic: TOPIC,
-                        offset: i,
-                        timestamp_us: ts_us + i as u64,
-                        payload: pl,
-                    },
-                );
+    let bootstrap = broker.bootstrap();
+    let send = |p: &_| {
+        for start in (0..o.per_gateway).step_by(RUN) {
+            for g in 0..o.gateways {
+                for (i, pl) in payloads
+                    .iter()
+                    .enumerate()
+                    .skip(start)
+                    .take(RUN.min(o.per_gateway - start))
+                {
+                    send_like_the_bridge(
+                        p,
+                        &BridgeLike {
+                            kafka_topic: &topic,
+                            gateway: &ids[g],
+                            log_hex: &hexes[g],
+                            topic: TOPIC,
+                            offset: i,
+                            timestamp_us: ts_us + i as u64,
+                            payload: pl,
+                        },
+                    );
+                }
             }
         }
-    }
-    let failed = flush_all(&p, n);
-    let secs = t.elapsed().as_secs_f64();
-    drop(p);
-    let mut verified = verify_fleet_topic(
-        &broker.bootstrap(),
-        &topic,
-        o.partitions,
-        o.gateways,
-        o.per_gateway as u64,
-    );
-    if failed > 0 {
-        verified.problem = Some(format!("{failed} delivery failures"));
-    }
-    Run { secs, verified }
+    };
+    timed_producer_run(&bootstrap, n, send, || {
+        verify_fleet_topic(
+            &bootstrap,
+            &topic,
+            o.partitions,
+            o.gateways,
+            o.per_gateway as u64,
+        )
+    })
 }
 
 /// What [`run_fleet`] measured.
@@ -347,10 +231,8 @@ pub struct FleetReport {
     pub options: FleetOptions,
     /// The broker, described.
     pub broker: String,
-    /// Bridge runs (aggregate over every gateway).
-    pub bridge: Vec<Run>,
-    /// Producer runs, run `i` right after bridge run `i`.
-    pub producer: Vec<Run>,
+    /// Both sides' runs (the bridge's aggregate over every gateway).
+    pub sides: Sides,
     /// Time to start the gateways and fill them (durable publishes, concurrently).
     pub fill: Duration,
 }
@@ -359,27 +241,9 @@ pub struct FleetReport {
 pub const FLEET_GOAL: f64 = 0.8;
 
 impl FleetReport {
-    /// Bridge records/s per run.
-    pub fn bridge_rates(&self) -> Vec<f64> {
-        self.bridge.iter().map(Run::records_per_s).collect()
-    }
-
-    /// Producer records/s per run.
-    pub fn producer_rates(&self) -> Vec<f64> {
-        self.producer.iter().map(Run::records_per_s).collect()
-    }
-
     /// Every run that did not put exactly the records it had to into its topic, described.
     pub fn failures(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for (side, runs) in [("bridge", &self.bridge), ("producer", &self.producer)] {
-            for (i, r) in runs.iter().enumerate() {
-                if let Some(p) = &r.verified.problem {
-                    out.push(format!("Kafka fleet {side} run {}: {p}", i + 1));
-                }
-            }
-        }
-        out
+        self.sides.failures("Kafka fleet")
     }
 }
 
@@ -416,34 +280,18 @@ pub fn run_fleet(
             .collect()
     });
     let fill = t.elapsed();
-    let _ = bridge_bin();
-    let mut bridge = Vec::new();
-    let mut producer = Vec::new();
-    let check = |r: &Run| match &r.verified.problem {
-        None => format!("{} records read back", r.verified.found),
-        Some(p) => format!("FAILED: {p}"),
-    };
-    for r in 0..opts.runs.max(1) {
-        let b = fleet_bridge_run(broker, &addrs, opts, r + 1);
-        let p = fleet_producer_run(broker, &log_ids, opts);
-        progress(&format!(
-            "run {}: bridge {:.0} records/s ({}), producer {:.0} records/s ({})",
-            r + 1,
-            b.records_per_s(),
-            check(&b),
-            p.records_per_s(),
-            check(&p)
-        ));
-        bridge.push(b);
-        producer.push(p);
-    }
+    let sides = Sides::alternate(
+        opts.runs,
+        &mut progress,
+        |r| fleet_bridge_run(broker, &addrs, opts, r),
+        || fleet_producer_run(broker, &log_ids, opts),
+    );
     drop(gateways);
     FleetReport {
         machine: at_start,
         options: opts.clone(),
         broker: broker.describe(),
-        bridge,
-        producer,
+        sides,
         fill,
     }
 }
@@ -451,47 +299,21 @@ pub fn run_fleet(
 impl fmt::Display for FleetReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let o = &self.options;
-        let row = |f: &mut fmt::Formatter<'_>, label: &str, v: &[f64]| {
-            let s = Spread::of(v);
-            writeln!(
-                f,
-                "| {label} | {} | {} | {} |",
-                thousands(s.min),
-                thousands(s.median),
-                thousands(s.max)
-            )
-        };
-        writeln!(
+        self.sides.write_spreads(
             f,
-            "| {} gateways × {} records of {PAYLOAD} B, {} partitions, {}, {} runs | min | median | max |",
-            o.gateways,
-            thousands(o.per_gateway as f64),
-            o.partitions,
-            self.broker,
-            self.bridge.len()
-        )?;
-        writeln!(f, "|---|---|---|---|")?;
-        row(
-            f,
-            "one `spillway-bridge drain --once` of every gateway, records/s (whole process)",
-            &self.bridge_rates(),
-        )?;
-        row(
-            f,
-            "plain rdkafka producer, same records, records/s",
-            &self.producer_rates(),
-        )?;
-        let ratios: Vec<f64> = self
-            .bridge_rates()
-            .iter()
-            .zip(self.producer_rates())
-            .map(|(b, p)| b / p)
-            .collect();
-        let r = Spread::of(&ratios);
-        writeln!(
-            f,
-            "| bridge ÷ producer, per run (goal ≥ {FLEET_GOAL}) | {:.2} | {:.2} | {:.2} |",
-            r.min, r.median, r.max
+            &format!(
+                "{} gateways × {} records of {PAYLOAD} B, {} partitions, {}, {} runs",
+                o.gateways,
+                thousands(o.per_gateway as f64),
+                o.partitions,
+                self.broker,
+                self.sides.bridge.len()
+            ),
+            [
+                "one `spillway-bridge drain --once` of every gateway, records/s (whole process)",
+                "plain rdkafka producer, same records, records/s",
+                &format!("bridge ÷ producer, per run (goal ≥ {FLEET_GOAL})"),
+            ],
         )?;
         writeln!(f)?;
         writeln!(
@@ -499,11 +321,7 @@ impl fmt::Display for FleetReport {
             "| run | bridge s | producer s | bridge ÷ producer | check |"
         )?;
         writeln!(f, "|---|---|---|---|---|")?;
-        for (i, (b, p)) in self.bridge.iter().zip(&self.producer).enumerate() {
-            let problems: Vec<String> = [("bridge", b), ("producer", p)]
-                .iter()
-                .filter_map(|(side, r)| r.verified.problem.as_ref().map(|e| format!("{side}: {e}")))
-                .collect();
+        for (i, b, p, problems) in self.sides.pairs() {
             writeln!(
                 f,
                 "| {} | {:.2} | {:.2} | {:.2} | {} |",

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use spillway_core::wire::AckLevel;
@@ -64,7 +64,7 @@ impl Default for Options {
 /// Payload bytes per record.
 pub const PAYLOAD: usize = 100;
 /// Topic of the records on the gateway.
-const TOPIC: &str = "bench/sst";
+pub(crate) const TOPIC: &str = "bench/sst";
 /// Gateway id announced by the benchmark's gateway (part of every message key).
 const GATEWAY_ID: &str = "bench-gw";
 /// Durable publishes in flight while the gateway is filled.
@@ -177,7 +177,7 @@ pub(crate) fn send_like_the_bridge(p: &BaseProducer<Counting>, r: &BridgeLike<'_
 ///
 /// # Panics
 /// If the flush fails (2 minutes).
-pub(crate) fn flush_all(p: &BaseProducer<Counting>, n: u64) -> u64 {
+fn flush_all(p: &BaseProducer<Counting>, n: u64) -> u64 {
     use std::sync::atomic::Ordering::Relaxed;
     p.flush(Duration::from_secs(120)).expect("flush");
     while p.context().ok.load(Relaxed) + p.context().failed.load(Relaxed) < n {
@@ -186,9 +186,26 @@ pub(crate) fn flush_all(p: &BaseProducer<Counting>, n: u64) -> u64 {
     p.context().failed.load(Relaxed)
 }
 
-/// The payload of record `i`: `PAYLOAD` bytes, distinct per record.
-fn payload(i: usize) -> Vec<u8> {
-    payload_of(i, PAYLOAD)
+/// A timed run of the plain producer ([`plain_producer`]): `send` gives it the `n` records
+/// of the run, timed from the producer's creation to the last delivery report; then
+/// `verify` reads the run's topic back (not timed). A delivery failure fails the run.
+pub(crate) fn timed_producer_run(
+    bootstrap: &str,
+    n: u64,
+    send: impl FnOnce(&BaseProducer<Counting>),
+    verify: impl FnOnce() -> Verified,
+) -> Run {
+    let t = Instant::now();
+    let p = plain_producer(bootstrap);
+    send(&p);
+    let failed = flush_all(&p, n);
+    let secs = t.elapsed().as_secs_f64();
+    drop(p);
+    let mut verified = verify();
+    if failed > 0 {
+        verified.problem = Some(format!("{failed} delivery failures"));
+    }
+    Run { secs, verified }
 }
 
 /// The payload of record `i` when records have `len` bytes (at least 11): distinct per
@@ -207,9 +224,30 @@ fn image_size(n: usize) -> String {
     format!("{}M", mib.max(128))
 }
 
-/// Publishes `n` records durably, pipelined; returns the gateway's log id.
-fn publish(addr: &str, n: usize) -> u128 {
-    publish_sized(addr, n, PAYLOAD)
+/// Starts a gateway on a fresh image of `size` (as `spillway run --size` takes it) in `dir`,
+/// announcing gateway id `id`; returns it and its `host:port`.
+pub(crate) fn start_gateway(
+    dir: &std::path::Path,
+    id: &str,
+    size: &str,
+) -> (GatewayProcess, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let args: Vec<String> = [
+        "--image",
+        &dir.join(format!("{id}.img")).display().to_string(),
+        "--size",
+        size,
+        "--erase-size",
+        "64K",
+        "--listen",
+        &format!("tcp://{addr}"),
+        "--gateway-id",
+        id,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    (GatewayProcess::start(&args, 1), addr)
 }
 
 /// Publishes `n` records of `len` payload bytes ([`payload_of`]) to topic `bench/sst`
@@ -278,64 +316,26 @@ pub fn verify_topic(bootstrap: &str, topic: &str, n: u64) -> Verified {
 /// # Panics
 /// As [`verify_topic`].
 pub fn verify_topic_sized(bootstrap: &str, topic: &str, n: u64, len: usize) -> Verified {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "spillway-bench-verify")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .create()
-        .expect("read-back consumer");
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .expect("partition");
-    c.assign(&tpl).expect("assign");
-    let (mut found, mut matching) = (0u64, 0u64);
+    let mut matching = 0u64;
     let mut first_wrong: Option<String> = None;
-    let mut read_error: Option<String> = None;
-    let mut last = Instant::now();
-    loop {
-        match c.poll(Duration::from_millis(200)) {
-            None if last.elapsed() > READ_BACK_IDLE => {
-                read_error = Some(format!(
-                    "no record and no end of partition for {} s after {found} records",
-                    READ_BACK_IDLE.as_secs()
-                ));
-                break;
-            }
-            None => {}
-            Some(Err(KafkaError::PartitionEOF(_))) => break,
-            Some(Err(e)) => {
-                read_error = Some(format!("reading the topic back: {e}"));
-                break;
-            }
-            Some(Ok(m)) => {
-                last = Instant::now();
-                let i = found;
-                found += 1;
-                let offset = m.headers().and_then(|h| {
-                    h.iter()
-                        .find(|x| x.key == "spillway-offset")
-                        .and_then(|x| x.value)
-                        .and_then(|v| std::str::from_utf8(v).ok())
-                        .and_then(|v| v.parse::<u64>().ok())
-                });
-                let key_ok = m
-                    .key()
-                    .is_some_and(|k| k.starts_with(GATEWAY_ID.as_bytes()));
-                let payload_ok = i < n
-                    && usize::try_from(i)
-                        .is_ok_and(|i| m.payload() == Some(payload_of(i, len).as_slice()));
-                if offset == Some(i) && key_ok && payload_ok {
-                    matching += 1;
-                } else if first_wrong.is_none() {
-                    first_wrong = Some(format!(
-                        "record {i} of the topic is not the record sent at that place \
-                         (spillway-offset {offset:?}, key ok {key_ok}, payload ok {payload_ok})"
-                    ));
-                }
-            }
+    let mut i = 0u64;
+    let (found, read_error) = read_back(bootstrap, topic, 1, |m| {
+        let offset = spillway_offset(m);
+        let key_ok = m
+            .key()
+            .is_some_and(|k| k.starts_with(GATEWAY_ID.as_bytes()));
+        let payload_ok = i < n
+            && usize::try_from(i).is_ok_and(|i| m.payload() == Some(payload_of(i, len).as_slice()));
+        if offset == Some(i) && key_ok && payload_ok {
+            matching += 1;
+        } else if first_wrong.is_none() {
+            first_wrong = Some(format!(
+                "record {i} of the topic is not the record sent at that place \
+                 (spillway-offset {offset:?}, key ok {key_ok}, payload ok {payload_ok})"
+            ));
         }
-    }
+        i += 1;
+    });
     let problem = if found != n {
         Some(format!("{found} records in the topic, {n} sent"))
     } else {
@@ -347,6 +347,72 @@ pub fn verify_topic_sized(bootstrap: &str, topic: &str, n: u64, len: usize) -> V
         matching,
         problem,
     }
+}
+
+/// Reads partitions `0..partitions` of `topic` from their beginning to their end (streams:
+/// nothing is kept) and hands every message to `each`. Returns how many messages were read
+/// and why the read-back stopped before every partition's end, if it did (a read error, or
+/// neither a record nor the end of a partition for [`READ_BACK_IDLE`]).
+///
+/// # Panics
+/// If no consumer can be created or assigned (the broker's address is wrong).
+pub(crate) fn read_back(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    mut each: impl FnMut(&BorrowedMessage<'_>),
+) -> (u64, Option<String>) {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "spillway-bench-verify")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()
+        .expect("read-back consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .expect("partition");
+    }
+    c.assign(&tpl).expect("assign");
+    let mut found = 0u64;
+    let mut eof = std::collections::HashSet::new();
+    let mut last = Instant::now();
+    while eof.len() < usize::try_from(partitions).unwrap_or(0) {
+        match c.poll(Duration::from_millis(200)) {
+            None if last.elapsed() > READ_BACK_IDLE => {
+                return (
+                    found,
+                    Some(format!(
+                        "no record and no end of partition for {} s after {found} records",
+                        READ_BACK_IDLE.as_secs()
+                    )),
+                );
+            }
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                eof.insert(p);
+            }
+            Some(Err(e)) => return (found, Some(format!("reading the topic back: {e}"))),
+            Some(Ok(m)) => {
+                last = Instant::now();
+                found += 1;
+                each(&m);
+            }
+        }
+    }
+    (found, None)
+}
+
+/// The `spillway-offset` header of `m`, if it has one that is a number.
+pub(crate) fn spillway_offset(m: &BorrowedMessage<'_>) -> Option<u64> {
+    m.headers().and_then(|h| {
+        h.iter()
+            .find(|x| x.key == "spillway-offset")
+            .and_then(|x| x.value)
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| v.parse::<u64>().ok())
+    })
 }
 
 /// One timed run of one side.
@@ -366,39 +432,174 @@ impl Run {
     }
 }
 
-/// Consumer name of bridge run `run` on the gateway and in its state file.
-fn run_consumer(run: usize) -> String {
-    format!("bench-run-{run}")
+/// Both sides' runs of a Kafka comparison: run `i` of the bridge and run `i` of the plain
+/// producer ran back to back, so each pair saw the same machine.
+#[derive(Debug, Clone, Default)]
+pub struct Sides {
+    /// Bridge runs.
+    pub bridge: Vec<Run>,
+    /// Producer runs, in the same order.
+    pub producer: Vec<Run>,
 }
 
-/// One `spillway-bridge drain --once` of the whole gateway into a fresh topic, with a fresh
-/// state file and the consumer name of run `run` (nothing of an earlier run can make it
-/// start past the gateway's first offset); verified by reading the topic back and by the
-/// consumer's committed offset on the gateway, which is then deleted (not timed).
-///
-/// # Panics
-/// If the gateway cannot be reached afterwards.
-fn bridge_run(broker: &Broker, addr: &str, n: usize, run: usize) -> Run {
+impl Sides {
+    /// Runs `bridge` (given the run's number, from 1) and `producer` `runs` times (at least
+    /// once), alternating; `progress` hears what each run measured and found. A run that
+    /// fails its check does not stop the others.
+    pub(crate) fn alternate(
+        runs: usize,
+        progress: &mut impl FnMut(&str),
+        mut bridge: impl FnMut(usize) -> Run,
+        mut producer: impl FnMut() -> Run,
+    ) -> Sides {
+        let _ = bridge_bin();
+        let mut sides = Sides::default();
+        let check = |r: &Run| match &r.verified.problem {
+            None => format!("{} records read back", r.verified.found),
+            Some(p) => format!("FAILED: {p}"),
+        };
+        for r in 0..runs.max(1) {
+            let b = bridge(r + 1);
+            let p = producer();
+            progress(&format!(
+                "run {}: bridge {:.0} records/s ({}), producer {:.0} records/s ({})",
+                r + 1,
+                b.records_per_s(),
+                check(&b),
+                p.records_per_s(),
+                check(&p)
+            ));
+            sides.bridge.push(b);
+            sides.producer.push(p);
+        }
+        sides
+    }
+
+    /// Bridge records/s per run (see [`Run::records_per_s`]).
+    pub fn bridge_rates(&self) -> Vec<f64> {
+        self.bridge.iter().map(Run::records_per_s).collect()
+    }
+
+    /// Producer records/s per run.
+    pub fn producer_rates(&self) -> Vec<f64> {
+        self.producer.iter().map(Run::records_per_s).collect()
+    }
+
+    /// Bridge ÷ producer per run.
+    pub fn ratios(&self) -> Vec<f64> {
+        self.bridge_rates()
+            .iter()
+            .zip(self.producer_rates())
+            .map(|(b, p)| b / p)
+            .collect()
+    }
+
+    /// Every run whose topic did not hold exactly the records it had to, described, each
+    /// line starting with `what` (empty when every run passed).
+    pub fn failures(&self, what: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for (side, runs) in [("bridge", &self.bridge), ("producer", &self.producer)] {
+            for (i, r) in runs.iter().enumerate() {
+                if let Some(p) = &r.verified.problem {
+                    out.push(format!("{what} {side} run {}: {p}", i + 1));
+                }
+            }
+        }
+        out
+    }
+
+    /// Run `i` of both sides, in order, with what is wrong with either (`bridge: …`,
+    /// `producer: …`; empty when both passed).
+    pub(crate) fn pairs(&self) -> impl Iterator<Item = (usize, &Run, &Run, Vec<String>)> {
+        self.bridge
+            .iter()
+            .zip(&self.producer)
+            .enumerate()
+            .map(|(i, (b, p))| {
+                let problems = [("bridge", b), ("producer", p)]
+                    .iter()
+                    .filter_map(|(side, r)| {
+                        r.verified.problem.as_ref().map(|e| format!("{side}: {e}"))
+                    })
+                    .collect();
+                (i, b, p, problems)
+            })
+    }
+
+    /// The summary table: `head` as its first column's title, then min / median / max of
+    /// the bridge's records/s (row `bridge`), the producer's (row `producer`) and their
+    /// per-run ratio (row `ratio`).
+    pub(crate) fn write_spreads(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        head: &str,
+        [bridge, producer, ratio]: [&str; 3],
+    ) -> fmt::Result {
+        let row = |f: &mut fmt::Formatter<'_>, label: &str, v: &[f64]| {
+            let s = Spread::of(v);
+            writeln!(
+                f,
+                "| {label} | {} | {} | {} |",
+                thousands(s.min),
+                thousands(s.median),
+                thousands(s.max)
+            )
+        };
+        writeln!(f, "| {head} | min | median | max |")?;
+        writeln!(f, "|---|---|---|---|")?;
+        row(f, bridge, &self.bridge_rates())?;
+        row(f, producer, &self.producer_rates())?;
+        let r = Spread::of(&self.ratios());
+        writeln!(
+            f,
+            "| {ratio} | {:.2} | {:.2} | {:.2} |",
+            r.min, r.median, r.max
+        )
+    }
+}
+
+/// One `spillway-bridge drain --once` of the gateways at `addrs` into Kafka topic `topic`
+/// under consumer name `consumer`, with a fresh state file; its wall time in s (the whole
+/// process) and, when it did not exit 0, why (the last lines of its stderr).
+pub(crate) fn drain_once(
+    broker: &Broker,
+    addrs: &[String],
+    consumer: &str,
+    topic: &str,
+) -> (f64, Option<String>) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let topic = broker.new_topic("bench-bridge", 1);
-    let state = dir.path().join("s.redb");
-    let consumer = run_consumer(run);
-    let t = Instant::now();
-    let out = Command::new(bridge_bin())
-        .args(["drain", "--once", "--progress", "off"])
-        .arg("--gateway")
-        .arg(format!("tcp://{addr}"))
-        .arg("--consumer")
-        .arg(&consumer)
+    let mut cmd = Command::new(bridge_bin());
+    cmd.args(["drain", "--once", "--progress", "off"]);
+    for a in addrs {
+        cmd.arg("--gateway").arg(format!("tcp://{a}"));
+    }
+    cmd.arg("--consumer")
+        .arg(consumer)
         .arg("--sink")
         .arg(format!("kafka://{}/{topic}", broker.bootstrap()))
         .arg("--state")
-        .arg(&state)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run spillway-bridge");
+        .arg(dir.path().join("s.redb"))
+        .env("RUST_LOG", "warn");
+    let t = Instant::now();
+    let out = cmd.output().expect("run spillway-bridge");
     let secs = t.elapsed().as_secs_f64();
-    let mut verified = verify_topic(&broker.bootstrap(), &topic, n as u64);
+    let failed = (!out.status.success()).then(|| {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(5).collect();
+        format!(
+            "drain exited with {}: {}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+        )
+    });
+    (secs, failed)
+}
+
+/// The committed offset of `consumer` on the gateway at `addr`, then deletes it there.
+///
+/// # Panics
+/// If the gateway cannot be reached or refuses.
+pub(crate) fn committed_and_delete(addr: &str, consumer: &str) -> Option<u64> {
     let mut c = Client::tcp(addr).expect("connect to the gateway");
     let committed = match c.consumers().expect("list consumers") {
         Reply::Consumers { list, .. } => list
@@ -407,19 +608,30 @@ fn bridge_run(broker: &Broker, addr: &str, n: usize, run: usize) -> Run {
             .map(|&(_, o)| o),
         other => panic!("listing consumers: {other:?}"),
     };
-    let deleted = c.delete_consumer(&consumer).expect("delete consumer");
+    let deleted = c.delete_consumer(consumer).expect("delete consumer");
     assert!(
         matches!(deleted, Reply::Deleted { .. }),
         "deleting consumer {consumer}: {deleted:?}"
     );
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = err.lines().rev().take(5).collect();
-        verified.problem = Some(format!(
-            "drain exited with {}: {}",
-            out.status,
-            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
-        ));
+    committed
+}
+
+/// One `spillway-bridge drain --once` of the whole gateway into a fresh topic, with a fresh
+/// state file and the consumer name `bench-run-N` of run `run` (nothing of an earlier run
+/// can make it start past the gateway's first offset); verified by reading the topic back
+/// and by the consumer's committed offset on the gateway, which is then deleted (not
+/// timed).
+///
+/// # Panics
+/// If the gateway cannot be reached afterwards.
+fn bridge_run(broker: &Broker, addr: &str, n: usize, run: usize) -> Run {
+    let topic = broker.new_topic("bench-bridge", 1);
+    let consumer = format!("bench-run-{run}");
+    let (secs, exit) = drain_once(broker, &[addr.to_string()], &consumer, &topic);
+    let mut verified = verify_topic(&broker.bootstrap(), &topic, n as u64);
+    let committed = committed_and_delete(addr, &consumer);
+    if exit.is_some() {
+        verified.problem = exit;
     } else if verified.ok() && committed != Some(n as u64) {
         verified.problem = Some(format!(
             "the topic holds every record, but consumer {consumer} committed {committed:?} \
@@ -436,32 +648,28 @@ fn producer_run(broker: &Broker, log_id: u128, n: usize) -> Run {
     let log_hex = format!("{log_id:032x}");
     let ts_us: u64 = 1_700_000_000_000_000;
     // Build the records before the clock starts: the ceiling has them in memory.
-    let payloads: Vec<Vec<u8>> = (0..n).map(payload).collect();
-    let t = Instant::now();
-    let p = plain_producer(&broker.bootstrap());
-    for (i, pl) in payloads.iter().enumerate() {
-        send_like_the_bridge(
-            &p,
-            &BridgeLike {
-                kafka_topic: &topic,
-                // The bridge's key: the gateway id.
-                gateway: GATEWAY_ID,
-                log_hex: &log_hex,
-                topic: TOPIC,
-                offset: i,
-                timestamp_us: ts_us + i as u64,
-                payload: pl,
-            },
-        );
-    }
-    let failed = flush_all(&p, n as u64);
-    let secs = t.elapsed().as_secs_f64();
-    drop(p);
-    let mut verified = verify_topic(&broker.bootstrap(), &topic, n as u64);
-    if failed > 0 {
-        verified.problem = Some(format!("{failed} delivery failures"));
-    }
-    Run { secs, verified }
+    let payloads: Vec<Vec<u8>> = (0..n).map(|i| payload_of(i, PAYLOAD)).collect();
+    let bootstrap = broker.bootstrap();
+    let send = |p: &BaseProducer<Counting>| {
+        for (i, pl) in payloads.iter().enumerate() {
+            send_like_the_bridge(
+                p,
+                &BridgeLike {
+                    kafka_topic: &topic,
+                    // The bridge's key: the gateway id.
+                    gateway: GATEWAY_ID,
+                    log_hex: &log_hex,
+                    topic: TOPIC,
+                    offset: i,
+                    timestamp_us: ts_us + i as u64,
+                    payload: pl,
+                },
+            );
+        }
+    };
+    timed_producer_run(&bootstrap, n as u64, send, || {
+        verify_topic(&bootstrap, &topic, n as u64)
+    })
 }
 
 /// Everything one run measured.
@@ -473,47 +681,17 @@ pub struct Report {
     pub options: Options,
     /// The broker, described.
     pub broker: String,
-    /// Bridge runs.
-    pub bridge: Vec<Run>,
-    /// Producer runs, in the same order (run `i` of each side ran back to back).
-    pub producer: Vec<Run>,
+    /// Both sides' runs.
+    pub sides: Sides,
     /// Time to fill the gateway (durable publishes).
     pub fill: Duration,
 }
 
 impl Report {
-    /// Bridge records/s per run (see [`Run::records_per_s`]).
-    pub fn bridge_rates(&self) -> Vec<f64> {
-        self.bridge.iter().map(Run::records_per_s).collect()
-    }
-
-    /// Producer records/s per run.
-    pub fn producer_rates(&self) -> Vec<f64> {
-        self.producer.iter().map(Run::records_per_s).collect()
-    }
-
-    /// Bridge ÷ producer per run (the runs alternate, so each pair saw the same machine).
-    pub fn ratios(&self) -> Vec<f64> {
-        self.bridge_rates()
-            .iter()
-            .zip(self.producer_rates())
-            .map(|(b, p)| b / p)
-            .collect()
-    }
-
     /// Every run whose topic did not hold exactly the records sent, described (empty when
     /// every run passed).
     pub fn failures(&self) -> Vec<String> {
-        let sides = [("bridge", &self.bridge), ("producer", &self.producer)];
-        let mut out = Vec::new();
-        for (side, runs) in sides {
-            for (i, r) in runs.iter().enumerate() {
-                if let Some(p) = &r.verified.problem {
-                    out.push(format!("Kafka {side} run {}: {p}", i + 1));
-                }
-            }
-        }
-        out
+        self.sides.failures("Kafka")
     }
 }
 
@@ -527,57 +705,25 @@ pub fn run(opts: &Options, broker: &Broker, mut progress: impl FnMut(&str)) -> R
     let at_start = machine();
     let n = opts.records;
     let dir = tempfile::tempdir().expect("tempdir");
-    let addr = format!("127.0.0.1:{}", free_port());
-    let args: Vec<String> = [
-        "--image",
-        &dir.path().join("bench.img").display().to_string(),
-        "--size",
-        &image_size(n),
-        "--erase-size",
-        "64K",
-        "--listen",
-        &format!("tcp://{addr}"),
-        "--gateway-id",
-        GATEWAY_ID,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let _gateway = GatewayProcess::start(&args, 1);
+    let (_gateway, addr) = start_gateway(dir.path(), GATEWAY_ID, &image_size(n));
     progress(&format!(
         "publish {n} records of {PAYLOAD} bytes durably; each run drains all of them into a \
          fresh topic, and every topic is read back"
     ));
     let t = Instant::now();
-    let log_id = publish(&addr, n);
+    let log_id = publish_sized(&addr, n, PAYLOAD);
     let fill = t.elapsed();
-    let _ = bridge_bin();
-    let mut bridge = Vec::new();
-    let mut producer = Vec::new();
-    let check = |r: &Run| match &r.verified.problem {
-        None => format!("{} records read back", r.verified.found),
-        Some(p) => format!("FAILED: {p}"),
-    };
-    for r in 0..opts.runs.max(1) {
-        let b = bridge_run(broker, &addr, n, r + 1);
-        let p = producer_run(broker, log_id, n);
-        progress(&format!(
-            "run {}: bridge {:.0} records/s ({}), producer {:.0} records/s ({})",
-            r + 1,
-            b.records_per_s(),
-            check(&b),
-            p.records_per_s(),
-            check(&p)
-        ));
-        bridge.push(b);
-        producer.push(p);
-    }
+    let sides = Sides::alternate(
+        opts.runs,
+        &mut progress,
+        |r| bridge_run(broker, &addr, n, r),
+        || producer_run(broker, log_id, n),
+    );
     Report {
         machine: at_start,
         options: opts.clone(),
         broker: broker.describe(),
-        bridge,
-        producer,
+        sides,
         fill,
     }
 }
@@ -585,38 +731,15 @@ pub fn run(opts: &Options, broker: &Broker, mut progress: impl FnMut(&str)) -> R
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.options.records;
-        let runs = self.bridge.len();
-        let row = |f: &mut fmt::Formatter<'_>, label: &str, v: &[f64]| {
-            let s = Spread::of(v);
-            writeln!(
-                f,
-                "| {label} | {} | {} | {} |",
-                thousands(s.min),
-                thousands(s.median),
-                thousands(s.max)
-            )
-        };
-        writeln!(
+        let runs = self.sides.bridge.len();
+        self.sides.write_spreads(
             f,
-            "| {n} records of {PAYLOAD} B, {}, {runs} runs | min | median | max |",
-            self.broker
-        )?;
-        writeln!(f, "|---|---|---|---|")?;
-        row(
-            f,
-            "`spillway-bridge drain --once`, records/s (whole process)",
-            &self.bridge_rates(),
-        )?;
-        row(
-            f,
-            "plain rdkafka producer, records/s (the ceiling)",
-            &self.producer_rates(),
-        )?;
-        let r = Spread::of(&self.ratios());
-        writeln!(
-            f,
-            "| bridge ÷ producer, per run | {:.2} | {:.2} | {:.2} |",
-            r.min, r.median, r.max
+            &format!("{n} records of {PAYLOAD} B, {}, {runs} runs", self.broker),
+            [
+                "`spillway-bridge drain --once`, records/s (whole process)",
+                "plain rdkafka producer, records/s (the ceiling)",
+                "bridge ÷ producer, per run",
+            ],
         )?;
         writeln!(f)?;
         writeln!(
@@ -625,11 +748,7 @@ impl fmt::Display for Report {
              producer: records in its topic, in place | bridge ÷ producer | check |"
         )?;
         writeln!(f, "|---|---|---|---|---|---|---|")?;
-        for (i, (b, p)) in self.bridge.iter().zip(&self.producer).enumerate() {
-            let problems: Vec<String> = [("bridge", b), ("producer", p)]
-                .iter()
-                .filter_map(|(side, r)| r.verified.problem.as_ref().map(|e| format!("{side}: {e}")))
-                .collect();
+        for (i, b, p, problems) in self.sides.pairs() {
             let check = if problems.is_empty() {
                 "verified".to_string()
             } else {

@@ -5,7 +5,7 @@ use super::AllReport;
 use crate::bench_core::{Engine, Spread};
 use crate::bench_fleet;
 use crate::bench_footprint;
-use crate::bench_kafka;
+use crate::bench_kafka::{self, Sides};
 use crate::bench_mqtt;
 
 /// A headline ratio.
@@ -48,6 +48,30 @@ impl Ratio {
 
 /// The goal of comparison 4: bridge ÷ producer.
 pub const KAFKA_GOAL: f64 = 0.9;
+
+/// The headline ratio of a Kafka comparison: the bridge's records/s against the plain
+/// producer's, held to at least `goal`; `label` says so when a run failed its check
+/// (`verified` false).
+fn kafka_ratio(comparison: u8, label: String, sides: &Sides, verified: bool, goal: f64) -> Ratio {
+    let (bridge, producer) = (sides.bridge_rates(), sides.producer_rates());
+    let (a, b) = (Spread::of(&bridge), Spread::of(&producer));
+    let unverified = if verified {
+        ""
+    } else {
+        " (FAILED its check: not valid)"
+    };
+    Ratio {
+        comparison,
+        label: format!("{label}{unverified}"),
+        spillway: si(a.median),
+        peer: si(b.median),
+        peer_name: "rdkafka producer".into(),
+        ratio: a.median / b.median,
+        range: paired(&bridge, &producer),
+        higher_is_better: true,
+        goal: Some((goal, f64::INFINITY)),
+    }
+}
 
 /// The widest ratio range two spreads allow.
 fn bounds(a: &Spread, b: &Spread) -> (f64, f64) {
@@ -208,24 +232,13 @@ impl AllReport {
             });
         }
         if let Some(k) = &self.kafka {
-            let (bridge, producer) = (k.bridge_rates(), k.producer_rates());
-            let (a, b) = (Spread::of(&bridge), Spread::of(&producer));
-            let unverified = if k.failures().is_empty() {
-                ""
-            } else {
-                " (FAILED its check: not valid)"
-            };
-            out.push(Ratio {
-                comparison: 4,
-                label: format!("records/s into Kafka, bridge drain vs plain producer{unverified}"),
-                spillway: si(a.median),
-                peer: si(b.median),
-                peer_name: "rdkafka producer".into(),
-                ratio: a.median / b.median,
-                range: paired(&bridge, &producer),
-                higher_is_better: true,
-                goal: Some((KAFKA_GOAL, f64::INFINITY)),
-            });
+            out.push(kafka_ratio(
+                4,
+                "records/s into Kafka, bridge drain vs plain producer".into(),
+                &k.sides,
+                k.failures().is_empty(),
+                KAFKA_GOAL,
+            ));
         }
         let servers = self
             .footprint
@@ -329,27 +342,16 @@ impl AllReport {
             }
         }
         if let Some(k) = &self.fleet {
-            let (bridge, producer) = (k.bridge_rates(), k.producer_rates());
-            let (a, b) = (Spread::of(&bridge), Spread::of(&producer));
-            let unverified = if k.failures().is_empty() {
-                ""
-            } else {
-                " (FAILED its check: not valid)"
-            };
-            out.push(Ratio {
-                comparison: 7,
-                label: format!(
-                    "records/s into Kafka, one bridge draining {} gateways vs plain producer{unverified}",
+            out.push(kafka_ratio(
+                7,
+                format!(
+                    "records/s into Kafka, one bridge draining {} gateways vs plain producer",
                     k.options.gateways
                 ),
-                spillway: si(a.median),
-                peer: si(b.median),
-                peer_name: "rdkafka producer".into(),
-                ratio: a.median / b.median,
-                range: paired(&bridge, &producer),
-                higher_is_better: true,
-                goal: Some((bench_fleet::FLEET_GOAL, f64::INFINITY)),
-            });
+                &k.sides,
+                k.failures().is_empty(),
+                bench_fleet::FLEET_GOAL,
+            ));
         }
         if let Some(c) = &self.cap {
             let cap = c.options.bytes_per_sec as f64;
