@@ -27,11 +27,7 @@ use std::fmt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use rdkafka::producer::BaseProducer;
 use spillway_core::wire::AckLevel;
 
 use crate::bench_core::{Machine, Spread, machine};
@@ -40,6 +36,13 @@ use crate::bridge::bridge_bin;
 use crate::client::{Client, Reply};
 use crate::gateway::{GatewayProcess, free_port};
 use crate::kafka::Broker;
+
+mod producer;
+mod read_back;
+
+pub(crate) use producer::{BridgeLike, Counting, send_like_the_bridge, timed_producer_run};
+pub use read_back::{Verified, verify_topic, verify_topic_sized};
+pub(crate) use read_back::{read_back, spillway_offset};
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,144 +72,6 @@ pub(crate) const TOPIC: &str = "bench/sst";
 const GATEWAY_ID: &str = "bench-gw";
 /// Durable publishes in flight while the gateway is filled.
 const WINDOW: usize = 256;
-
-/// Counts delivery reports.
-#[derive(Default)]
-pub(crate) struct Counting {
-    pub(crate) ok: std::sync::atomic::AtomicU64,
-    pub(crate) failed: std::sync::atomic::AtomicU64,
-}
-
-impl ClientContext for Counting {}
-
-impl ProducerContext for Counting {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, r: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {
-        use std::sync::atomic::Ordering::Relaxed;
-        match r {
-            Ok(_) => self.ok.fetch_add(1, Relaxed),
-            Err(_) => self.failed.fetch_add(1, Relaxed),
-        };
-    }
-}
-
-/// The plain producer the Kafka comparisons time: idempotent, `acks=all`, 5 requests in
-/// flight, `linger.ms=5`, a queue of 100,000 messages, counting its delivery reports.
-pub(crate) fn plain_producer(bootstrap: &str) -> BaseProducer<Counting> {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("max.in.flight.requests.per.connection", "5")
-        .set("linger.ms", "5")
-        .set("queue.buffering.max.messages", "100000")
-        .create_with_context(Counting::default())
-        .expect("producer")
-}
-
-/// One record as the bridge sends it, for the plain producer.
-pub(crate) struct BridgeLike<'a> {
-    /// Kafka topic.
-    pub(crate) kafka_topic: &'a str,
-    /// Gateway id: the key and the `spillway-gateway` header.
-    pub(crate) gateway: &'a str,
-    /// Log id, 32 hex digits.
-    pub(crate) log_hex: &'a str,
-    /// The Spillway topic (`spillway-topic`).
-    pub(crate) topic: &'a str,
-    /// Log offset (`spillway-offset`).
-    pub(crate) offset: usize,
-    /// Record timestamp, µs since the Unix epoch (`spillway-timestamp-us`; the Kafka
-    /// timestamp in ms).
-    pub(crate) timestamp_us: u64,
-    /// The payload.
-    pub(crate) payload: &'a [u8],
-}
-
-/// Sends `r` with the key and headers the bridge gives it, polling while the producer's
-/// queue is full.
-///
-/// # Panics
-/// On a produce error other than a full queue.
-pub(crate) fn send_like_the_bridge(p: &BaseProducer<Counting>, r: &BridgeLike<'_>) {
-    let off = r.offset.to_string();
-    let ts = r.timestamp_us.to_string();
-    let mut rec = BaseRecord::to(r.kafka_topic)
-        .key(r.gateway)
-        .payload(r.payload)
-        .timestamp(i64::try_from(r.timestamp_us / 1000).unwrap_or(0))
-        .headers(
-            OwnedHeaders::new_with_capacity(5)
-                .insert(Header {
-                    key: "spillway-gateway",
-                    value: Some(r.gateway),
-                })
-                .insert(Header {
-                    key: "spillway-log-id",
-                    value: Some(r.log_hex),
-                })
-                .insert(Header {
-                    key: "spillway-offset",
-                    value: Some(off.as_str()),
-                })
-                .insert(Header {
-                    key: "spillway-topic",
-                    value: Some(r.topic),
-                })
-                .insert(Header {
-                    key: "spillway-timestamp-us",
-                    value: Some(ts.as_str()),
-                }),
-        );
-    loop {
-        match p.send(rec) {
-            Ok(()) => break,
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                rec = back;
-                p.poll(Duration::from_millis(5));
-            }
-            Err((e, _)) => panic!("produce: {e}"),
-        }
-    }
-    p.poll(Duration::ZERO);
-}
-
-/// Flushes `p` and waits until it has a delivery report for each of `n` records; returns
-/// how many failed.
-///
-/// # Panics
-/// If the flush fails (2 minutes).
-fn flush_all(p: &BaseProducer<Counting>, n: u64) -> u64 {
-    use std::sync::atomic::Ordering::Relaxed;
-    p.flush(Duration::from_secs(120)).expect("flush");
-    while p.context().ok.load(Relaxed) + p.context().failed.load(Relaxed) < n {
-        p.poll(Duration::from_millis(10));
-    }
-    p.context().failed.load(Relaxed)
-}
-
-/// A timed run of the plain producer ([`plain_producer`]): `send` gives it the `n` records
-/// of the run, timed from the producer's creation to the last delivery report; then
-/// `verify` reads the run's topic back (not timed). A delivery failure fails the run.
-pub(crate) fn timed_producer_run(
-    bootstrap: &str,
-    n: u64,
-    send: impl FnOnce(&BaseProducer<Counting>),
-    verify: impl FnOnce() -> Verified,
-) -> Run {
-    let t = Instant::now();
-    let p = plain_producer(bootstrap);
-    send(&p);
-    let failed = flush_all(&p, n);
-    let secs = t.elapsed().as_secs_f64();
-    drop(p);
-    let mut verified = verify();
-    if failed > 0 {
-        verified.problem = Some(format!("{failed} delivery failures"));
-    }
-    Run { secs, verified }
-}
 
 /// The payload of record `i` when records have `len` bytes (at least 11): distinct per
 /// record.
@@ -274,145 +139,6 @@ pub(crate) fn publish_sized(addr: &str, n: usize, len: usize) -> u128 {
         assert!(matches!(r, Reply::Ack { .. }), "{r:?}");
     }
     log_id
-}
-
-/// What reading a run's topic back found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verified {
-    /// Records the run had to put into the topic.
-    pub expected: u64,
-    /// Records read back from the topic.
-    pub found: u64,
-    /// Records read back that are the ones sent, in their place: the topic's record `i` has
-    /// the payload of record `i`, `spillway-offset` header `i` and a key that starts with
-    /// the gateway id.
-    pub matching: u64,
-    /// What is wrong with the run, `None` when its topic holds exactly the records sent.
-    pub problem: Option<String>,
-}
-
-impl Verified {
-    /// Whether the topic holds exactly the records sent, in order.
-    pub fn ok(&self) -> bool {
-        self.problem.is_none()
-    }
-}
-
-/// No record and no end of partition for this long ends a read-back.
-pub(crate) const READ_BACK_IDLE: Duration = Duration::from_secs(30);
-
-/// Reads partition 0 of `topic` from the beginning to its end and compares it with the
-/// `n` records the benchmark sends (see [`Verified::matching`]). Streams: nothing but the
-/// counts is kept, so it also checks millions of records.
-///
-/// # Panics
-/// If no consumer can be created or assigned (the broker's address is wrong).
-pub fn verify_topic(bootstrap: &str, topic: &str, n: u64) -> Verified {
-    verify_topic_sized(bootstrap, topic, n, PAYLOAD)
-}
-
-/// [`verify_topic`] for records of `len` payload bytes (`payload_of`).
-///
-/// # Panics
-/// As [`verify_topic`].
-pub fn verify_topic_sized(bootstrap: &str, topic: &str, n: u64, len: usize) -> Verified {
-    let mut matching = 0u64;
-    let mut first_wrong: Option<String> = None;
-    let mut i = 0u64;
-    let (found, read_error) = read_back(bootstrap, topic, 1, |m| {
-        let offset = spillway_offset(m);
-        let key_ok = m
-            .key()
-            .is_some_and(|k| k.starts_with(GATEWAY_ID.as_bytes()));
-        let payload_ok = i < n
-            && usize::try_from(i).is_ok_and(|i| m.payload() == Some(payload_of(i, len).as_slice()));
-        if offset == Some(i) && key_ok && payload_ok {
-            matching += 1;
-        } else if first_wrong.is_none() {
-            first_wrong = Some(format!(
-                "record {i} of the topic is not the record sent at that place \
-                 (spillway-offset {offset:?}, key ok {key_ok}, payload ok {payload_ok})"
-            ));
-        }
-        i += 1;
-    });
-    let problem = if found != n {
-        Some(format!("{found} records in the topic, {n} sent"))
-    } else {
-        read_error.or(first_wrong)
-    };
-    Verified {
-        expected: n,
-        found,
-        matching,
-        problem,
-    }
-}
-
-/// Reads partitions `0..partitions` of `topic` from their beginning to their end (streams:
-/// nothing is kept) and hands every message to `each`. Returns how many messages were read
-/// and why the read-back stopped before every partition's end, if it did (a read error, or
-/// neither a record nor the end of a partition for [`READ_BACK_IDLE`]).
-///
-/// # Panics
-/// If no consumer can be created or assigned (the broker's address is wrong).
-pub(crate) fn read_back(
-    bootstrap: &str,
-    topic: &str,
-    partitions: i32,
-    mut each: impl FnMut(&BorrowedMessage<'_>),
-) -> (u64, Option<String>) {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "spillway-bench-verify")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .create()
-        .expect("read-back consumer");
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .expect("partition");
-    }
-    c.assign(&tpl).expect("assign");
-    let mut found = 0u64;
-    let mut eof = std::collections::HashSet::new();
-    let mut last = Instant::now();
-    while eof.len() < usize::try_from(partitions).unwrap_or(0) {
-        match c.poll(Duration::from_millis(200)) {
-            None if last.elapsed() > READ_BACK_IDLE => {
-                return (
-                    found,
-                    Some(format!(
-                        "no record and no end of partition for {} s after {found} records",
-                        READ_BACK_IDLE.as_secs()
-                    )),
-                );
-            }
-            None => {}
-            Some(Err(KafkaError::PartitionEOF(p))) => {
-                eof.insert(p);
-            }
-            Some(Err(e)) => return (found, Some(format!("reading the topic back: {e}"))),
-            Some(Ok(m)) => {
-                last = Instant::now();
-                found += 1;
-                each(&m);
-            }
-        }
-    }
-    (found, None)
-}
-
-/// The `spillway-offset` header of `m`, if it has one that is a number.
-pub(crate) fn spillway_offset(m: &BorrowedMessage<'_>) -> Option<u64> {
-    m.headers().and_then(|h| {
-        h.iter()
-            .find(|x| x.key == "spillway-offset")
-            .and_then(|x| x.value)
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|v| v.parse::<u64>().ok())
-    })
 }
 
 /// One timed run of one side.
