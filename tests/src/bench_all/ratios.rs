@@ -33,6 +33,72 @@ pub struct Ratio {
 }
 
 impl Ratio {
+    /// A ratio of two exact figures (no range), shown as `spillway` and `peer`.
+    fn exact(
+        (comparison, label, peer_name): (u8, String, &str),
+        (spillway, peer): (String, String),
+        ratio: f64,
+        higher_is_better: bool,
+    ) -> Ratio {
+        Ratio {
+            comparison,
+            label,
+            spillway,
+            peer,
+            peer_name: peer_name.to_string(),
+            ratio,
+            range: None,
+            higher_is_better,
+            goal: None,
+        }
+    }
+
+    /// The ratio of the medians of two spreads measured apart (range: [`bounds`]), shown
+    /// with `show`.
+    fn of_spreads(
+        what: (u8, String, &str),
+        (a, b): (&Spread, &Spread),
+        show: impl Fn(f64) -> String,
+        higher_is_better: bool,
+    ) -> Ratio {
+        Ratio {
+            range: Some(bounds(a, b)),
+            ..Ratio::exact(
+                what,
+                (show(a.median), show(b.median)),
+                a.median / b.median,
+                higher_is_better,
+            )
+        }
+    }
+
+    /// The ratio of the medians of paired samples, run `i` of each side back to back
+    /// (range: [`paired`]), shown with `show`.
+    fn of_pairs(
+        what: (u8, String, &str),
+        (a, b): (&[f64], &[f64]),
+        show: impl Fn(f64) -> String,
+        higher_is_better: bool,
+    ) -> Ratio {
+        Ratio {
+            range: paired(a, b),
+            ..Ratio::of_spreads(
+                what,
+                (&Spread::of(a), &Spread::of(b)),
+                show,
+                higher_is_better,
+            )
+        }
+    }
+
+    /// The same ratio held to `(low, high)`.
+    fn goal(self, low: f64, high: f64) -> Ratio {
+        Ratio {
+            goal: Some((low, high)),
+            ..self
+        }
+    }
+
     /// Whether this ratio favours spillway (equal counts as not behind).
     pub fn favours_spillway(&self) -> bool {
         if let Some((lo, hi)) = self.goal {
@@ -53,24 +119,22 @@ pub const KAFKA_GOAL: f64 = 0.9;
 /// producer's, held to at least `goal`; `label` says so when a run failed its check
 /// (`verified` false).
 fn kafka_ratio(comparison: u8, label: String, sides: &Sides, verified: bool, goal: f64) -> Ratio {
-    let (bridge, producer) = (sides.bridge_rates(), sides.producer_rates());
-    let (a, b) = (Spread::of(&bridge), Spread::of(&producer));
     let unverified = if verified {
         ""
     } else {
         " (FAILED its check: not valid)"
     };
-    Ratio {
-        comparison,
-        label: format!("{label}{unverified}"),
-        spillway: si(a.median),
-        peer: si(b.median),
-        peer_name: "rdkafka producer".into(),
-        ratio: a.median / b.median,
-        range: paired(&bridge, &producer),
-        higher_is_better: true,
-        goal: Some((goal, f64::INFINITY)),
-    }
+    Ratio::of_pairs(
+        (
+            comparison,
+            format!("{label}{unverified}"),
+            "rdkafka producer",
+        ),
+        (&sides.bridge_rates(), &sides.producer_rates()),
+        si,
+        true,
+    )
+    .goal(goal, f64::INFINITY)
 }
 
 /// The widest ratio range two spreads allow.
@@ -121,72 +185,61 @@ impl AllReport {
                 } else {
                     "flush every record"
                 };
-                out.push(Ratio {
-                    comparison: 1,
-                    label: format!("appends/s, {case}, {who}"),
-                    spillway: si(r.appends_per_s.median),
-                    peer: si(peer.appends_per_s.median),
-                    peer_name: peer_name.into(),
-                    ratio: r.appends_per_s.median / peer.appends_per_s.median,
-                    range: Some(bounds(&r.appends_per_s, &peer.appends_per_s)),
-                    higher_is_better: true,
-                    goal: None,
-                });
-                out.push(Ratio {
-                    comparison: 1,
-                    label: format!("flash bytes per payload byte, {case}, {who}"),
-                    spillway: format!("{:.3}", r.programmed_per_payload_byte()),
-                    peer: format!("{:.3}", peer.programmed_per_payload_byte()),
-                    peer_name: peer_name.into(),
-                    ratio: r.programmed_per_payload_byte() / peer.programmed_per_payload_byte(),
-                    range: None,
-                    higher_is_better: false,
-                    goal: None,
-                });
-                out.push(Ratio {
-                    comparison: 1,
-                    label: format!("erases per MiB, {case}, {who}"),
-                    spillway: format!("{:.1}", r.erases_per_mib()),
-                    peer: format!("{:.1}", peer.erases_per_mib()),
-                    peer_name: peer_name.into(),
-                    ratio: r.erases_per_mib() / peer.erases_per_mib(),
-                    range: None,
-                    higher_is_better: false,
-                    goal: None,
-                });
+                out.push(Ratio::of_spreads(
+                    (1, format!("appends/s, {case}, {who}"), peer_name),
+                    (&r.appends_per_s, &peer.appends_per_s),
+                    si,
+                    true,
+                ));
+                let (a, b) = (
+                    r.programmed_per_payload_byte(),
+                    peer.programmed_per_payload_byte(),
+                );
+                out.push(Ratio::exact(
+                    (
+                        1,
+                        format!("flash bytes per payload byte, {case}, {who}"),
+                        peer_name,
+                    ),
+                    (format!("{a:.3}"), format!("{b:.3}")),
+                    a / b,
+                    false,
+                ));
+                let (a, b) = (r.erases_per_mib(), peer.erases_per_mib());
+                out.push(Ratio::exact(
+                    (1, format!("erases per MiB, {case}, {who}"), peer_name),
+                    (format!("{a:.1}"), format!("{b:.1}")),
+                    a / b,
+                    false,
+                ));
             }
             // Reads do not depend on how the records were flushed: the buffered run.
             if let Some(r) = group.iter().find(|r| r.engine == Engine::Spillway) {
-                out.push(Ratio {
-                    comparison: 1,
-                    label: format!("reads/s, {case}"),
-                    spillway: si(r.reads_per_s.median),
-                    peer: si(peer.reads_per_s.median),
-                    peer_name: peer_name.into(),
-                    ratio: r.reads_per_s.median / peer.reads_per_s.median,
-                    range: Some(bounds(&r.reads_per_s, &peer.reads_per_s)),
-                    higher_is_better: true,
-                    goal: None,
-                });
+                out.push(Ratio::of_spreads(
+                    (1, format!("reads/s, {case}"), peer_name),
+                    (&r.reads_per_s, &peer.reads_per_s),
+                    si,
+                    true,
+                ));
             }
         }
+        let ms = |x: f64| format!("{x:.3} ms");
         if let Some(m) = self.mounts.iter().rev().find(|m| m.peer.is_some())
             && let Some(p) = &m.peer
         {
-            out.push(Ratio {
-                comparison: 2,
-                label: format!(
-                    "mount ms, {} MiB (16 KiB segments) vs cold first peek",
-                    m.size_mib
+            out.push(Ratio::of_spreads(
+                (
+                    2,
+                    format!(
+                        "mount ms, {} MiB (16 KiB segments) vs cold first peek",
+                        m.size_mib
+                    ),
+                    peer_name,
                 ),
-                spillway: format!("{:.3} ms", m.small_segments.ms.median),
-                peer: format!("{:.3} ms", p.peek_ms.median),
-                peer_name: peer_name.into(),
-                ratio: m.small_segments.ms.median / p.peek_ms.median,
-                range: Some(bounds(&m.small_segments.ms, &p.peek_ms)),
-                higher_is_better: false,
-                goal: None,
-            });
+                (&m.small_segments.ms, &p.peek_ms),
+                ms,
+                false,
+            ));
         }
         if let Some(m) = self.mounts.last() {
             for (what, s) in [
@@ -196,17 +249,16 @@ impl AllReport {
                     &m.fixed_count,
                 ),
             ] {
-                out.push(Ratio {
-                    comparison: 2,
-                    label: format!("mount ms, {} MiB ({what}) vs reading the image", m.size_mib),
-                    spillway: format!("{:.3} ms", s.ms.median),
-                    peer: format!("{:.3} ms", s.full_scan_ms.median),
-                    peer_name: "full scan".into(),
-                    ratio: s.ms.median / s.full_scan_ms.median,
-                    range: Some(bounds(&s.ms, &s.full_scan_ms)),
-                    higher_is_better: false,
-                    goal: None,
-                });
+                out.push(Ratio::of_spreads(
+                    (
+                        2,
+                        format!("mount ms, {} MiB ({what}) vs reading the image", m.size_mib),
+                        "full scan",
+                    ),
+                    (&s.ms, &s.full_scan_ms),
+                    ms,
+                    false,
+                ));
             }
         }
         let runs = self
@@ -218,18 +270,16 @@ impl AllReport {
             if peer.is_empty() {
                 continue;
             }
-            let (a, b) = (Spread::of(&sw), Spread::of(&peer));
-            out.push(Ratio {
-                comparison: 3,
-                label: format!("TCP ingest records/s, 100 B, {what}"),
-                spillway: si(a.median),
-                peer: si(b.median),
-                peer_name: "NATS JetStream".into(),
-                ratio: a.median / b.median,
-                range: paired(&sw, &peer),
-                higher_is_better: true,
-                goal: None,
-            });
+            out.push(Ratio::of_pairs(
+                (
+                    3,
+                    format!("TCP ingest records/s, 100 B, {what}"),
+                    "NATS JetStream",
+                ),
+                (&sw, &peer),
+                si,
+                true,
+            ));
         }
         if let Some(k) = &self.kafka {
             out.push(kafka_ratio(
@@ -247,98 +297,77 @@ impl AllReport {
         if let Some(sw) = servers.first() {
             for peer in &servers[1..] {
                 let short = peer.name.split_whitespace().next().unwrap_or("peer");
+                let sizes = |label: String, a: u64, b: u64, ratio: f64| {
+                    Ratio::exact((5, label, &peer.name), (mib(a), mib(b)), ratio, false)
+                };
                 if let (Some(a), Some(b)) = (sw.binary.stripped_bytes, peer.binary.stripped_bytes) {
-                    out.push(Ratio {
-                        comparison: 5,
-                        label: format!("stripped binary size vs {short}"),
-                        spillway: mib(a / 1024),
-                        peer: mib(b / 1024),
-                        peer_name: peer.name.clone(),
-                        ratio: a as f64 / b as f64,
-                        range: None,
-                        higher_is_better: false,
-                        goal: None,
-                    });
+                    out.push(sizes(
+                        format!("stripped binary size vs {short}"),
+                        a / 1024,
+                        b / 1024,
+                        a as f64 / b as f64,
+                    ));
                 }
                 if !peer.binary.shared_libs.is_empty() {
                     let with_libs = |b: &bench_footprint::BinarySize| {
                         b.stripped_bytes.unwrap_or(b.file_bytes) + b.extra_libs_bytes
                     };
                     let (a, b) = (with_libs(&sw.binary), with_libs(&peer.binary));
-                    out.push(Ratio {
-                        comparison: 5,
-                        label: format!(
+                    out.push(sizes(
+                        format!(
                             "stripped binary + shared libraries besides the C runtime vs {short}"
                         ),
-                        spillway: mib(a / 1024),
-                        peer: mib(b / 1024),
-                        peer_name: peer.name.clone(),
-                        ratio: a as f64 / b as f64,
-                        range: None,
-                        higher_is_better: false,
-                        goal: None,
-                    });
+                        a / 1024,
+                        b / 1024,
+                        a as f64 / b as f64,
+                    ));
                 }
-                out.push(Ratio {
-                    comparison: 5,
-                    label: format!("peak RSS, 100 idle clients, vs {short}"),
-                    spillway: mib(sw.idle.hwm_kib),
-                    peer: mib(peer.idle.hwm_kib),
-                    peer_name: peer.name.clone(),
-                    ratio: sw.idle.hwm_kib as f64 / peer.idle.hwm_kib.max(1) as f64,
-                    range: None,
-                    higher_is_better: false,
-                    goal: None,
-                });
-                out.push(Ratio {
-                    comparison: 5,
-                    label: format!("peak RSS under load vs {short}"),
-                    spillway: mib(sw.loaded.hwm_kib),
-                    peer: mib(peer.loaded.hwm_kib),
-                    peer_name: peer.name.clone(),
-                    ratio: sw.loaded.hwm_kib as f64 / peer.loaded.hwm_kib.max(1) as f64,
-                    range: None,
-                    higher_is_better: false,
-                    goal: None,
-                });
+                for (label, a, b) in [
+                    (
+                        format!("peak RSS, 100 idle clients, vs {short}"),
+                        sw.idle.hwm_kib,
+                        peer.idle.hwm_kib,
+                    ),
+                    (
+                        format!("peak RSS under load vs {short}"),
+                        sw.loaded.hwm_kib,
+                        peer.loaded.hwm_kib,
+                    ),
+                ] {
+                    out.push(sizes(label, a, b, a as f64 / b.max(1) as f64));
+                }
             }
         }
         if let Some(r) = &self.mqtt
             && let Some(peer) = &r.mosquitto
         {
             for c in r.cases.iter().filter(|c| !c.mosquitto.is_empty()) {
-                let (sw, mq) = (c.spillway_rates(), c.mosquitto_rates());
-                let (a, b) = (Spread::of(&sw), Spread::of(&mq));
-                out.push(Ratio {
-                    comparison: 6,
-                    label: format!(
-                        "MQTT QoS 1 fan-in messages/s, {} B (PUBACK after fdatasync vs before any disk write)",
-                        c.payload
+                out.push(Ratio::of_pairs(
+                    (
+                        6,
+                        format!(
+                            "MQTT QoS 1 fan-in messages/s, {} B (PUBACK after fdatasync vs before any disk write)",
+                            c.payload
+                        ),
+                        peer,
                     ),
-                    spillway: si(a.median),
-                    peer: si(b.median),
-                    peer_name: peer.clone(),
-                    ratio: a.median / b.median,
-                    range: paired(&sw, &mq),
-                    higher_is_better: true,
-                    goal: None,
-                });
+                    (&c.spillway_rates(), &c.mosquitto_rates()),
+                    si,
+                    true,
+                ));
                 let p99 = |runs: &[bench_mqtt::Measured]| {
                     runs.iter().map(|m| m.p99_ms).collect::<Vec<f64>>()
                 };
-                let (sw, mq) = (p99(&c.spillway), p99(&c.mosquitto));
-                let (a, b) = (Spread::of(&sw), Spread::of(&mq));
-                out.push(Ratio {
-                    comparison: 6,
-                    label: format!("MQTT QoS 1 PUBACK p99 latency, {} B", c.payload),
-                    spillway: format!("{:.2} ms", a.median),
-                    peer: format!("{:.2} ms", b.median),
-                    peer_name: peer.clone(),
-                    ratio: a.median / b.median,
-                    range: paired(&sw, &mq),
-                    higher_is_better: false,
-                    goal: None,
-                });
+                out.push(Ratio::of_pairs(
+                    (
+                        6,
+                        format!("MQTT QoS 1 PUBACK p99 latency, {} B", c.payload),
+                        peer,
+                    ),
+                    (&p99(&c.spillway), &p99(&c.mosquitto)),
+                    |x| format!("{x:.2} ms"),
+                    false,
+                ));
             }
         }
         if let Some(k) = &self.fleet {
@@ -358,26 +387,28 @@ impl AllReport {
             let tol = f64::from(c.options.tolerance_pct) / 100.0;
             let thirds: Vec<f64> = c.thirds.iter().map(|t| t / cap).collect();
             let t = (!thirds.is_empty()).then(|| Spread::of(&thirds));
-            out.push(Ratio {
-                comparison: 8,
-                label: format!(
-                    "payload B/s under --max-bytes-per-sec {} over {:.0} s vs the cap{}",
-                    c.options.bytes_per_sec,
-                    c.window.as_secs_f64(),
-                    if c.failures().is_empty() {
-                        ""
-                    } else {
-                        " (FAILED its check)"
-                    }
-                ),
-                spillway: si(c.achieved),
-                peer: si(cap),
-                peer_name: "the cap".into(),
-                ratio: c.ratio(),
-                range: t.map(|t| (t.min, t.max)),
-                higher_is_better: false,
-                goal: Some((1.0 - tol, 1.0 + tol)),
-            });
+            let failed = if c.failures().is_empty() {
+                ""
+            } else {
+                " (FAILED its check)"
+            };
+            let label = format!(
+                "payload B/s under --max-bytes-per-sec {} over {:.0} s vs the cap{failed}",
+                c.options.bytes_per_sec,
+                c.window.as_secs_f64(),
+            );
+            out.push(
+                Ratio {
+                    range: t.map(|t| (t.min, t.max)),
+                    ..Ratio::exact(
+                        (8, label, "the cap"),
+                        (si(c.achieved), si(cap)),
+                        c.ratio(),
+                        false,
+                    )
+                }
+                .goal(1.0 - tol, 1.0 + tol),
+            );
         }
         out
     }
