@@ -1,8 +1,15 @@
-//! Crate-private logging shim: the macros route to `defmt` when the `defmt` feature is on,
-//! else to `log` when the `log` feature is on, else they compile to nothing (the arguments
-//! are still type-checked, so a format mistake fails every build).
-#![allow(unused_macros)]
+//! Logging shim of `spillway-core` and `spillway-firmware`: the macros route to `defmt`
+//! when the `defmt` feature is on, else to `log` when the `log` feature is on, else they
+//! compile to nothing (the arguments are still type-checked, so a format mistake fails
+//! every build).
+//!
+//! They are exported, hidden from the docs, for `spillway-firmware`, which takes them with
+//! `#[macro_use] extern crate spillway_core`. A `cfg` in a macro's expansion is evaluated in
+//! the crate that calls it: each crate's own `defmt` and `log` features decide where its
+//! lines go, and the caller needs `defmt` or `log` as a dependency under those features.
 
+#[doc(hidden)]
+#[macro_export]
 macro_rules! trace {
     ($($arg:tt)*) => {{
         #[cfg(feature = "defmt")]
@@ -14,6 +21,8 @@ macro_rules! trace {
     }};
 }
 
+#[doc(hidden)]
+#[macro_export]
 macro_rules! debug {
     ($($arg:tt)*) => {{
         #[cfg(feature = "defmt")]
@@ -25,6 +34,8 @@ macro_rules! debug {
     }};
 }
 
+#[doc(hidden)]
+#[macro_export]
 macro_rules! info {
     ($($arg:tt)*) => {{
         #[cfg(feature = "defmt")]
@@ -36,6 +47,8 @@ macro_rules! info {
     }};
 }
 
+#[doc(hidden)]
+#[macro_export]
 macro_rules! warn {
     ($($arg:tt)*) => {{
         #[cfg(feature = "defmt")]
@@ -47,6 +60,8 @@ macro_rules! warn {
     }};
 }
 
+#[doc(hidden)]
+#[macro_export]
 macro_rules! error {
     ($($arg:tt)*) => {{
         #[cfg(feature = "defmt")]

@@ -32,8 +32,9 @@
 //! | 4 | `inspect` found corruption (a CRC that does not verify, lost ranges) |
 #![cfg_attr(not(feature = "std"), no_std)]
 
+// The logging macros (`trace!` .. `error!`): spillway-core's shim, see its `fmt.rs`.
 #[macro_use]
-mod fmt;
+extern crate spillway_core;
 
 pub mod gateway;
 pub mod mount;
