@@ -58,8 +58,45 @@ fn tree(dir: &Path) -> Vec<String> {
     v
 }
 
+/// A temporary directory and the sink directory `out` in it (not created).
+fn out_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    (dir, out)
+}
+
+/// Files closed `interval` after they were created, whatever their size.
+fn every(interval: Duration) -> Rotation {
+    Rotation {
+        interval: Some(interval),
+        ..Rotation::default()
+    }
+}
+
 fn rot(bytes: u64) -> Rotation {
     Rotation::bytes(bytes)
+}
+
+/// Records `0..n` of topic `t`, each with the payload `x`.
+fn xs(n: u64) -> Vec<OwnedRecord> {
+    (0..n).map(|i| rec(i, "t", b"x")).collect()
+}
+
+/// The length of a line of [`xs`], bytes (the same for offsets under 10).
+fn x_line_len() -> u64 {
+    JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64
+}
+
+/// Files of three lines of [`xs`] each.
+fn three_lines() -> Rotation {
+    rot(x_line_len() * 3)
+}
+
+/// The sink on `out` opened (a start, or a restart after a crash).
+async fn open(out: &Path, rotate: Rotation) -> FileSink {
+    FileSink::open_async(out.to_path_buf(), rotate)
+        .await
+        .unwrap()
 }
 
 fn lines(path: &Path) -> Vec<serde_json::Value> {
@@ -101,12 +138,9 @@ fn stems_are_percent_encoded_and_bounded() {
 
 #[test]
 fn writes_exact_lines_per_topic() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
+    let (_dir, out) = out_dir();
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
-            .await
-            .unwrap();
+        let mut s = open(&out, rot(DEFAULT_ROTATE_BYTES)).await;
         let recs = vec![
             rec(0, "buoy/sst", b"21.5"),
             rec(1, "cgm", b"\xff\xfe"),
@@ -150,14 +184,10 @@ fn writes_exact_lines_per_topic() {
 
 #[test]
 fn rotates_by_size_renaming_the_open_file_and_continues_it_after_a_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
+    let (_dir, out) = out_dir();
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rot(line_len * 3))
-            .await
-            .unwrap();
-        let recs: Vec<_> = (0..7).map(|i| rec(i, "t", b"x")).collect();
+        let mut s = open(&out, three_lines()).await;
+        let recs = xs(7);
         s.deliver(&src(), &recs).await.unwrap();
         // Full files keep their open name until the checkpoint covers them.
         assert_eq!(
@@ -183,9 +213,7 @@ fn rotates_by_size_renaming_the_open_file_and_continues_it_after_a_reopen() {
     assert_eq!(lines(&open_file(&out, "t", 6)).len(), 1);
     // Reopen (a clean stop left the open file open-named): appends to it, then rotates on.
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rot(line_len * 3))
-            .await
-            .unwrap();
+        let mut s = open(&out, three_lines()).await;
         let recs: Vec<_> = (7..10).map(|i| rec(i, "t", b"x")).collect();
         s.deliver(&src(), &recs).await.unwrap();
         s.checkpointed(42, u64::MAX).await.unwrap();
@@ -197,12 +225,9 @@ fn rotates_by_size_renaming_the_open_file_and_continues_it_after_a_reopen() {
 
 #[test]
 fn torn_last_line_is_cut_back_on_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
+    let (_dir, out) = out_dir();
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
-            .await
-            .unwrap();
+        let mut s = open(&out, rot(DEFAULT_ROTATE_BYTES)).await;
         s.deliver(&src(), &[rec(0, "t", b"a"), rec(1, "t", b"b")])
             .await
             .unwrap();
@@ -213,9 +238,7 @@ fn torn_last_line_is_cut_back_on_open() {
     f.write_all(b"{\"gateway_id\":\"gw\",\"log_i").unwrap();
     drop(f);
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
-            .await
-            .unwrap();
+        let mut s = open(&out, rot(DEFAULT_ROTATE_BYTES)).await;
         assert_eq!(std::fs::read(&path).unwrap(), good);
         s.deliver(&src(), &[rec(2, "t", b"c")]).await.unwrap();
     });
@@ -255,9 +278,8 @@ fn deliver(out: &Path, rotate: Rotation, src: &Source, recs: &[OwnedRecord]) -> 
 
 #[test]
 fn resent_records_are_acknowledged_without_a_second_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let recs: Vec<_> = (0..8).map(|i| rec(i, "t", b"x")).collect();
+    let (_dir, out) = out_dir();
+    let recs = xs(8);
     assert_eq!(
         deliver(&out, rot(DEFAULT_ROTATE_BYTES), &src(), &recs[..5]),
         0
@@ -273,9 +295,7 @@ fn resent_records_are_acknowledged_without_a_second_line() {
     );
     // The same within one open sink (a retried batch).
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
-            .await
-            .unwrap();
+        let mut s = open(&out, rot(DEFAULT_ROTATE_BYTES)).await;
         s.deliver(&src(), &recs[6..]).await.unwrap();
         s.deliver(&src(), &recs[6..]).await.unwrap();
         assert_eq!(s.skipped_duplicates(), 4);
@@ -288,8 +308,7 @@ fn resent_records_are_acknowledged_without_a_second_line() {
 /// on disk and not another's. The later topic's records must still be written.
 #[test]
 fn crash_between_the_topics_of_one_batch_loses_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
+    let (_dir, out) = out_dir();
     let batch: Vec<_> = (0..6)
         .map(|i| rec(i, if i % 2 == 0 { "a" } else { "b" }, b"x"))
         .collect();
@@ -304,11 +323,9 @@ fn crash_between_the_topics_of_one_batch_loses_nothing() {
 
 #[test]
 fn mark_survives_rotation_and_an_empty_newest_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
-    let rotate = rot(line_len * 3);
-    let recs: Vec<_> = (0..10).map(|i| rec(i, "t", b"x")).collect();
+    let (_dir, out) = out_dir();
+    let rotate = three_lines();
+    let recs = xs(10);
     deliver(&out, rotate, &src(), &recs[..6]);
     assert_eq!(offsets(&open_file(&out, "t", 3)), vec![3, 4, 5]);
     // A crash right after a rotation closed the file and created the next one, with one
@@ -321,9 +338,8 @@ fn mark_survives_rotation_and_an_empty_newest_file() {
 
 #[test]
 fn another_log_id_is_never_skipped() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let recs: Vec<_> = (0..4).map(|i| rec(i, "t", b"x")).collect();
+    let (_dir, out) = out_dir();
+    let recs = xs(4);
     deliver(&out, rot(DEFAULT_ROTATE_BYTES), &src(), &recs);
     let new_log = Source {
         gateway_id: "gw".into(),
@@ -339,9 +355,7 @@ fn another_log_id_is_never_skipped() {
     assert_eq!(v[5]["log_id"], "0000000000000000000000000000002b");
     // And the old log's mark is kept in memory while the sink stays open.
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
-            .await
-            .unwrap();
+        let mut s = open(&out, rot(DEFAULT_ROTATE_BYTES)).await;
         s.deliver(&new_log, &recs[..3]).await.unwrap();
         assert_eq!(s.skipped_duplicates(), 2);
     });
@@ -349,11 +363,10 @@ fn another_log_id_is_never_skipped() {
 
 #[test]
 fn a_foreign_last_line_disables_skipping_for_its_topic() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
+    let (_dir, out) = out_dir();
     std::fs::create_dir_all(out.join("t")).unwrap();
     std::fs::write(open_file(&out, "t", 0), b"not json\n").unwrap();
-    let recs: Vec<_> = (0..2).map(|i| rec(i, "t", b"x")).collect();
+    let recs = xs(2);
     assert_eq!(deliver(&out, rot(DEFAULT_ROTATE_BYTES), &src(), &recs), 0);
     let text = std::fs::read_to_string(open_file(&out, "t", 0)).unwrap();
     assert_eq!(text.lines().count(), 3);
@@ -395,14 +408,12 @@ fn all_offsets(out: &Path) -> Vec<u64> {
 /// under old names.
 #[test]
 fn names_never_repeat_after_closed_files_were_moved_away() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
+    let (dir, out) = out_dir();
     let picked = dir.path().join("picked");
     std::fs::create_dir_all(&picked).unwrap();
-    let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
-    let rotate = rot(line_len * 2);
+    let rotate = rot(x_line_len() * 2);
     // Offsets of one digit: every line is as long as the first.
-    let recs: Vec<_> = (0..10).map(|i| rec(i, "t", b"x")).collect();
+    let recs = xs(10);
     let mut taken: Vec<String> = Vec::new();
     for part in [&recs[..5], &recs[5..8], &recs[8..]] {
         deliver(&out, rotate, &src(), part);
@@ -428,15 +439,11 @@ fn names_never_repeat_after_closed_files_were_moved_away() {
 
 #[test]
 fn rotate_interval_closes_files_at_a_write_and_when_idle() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
+    let (_dir, out) = out_dir();
     let interval = Duration::from_millis(200);
-    let r = Rotation {
-        interval: Some(interval),
-        ..Rotation::default()
-    };
+    let r = every(interval);
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), r).await.unwrap();
+        let mut s = open(&out, r).await;
         s.deliver(&src(), &[rec(0, "t", b"a"), rec(1, "u", b"b")])
             .await
             .unwrap();
@@ -477,17 +484,13 @@ fn rotate_interval_closes_files_at_a_write_and_when_idle() {
 /// time), so a drain restarted on a quiet gateway closes it without writing first.
 #[test]
 fn rotate_interval_counts_from_the_files_creation_across_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
+    let (_dir, out) = out_dir();
     let interval = Duration::from_millis(200);
-    let r = Rotation {
-        interval: Some(interval),
-        ..Rotation::default()
-    };
+    let r = every(interval);
     deliver(&out, r, &src(), &[rec(0, "t", b"a")]);
     std::thread::sleep(interval);
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), r).await.unwrap();
+        let mut s = open(&out, r).await;
         let created = std::fs::metadata(open_file(&out, "t", 0))
             .unwrap()
             .created();
@@ -502,8 +505,7 @@ fn rotate_interval_counts_from_the_files_creation_across_a_restart() {
 
 #[test]
 fn partition_by_date_puts_files_under_the_first_records_utc_date() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
+    let (_dir, out) = out_dir();
     let r = Rotation {
         by_date: true,
         ..Rotation::default()

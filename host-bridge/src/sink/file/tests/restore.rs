@@ -3,25 +3,48 @@
 
 use super::*;
 
+/// A fresh sink on `out` that delivered `before`, saved its synced files with the
+/// checkpoint, then delivered each batch of `after` before it was killed: the files of
+/// that checkpoint.
+fn checkpoint_then_more(
+    out: &Path,
+    rotate: Rotation,
+    before: &[OwnedRecord],
+    after: &[&[OwnedRecord]],
+) -> SinkFiles {
+    smol::block_on(async {
+        let mut s = open(out, rotate).await;
+        assert_eq!(s.synced_files(), None);
+        s.deliver(&src(), before).await.unwrap();
+        let synced = s.synced_files().unwrap();
+        for batch in after {
+            s.deliver(&src(), batch).await.unwrap();
+        }
+        synced
+    })
+}
+
+/// The sink on `out` opened again after a crash and restored to `synced` under log 42's
+/// checkpoint at `offset`: the sink, and how many files the restore cut back or removed.
+async fn restart(out: &Path, rotate: Rotation, synced: &SinkFiles, offset: u64) -> (FileSink, u64) {
+    let mut s = open(out, rotate).await;
+    let cut = s
+        .restore(synced, Some((42, offset)))
+        .await
+        .unwrap()
+        .unwrap();
+    (s, cut.files)
+}
+
 /// Lines written after the checkpoint (their fsync may have failed, yet Linux can still
 /// show them) are cut off at a start, so the duplicate check cannot take them for
 /// written records; the resent records are written again, once.
 #[test]
 fn restore_cuts_back_to_the_checkpoints_synced_lengths() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let recs: Vec<_> = (0..8).map(|i| rec(i, "t", b"x")).collect();
-    let synced = smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
-            .await
-            .unwrap();
-        assert_eq!(s.synced_files(), None);
-        s.deliver(&src(), &recs[..5]).await.unwrap();
-        let synced = s.synced_files().unwrap();
-        // Written after the checkpoint was saved (not in it).
-        s.deliver(&src(), &recs[5..7]).await.unwrap();
-        synced
-    });
+    let (_dir, out) = out_dir();
+    let recs = xs(8);
+    // 5..7 written after the checkpoint was saved (not in it).
+    let synced = checkpoint_then_more(&out, rot(DEFAULT_ROTATE_BYTES), &recs[..5], &[&recs[5..7]]);
     assert_eq!(synced.log_id, log_id_hex(42));
     assert_eq!(synced.layout, LAYOUT);
     assert_eq!(synced.files["t"].first, 0);
@@ -29,11 +52,8 @@ fn restore_cuts_back_to_the_checkpoints_synced_lengths() {
     let at_checkpoint = synced.files["t"].len;
     assert!(std::fs::metadata(&path).unwrap().len() > at_checkpoint);
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
-            .await
-            .unwrap();
-        let cut = s.restore(&synced, Some((42, 5))).await.unwrap().unwrap();
-        assert_eq!(cut.files, 1);
+        let (mut s, cut) = restart(&out, rot(DEFAULT_ROTATE_BYTES), &synced, 5).await;
+        assert_eq!(cut, 1);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), at_checkpoint);
         // The drain resends from the checkpoint: nothing is skipped.
         s.deliver(&src(), &recs[5..]).await.unwrap();
@@ -44,30 +64,25 @@ fn restore_cuts_back_to_the_checkpoints_synced_lengths() {
 
 #[test]
 fn restore_cuts_open_files_and_removes_topics_created_after_the_checkpoint() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
-    let rotate = rot(line_len * 3);
-    let recs: Vec<_> = (0..10).map(|i| rec(i, "t", b"x")).collect();
-    let synced = smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
-        s.deliver(&src(), &recs[..4]).await.unwrap();
-        let synced = s.synced_files().unwrap();
-        s.deliver(&src(), &recs[4..5]).await.unwrap();
-        s.deliver(&src(), &[rec(5, "new", b"y")]).await.unwrap();
-        synced
-    });
+    let (_dir, out) = out_dir();
+    let rotate = three_lines();
+    let recs = xs(10);
+    let synced = checkpoint_then_more(
+        &out,
+        rotate,
+        &recs[..4],
+        &[&recs[4..5], &[rec(5, "new", b"y")]],
+    );
     assert_eq!(
         synced.files["t"],
         SyncedFile {
             first: 3,
-            len: line_len
+            len: x_line_len()
         }
     );
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
-        let cut = s.restore(&synced, Some((42, 4))).await.unwrap().unwrap();
-        assert_eq!(cut.files, 2, "t/3 cut, new/5 removed");
+        let (mut s, cut) = restart(&out, rotate, &synced, 4).await;
+        assert_eq!(cut, 2, "t/3 cut, new/5 removed");
         assert!(!out.join("new").join(file_name(5, true)).exists());
         assert_eq!(all_offsets(&out), vec![0, 1, 2, 3]);
         s.deliver(&src(), &recs[4..]).await.unwrap();
@@ -82,26 +97,17 @@ fn restore_cuts_open_files_and_removes_topics_created_after_the_checkpoint() {
 /// again.
 #[test]
 fn restore_keeps_files_closed_after_the_checkpoint() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
-    let rotate = rot(line_len * 3);
-    let recs: Vec<_> = (0..10).map(|i| rec(i, "t", b"x")).collect();
-    let synced = smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
-        s.deliver(&src(), &recs[..4]).await.unwrap();
-        let synced = s.synced_files().unwrap();
-        s.deliver(&src(), &recs[4..8]).await.unwrap();
-        synced
-    });
+    let (_dir, out) = out_dir();
+    let rotate = three_lines();
+    let recs = xs(10);
+    let synced = checkpoint_then_more(&out, rotate, &recs[..4], &[&recs[4..8]]);
     // Closed by hand, as an earlier version did at the rotation.
     std::fs::rename(open_file(&out, "t", 3), closed_file(&out, "t", 3)).unwrap();
     let closed = closed_file(&out, "t", 3);
     let before = std::fs::read(&closed).unwrap();
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
-        let cut = s.restore(&synced, Some((42, 4))).await.unwrap().unwrap();
-        assert_eq!(cut.files, 1, "t/6 removed");
+        let (mut s, cut) = restart(&out, rotate, &synced, 4).await;
+        assert_eq!(cut, 1, "t/6 removed");
         assert_eq!(std::fs::read(&closed).unwrap(), before);
         assert_eq!(all_offsets(&out), (0..6).collect::<Vec<_>>());
         s.deliver(&src(), &recs[4..]).await.unwrap();
@@ -113,43 +119,23 @@ fn restore_keeps_files_closed_after_the_checkpoint() {
 /// Another drain writing into the same directory: its lines are never cut.
 #[test]
 fn restore_leaves_lines_of_another_log() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let recs: Vec<_> = (0..4).map(|i| rec(i, "t", b"x")).collect();
+    let (_dir, out) = out_dir();
+    let recs = xs(4);
     let other = Source {
         gateway_id: "gw2".into(),
         log_id: 43,
     };
-    let synced = smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
-            .await
-            .unwrap();
-        s.deliver(&src(), &recs[..2]).await.unwrap();
-        s.synced_files().unwrap()
-    });
+    let synced = checkpoint_then_more(&out, rot(DEFAULT_ROTATE_BYTES), &recs[..2], &[]);
     deliver(&out, rot(DEFAULT_ROTATE_BYTES), &other, &recs);
     let before = std::fs::read(open_file(&out, "t", 0)).unwrap();
-    smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
-            .await
-            .unwrap();
-        assert_eq!(
-            s.restore(&synced, Some((42, 2)))
-                .await
-                .unwrap()
-                .unwrap()
-                .files,
-            0
-        );
-    });
+    let (_, cut) = smol::block_on(restart(&out, rot(DEFAULT_ROTATE_BYTES), &synced, 2));
+    assert_eq!(cut, 0);
     assert_eq!(std::fs::read(open_file(&out, "t", 0)).unwrap(), before);
     // A checkpoint taken for another directory is not applied.
     let mut elsewhere = synced.clone();
     elsewhere.dir = "/nonexistent/out".into();
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rot(DEFAULT_ROTATE_BYTES))
-            .await
-            .unwrap();
+        let mut s = open(&out, rot(DEFAULT_ROTATE_BYTES)).await;
         assert_eq!(s.restore(&elsewhere, None).await.unwrap(), None);
     });
 }
@@ -160,13 +146,11 @@ fn restore_leaves_lines_of_another_log() {
 /// record lands once.
 #[test]
 fn a_failed_batch_is_cut_back_before_it_is_resent() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
-    let rotate = rot(line_len * 3);
-    let recs: Vec<_> = (0..6).map(|i| rec(i, "t", b"x")).collect();
+    let (_dir, out) = out_dir();
+    let rotate = three_lines();
+    let recs = xs(6);
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
+        let mut s = open(&out, rotate).await;
         s.deliver(&src(), &recs[..1]).await.unwrap();
         let blocker = open_file(&out, "t", 3);
         std::fs::create_dir(&blocker).unwrap();
@@ -193,9 +177,8 @@ fn a_failed_batch_is_cut_back_before_it_is_resent() {
 /// one file under both: the open name goes, the closed file is kept as it is.
 #[test]
 fn a_rename_cut_short_keeps_the_closed_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let recs: Vec<_> = (0..4).map(|i| rec(i, "t", b"x")).collect();
+    let (_dir, out) = out_dir();
+    let recs = xs(4);
     deliver(&out, rot(DEFAULT_ROTATE_BYTES), &src(), &recs[..2]);
     std::fs::hard_link(open_file(&out, "t", 0), closed_file(&out, "t", 0)).unwrap();
     assert_eq!(deliver(&out, rot(DEFAULT_ROTATE_BYTES), &src(), &recs), 2);
@@ -215,13 +198,11 @@ fn a_rename_cut_short_keeps_the_closed_file() {
 /// away and the files left.
 #[test]
 fn a_file_filled_by_a_batch_is_closed_only_after_its_checkpoint() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
+    let (dir, out) = out_dir();
     let picked = dir.path().join("picked");
     std::fs::create_dir_all(&picked).unwrap();
-    let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
-    let rotate = rot(line_len * 3);
-    let recs: Vec<_> = (0..8).map(|i| rec(i, "t", b"x")).collect();
+    let rotate = three_lines();
+    let recs = xs(8);
     // A downstream job that takes every closed file.
     let take = || {
         for name in tree(&out) {
@@ -232,7 +213,7 @@ fn a_file_filled_by_a_batch_is_closed_only_after_its_checkpoint() {
         }
     };
     let at_checkpoint = smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
+        let mut s = open(&out, rotate).await;
         s.deliver(&src(), &recs[..2]).await.unwrap();
         let cp = s.synced_files().unwrap();
         s.checkpointed(42, u64::MAX).await.unwrap();
@@ -247,13 +228,8 @@ fn a_file_filled_by_a_batch_is_closed_only_after_its_checkpoint() {
         "nothing closed past the checkpoint"
     );
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
-        let cut = s
-            .restore(&at_checkpoint, Some((42, 2)))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(cut.files, 3, "t/0 cut back, t/3 and t/6 removed");
+        let (mut s, cut) = restart(&out, rotate, &at_checkpoint, 2).await;
+        assert_eq!(cut, 3, "t/0 cut back, t/3 and t/6 removed");
         s.deliver(&src(), &recs[2..]).await.unwrap();
         assert_eq!(s.skipped_duplicates(), 0);
         s.checkpointed(42, u64::MAX).await.unwrap();
@@ -268,22 +244,13 @@ fn a_file_filled_by_a_batch_is_closed_only_after_its_checkpoint() {
 /// restore closes them (the checkpoint covers them), and nothing is sent twice.
 #[test]
 fn full_files_left_by_a_crash_after_their_checkpoint_are_closed_at_the_restore() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
-    let rotate = rot(line_len * 3);
-    let recs: Vec<_> = (0..10).map(|i| rec(i, "t", b"x")).collect();
-    let cp = smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
-        s.deliver(&src(), &recs[..8]).await.unwrap();
-        s.synced_files().unwrap()
-    });
+    let (_dir, out) = out_dir();
+    let rotate = three_lines();
+    let recs = xs(10);
+    let cp = checkpoint_then_more(&out, rotate, &recs[..8], &[]);
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
-        assert_eq!(
-            s.restore(&cp, Some((42, 8))).await.unwrap().unwrap().files,
-            0
-        );
+        let (mut s, cut) = restart(&out, rotate, &cp, 8).await;
+        assert_eq!(cut, 0);
         assert_eq!(
             tree(&out),
             vec![
@@ -303,18 +270,16 @@ fn full_files_left_by_a_crash_after_their_checkpoint_are_closed_at_the_restore()
 /// over in the same directory reuses offsets), are never handed downstream on a guess.
 #[test]
 fn found_open_files_close_only_under_a_checkpoint_of_their_log() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let line_len = JsonRecord::new(&src(), &rec(0, "t", b"x")).to_line().len() as u64;
-    let rotate = rot(line_len);
-    let recs: Vec<_> = (0..3).map(|i| rec(i, "t", b"x")).collect();
+    let (_dir, out) = out_dir();
+    let rotate = rot(x_line_len());
+    let recs = xs(3);
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
+        let mut s = open(&out, rotate).await;
         // Killed before the checkpoint: t/0 and t/1 full, t/2 open.
         s.deliver(&src(), &recs).await.unwrap();
     });
     smol::block_on(async {
-        let mut s = FileSink::open_async(out.clone(), rotate).await.unwrap();
+        let mut s = open(&out, rotate).await;
         assert_eq!(s.checkpointed(43, 100).await.unwrap(), 0, "another log");
         assert_eq!(s.checkpointed(42, 0).await.unwrap(), 0, "not covered");
         assert_eq!(s.checkpointed(42, 1).await.unwrap(), 1, "t/0 covered");
