@@ -17,7 +17,10 @@ use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
 
 const GATEWAY_ID: &str = "faults-gw";
 
-fn start_gateway(dir: &Path, port: u16, extra: &[&str]) -> GatewayProcess {
+/// A gateway on `DIR/gw.img` (4 MiB unless `extra` has `--size`) with `extra` flags: the
+/// process and its URI.
+fn start_gateway(dir: &Path, extra: &[&str]) -> (GatewayProcess, String) {
+    let port = free_port();
     let mut args: Vec<String> = vec![
         "--image".into(),
         dir.join("gw.img").display().to_string(),
@@ -30,7 +33,21 @@ fn start_gateway(dir: &Path, port: u16, extra: &[&str]) -> GatewayProcess {
         args.extend(["--size".into(), "4M".into()]);
     }
     args.extend(extra.iter().map(|s| s.to_string()));
-    GatewayProcess::start(&args, 1)
+    (
+        GatewayProcess::start(&args, 1),
+        format!("tcp://127.0.0.1:{port}"),
+    )
+}
+
+/// How many records [`gateway_with_records`] holds.
+const N: usize = 2000;
+
+/// A gateway on `DIR/gw.img` holding the records `t 0` to `t 1999` of topic `t`, each
+/// acknowledged durable: the process and its URI.
+fn gateway_with_records(dir: &Path) -> (GatewayProcess, String) {
+    let (g, gw) = start_gateway(dir, &[]);
+    publish(dir, &gw, "t", N);
+    (g, gw)
 }
 
 fn publish(dir: &Path, gw: &str, topic: &str, n: usize) {
@@ -190,25 +207,37 @@ fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// `ARGS --once` with the environment `env`, which must succeed: its stderr.
+fn drain_once_ok(args: &[String], env: &[(String, String)]) -> String {
+    let o = run_with_env(&[args, &["--once".to_string()]].concat(), env);
+    let err = text(&o);
+    assert!(o.status.success(), "{err}");
+    err
+}
+
+/// Starts `ARGS` with the environment `env` and kills it (SIGKILL) once it has logged a
+/// line containing `needle`: every line it logged.
+fn kill_9_after_line(args: &[String], env: &[(String, String)], needle: &str) -> Vec<String> {
+    let (mut c, rx) = spawn_with_env(args, env);
+    let mut seen = Vec::new();
+    wait_for_line(&rx, needle, &mut seen);
+    let _ = c.kill();
+    let _ = c.wait();
+    seen
+}
+
 /// The `n`th fdatasync of a sink file fails with EIO; the sink cuts the file back to its
 /// synced length, the drain resends from its checkpoint, and every record is in the files
 /// once, in order, also after a reboot shows only what reached the disk.
 fn sink_fsync_eio(kept: Kept) {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _g = start_gateway(dir.path(), port, &[]);
-    let gw = format!("tcp://127.0.0.1:{port}");
-    let n = 2000;
-    publish(dir.path(), &gw, "t", n);
+    let (_g, gw) = gateway_with_records(dir.path());
+    let n = N;
     let out = dir.path().join("out");
     let state = dir.path().join("s.redb");
     let shim_state = dir.path().join("faultfs.state");
     let env = faultfs_env(".jsonl.open", &shim_state, kept, Some(5));
-    let mut args = drain_args(&gw, &out, &state);
-    args.push("--once".into());
-    let o = run_with_env(&args, &env);
-    let err = text(&o);
-    assert!(o.status.success(), "{err}");
+    let err = drain_once_ok(&drain_args(&gw, &out, &state), &env);
     assert!(err.contains("faultfs: "), "the shim fired: {err}");
     assert_exactly_once(&out, "t", n, "after the drain");
     let r = reboot(&shim_state);
@@ -242,30 +271,20 @@ fn sink_fsync_eio_with_kept_pages_lands_every_record_once() {
 #[test]
 fn sink_fsync_eio_then_kill_9_with_kept_pages_lands_every_record_once() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _g = start_gateway(dir.path(), port, &[]);
-    let gw = format!("tcp://127.0.0.1:{port}");
-    let n = 2000;
-    publish(dir.path(), &gw, "t", n);
+    let (_g, gw) = gateway_with_records(dir.path());
+    let n = N;
     let out = dir.path().join("out");
     let state = dir.path().join("s.redb");
     let shim_state = dir.path().join("faultfs.state");
     let env = faultfs_env(".jsonl.open", &shim_state, Kept::Kept, Some(5));
     let args = drain_args(&gw, &out, &state);
-    let (mut c, rx) = spawn_with_env(&args, &env);
-    let mut seen = Vec::new();
-    wait_for_line(&rx, "sink failed at offset", &mut seen);
-    let _ = c.kill(); // SIGKILL, during the resend's backoff
-    let _ = c.wait();
+    // SIGKILL, during the resend's backoff.
+    let seen = kill_9_after_line(&args, &env, "sink failed at offset");
     let visible = sink_lines(&out).len();
     assert!(seen.iter().any(|l| l.contains("faultfs: ")), "{seen:?}");
 
     // Restart without a reboot: the failed lines are still shown by the cache.
-    let mut args = args;
-    args.push("--once".into());
-    let o = run_with_env(&args, &env);
-    let err = text(&o);
-    assert!(o.status.success(), "{err}");
+    let err = drain_once_ok(&args, &env);
     eprintln!("kill -9 after the failed fsync: {visible} lines visible at the kill");
     assert_exactly_once(&out, "t", n, "after the restart");
     reboot(&shim_state);
@@ -283,26 +302,21 @@ fn sink_fsync_eio_then_kill_9_with_kept_pages_lands_every_record_once() {
 #[test]
 fn a_failed_state_commit_exits_4_with_once_and_resumes_without() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _g = start_gateway(dir.path(), port, &[]);
-    let gw = format!("tcp://127.0.0.1:{port}");
-    let n = 2000;
-    publish(dir.path(), &gw, "t", n);
+    let (_g, gw) = gateway_with_records(dir.path());
+    let n = N;
 
     let out = dir.path().join("out-once");
     let state = dir.path().join("once.redb");
     let shim = dir.path().join("once.faultfs");
     let env = faultfs_env("once.redb", &shim, Kept::Dropped, Some(12));
-    let mut args = drain_args(&gw, &out, &state);
-    args.push("--once".into());
-    let o = run_with_env(&args, &env);
+    let args = drain_args(&gw, &out, &state);
+    let o = run_with_env(&[&args[..], &["--once".to_string()]].concat(), &env);
     let err = text(&o);
     assert_eq!(o.status.code(), Some(4), "{err}");
     assert!(err.contains("faultfs: "), "{err}");
     assert!(err.contains(&state.display().to_string()), "{err}");
     // Run again (the shim fires once per state file): it finishes the job.
-    let o = run_with_env(&args, &env);
-    assert!(o.status.success(), "{}", text(&o));
+    drain_once_ok(&args, &env);
     assert_exactly_once(&out, "t", n, "--once after exit 4");
 
     let out = dir.path().join("out-run");
@@ -345,10 +359,8 @@ fn a_failed_state_commit_exits_4_with_once_and_resumes_without() {
 #[test]
 fn records_dropped_before_the_first_drain_are_reported_as_a_gap() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _g = start_gateway(
+    let (_g, gw) = start_gateway(
         dir.path(),
-        port,
         &[
             "--size",
             "256K",
@@ -363,17 +375,12 @@ fn records_dropped_before_the_first_drain_are_reported_as_a_gap() {
             "none",
         ],
     );
-    let gw = format!("tcp://127.0.0.1:{port}");
     let n = 20_000;
     publish_ack(dir.path(), &gw, "t", n, "buffered");
 
     let out = dir.path().join("out");
     let state = dir.path().join("s.redb");
-    let mut args = drain_args(&gw, &out, &state);
-    args.push("--once".into());
-    let o = run_with_env(&args, &[]);
-    let err = text(&o);
-    assert!(o.status.success(), "{err}");
+    let err = drain_once_ok(&drain_args(&gw, &out, &state), &[]);
     let lines = sink_lines(&out);
     let first = lines.first().map(|l| l.0).expect("some records left");
     assert!(first > 0, "records were dropped");
@@ -409,15 +416,12 @@ fn records_dropped_before_the_first_drain_are_reported_as_a_gap() {
     let state2 = dir.path().join("s2.redb");
     let mut args = drain_args(&gw, &out2, &state2);
     args.extend([
-        "--once".into(),
         "--from".into(),
         "earliest".into(),
         "--consumer".into(),
         "replay".into(),
     ]);
-    let o = run_with_env(&args, &[]);
-    let err = text(&o);
-    assert!(o.status.success(), "{err}");
+    let err = drain_once_ok(&args, &[]);
     assert!(err.contains("0 gaps"), "{err}");
 }
 
@@ -427,26 +431,17 @@ fn records_dropped_before_the_first_drain_are_reported_as_a_gap() {
 #[test]
 fn a_failed_state_commit_with_kept_pages_survives_a_reboot() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _g = start_gateway(dir.path(), port, &[]);
-    let gw = format!("tcp://127.0.0.1:{port}");
-    let n = 2000;
-    publish(dir.path(), &gw, "t", n);
+    let (_g, gw) = gateway_with_records(dir.path());
+    let n = N;
     let out = dir.path().join("out");
     let state = dir.path().join("s.redb");
     let shim = dir.path().join("s.faultfs");
     let env = faultfs_env("s.redb", &shim, Kept::Kept, Some(12));
     let args = drain_args(&gw, &out, &state);
-    let (mut c, rx) = spawn_with_env(&args, &env);
-    let mut seen = Vec::new();
-    wait_for_line(&rx, "reopened", &mut seen);
-    let _ = c.kill(); // SIGKILL: a power cut right after
-    let _ = c.wait();
+    // SIGKILL: a power cut right after.
+    kill_9_after_line(&args, &env, "reopened");
     let r = reboot(&shim);
     eprintln!("state file, kept pages: {}", r.trim());
-    let mut args = args;
-    args.push("--once".into());
-    let o = run_with_env(&args, &[]);
-    assert!(o.status.success(), "{}", text(&o));
+    drain_once_ok(&args, &[]);
     assert_exactly_once(&out, "t", n, "after a reboot and a drain");
 }
