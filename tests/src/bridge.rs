@@ -1,11 +1,14 @@
 //! Starting the real `spillway-bridge` binary, built on first use like
 //! [`spillway_bin`](crate::gateway::spillway_bin): run to completion ([`run_bridge`]), or in
-//! the background ([`spawn_bridge`]).
+//! the background ([`spawn_bridge`], [`spawn_bridge_lines`]), or for a bounded time
+//! ([`run_bridge_within`]).
 
 use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{OnceLock, mpsc};
+use std::time::{Duration, Instant};
 
 use crate::gateway::workspace_bin;
 use crate::process::ChildProcess;
@@ -25,6 +28,91 @@ pub fn run_bridge(args: &[&str]) -> Output {
         .env("RUST_LOG", "info")
         .output()
         .expect("run spillway-bridge")
+}
+
+/// Runs `spillway-bridge ARGS` for at most `limit`, reading its stdout and stderr as they
+/// come; `None` (and the process killed) if it was still running then.
+pub fn run_bridge_within(args: &[&str], limit: Duration) -> Option<Output> {
+    let mut child = Command::new(bridge_bin())
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start spillway-bridge");
+    fn read_all(r: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    }
+    let stdout = read_all(child.stdout.take());
+    let stderr = read_all(child.stderr.take());
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for spillway-bridge") {
+            return Some(Output {
+                status,
+                stdout: stdout.join().unwrap_or_default(),
+                stderr: stderr.join().unwrap_or_default(),
+            });
+        }
+        if started.elapsed() >= limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Starts `spillway-bridge ARGS` with `env` added to its environment and its stderr read
+/// by a thread: every line goes to the returned channel.
+pub fn spawn_bridge_lines(
+    args: &[String],
+    env: &[(String, String)],
+) -> (Child, mpsc::Receiver<String>) {
+    let mut c = Command::new(bridge_bin())
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start spillway-bridge");
+    let err = c.stderr.take().expect("piped stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (c, rx)
+}
+
+/// Waits (20 s at most) for a line containing `needle` from `rx` (a
+/// [`spawn_bridge_lines`] channel), pushing every line it takes to `seen`; panics with
+/// them if none came.
+pub fn wait_for_line(rx: &mpsc::Receiver<String>, needle: &str, seen: &mut Vec<String>) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(50)) {
+            let hit = line.contains(needle);
+            seen.push(line);
+            if hit {
+                return;
+            }
+        }
+    }
+    panic!("no line with {needle:?} in:\n{}", seen.join("\n"));
 }
 
 /// Starts `BIN ARGS` (a `spillway-bridge`, e.g. a `drain` to kill part-way) in the

@@ -4,13 +4,11 @@
 //! failed redb commit of the state file. Every record must end up in the sink exactly once,
 //! in order, also after a "reboot" that shows only what reached the disk.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use spillway_tests::bridge::sink_files;
+use spillway_tests::bridge::{sink_files, spawn_bridge_lines, wait_for_line};
 use spillway_tests::faultfs::{Kept, faultfs_env, reboot};
 use spillway_tests::gateway::free_port;
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
@@ -163,46 +161,6 @@ fn run_with_env(args: &[String], env: &[(String, String)]) -> Output {
         .expect("run spillway-bridge")
 }
 
-/// Starts the bridge with its stderr read by a thread: every line goes to the returned
-/// channel.
-fn spawn_with_env(args: &[String], env: &[(String, String)]) -> (Child, mpsc::Receiver<String>) {
-    let mut c = Command::new(bridge_bin())
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = c.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    (c, rx)
-}
-
-/// Waits (20 s at most) for a line containing `needle`; returns every line seen.
-fn wait_for_line(rx: &mpsc::Receiver<String>, needle: &str, seen: &mut Vec<String>) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if let Ok(line) = rx.recv_timeout(Duration::from_millis(50)) {
-            let hit = line.contains(needle);
-            seen.push(line);
-            if hit {
-                return;
-            }
-        }
-    }
-    panic!("no line with {needle:?} in:\n{}", seen.join("\n"));
-}
-
 fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -218,7 +176,7 @@ fn drain_once_ok(args: &[String], env: &[(String, String)]) -> String {
 /// Starts `ARGS` with the environment `env` and kills it (SIGKILL) once it has logged a
 /// line containing `needle`: every line it logged.
 fn kill_9_after_line(args: &[String], env: &[(String, String)], needle: &str) -> Vec<String> {
-    let (mut c, rx) = spawn_with_env(args, env);
+    let (mut c, rx) = spawn_bridge_lines(args, env);
     let mut seen = Vec::new();
     wait_for_line(&rx, needle, &mut seen);
     let _ = c.kill();
@@ -326,7 +284,7 @@ fn a_failed_state_commit_exits_4_with_once_and_resumes_without() {
     let mut args = drain_args(&gw, &out, &state);
     args.extend(["--consumer".into(), "second".into()]);
     args.extend(["--from".into(), "earliest".into()]);
-    let (mut c, rx) = spawn_with_env(&args, &env);
+    let (mut c, rx) = spawn_bridge_lines(&args, &env);
     let mut seen = Vec::new();
     wait_for_line(&rx, "reopened", &mut seen);
     // Done when the checkpoint reached the end (the sink's lines are all there).

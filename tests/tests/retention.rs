@@ -6,11 +6,12 @@
 //! `--max-record-bytes` stay fetchable.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use spillway_tests::bridge::{drain_args, run_bridge_within, spawn_bridge_lines, wait_for_line};
 use spillway_tests::gateway::free_port;
-use spillway_tests::{Client, GatewayProcess, bridge_bin, run_bridge};
+use spillway_tests::process::signal;
+use spillway_tests::{Client, GatewayProcess, run_bridge};
 
 fn gateway_args(dir: &Path, port: u16, extra: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = vec![
@@ -44,20 +45,13 @@ fn publish(gw: &str, file: &str) {
 fn drain_once(gw: &str, dir: &Path, state: &str, consumer: &str) -> std::process::Output {
     let sink = format!("file:{}", dir.join("out").display());
     let state = dir.join(state).display().to_string();
-    run_bridge(&[
-        "drain",
-        "--gateway",
-        gw,
-        "--sink",
-        &sink,
-        "--state",
-        &state,
-        "--progress",
-        "off",
-        "--once",
-        "--consumer",
-        consumer,
-    ])
+    run_bridge(
+        &[
+            drain_args(gw, &sink, &state),
+            vec!["--once", "--consumer", consumer],
+        ]
+        .concat(),
+    )
 }
 
 fn stats(gw: &str) -> serde_json::Value {
@@ -164,40 +158,15 @@ fn drain_once_gives_up_on_an_unreachable_gateway_after_its_retry_budget() {
     let sink = format!("file:{}", dir.path().join("out").display());
     let state = dir.path().join("s.redb").display().to_string();
     let started = Instant::now();
-    let mut child = Command::new(bridge_bin())
-        .args([
-            "drain",
-            "--gateway",
-            &gw,
-            "--sink",
-            &sink,
-            "--state",
-            &state,
-            "--progress",
-            "off",
-            "--once",
-            "--retry-for",
-            "1s",
-        ])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if started.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("drain --once still retrying after 20 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-    assert_eq!(status.code(), Some(1), "{err}");
+    let args = [
+        drain_args(&gw, &sink, &state),
+        vec!["--once", "--retry-for", "1s"],
+    ]
+    .concat();
+    let out = run_bridge_within(&args, Duration::from_secs(20))
+        .expect("drain --once still retrying after 20 s");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains("no progress for") && err.contains("--retry-for"),
         "{err}"
@@ -207,39 +176,6 @@ fn drain_once_gives_up_on_an_unreachable_gateway_after_its_retry_budget() {
         "{:?}",
         started.elapsed()
     );
-}
-
-/// Runs `spillway-bridge ARGS`, killing it after `limit` (then panics: it hung).
-fn run_bridge_within(args: &[&str], limit: Duration) -> (Option<i32>, String) {
-    let started = Instant::now();
-    let mut child = Command::new(bridge_bin())
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut err = String::new();
-        let _ = std::io::Read::read_to_string(&mut stderr, &mut err);
-        err
-    });
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "spillway-bridge {args:?} still running after {limit:?}:\n{}",
-                reader.join().unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    (status.code(), reader.join().unwrap_or_default())
 }
 
 /// A drain (without `--once`) stopped by SIGTERM before anything new arrived reports the
@@ -269,51 +205,19 @@ fn a_drain_stopped_before_new_records_reports_the_checkpoint_it_started_from() {
         ("second.redb", "resuming consumer \"audit\" at offset 10"),
     ] {
         let state = dir.path().join(state).display().to_string();
-        let mut child = Command::new(bridge_bin())
-            .args([
-                "drain",
-                "--gateway",
-                &gw,
-                "--sink",
-                &sink,
-                "--state",
-                &state,
-                "--progress",
-                "off",
-                "--consumer",
-                "audit",
-            ])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            let mut all = String::new();
-            for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
-                let Ok(line) = line else { break };
-                let _ = tx.send(line.clone());
-                all.push_str(&line);
-                all.push('\n');
-            }
-            all
-        });
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let line = rx
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .expect("the drain never said where it starts");
-            if line.contains(says) {
-                break;
-            }
-        }
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
+        let args: Vec<String> = [drain_args(&gw, &sink, &state), vec!["--consumer", "audit"]]
+            .concat()
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let (mut child, rx) = spawn_bridge_lines(&args, &[]);
+        let mut seen = Vec::new();
+        wait_for_line(&rx, says, &mut seen);
+        signal(&child, libc::SIGTERM);
         let status = child.wait().unwrap();
-        let err = reader.join().unwrap();
+        // The channel ends with the drain's stderr.
+        seen.extend(rx.iter());
+        let err = seen.join("\n");
         assert!(status.success(), "{err}");
         assert!(err.contains("checkpoint at offset 10"), "{err}");
     }
@@ -385,22 +289,16 @@ fn records_stored_under_a_higher_record_limit_stay_fetchable_after_a_restart() {
     let sink = format!("file:{}", dir.path().join("out").display());
     let state = dir.path().join("s.redb").display().to_string();
     let drain = |state: &str, consumer: &str| {
-        run_bridge_within(
-            &[
-                "drain",
-                "--gateway",
-                &gw,
-                "--sink",
-                &sink,
-                "--state",
-                state,
-                "--progress",
-                "off",
-                "--once",
-                "--consumer",
-                consumer,
-            ],
-            Duration::from_secs(30),
+        let args = [
+            drain_args(&gw, &sink, state),
+            vec!["--once", "--consumer", consumer],
+        ]
+        .concat();
+        let out = run_bridge_within(&args, Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("spillway-bridge {args:?} still running after 30 s"));
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
     let (code, err) = drain(&state, "bridge");

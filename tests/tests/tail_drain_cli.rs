@@ -4,7 +4,7 @@
 //! Spillway listener named as such at once. `publish` and what every subcommand shares
 //! are in `publish_cli.rs`.
 
-use spillway_tests::bridge::{drain_args, run_bridge};
+use spillway_tests::bridge::{drain_args, run_bridge, run_bridge_within};
 use spillway_tests::client::Client;
 use spillway_tests::gateway::{GatewayProcess, free_port, small_gateway};
 
@@ -261,33 +261,6 @@ fn a_port_that_is_not_a_spillway_listener_is_named_as_such() {
             started.elapsed()
         );
     }
-}
-
-/// Runs `spillway-bridge ARGS` for at most `limit`; `None` (and the process killed) if it
-/// was still running then.
-fn run_bridge_within(args: &[&str], limit: std::time::Duration) -> Option<std::process::Output> {
-    let mut child = std::process::Command::new(spillway_tests::bridge::bridge_bin())
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start spillway-bridge");
-    let started = std::time::Instant::now();
-    while started.elapsed() < limit {
-        if child
-            .try_wait()
-            .expect("wait for spillway-bridge")
-            .is_some()
-        {
-            return Some(child.wait_with_output().expect("spillway-bridge output"));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
 }
 
 /// `consumers` and `status` (when the log is not full) say in one line what the consumer
