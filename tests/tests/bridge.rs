@@ -160,18 +160,32 @@ fn gateway_committed_over(link: &Link, gw: &str) -> u64 {
     committed_offset(&out.stdout, "bridge")
 }
 
-#[test]
-fn publish_drain_tail_status() {
-    let dir = tempfile::tempdir().unwrap();
-    publish_drain_tail_status_over(dir.path(), &Link::Tcp);
+/// Two tests of the scenario `fn(dir, link)`: `$tcp` over plain TCP, `$tls` over TLS with
+/// certificates and a token made in its directory.
+macro_rules! over_tcp_and_tls {
+    ($(#[$doc:meta])* $scenario:ident: $tcp:ident, $tls:ident) => {
+        $(#[$doc])*
+        #[test]
+        fn $tcp() {
+            let dir = tempfile::tempdir().unwrap();
+            $scenario(dir.path(), &Link::Tcp);
+        }
+
+        $(#[$doc])*
+        #[test]
+        fn $tls() {
+            let dir = tempfile::tempdir().unwrap();
+            let link = Link::tls(dir.path());
+            $scenario(dir.path(), &link);
+        }
+    };
 }
 
-#[test]
-fn publish_drain_tail_status_over_tls_with_a_token() {
-    let dir = tempfile::tempdir().unwrap();
-    let link = Link::tls(dir.path());
-    publish_drain_tail_status_over(dir.path(), &link);
-}
+over_tcp_and_tls!(
+    /// Publish a file, drain it to files, tail it and read the status.
+    publish_drain_tail_status_over: publish_drain_tail_status,
+    publish_drain_tail_status_over_tls_with_a_token
+);
 
 fn publish_drain_tail_status_over(dir: &Path, link: &Link) {
     let port = free_port();
@@ -244,22 +258,14 @@ fn publish_drain_tail_status_over(dir: &Path, link: &Link) {
     assert_eq!(gateway_committed_over(link, &gw), n as u64);
 }
 
-/// 25 kill -9 of a file-sink drain at random moments, with a downstream job taking every
-/// closed file away after each kill: no record lost, and none written twice (each restart
-/// cuts the files back to the checkpoint's synced lengths before it resends, and a file is
-/// closed only once a checkpoint covers it, so nothing taken away is sent again).
-#[test]
-fn kill_9_while_draining_loses_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    kill_9_while_draining_loses_nothing_over(dir.path(), &Link::Tcp);
-}
-
-#[test]
-fn kill_9_while_draining_over_tls_loses_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let link = Link::tls(dir.path());
-    kill_9_while_draining_loses_nothing_over(dir.path(), &link);
-}
+over_tcp_and_tls!(
+    /// 25 kill -9 of a file-sink drain at random moments, with a downstream job taking every
+    /// closed file away after each kill: no record lost, and none written twice (each restart
+    /// cuts the files back to the checkpoint's synced lengths before it resends, and a file is
+    /// closed only once a checkpoint covers it, so nothing taken away is sent again).
+    kill_9_while_draining_loses_nothing_over: kill_9_while_draining_loses_nothing,
+    kill_9_while_draining_over_tls_loses_nothing
+);
 
 fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
     let seed: u64 = std::env::var("SPILLWAY_SEED")
