@@ -2,8 +2,11 @@
 //! than one request's budget continued by the client, and the refusals (a version 3
 //! connection, an offset past the end).
 
-use spillway_core::log::{Config, Log, Memory, Record, SegmentSlot, segments_for};
-use spillway_core::storage::{Flash, Geometry, SimFlash};
+mod common;
+
+use common::SimLog;
+use spillway_core::log::{Log, Record};
+use spillway_core::storage::{Flash, Geometry};
 use spillway_core::wire::{ErrorCode, PROTOCOL_VERSION, Request, Response, decode_message};
 use spillway_firmware::{Conn, FIND_STEP_BYTES, Gateway, GatewayConfig, Outcome};
 
@@ -71,15 +74,8 @@ fn search<F: Flash>(
 
 #[test]
 fn find_offset_through_the_gateway() {
-    let mut flash = SimFlash::new_vec(geo()).unwrap();
-    Log::format(&mut flash, 0x57A7, 1).unwrap();
-    let mut buf = vec![0u8; 4096];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo(), 1) as usize];
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+    let mut sim = SimLog::new(geo(), 0x57A7, 1);
+    let mut log = sim.mount();
     // 3,000 old records of 120 bytes (more than one request's budget of record bytes),
     // then stamps out of order.
     let old = 3_000u64;

@@ -2,7 +2,10 @@
 //! window announced, a credential refused), `OpenSession` and `SessionPublish` with Kafka's
 //! next-sequence rule and fencing, and a version 1 client that keeps the version 1 rules.
 
-use spillway_core::log::{Config, Log, Memory, SegmentSlot, segments_for};
+mod common;
+
+use common::SimLog;
+use spillway_core::log::Log;
 use spillway_core::storage::{Geometry, SimFlash};
 use spillway_core::wire::{
     AckLevel, ErrorCode, HelloV3, Producer, Request, Response, SessionProducer, WelcomeV3,
@@ -70,18 +73,6 @@ fn req_bytes(req: &Request<'_>) -> Vec<u8> {
     decode_frame(&mut buf[..n]).unwrap().to_vec()
 }
 
-fn mount<'a>(
-    flash: &'a mut SimFlash<Vec<u8>>,
-    buf: &'a mut [u8],
-    slots: &'a mut [SegmentSlot],
-) -> Log<'a, &'a mut SimFlash<Vec<u8>>> {
-    let mem = Memory {
-        buffer: buf,
-        segments: slots,
-    };
-    Log::mount(flash, Config::default(), mem, 0).unwrap().0
-}
-
 fn resp(msg: &[u8]) -> Response<'_> {
     take_message::<Response<'_>>(msg).unwrap().0
 }
@@ -124,13 +115,8 @@ fn hello3(credential: Option<&[u8]>) -> Vec<u8> {
 /// with a code version 1 knows (`BadRequest`), never stored.
 #[test]
 fn a_version_1_client_keeps_the_version_1_rules_on_a_version_3_gateway() {
-    let mut flash = SimFlash::new_vec(G).unwrap();
-    Log::format(&mut flash, 1, 2).unwrap();
-    let (mut buf, mut slots) = (
-        vec![0u8; 4096],
-        vec![SegmentSlot::EMPTY; segments_for(&G, 2) as usize],
-    );
-    let mut log = mount(&mut flash, &mut buf, &mut slots);
+    let mut sim = SimLog::new(G, 1, 2);
+    let mut log = sim.mount();
     let mut rig = Rig::new();
     let mut old = Conn::default();
     let hello_v1 = [0x00, 0x01, 0x06, b'b', b'u', b'o', b'y', b'-', b'7'];
@@ -207,13 +193,8 @@ fn a_version_1_client_keeps_the_version_1_rules_on_a_version_3_gateway() {
 /// refused (no credentials are configured) and leaves the connection without a handshake.
 #[test]
 fn the_version_3_handshake_announces_the_window_and_refuses_a_credential() {
-    let mut flash = SimFlash::new_vec(G).unwrap();
-    Log::format(&mut flash, 1, 2).unwrap();
-    let (mut buf, mut slots) = (
-        vec![0u8; 4096],
-        vec![SegmentSlot::EMPTY; segments_for(&G, 2) as usize],
-    );
-    let mut log = mount(&mut flash, &mut buf, &mut slots);
+    let mut sim = SimLog::new(G, 1, 2);
+    let mut log = sim.mount();
     let mut rig = Rig::new();
     for hello in [hello3(None), hello3(Some(b"")), {
         // A version 3 client that appends nothing.
@@ -256,13 +237,8 @@ fn the_version_3_handshake_announces_the_window_and_refuses_a_credential() {
 /// last stored sequence.
 #[test]
 fn session_publishes_follow_the_next_sequence_rule_over_the_wire() {
-    let mut flash = SimFlash::new_vec(G).unwrap();
-    Log::format(&mut flash, 1, 2).unwrap();
-    let (mut buf, mut slots) = (
-        vec![0u8; 4096],
-        vec![SegmentSlot::EMPTY; segments_for(&G, 2) as usize],
-    );
-    let mut log = mount(&mut flash, &mut buf, &mut slots);
+    let mut sim = SimLog::new(G, 1, 2);
+    let mut log = sim.mount();
     let mut rig = Rig::new();
     let mut c = Conn::default();
     rig.send(&mut c, &mut log, &hello3(None)).unwrap();

@@ -3,7 +3,10 @@
 //! names; refusals are `Forbidden`, counted, and change nothing; a credential the caller
 //! refused fails the handshake with `Unauthorized`.
 
-use spillway_core::log::{Config, Log, Memory, SegmentSlot, segments_for};
+mod common;
+
+use common::SimLog;
+use spillway_core::log::Log;
 use spillway_core::storage::{Geometry, SimFlash};
 use spillway_core::wire::{
     AckLevel, ErrorCode, HelloV3, PROTOCOL_VERSION, Request, Response, decode_frame, encode_frame,
@@ -74,17 +77,8 @@ fn commit(consumer: &str, offset: u64) -> Vec<u8> {
 
 #[test]
 fn a_publish_only_connection_cannot_fetch_commit_list_or_delete_and_nothing_changes() {
-    let mut flash = SimFlash::new_vec(G).unwrap();
-    Log::format(&mut flash, 1, 2).unwrap();
-    let (mut buf, mut slots) = (
-        vec![0u8; 4096],
-        vec![SegmentSlot::EMPTY; segments_for(&G, 2) as usize],
-    );
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let mut log = Log::mount(&mut flash, Config::default(), mem, 0).unwrap().0;
+    let mut sim = SimLog::new(G, 1, 2);
+    let mut log = sim.mount();
     let mut gw = Gateway::new(GatewayConfig::new("g", 256, 4096), 0);
     // An admin commits "kafka" at 0 first, so a sensor's commit would move it.
     let mut admin = Conn::default();
@@ -172,17 +166,8 @@ fn a_publish_only_connection_cannot_fetch_commit_list_or_delete_and_nothing_chan
 
 #[test]
 fn a_refused_credential_fails_the_handshake_and_is_counted() {
-    let mut flash = SimFlash::new_vec(G).unwrap();
-    Log::format(&mut flash, 1, 2).unwrap();
-    let (mut buf, mut slots) = (
-        vec![0u8; 4096],
-        vec![SegmentSlot::EMPTY; segments_for(&G, 2) as usize],
-    );
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let mut log = Log::mount(&mut flash, Config::default(), mem, 0).unwrap().0;
+    let mut sim = SimLog::new(G, 1, 2);
+    let mut log = sim.mount();
     let mut gw = Gateway::new(GatewayConfig::new("g", 256, 4096), 0);
     let mut conn = Conn {
         auth: Auth::Refused("credential not accepted"),

@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::MemIo;
-use spillway_core::log::{Config, Log, Memory, SegmentSlot, segments_for};
-use spillway_core::storage::{Geometry, SimFlash};
+use common::{MemIo, SimLog};
+use spillway_core::log::Log;
+use spillway_core::storage::Geometry;
 use spillway_core::wire::{
     AckLevel, ErrorCode, PROTOCOL_VERSION, Producer, Request, Response, decode_message,
     encode_frame,
@@ -50,42 +50,9 @@ fn publish(seq: u32, payload: &[u8], ack: AckLevel, producer: Option<Producer>) 
     }
 }
 
-fn formatted(id: u128) -> SimFlash<Vec<u8>> {
-    let mut flash = SimFlash::new_vec(geo()).unwrap();
-    Log::format(&mut flash, id, 2).unwrap();
-    flash
-}
-
-/// A formatted simulated flash and the RAM a log mounted on it works in.
-struct Rig {
-    flash: SimFlash<Vec<u8>>,
-    buf: Vec<u8>,
-    slots: Vec<SegmentSlot>,
-}
-
-impl Rig {
-    fn new(log_id: u128) -> Self {
-        Rig {
-            flash: formatted(log_id),
-            buf: vec![0u8; 4096],
-            slots: vec![SegmentSlot::EMPTY; segments_for(&geo(), 2) as usize],
-        }
-    }
-
-    fn mount(&mut self) -> Log<'_, &mut SimFlash<Vec<u8>>> {
-        let mem = Memory {
-            buffer: &mut self.buf,
-            segments: &mut self.slots,
-        };
-        Log::mount(&mut self.flash, Config::default(), mem, 0)
-            .unwrap()
-            .0
-    }
-}
-
 #[test]
 fn session_serves_frames_with_group_commit() {
-    let mut rig = Rig::new(42);
+    let mut rig = SimLog::new(geo(), 42, 2);
     let mut log = rig.mount();
     let mut gw = Gateway::new(GatewayConfig::new("mcu", 512, 4096), 0);
     let p = Some(Producer { id: 5, seq: 1 });
@@ -209,7 +176,7 @@ fn session_serves_frames_with_group_commit() {
 
 #[test]
 fn session_lines_mode() {
-    let mut rig = Rig::new(7);
+    let mut rig = SimLog::new(geo(), 7, 2);
     let mut log = rig.mount();
     let mut cfg = GatewayConfig::new("mcu", 64, 4096);
     cfg.default_ack = AckLevel::Durable;
@@ -249,7 +216,7 @@ fn session_lines_mode() {
 
 #[test]
 fn unsupported_version_and_garbage_messages() {
-    let mut rig = Rig::new(7);
+    let mut rig = SimLog::new(geo(), 7, 2);
     let mut log = rig.mount();
     let mut gw = Gateway::new(GatewayConfig::new("g", 64, 4096), 0);
     let mut conn = Conn::default();
@@ -283,7 +250,7 @@ fn unsupported_version_and_garbage_messages() {
 #[test]
 fn gateway_default_ack_level_follows_the_configuration() {
     for (default, want_durable) in [(AckLevel::Durable, true), (AckLevel::Buffered, false)] {
-        let mut rig = Rig::new(9);
+        let mut rig = SimLog::new(geo(), 9, 2);
         let mut log = rig.mount();
         let mut cfg = GatewayConfig::new("mcu", 512, 4096);
         cfg.default_ack = default;
@@ -316,7 +283,7 @@ fn gateway_default_ack_level_follows_the_configuration() {
 /// skipped sequence, older resends are "unknown", never "stored".
 #[test]
 fn resend_older_than_the_window_is_a_duplicate_once_durable() {
-    let mut rig = Rig::new(11);
+    let mut rig = SimLog::new(geo(), 11, 2);
     let mut log = rig.mount();
     let mut gw = Gateway::new(GatewayConfig::new("mcu", 512, 4096), 0);
     let mut conn = Conn::default();
@@ -415,7 +382,7 @@ fn resend_older_than_the_window_is_a_duplicate_once_durable() {
 /// only then, after the acknowledgements that were waiting before it.
 #[test]
 fn a_long_durable_error_reply_is_sent_after_a_flush_in_order() {
-    let mut rig = Rig::new(11);
+    let mut rig = SimLog::new(geo(), 11, 2);
     let mut log = rig.mount();
     let mut gw = Gateway::new(GatewayConfig::new("mcu", 512, 4096), 0);
     let p = |seq| Some(Producer { id: 9, seq });

@@ -1,9 +1,12 @@
 //! The gateway's `StatsReply` counts what it says: corrupt offsets once however often a
 //! consumer fetches them, flash bytes read.
 
+mod common;
+
+use common::SimLog;
+use spillway_core::log::Record;
 use spillway_core::log::format::{BATCH_MAGIC, SEGMENT_HEADER_LEN};
-use spillway_core::log::{Config, Log, Memory, Record, SegmentSlot, segments_for};
-use spillway_core::storage::{Geometry, SimFlash};
+use spillway_core::storage::Geometry;
 use spillway_core::wire::{LostReason, PROTOCOL_VERSION, Request, Response, decode_message};
 use spillway_firmware::{Conn, Gateway, GatewayConfig, Outcome};
 
@@ -23,16 +26,9 @@ fn geo() -> Geometry {
 /// counts the reads (it was always 0).
 #[test]
 fn a_corrupt_range_fetched_again_counts_its_offsets_once_and_reads_are_counted() {
-    let mut flash = SimFlash::new_vec(geo()).unwrap();
-    Log::format(&mut flash, 0x57A7, 1).unwrap();
-    let mut buf = vec![0u8; 4096];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo(), 1) as usize];
+    let mut sim = SimLog::new(geo(), 0x57A7, 1);
     {
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
-        let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+        let mut log = sim.mount();
         for i in 0..30u32 {
             let payload = format!("reading {i}");
             let rec = Record {
@@ -52,17 +48,13 @@ fn a_corrupt_range_fetched_again_counts_its_offsets_once_and_reads_are_counted()
     let seg = 2 * ERASE as usize;
     let second = (seg + SEGMENT_HEADER_LEN..seg + ERASE as usize)
         .step_by(4)
-        .filter(|&p| flash.bytes()[p..p + 4] == BATCH_MAGIC.to_le_bytes())
+        .filter(|&p| sim.flash.bytes()[p..p + 4] == BATCH_MAGIC.to_le_bytes())
         .nth(1)
         .expect("second batch");
-    flash.flip_bit(second as u32 + 40, 2).unwrap();
-    flash.reset_counters();
+    sim.flash.flip_bit(second as u32 + 40, 2).unwrap();
+    sim.flash.reset_counters();
 
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+    let mut log = sim.mount();
     let mut gw = Gateway::new(GatewayConfig::new("gw", 1024, 64 * 1024), 0);
     let mut conn = Conn {
         protocol_version: Some(PROTOCOL_VERSION),
@@ -98,5 +90,5 @@ fn a_corrupt_range_fetched_again_counts_its_offsets_once_and_reads_are_counted()
     assert!(stats.flash_bytes_read > 0, "{stats:?}");
     let counted = stats.flash_bytes_read;
     drop(log);
-    assert_eq!(counted, flash.counters().bytes_read);
+    assert_eq!(counted, sim.flash.counters().bytes_read);
 }

@@ -1,7 +1,43 @@
-//! The in-memory transport the gateway's integration tests drive a `Session` over.
+//! What the gateway's integration tests share: the in-memory transport they drive a
+//! `Session` over, and a log on a simulated flash.
 #![allow(dead_code)]
 
 use std::convert::Infallible;
+
+use spillway_core::log::{Config, Log, Memory, SegmentSlot, segments_for};
+use spillway_core::storage::{Geometry, SimFlash};
+
+/// A simulated flash of geometry `geo` formatted for a log, and the RAM a log mounted on it
+/// works in: a 4 KiB buffer and one slot per segment.
+pub struct SimLog {
+    pub flash: SimFlash<Vec<u8>>,
+    pub buf: Vec<u8>,
+    pub slots: Vec<SegmentSlot>,
+}
+
+impl SimLog {
+    /// Formats the log `log_id` with segments of `blocks_per_segment` erase blocks.
+    pub fn new(geo: Geometry, log_id: u128, blocks_per_segment: u32) -> Self {
+        let mut flash = SimFlash::new_vec(geo).unwrap();
+        Log::format(&mut flash, log_id, blocks_per_segment).unwrap();
+        SimLog {
+            flash,
+            buf: vec![0u8; 4096],
+            slots: vec![SegmentSlot::EMPTY; segments_for(&geo, blocks_per_segment) as usize],
+        }
+    }
+
+    /// Mounts the log (default config, at time 0).
+    pub fn mount(&mut self) -> Log<'_, &mut SimFlash<Vec<u8>>> {
+        let mem = Memory {
+            buffer: &mut self.buf,
+            segments: &mut self.slots,
+        };
+        Log::mount(&mut self.flash, Config::default(), mem, 0)
+            .unwrap()
+            .0
+    }
+}
 
 /// Input delivered at most `chunk` bytes per read; every reply written is collected in
 /// `output`.
