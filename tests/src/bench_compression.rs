@@ -571,7 +571,7 @@ impl fmt::Display for Section<'_> {
             };
             let cpu = |s: &Option<Spread>, base: Option<&Option<Spread>>| match s {
                 Some(s) => (
-                    format!("{:.0} / {:.0} / {:.0}", s.min, s.median, s.max),
+                    s.show(|x| format!("{x:.0}")),
                     match base {
                         Some(Some(b)) if r.mode != "none" => {
                             format!("{:+.0}", s.median - b.median)
@@ -620,7 +620,7 @@ impl fmt::Display for Section<'_> {
         writeln!(f, "|---|---|---|---|---|---|---|---|---|")?;
         for c in &self.0.codecs {
             let per_payload = c.body_bytes as f64 / c.payload_bytes as f64;
-            let s = |x: &Spread| format!("{:.0} / {:.0} / {:.0}", x.min, x.median, x.max);
+            let s = |x: &Spread| x.show(|v| format!("{v:.0}"));
             writeln!(
                 f,
                 "| {} | {} | {} | {} | {:.3} | {} | {} | {:.0} | {:.0} |",

@@ -573,13 +573,7 @@ pub fn thousands(x: f64) -> String {
 
 /// `min / median / max` of `samples` with thousands separators.
 pub fn spread_text(samples: &[f64]) -> String {
-    let s = Spread::of(samples);
-    format!(
-        "{} / {} / {}",
-        thousands(s.min),
-        thousands(s.median),
-        thousands(s.max)
-    )
+    Spread::of(samples).show(thousands)
 }
 
 impl Report {
@@ -714,15 +708,12 @@ impl fmt::Display for Report {
                 .iter()
                 .map(|b| b / f64::from(1u32 << 20))
                 .collect();
-            let s = Spread::of(&mib);
             let recs: Vec<f64> = row.bytes_per_s.iter().map(|b| b / PAYLOAD as f64).collect();
             writeln!(
                 f,
-                "| {} | {:.2} / {:.2} / {:.2} | {} | {} |",
+                "| {} | {} | {} | {} |",
                 row.case.label,
-                s.min,
-                s.median,
-                s.max,
+                Spread::of(&mib).show(|x| format!("{x:.2}")),
                 spread_text(&row.syncs_per_s),
                 spread_text(&recs)
             )?;

@@ -400,8 +400,7 @@ fn spread(runs: &[Measured], f: impl Fn(&Measured) -> f64, fmt1: fn(f64) -> Stri
         return "–".into();
     }
     let v: Vec<f64> = runs.iter().map(f).collect();
-    let s = Spread::of(&v);
-    format!("{} / {} / {}", fmt1(s.min), fmt1(s.median), fmt1(s.max))
+    Spread::of(&v).show(fmt1)
 }
 
 fn ms(x: f64) -> String {

@@ -2,7 +2,7 @@
 //! their ranges and goals) and the checks it failed ([`AllReport::failures`]).
 
 use super::AllReport;
-use crate::bench_core::{Engine, Spread};
+use crate::bench_core::{Engine, Spread, si};
 use crate::bench_fleet;
 use crate::bench_footprint;
 use crate::bench_kafka::{self, Sides};
@@ -149,17 +149,6 @@ fn paired(a: &[f64], b: &[f64]) -> Option<(f64, f64)> {
         let s = Spread::of(&r);
         (s.min, s.max)
     })
-}
-
-/// Formats a rate with a k/M suffix.
-fn si(x: f64) -> String {
-    if x >= 1e6 {
-        format!("{:.2}M", x / 1e6)
-    } else if x >= 1e3 {
-        format!("{:.1}k", x / 1e3)
-    } else {
-        format!("{x:.0}")
-    }
 }
 
 fn mib(kib: u64) -> String {

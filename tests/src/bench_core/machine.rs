@@ -1,5 +1,6 @@
-//! The machine a benchmark ran on ([`Machine`]) and the spread of a set of timed samples
-//! ([`Spread`]): what every benchmark report prints beside its figures.
+//! The machine a benchmark ran on ([`Machine`]), the spread of a set of timed samples
+//! ([`Spread`]) and the way the reports print figures ([`si`]): what every benchmark
+//! report prints beside its figures.
 
 use std::fmt;
 
@@ -40,6 +41,18 @@ pub fn machine() -> Machine {
         load: std::fs::read_to_string("/proc/loadavg")
             .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
             .unwrap_or_else(|_| "unknown".to_string()),
+    }
+}
+
+impl Machine {
+    /// The machine with the load averages at the start of a run and `load_at_end`: `CPU,
+    /// N logical cores, OS, kernel K; load average A at the start, B at the end`.
+    pub fn with_end_load(&self, load_at_end: &str) -> String {
+        format!(
+            "{}, {} logical cores, {}, kernel {}; load average {} at the start, {load_at_end} \
+             at the end",
+            self.cpu, self.cores, self.os, self.kernel, self.load
+        )
     }
 }
 
@@ -84,6 +97,27 @@ impl Spread {
             median,
             max: s[n - 1],
         }
+    }
+
+    /// `min / median / max`, each figure written by `show`.
+    pub fn show(&self, show: impl Fn(f64) -> String) -> String {
+        format!(
+            "{} / {} / {}",
+            show(self.min),
+            show(self.median),
+            show(self.max)
+        )
+    }
+}
+
+/// A rate with a k/M suffix: `950`, `12.3k`, `1.25M`.
+pub fn si(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2}M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.1}k", x / 1e3)
+    } else {
+        format!("{x:.0}")
     }
 }
 

@@ -2,44 +2,27 @@
 
 use std::fmt;
 
-use super::{ERASE_SIZE, Engine, MOUNT_PAYLOAD, READ_BUFFER, Report, Spread, WriteRun};
-
-/// Formats a rate with a k/M suffix.
-fn si(x: f64) -> String {
-    if x >= 1e6 {
-        format!("{:.2}M", x / 1e6)
-    } else if x >= 1e3 {
-        format!("{:.1}k", x / 1e3)
-    } else {
-        format!("{x:.0}")
-    }
-}
+use super::{ERASE_SIZE, Engine, MOUNT_PAYLOAD, READ_BUFFER, Report, Spread, WriteRun, si};
 
 fn si_spread(s: &Spread) -> String {
-    format!("{} / {} / {}", si(s.min), si(s.median), si(s.max))
+    s.show(si)
 }
 
 fn ms_spread(s: &Spread) -> String {
-    format!("{:.3} / {:.3} / {:.3}", s.min, s.median, s.max)
+    s.show(|x| format!("{x:.3}"))
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let m = &self.machine;
         let o = &self.options;
         writeln!(f, "# spillway-core vs sequential-storage 8.0.2")?;
         writeln!(f)?;
         writeln!(
             f,
-            "Machine: {}, {} logical cores, {}, kernel {}; load average {} at the start, {} at the end. \
-             Every figure: min / median / max of {} runs ({} for mounts), the engines \
-             interleaved; ×peer is spillway / sequential-storage on medians. Whole run {:.0} s.",
-            m.cpu,
-            m.cores,
-            m.os,
-            m.kernel,
-            m.load,
-            self.load_at_end,
+            "Machine: {}. Every figure: min / median / max of {} runs ({} for mounts), the \
+             engines interleaved; ×peer is spillway / sequential-storage on medians. Whole run \
+             {:.0} s.",
+            self.machine.with_end_load(&self.load_at_end),
             o.reps,
             o.mount_reps,
             self.elapsed.as_secs_f64()
