@@ -256,32 +256,17 @@ fn spillway_rep<F: Flash>(
 
     let mut out = vec![0u8; READ_BUFFER];
     let (first, end) = (log.first_offset(), log.next_offset());
-    let t = Instant::now();
-    let mut passes = 0u64;
-    while passes == 0 || t.elapsed() < MIN_READ_WINDOW {
+    let (read, passes, _) = timed_read_passes(warm_up + records - 1, |pass| {
         let mut at = first;
-        let mut sum = 0u64;
-        let mut last = None;
         while at < end {
             let r = log.read(at, &mut out).expect("read");
             assert!(r.lost.is_none(), "lost records at {at}: {r:?}");
             for rec in r.records(&out) {
-                sum = sum.wrapping_add(rec.payload[0] as u64 + rec.payload.len() as u64);
-                last = Some(u64::from_le_bytes(
-                    rec.payload[..8].try_into().unwrap_or_default(),
-                ));
+                pass.see(rec.payload);
             }
             at = r.next_offset;
         }
-        black_box(sum);
-        assert_eq!(
-            last,
-            Some(warm_up + records - 1),
-            "the newest record read back"
-        );
-        passes += 1;
-    }
-    let read = t.elapsed();
+    });
     Rep {
         write,
         read,
@@ -290,6 +275,50 @@ fn spillway_rep<F: Flash>(
         erases,
         records_read: end - first,
     }
+}
+
+/// What one read pass saw: its records, a sum over their payloads (so that the reads are
+/// not optimised away) and the index stamped into the last one.
+#[derive(Default)]
+struct Pass {
+    records: u64,
+    sum: u64,
+    last: Option<u64>,
+}
+
+impl Pass {
+    /// Counts the record with `payload` (at least 8 bytes, see [`stamp`]).
+    #[inline]
+    fn see(&mut self, payload: &[u8]) {
+        self.records += 1;
+        self.sum = self
+            .sum
+            .wrapping_add(payload[0] as u64 + payload.len() as u64);
+        self.last = Some(u64::from_le_bytes(
+            payload[..8].try_into().unwrap_or_default(),
+        ));
+    }
+}
+
+/// Times read passes over every retained record (`pass` hands each record's payload to
+/// [`Pass::see`]), repeated until together they took [`MIN_READ_WINDOW`]. Returns the time
+/// of all the passes, how many there were and the records of one pass.
+///
+/// # Panics
+/// If a pass does not end with record `newest`.
+fn timed_read_passes(newest: u64, mut pass: impl FnMut(&mut Pass)) -> (Duration, u64, u64) {
+    let t = Instant::now();
+    let mut passes = 0u64;
+    let mut records = 0;
+    while passes == 0 || t.elapsed() < MIN_READ_WINDOW {
+        let mut seen = Pass::default();
+        pass(&mut seen);
+        black_box(seen.sum);
+        assert_eq!(seen.last, Some(newest), "the newest record read back");
+        records = seen.records;
+        passes += 1;
+    }
+    (t.elapsed(), passes, records)
 }
 
 /// [`spillway_flash`] with a cell that holds its counters (see [`RamNor::shared_counters`]).
@@ -305,7 +334,7 @@ fn peer_rep<const WS: usize>(capacity: usize, payload_len: usize, records: u64) 
     let mut q = peer_queue(RamNor::<WS>::new(capacity));
     let mut p = payload(payload_len);
     let warm_up = capacity as u64 / payload_len as u64;
-    block_on(async move {
+    let (write, programmed, erases) = block_on(async {
         for i in 0..warm_up {
             stamp(&mut p, i);
             q.push(&p, true).await.expect("push");
@@ -318,39 +347,29 @@ fn peer_rep<const WS: usize>(capacity: usize, payload_len: usize, records: u64) 
         }
         let write = t.elapsed();
         let c = q.flash().counters();
-
-        let mut buf = vec![0u8; READ_BUFFER];
-        let t = Instant::now();
-        let mut passes = 0u64;
-        let mut n = 0u64;
-        while passes == 0 || t.elapsed() < MIN_READ_WINDOW {
-            let mut sum = 0u64;
-            let mut last = None;
-            n = 0;
+        (
+            write,
+            c.bytes_written - before.bytes_written,
+            c.erases - before.erases,
+        )
+    });
+    let mut buf = vec![0u8; READ_BUFFER];
+    let (read, passes, n) = timed_read_passes(warm_up + records - 1, |pass| {
+        block_on(async {
             let mut it = q.iter().await.expect("iter");
             while let Some(e) = it.next(&mut buf).await.expect("next") {
-                n += 1;
-                sum = sum.wrapping_add(e[0] as u64 + e.len() as u64);
-                last = Some(u64::from_le_bytes(e[..8].try_into().unwrap_or_default()));
+                pass.see(&e);
             }
-            black_box(sum);
-            assert_eq!(
-                last,
-                Some(warm_up + records - 1),
-                "the newest record read back"
-            );
-            passes += 1;
-        }
-        let read = t.elapsed();
-        Rep {
-            write,
-            read,
-            read_total: passes * n,
-            programmed: c.bytes_written - before.bytes_written,
-            erases: c.erases - before.erases,
-            records_read: n,
-        }
-    })
+        });
+    });
+    Rep {
+        write,
+        read,
+        read_total: passes * n,
+        programmed,
+        erases,
+        records_read: n,
+    }
 }
 
 #[cfg(test)]
