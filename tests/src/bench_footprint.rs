@@ -238,10 +238,7 @@ fn nats_footprint(bin: &Path, opts: &Options) -> Server {
     );
     let loaded = settled_memory(pid);
     drop(idle);
-    let info = admin
-        .request("$JS.API.STREAM.INFO.BENCH", b"")
-        .expect("stream info");
-    let info: serde_json::Value = serde_json::from_slice(&info.payload).expect("stream info");
+    let info = admin.stream_info("BENCH").expect("stream info");
     assert_eq!(
         info["state"]["messages"].as_u64(),
         Some((PUBLISHERS * opts.per_publisher) as u64),

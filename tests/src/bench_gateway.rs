@@ -183,9 +183,15 @@ pub fn timed<C: Send + 'static>(
 /// in `dir`, a 256 KiB RAM buffer, oldest segments dropped when full, one TCP listener on
 /// `addr`.
 pub fn spillway_args(dir: &Path, addr: &str) -> Vec<String> {
+    spillway_args_with(dir, "drop-oldest", &[format!("tcp://{addr}")])
+}
+
+/// The `spillway run` arguments of the ingest benchmarks' gateways: a 64 MiB image with
+/// 64 KiB erase blocks in `dir`, a 256 KiB RAM buffer, `--full full`, and a `--listen` for
+/// each URI of `listen`.
+pub fn spillway_args_with(dir: &Path, full: &str, listen: &[String]) -> Vec<String> {
     let image = dir.join("bench.img").display().to_string();
-    let listen = format!("tcp://{addr}");
-    [
+    let mut args: Vec<String> = [
         "--image",
         &image,
         "--size",
@@ -195,13 +201,15 @@ pub fn spillway_args(dir: &Path, addr: &str) -> Vec<String> {
         "--buffer-bytes",
         "256K",
         "--full",
-        "drop-oldest",
-        "--listen",
-        &listen,
+        full,
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect()
+    .collect();
+    for l in listen {
+        args.extend(["--listen".to_string(), l.clone()]);
+    }
+    args
 }
 
 /// One spillway run with `ack` on a fresh image.
@@ -294,10 +302,7 @@ pub fn nats(bin: &Path, sync_always: bool, per_publisher: usize) -> NatsRun {
         .expect("create stream");
     let connect = || nats_connect(&server.addr);
     let measured = timed(server.pid(), per_publisher, connect, nats_publisher);
-    let info = admin
-        .request("$JS.API.STREAM.INFO.BENCH", b"")
-        .expect("stream info");
-    let info: serde_json::Value = serde_json::from_slice(&info.payload).expect("stream info");
+    let info = admin.stream_info("BENCH").expect("stream info");
     assert_eq!(
         info["state"]["messages"].as_u64(),
         Some((PUBLISHERS * per_publisher) as u64),

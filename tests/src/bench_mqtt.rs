@@ -49,7 +49,7 @@ use std::time::Duration;
 use mqtt_protocol_core::mqtt::packet::GenericPacket;
 
 use crate::bench_core::Spread;
-use crate::bench_gateway::thousands;
+use crate::bench_gateway::{spillway_args_with, thousands};
 use crate::client::Client;
 use crate::gateway::{GatewayProcess, free_port};
 use crate::mosquitto::{Mosquitto, Persistence, mosquitto_version};
@@ -209,25 +209,11 @@ fn spillway_run(opts: &Options, len: usize) -> Measured {
         format!("127.0.0.1:{}", free_port()),
         format!("127.0.0.1:{}", free_port()),
     );
-    let args: Vec<String> = [
-        "--image",
-        &dir.path().join("bench.img").display().to_string(),
-        "--size",
-        "64M",
-        "--erase-size",
-        "64K",
-        "--buffer-bytes",
-        "256K",
-        "--full",
+    let args = spillway_args_with(
+        dir.path(),
         "reject-new",
-        "--listen",
-        &format!("mqtt://{mqtt}"),
-        "--listen",
-        &format!("tcp://{tcp}"),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+        &[format!("mqtt://{mqtt}"), format!("tcp://{tcp}")],
+    );
     let gateway = GatewayProcess::start(&args, 2);
     let m = fan_in(&mqtt, Some(gateway.pid()), opts.per_publisher, len);
     let mut c = Client::tcp(&tcp).expect("connect to spillway's framed listener");

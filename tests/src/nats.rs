@@ -360,6 +360,18 @@ impl NatsConn {
         Ok(answer)
     }
 
+    /// The state and configuration of JetStream stream `name`
+    /// (`$JS.API.STREAM.INFO.<name>`): the answer JSON, e.g. `state.messages`,
+    /// `state.bytes`.
+    ///
+    /// # Errors
+    /// As [`NatsConn::request`], or an answer that is not JSON.
+    pub fn stream_info(&mut self, name: &str) -> io::Result<serde_json::Value> {
+        let msg = self.request(&format!("$JS.API.STREAM.INFO.{name}"), b"")?;
+        serde_json::from_slice(&msg.payload)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+
     /// The next `MSG`/`HMSG` (answering the server's `PING`s on the way).
     pub fn next_msg(&mut self) -> io::Result<NatsMsg> {
         loop {
