@@ -519,29 +519,20 @@ pub fn run(opts: &Options, nats_bin: Option<&Path>, mut progress: impl FnMut(&st
     for rep in 0..reps {
         progress(&format!("gateway ingest, repetition {} of {reps}", rep + 1));
         settle();
-        buffered
-            .spillway
-            .push(spillway(AckLevel::Buffered, opts.per_buffered));
-        settle();
-        buffered
-            .tls
-            .push(spillway_over(AckLevel::Buffered, opts.per_buffered, true));
-        settle();
-        if let Some(bin) = nats_bin {
-            buffered.nats.push(nats(bin, false, opts.per_buffered));
+        // Buffered, then durable: spillway over TCP, over TLS, then NATS (with a sync on
+        // every message when durable).
+        for (runs, ack, per, sync_always) in [
+            (&mut buffered, AckLevel::Buffered, opts.per_buffered, false),
+            (&mut durable, AckLevel::Durable, opts.per_durable, true),
+        ] {
+            runs.spillway.push(spillway(ack, per));
             settle();
-        }
-        durable
-            .spillway
-            .push(spillway(AckLevel::Durable, opts.per_durable));
-        settle();
-        durable
-            .tls
-            .push(spillway_over(AckLevel::Durable, opts.per_durable, true));
-        settle();
-        if let Some(bin) = nats_bin {
-            durable.nats.push(nats(bin, true, opts.per_durable));
+            runs.tls.push(spillway_over(ack, per, true));
             settle();
+            if let Some(bin) = nats_bin {
+                runs.nats.push(nats(bin, sync_always, per));
+                settle();
+            }
         }
         for row in &mut disk_rows {
             let (bytes_per_s, syncs_per_s) = disk(row.case, opts.disk_budget);

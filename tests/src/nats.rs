@@ -233,9 +233,8 @@ impl PubAck {
     }
 }
 
-/// Boxed transport.
-pub trait NatsTransport: Read + Write + Send {}
-impl<T: Read + Write + Send> NatsTransport for T {}
+/// Boxed transport (the protocol client's: any `Read + Write + Send`).
+pub use crate::client::Transport as NatsTransport;
 
 /// A blocking NATS client connection (see the module doc for the subset spoken).
 pub struct NatsConn {
