@@ -31,13 +31,13 @@ use std::time::{Duration, Instant};
 use rdkafka::message::Message;
 
 use crate::bench_core::{Machine, machine};
-use crate::bench_gateway::thousands;
 use crate::bench_kafka::{
     BridgeLike, PAYLOAD, Run, Sides, TOPIC, Verified, committed_and_delete, drain_once, payload_of,
     publish_sized, read_back, send_like_the_bridge, spillway_offset, start_gateway,
     timed_producer_run, verify_topic_sized,
 };
 use crate::bridge::{bridge_bin, metric_sum};
+use crate::figures::thousands;
 use crate::gateway::{GatewayProcess, free_port};
 use crate::kafka::Broker;
 use crate::process::ChildProcess;

@@ -34,9 +34,10 @@ use spillway_core::wire::AckLevel;
 
 use crate::bench_gateway::{
     PAYLOAD, PUBLISHERS, WINDOW, nats_connect, nats_publisher, spillway_args, spillway_publisher,
-    thousands, timed,
+    timed,
 };
 use crate::client::Client;
+use crate::figures::thousands;
 use crate::gateway::{GatewayProcess, free_port, spillway_bin};
 pub use crate::mosquitto::mosquitto_bin;
 use crate::mosquitto::{Mosquitto, Persistence, mosquitto_version};

@@ -51,6 +51,7 @@ use spillway_core::wire::{AckLevel, GatewayStats};
 
 use crate::bench_core::{Machine, Spread, machine};
 use crate::client::{Client, Reply};
+use crate::figures::thousands;
 use crate::gateway::{GatewayProcess, free_port};
 use crate::nats::{NatsConn, NatsServer, PubAck, nats_server_version};
 
@@ -553,20 +554,6 @@ pub fn run(opts: &Options, nats_bin: Option<&Path>, mut progress: impl FnMut(&st
     }
 }
 
-/// Formats a number with thousands separators, no decimals.
-pub fn thousands(x: f64) -> String {
-    let s = format!("{:.0}", x);
-    let (sign, digits) = s.strip_prefix('-').map_or(("", s.as_str()), |d| ("-", d));
-    let mut out = String::from(sign);
-    for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
-}
-
 /// `min / median / max` of `samples` with thousands separators.
 pub fn spread_text(samples: &[f64]) -> String {
     Spread::of(samples).show(thousands)
@@ -732,19 +719,5 @@ impl fmt::Display for Report {
             self.load_at_end,
             self.elapsed.as_secs_f64()
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn thousands_separators() {
-        assert_eq!(thousands(0.0), "0");
-        assert_eq!(thousands(999.4), "999");
-        assert_eq!(thousands(1000.0), "1,000");
-        assert_eq!(thousands(1234567.0), "1,234,567");
-        assert_eq!(thousands(-4321.0), "-4,321");
     }
 }

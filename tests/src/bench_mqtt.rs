@@ -49,8 +49,9 @@ use std::time::Duration;
 use mqtt_protocol_core::mqtt::packet::GenericPacket;
 
 use crate::bench_core::Spread;
-use crate::bench_gateway::{spillway_args_with, thousands};
+use crate::bench_gateway::spillway_args_with;
 use crate::client::Client;
+use crate::figures::thousands;
 use crate::gateway::{GatewayProcess, free_port};
 use crate::mosquitto::{Mosquitto, Persistence, mosquitto_version};
 pub use crate::mqtt_load::Measured;

@@ -7,7 +7,8 @@
 //! against NATS ([`bench_gateway`]), bridge drain against a plain Kafka producer
 //! ([`bench_kafka`]), footprint beside nats-server and mosquitto ([`bench_footprint`]), MQTT
 //! QoS 1 fan-in against Mosquitto ([`bench_mqtt`], its load generator [`mqtt_load`]), all of them in one report
-//! ([`bench_all`]) with its [`plot`]s.
+//! ([`bench_all`]) with its [`plot`]s; how the reports and the demo write numbers
+//! ([`figures`]).
 
 pub mod bench_all;
 pub mod bench_compression;
@@ -21,6 +22,7 @@ pub mod bridge;
 pub mod client;
 pub mod demo;
 pub mod faultfs;
+pub mod figures;
 pub mod gateway;
 pub mod kafka;
 pub mod mosquitto;

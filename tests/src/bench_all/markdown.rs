@@ -8,8 +8,9 @@ use std::time::Duration;
 use super::{AllReport, MountRow, Ratio};
 use crate::bench_core::{self, Spread};
 use crate::bench_footprint;
-use crate::bench_gateway::{self, thousands};
+use crate::bench_gateway;
 use crate::bench_mqtt;
+use crate::figures::thousands;
 use crate::plot::{self, Bar, Series};
 
 impl AllReport {

@@ -2,11 +2,12 @@
 //! their ranges and goals) and the checks it failed ([`AllReport::failures`]).
 
 use super::AllReport;
-use crate::bench_core::{Engine, Spread, si};
+use crate::bench_core::{Engine, Spread};
 use crate::bench_fleet;
 use crate::bench_footprint;
 use crate::bench_kafka::{self, Sides};
 use crate::bench_mqtt;
+use crate::figures::si;
 
 /// A headline ratio.
 #[derive(Debug, Clone)]

@@ -1,6 +1,5 @@
-//! The machine a benchmark ran on ([`Machine`]), the spread of a set of timed samples
-//! ([`Spread`]) and the way the reports print figures ([`si`]): what every benchmark
-//! report prints beside its figures.
+//! The machine a benchmark ran on ([`Machine`]) and the spread of a set of timed samples
+//! ([`Spread`]): what every benchmark report prints beside its figures.
 
 use std::fmt;
 
@@ -107,17 +106,6 @@ impl Spread {
             show(self.median),
             show(self.max)
         )
-    }
-}
-
-/// A rate with a k/M suffix: `950`, `12.3k`, `1.25M`.
-pub fn si(x: f64) -> String {
-    if x >= 1e6 {
-        format!("{:.2}M", x / 1e6)
-    } else if x >= 1e3 {
-        format!("{:.1}k", x / 1e3)
-    } else {
-        format!("{x:.0}")
     }
 }
 

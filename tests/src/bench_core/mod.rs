@@ -74,7 +74,7 @@ mod mount;
 mod report;
 
 pub use appends::{Engine, Stamps, WriteCase, WriteRun, write_case};
-pub use machine::{Machine, Spread, machine, si};
+pub use machine::{Machine, Spread, machine};
 pub use mount::{MountCase, PeerCold, SpillwayMount, mount_size};
 
 /// Erase block size of every flash in the benchmark, bytes.

@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use super::{ERASE_SIZE, Engine, MOUNT_PAYLOAD, READ_BUFFER, Report, Spread, WriteRun, si};
+use super::{ERASE_SIZE, Engine, MOUNT_PAYLOAD, READ_BUFFER, Report, Spread, WriteRun};
+use crate::figures::si;
 
 fn si_spread(s: &Spread) -> String {
     s.show(si)

@@ -31,9 +31,9 @@ use rdkafka::producer::BaseProducer;
 use spillway_core::wire::AckLevel;
 
 use crate::bench_core::{Machine, Spread, machine};
-use crate::bench_gateway::thousands;
 use crate::bridge::bridge_bin;
 use crate::client::{Client, Reply};
+use crate::figures::thousands;
 use crate::gateway::{GatewayProcess, free_port};
 use crate::kafka::Broker;
 

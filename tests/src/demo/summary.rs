@@ -5,6 +5,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// `12345` as `12,345` (the demo counts records).
+pub(super) use crate::figures::thousands_u64 as thousands;
+
 /// One row of the summary table: one topic.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TopicRow {
@@ -72,19 +75,6 @@ impl Summary {
     pub fn topic(&self, topic: &str) -> Option<&TopicRow> {
         self.topics.iter().find(|t| t.topic == topic)
     }
-}
-
-/// `12345` as `12,345`.
-pub(super) fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 impl fmt::Display for Summary {
@@ -218,15 +208,6 @@ impl fmt::Display for Summary {
 mod tests {
     use super::*;
     use crate::demo::{TOPIC_ISIG, TOPIC_SST};
-
-    #[test]
-    fn thousands_separators() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(52_281), "52,281");
-        assert_eq!(thousands(1_234_567), "1,234,567");
-    }
 
     #[test]
     fn summary_table_lines_up() {
