@@ -133,8 +133,9 @@ pub fn spawn_bridge(bin: &Path, args: &[String], log: &Path) -> Result<ChildProc
     Ok(ChildProcess::new(child))
 }
 
-/// The sum of every sample of metric `name` (all gateways of a drain) that the bridge's
-/// `--metrics` endpoint on `127.0.0.1:port` serves; `None` while it cannot be read.
+/// The sum of every sample of metric `name` (all gateways of a drain) that the `--metrics`
+/// endpoint on `127.0.0.1:port` (a bridge's or a gateway's) serves; `None` while it cannot
+/// be read.
 pub fn metric_sum(port: u16, name: &str) -> Option<f64> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;

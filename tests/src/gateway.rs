@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::process::ChildProcess;
+use crate::wait::wait_until;
 
 /// Path of the `spillway` binary, built on first use (or `SPILLWAY_BIN`).
 pub fn spillway_bin() -> PathBuf {
@@ -260,6 +261,24 @@ impl GatewayProcess {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// Waits (20 s at most) until the log has `n` lines containing `needle`; returns those
+    /// lines.
+    ///
+    /// # Panics
+    /// With the log, if fewer than `n` such lines came within 20 s.
+    pub fn wait_for_log(&self, needle: &str, n: usize) -> Vec<String> {
+        wait_until(
+            Duration::from_secs(20),
+            || Some(self.log_lines(&[needle])).filter(|l| l.len() >= n),
+            || {
+                format!(
+                    "{n} line(s) with {needle:?} in the log:\n{}",
+                    self.log_text()
+                )
+            },
+        )
     }
 
     /// The exit status if it exited.

@@ -1,14 +1,15 @@
 //! Shared helpers for Spillway's end-to-end tests and benchmarks: a blocking protocol
 //! [`client`], a [`gateway`] process harness that builds and starts the real `spillway`
 //! binary, the same for the [`bridge`], signals and bounded waits for both ([`process`]),
-//! the [`faultfs`] fault-injection shim for them, the NATS JetStream peer ([`nats`]), a [`kafka`] broker (real or mock) with a whole-topic
-//! consumer, the [`demo`] scenario (also the `spillway-demo` binary), and the benchmarks'
-//! measuring code: the core against `sequential-storage` ([`bench_core`]), gateway ingest
-//! against NATS ([`bench_gateway`]), bridge drain against a plain Kafka producer
-//! ([`bench_kafka`]), footprint beside nats-server and mosquitto ([`bench_footprint`]), MQTT
-//! QoS 1 fan-in against Mosquitto ([`bench_mqtt`], its load generator [`mqtt_load`]), all of them in one report
-//! ([`bench_all`]) with its [`plot`]s; how the reports and the demo write numbers
-//! ([`figures`]).
+//! bounded waits on observable state ([`wait`]), the [`faultfs`] fault-injection shim for
+//! them, the NATS JetStream peer ([`nats`]), a [`kafka`] broker (real or mock) with a
+//! whole-topic consumer, the [`demo`] scenario (also the `spillway-demo` binary), and the
+//! benchmarks' measuring code: the core against `sequential-storage` ([`bench_core`]),
+//! gateway ingest against NATS ([`bench_gateway`]), bridge drain against a plain Kafka
+//! producer ([`bench_kafka`]), footprint beside nats-server and mosquitto
+//! ([`bench_footprint`]), MQTT QoS 1 fan-in against Mosquitto ([`bench_mqtt`], its load
+//! generator [`mqtt_load`]), all of them in one report ([`bench_all`]) with its [`plot`]s;
+//! how the reports and the demo write numbers ([`figures`]).
 
 pub mod bench_all;
 pub mod bench_compression;
@@ -33,6 +34,7 @@ pub mod plot;
 pub mod process;
 pub mod ram_nor;
 pub mod sink_files;
+pub mod wait;
 
 pub use bridge::{bridge_bin, run_bridge};
 pub use client::{Client, FetchedRecord, Reply};

@@ -35,23 +35,6 @@ fn args(dir: &Path, extra: &[String]) -> Vec<String> {
     a
 }
 
-/// Waits (10 s at most) until the gateway's log has `n` lines containing `needle`.
-fn wait_for_log(g: &GatewayProcess, needle: &str, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let lines = g.log_lines(&[needle]);
-        if lines.len() >= n {
-            return lines;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{n} line(s) with {needle:?} never logged:\n{}",
-            g.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// An HTTP/1.1 request to the metrics address; the whole answer.
 fn http(port: u16, request_line: &str) -> String {
     let mut m = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -206,24 +189,24 @@ fn dropped_lines_are_warned_once_per_burst_naming_the_configured_limit() {
     // Fixed topic: 300 bytes is over the payload limit of 256.
     fixed.write_all(&[b'x'; 300]).unwrap();
     fixed.write_all(b"\n21.5\n").unwrap();
-    let too_long = wait_for_log(&g, "longer than 256 bytes, --max-record-bytes is 256", 1);
+    let too_long = g.wait_for_log("longer than 256 bytes, --max-record-bytes is 256", 1);
     assert_eq!(too_long.len(), 1);
     // Topic word: a topic and a 300-byte payload fit the line buffer but not the record.
     words.write_all(b"t ").unwrap();
     words.write_all(&[b'y'; 300]).unwrap();
     words.write_all(b"\n").unwrap();
-    wait_for_log(&g, "a payload of 300 bytes, --max-record-bytes is 256", 1);
+    g.wait_for_log("a payload of 300 bytes, --max-record-bytes is 256", 1);
     // A line over the topic word's room too.
     words.write_all(&[b'z'; 600]).unwrap();
     words.write_all(b"\n").unwrap();
-    wait_for_log(&g, "a payload of at most 256 bytes, --max-record-bytes", 1);
+    g.wait_for_log("a payload of at most 256 bytes, --max-record-bytes", 1);
     // Five lines without a topic word: one warning.
     for _ in 0..5 {
         words.write_all(b" 5.4\n").unwrap();
     }
     // A topic that is not UTF-8.
     words.write_all(b"\xff\xfe 5.5\ncgm/glucose 5.6\n").unwrap();
-    wait_for_log(&g, "topic word is not UTF-8", 1);
+    g.wait_for_log("topic word is not UTF-8", 1);
     let mut c = Client::tcp(&format!("127.0.0.1:{pf}")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let got = loop {
@@ -269,7 +252,7 @@ fn a_partial_line_followed_by_silence_is_dropped_not_glued_to_the_next() {
     );
     let mut s = TcpStream::connect(("127.0.0.1", pl)).unwrap();
     s.write_all(b"t=20.3").unwrap();
-    let w = wait_for_log(&g, "partial line of 6 bytes dropped", 1);
+    let w = g.wait_for_log("partial line of 6 bytes dropped", 1);
     assert!(w[0].contains("no newline within 300 ms"), "{w:?}");
     s.write_all(b"t=20.4\n").unwrap();
     let mut c = Client::tcp(&format!("127.0.0.1:{pf}")).unwrap();
@@ -376,7 +359,7 @@ fn metrics_path_gauges_and_the_full_log_warnings() {
             "{r:?}"
         );
     }
-    let full = wait_for_log(&g, "the log is full", 1);
+    let full = g.wait_for_log("the log is full", 1);
     assert!(full[0].contains("consumer \"bridge\""), "{full:?}");
     let text = http(pm, "GET /metrics HTTP/1.1");
     assert!(text.contains("spillway_full 1"), "{text}");
@@ -401,7 +384,7 @@ fn metrics_path_gauges_and_the_full_log_warnings() {
         .publish("fill", &payload, AckLevel::Durable, None)
         .unwrap();
     assert!(matches!(r, Reply::Ack { .. }), "{r:?}");
-    wait_for_log(&g, "the log accepts records again", 1);
+    g.wait_for_log("the log accepts records again", 1);
     let text = http(pm, "GET /metrics HTTP/1.1");
     assert!(text.contains("spillway_full 0"), "{text}");
     let out = run_bridge(&["status", "--gateway", &gw, "--json"]);
@@ -498,11 +481,11 @@ fn a_serial_device_absent_at_start_is_waited_for() {
         ),
         1,
     );
-    let w = wait_for_log(&g, "waiting for it", 1);
+    let w = g.wait_for_log("waiting for it", 1);
     assert!(w[0].contains(&dev.display().to_string()), "{w:?}");
     let (mut master, slave) = TTYPort::pair().expect("pty pair");
     std::os::unix::fs::symlink(slave.name().expect("pty name"), &dev).unwrap();
-    wait_for_log(&g, &format!("listening on {serial}"), 1);
+    g.wait_for_log(&format!("listening on {serial}"), 1);
     master.write_all(b"19.25\n").unwrap();
     master.flush().unwrap();
     let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();

@@ -135,19 +135,6 @@ fn refused(metrics: u16, reason: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Waits (10 s at most) until the gateway's log has a line with `needle`.
-fn wait_for_log(g: &GatewayProcess, needle: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while g.log_lines(&[needle]).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "never logged {needle:?}:\n{}",
-            g.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn input(dir: &Path, n: usize) -> String {
     let p = dir.join("in.txt");
     std::fs::write(&p, (0..n).map(|i| format!("r {i}\n")).collect::<String>()).unwrap();
@@ -242,12 +229,12 @@ fn wrong_or_missing_tokens_are_refused_counted_and_store_nothing() {
         err.contains("Unauthorized") && err.contains("credential not accepted"),
         "{err}"
     );
-    wait_for_log(&g, "credential not accepted");
+    g.wait_for_log("credential not accepted", 1);
 
     let (code, _, err) = s.bridge(&["status", "--gateway", &gw], &[]);
     assert_ne!(code, 0, "{err}");
     assert!(err.contains("requires a credential"), "{err}");
-    wait_for_log(&g, "no credential");
+    g.wait_for_log("no credential", 1);
 
     assert_eq!(s.offsets(&gw), (0, 0), "nothing stored, nothing committed");
     // The publish tried more than once within its --retry-for.
@@ -285,7 +272,7 @@ fn wrong_ca_and_expired_certificates_fail_the_handshake_on_both_sides() {
             "{what}: {err}"
         );
         failures += 1;
-        wait_for_log(&g, "TLS handshake");
+        g.wait_for_log("TLS handshake", 1);
     }
     assert!(
         !g.log_lines(&["Expired", "expired"]).is_empty(),
@@ -340,9 +327,9 @@ fn plaintext_and_tls_clients_on_the_wrong_port_are_told_so() {
     );
     assert_ne!(code, 0);
     assert!(err.contains("a tls:// port?"), "{err}");
-    wait_for_log(
-        &g,
+    g.wait_for_log(
         &format!("TLS handshake on tls://127.0.0.1:{tls_port} failed"),
+        1,
     );
 
     let (code, _, err) = s.bridge(
@@ -355,7 +342,7 @@ fn plaintext_and_tls_clients_on_the_wrong_port_are_told_so() {
     );
     assert_ne!(code, 0);
     assert!(err.contains("handshake failed"), "{err}");
-    wait_for_log(&g, "a TLS client on a plaintext listener");
+    g.wait_for_log("a TLS client on a plaintext listener", 1);
     assert_eq!(refused(metrics, "tls_handshake"), 2);
 }
 
@@ -445,9 +432,9 @@ fn mqtts_carries_mqtt_publishes_over_tls() {
     );
     let out = pub_(&[]);
     assert!(!out.status.success(), "plaintext MQTT on the TLS port");
-    wait_for_log(
-        &g,
+    g.wait_for_log(
         &format!("TLS handshake on mqtts://127.0.0.1:{mqtts} failed"),
+        1,
     );
     let gw = format!("tls://localhost:{port}");
     let token = s.bridge_token.display().to_string();
