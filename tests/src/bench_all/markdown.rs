@@ -272,10 +272,7 @@ impl AllReport {
             bench_footprint::IDLE_CLIENTS
         )?;
         writeln!(f)?;
-        match &self.footprint {
-            Some(r) => writeln!(f, "{r}")?,
-            None => writeln!(f, "Not run.\n")?,
-        }
+        report_or_not_run(f, self.footprint.as_ref())?;
         writeln!(
             f,
             "## 6. MQTT QoS 1 fan-in: spillway vs Mosquitto, and the load generator's ceiling"
@@ -303,10 +300,7 @@ impl AllReport {
             bench_mqtt::CEILING_FACTOR
         )?;
         writeln!(f)?;
-        match &self.mqtt {
-            Some(r) => writeln!(f, "{r}")?,
-            None => writeln!(f, "Not run.\n")?,
-        }
+        report_or_not_run(f, self.mqtt.as_ref())?;
         writeln!(
             f,
             "## 7. One bridge for 16 gateways into Kafka vs a plain producer"
@@ -506,5 +500,13 @@ impl AllReport {
         }
         writeln!(f)?;
         Ok(())
+    }
+}
+
+/// `report`, or `Not run.` and a blank line when its comparison did not run.
+fn report_or_not_run(f: &mut String, report: Option<&impl std::fmt::Display>) -> std::fmt::Result {
+    match report {
+        Some(r) => writeln!(f, "{r}"),
+        None => writeln!(f, "Not run.\n"),
     }
 }
