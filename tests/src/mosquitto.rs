@@ -4,11 +4,12 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crate::gateway::free_port;
 use crate::mqtt_load::MqttConn;
+use crate::process::spawn_configured;
 
 /// Whether Mosquitto keeps its queues in a persistence file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +41,6 @@ impl Mosquitto {
     pub fn start(bin: &Path, persistence: Persistence) -> io::Result<Mosquitto> {
         let dir = tempfile::tempdir()?;
         let port = free_port();
-        let conf = dir.path().join("mosquitto.conf");
         let store = match persistence {
             Persistence::File => format!(
                 "persistence true\npersistence_location {}/\n",
@@ -48,21 +48,15 @@ impl Mosquitto {
             ),
             Persistence::Off => "persistence false\nmax_inflight_messages 0\n".to_string(),
         };
-        std::fs::write(
-            &conf,
-            format!(
+        let child = spawn_configured(
+            bin,
+            dir.path(),
+            "mosquitto",
+            &format!(
                 "listener {port} 127.0.0.1\nallow_anonymous true\n{store}\
                  max_queued_messages 0\nmax_queued_bytes 0\nlog_dest stderr\nuser root\n"
             ),
         )?;
-        let log = std::fs::File::create(dir.path().join("mosquitto.log"))?;
-        let child = Command::new(bin)
-            .arg("-c")
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()?;
         let mut m = Mosquitto {
             child,
             addr: format!("127.0.0.1:{port}"),

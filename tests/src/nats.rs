@@ -28,10 +28,11 @@
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crate::gateway::free_port;
+use crate::process::spawn_configured;
 
 /// The nats-server version that `scripts/nats-server.sh` installs (keep the two equal).
 pub const NATS_SERVER_VERSION: &str = "2.15.1";
@@ -90,16 +91,7 @@ impl NatsServer {
              jetstream {{\n  store_dir: \"{}\"\n{sync}}}\n",
             store.display()
         );
-        let conf_path = dir.path().join("nats.conf");
-        std::fs::write(&conf_path, config)?;
-        let log = std::fs::File::create(dir.path().join("nats.log"))?;
-        let child = Command::new(bin)
-            .arg("-c")
-            .arg(&conf_path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()?;
+        let child = spawn_configured(bin, dir.path(), "nats", &config)?;
         let mut server = NatsServer {
             child: Some(child),
             dir,

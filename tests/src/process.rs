@@ -1,9 +1,11 @@
 //! Signals and bounded waits for the child processes that the tests, the benchmarks and the
 //! demo start (the gateway, the bridge): SIGTERM or SIGKILL a child, wait for its exit with
-//! a time limit, stop it (SIGTERM, then SIGKILL when it overstays).
+//! a time limit, stop it (SIGTERM, then SIGKILL when it overstays); and the start of a peer
+//! server from a config file ([`spawn_configured`]).
 
 use std::io;
-use std::process::{Child, ExitStatus};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// Sends signal `sig` (e.g. `libc::SIGTERM`) to `child`; does nothing if it was reaped.
@@ -16,6 +18,25 @@ pub fn signal(child: &Child, sig: libc::c_int) {
     unsafe {
         libc::kill(pid, sig);
     }
+}
+
+/// Starts `bin -c DIR/NAME.conf` after writing `config` into that file, its stderr into
+/// `DIR/NAME.log`, stdin and stdout closed: a peer server (nats-server, mosquitto) started
+/// from a config file in its own directory.
+///
+/// # Errors
+/// Writing the config file, creating the log file, or the spawn.
+pub fn spawn_configured(bin: &Path, dir: &Path, name: &str, config: &str) -> io::Result<Child> {
+    let conf = dir.join(format!("{name}.conf"));
+    std::fs::write(&conf, config)?;
+    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+    Command::new(bin)
+        .arg("-c")
+        .arg(&conf)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
 }
 
 /// Waits up to `timeout` for `child` to exit: `Ok(None)` when it is still running then.
