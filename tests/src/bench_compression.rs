@@ -40,6 +40,7 @@ use spillway_core::storage::Flash;
 
 use crate::bench_core::Spread;
 use crate::demo::{CGM_FILE, SST_FILE, TOPIC_GLUCOSE, TOPIC_ISIG, TOPIC_SST, load_cgm, load_sst};
+use crate::figures::table_head;
 use crate::ram_nor::RamNor;
 
 /// What to run.
@@ -547,11 +548,10 @@ impl fmt::Display for Section<'_> {
              bytes."
         )?;
         writeln!(f)?;
-        writeln!(
+        table_head(
             f,
-            "| series | pattern | mode | records | batches (compressed) | programmed B / payload B | ×peer | write µs/MiB | +µs/MiB vs none | read µs/MiB | +µs/MiB vs none |"
+            "| series | pattern | mode | records | batches (compressed) | programmed B / payload B | ×peer | write µs/MiB | +µs/MiB vs none | read µs/MiB | +µs/MiB vs none |",
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|---|---|---|---|")?;
         for r in runs {
             let pattern = match r.pattern {
                 Pattern::Linger => format!("linger, {} per batch", r.per_batch),
@@ -613,11 +613,10 @@ impl fmt::Display for Section<'_> {
             CODEC_WINDOW.as_millis()
         )?;
         writeln!(f)?;
-        writeln!(
+        table_head(
             f,
-            "| series | batches | compact body B | LZ4 block B | block / body | compress µs/MiB of body | decompress µs/MiB of body | compress µs/MiB of payload | decompress µs/MiB of payload |"
+            "| series | batches | compact body B | LZ4 block B | block / body | compress µs/MiB of body | decompress µs/MiB of body | compress µs/MiB of payload | decompress µs/MiB of payload |",
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|---|---|")?;
         for c in &self.0.codecs {
             let per_payload = c.body_bytes as f64 / c.payload_bytes as f64;
             let s = |x: &Spread| x.show(|v| format!("{v:.0}"));

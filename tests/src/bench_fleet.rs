@@ -37,7 +37,7 @@ use crate::bench_kafka::{
     timed_producer_run, verify_topic_sized,
 };
 use crate::bridge::{bridge_bin, metric_sum};
-use crate::figures::thousands;
+use crate::figures::{table_head, thousands};
 use crate::gateway::{GatewayProcess, free_port};
 use crate::kafka::Broker;
 use crate::process::ChildProcess;
@@ -316,11 +316,10 @@ impl fmt::Display for FleetReport {
             ],
         )?;
         writeln!(f)?;
-        writeln!(
+        table_head(
             f,
-            "| run | bridge s | producer s | bridge ÷ producer | check |"
+            "| run | bridge s | producer s | bridge ÷ producer | check |",
         )?;
-        writeln!(f, "|---|---|---|---|---|")?;
         for (i, b, p, problems) in self.sides.pairs() {
             writeln!(
                 f,
@@ -547,12 +546,13 @@ impl fmt::Display for CapReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let o = &self.options;
         let cap = o.bytes_per_sec as f64;
-        writeln!(
+        table_head(
             f,
-            "| `--max-bytes-per-sec {}`, records of {} B | payload B/s | ÷ cap |",
-            o.bytes_per_sec, o.payload
+            &format!(
+                "| `--max-bytes-per-sec {}`, records of {} B | payload B/s | ÷ cap |",
+                o.bytes_per_sec, o.payload
+            ),
         )?;
-        writeln!(f, "|---|---|---|")?;
         writeln!(
             f,
             "| whole window, {:.1} s (goal: within ±{} %) | {} | **{:.3}** |",

@@ -37,7 +37,7 @@ use crate::bench_gateway::{
     timed,
 };
 use crate::client::Client;
-use crate::figures::thousands;
+use crate::figures::{table_head, thousands};
 use crate::gateway::{GatewayProcess, free_port, spillway_bin};
 pub use crate::mosquitto::mosquitto_bin;
 use crate::mosquitto::{Mosquitto, Persistence, mosquitto_version};
@@ -355,13 +355,14 @@ fn size(bytes: u64) -> String {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
+        table_head(
             f,
-            "| server | binary | stripped copy | shared libraries | peak RSS (VmHWM), {IDLE_CLIENTS} idle clients | \
+            &format!(
+                "| server | binary | stripped copy | shared libraries | peak RSS (VmHWM), {IDLE_CLIENTS} idle clients | \
              peak RSS (VmHWM) after load | load: {PUBLISHERS} × {} records of {PAYLOAD} B | records/s |",
-            thousands(self.options.per_publisher as f64)
+                thousands(self.options.per_publisher as f64)
+            ),
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|---|")?;
         for s in &self.servers {
             let libs = if s.binary.shared_libs.is_empty() {
                 "none (static)".to_string()

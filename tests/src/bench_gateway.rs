@@ -51,7 +51,7 @@ use spillway_core::wire::{AckLevel, GatewayStats};
 
 use crate::bench_core::{Machine, Spread, machine};
 use crate::client::{Client, Reply};
-use crate::figures::thousands;
+use crate::figures::{table_head, thousands};
 use crate::gateway::{GatewayProcess, free_port};
 use crate::nats::{NatsConn, NatsServer, PubAck, nats_server_version};
 
@@ -597,11 +597,12 @@ impl fmt::Display for Report {
             )?,
         }
         writeln!(f)?;
-        writeln!(
+        table_head(
             f,
-            "| records/s, min / median / max of {reps} | spillway | NATS JetStream | spillway ÷ NATS (medians) |"
+            &format!(
+                "| records/s, min / median / max of {reps} | spillway | NATS JetStream | spillway ÷ NATS (medians) |"
+            ),
         )?;
-        writeln!(f, "|---|---|---|---|")?;
         for (label, runs) in self.cases() {
             let sw = runs.spillway_rates();
             let peer = runs.nats_rates();
@@ -620,11 +621,12 @@ impl fmt::Display for Report {
             )?;
         }
         writeln!(f)?;
-        writeln!(
+        table_head(
             f,
-            "| spillway over TLS, records/s, min / median / max of {reps} | plaintext TCP | TLS | TLS ÷ plaintext (medians; goal ≥ {TLS_GOAL:.2}) |"
+            &format!(
+                "| spillway over TLS, records/s, min / median / max of {reps} | plaintext TCP | TLS | TLS ÷ plaintext (medians; goal ≥ {TLS_GOAL:.2}) |"
+            ),
         )?;
-        writeln!(f, "|---|---|---|---|")?;
         for (label, runs) in self.cases() {
             let (plain, tls) = (runs.spillway_rates(), runs.tls_rates());
             if tls.is_empty() {
@@ -641,11 +643,10 @@ impl fmt::Display for Report {
             )?;
         }
         writeln!(f)?;
-        writeln!(
+        table_head(
             f,
-            "| per record, medians | server CPU µs, spillway / NATS | bytes stored, spillway / NATS | records per fdatasync, spillway |"
+            "| per record, medians | server CPU µs, spillway / NATS | bytes stored, spillway / NATS | records per fdatasync, spillway |",
         )?;
-        writeln!(f, "|---|---|---|---|")?;
         for (label, runs) in self.cases() {
             let median = |xs: Vec<f64>| {
                 if xs.is_empty() {
@@ -680,11 +681,12 @@ impl fmt::Display for Report {
             )?;
         }
         writeln!(f)?;
-        writeln!(
+        table_head(
             f,
-            "| disk, same filesystem, min / median / max of {reps} | MiB/s | fdatasync/s | records/s equivalent (bytes/s ÷ {PAYLOAD}) |"
+            &format!(
+                "| disk, same filesystem, min / median / max of {reps} | MiB/s | fdatasync/s | records/s equivalent (bytes/s ÷ {PAYLOAD}) |"
+            ),
         )?;
-        writeln!(f, "|---|---|---|---|")?;
         for row in &self.disk {
             let mib: Vec<f64> = row
                 .bytes_per_s

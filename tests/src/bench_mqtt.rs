@@ -51,7 +51,7 @@ use mqtt_protocol_core::mqtt::packet::GenericPacket;
 use crate::bench_core::Spread;
 use crate::bench_gateway::spillway_args_with;
 use crate::client::Client;
-use crate::figures::thousands;
+use crate::figures::{table_head, thousands};
 use crate::gateway::{GatewayProcess, free_port};
 use crate::mosquitto::{Mosquitto, Persistence, mosquitto_version};
 pub use crate::mqtt_load::Measured;
@@ -397,12 +397,11 @@ fn ms(x: f64) -> String {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let peer = self.mosquitto.as_deref().unwrap_or("mosquitto");
-        writeln!(
+        table_head(
             f,
             "| payload | server | acknowledges QoS 1 | messages/s | PUBACK p50, ms | PUBACK p99, ms | \
-             server CPU, µs/message |"
+             server CPU, µs/message |",
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|")?;
         for c in &self.cases {
             let mut rows = vec![
                 (
@@ -441,13 +440,14 @@ impl fmt::Display for Report {
             }
         }
         writeln!(f)?;
-        writeln!(
+        table_head(
             f,
-            "| payload | spillway ÷ {peer}, messages/s (goal ≥ {GOAL:.1}) | p50 latency, spillway ÷ \
+            &format!(
+                "| payload | spillway ÷ {peer}, messages/s (goal ≥ {GOAL:.1}) | p50 latency, spillway ÷ \
              {peer} | p99 latency, spillway ÷ {peer} | generator ceiling ÷ faster server (≥ \
              {CEILING_FACTOR:.0} needed) |"
+            ),
         )?;
-        writeln!(f, "|---|---|---|---|---|")?;
         for c in &self.cases {
             let med = |r: &[Measured], g: fn(&Measured) -> f64| {
                 Spread::of(&r.iter().map(g).collect::<Vec<_>>()).median

@@ -1,5 +1,6 @@
 //! How the benchmark reports and the demo write numbers: thousands separators
-//! ([`thousands`], [`thousands_u64`]) and rates with a k/M suffix ([`si`]).
+//! ([`thousands`], [`thousands_u64`]) and rates with a k/M suffix ([`si`]); and the head of
+//! a Markdown table ([`table_head`]).
 
 /// `x` rounded to a whole number, with thousands separators: `999`, `1,234,567`, `-4,321`.
 pub fn thousands(x: f64) -> String {
@@ -35,6 +36,17 @@ pub fn si(x: f64) -> String {
     }
 }
 
+/// Writes the head row `head` of a Markdown table (`| a | b |`, one line) and the separator
+/// row under it, one `---` per column (`|---|---|`).
+///
+/// # Errors
+/// The writer's.
+pub fn table_head(f: &mut impl std::fmt::Write, head: &str) -> std::fmt::Result {
+    let columns = head.matches('|').count().saturating_sub(1);
+    writeln!(f, "{head}")?;
+    writeln!(f, "|{}", "---|".repeat(columns))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,6 +63,13 @@ mod tests {
         assert_eq!(thousands_u64(1000), "1,000");
         assert_eq!(thousands_u64(52_281), "52,281");
         assert_eq!(thousands_u64(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn a_table_head_has_a_separator_per_column() {
+        let mut s = String::new();
+        table_head(&mut s, "| a | b c | d |").unwrap();
+        assert_eq!(s, "| a | b c | d |\n|---|---|---|\n");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::bench_core::{self, Spread};
 use crate::bench_footprint;
 use crate::bench_gateway;
 use crate::bench_mqtt;
-use crate::figures::thousands;
+use crate::figures::{table_head, thousands};
 use crate::plot::{self, Bar, Series};
 
 impl AllReport {
@@ -138,11 +138,10 @@ impl AllReport {
         writeln!(f)?;
         writeln!(f, "![spillway ÷ peer](ratios.svg)")?;
         writeln!(f)?;
-        writeln!(
+        table_head(
             f,
-            "| # | figure | spillway | peer | peer value | spillway ÷ peer | range | better | goal |"
+            "| # | figure | spillway | peer | peer value | spillway ÷ peer | range | better | goal |",
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|---|---|")?;
         let ratios = self.ratios();
         for r in &ratios {
             let range = r
@@ -359,8 +358,7 @@ impl AllReport {
         }
         writeln!(f, "## Run")?;
         writeln!(f)?;
-        writeln!(f, "| part | wall time, s |")?;
-        writeln!(f, "|---|---|")?;
+        table_head(f, "| part | wall time, s |")?;
         for (what, d) in &self.timings {
             writeln!(f, "| {what} | {:.0} |", d.as_secs_f64())?;
         }
@@ -462,15 +460,16 @@ impl AllReport {
         }
         writeln!(f, "![mount time vs image size](mount.svg)")?;
         writeln!(f)?;
-        writeln!(
+        table_head(
             f,
-            "| image | spillway, 16 KiB segments: mount ms | flash reads | spillway, {} \
+            &format!(
+                "| image | spillway, 16 KiB segments: mount ms | flash reads | spillway, {} \
              segments: mount ms | read every byte, ms | mount ÷ read (16 KiB) | \
              sequential-storage first peek ms | flash reads | first push ms | \
              mount ÷ peek (16 KiB) |",
-            o.mount_fixed_segments
+                o.mount_fixed_segments
+            ),
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|---|---|---|")?;
         let ms = |s: &Spread| s.show(|x| format!("{x:.3}"));
         for m in &self.mounts {
             let a = &m.small_segments;

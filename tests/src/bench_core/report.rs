@@ -3,7 +3,7 @@
 use std::fmt;
 
 use super::{ERASE_SIZE, Engine, MOUNT_PAYLOAD, READ_BUFFER, Report, Spread, WriteRun};
-use crate::figures::si;
+use crate::figures::{si, table_head};
 
 fn si_spread(s: &Spread) -> String {
     s.show(si)
@@ -37,12 +37,11 @@ impl fmt::Display for Report {
             o.write_payload_total >> 20
         )?;
         writeln!(f)?;
-        writeln!(
+        table_head(
             f,
             "| payload | write size | engine | records | appends/s | ×peer | \
-             programmed B / payload B | ×peer | erases / MiB payload | ×peer |"
+             programmed B / payload B | ×peer | erases / MiB payload | ×peer |",
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|---|---|---|")?;
         for group in self.writes.chunks(Engine::ALL.len()) {
             let peer = group.iter().find(|r| r.engine == Engine::Peer);
             for r in group {
@@ -76,11 +75,10 @@ impl fmt::Display for Report {
             READ_BUFFER >> 10
         )?;
         writeln!(f)?;
-        writeln!(
+        table_head(
             f,
-            "| payload | write size | engine | records read | reads/s | ×peer | payload MB/s (median) |"
+            "| payload | write size | engine | records read | reads/s | ×peer | payload MB/s (median) |",
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|")?;
         for group in self.writes.chunks(Engine::ALL.len()) {
             let peer = group.iter().find(|r| r.engine == Engine::Peer);
             for r in group {
@@ -118,11 +116,10 @@ impl fmt::Display for Report {
              checked against the flash's own counters)"
         )?;
         writeln!(f)?;
-        writeln!(
+        table_head(
             f,
-            "| payload | write size | engine | payload bytes | bytes programmed | erases |"
+            "| payload | write size | engine | payload bytes | bytes programmed | erases |",
         )?;
-        writeln!(f, "|---|---|---|---|---|---|")?;
         for r in &self.writes {
             writeln!(
                 f,
@@ -143,13 +140,12 @@ impl fmt::Display for Report {
             o.mount_fill_percent, MOUNT_PAYLOAD
         )?;
         writeln!(f)?;
-        writeln!(
+        table_head(
             f,
             "| image | spillway segments | spillway mount ms | flash reads | bytes read | \
              read every byte once, ms | peer pages | peer first peek ms | flash reads | \
-             peer first push ms | mount ×peek | mount ×scan |"
+             peer first push ms | mount ×peek | mount ×scan |",
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
         for mnt in &self.mounts {
             let peer = self
                 .peer_cold

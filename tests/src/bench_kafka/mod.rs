@@ -33,7 +33,7 @@ use spillway_core::wire::AckLevel;
 use crate::bench_core::{Machine, Spread, machine};
 use crate::bridge::bridge_bin;
 use crate::client::{Client, Reply};
-use crate::figures::thousands;
+use crate::figures::{table_head, thousands};
 use crate::gateway::{GatewayProcess, free_port};
 use crate::kafka::Broker;
 
@@ -271,8 +271,7 @@ impl Sides {
                 thousands(s.max)
             )
         };
-        writeln!(f, "| {head} | min | median | max |")?;
-        writeln!(f, "|---|---|---|---|")?;
+        table_head(f, &format!("| {head} | min | median | max |"))?;
         row(f, bridge, &self.bridge_rates())?;
         row(f, producer, &self.producer_rates())?;
         let r = Spread::of(&self.ratios());
@@ -468,12 +467,11 @@ impl fmt::Display for Report {
             ],
         )?;
         writeln!(f)?;
-        writeln!(
+        table_head(
             f,
             "| run | bridge s | bridge: records in its topic, in place | producer s | \
-             producer: records in its topic, in place | bridge ÷ producer | check |"
+             producer: records in its topic, in place | bridge ÷ producer | check |",
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|")?;
         for (i, b, p, problems) in self.sides.pairs() {
             let check = if problems.is_empty() {
                 "verified".to_string()
