@@ -369,6 +369,16 @@ impl Client {
         self.seq
     }
 
+    /// Sends the request `make` builds with the next seq and reads its reply, which must
+    /// echo that seq (or carry 0, a reply to no request).
+    fn call<'r>(&mut self, make: impl FnOnce(u32) -> Request<'r>) -> io::Result<Reply> {
+        let seq = self.next_seq();
+        self.send(&make(seq))?;
+        let r = self.recv()?;
+        check_seq(&r, seq)?;
+        Ok(r)
+    }
+
     /// Handshake.
     pub fn hello(&mut self, name: &str) -> io::Result<Reply> {
         self.send_raw(&[0])?;
@@ -430,17 +440,13 @@ impl Client {
         max_bytes: u32,
         wait_ms: Option<u32>,
     ) -> io::Result<Reply> {
-        let seq = self.next_seq();
-        self.send(&Request::Fetch {
+        self.call(|seq| Request::Fetch {
             seq,
             consumer,
             from_offset: from,
             max_bytes,
             wait_ms,
-        })?;
-        let r = self.recv()?;
-        check_seq(&r, seq)?;
-        Ok(r)
+        })
     }
 
     /// Reads every record from `from` up to the log's current end.
@@ -472,15 +478,11 @@ impl Client {
 
     /// Commits `offset` for `consumer`.
     pub fn commit(&mut self, consumer: &str, offset: u64) -> io::Result<Reply> {
-        let seq = self.next_seq();
-        self.send(&Request::Commit {
+        self.call(|seq| Request::Commit {
             seq,
             consumer,
             offset,
-        })?;
-        let r = self.recv()?;
-        check_seq(&r, seq)?;
-        Ok(r)
+        })
     }
 
     /// Lists consumers.
@@ -500,15 +502,11 @@ impl Client {
     /// One `FindOffset` step: the first offset at or after `from` stamped at or after
     /// `timestamp_us`, or where to go on from (the reply as it came).
     pub fn find_offset(&mut self, timestamp_us: u64, from: u64) -> io::Result<Reply> {
-        let seq = self.next_seq();
-        self.send(&Request::FindOffset {
+        self.call(|seq| Request::FindOffset {
             seq,
             timestamp_us,
             from_offset: from,
-        })?;
-        let r = self.recv()?;
-        check_seq(&r, seq)?;
-        Ok(r)
+        })
     }
 
     /// The gateway's counters.
