@@ -102,6 +102,27 @@ pub fn record_key(key: KafkaKey, gateway_id: &str, topic: &str) -> String {
     }
 }
 
+/// The headers of a message of gateway `gateway_id`: `spillway-gateway`, `spillway-log-id`
+/// (`log_id`, 32 hex digits), then `rest` (name, value) in order.
+fn message_headers(gateway_id: &str, log_id: &str, rest: &[(&str, &str)]) -> OwnedHeaders {
+    let mut h = OwnedHeaders::new_with_capacity(2 + rest.len())
+        .insert(Header {
+            key: headers::GATEWAY,
+            value: Some(gateway_id),
+        })
+        .insert(Header {
+            key: headers::LOG_ID,
+            value: Some(log_id),
+        });
+    for &(key, value) in rest {
+        h = h.insert(Header {
+            key,
+            value: Some(value),
+        });
+    }
+    h
+}
+
 /// The Kafka sink. Clones share one producer (the drains of a fleet).
 #[derive(Clone)]
 pub struct KafkaSink {
@@ -479,50 +500,50 @@ impl KafkaSink {
             };
             let offset = rec.offset.to_string();
             let ts_us = rec.timestamp_us.to_string();
-            loop {
-                let hdrs = OwnedHeaders::new_with_capacity(5)
-                    .insert(Header {
-                        key: headers::GATEWAY,
-                        value: Some(src.gateway_id.as_str()),
-                    })
-                    .insert(Header {
-                        key: headers::LOG_ID,
-                        value: Some(log_id.as_str()),
-                    })
-                    .insert(Header {
-                        key: headers::OFFSET,
-                        value: Some(offset.as_str()),
-                    })
-                    .insert(Header {
-                        key: headers::TOPIC,
-                        value: Some(rec.topic.as_str()),
-                    })
-                    .insert(Header {
-                        key: headers::TIMESTAMP_US,
-                        value: Some(ts_us.as_str()),
-                    });
-                let msg = FutureRecord::to(kafka_topic)
-                    .key(key.as_str())
-                    .payload(rec.payload.as_slice())
-                    .timestamp(i64::try_from(rec.timestamp_us / 1000).unwrap_or(i64::MAX))
-                    .headers(hdrs);
-                match self.producer.send_result(msg) {
-                    Ok(f) => {
-                        pending.reports.push_back(Report::Sent(f));
-                        break;
-                    }
-                    Err((e, _)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
-                        // The producer's own thread drains the queue; give it a moment.
-                        smol::Timer::after(QUEUE_FULL_WAIT).await;
-                    }
-                    Err((e, _)) => {
-                        pending.enqueue_failure = Some(kafka_err(e));
-                        return pending;
-                    }
+            let sent = self
+                .enqueue(|| {
+                    FutureRecord::to(kafka_topic)
+                        .key(key.as_str())
+                        .payload(rec.payload.as_slice())
+                        .timestamp(i64::try_from(rec.timestamp_us / 1000).unwrap_or(i64::MAX))
+                        .headers(message_headers(
+                            &src.gateway_id,
+                            &log_id,
+                            &[
+                                (headers::OFFSET, &offset),
+                                (headers::TOPIC, &rec.topic),
+                                (headers::TIMESTAMP_US, &ts_us),
+                            ],
+                        ))
+                })
+                .await;
+            match sent {
+                Ok(f) => pending.reports.push_back(Report::Sent(f)),
+                Err(e) => {
+                    pending.enqueue_failure = Some(kafka_err(e));
+                    return pending;
                 }
             }
         }
         pending
+    }
+
+    /// Enqueues the message `build` makes in the producer. While the producer's queue is
+    /// full, waits [`QUEUE_FULL_WAIT`] (its own thread drains the queue) and builds the
+    /// message again.
+    async fn enqueue<'m>(
+        &self,
+        build: impl Fn() -> FutureRecord<'m, str, [u8]>,
+    ) -> Result<DeliveryFuture, KafkaError> {
+        loop {
+            match self.producer.send_result(build()) {
+                Ok(f) => return Ok(f),
+                Err((e, _)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
+                    smol::Timer::after(QUEUE_FULL_WAIT).await;
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
     }
 
     /// Sends a gap record for `gap` (empty payload; headers `spillway-gateway`,
@@ -557,32 +578,19 @@ impl KafkaSink {
         }
         let mut reports = Vec::with_capacity(topics.len());
         for topic in &topics {
-            let f = loop {
-                let hdrs = OwnedHeaders::new_with_capacity(3)
-                    .insert(Header {
-                        key: headers::GATEWAY,
-                        value: Some(src.gateway_id.as_str()),
-                    })
-                    .insert(Header {
-                        key: headers::LOG_ID,
-                        value: Some(log_id.as_str()),
-                    })
-                    .insert(Header {
-                        key: headers::GAP,
-                        value: Some(value.as_str()),
-                    });
-                let msg = FutureRecord::to(topic)
-                    .key(key.as_str())
-                    .payload(&[] as &[u8])
-                    .headers(hdrs);
-                match self.producer.send_result(msg) {
-                    Ok(f) => break f,
-                    Err((e, _)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
-                        smol::Timer::after(QUEUE_FULL_WAIT).await;
-                    }
-                    Err((e, _)) => return Err(kafka_err(e)),
-                }
-            };
+            let f = self
+                .enqueue(|| {
+                    FutureRecord::to(topic)
+                        .key(key.as_str())
+                        .payload(&[] as &[u8])
+                        .headers(message_headers(
+                            &src.gateway_id,
+                            &log_id,
+                            &[(headers::GAP, &value)],
+                        ))
+                })
+                .await
+                .map_err(kafka_err)?;
             reports.push(f);
         }
         let mut first_err = None;
