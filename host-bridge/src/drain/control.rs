@@ -3,45 +3,51 @@
 
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+
 use smol::channel::{Receiver, Sender};
 
 /// Capped exponential backoff with jitter: each delay is drawn uniformly from
-/// `[d/2, d]`, where `d` doubles from `initial` up to `max`.
-#[derive(Debug, Clone)]
+/// `[d/2, d)`, where `d` doubles from `initial` up to `max`.
+///
+/// The delays come from `backon`'s exponential backoff, set up so that its jitter (a
+/// delay `c` becomes `c + c × U[0, 1)`) over `c = d/2` gives that range; this type only
+/// keeps the builder so that [`Backoff::reset`] can start the sequence over.
+#[derive(Debug)]
 pub struct Backoff {
-    initial: Duration,
+    builder: ExponentialBuilder,
+    delays: ExponentialBackoff,
     max: Duration,
-    current: Duration,
 }
 
 impl Backoff {
-    /// A backoff from `initial` to at most `max`.
+    /// A backoff from `initial` to at most `max` (each at least 1 ms).
     pub fn new(initial: Duration, max: Duration) -> Self {
         let initial = initial.max(Duration::from_millis(1));
+        let max = max.max(initial);
+        let builder = ExponentialBuilder::new()
+            .with_min_delay(initial / 2)
+            .with_max_delay(max / 2)
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times();
         Backoff {
-            initial,
-            max: max.max(initial),
-            current: initial,
+            builder,
+            delays: builder.build(),
+            max,
         }
     }
 
     /// The next delay.
     pub fn next_delay(&mut self) -> Duration {
-        let d = self.current;
-        self.current = (self.current * 2).min(self.max);
-        let half = d / 2;
-        let jitter_ns = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
-        let extra = if jitter_ns == 0 {
-            0
-        } else {
-            rand::random_range(0..=jitter_ns)
-        };
-        half + Duration::from_nanos(extra)
+        // Without a limit on the number of retries or their total the sequence never ends;
+        // `max` only stands in for an end that cannot come.
+        self.delays.next().unwrap_or(self.max)
     }
 
     /// Back to the initial delay (after a success).
     pub fn reset(&mut self) {
-        self.current = self.initial;
+        self.delays = self.builder.build();
     }
 }
 
