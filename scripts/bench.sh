@@ -8,16 +8,20 @@
 # Every run is checked for the work its figure claims (Kafka runs are read back from their
 # topics); a failed check exits 1 with a message saying which.
 #
-# Usage: scripts/bench.sh [--only 1,2,...]     (arguments go to the bench program)
-#   Comparisons: 1 core, 2 mount, 3 gateway ingest, 4 Kafka, 5 footprint, 6 MQTT QoS 1
-#   fan-in against mosquitto (`--only 6` runs it alone), 7 one bridge for 16 gateways into
-#   Kafka, 8 the uplink cap over 30 s (`--only 4,7,8`: the bridge's rows). Wall time on a
+# Usage: scripts/bench.sh [--only 1,2,...] [--kafka-records N]
+#   (arguments go to the bench program). Comparisons: 1 core, 2 mount, 3 gateway ingest, 4 Kafka, 5 footprint, 6 MQTT
+#   QoS 1 fan-in against mosquitto (`--only 6` runs it alone), 7 one bridge for 16 gateways
+#   into Kafka, 8 the uplink cap over 30 s, 9 the file sink against a plain writer
+#   (`--only 4,7,8,9`: the bridge's rows). `--kafka-records N` drains N records in
+#   comparison 4 instead of 300,000: `--only 4 --kafka-records 3000000` is the issue's
+#   second size (not part of the default run). Wall time on a
 #   2-core machine busy with other builds (load 7-13), two runs: 1 in 70-140 s, 2 in
 #   175-320 s (filling the peer's 64 MiB image takes most of it), 3 in 155-200 s, 4 in
 #   45-65 s, 5 in under 20 s, 6 in 30-50 s of runs (130 s when its first gateway start
 #   waits for the harness's own cargo build), 7 in 25 s and 8 in 40 s (one run, load 6-8);
 #   1 to 5 in 8-12.5 min after a warm release build (a cold one took 24 min). `--only 1,4,5`
-#   is the quick run (2-4 min); `--only 4,7,8` took 5 min.
+#   is the quick run (2-4 min); `--only 4,7,8` took 5 min. 9 in about 30 s (load 8);
+#   `--only 4 --kafka-records 3000000` in 5.3 min (its fill 2.5 min, load 8).
 # Environment: SPILLWAY_BENCH_OUT (default bench-results), SPILLWAY_KAFKA_PORT (default
 # 19092, or any free port if another program holds it), SPILLWAY_KAFKA_BROKER (use a
 # broker already running instead of starting one).

@@ -2,8 +2,10 @@
 //! into a results folder. See `spillway_tests::bench_all` for what is compared; run it
 //! through `scripts/bench.sh`, which installs and starts the peers first.
 //!
-//! `cargo bench -p spillway-tests --bench all -- [--out DIR] [--only 1,2,...]` (default
-//! `bench-results` in the workspace root; `--only` runs some comparisons, by number). The peers: nats-server from `$SPILLWAY_NATS_SERVER` or
+//! `cargo bench -p spillway-tests --bench all -- [--out DIR] [--only 1,2,...]
+//! [--kafka-records N]` (default `bench-results` in the workspace root; `--only` runs some
+//! comparisons, by number; `--kafka-records` sets the records of comparison 4, 300,000
+//! unless given, e.g. 3000000 for the second size). The peers: nats-server from `$SPILLWAY_NATS_SERVER` or
 //! `scripts/nats-server.sh`'s install; the Kafka-protocol broker at
 //! `$SPILLWAY_KAFKA_BROKER` (`host:port`); mosquitto from `$SPILLWAY_MOSQUITTO` or
 //! `/usr/sbin/mosquitto`. A missing peer is skipped and the report says so. Under
@@ -36,6 +38,15 @@ fn main() {
             .filter_map(|n| n.trim().parse().ok())
             .collect();
         opts = opts.only(&only);
+    }
+    if let Some(i) = args.iter().position(|a| a == "--kafka-records") {
+        let n: usize = args
+            .get(i + 1)
+            .and_then(|n| n.replace(['_', ','], "").parse().ok())
+            .expect("--kafka-records N (a number of records)");
+        if let Some((k, _)) = opts.kafka.as_mut() {
+            k.records = n;
+        }
     }
     let tmp = tempfile::tempdir().expect("tempdir");
     let out: PathBuf = match args.iter().position(|a| a == "--out") {

@@ -6,7 +6,8 @@
 //! whole-topic consumer, the [`demo`] scenario (also the `spillway-demo` binary), and the
 //! benchmarks' measuring code: the core against `sequential-storage` ([`bench_core`]),
 //! gateway ingest against NATS ([`bench_gateway`]), bridge drain against a plain Kafka
-//! producer ([`bench_kafka`]), footprint beside nats-server and mosquitto
+//! producer ([`bench_kafka`]) and into files against a plain writer ([`bench_file_sink`]),
+//! footprint beside nats-server and mosquitto
 //! ([`bench_footprint`]), MQTT QoS 1 fan-in against Mosquitto ([`bench_mqtt`], its load
 //! generator [`mqtt_load`]), all of them in one report ([`bench_all`]) with its [`plot`]s;
 //! how the reports and the demo write numbers ([`figures`]).
@@ -14,6 +15,7 @@
 pub mod bench_all;
 pub mod bench_compression;
 pub mod bench_core;
+pub mod bench_file_sink;
 pub mod bench_fleet;
 pub mod bench_footprint;
 pub mod bench_gateway;

@@ -116,7 +116,7 @@ impl AllReport {
             "Every figure was measured in this run beside its peer, repetitions interleaved, \
              and is given as min / median / max. A ratio is spillway ÷ peer on medians; its \
              range is the per-repetition ratios where the repetitions were paired \
-             (comparisons 3, 4 and 6), else the widest the extremes allow (spillway min ÷ peer \
+             (comparisons 3, 4, 6, 7 and 9), else the widest the extremes allow (spillway min ÷ peer \
              max … spillway max ÷ peer min). Flash bytes and erases are exact counts. This \
              is a shared 2-core machine: absolute figures move from run to run, the ratios \
              much less."
@@ -235,8 +235,9 @@ impl AllReport {
                      the last delivery report. After each run its topic is read back to the end \
                      (not timed): a run counts only if the topic holds exactly the records \
                      sent, in order, payload and offset header each in place. Broker: tansu in \
-                     memory. Filling the gateway took {:.1} s (durable publishes, not timed).",
-                    k.options.records,
+                     memory. Filling the gateway took {:.1} s (`spillway-bridge publish --ack \
+                     durable`, not timed).",
+                    thousands(k.options.records as f64),
                     k.fill.as_secs_f64()
                 )?;
                 writeln!(f)?;
@@ -354,6 +355,15 @@ impl AllReport {
                 writeln!(f)?;
                 writeln!(f, "{c}")?;
             }
+            None => writeln!(f, "Not run.\n")?,
+        }
+        writeln!(
+            f,
+            "## 9. Bridge drain into the file sink vs a plain writer of the same lines"
+        )?;
+        writeln!(f)?;
+        match &self.file_sink {
+            Some(k) => writeln!(f, "{k}")?,
             None => writeln!(f, "Not run.\n")?,
         }
         writeln!(f, "## Run")?;

@@ -17,7 +17,9 @@
 //! 7. one bridge draining 16 gateways into Kafka against a plain producer sending the same
 //!    records ([`bench_fleet::run_fleet`]);
 //! 8. the uplink cap `--max-bytes-per-sec 1M` held over 30 s, against the cap itself
-//!    ([`bench_fleet::run_cap`]).
+//!    ([`bench_fleet::run_cap`]);
+//! 9. bridge drain into the file sink against a plain writer of the same lines with one
+//!    fsync per rotation ([`bench_file_sink`]).
 //!
 //! A ratio's range is the widest the extremes allow (spillway's min ÷ the peer's max to
 //! spillway's max ÷ the peer's min), unless the repetitions were paired, then it is the
@@ -27,6 +29,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::bench_core::{self, Machine, PeerCold, SpillwayMount, WriteRun, machine};
+use crate::bench_file_sink;
 use crate::bench_fleet;
 use crate::bench_footprint;
 use crate::bench_gateway;
@@ -68,12 +71,14 @@ pub struct Options {
     pub fleet: bench_fleet::FleetOptions,
     /// Comparison 8 (on the broker of [`Options::kafka`]).
     pub cap: bench_fleet::CapOptions,
+    /// Comparison 9.
+    pub file_sink: bench_file_sink::Options,
     /// Which comparisons run (index 0 is comparison 1); all of them normally.
-    pub parts: [bool; 8],
+    pub parts: [bool; 9],
 }
 
 impl Options {
-    /// Runs only the comparisons numbered in `only` (1–8).
+    /// Runs only the comparisons numbered in `only` (1–9).
     pub fn only(mut self, only: &[u8]) -> Options {
         for (i, p) in self.parts.iter_mut().enumerate() {
             *p = only.contains(&(i as u8 + 1));
@@ -102,7 +107,8 @@ impl Options {
             nats_bin,
             fleet: bench_fleet::FleetOptions::default(),
             cap: bench_fleet::CapOptions::default(),
-            parts: [true; 8],
+            file_sink: bench_file_sink::Options::default(),
+            parts: [true; 9],
         }
     }
 
@@ -146,7 +152,11 @@ impl Options {
                 tolerance_pct: 50,
                 ..bench_fleet::CapOptions::default()
             },
-            parts: [true; 8],
+            file_sink: bench_file_sink::Options {
+                records: 500,
+                runs: 1,
+            },
+            parts: [true; 9],
         }
     }
 }
@@ -195,6 +205,8 @@ pub struct AllReport {
     pub fleet: Option<bench_fleet::FleetReport>,
     /// Comparison 8 (`None` if not run or no broker was given).
     pub cap: Option<bench_fleet::CapReport>,
+    /// Comparison 9 (`None` if not run).
+    pub file_sink: Option<bench_file_sink::Report>,
     /// Wall time of each comparison.
     pub timings: Vec<(&'static str, Duration)>,
     /// Wall time of the whole run.
@@ -318,6 +330,12 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> AllReport {
         .map(|b| bench_fleet::run_cap(&opts.cap, b, |w| progress(&format!("8. uplink cap: {w}"))));
     timings.push(("8. uplink cap", t.elapsed()));
 
+    let t = Instant::now();
+    let file_sink = opts.parts[8].then(|| {
+        bench_file_sink::run(&opts.file_sink, |w| progress(&format!("9. file sink: {w}")))
+    });
+    timings.push(("9. bridge drain into files", t.elapsed()));
+
     AllReport {
         options: opts.clone(),
         machine: at_start,
@@ -332,6 +350,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> AllReport {
         mqtt,
         fleet,
         cap,
+        file_sink,
         timings,
         elapsed: begun.elapsed(),
     }

@@ -3,6 +3,7 @@
 
 use super::AllReport;
 use crate::bench_core::{Engine, Spread};
+use crate::bench_file_sink;
 use crate::bench_fleet;
 use crate::bench_footprint;
 use crate::bench_kafka::{self, Sides};
@@ -12,7 +13,7 @@ use crate::figures::si;
 /// A headline ratio.
 #[derive(Debug, Clone)]
 pub struct Ratio {
-    /// Comparison number (1–6).
+    /// Comparison number (1–9).
     pub comparison: u8,
     /// What is compared.
     pub label: String,
@@ -400,6 +401,28 @@ impl AllReport {
                 .goal(1.0 - tol, 1.0 + tol),
             );
         }
+        if let Some(k) = &self.file_sink {
+            let (sink, writer) = (k.sink_rates(), k.writer_rates());
+            let (a, b) = (Spread::of(&sink), Spread::of(&writer));
+            let unverified = if k.failures().is_empty() {
+                ""
+            } else {
+                " (FAILED its check: not valid)"
+            };
+            out.push(Ratio {
+                comparison: 9,
+                label: format!(
+                    "records/s into files, bridge drain vs plain writer with one fsync per rotation{unverified}"
+                ),
+                spillway: si(a.median),
+                peer: si(b.median),
+                peer_name: "plain writer".into(),
+                ratio: a.median / b.median,
+                range: paired(&sink, &writer),
+                higher_is_better: true,
+                goal: Some((bench_file_sink::GOAL, f64::INFINITY)),
+            });
+        }
         out
     }
 
@@ -417,6 +440,11 @@ impl AllReport {
                 .flat_map(bench_fleet::FleetReport::failures),
         );
         out.extend(self.cap.iter().flat_map(bench_fleet::CapReport::failures));
+        out.extend(
+            self.file_sink
+                .iter()
+                .flat_map(bench_file_sink::Report::failures),
+        );
         out
     }
 }

@@ -9,8 +9,8 @@
 //!
 //! What is timed: the bridge's whole process (start, handshake, tail scan, drain, final
 //! commit, exit), and the producer from its creation to the last delivery report. The
-//! gateway is filled once with durable publishes (not timed); every run writes to a fresh
-//! topic, bridge and producer alternating.
+//! gateway is filled once ([`publish_sized`]: `spillway-bridge publish --ack durable`, not
+//! timed); every run writes to a fresh topic, bridge and producer alternating.
 //!
 //! Every bridge run starts from nothing: a fresh state file and a consumer name of its own
 //! (`bench-run-N`), so it drains the gateway from its first offset; a drain under a name
@@ -22,13 +22,12 @@
 //! in the [`Report`] with what was found, its rate counts only the records that arrived,
 //! and [`Report::failures`] names it: the benchmark programs exit non-zero on any.
 
-use std::collections::VecDeque;
 use std::fmt;
-use std::process::Command;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::producer::BaseProducer;
-use spillway_core::wire::AckLevel;
 
 use crate::bench_core::{Machine, Spread, machine};
 use crate::bridge::bridge_bin;
@@ -69,9 +68,7 @@ pub const PAYLOAD: usize = 100;
 /// Topic of the records on the gateway.
 pub(crate) const TOPIC: &str = "bench/sst";
 /// Gateway id announced by the benchmark's gateway (part of every message key).
-const GATEWAY_ID: &str = "bench-gw";
-/// Durable publishes in flight while the gateway is filled.
-const WINDOW: usize = 256;
+pub(crate) const GATEWAY_ID: &str = "bench-gw";
 
 /// The payload of record `i` when records have `len` bytes (at least 11): distinct per
 /// record.
@@ -84,7 +81,7 @@ pub(crate) fn payload_of(i: usize, len: usize) -> Vec<u8> {
 /// The gateway image for `n` records: room for every one of them (a record of [`PAYLOAD`]
 /// bytes takes well under 256 bytes of flash with its headers), so none is dropped or
 /// refused before the runs; 128 MiB at least. As `spillway run --size` takes it.
-fn image_size(n: usize) -> String {
+pub(crate) fn image_size(n: usize) -> String {
     let mib = (n.saturating_mul(256) >> 20) + 16;
     format!("{}M", mib.max(128))
 }
@@ -115,30 +112,52 @@ pub(crate) fn start_gateway(
     (GatewayProcess::start(&args, 1), addr)
 }
 
-/// Publishes `n` records of `len` payload bytes ([`payload_of`]) to topic `bench/sst`
-/// durably, pipelined; returns the gateway's log id.
+/// Stores `n` records of `len` payload bytes ([`payload_of`], in index order, so offsets
+/// `0..n` on a fresh log) to topic `bench/sst` on the gateway at `addr` with
+/// `spillway-bridge publish --ack durable`, fed through its standard input; returns the
+/// gateway's log id. The publisher's pipelined windows store 300,000 records in seconds,
+/// where the test client's one record per frame took 110–130 s on a busy 2-core machine,
+/// which made a fill of millions impractical.
+///
+/// # Panics
+/// If `publish` fails (it exits 0 only when every line was acknowledged durably), or the
+/// gateway cannot be reached.
 pub(crate) fn publish_sized(addr: &str, n: usize, len: usize) -> u128 {
-    let mut c = Client::tcp(addr).expect("connect");
-    let Some(Reply::Welcome { log_id, .. }) = c.welcome.clone() else {
-        panic!("no welcome from the gateway")
-    };
-    let mut inflight = VecDeque::new();
-    for i in 0..n {
-        let seq = c
-            .send_publish(TOPIC, &payload_of(i, len), AckLevel::Durable, None)
-            .expect("send");
-        inflight.push_back(seq);
-        if inflight.len() >= WINDOW {
-            let r = c.recv().expect("reply");
-            assert!(matches!(r, Reply::Ack { .. }), "{r:?}");
-            inflight.pop_front();
+    let mut child = Command::new(bridge_bin())
+        .args(["publish", "--ack", "durable", "--topic", TOPIC])
+        .arg("--gateway")
+        .arg(format!("tcp://{addr}"))
+        .arg("-")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run spillway-bridge publish");
+    let mut stdin = child.stdin.take().expect("publish's stdin");
+    let writer = std::thread::spawn(move || {
+        let mut buf = std::io::BufWriter::with_capacity(1 << 20, &mut stdin);
+        for i in 0..n {
+            buf.write_all(&payload_of(i, len))?;
+            buf.write_all(b"\n")?;
         }
+        // The pipe closes when the thread ends: the end of the input.
+        buf.flush()
+    });
+    let out = child.wait_with_output().expect("wait for publish");
+    let written = writer.join().expect("input writer");
+    assert!(
+        out.status.success() && written.is_ok(),
+        "filling the gateway with {n} records: publish exited with {} (input: {written:?}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c = Client::tcp(addr).expect("connect to the gateway");
+    match &c.welcome {
+        Some(Reply::Welcome { log_id, .. }) => *log_id,
+        other => panic!("no welcome from the gateway: {other:?}"),
     }
-    while inflight.pop_front().is_some() {
-        let r = c.recv().expect("reply");
-        assert!(matches!(r, Reply::Ack { .. }), "{r:?}");
-    }
-    log_id
 }
 
 /// One timed run of one side.
@@ -408,7 +427,7 @@ pub struct Report {
     pub broker: String,
     /// Both sides' runs.
     pub sides: Sides,
-    /// Time to fill the gateway (durable publishes).
+    /// Time to fill the gateway ([`publish_sized`]).
     pub fill: Duration,
 }
 
@@ -435,6 +454,8 @@ pub fn run(opts: &Options, broker: &Broker, mut progress: impl FnMut(&str)) -> R
         "publish {n} records of {PAYLOAD} bytes durably; each run drains all of them into a \
          fresh topic, and every topic is read back"
     ));
+    // Built (if it must be) before the fill's clock starts.
+    let _ = bridge_bin();
     let t = Instant::now();
     let log_id = publish_sized(&addr, n, PAYLOAD);
     let fill = t.elapsed();
@@ -459,7 +480,11 @@ impl fmt::Display for Report {
         let runs = self.sides.bridge.len();
         self.sides.write_spreads(
             f,
-            &format!("{n} records of {PAYLOAD} B, {}, {runs} runs", self.broker),
+            &format!(
+                "{} records of {PAYLOAD} B, {}, {runs} runs",
+                thousands(n as f64),
+                self.broker
+            ),
             [
                 "`spillway-bridge drain --once`, records/s (whole process)",
                 "plain rdkafka producer, records/s (the ceiling)",

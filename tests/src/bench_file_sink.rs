@@ -1,0 +1,667 @@
+//! Records/s written by `spillway-bridge drain --once` into the file sink (`file:DIR` with
+//! its default settings) from a real `spillway` gateway, side by side with a plain writer
+//! putting the same NDJSON lines into files rotated at the same size with one `fdatasync`
+//! per file: the cost of writing those bytes durably, with nothing else. [`run`] measures;
+//! its [`Report`] prints as a Markdown table with min/median/max over the runs, each run's
+//! figures and the ratio beside its goal, [`GOAL`].
+//!
+//! What is timed: the bridge's whole process (start, handshake, state file, fetches, JSON
+//! lines, the sink's `fdatasync` after every batch, checkpoints, exit); the plain writer
+//! from its first file's creation to the `fdatasync` of its last. The gateway is started
+//! and filled once as comparison 4's is ([`start_gateway`], [`publish_sized`], not timed);
+//! the sink and the writer alternate, each run into a fresh directory.
+//!
+//! The writer's lines are the bytes the first sink run wrote, read back before its first
+//! run (not timed), with their line boundaries: it holds them in memory, as the Kafka
+//! comparison's plain producer holds its records. It rotates by the sink's rule (a file
+//! takes its first line whatever its length; a line that would take a file past
+//! [`ROTATE_BYTES`] begins the next one), writes through a buffer of [`WRITE_BUFFER`] bytes,
+//! and syncs each file once, when it is rotated or at the end (no directory `fsync`; the
+//! sink syncs the directory of each file it creates, and each file after every batch).
+//!
+//! Every run is verified before its figure counts. A sink run: `drain` exited 0, its
+//! consumer (a fresh state file and a name of its own per run, `bench-file-N`, deleted on
+//! the gateway afterwards) committed the gateway's last offset, and its files, read back
+//! in name order, hold every offset exactly once, in order, each line with the record's
+//! payload, topic, gateway id and log id, and rotated at [`ROTATE_BYTES`] (so the writer's
+//! rotation is the sink's default). A writer run: its files hold exactly the bytes and the
+//! line count it was given, in as many files as the sink wrote. A run that fails is kept in
+//! the [`Report`] with what was found, its rate counts only the records in place, and
+//! [`Report::failures`] names it: the benchmark program exits non-zero on any.
+
+use std::fmt;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::bench_core::{Machine, Spread, machine};
+use crate::bench_kafka::{
+    GATEWAY_ID, TOPIC, committed_and_delete, image_size, payload_of, publish_sized, start_gateway,
+};
+use crate::bridge::bridge_bin;
+use crate::figures::{table_head, thousands};
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Records drained (and lines written) per run.
+    pub records: usize,
+    /// Runs of each side.
+    pub runs: usize,
+}
+
+impl Default for Options {
+    /// 300,000 records, as comparison 4: about 90 MB of lines, so the sink rotates once at
+    /// its default size.
+    fn default() -> Self {
+        Options {
+            records: 300_000,
+            runs: 3,
+        }
+    }
+}
+
+/// Payload bytes per record.
+pub const PAYLOAD: usize = 100;
+/// The file sink's default rotation size, bytes (`drain --rotate-bytes`' default, 64 MiB):
+/// the writer rotates at it, and every sink run is checked to have rotated at it.
+pub const ROTATE_BYTES: u64 = 64 << 20;
+/// The plain writer's buffer, bytes (the drain's default fetch budget, 256 KiB).
+pub const WRITE_BUFFER: usize = 256 << 10;
+/// The goal: sink records/s ÷ writer records/s, medians, at least this.
+pub const GOAL: f64 = 0.5;
+
+/// One timed run of one side.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    /// Wall time, s.
+    pub secs: f64,
+    /// Records (lines) the run had to write.
+    pub expected: u64,
+    /// Lines found in its files.
+    pub found: u64,
+    /// Lines found in their place: for the sink, line `i` is the record at offset `i`,
+    /// every field as sent; for the writer, every line when its files hold exactly the
+    /// bytes it was given, else 0.
+    pub matching: u64,
+    /// Files written.
+    pub files: usize,
+    /// Bytes in them.
+    pub bytes: u64,
+    /// The 1-, 5- and 15-minute load averages when the run ended.
+    pub load: String,
+    /// What is wrong with the run, `None` when it did all its work.
+    pub problem: Option<String>,
+}
+
+impl Run {
+    /// Records/s, counting only the records in place (all of them for a verified run).
+    pub fn records_per_s(&self) -> f64 {
+        self.matching as f64 / self.secs
+    }
+
+    fn ok(&self) -> bool {
+        self.problem.is_none()
+    }
+}
+
+/// Consumer name of sink run `run` on the gateway and in its state file.
+fn run_consumer(run: usize) -> String {
+    format!("bench-file-{run}")
+}
+
+/// The regular files under `dir`, recursively, sorted by path.
+fn files_under(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let e = e?;
+            if e.file_type()?.is_dir() {
+                todo.push(e.path());
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The current load averages, as [`Machine::load`] gives them.
+fn load_now() -> String {
+    machine().load
+}
+
+/// What reading a sink run's directory back found.
+struct ReadBack {
+    found: u64,
+    matching: u64,
+    files: usize,
+    bytes: u64,
+    problem: Option<String>,
+}
+
+/// Reads the sink's files under `out` back (see the module doc) against the `n` records
+/// of log `log_hex`; appends their bytes, in order, to `keep` when given.
+fn read_sink(out: &Path, log_hex: &str, n: u64, mut keep: Option<&mut Vec<u8>>) -> ReadBack {
+    let mut r = ReadBack {
+        found: 0,
+        matching: 0,
+        files: 0,
+        bytes: 0,
+        problem: None,
+    };
+    let topic_dir = out.join(GATEWAY_ID).join(TOPIC.replace('/', "%2F"));
+    let files = match files_under(out) {
+        Ok(f) => f,
+        Err(e) => {
+            r.problem = Some(format!("listing {}: {e}", out.display()));
+            return r;
+        }
+    };
+    let mut problems: Vec<String> = Vec::new();
+    // (size, length of the first line) per file, for the rotation check.
+    let mut sizes: Vec<(u64, u64)> = Vec::new();
+    for path in &files {
+        let name = path.file_name().and_then(|s| s.to_str()).unwrap_or("");
+        let first = name
+            .strip_suffix(".jsonl.open")
+            .or_else(|| name.strip_suffix(".jsonl"))
+            .filter(|d| d.len() == 20)
+            .and_then(|d| d.parse::<u64>().ok());
+        let Some(first) = first.filter(|_| path.parent() == Some(&topic_dir)) else {
+            problems.push(format!("unexpected file {}", path.display()));
+            continue;
+        };
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) => {
+                problems.push(format!("reading {}: {e}", path.display()));
+                continue;
+            }
+        };
+        r.files += 1;
+        r.bytes += bytes.len() as u64;
+        let first_line = bytes.iter().position(|&b| b == b'\n').map_or(0, |p| p + 1);
+        sizes.push((bytes.len() as u64, first_line as u64));
+        if r.found != first {
+            problems.push(format!(
+                "{} is named for offset {first} but follows {} lines",
+                path.display(),
+                r.found
+            ));
+        }
+        if !bytes.is_empty() && bytes.last() != Some(&b'\n') {
+            problems.push(format!("{} ends in a torn line", path.display()));
+        }
+        for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let i = r.found;
+            r.found += 1;
+            match line_problem(line, i, log_hex) {
+                None if i < n => r.matching += 1,
+                // Only the first few wrong lines are named.
+                Some(p) if problems.len() < 3 => {
+                    problems.push(format!("line {i} (in {}): {p}", path.display()));
+                }
+                None | Some(_) => {}
+            }
+        }
+        if let Some(k) = keep.as_deref_mut() {
+            k.extend_from_slice(&bytes);
+        }
+    }
+    for (i, &(size, _)) in sizes.iter().enumerate() {
+        let next_first = sizes.get(i + 1).map(|&(_, l)| l);
+        if size > ROTATE_BYTES || next_first.is_some_and(|l| size + l <= ROTATE_BYTES) {
+            problems.push(format!(
+                "file {} of {} holds {size} bytes: not rotated at {ROTATE_BYTES} bytes (the \
+                 writer's rotation would differ from the sink's)",
+                i + 1,
+                sizes.len()
+            ));
+        }
+    }
+    if r.found != n {
+        problems.insert(
+            0,
+            format!("{} lines in the files, {n} records drained", r.found),
+        );
+    }
+    r.problem = (!problems.is_empty()).then(|| problems.join("; "));
+    r
+}
+
+/// What is wrong with `line` as the sink's line for the record at offset `i` of log
+/// `log_hex`, if anything.
+fn line_problem(line: &[u8], i: u64, log_hex: &str) -> Option<String> {
+    let v: serde_json::Value = match serde_json::from_slice(line) {
+        Ok(v) => v,
+        Err(e) => return Some(format!("not JSON: {e}")),
+    };
+    let payload = usize::try_from(i)
+        .ok()
+        .map(|i| String::from_utf8_lossy(&payload_of(i, PAYLOAD)).into_owned());
+    let checks = [
+        ("offset", v["offset"].as_u64() == Some(i)),
+        (
+            "payload",
+            payload.is_some_and(|p| v["payload"].as_str() == Some(p.as_str())),
+        ),
+        ("payload_encoding", v["payload_encoding"] == "utf8"),
+        ("topic", v["topic"] == TOPIC),
+        ("gateway_id", v["gateway_id"] == GATEWAY_ID),
+        ("log_id", v["log_id"] == log_hex),
+    ];
+    let wrong: Vec<&str> = checks.iter().filter(|c| !c.1).map(|c| c.0).collect();
+    (!wrong.is_empty()).then(|| format!("wrong {}", wrong.join(", ")))
+}
+
+/// One `spillway-bridge drain --once` of the whole gateway into a fresh directory, with a
+/// fresh state file and the consumer name of run `run`, verified by reading its files back
+/// ([`read_sink`]) and by the consumer's committed offset, which is then deleted (not
+/// timed); the files' bytes are appended to `keep` when given.
+fn sink_run(gw: &Gateway, run: usize, keep: Option<&mut Vec<u8>>) -> Run {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let state = dir.path().join("s.redb");
+    let consumer = run_consumer(run);
+    let n = gw.records as u64;
+    let t = Instant::now();
+    let status = Command::new(bridge_bin())
+        .args(["drain", "--once", "--progress", "off"])
+        .arg("--gateway")
+        .arg(format!("tcp://{}", gw.addr))
+        .arg("--consumer")
+        .arg(&consumer)
+        .arg("--sink")
+        .arg(format!("file:{}", out.display()))
+        .arg("--state")
+        .arg(&state)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run spillway-bridge");
+    let secs = t.elapsed().as_secs_f64();
+    let load = load_now();
+    let back = read_sink(&out, &format!("{:032x}", gw.log_id), n, keep);
+    let committed = committed_and_delete(&gw.addr, &consumer);
+    let mut problem = back.problem;
+    if !status.status.success() {
+        let err = String::from_utf8_lossy(&status.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(5).collect();
+        problem = Some(format!(
+            "drain exited with {}: {}",
+            status.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+        ));
+    } else if problem.is_none() && committed != Some(n) {
+        problem = Some(format!(
+            "the files hold every record, but consumer {consumer} committed {committed:?} on \
+             the gateway, not {n}"
+        ));
+    }
+    Run {
+        secs,
+        expected: n,
+        found: back.found,
+        matching: back.matching,
+        files: back.files,
+        bytes: back.bytes,
+        load,
+        problem,
+    }
+}
+
+/// Writes `lines` (`ends[k]`: the end of line `k` in it) into files under `dir` rotated by
+/// the sink's rule at `rotate` bytes, through a buffer of [`WRITE_BUFFER`] bytes, with one
+/// `fdatasync` per file; returns the files written.
+///
+/// # Errors
+/// The I/O error of a create, write or sync.
+fn write_rotated(dir: &Path, lines: &[u8], ends: &[usize], rotate: u64) -> std::io::Result<usize> {
+    fn finish(w: std::io::BufWriter<File>) -> std::io::Result<()> {
+        w.into_inner().map_err(|e| e.into_error())?.sync_data()
+    }
+    let mut cur: Option<(std::io::BufWriter<File>, u64)> = None;
+    let mut files = 0;
+    let mut start = 0;
+    for &end in ends {
+        let line = &lines[start..end];
+        start = end;
+        if let Some((_, len)) = &cur
+            && *len + line.len() as u64 > rotate
+            && let Some((w, _)) = cur.take()
+        {
+            finish(w)?;
+        }
+        let (w, len) = match &mut cur {
+            Some(c) => c,
+            None => {
+                files += 1;
+                let f = File::create_new(dir.join(format!("{files:08}.jsonl")))?;
+                cur.insert((std::io::BufWriter::with_capacity(WRITE_BUFFER, f), 0))
+            }
+        };
+        w.write_all(line)?;
+        *len += line.len() as u64;
+    }
+    if let Some((w, _)) = cur {
+        finish(w)?;
+    }
+    Ok(files)
+}
+
+/// One run of the plain writer into a fresh directory, verified by the files' sizes and
+/// line counts (`sink_files`: the files the sink wrote for the same lines).
+fn writer_run(lines: &[u8], ends: &[usize], sink_files: usize) -> Run {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let n = ends.len() as u64;
+    let t = Instant::now();
+    let written = write_rotated(dir.path(), lines, ends, ROTATE_BYTES);
+    let secs = t.elapsed().as_secs_f64();
+    let load = load_now();
+    let mut run = Run {
+        secs,
+        expected: n,
+        found: 0,
+        matching: 0,
+        files: 0,
+        bytes: 0,
+        load,
+        problem: None,
+    };
+    let files = match written.and_then(|_| files_under(dir.path())) {
+        Ok(f) => f,
+        Err(e) => {
+            run.problem = Some(format!("writing: {e}"));
+            return run;
+        }
+    };
+    for f in &files {
+        match std::fs::read(f) {
+            Ok(b) => {
+                run.files += 1;
+                run.bytes += b.len() as u64;
+                run.found += b.iter().filter(|&&c| c == b'\n').count() as u64;
+                if b.len() as u64 > ROTATE_BYTES {
+                    run.problem = Some(format!("{} holds {} bytes", f.display(), b.len()));
+                }
+            }
+            Err(e) => run.problem = Some(format!("reading {}: {e}", f.display())),
+        }
+    }
+    if run.bytes != lines.len() as u64 || run.found != n {
+        run.problem = Some(format!(
+            "the files hold {} bytes in {} lines, {} bytes in {n} lines were written",
+            run.bytes,
+            run.found,
+            lines.len()
+        ));
+    } else if run.files != sink_files {
+        run.problem = Some(format!(
+            "{} files, the sink wrote the same lines into {sink_files}",
+            run.files
+        ));
+    }
+    if run.problem.is_none() {
+        run.matching = n;
+    }
+    run
+}
+
+/// The filled gateway the sink runs drain.
+struct Gateway {
+    /// `host:port` of its TCP listener.
+    addr: String,
+    /// Its log id.
+    log_id: u128,
+    /// Records stored, offsets `0..records`.
+    records: usize,
+}
+
+/// Everything one run measured.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Where it ran.
+    pub machine: Machine,
+    /// What ran.
+    pub options: Options,
+    /// Sink runs.
+    pub sink: Vec<Run>,
+    /// Writer runs, in the same order (run `i` of each side ran back to back).
+    pub writer: Vec<Run>,
+    /// Time to fill the gateway.
+    pub fill: Duration,
+}
+
+/// Fills a fresh gateway with `opts.records` records of [`PAYLOAD`] bytes and runs both
+/// sides `opts.runs` times, alternating (the sink first: the writer's lines are the first
+/// sink run's files); `progress` is told what starts and what each run measured. A run that
+/// fails its check does not stop the others: see [`Report::failures`].
+///
+/// # Panics
+/// If the gateway fails.
+pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Report {
+    let at_start = machine();
+    let n = opts.records;
+    progress(&format!(
+        "publish {n} records of {PAYLOAD} bytes durably; each run drains all of them into a \
+         fresh directory, and every directory is read back"
+    ));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_process, addr) = start_gateway(dir.path(), GATEWAY_ID, &image_size(n));
+    // Built (if it must be) before the fill's clock starts.
+    let _ = bridge_bin();
+    let t = Instant::now();
+    let log_id = publish_sized(&addr, n, PAYLOAD);
+    let fill = t.elapsed();
+    let gw = Gateway {
+        addr,
+        log_id,
+        records: n,
+    };
+    let (mut sink, mut writer) = (Vec::new(), Vec::new());
+    let mut lines = Vec::new();
+    let mut ends = Vec::new();
+    let check = |r: &Run| match &r.problem {
+        None => format!("{} lines in {} files verified", r.found, r.files),
+        Some(p) => format!("FAILED: {p}"),
+    };
+    for r in 0..opts.runs.max(1) {
+        let s = if r == 0 {
+            let s = sink_run(&gw, r + 1, Some(&mut lines));
+            let mut at = 0;
+            for (i, &b) in lines.iter().enumerate() {
+                if b == b'\n' {
+                    at = i + 1;
+                    ends.push(at);
+                }
+            }
+            // A torn last line (a failed run) is written too.
+            if at < lines.len() {
+                ends.push(lines.len());
+            }
+            s
+        } else {
+            sink_run(&gw, r + 1, None)
+        };
+        let w = writer_run(&lines, &ends, s.files);
+        progress(&format!(
+            "run {}: file sink {:.0} records/s ({}), plain writer {:.0} records/s ({}); \
+             ratio {:.2}; load {}",
+            r + 1,
+            s.records_per_s(),
+            check(&s),
+            w.records_per_s(),
+            check(&w),
+            s.records_per_s() / w.records_per_s(),
+            w.load
+        ));
+        sink.push(s);
+        writer.push(w);
+    }
+    Report {
+        machine: at_start,
+        options: opts.clone(),
+        sink,
+        writer,
+        fill,
+    }
+}
+
+impl Report {
+    /// Sink records/s per run (see [`Run::records_per_s`]).
+    pub fn sink_rates(&self) -> Vec<f64> {
+        self.sink.iter().map(Run::records_per_s).collect()
+    }
+
+    /// Writer records/s per run.
+    pub fn writer_rates(&self) -> Vec<f64> {
+        self.writer.iter().map(Run::records_per_s).collect()
+    }
+
+    /// Sink ÷ writer per run (the runs alternate, so each pair saw the same machine).
+    pub fn ratios(&self) -> Vec<f64> {
+        self.sink_rates()
+            .iter()
+            .zip(self.writer_rates())
+            .map(|(s, w)| s / w)
+            .collect()
+    }
+
+    /// Every run that did not do all its work, described (empty when every run passed).
+    pub fn failures(&self) -> Vec<String> {
+        let sides = [("sink", &self.sink), ("writer", &self.writer)];
+        let mut out = Vec::new();
+        for (side, runs) in sides {
+            for (i, r) in runs.iter().enumerate() {
+                if let Some(p) = &r.problem {
+                    out.push(format!("file {side} run {}: {p}", i + 1));
+                }
+            }
+        }
+        out
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.options.records;
+        let runs = self.sink.len();
+        let line = self.sink.first().map_or(0.0, |r| {
+            if r.found == 0 {
+                0.0
+            } else {
+                r.bytes as f64 / r.found as f64
+            }
+        });
+        writeln!(
+            f,
+            "A real gateway holds {} records of {PAYLOAD} B (filling it took {:.1} s, not \
+             timed); each run drains all of them with `spillway-bridge drain --once --sink \
+             file:DIR` (default settings: rotation at {} MiB, an `fdatasync` of the files a \
+             batch touched after every batch) into a fresh directory, whole process timed, \
+             from a fresh state file under a consumer name of its own; then a plain writer \
+             writes the same lines (the first run's files, {line:.0} B a line on average, held \
+             in memory) into files rotated at the same size, through a {} KiB buffer, one \
+             `fdatasync` per file, timed from the first file's creation to the last sync. Every \
+             sink run's files are read back (not timed): every offset exactly once, in order, \
+             each line's fields as sent, rotated at {} MiB; and its consumer must have \
+             committed the last offset. Every writer run's files must hold exactly the bytes \
+             and lines given, in as many files as the sink wrote.",
+            thousands(n as f64),
+            self.fill.as_secs_f64(),
+            ROTATE_BYTES >> 20,
+            WRITE_BUFFER >> 10,
+            ROTATE_BYTES >> 20,
+        )?;
+        writeln!(f)?;
+        let row = |f: &mut fmt::Formatter<'_>, label: &str, v: &[f64]| {
+            let s = Spread::of(v);
+            writeln!(
+                f,
+                "| {label} | {} | {} | {} |",
+                thousands(s.min),
+                thousands(s.median),
+                thousands(s.max)
+            )
+        };
+        table_head(
+            f,
+            &format!(
+                "| {} records of {PAYLOAD} B, {runs} runs | min | median | max |",
+                thousands(n as f64)
+            ),
+        )?;
+        row(
+            f,
+            "`spillway-bridge drain --once` into `file:`, records/s (whole process)",
+            &self.sink_rates(),
+        )?;
+        row(
+            f,
+            "plain writer, one fdatasync per file, records/s (the ceiling)",
+            &self.writer_rates(),
+        )?;
+        let r = Spread::of(&self.ratios());
+        writeln!(
+            f,
+            "| sink ÷ writer, per run (goal ≥ {GOAL:.2}) | {:.2} | {:.2} | {:.2} |",
+            r.min, r.median, r.max
+        )?;
+        writeln!(f)?;
+        table_head(
+            f,
+            "| run | sink s | sink records/s | sink: lines in place, files, MB | writer s | \
+             writer records/s | writer: lines, files, MB | sink ÷ writer | load after | check |",
+        )?;
+        for (i, (s, w)) in self.sink.iter().zip(&self.writer).enumerate() {
+            let problems: Vec<String> = [("sink", s), ("writer", w)]
+                .iter()
+                .filter_map(|(side, r)| r.problem.as_ref().map(|e| format!("{side}: {e}")))
+                .collect();
+            let check = if problems.is_empty() {
+                "verified".to_string()
+            } else {
+                format!("**FAILED**: {}", problems.join("; "))
+            };
+            writeln!(
+                f,
+                "| {} | {:.2} | {} | {} of {}, {}, {:.1} | {:.2} | {} | {}, {}, {:.1} | {:.2} | {} | {check} |",
+                i + 1,
+                s.secs,
+                thousands(s.records_per_s()),
+                thousands(s.matching as f64),
+                thousands(s.expected as f64),
+                s.files,
+                s.bytes as f64 / 1e6,
+                w.secs,
+                thousands(w.records_per_s()),
+                thousands(w.found as f64),
+                w.files,
+                w.bytes as f64 / 1e6,
+                s.records_per_s() / w.records_per_s(),
+                w.load,
+            )?;
+        }
+        writeln!(f)?;
+        let failures = self.failures();
+        if failures.is_empty() && self.sink.iter().chain(&self.writer).all(Run::ok) {
+            writeln!(f, "Every run verified.")
+        } else {
+            writeln!(
+                f,
+                "**{} of {} runs FAILED their check**: the rates above count only the records \
+                 found in place, and the figures are not valid.",
+                failures.len(),
+                2 * runs
+            )?;
+            for e in failures {
+                writeln!(f, "- {e}")?;
+            }
+            Ok(())
+        }
+    }
+}
