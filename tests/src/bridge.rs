@@ -116,7 +116,8 @@ pub fn wait_for_line(rx: &mpsc::Receiver<String>, needle: &str, seen: &mut Vec<S
 }
 
 /// Starts `BIN ARGS` (a `spillway-bridge`, e.g. a `drain` to kill part-way) in the
-/// background with its stderr written to `log` (created or truncated).
+/// background with its stderr, at `info` (`RUST_LOG=info`, whatever the caller's
+/// environment says: the tests read its lines), written to `log` (created or truncated).
 ///
 /// # Errors
 /// The log file cannot be created or the process cannot be started; the message names the
@@ -125,6 +126,7 @@ pub fn spawn_bridge(bin: &Path, args: &[String], log: &Path) -> Result<ChildProc
     let file = File::create(log).map_err(|e| format!("create {}: {e}", log.display()))?;
     let child = Command::new(bin)
         .args(args)
+        .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(file))
@@ -176,6 +178,20 @@ pub fn drain_args<'a>(gw: &'a str, sink: &'a str, state: &'a str) -> Vec<&'a str
         "--progress",
         "off",
     ]
+}
+
+/// The offsets at which a drain's log `log` (its stderr at `info`) says it resumed from a
+/// stored checkpoint (`resuming consumer "C" at offset N`, one line per gateway and
+/// session), in the order logged; empty when it started without one every time.
+pub fn resume_offsets(log: &str) -> Vec<u64> {
+    log.lines()
+        .filter(|l| l.contains("resuming consumer"))
+        .filter_map(|l| {
+            let rest = &l[l.rfind(" at offset ")? + " at offset ".len()..];
+            let digits = rest.split(|c: char| !c.is_ascii_digit()).next()?;
+            digits.parse().ok()
+        })
+        .collect()
 }
 
 /// The committed offset of consumer `consumer` in the output of `status --json`, 0 when

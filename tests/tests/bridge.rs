@@ -11,10 +11,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
-use spillway_tests::bridge::{committed_offset, drain_args, gateway_next_offset, sink_files};
+use spillway_tests::bridge::{
+    committed_offset, drain_args, gateway_next_offset, metric_sum, resume_offsets, sink_files,
+};
 use spillway_tests::gateway::free_port;
 use spillway_tests::kafka::{Broker, KMsg, consume_all};
 use spillway_tests::pki::TlsSetup;
+use spillway_tests::process::ChildProcess;
+use spillway_tests::wait::wait_until;
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
 
 const GATEWAY_ID: &str = "e2e-gw";
@@ -134,6 +138,12 @@ fn spawn_bridge(args: &[&str]) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .unwrap()
+}
+
+/// `spillway-bridge ARGS` in the background, its stderr (at `info`) written to `log`.
+fn spawn_logged(args: &[&str], log: &Path) -> ChildProcess {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    spillway_tests::bridge::spawn_bridge(&bridge_bin(), &args, log).unwrap()
 }
 
 fn sigterm_and_wait(c: Child) -> i32 {
@@ -299,11 +309,17 @@ fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
     std::fs::create_dir_all(&picked).unwrap();
     let mut taken = 0;
     let kills = 25;
-    for _ in 0..kills {
-        let mut c = spawn_bridge(&args);
+    // The checkpoints each restart resumed from (stored by the runs killed before it).
+    let mut resumed_at = Vec::new();
+    for k in 0..kills {
+        let log = dir.join(format!("bridge-{k}.log"));
+        let mut c = spawn_logged(&args, &log);
+        // Deliberate: the SIGKILL comes at a random moment of the drain.
         std::thread::sleep(Duration::from_millis(rng.random_range(30..200)));
-        let _ = c.kill(); // SIGKILL
-        let _ = c.wait();
+        c.kill();
+        resumed_at.extend(resume_offsets(
+            &std::fs::read_to_string(&log).unwrap_or_default(),
+        ));
         for path in sink_files(&sink_dir) {
             let name = path.file_name().unwrap().to_str().unwrap().to_string();
             if name.ends_with(".jsonl") {
@@ -314,11 +330,12 @@ fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
     }
     args.push("--once");
     let out = run_bridge(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // The last run resumed from a checkpoint that a killed run saved.
+    let last = resume_offsets(&err);
+    assert!(!last.is_empty() && last.iter().all(|&o| o > 0), "{err}");
+    resumed_at.extend(last);
     let mut lines = read_files(&sink_dir);
     lines.extend(read_files(&picked));
     lines.sort_by_key(|l| l.0);
@@ -335,7 +352,7 @@ fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
     let dups = lines.len() - n;
     let files = sink_files(&sink_dir);
     eprintln!(
-        "{kills} kills: {dups} duplicate lines, {} files left, {taken} taken away",
+        "{kills} kills: {dups} duplicate lines, {} files left, {taken} taken away; the restarts resumed at {resumed_at:?}",
         files.len()
     );
     assert_eq!(dups, 0, "no record written twice");
@@ -617,31 +634,33 @@ fn kill_9_while_draining_into_kafka_sends_nothing_twice() {
     args.extend(["--max-batch-bytes", "1024", "--prefetch", "2"]);
     let kills = 20;
     let mut resumed_runs = 0;
+    // The checkpoints each restart resumed from (stored by the runs killed before it).
+    let mut resumed_at = Vec::new();
     for k in 0..kills {
         let log = dir.path().join(format!("bridge-{k}.log"));
-        let mut c = Command::new(bridge_bin())
-            .args(&args)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        // Each run spends about 0.2 s starting (producer, tail scan) before it delivers.
+        let mut c = spawn_logged(&args, &log);
+        // Deliberate: the SIGKILL comes at a random moment of the drain. Each run spends
+        // about 0.2 s starting (producer, tail scan) before it delivers.
         std::thread::sleep(Duration::from_millis(rng.random_range(200..500)));
-        let _ = c.kill(); // SIGKILL
-        let _ = c.wait();
+        c.kill();
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         if text.contains("already holds offsets") {
             resumed_runs += 1;
         }
+        resumed_at.extend(resume_offsets(&text));
     }
     args.push("--once");
     let out = run_bridge(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // The last run resumed from a checkpoint that a killed run saved, and read the
+    // partition's tail for records delivered but not checkpointed.
+    let last = resume_offsets(&err);
+    assert!(!last.is_empty() && last.iter().all(|&o| o > 0), "{err}");
+    resumed_at.extend(last);
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        err.contains("messages from the tails of 1 partitions"),
+        "{err}"
     );
     let msgs = consume_all(&broker.bootstrap(), &topic, 1);
     let mut count: HashMap<(String, u64), usize> = HashMap::new();
@@ -653,7 +672,7 @@ fn kill_9_while_draining_into_kafka_sends_nothing_twice() {
     }
     let dups: Vec<_> = count.iter().filter(|(_, c)| **c > 1).collect();
     eprintln!(
-        "{kills} kills into {}: {} messages, {} distinct (log id, offset), {} duplicated; {resumed_runs} runs resumed from the partition tail",
+        "{kills} kills into {}: {} messages, {} distinct (log id, offset), {} duplicated; {resumed_runs} runs resumed from the partition tail; the restarts resumed at {resumed_at:?}",
         broker.describe(),
         msgs.len(),
         count.len(),
@@ -682,14 +701,28 @@ fn backlog_drains_after_a_sink_outage_without_new_publishes() {
     let sink = format!("kafka://{}/spillway", mock.bootstrap_servers());
     let state = dir.path().join("s.redb").display().to_string();
     let mut args = drain_args(&gw, &sink, &state);
+    // No partition-tail scan at the start (it would wait out its 10 s timeout against the
+    // down broker): the outage meets deliveries, which time out and are resent.
     args.extend([
         "--kafka-delivery-timeout-ms",
         "1000",
         "--backoff-max-ms",
         "500",
+        "--kafka-resume-window",
+        "0",
     ]);
+    let metrics = free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics}");
+    args.extend(["--metrics", &metrics_addr]);
     let child = spawn_bridge(&args);
-    std::thread::sleep(Duration::from_secs(3));
+    // Two deliveries to the sink have failed: nothing is committed.
+    let t = Instant::now();
+    wait_until(
+        Duration::from_secs(30),
+        || metric_sum(metrics, "spillway_bridge_sink_errors_total").filter(|&n| n >= 2.0),
+        || "fewer than two sink failures counted while the broker is down".to_string(),
+    );
+    eprintln!("two sink failures {:?} after the start", t.elapsed());
     assert_eq!(
         gateway_committed(&gw),
         0,
@@ -758,8 +791,16 @@ fn publish_survives_a_gateway_kill_without_duplicates() {
             std::thread::sleep(Duration::from_millis(10));
         }
         gateway.kill();
+        // Deliberate: the gateway stays down a moment, so the publisher meets a refused
+        // connection before it reconnects.
         std::thread::sleep(Duration::from_millis(100));
         gateway = start_gateway(dir.path(), port);
+        // The restart mounted through the crash recovery.
+        assert!(
+            gateway.log_text().contains("not clean"),
+            "{}",
+            gateway.log_text()
+        );
     }
     let out = publisher.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
