@@ -12,6 +12,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use common::wait::wait_until;
 use common::{Background, SimGateway, drain_config, run_drain, spawn_drain};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -296,14 +297,15 @@ fn a_down_broker_holds_the_checkpoint_until_delivery() {
         metrics,
         trigger: _trigger,
     } = spawn_drain(c);
-    // While the broker is down nothing is acknowledged, so nothing is committed.
-    std::thread::sleep(Duration::from_millis(2500));
+    // While the broker is down nothing is acknowledged, so nothing is committed: looked at
+    // once the failures were retried.
+    wait_until(
+        Duration::from_secs(30),
+        || (metrics.retries.get() >= 1).then_some(()),
+        || "delivery failures must be retried".to_string(),
+    );
     assert_eq!(metrics.forwarded_records.get(), 0);
     assert_eq!(metrics.committed_offset.get(), 0);
-    assert!(
-        metrics.retries.get() >= 1,
-        "delivery failures must be retried"
-    );
     assert_eq!(gw.committed("bridge"), Some(0));
     mock.broker_up(1).unwrap();
     let s = handle.join().unwrap().unwrap();
@@ -406,15 +408,16 @@ fn a_later_batch_acknowledged_first_never_moves_the_checkpoint_past_an_earlier_o
         trigger,
     } = spawn_drain(c);
     let wait_committed = |o: u64, what: &str| {
-        let t = Instant::now();
-        while gw.committed("bridge") != Some(o) {
-            assert!(
-                t.elapsed() < Duration::from_secs(30),
-                "{what}: gateway commit {:?}, want {o}",
-                gw.committed("bridge")
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until(
+            Duration::from_secs(30),
+            || (gw.committed("bridge") == Some(o)).then_some(()),
+            || {
+                format!(
+                    "{what}: gateway commit {:?}, want {o}",
+                    gw.committed("bridge")
+                )
+            },
+        );
     };
     wait_committed(20, "before the outage");
 
@@ -513,18 +516,30 @@ fn shutdown_gives_up_on_unacknowledged_batches_after_the_grace() {
     c.max_batch_bytes = 256;
     c.kafka_resume_window = 0;
     c.sink_options.kafka_delivery_timeout_ms = 60_000;
-    c.shutdown_grace = Duration::from_millis(500);
+    let grace = Duration::from_millis(500);
+    c.shutdown_grace = grace;
     let Background {
         handle,
         metrics,
         trigger,
     } = spawn_drain(c);
-    std::thread::sleep(Duration::from_millis(500));
+    // Batches are in flight once the drain fetches past the first one (the fetcher hands
+    // each batch over before it asks for the next).
+    wait_until(
+        Duration::from_secs(30),
+        || (gw.fetched_from() > 0).then_some(()),
+        || "the drain fetched no batch".to_string(),
+    );
     let t = Instant::now();
     trigger.trigger();
     let s = handle.join().unwrap().unwrap();
-    // The grace, the producer's final flush (5 s at most) and the final commit.
-    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    // The grace (waited out: a batch was unacknowledged), the producer's final flush (5 s
+    // at most) and the final commit.
+    assert!(
+        t.elapsed() >= grace && t.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        t.elapsed()
+    );
     assert_eq!(s.offset, 0);
     assert_eq!(metrics.committed_offset.get(), 0);
     assert_eq!(gw.committed("bridge"), Some(0));

@@ -5,9 +5,10 @@ mod common;
 
 use std::io::Write;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::SimGateway;
+use common::wait::wait_until;
 
 fn bridge() -> Command {
     Command::new(env!("CARGO_BIN_EXE_spillway-bridge"))
@@ -26,15 +27,11 @@ fn spawn_publish(gw: &SimGateway, extra: &[&str]) -> Child {
 
 /// Waits until the gateway's next offset reaches `n`, or panics after `within`.
 fn wait_for_offset(gw: &SimGateway, n: u64, within: Duration, what: &str) {
-    let t = Instant::now();
-    while gw.next_offset() < n {
-        assert!(
-            t.elapsed() < within,
-            "{what}: next offset {}",
-            gw.next_offset()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(
+        within,
+        || (gw.next_offset() >= n).then_some(()),
+        || format!("{what}: next offset {}", gw.next_offset()),
+    );
 }
 
 fn finish(mut c: Child) -> (Output, String) {
@@ -61,8 +58,8 @@ fn publish_streams_lines_before_the_input_ends() {
             Duration::from_secs(10),
             "a line was not stored while the input stayed open",
         );
-        // A pause longer than --retry-for's default would be (waiting for input is not
-        // a failure to make progress).
+        // Deliberate: a pause longer than --retry-for's default would be (waiting for
+        // input is not a failure to make progress).
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(c.try_wait().unwrap().is_none(), "publish ended early");
@@ -85,7 +82,13 @@ fn publish_waits_for_slow_input_beyond_retry_for() {
     writeln!(stdin, "a").unwrap();
     stdin.flush().unwrap();
     wait_for_offset(&gw, 1, Duration::from_secs(10), "first line");
+    // Deliberate: the input stays silent three times as long as --retry-for, and publish
+    // keeps waiting for it.
     std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        c.try_wait().unwrap().is_none(),
+        "publish ended on a silent input"
+    );
     writeln!(stdin, "b").unwrap();
     drop(stdin);
     let (out, err) = finish(c);

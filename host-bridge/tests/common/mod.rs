@@ -16,7 +16,7 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,10 @@ use spillway_firmware::{Conn, Gateway, GatewayConfig, Outcome};
 /// The end-to-end tests' listing of a file sink's files (one copy, included by path).
 #[path = "../../../tests/src/sink_files.rs"]
 pub mod sink_files;
+
+/// The end-to-end tests' bounded wait on observable state (one copy, included by path).
+#[path = "../../../tests/src/wait.rs"]
+pub mod wait;
 
 type TheLog = Log<'static, SimFlash<Vec<u8>>>;
 
@@ -194,6 +198,8 @@ struct Shared {
     down_until: Mutex<Option<Instant>>,
     conns: Mutex<Vec<TcpStream>>,
     stop: AtomicBool,
+    /// The highest `from_offset` of the fetches received so far.
+    fetched_from: AtomicU64,
 }
 
 impl Shared {
@@ -255,6 +261,7 @@ impl SimGateway {
             down_until: Mutex::new(None),
             conns: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
+            fetched_from: AtomicU64::new(0),
         });
         let sh = shared.clone();
         std::thread::spawn(move || {
@@ -325,6 +332,12 @@ impl SimGateway {
 
     pub fn first_offset(&self) -> u64 {
         self.shared.lock().log.first_offset()
+    }
+
+    /// The highest offset a fetch asked for so far (0 before any fetch): the drain has
+    /// received every record before it.
+    pub fn fetched_from(&self) -> u64 {
+        self.shared.fetched_from.load(Ordering::Relaxed)
     }
 
     pub fn committed(&self, consumer: &str) -> Option<u64> {
@@ -480,6 +493,9 @@ fn handle(
     scratch: &mut [u8],
     out: &mut [u8],
 ) -> Option<usize> {
+    if let Ok(Request::Fetch { from_offset, .. }) = postcard::from_bytes::<Request<'_>>(msg) {
+        sh.fetched_from.fetch_max(from_offset, Ordering::Relaxed);
+    }
     let mut st = sh.lock();
     let now = sh.now_us();
     let State { gw, log, .. } = &mut *st;
