@@ -194,6 +194,12 @@ pub fn resume_offsets(log: &str) -> Vec<u64> {
         .collect()
 }
 
+/// `publish --gateway GW --topic TOPIC`: the flags every publish of the tests starts with
+/// (add the messages or input files and the rest).
+pub fn publish_args<'a>(gw: &'a str, topic: &'a str) -> Vec<&'a str> {
+    vec!["publish", "--gateway", gw, "--topic", topic]
+}
+
 /// The committed offset of consumer `consumer` in the output of `status --json`, 0 when
 /// the output has none (unreachable gateway, unknown consumer).
 pub fn committed_offset(status_json: &[u8], consumer: &str) -> u64 {

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use spillway_tests::bridge::{
-    committed_offset, drain_args, gateway_next_offset, metric_sum, resume_offsets, sink_files,
+    committed_offset, drain_args, gateway_next_offset, metric_sum, publish_args, resume_offsets,
+    sink_files,
 };
 use spillway_tests::gateway::free_port;
 use spillway_tests::kafka::{Broker, KMsg, consume_all};
@@ -102,7 +103,7 @@ fn publish(gw: &str, topic: &str, file: &str) {
 }
 
 fn publish_over(link: &Link, gw: &str, topic: &str, file: &str) {
-    let out = link.run(&["publish", "--gateway", gw, "--topic", topic, file]);
+    let out = link.run(&[publish_args(gw, topic), vec![file]].concat());
     assert!(
         out.status.success(),
         "publish failed: {}",
@@ -203,7 +204,7 @@ fn publish_drain_tail_status_over(dir: &Path, link: &Link) {
     let gw = link.uris(port).1;
     let n = 1000;
     let input = write_input(dir, n, "sst");
-    let out = link.run(&["publish", "--gateway", &gw, "--topic", "buoy/sst", &input]);
+    let out = link.run(&[publish_args(&gw, "buoy/sst"), vec![&input]].concat());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains(&format!("acknowledged {n}")), "{err}");

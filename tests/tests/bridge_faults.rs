@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use spillway_tests::bridge::{sink_files, spawn_bridge_lines, wait_for_line};
+use spillway_tests::bridge::{publish_args, sink_files, spawn_bridge_lines, wait_for_line};
 use spillway_tests::faultfs::{Kept, faultfs_env, reboot};
 use spillway_tests::gateway::free_port;
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
@@ -56,16 +56,13 @@ fn publish_ack(dir: &Path, gw: &str, topic: &str, n: usize, ack: &str) {
     let p = dir.join(format!("{topic}.txt"));
     let text: String = (0..n).map(|i| format!("{topic} {i}\n")).collect();
     std::fs::write(&p, text).unwrap();
-    let out = run_bridge(&[
-        "publish",
-        "--gateway",
-        gw,
-        "--topic",
-        topic,
-        "--ack",
-        ack,
-        &p.display().to_string(),
-    ]);
+    let out = run_bridge(
+        &[
+            publish_args(gw, topic),
+            vec!["--ack", ack, &p.display().to_string()],
+        ]
+        .concat(),
+    );
     assert!(
         out.status.success(),
         "publish failed: {}",

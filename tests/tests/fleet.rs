@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use spillway_core::wire::AckLevel;
-use spillway_tests::bridge::{metric_sum, sink_files, spawn_bridge};
+use spillway_tests::bridge::{metric_sum, publish_args, sink_files, spawn_bridge};
 use spillway_tests::client::{Client, Reply};
 use spillway_tests::gateway::free_port;
 use spillway_tests::kafka::{Broker, consume_all, unique_name};
@@ -68,14 +68,9 @@ fn start_fleet(dir: &Path, n: usize, per: usize, same_id: Option<&str>) -> Fleet
                         .map(|k| format!("fleet-{i} {k}\n"))
                         .collect();
                     std::fs::write(&p, text).unwrap();
-                    let out = run_bridge(&[
-                        "publish",
-                        "--gateway",
-                        &uri,
-                        "--topic",
-                        topic,
-                        &p.display().to_string(),
-                    ]);
+                    let out = run_bridge(
+                        &[publish_args(&uri, topic), vec![&p.display().to_string()]].concat(),
+                    );
                     assert!(
                         out.status.success(),
                         "publish: {}",

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use spillway_tests::bridge::{committed_offset, drain_args, gateway_next_offset};
+use spillway_tests::bridge::{committed_offset, drain_args, gateway_next_offset, publish_args};
 use spillway_tests::gateway::free_port;
 use spillway_tests::kafka::{BROKER_ENV, consume_all_with};
 use spillway_tests::pki::Pki;
@@ -156,14 +156,13 @@ fn publish(gw: &str, dir: &Path, n: usize) {
     let input = dir.join("in.txt");
     let text: String = (0..n).map(|i| format!("reading {i}\n")).collect();
     std::fs::write(&input, text).unwrap();
-    let out = run_bridge(&[
-        "publish",
-        "--gateway",
-        gw,
-        "--topic",
-        "buoy/sst",
-        &input.display().to_string(),
-    ]);
+    let out = run_bridge(
+        &[
+            publish_args(gw, "buoy/sst"),
+            vec![&input.display().to_string()],
+        ]
+        .concat(),
+    );
     assert!(
         out.status.success(),
         "publish: {}",

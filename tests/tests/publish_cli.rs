@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use spillway_tests::bridge::{drain_args, run_bridge};
+use spillway_tests::bridge::{drain_args, publish_args, run_bridge};
 use spillway_tests::client::Client;
 use spillway_tests::gateway::{free_port, small_gateway};
 
@@ -18,15 +18,7 @@ fn stderr(out: &std::process::Output) -> String {
 
 #[test]
 fn an_empty_topic_is_one_usage_error() {
-    let out = run_bridge(&[
-        "publish",
-        "--gateway",
-        "tcp://127.0.0.1:1",
-        "--topic",
-        "",
-        "-m",
-        "x",
-    ]);
+    let out = run_bridge(&[publish_args("tcp://127.0.0.1:1", ""), vec!["-m", "x"]].concat());
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -37,17 +29,13 @@ fn an_empty_topic_is_one_usage_error() {
 fn messages_from_the_command_line_and_lines_over_the_limit() {
     let dir = tempfile::tempdir().unwrap();
     let (_g, gw) = small_gateway(dir.path(), &["--max-record-bytes", "4K"]);
-    let out = run_bridge(&[
-        "publish",
-        "--gateway",
-        &gw,
-        "--topic",
-        "m/t",
-        "-m",
-        "first",
-        "-m",
-        "two\nlines",
-    ]);
+    let out = run_bridge(
+        &[
+            publish_args(&gw, "m/t"),
+            vec!["-m", "first", "-m", "two\nlines"],
+        ]
+        .concat(),
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     // A 300,000-byte line between two short ones: named with both sizes, passed over.
     let input = dir.path().join("in.txt");
@@ -55,14 +43,7 @@ fn messages_from_the_command_line_and_lines_over_the_limit() {
     text.extend(std::iter::repeat_n(b'x', 300_000));
     text.extend_from_slice(b"\nafter\n");
     std::fs::write(&input, &text).unwrap();
-    let out = run_bridge(&[
-        "publish",
-        "--gateway",
-        &gw,
-        "--topic",
-        "m/t",
-        input.to_str().unwrap(),
-    ]);
+    let out = run_bridge(&[publish_args(&gw, "m/t"), vec![input.to_str().unwrap()]].concat());
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
@@ -87,14 +68,7 @@ fn messages_from_the_command_line_and_lines_over_the_limit() {
     );
     // An input that cannot be opened is named.
     let missing = dir.path().join("missing.txt");
-    let out = run_bridge(&[
-        "publish",
-        "--gateway",
-        &gw,
-        "--topic",
-        "m/t",
-        missing.to_str().unwrap(),
-    ]);
+    let out = run_bridge(&[publish_args(&gw, "m/t"), vec![missing.to_str().unwrap()]].concat());
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(
@@ -127,16 +101,13 @@ fn a_full_gateway_is_warned_about_once_not_per_record() {
     let line = "p".repeat(2000);
     let text: String = (0..400).map(|_| format!("{line}\n")).collect();
     std::fs::write(&input, text).unwrap();
-    let out = run_bridge(&[
-        "publish",
-        "--gateway",
-        &gw,
-        "--topic",
-        "fill",
-        "--retry-for",
-        "1s",
-        input.to_str().unwrap(),
-    ]);
+    let out = run_bridge(
+        &[
+            publish_args(&gw, "fill"),
+            vec!["--retry-for", "1s", input.to_str().unwrap()],
+        ]
+        .concat(),
+    );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
     let warnings = err.lines().filter(|l| l.contains("gateway full")).count();
@@ -235,21 +206,13 @@ fn json_payloads_reach_the_file_sink_and_tail_byte_for_byte() {
     let (_g, gw) = small_gateway(dir.path(), &[]);
     let obj = r#"{"t": 21.50,  "unit":"°C","n":[1,2e3]}"#;
     let arr = r#"[ {"a":1}, null ]"#;
-    let out = run_bridge(&[
-        "publish",
-        "--gateway",
-        &gw,
-        "--topic",
-        "j",
-        "-m",
-        obj,
-        "-m",
-        arr,
-        "-m",
-        "21.5",
-        "-m",
-        "{broken",
-    ]);
+    let out = run_bridge(
+        &[
+            publish_args(&gw, "j"),
+            vec!["-m", obj, "-m", arr, "-m", "21.5", "-m", "{broken"],
+        ]
+        .concat(),
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let sink = format!("file:{}", dir.path().join("out").display());
     let state = dir.path().join("s.redb");
@@ -340,7 +303,7 @@ fn host_port_gateways_and_one_spelling_of_the_log_id() {
     let dir = tempfile::tempdir().unwrap();
     let (g, gw) = small_gateway(dir.path(), &[]);
     let bare = gw.strip_prefix("tcp://").unwrap().to_string();
-    let out = run_bridge(&["publish", "--gateway", &bare, "--topic", "t", "-m", "x"]);
+    let out = run_bridge(&[publish_args(&bare, "t"), vec!["-m", "x"]].concat());
     assert!(out.status.success(), "{}", stderr(&out));
     let out = run_bridge(&["status", "--gateway", &bare, "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -409,15 +372,13 @@ fn timestamps_from_a_field_and_several_input_files() {
     )
     .unwrap();
     let missing = dir.path().join("nope.jsonl");
-    let out = run_bridge(&[
-        "publish",
-        "--gateway",
-        &gw,
-        "--topic",
-        "s",
-        a.to_str().unwrap(),
-        missing.to_str().unwrap(),
-    ]);
+    let out = run_bridge(
+        &[
+            publish_args(&gw, "s"),
+            vec![a.to_str().unwrap(), missing.to_str().unwrap()],
+        ]
+        .concat(),
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains(&format!(
@@ -436,17 +397,18 @@ fn timestamps_from_a_field_and_several_input_files() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_micros() as u64;
-    let out = run_bridge(&[
-        "publish",
-        "--gateway",
-        &gw,
-        "--topic",
-        "s",
-        "--timestamp-field",
-        "ts",
-        a.to_str().unwrap(),
-        b.to_str().unwrap(),
-    ]);
+    let out = run_bridge(
+        &[
+            publish_args(&gw, "s"),
+            vec![
+                "--timestamp-field",
+                "ts",
+                a.to_str().unwrap(),
+                b.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
@@ -549,14 +511,7 @@ fn file_errors_name_the_path_and_the_reason() {
 fn a_directory_input_and_a_gateway_never_reached_get_the_right_advice() {
     let dir = tempfile::tempdir().unwrap();
     let gw = format!("tcp://127.0.0.1:{}", free_port());
-    let out = run_bridge(&[
-        "publish",
-        "--gateway",
-        &gw,
-        "--topic",
-        "t",
-        dir.path().to_str().unwrap(),
-    ]);
+    let out = run_bridge(&[publish_args(&gw, "t"), vec![dir.path().to_str().unwrap()]].concat());
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -570,16 +525,13 @@ fn a_directory_input_and_a_gateway_never_reached_get_the_right_advice() {
     );
     let input = dir.path().join("in.txt");
     std::fs::write(&input, "a\nb\n").unwrap();
-    let out = run_bridge(&[
-        "publish",
-        "--gateway",
-        &gw,
-        "--topic",
-        "t",
-        "--retry-for",
-        "1s",
-        input.to_str().unwrap(),
-    ]);
+    let out = run_bridge(
+        &[
+            publish_args(&gw, "t"),
+            vec!["--retry-for", "1s", input.to_str().unwrap()],
+        ]
+        .concat(),
+    );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(

@@ -8,7 +8,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use spillway_tests::bridge::{drain_args, run_bridge_within, spawn_bridge_lines, wait_for_line};
+use spillway_tests::bridge::{
+    drain_args, publish_args, run_bridge_within, spawn_bridge_lines, wait_for_line,
+};
 use spillway_tests::gateway::free_port;
 use spillway_tests::process::signal;
 use spillway_tests::{Client, GatewayProcess, run_bridge};
@@ -34,7 +36,7 @@ fn write_input(dir: &Path, name: &str, lines: impl Iterator<Item = String>) -> S
 }
 
 fn publish(gw: &str, file: &str) {
-    let out = run_bridge(&["publish", "--gateway", gw, "--topic", "t", file]);
+    let out = run_bridge(&[publish_args(gw, "t"), vec![file]].concat());
     assert!(
         out.status.success(),
         "publish failed: {}",

@@ -15,6 +15,7 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use spillway_tests::bridge::publish_args;
 use spillway_tests::gateway::{GatewayProcess, free_port, run_cli};
 use spillway_tests::pki::{Pki, make_token};
 use spillway_tests::run_bridge;
@@ -212,16 +213,7 @@ fn wrong_or_missing_tokens_are_refused_counted_and_store_nothing() {
     let wrong = wrong.display().to_string();
 
     let (code, _, err) = s.bridge(
-        &[
-            "publish",
-            "--gateway",
-            &gw,
-            "--topic",
-            "t",
-            "--retry-for",
-            "1s",
-            &file,
-        ],
+        &[publish_args(&gw, "t"), vec!["--retry-for", "1s", &file]].concat(),
         &["--token-file", &wrong],
     );
     assert_ne!(code, 0, "{err}");
@@ -355,10 +347,7 @@ fn a_publish_only_credential_cannot_commit_delete_or_fetch() {
     let sensor = s.sensor_token.display().to_string();
     let as_sensor = ["--token-file", sensor.as_str()];
     let file = input(s.dir.path(), 20);
-    let (code, _, err) = s.bridge(
-        &["publish", "--gateway", &gw, "--topic", "t", &file],
-        &as_sensor,
-    );
+    let (code, _, err) = s.bridge(&[publish_args(&gw, "t"), vec![&file]].concat(), &as_sensor);
     assert_eq!(code, 0, "the sensor publishes: {err}");
     assert_eq!(s.offsets(&gw), (20, 0));
 

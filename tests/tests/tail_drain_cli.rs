@@ -4,7 +4,7 @@
 //! Spillway listener named as such at once. `publish` and what every subcommand shares
 //! are in `publish_cli.rs`.
 
-use spillway_tests::bridge::{drain_args, run_bridge, run_bridge_within};
+use spillway_tests::bridge::{drain_args, publish_args, run_bridge, run_bridge_within};
 use spillway_tests::client::Client;
 use spillway_tests::gateway::{GatewayProcess, free_port, small_gateway};
 
@@ -24,7 +24,7 @@ fn tail_from_the_end_with_count_template_and_topic_filters() {
         ("z", "three"),
         ("a/b", "four"),
     ] {
-        let out = run_bridge(&["publish", "--gateway", &gw, "--topic", topic, "-m", msg]);
+        let out = run_bridge(&[publish_args(&gw, topic), vec!["-m", msg]].concat());
         assert!(out.status.success(), "{}", stderr(&out));
     }
     let tail = |extra: &[&str]| {
@@ -107,17 +107,7 @@ fn tail_from_the_end_with_count_template_and_topic_filters() {
 fn tail_from_past_the_end_is_the_same_with_and_without_follow() {
     let dir = tempfile::tempdir().unwrap();
     let (_g, gw) = small_gateway(dir.path(), &[]);
-    let out = run_bridge(&[
-        "publish",
-        "--gateway",
-        &gw,
-        "--topic",
-        "t",
-        "-m",
-        "a",
-        "-m",
-        "b",
-    ]);
+    let out = run_bridge(&[publish_args(&gw, "t"), vec!["-m", "a", "-m", "b"]].concat());
     assert!(out.status.success(), "{}", stderr(&out));
     for follow in [false, true] {
         let mut args = vec!["tail", "--gateway", &gw, "--from", "10"];
@@ -151,21 +141,13 @@ fn tail_from_past_the_end_is_the_same_with_and_without_follow() {
 fn drain_from_over_a_checkpoint_warns_once_and_retry_for_applies() {
     let dir = tempfile::tempdir().unwrap();
     let (_g, gw) = small_gateway(dir.path(), &[]);
-    let out = run_bridge(&[
-        "publish",
-        "--gateway",
-        &gw,
-        "--topic",
-        "t",
-        "--retry-for",
-        "0s",
-        "-m",
-        "a",
-        "-m",
-        "b",
-        "-m",
-        "c",
-    ]);
+    let out = run_bridge(
+        &[
+            publish_args(&gw, "t"),
+            vec!["--retry-for", "0s", "-m", "a", "-m", "b", "-m", "c"],
+        ]
+        .concat(),
+    );
     assert!(
         out.status.success(),
         "--retry-for 0s: one attempt: {}",
@@ -318,19 +300,13 @@ fn drain_and_publish_give_up_at_once_on_a_port_that_is_not_a_spillway_listener()
             &format!("127.0.0.1:{metrics}"),
         ],
     );
-    let out = run_bridge(&[
-        "publish",
-        "--gateway",
-        &gw,
-        "--topic",
-        "t",
-        "-m",
-        "a",
-        "-m",
-        "b",
-        "-m",
-        "c",
-    ]);
+    let out = run_bridge(
+        &[
+            publish_args(&gw, "t"),
+            vec!["-m", "a", "-m", "b", "-m", "c"],
+        ]
+        .concat(),
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let limit = std::time::Duration::from_secs(8);
     let not_spillway = |out: &std::process::Output, what: &str| {
@@ -439,16 +415,13 @@ fn tail_and_drain_from_a_time() {
         lines += &format!("{{\"ts\":\"{ts}\",\"v\":{v}}}\n");
     }
     std::fs::write(&input, lines).unwrap();
-    let out = run_bridge(&[
-        "publish",
-        "--gateway",
-        &gw,
-        "--topic",
-        "buoy/sst",
-        "--timestamp-field",
-        "ts",
-        input.to_str().unwrap(),
-    ]);
+    let out = run_bridge(
+        &[
+            publish_args(&gw, "buoy/sst"),
+            vec!["--timestamp-field", "ts", input.to_str().unwrap()],
+        ]
+        .concat(),
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(spillway_tests::bridge::gateway_next_offset(&gw), old + 4);
     // More than one request's worth of records lies before the answer.

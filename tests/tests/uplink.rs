@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use spillway_tests::bridge::{drain_args, gateway_next_offset, sink_files};
+use spillway_tests::bridge::{drain_args, gateway_next_offset, publish_args, sink_files};
 use spillway_tests::gateway::free_port;
 use spillway_tests::{GatewayProcess, run_bridge};
 
@@ -34,14 +34,7 @@ fn gateway_with_records(dir: &Path, id: &str) -> (GatewayProcess, String) {
     let input = dir.join(format!("{id}.txt"));
     let text: String = (0..RECORDS).map(|i| format!("{i:0200}\n")).collect();
     std::fs::write(&input, text).unwrap();
-    let out = run_bridge(&[
-        "publish",
-        "--gateway",
-        &gw,
-        "--topic",
-        "t",
-        input.to_str().unwrap(),
-    ]);
+    let out = run_bridge(&[publish_args(&gw, "t"), vec![input.to_str().unwrap()]].concat());
     assert!(
         out.status.success(),
         "{}",
