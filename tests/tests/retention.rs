@@ -180,25 +180,32 @@ fn drain_once_gives_up_on_an_unreachable_gateway_after_its_retry_budget() {
     );
 }
 
+/// A gateway in `dir` holding the records `a 0` to `a 9`, which consumer `audit` drained
+/// into `DIR/out` with the state file `DIR/first.redb`: the process and its URI.
+fn gateway_drained_by_audit(dir: &Path) -> (GatewayProcess, String) {
+    let port = free_port();
+    let g = GatewayProcess::start(&gateway_args(dir, port, &[]), 1);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    publish(
+        &gw,
+        &write_input(dir, "a.txt", (0..10).map(|i| format!("a {i}"))),
+    );
+    let out = drain_once(&gw, dir, "first.redb", "audit");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (g, gw)
+}
+
 /// A drain (without `--once`) stopped by SIGTERM before anything new arrived reports the
 /// checkpoint it started from, whether that came from its state file or from the gateway's
 /// committed offset: it said "checkpoint at offset 0".
 #[test]
 fn a_drain_stopped_before_new_records_reports_the_checkpoint_it_started_from() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _g = GatewayProcess::start(&gateway_args(dir.path(), port, &[]), 1);
-    let gw = format!("tcp://127.0.0.1:{port}");
-    publish(
-        &gw,
-        &write_input(dir.path(), "a.txt", (0..10).map(|i| format!("a {i}"))),
-    );
-    let out = drain_once(&gw, dir.path(), "first.redb", "audit");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_g, gw) = gateway_drained_by_audit(dir.path());
     let sink = format!("file:{}", dir.path().join("out").display());
     // A new state file (starts at the gateway's committed offset), then the same one again
     // (resumes from its own checkpoint).
@@ -230,19 +237,7 @@ fn a_drain_stopped_before_new_records_reports_the_checkpoint_it_started_from() {
 #[test]
 fn a_drain_started_at_the_gateways_committed_offset_reports_that_offset() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _g = GatewayProcess::start(&gateway_args(dir.path(), port, &[]), 1);
-    let gw = format!("tcp://127.0.0.1:{port}");
-    publish(
-        &gw,
-        &write_input(dir.path(), "a.txt", (0..10).map(|i| format!("a {i}"))),
-    );
-    let out = drain_once(&gw, dir.path(), "first.redb", "audit");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_g, gw) = gateway_drained_by_audit(dir.path());
 
     // A new state file: nothing new on the gateway.
     let out = drain_once(&gw, dir.path(), "second.redb", "audit");
