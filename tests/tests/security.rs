@@ -163,38 +163,25 @@ fn unsafe_listener_settings_exit_2_before_the_image_is_touched() {
         s.pki.gw_cert.display().to_string(),
         s.pki.gw_key.display().to_string(),
     );
-    let open = format!("tls://0.0.0.0:{port}");
-    let (code, _, err) = run_cli(&[
-        "run",
-        "--image",
-        &img,
-        "--listen",
-        &open,
-        "--tls-cert",
-        &cert,
-        "--tls-key",
-        &key,
-    ]);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("[[credential]]"), "{err}");
-    // The same for MQTT, whose clients present tokens as passwords.
-    let open = format!("mqtts://0.0.0.0:{port}");
-    let (code, _, err) = run_cli(&[
-        "run",
-        "--image",
-        &img,
-        "--listen",
-        &open,
-        "--tls-cert",
-        &cert,
-        "--tls-key",
-        &key,
-    ]);
-    assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains(&open) && err.contains("[[credential]]"),
-        "{err}"
-    );
+    // The same for MQTT, whose clients present tokens as passwords (and the error names
+    // that listener).
+    for (scheme, names_it) in [("tls", false), ("mqtts", true)] {
+        let open = format!("{scheme}://0.0.0.0:{port}");
+        let (code, _, err) = run_cli(&[
+            "run",
+            "--image",
+            &img,
+            "--listen",
+            &open,
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+        ]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("[[credential]]"), "{err}");
+        assert!(!names_it || err.contains(&open), "{err}");
+    }
     assert!(!s.image().exists(), "the image was not created");
 }
 
