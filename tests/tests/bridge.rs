@@ -91,6 +91,12 @@ fn start_gateway(dir: &Path, port: u16) -> GatewayProcess {
     Link::Tcp.start_gateway(dir, port)
 }
 
+/// [`start_gateway`] on a free port: the process and its URI.
+fn gateway(dir: &Path) -> (GatewayProcess, String) {
+    let port = free_port();
+    (start_gateway(dir, port), format!("tcp://127.0.0.1:{port}"))
+}
+
 fn write_input(dir: &Path, n: usize, prefix: &str) -> String {
     let p = dir.join(format!("{prefix}.txt"));
     let text: String = (0..n).map(|i| format!("{prefix} {i}\n")).collect();
@@ -410,9 +416,7 @@ fn assert_layout(topic_dir: &Path, by_date: bool) -> Vec<String> {
 fn file_names_never_repeat_after_the_closed_files_were_moved_away() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let port = free_port();
-    let _g = start_gateway(dir, port);
-    let gw = format!("tcp://127.0.0.1:{port}");
+    let (_g, gw) = gateway(dir);
     let sink_dir = dir.join("out");
     let sink = format!("file:{}", sink_dir.display());
     let state = dir.join("s.redb").display().to_string();
@@ -463,9 +467,7 @@ fn file_names_never_repeat_after_the_closed_files_were_moved_away() {
 fn rotate_interval_closes_an_idle_file_under_its_date_directory() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let port = free_port();
-    let _g = start_gateway(dir, port);
-    let gw = format!("tcp://127.0.0.1:{port}");
+    let (_g, gw) = gateway(dir);
     let sink_dir = dir.join("out");
     let sink = format!("file:{}", sink_dir.display());
     let state = dir.join("s.redb").display().to_string();
@@ -554,9 +556,7 @@ fn replaced_image_is_refused_by_the_resume_check() {
 /// headers.
 fn drain_to_kafka_exactly_in_order(broker: &Broker) {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _g = start_gateway(dir.path(), port);
-    let gw = format!("tcp://127.0.0.1:{port}");
+    let (_g, gw) = gateway(dir.path());
     let n = 1000;
     publish(&gw, "buoy/sst", &write_input(dir.path(), n, "k"));
     let topic = broker.new_topic("spillway-e2e", 1);
@@ -623,9 +623,7 @@ fn kill_9_while_draining_into_kafka_sends_nothing_twice() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let broker = Broker::real_or_mock();
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _g = start_gateway(dir.path(), port);
-    let gw = format!("tcp://127.0.0.1:{port}");
+    let (_g, gw) = gateway(dir.path());
     let n = 6000usize;
     publish(&gw, "t", &write_input(dir.path(), n, "r"));
     let topic = broker.new_topic("spillway-kill", 1);
@@ -688,9 +686,7 @@ fn kill_9_while_draining_into_kafka_sends_nothing_twice() {
 #[test]
 fn backlog_drains_after_a_sink_outage_without_new_publishes() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _g = start_gateway(dir.path(), port);
-    let gw = format!("tcp://127.0.0.1:{port}");
+    let (_g, gw) = gateway(dir.path());
     let n = 500;
     publish(&gw, "t", &write_input(dir.path(), n, "o"));
     let broker = Broker::mock();
@@ -835,9 +831,7 @@ fn publish_survives_a_gateway_kill_without_duplicates() {
 #[test]
 fn consumers_lists_and_deletes() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _g = start_gateway(dir.path(), port);
-    let gw = format!("tcp://127.0.0.1:{port}");
+    let (_g, gw) = gateway(dir.path());
     publish(&gw, "t", &write_input(dir.path(), 10, "c"));
     let sink = format!("file:{}", dir.path().join("out").display());
     for (consumer, state) in [("bridge", "a.redb"), ("old-bridge", "b.redb")] {
@@ -899,9 +893,7 @@ fn consumers_lists_and_deletes() {
 #[test]
 fn an_idle_drain_once_reports_its_checkpoint_and_repairs_the_gateway_commit() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _g = start_gateway(dir.path(), port);
-    let gw = format!("tcp://127.0.0.1:{port}");
+    let (_g, gw) = gateway(dir.path());
     publish(&gw, "t", &write_input(dir.path(), 10, "i"));
     let sink = format!("file:{}", dir.path().join("out").display());
     let state = dir.path().join("a.redb").display().to_string();

@@ -162,6 +162,11 @@ fn drain_with_two_kills(dir: &Path, args: &[String], t0: Instant) -> Vec<String>
     logs
 }
 
+/// How many times `needle` stands in the logs of all the runs.
+fn count_in(logs: &[String], needle: &str) -> usize {
+    logs.iter().map(|l| l.matches(needle).count()).sum()
+}
+
 /// Runs 2 and 3 started from checkpoints saved by the killed runs before them.
 fn assert_resumed(logs: &[String]) {
     for (k, log) in logs.iter().enumerate().skip(1) {
@@ -189,10 +194,7 @@ fn one_bridge_drains_16_gateways_into_4_kafka_partitions_through_two_kill_9s() {
     let args = drain_args(&fleet, &sink, &dir.path().join("k.redb"), "kafka");
     let logs = drain_with_two_kills(dir.path(), &args, t0);
     assert_resumed(&logs);
-    let resumed_from_topic: usize = logs
-        .iter()
-        .map(|l| l.matches("already holds offsets").count())
-        .sum();
+    let resumed_from_topic: usize = count_in(&logs, "already holds offsets");
 
     let msgs = consume_all(&broker.bootstrap(), &topic, 4);
     let mut per_gateway: BTreeMap<String, Vec<(i32, u64, Vec<u8>)>> = BTreeMap::new();
@@ -284,14 +286,8 @@ fn a_kafka_topic_per_spillway_topic_through_two_kill_9s() {
     let args = drain_args(&fleet, &sink, &dir.path().join("m.redb"), "mapped");
     let logs = drain_with_two_kills(dir.path(), &args, t0);
     assert_resumed(&logs);
-    let resumed_from_topic: usize = logs
-        .iter()
-        .map(|l| l.matches("already holds offsets").count())
-        .sum();
-    let after_hole: usize = logs
-        .iter()
-        .map(|l| l.matches("after a hole at").count())
-        .sum();
+    let resumed_from_topic: usize = count_in(&logs, "already holds offsets");
+    let after_hole: usize = count_in(&logs, "after a hole at");
 
     let mut per_gateway: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for (k, kafka_topic) in kafka_topics.iter().enumerate() {

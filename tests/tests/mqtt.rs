@@ -30,6 +30,14 @@ fn start_gateway(dir: &Path, mqtt: u16, tcp: u16, extra: &[&str]) -> GatewayProc
     GatewayProcess::start(&args, 2)
 }
 
+/// [`start_gateway`] on free ports with a metrics endpoint: the process and its MQTT, TCP
+/// and metrics ports.
+fn gateway_with_metrics(dir: &Path) -> (GatewayProcess, u16, u16, u16) {
+    let (mqtt, tcp, m) = (free_port(), free_port(), free_port());
+    let g = start_gateway(dir, mqtt, tcp, &["--metrics", &format!("127.0.0.1:{m}")]);
+    (g, mqtt, tcp, m)
+}
+
 /// `mosquitto_pub -l` of `lines` (one message per line) at `qos`, protocol `version`
 /// (`mqttv311` or `mqttv5`), with `extra` arguments; returns its exit status and stderr.
 fn mosquitto_pub(
@@ -104,13 +112,7 @@ fn metrics(port: u16) -> String {
 #[test]
 fn mosquitto_pub_at_qos_0_1_and_2_stores_every_message_once_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let (mqtt, tcp, m) = (free_port(), free_port(), free_port());
-    let gw = start_gateway(
-        dir.path(),
-        mqtt,
-        tcp,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (gw, mqtt, tcp, m) = gateway_with_metrics(dir.path());
     let mut want = Vec::new();
     for version in ["mqttv311", "mqttv5"] {
         for qos in 0..=2u8 {
@@ -560,13 +562,7 @@ fn disconnect(mut s: TcpStream) {
 #[test]
 fn a_full_session_table_refuses_new_sessions_and_never_evicts_one_that_could_resend() {
     let dir = tempfile::tempdir().unwrap();
-    let (mqtt, tcp, m) = (free_port(), free_port(), free_port());
-    let gw = start_gateway(
-        dir.path(),
-        mqtt,
-        tcp,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (gw, mqtt, tcp, m) = gateway_with_metrics(dir.path());
     // 63 sessions that each stored one message, and one that stored nothing.
     for i in 0..63 {
         let client = format!("stored-{i}");
