@@ -96,12 +96,7 @@ fn session_serves_frames_with_group_commit() {
         },
     ]);
     input.extend_from_slice(&[0x03, 0x11, 0x22, 0x00]); // a bad frame
-    let io = MemIo {
-        input,
-        pos: 0,
-        chunk: 10_000,
-        output: Vec::new(),
-    };
+    let io = MemIo::chunked(input, 10_000);
     let mut s: Session<'_, MemIo, 1024> = Session::new(io, Mode::Frames);
     let mut scratch = vec![0u8; 4096];
     let mut out = vec![0u8; 4096];
@@ -184,12 +179,7 @@ fn session_lines_mode() {
     let mut input = b"temp 21.5\r\n\nnopayload\n".to_vec();
     input.extend_from_slice(&[b'x'; 300]);
     input.extend_from_slice(b"\nhum 40\n");
-    let io = MemIo {
-        input,
-        pos: 0,
-        chunk: 7,
-        output: Vec::new(),
-    };
+    let io = MemIo::chunked(input, 7);
     let mut s: Session<'_, MemIo, 128> = Session::new(io, Mode::Lines { topic: None });
     let mut scratch = vec![0u8; 4096];
     let mut out = vec![0u8; 4096];
@@ -397,12 +387,7 @@ fn a_long_durable_error_reply_is_sent_after_a_flush_in_order() {
     }
     // A durable resend of the first one: stored, but its offset is no longer known.
     reqs.push(publish(8, b"r1", AckLevel::Durable, p(1)));
-    let io = MemIo {
-        input: frames(&reqs),
-        pos: 0,
-        chunk: 10_000,
-        output: Vec::new(),
-    };
+    let io = MemIo::chunked(frames(&reqs), 10_000);
     let mut s: Session<'_, MemIo, 1024> = Session::new(io, Mode::Frames);
     let mut scratch = vec![0u8; 4096];
     let mut out = vec![0u8; 4096];

@@ -64,6 +64,17 @@ impl Default for MemIo {
     }
 }
 
+impl MemIo {
+    /// `input` to be read at most `chunk` bytes per read, nothing written yet.
+    pub fn chunked(input: Vec<u8>, chunk: usize) -> MemIo {
+        MemIo {
+            input,
+            chunk,
+            ..MemIo::default()
+        }
+    }
+}
+
 impl embedded_io::ErrorType for MemIo {
     type Error = Infallible;
 }
