@@ -200,6 +200,26 @@ pub fn publish_args<'a>(gw: &'a str, topic: &'a str) -> Vec<&'a str> {
     vec!["publish", "--gateway", gw, "--topic", topic]
 }
 
+/// `tail --from earliest --format FORMAT` of the gateway `gw`, which must succeed: its
+/// stdout, one line a record.
+pub fn tail_everything(gw: &str, format: &str) -> String {
+    let out = run_bridge(&[
+        "tail",
+        "--gateway",
+        gw,
+        "--from",
+        "earliest",
+        "--format",
+        format,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The committed offset of consumer `consumer` in the output of `status --json`, 0 when
 /// the output has none (unreachable gateway, unknown consumer).
 pub fn committed_offset(status_json: &[u8], consumer: &str) -> u64 {

@@ -1,11 +1,12 @@
 //! Signals and bounded waits for the child processes that the tests, the benchmarks and the
 //! demo start (the gateway, the bridge): SIGTERM or SIGKILL a child, wait for its exit with
-//! a time limit, stop it (SIGTERM, then SIGKILL when it overstays); and the start of a peer
-//! server from a config file ([`spawn_configured`]).
+//! a time limit, stop it (SIGTERM, then SIGKILL when it overstays), run one with its
+//! standard input given ([`output_with_stdin`]); and the start of a peer server from a
+//! config file ([`spawn_configured`]).
 
-use std::io;
+use std::io::{self, Write};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Sends signal `sig` (e.g. `libc::SIGTERM`) to `child`; does nothing if it was reaped.
@@ -54,6 +55,24 @@ pub fn wait_within(child: &mut Child, timeout: Duration) -> io::Result<Option<Ex
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Runs `cmd` to completion with `input` on its standard input (then closed) and its
+/// stdout and stderr captured. Panics naming `what` if it cannot be started.
+pub fn output_with_stdin(cmd: &mut Command, input: &[u8], what: &str) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(input)
+        .expect("write stdin");
+    child.wait_with_output().expect("wait for the process")
 }
 
 /// SIGKILLs and reaps `child`.

@@ -14,7 +14,7 @@ use spillway_core::wire::{AckLevel, ErrorCode};
 use spillway_tests::bridge::run_bridge;
 use spillway_tests::client::{Client, Reply};
 use spillway_tests::gateway::{GatewayProcess, free_port, run_cli, spillway_bin};
-use spillway_tests::process::ChildProcess;
+use spillway_tests::process::{ChildProcess, output_with_stdin};
 
 fn image_args(dir: &Path) -> Vec<String> {
     vec![
@@ -617,20 +617,11 @@ fn listener_and_image_mistakes_name_the_fix() {
 
 /// Runs `BIN ARGS` with `stdin_text` on its standard input; (exit code, stdout, stderr).
 fn run_with_stdin(bin: &Path, args: &[&str], stdin_text: &str) -> (i32, String, String) {
-    let mut child = Command::new(bin)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the binary");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin_text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = output_with_stdin(
+        Command::new(bin).args(args),
+        stdin_text.as_bytes(),
+        "the binary",
+    );
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

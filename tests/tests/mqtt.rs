@@ -11,8 +11,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use spillway_tests::GatewayProcess;
+use spillway_tests::bridge::tail_everything;
 use spillway_tests::gateway::free_port;
-use spillway_tests::{GatewayProcess, run_bridge};
+use spillway_tests::process::output_with_stdin;
 
 /// A gateway with an MQTT listener on `mqtt` and a framed one on `tcp` (for `tail`).
 fn start_gateway(dir: &Path, mqtt: u16, tcp: u16, extra: &[&str]) -> GatewayProcess {
@@ -48,22 +50,15 @@ fn mosquitto_pub(
     lines: &str,
     extra: &[&str],
 ) -> (bool, String) {
-    let mut child = Command::new("mosquitto_pub")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-V", version])
+    let mut cmd = Command::new("mosquitto_pub");
+    cmd.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-V", version])
         .args(["-q", &qos.to_string(), "-t", topic, "-l"])
-        .args(extra)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mosquitto_pub (Debian mosquitto-clients; scripts/install-deps.sh installs it)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(lines.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+        .args(extra);
+    let out = output_with_stdin(
+        &mut cmd,
+        lines.as_bytes(),
+        "mosquitto_pub (Debian mosquitto-clients; scripts/install-deps.sh installs it)",
+    );
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -73,21 +68,7 @@ fn mosquitto_pub(
 /// Every stored record as `(topic, payload)`, from the first offset.
 fn stored(tcp: u16) -> Vec<(String, String)> {
     let gw = format!("tcp://127.0.0.1:{tcp}");
-    let out = run_bridge(&[
-        "tail",
-        "--gateway",
-        &gw,
-        "--from",
-        "earliest",
-        "--format",
-        "json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
+    tail_everything(&gw, "json")
         .lines()
         .map(|l| {
             let j: serde_json::Value = serde_json::from_str(l).unwrap();

@@ -4,13 +4,12 @@
 //! `--resume` command and stores every line once, and a session's resends are still
 //! deduplicated after a gateway restart.
 
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use spillway_tests::bridge::gateway_next_offset;
-use spillway_tests::process::signal;
+use spillway_tests::bridge::{gateway_next_offset, publish_args, tail_everything};
+use spillway_tests::process::{output_with_stdin, signal};
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
 
 fn start_gateway(dir: &Path, port: u16) -> GatewayProcess {
@@ -27,48 +26,16 @@ fn start_gateway(dir: &Path, port: u16) -> GatewayProcess {
 
 /// `publish --producer-id ID` of `input` given on stdin, with `extra` arguments.
 fn publish_stdin(gw: &str, id: &str, input: &str, extra: &[&str]) -> Output {
-    let mut child = Command::new(bridge_bin())
-        .args([
-            "publish",
-            "--gateway",
-            gw,
-            "--topic",
-            "t",
-            "--producer-id",
-            id,
-        ])
-        .args(extra)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    let mut cmd = Command::new(bridge_bin());
+    cmd.args(publish_args(gw, "t"))
+        .args(["--producer-id", id])
+        .args(extra);
+    output_with_stdin(&mut cmd, input.as_bytes(), "spillway-bridge publish")
 }
 
 /// Every record's payload, from the first offset (`tail --format raw`).
 fn stored(gw: &str) -> Vec<String> {
-    let out = run_bridge(&[
-        "tail",
-        "--gateway",
-        gw,
-        "--from",
-        "earliest",
-        "--format",
-        "raw",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
+    tail_everything(gw, "raw")
         .lines()
         .map(str::to_string)
         .collect()
