@@ -115,6 +115,18 @@ pub fn wait_for_line(rx: &mpsc::Receiver<String>, needle: &str, seen: &mut Vec<S
     panic!("no line with {needle:?} in:\n{}", seen.join("\n"));
 }
 
+/// Runs `spillway-bridge ARGS` to completion, which must succeed (else panics with its
+/// stderr).
+pub fn run_bridge_ok(args: &[&str]) -> Output {
+    let out = run_bridge(args);
+    assert!(
+        out.status.success(),
+        "spillway-bridge {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Starts `BIN ARGS` (a `spillway-bridge`, e.g. a `drain` to kill part-way) in the
 /// background with its stderr, at `info` (`RUST_LOG=info`, whatever the caller's
 /// environment says: the tests read its lines), written to `log` (created or truncated).

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use spillway_tests::bridge::{
     committed_offset, drain_args, gateway_next_offset, metric_sum, publish_args, resume_offsets,
-    sink_files,
+    run_bridge_ok, sink_files,
 };
 use spillway_tests::gateway::free_port;
 use spillway_tests::kafka::{Broker, KMsg, consume_all};
@@ -336,9 +336,8 @@ fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
         }
     }
     args.push("--once");
-    let out = run_bridge(&args);
+    let out = run_bridge_ok(&args);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
     // The last run resumed from a checkpoint that a killed run saved.
     let last = resume_offsets(&err);
     assert!(!last.is_empty() && last.iter().all(|&o| o > 0), "{err}");
@@ -430,12 +429,7 @@ fn file_names_never_repeat_after_the_closed_files_were_moved_away() {
         publish(&gw, "t", &input);
         let mut args = drain_args(&gw, &sink, &state);
         args.extend(["--once", "--rotate-bytes", "4K"]);
-        let out = run_bridge(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_bridge_ok(&args);
         let closed = assert_layout(&topic_dir, false);
         assert!(closed.len() >= 2, "round {round}: {closed:?}");
         for name in closed {
@@ -565,12 +559,7 @@ fn drain_to_kafka_exactly_in_order(broker: &Broker) {
     let mut args = drain_args(&gw, &sink, &state);
     args.push("--once");
     let t = Instant::now();
-    let out = run_bridge(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_bridge_ok(&args);
     eprintln!(
         "drained {n} records to Kafka ({}) in {:?}",
         broker.describe(),
@@ -649,9 +638,8 @@ fn kill_9_while_draining_into_kafka_sends_nothing_twice() {
         resumed_at.extend(resume_offsets(&text));
     }
     args.push("--once");
-    let out = run_bridge(&args);
+    let out = run_bridge_ok(&args);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
     // The last run resumed from a checkpoint that a killed run saved, and read the
     // partition's tail for records delivered but not checkpointed.
     let last = resume_offsets(&err);
@@ -838,12 +826,7 @@ fn consumers_lists_and_deletes() {
         let state = dir.path().join(state).display().to_string();
         let mut args = drain_args(&gw, &sink, &state);
         args.extend(["--once", "--consumer", consumer]);
-        let out = run_bridge(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_bridge_ok(&args);
     }
     publish(&gw, "t", &write_input(dir.path(), 5, "d"));
 
@@ -899,12 +882,7 @@ fn an_idle_drain_once_reports_its_checkpoint_and_repairs_the_gateway_commit() {
     let state = dir.path().join("a.redb").display().to_string();
     let mut args = drain_args(&gw, &sink, &state);
     args.extend(["--once", "--consumer", "audit"]);
-    let out = run_bridge(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_bridge_ok(&args);
 
     let out = run_bridge(&["consumers", "--gateway", &gw, "--delete", "audit"]);
     assert!(out.status.success());

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use spillway_tests::bridge::{
-    drain_args, publish_args, run_bridge_within, spawn_bridge_lines, wait_for_line,
+    drain_args, publish_args, run_bridge_ok, run_bridge_within, spawn_bridge_lines, wait_for_line,
 };
 use spillway_tests::gateway::free_port;
 use spillway_tests::process::signal;
@@ -129,12 +129,7 @@ fn the_last_consumer_is_kept_unless_forced_and_records_reclaimed_unread_are_coun
         err.contains("last consumer") && err.contains("--force"),
         "{err}"
     );
-    let out = run_bridge(&["consumers", "--gateway", &gw, "delete", "bridge", "--force"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_bridge_ok(&["consumers", "--gateway", &gw, "delete", "bridge", "--force"]);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "deleted consumer \"bridge\"\n"

@@ -6,7 +6,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use spillway_tests::bridge::{drain_args, gateway_next_offset, publish_args, sink_files};
+use spillway_tests::bridge::{
+    drain_args, gateway_next_offset, publish_args, run_bridge_ok, sink_files,
+};
 use spillway_tests::gateway::free_port;
 use spillway_tests::{GatewayProcess, run_bridge};
 
@@ -34,12 +36,7 @@ fn gateway_with_records(dir: &Path, id: &str) -> (GatewayProcess, String) {
     let input = dir.join(format!("{id}.txt"));
     let text: String = (0..RECORDS).map(|i| format!("{i:0200}\n")).collect();
     std::fs::write(&input, text).unwrap();
-    let out = run_bridge(&[publish_args(&gw, "t"), vec![input.to_str().unwrap()]].concat());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_bridge_ok(&[publish_args(&gw, "t"), vec![input.to_str().unwrap()]].concat());
     assert!(gateway_next_offset(&gw) >= RECORDS as u64);
     (g, gw)
 }
