@@ -4,22 +4,11 @@
 
 mod common;
 
-use common::SimLog;
+use common::{SimLog, geometry};
 use spillway_core::log::{Log, Record};
-use spillway_core::storage::{Flash, Geometry};
+use spillway_core::storage::Flash;
 use spillway_core::wire::{ErrorCode, PROTOCOL_VERSION, Request, Response, decode_message};
 use spillway_firmware::{Conn, FIND_STEP_BYTES, Gateway, GatewayConfig, Outcome};
-
-const ERASE: u32 = 4096;
-
-fn geo() -> Geometry {
-    Geometry {
-        erase_size: ERASE,
-        write_size: 4,
-        capacity: ERASE * 258,
-        erased: 0xFF,
-    }
-}
 
 /// Sends one `FindOffset` and returns the decoded reply.
 fn ask<F: Flash>(
@@ -74,7 +63,7 @@ fn search<F: Flash>(
 
 #[test]
 fn find_offset_through_the_gateway() {
-    let mut sim = SimLog::new(geo(), 0x57A7, 1);
+    let mut sim = SimLog::new(geometry(258), 0x57A7, 1);
     let mut log = sim.mount();
     // 3,000 old records of 120 bytes (more than one request's budget of record bytes),
     // then stamps out of order.

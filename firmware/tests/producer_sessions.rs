@@ -4,21 +4,14 @@
 
 mod common;
 
-use common::SimLog;
+use common::{SimLog, geometry};
 use spillway_core::log::Log;
-use spillway_core::storage::{Geometry, SimFlash};
+use spillway_core::storage::SimFlash;
 use spillway_core::wire::{
     AckLevel, ErrorCode, HelloV3, Producer, Request, Response, SessionProducer, WelcomeV3,
     decode_frame, encode_frame, take_message,
 };
 use spillway_firmware::{Conn, Gateway, GatewayConfig, Outcome};
-
-const G: Geometry = Geometry {
-    erase_size: 4096,
-    write_size: 4,
-    capacity: 4096 * 18,
-    erased: 0xFF,
-};
 
 /// A gateway, a log on a simulated flash, and the buffers one request needs.
 struct Rig {
@@ -115,7 +108,7 @@ fn hello3(credential: Option<&[u8]>) -> Vec<u8> {
 /// with a code version 1 knows (`BadRequest`), never stored.
 #[test]
 fn a_version_1_client_keeps_the_version_1_rules_on_a_version_3_gateway() {
-    let mut sim = SimLog::new(G, 1, 2);
+    let mut sim = SimLog::new(geometry(18), 1, 2);
     let mut log = sim.mount();
     let mut rig = Rig::new();
     let mut old = Conn::default();
@@ -193,7 +186,7 @@ fn a_version_1_client_keeps_the_version_1_rules_on_a_version_3_gateway() {
 /// refused (no credentials are configured) and leaves the connection without a handshake.
 #[test]
 fn the_version_3_handshake_announces_the_window_and_refuses_a_credential() {
-    let mut sim = SimLog::new(G, 1, 2);
+    let mut sim = SimLog::new(geometry(18), 1, 2);
     let mut log = sim.mount();
     let mut rig = Rig::new();
     for hello in [hello3(None), hello3(Some(b"")), {
@@ -237,7 +230,7 @@ fn the_version_3_handshake_announces_the_window_and_refuses_a_credential() {
 /// last stored sequence.
 #[test]
 fn session_publishes_follow_the_next_sequence_rule_over_the_wire() {
-    let mut sim = SimLog::new(G, 1, 2);
+    let mut sim = SimLog::new(geometry(18), 1, 2);
     let mut log = sim.mount();
     let mut rig = Rig::new();
     let mut c = Conn::default();

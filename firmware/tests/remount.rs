@@ -9,12 +9,11 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
 
-use common::MemIo;
+use common::{MemIo, frames, geometry};
 use spillway_core::log::{Config, Log, LostReason, Memory, SegmentSlot, segments_for};
 use spillway_core::storage::{Flash, Geometry, SimError, SimFlash};
 use spillway_core::wire::{
     AckLevel, ErrorCode, PROTOCOL_VERSION, Producer, Request, Response, decode_message,
-    encode_frame,
 };
 use spillway_firmware::{Gateway, GatewayConfig, Mode, Session, serve_remounting};
 
@@ -79,29 +78,10 @@ impl Flash for SyncFails<'_> {
     }
 }
 
-fn geo() -> Geometry {
-    Geometry {
-        erase_size: 4096,
-        write_size: 4,
-        capacity: 4096 * 34,
-        erased: 0xFF,
-    }
-}
-
-fn frames(reqs: &[Request<'_>]) -> Vec<u8> {
-    let mut out = vec![0u8];
-    let mut buf = [0u8; 1024];
-    for r in reqs {
-        let n = encode_frame(r, &mut buf).unwrap();
-        out.extend_from_slice(&buf[..n]);
-    }
-    out
-}
-
 /// Every record of the log on `sim`, as payload strings in offset order.
 fn stored(sim: &mut SimFlash<Vec<u8>>) -> Vec<String> {
     let mut buf = vec![0u8; 4096];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo(), 2) as usize];
+    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geometry(34), 2) as usize];
     let mem = Memory {
         buffer: &mut buf,
         segments: &mut slots,
@@ -128,10 +108,10 @@ fn stored(sim: &mut SimFlash<Vec<u8>>) -> Vec<String> {
 fn failed_sync_remounts_in_place_and_resends_are_stored_once_in_order() {
     const RECORDS: u32 = 300;
     const WINDOW: usize = 8;
-    let mut sim = SimFlash::new_vec(geo()).unwrap();
+    let mut sim = SimFlash::new_vec(geometry(34)).unwrap();
     Log::format(&mut sim, 9, 2).unwrap();
     let mut buf = vec![0u8; 4096];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo(), 2) as usize];
+    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geometry(34), 2) as usize];
     let mut gw = Gateway::new(GatewayConfig::new("mcu", 512, 4096), 0);
     let mut session: Session<'_, MemIo, 1024> = Session::new(MemIo::default(), Mode::Frames);
     let mut scratch = vec![0u8; 4096];
@@ -218,10 +198,10 @@ fn failed_sync_remounts_in_place_and_resends_are_stored_once_in_order() {
 /// publish waiting on a failed sync is answered `Internal`.
 #[test]
 fn a_version_1_client_gets_internal_for_a_failed_durable_publish() {
-    let mut sim = SimFlash::new_vec(geo()).unwrap();
+    let mut sim = SimFlash::new_vec(geometry(34)).unwrap();
     Log::format(&mut sim, 9, 2).unwrap();
     let mut buf = vec![0u8; 4096];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo(), 2) as usize];
+    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geometry(34), 2) as usize];
     let mem = Memory {
         buffer: &mut buf,
         segments: &mut slots,

@@ -5,21 +5,14 @@
 
 mod common;
 
-use common::SimLog;
+use common::{SimLog, geometry};
 use spillway_core::log::Log;
-use spillway_core::storage::{Geometry, SimFlash};
+use spillway_core::storage::SimFlash;
 use spillway_core::wire::{
     AckLevel, ErrorCode, HelloV3, PROTOCOL_VERSION, Request, Response, decode_frame, encode_frame,
     take_message,
 };
 use spillway_firmware::{Auth, Conn, Gateway, GatewayConfig, Outcome, Roles};
-
-const G: Geometry = Geometry {
-    erase_size: 4096,
-    write_size: 4,
-    capacity: 4096 * 18,
-    erased: 0xFF,
-};
 
 type TestLog<'a> = Log<'a, &'a mut SimFlash<Vec<u8>>>;
 
@@ -77,7 +70,7 @@ fn commit(consumer: &str, offset: u64) -> Vec<u8> {
 
 #[test]
 fn a_publish_only_connection_cannot_fetch_commit_list_or_delete_and_nothing_changes() {
-    let mut sim = SimLog::new(G, 1, 2);
+    let mut sim = SimLog::new(geometry(18), 1, 2);
     let mut log = sim.mount();
     let mut gw = Gateway::new(GatewayConfig::new("g", 256, 4096), 0);
     // An admin commits "kafka" at 0 first, so a sensor's commit would move it.
@@ -166,7 +159,7 @@ fn a_publish_only_connection_cannot_fetch_commit_list_or_delete_and_nothing_chan
 
 #[test]
 fn a_refused_credential_fails_the_handshake_and_is_counted() {
-    let mut sim = SimLog::new(G, 1, 2);
+    let mut sim = SimLog::new(geometry(18), 1, 2);
     let mut log = sim.mount();
     let mut gw = Gateway::new(GatewayConfig::new("g", 256, 4096), 0);
     let mut conn = Conn {

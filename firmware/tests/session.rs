@@ -3,39 +3,18 @@
 
 mod common;
 
-use common::{MemIo, SimLog};
+use common::{MemIo, SimLog, frames, geometry};
 use spillway_core::log::Log;
-use spillway_core::storage::Geometry;
 use spillway_core::wire::{
     AckLevel, ErrorCode, PROTOCOL_VERSION, Producer, Request, Response, decode_message,
-    encode_frame,
 };
 use spillway_firmware::{Conn, Gateway, GatewayConfig, Mode, Outcome, Session};
-
-fn frames(reqs: &[Request<'_>]) -> Vec<u8> {
-    let mut out = vec![0u8];
-    let mut buf = [0u8; 1024];
-    for r in reqs {
-        let n = encode_frame(r, &mut buf).unwrap();
-        out.extend_from_slice(&buf[..n]);
-    }
-    out
-}
 
 /// Decodes every reply frame and gives each to `f` (responses borrow the frame).
 fn replies(bytes: &[u8], mut f: impl FnMut(Response<'_>)) {
     for frame in bytes.split(|&b| b == 0).filter(|f| !f.is_empty()) {
         let mut frame = frame.to_vec();
         f(decode_message::<Response<'_>>(&mut frame).unwrap());
-    }
-}
-
-fn geo() -> Geometry {
-    Geometry {
-        erase_size: 4096,
-        write_size: 4,
-        capacity: 4096 * 34,
-        erased: 0xFF,
     }
 }
 
@@ -52,7 +31,7 @@ fn publish(seq: u32, payload: &[u8], ack: AckLevel, producer: Option<Producer>) 
 
 #[test]
 fn session_serves_frames_with_group_commit() {
-    let mut rig = SimLog::new(geo(), 42, 2);
+    let mut rig = SimLog::new(geometry(34), 42, 2);
     let mut log = rig.mount();
     let mut gw = Gateway::new(GatewayConfig::new("mcu", 512, 4096), 0);
     let p = Some(Producer { id: 5, seq: 1 });
@@ -171,7 +150,7 @@ fn session_serves_frames_with_group_commit() {
 
 #[test]
 fn session_lines_mode() {
-    let mut rig = SimLog::new(geo(), 7, 2);
+    let mut rig = SimLog::new(geometry(34), 7, 2);
     let mut log = rig.mount();
     let mut cfg = GatewayConfig::new("mcu", 64, 4096);
     cfg.default_ack = AckLevel::Durable;
@@ -206,7 +185,7 @@ fn session_lines_mode() {
 
 #[test]
 fn unsupported_version_and_garbage_messages() {
-    let mut rig = SimLog::new(geo(), 7, 2);
+    let mut rig = SimLog::new(geometry(34), 7, 2);
     let mut log = rig.mount();
     let mut gw = Gateway::new(GatewayConfig::new("g", 64, 4096), 0);
     let mut conn = Conn::default();
@@ -240,7 +219,7 @@ fn unsupported_version_and_garbage_messages() {
 #[test]
 fn gateway_default_ack_level_follows_the_configuration() {
     for (default, want_durable) in [(AckLevel::Durable, true), (AckLevel::Buffered, false)] {
-        let mut rig = SimLog::new(geo(), 9, 2);
+        let mut rig = SimLog::new(geometry(34), 9, 2);
         let mut log = rig.mount();
         let mut cfg = GatewayConfig::new("mcu", 512, 4096);
         cfg.default_ack = default;
@@ -273,7 +252,7 @@ fn gateway_default_ack_level_follows_the_configuration() {
 /// skipped sequence, older resends are "unknown", never "stored".
 #[test]
 fn resend_older_than_the_window_is_a_duplicate_once_durable() {
-    let mut rig = SimLog::new(geo(), 11, 2);
+    let mut rig = SimLog::new(geometry(34), 11, 2);
     let mut log = rig.mount();
     let mut gw = Gateway::new(GatewayConfig::new("mcu", 512, 4096), 0);
     let mut conn = Conn::default();
@@ -372,7 +351,7 @@ fn resend_older_than_the_window_is_a_duplicate_once_durable() {
 /// only then, after the acknowledgements that were waiting before it.
 #[test]
 fn a_long_durable_error_reply_is_sent_after_a_flush_in_order() {
-    let mut rig = SimLog::new(geo(), 11, 2);
+    let mut rig = SimLog::new(geometry(34), 11, 2);
     let mut log = rig.mount();
     let mut gw = Gateway::new(GatewayConfig::new("mcu", 512, 4096), 0);
     let p = |seq| Some(Producer { id: 9, seq });

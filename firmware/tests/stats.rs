@@ -3,30 +3,20 @@
 
 mod common;
 
-use common::SimLog;
+use common::{SimLog, geometry};
 use spillway_core::log::Record;
 use spillway_core::log::format::{BATCH_MAGIC, SEGMENT_HEADER_LEN};
-use spillway_core::storage::Geometry;
 use spillway_core::wire::{LostReason, PROTOCOL_VERSION, Request, Response, decode_message};
 use spillway_firmware::{Conn, Gateway, GatewayConfig, Outcome};
 
 const ERASE: u32 = 4096;
-
-fn geo() -> Geometry {
-    Geometry {
-        erase_size: ERASE,
-        write_size: 4,
-        capacity: ERASE * 34,
-        erased: 0xFF,
-    }
-}
 
 /// A consumer that fetches a corrupt range again (as the bridge does, up to 24 times)
 /// makes `records_corrupt` count its offsets once, not once per fetch; `flash_bytes_read`
 /// counts the reads (it was always 0).
 #[test]
 fn a_corrupt_range_fetched_again_counts_its_offsets_once_and_reads_are_counted() {
-    let mut sim = SimLog::new(geo(), 0x57A7, 1);
+    let mut sim = SimLog::new(geometry(34), 0x57A7, 1);
     {
         let mut log = sim.mount();
         for i in 0..30u32 {

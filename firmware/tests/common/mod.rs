@@ -1,11 +1,34 @@
 //! What the gateway's integration tests share: the in-memory transport they drive a
-//! `Session` over, and a log on a simulated flash.
+//! `Session` over, a log on a simulated flash, and request frames.
 #![allow(dead_code)]
 
 use std::convert::Infallible;
 
 use spillway_core::log::{Config, Log, Memory, SegmentSlot, segments_for};
 use spillway_core::storage::{Geometry, SimFlash};
+use spillway_core::wire::{Request, encode_frame};
+
+/// A NOR-like geometry of `blocks` erase blocks of 4 KiB, 4-byte writes, erased to `0xFF`.
+pub fn geometry(blocks: u32) -> Geometry {
+    Geometry {
+        erase_size: 4096,
+        write_size: 4,
+        capacity: 4096 * blocks,
+        erased: 0xFF,
+    }
+}
+
+/// `reqs` as the bytes a framed connection carries: a leading frame delimiter, then each
+/// request's frame.
+pub fn frames(reqs: &[Request<'_>]) -> Vec<u8> {
+    let mut out = vec![0u8];
+    let mut buf = [0u8; 1024];
+    for r in reqs {
+        let n = encode_frame(r, &mut buf).unwrap();
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
 
 /// A simulated flash of geometry `geo` formatted for a log, and the RAM a log mounted on it
 /// works in: a 4 KiB buffer and one slot per segment.
