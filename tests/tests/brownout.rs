@@ -167,6 +167,16 @@ fn wait_creating(child: &mut Child, img: &Path) {
     }
 }
 
+/// A first boot on `DIR/big.img` (on a free port) caught while it builds the image: the
+/// image's path, the port and the gateway process.
+fn caught_creating(dir: &Path) -> (PathBuf, u16, Child) {
+    let img = dir.join("big.img");
+    let port = free_port();
+    let mut child = start_creating(&img, port);
+    wait_creating(&mut child, &img);
+    (img, port, child)
+}
+
 fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -183,10 +193,7 @@ fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
 #[test]
 fn sigterm_while_creating_the_image_cleans_up_and_exits_0() {
     let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("big.img");
-    let port = free_port();
-    let mut child = start_creating(&img, port);
-    wait_creating(&mut child, &img);
+    let (img, port, mut child) = caught_creating(dir.path());
     spillway_tests::process::signal(&child, libc::SIGTERM);
     let status = wait_exit(&mut child);
     assert_eq!(status.code(), Some(0), "{status}");
@@ -200,10 +207,7 @@ fn sigterm_while_creating_the_image_cleans_up_and_exits_0() {
 #[test]
 fn sigkill_while_creating_the_image_then_the_next_start_works() {
     let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("big.img");
-    let port = free_port();
-    let mut child = start_creating(&img, port);
-    wait_creating(&mut child, &img);
+    let (img, port, mut child) = caught_creating(dir.path());
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(!img.exists(), "a partial image was left in place");

@@ -47,6 +47,16 @@ fn count_after(text: &str, label: &str) -> Option<u64> {
         .ok()
 }
 
+/// A gateway's image in `dir`, created and formatted without faults by a run that stopped
+/// cleanly: the gateway's arguments (listening on a free port) and its address.
+fn image_created_cleanly(dir: &Path) -> (Vec<String>, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let args = gateway_args(dir, &addr);
+    let mut g = GatewayProcess::start(&args, 1);
+    assert!(g.terminate().success(), "{}", g.log_text());
+    (args, addr)
+}
+
 /// The storage fault of a run.
 #[derive(Clone, Copy, Debug)]
 enum Fault {
@@ -67,12 +77,8 @@ fn fault_loses_nothing_acknowledged(fault: Fault) {
         .unwrap_or(20_000);
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("faultfs.state");
-    let addr = format!("127.0.0.1:{}", free_port());
-    let args = gateway_args(dir.path(), &addr);
-    // Create and format the image without faults, so the failing sync is one of the
-    // publish's group commits.
-    let mut g = GatewayProcess::start(&args, 1);
-    assert!(g.terminate().success(), "{}", g.log_text());
+    // Without faults, so the failing sync is one of the publish's group commits.
+    let (args, addr) = image_created_cleanly(dir.path());
     let (env, fired) = match fault {
         Fault::Sync(kept) => (
             faultfs_env("gw.img", &state, kept, Some(5)),
@@ -284,10 +290,7 @@ fn systemd_unit_restarts_on_failure_and_has_a_watchdog() {
 fn a_failed_sync_while_opening_the_image_exits_1_with_the_os_reason() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("faultfs.state");
-    let addr = format!("127.0.0.1:{}", free_port());
-    let args = gateway_args(dir.path(), &addr);
-    let mut g = GatewayProcess::start(&args, 1);
-    assert!(g.terminate().success(), "{}", g.log_text());
+    let (args, _) = image_created_cleanly(dir.path());
 
     let out = Command::new(spillway_tests::gateway::spillway_bin())
         .arg("run")

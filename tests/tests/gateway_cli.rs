@@ -287,6 +287,13 @@ fn write_config(dir: &Path, text: &str) -> std::path::PathBuf {
     p
 }
 
+/// `spillway validate --config FILE` of the config `text` written to `DIR/c.toml`: (exit
+/// code, stdout, stderr).
+fn validate(dir: &Path, text: &str) -> (i32, String, String) {
+    let cfg = write_config(dir, text);
+    run_cli(&["validate", "--config", cfg.to_str().unwrap()])
+}
+
 /// The metrics are served on `/metrics` only, with the image's used and free bytes; a log
 /// that fills up under `reject-new` sets `spillway_full` and logs one warning naming the
 /// consumer that holds the space, and one more when it accepts records again.
@@ -421,11 +428,10 @@ fn a_locked_image_names_the_process_that_holds_it() {
         assert!(!err.contains("geometry disagrees"), "{err}");
     }
     // validate reports the lock as a warning, as it does a port in use.
-    let cfg = write_config(
+    let (code, out, err) = validate(
         dir.path(),
         &format!("image = \"{img}\"\nlisten = [\"{other}\"]\n"),
     );
-    let (code, out, err) = run_cli(&["validate", "--config", cfg.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("1 warning(s)"), "{out}");
     assert!(
@@ -525,22 +531,20 @@ fn validate_checks_the_image_geometry_and_warns_of_devices_and_ports() {
     let img = dir.path().join("gw.img").display().to_string();
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let busy_port = busy.local_addr().unwrap().port();
-    let cfg = write_config(
+    let (code, _, err) = validate(
         dir.path(),
         &format!(
             "image = \"{img}\"\nerase-size = \"8K\"\nlisten = [\"tcp://127.0.0.1:{busy_port}\"]\n"
         ),
     );
-    let (code, _, err) = run_cli(&["validate", "--config", cfg.to_str().unwrap()]);
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("erase size 8192 (image: 4096)"), "{err}");
-    let cfg = write_config(
+    let (code, out, err) = validate(
         dir.path(),
         &format!(
             "image = \"{img}\"\nerase-size = \"4K\"\nlisten = [\"tcp://127.0.0.1:{busy_port}\"]\nserial = [\"serial:///dev/spillway-absent?mode=lines\"]\n"
         ),
     );
-    let (code, out, err) = run_cli(&["validate", "--config", cfg.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("2 warning(s)"), "{out}");
     assert!(
