@@ -64,6 +64,20 @@ impl Setup {
         self.dir.path().join("gw.img")
     }
 
+    /// Starts the gateway with a listener on a free port at each of `bases` (`SCHEME://HOST`)
+    /// and a metrics endpoint on another: the process, the listeners' ports and the metrics
+    /// port.
+    fn start_on<const N: usize>(&self, bases: [&str; N]) -> (GatewayProcess, [u16; N], u16) {
+        let ports = bases.map(|_| free_port());
+        let metrics = free_port();
+        let listeners: Vec<String> = bases
+            .iter()
+            .zip(ports)
+            .map(|(b, p)| format!("{b}:{p}"))
+            .collect();
+        (self.start(&listeners, metrics), ports, metrics)
+    }
+
     /// Starts the gateway with `listeners` and a metrics port.
     fn start(&self, listeners: &[String], metrics: u16) -> GatewayProcess {
         let mut args: Vec<String> = vec![
@@ -188,8 +202,7 @@ fn unsafe_listener_settings_exit_2_before_the_image_is_touched() {
 #[test]
 fn wrong_or_missing_tokens_are_refused_counted_and_store_nothing() {
     let s = Setup::new(false);
-    let (port, metrics) = (free_port(), free_port());
-    let g = s.start(&[format!("tls://0.0.0.0:{port}")], metrics);
+    let (g, [port], metrics) = s.start_on(["tls://0.0.0.0"]);
     let gw = format!("tls://localhost:{port}");
     let file = input(s.dir.path(), 10);
     let wrong = s.dir.path().join("wrong.token");
@@ -223,8 +236,7 @@ fn wrong_or_missing_tokens_are_refused_counted_and_store_nothing() {
 #[test]
 fn wrong_ca_and_expired_certificates_fail_the_handshake_on_both_sides() {
     let s = Setup::new(true);
-    let (port, metrics) = (free_port(), free_port());
-    let g = s.start(&[format!("tls://0.0.0.0:{port}")], metrics);
+    let (g, [port], metrics) = s.start_on(["tls://0.0.0.0"]);
     let gw = format!("tls://localhost:{port}");
     let p = |p: &Path| p.display().to_string();
 
@@ -287,14 +299,7 @@ fn wrong_ca_and_expired_certificates_fail_the_handshake_on_both_sides() {
 #[test]
 fn plaintext_and_tls_clients_on_the_wrong_port_are_told_so() {
     let s = Setup::new(false);
-    let (tls_port, tcp_port, metrics) = (free_port(), free_port(), free_port());
-    let g = s.start(
-        &[
-            format!("tls://127.0.0.1:{tls_port}"),
-            format!("tcp://127.0.0.1:{tcp_port}"),
-        ],
-        metrics,
-    );
+    let (g, [tls_port, tcp_port], metrics) = s.start_on(["tls://127.0.0.1", "tcp://127.0.0.1"]);
     let token = s.bridge_token.display().to_string();
     let (code, _, err) = s.bridge(
         &[
@@ -328,8 +333,7 @@ fn plaintext_and_tls_clients_on_the_wrong_port_are_told_so() {
 #[test]
 fn a_publish_only_credential_cannot_commit_delete_or_fetch() {
     let s = Setup::new(false);
-    let (port, metrics) = (free_port(), free_port());
-    let _g = s.start(&[format!("tls://0.0.0.0:{port}")], metrics);
+    let (_g, [port], metrics) = s.start_on(["tls://0.0.0.0"]);
     let gw = format!("tls://localhost:{port}");
     let sensor = s.sensor_token.display().to_string();
     let as_sensor = ["--token-file", sensor.as_str()];
@@ -374,14 +378,7 @@ fn a_publish_only_credential_cannot_commit_delete_or_fetch() {
 #[test]
 fn mqtts_carries_mqtt_publishes_over_tls() {
     let s = Setup::new(false);
-    let (mqtts, port, metrics) = (free_port(), free_port(), free_port());
-    let g = s.start(
-        &[
-            format!("mqtts://127.0.0.1:{mqtts}"),
-            format!("tls://127.0.0.1:{port}"),
-        ],
-        metrics,
-    );
+    let (g, [mqtts, port], _) = s.start_on(["mqtts://127.0.0.1", "tls://127.0.0.1"]);
     let ca = s.pki.ca.display().to_string();
     let pub_ = |extra: &[&str]| {
         std::process::Command::new("mosquitto_pub")
@@ -437,15 +434,8 @@ fn mqtt_passwords_are_tokens_checked_refused_and_counted() {
     let mut text = std::fs::read_to_string(&s.config).unwrap();
     text += &make_token(&reader_token, "reader", "consume");
     std::fs::write(&s.config, text).unwrap();
-    let (mqtts, mqtt, port, metrics) = (free_port(), free_port(), free_port(), free_port());
-    let _g = s.start(
-        &[
-            format!("mqtts://0.0.0.0:{mqtts}"),
-            format!("mqtt://127.0.0.1:{mqtt}"),
-            format!("tls://0.0.0.0:{port}"),
-        ],
-        metrics,
-    );
+    let (_g, [mqtts, mqtt, port], metrics) =
+        s.start_on(["mqtts://0.0.0.0", "mqtt://127.0.0.1", "tls://0.0.0.0"]);
     let ca = s.pki.ca.display().to_string();
     let read = |p: &Path| std::fs::read_to_string(p).unwrap().trim().to_string();
     let (sensor, reader) = (read(&s.sensor_token), read(&reader_token));
