@@ -301,32 +301,27 @@ fn plaintext_and_tls_clients_on_the_wrong_port_are_told_so() {
     let s = Setup::new(false);
     let (g, [tls_port, tcp_port], metrics) = s.start_on(["tls://127.0.0.1", "tcp://127.0.0.1"]);
     let token = s.bridge_token.display().to_string();
-    let (code, _, err) = s.bridge(
-        &[
-            "status",
-            "--gateway",
-            &format!("tcp://127.0.0.1:{tls_port}"),
-        ],
-        &["--token-file", &token],
-    );
-    assert_ne!(code, 0);
-    assert!(err.contains("a tls:// port?"), "{err}");
-    g.wait_for_log(
-        &format!("TLS handshake on tls://127.0.0.1:{tls_port} failed"),
-        1,
-    );
-
-    let (code, _, err) = s.bridge(
-        &[
-            "status",
-            "--gateway",
-            &format!("tls://localhost:{tcp_port}"),
-        ],
-        &["--token-file", &token],
-    );
-    assert_ne!(code, 0);
-    assert!(err.contains("handshake failed"), "{err}");
-    g.wait_for_log("a TLS client on a plaintext listener", 1);
+    // (the gateway named, what the client says, what the gateway logs)
+    for (gateway, says, logged) in [
+        (
+            format!("tcp://127.0.0.1:{tls_port}"),
+            "a tls:// port?",
+            format!("TLS handshake on tls://127.0.0.1:{tls_port} failed"),
+        ),
+        (
+            format!("tls://localhost:{tcp_port}"),
+            "handshake failed",
+            "a TLS client on a plaintext listener".to_string(),
+        ),
+    ] {
+        let (code, _, err) = s.bridge(
+            &["status", "--gateway", &gateway],
+            &["--token-file", &token],
+        );
+        assert_ne!(code, 0);
+        assert!(err.contains(says), "{err}");
+        g.wait_for_log(&logged, 1);
+    }
     assert_eq!(refused(metrics, "tls_handshake"), 2);
 }
 
