@@ -97,6 +97,14 @@ fn gateway(dir: &Path) -> (GatewayProcess, String) {
     (start_gateway(dir, port), format!("tcp://127.0.0.1:{port}"))
 }
 
+/// The file sink of a drain in `dir`: its directory `DIR/out`, its `file:` URI, and the
+/// drain's state file `DIR/s.redb`.
+fn file_sink_in(dir: &Path) -> (std::path::PathBuf, String, String) {
+    let sink_dir = dir.join("out");
+    let sink = format!("file:{}", sink_dir.display());
+    (sink_dir, sink, dir.join("s.redb").display().to_string())
+}
+
 fn write_input(dir: &Path, n: usize, prefix: &str) -> String {
     let p = dir.join(format!("{prefix}.txt"));
     let text: String = (0..n).map(|i| format!("{prefix} {i}\n")).collect();
@@ -216,9 +224,7 @@ fn publish_drain_tail_status_over(dir: &Path, link: &Link) {
     assert!(err.contains(&format!("acknowledged {n}")), "{err}");
     assert!(err.contains("first offset 0, last offset 999"), "{err}");
 
-    let sink_dir = dir.join("out");
-    let sink = format!("file:{}", sink_dir.display());
-    let state = dir.join("s.redb").display().to_string();
+    let (sink_dir, sink, state) = file_sink_in(dir);
     let mut args = drain_args(&gw, &sink, &state);
     args.push("--once");
     let t = Instant::now();
@@ -296,9 +302,7 @@ fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
     let gw = link.uris(port).1;
     let n = 4000usize;
     publish_over(link, &gw, "t", &write_input(dir, n, "r"));
-    let sink_dir = dir.join("out");
-    let sink = format!("file:{}", sink_dir.display());
-    let state = dir.join("s.redb").display().to_string();
+    let (sink_dir, sink, state) = file_sink_in(dir);
     let extra = link.bridge_args();
     let mut args = drain_args(&gw, &sink, &state);
     args.extend(extra.iter().map(String::as_str));
@@ -416,9 +420,7 @@ fn file_names_never_repeat_after_the_closed_files_were_moved_away() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let (_g, gw) = gateway(dir);
-    let sink_dir = dir.join("out");
-    let sink = format!("file:{}", sink_dir.display());
-    let state = dir.join("s.redb").display().to_string();
+    let (sink_dir, sink, state) = file_sink_in(dir);
     let picked = dir.join("picked");
     std::fs::create_dir_all(&picked).unwrap();
     let topic_dir = sink_dir.join(GATEWAY_ID).join("t");
@@ -462,9 +464,7 @@ fn rotate_interval_closes_an_idle_file_under_its_date_directory() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let (_g, gw) = gateway(dir);
-    let sink_dir = dir.join("out");
-    let sink = format!("file:{}", sink_dir.display());
-    let state = dir.join("s.redb").display().to_string();
+    let (sink_dir, sink, state) = file_sink_in(dir);
     let config = dir.join("bridge.toml");
     std::fs::write(
         &config,

@@ -122,17 +122,22 @@ fn hundreds_of_sigkilled_boots_keep_every_record_and_do_not_fill_the_image() {
 /// while, so the signal lands while the file is being filled.
 const BIG: &str = "128M";
 
+/// `--image IMG --size 128M --listen tcp://127.0.0.1:PORT`: the creation tests' gateway.
+fn big_image_args(img: &Path, port: u16) -> Vec<String> {
+    vec![
+        "--image".into(),
+        img.display().to_string(),
+        "--size".into(),
+        BIG.into(),
+        "--listen".into(),
+        format!("tcp://127.0.0.1:{port}"),
+    ]
+}
+
 fn start_creating(img: &Path, port: u16) -> Child {
     Command::new(spillway_bin())
         .arg("run")
-        .args([
-            "--image",
-            &img.display().to_string(),
-            "--size",
-            BIG,
-            "--listen",
-            &format!("tcp://127.0.0.1:{port}"),
-        ])
+        .args(big_image_args(img, port))
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -218,18 +223,7 @@ fn sigkill_while_creating_the_image_then_the_next_start_works() {
 
 /// Starts on the image path as a new gateway would, publishes, stops, and checks the image.
 fn started_fine(img: &Path, port: u16) {
-    let args: Vec<String> = [
-        "--image",
-        &img.display().to_string(),
-        "--size",
-        BIG,
-        "--listen",
-        &format!("tcp://127.0.0.1:{port}"),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut g = GatewayProcess::start(&args, 1);
+    let mut g = GatewayProcess::start(&big_image_args(img, port), 1);
     let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
     let r = c.publish("t", b"first", AckLevel::Durable, None).unwrap();
     assert!(matches!(r, Reply::Ack { .. }), "{r:?}");
