@@ -18,6 +18,24 @@ fn replies(bytes: &[u8], mut f: impl FnMut(Response<'_>)) {
     }
 }
 
+/// Polls `s` at `now_us` (wall clock `wall_us`) until a poll reads nothing: its input is
+/// used up.
+fn poll_to_the_end<const N: usize>(
+    s: &mut Session<'_, MemIo, N>,
+    gw: &mut Gateway,
+    log: &mut Log<'_, &mut spillway_core::storage::SimFlash<Vec<u8>>>,
+    now_us: u64,
+    wall_us: u64,
+) {
+    let (mut scratch, mut out) = (vec![0u8; 4096], vec![0u8; 4096]);
+    while s
+        .poll(gw, log, now_us, wall_us, &mut scratch, &mut out)
+        .unwrap()
+        .bytes_read
+        > 0
+    {}
+}
+
 fn publish(seq: u32, payload: &[u8], ack: AckLevel, producer: Option<Producer>) -> Request<'_> {
     Request::Publish {
         seq,
@@ -160,14 +178,7 @@ fn session_lines_mode() {
     input.extend_from_slice(b"\nhum 40\n");
     let io = MemIo::chunked(input, 7);
     let mut s: Session<'_, MemIo, 128> = Session::new(io, Mode::Lines { topic: None });
-    let mut scratch = vec![0u8; 4096];
-    let mut out = vec![0u8; 4096];
-    while s
-        .poll(&mut gw, &mut log, 1, 5_000, &mut scratch, &mut out)
-        .unwrap()
-        .bytes_read
-        > 0
-    {}
+    poll_to_the_end(&mut s, &mut gw, &mut log, 1, 5_000);
     assert_eq!(log.next_offset(), 2);
     assert_eq!(log.durable_offset(), 2, "durable lines are flushed");
     let c = gw.counters();
@@ -175,6 +186,7 @@ fn session_lines_mode() {
     assert_eq!(c.rejected_too_large, 1);
     assert_eq!(c.rejected_invalid, 2);
     assert!(s.into_transport().output.is_empty());
+    let mut scratch = vec![0u8; 4096];
     let r = log.read(0, &mut scratch).unwrap();
     let recs: Vec<_> = r.records(&scratch).collect();
     assert_eq!(recs[0].topic, "temp");
@@ -368,15 +380,8 @@ fn a_long_durable_error_reply_is_sent_after_a_flush_in_order() {
     reqs.push(publish(8, b"r1", AckLevel::Durable, p(1)));
     let io = MemIo::chunked(frames(&reqs), 10_000);
     let mut s: Session<'_, MemIo, 1024> = Session::new(io, Mode::Frames);
-    let mut scratch = vec![0u8; 4096];
-    let mut out = vec![0u8; 4096];
     let batches_before = log.stats().batches_written;
-    while s
-        .poll(&mut gw, &mut log, 10, 2_000, &mut scratch, &mut out)
-        .unwrap()
-        .bytes_read
-        > 0
-    {}
+    poll_to_the_end(&mut s, &mut gw, &mut log, 10, 2_000);
     assert_eq!(log.durable_offset(), 7);
     assert_eq!(log.stats().batches_written - batches_before, 1, "one flush");
     let mut seen = Vec::new();
