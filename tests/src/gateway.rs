@@ -112,23 +112,24 @@ pub fn free_port() -> u16 {
 /// blocks) listening on one free TCP port, with `extra` flags after those; returns the
 /// process and its `tcp://127.0.0.1:PORT` URI. What the bridge's command-line tests start.
 pub fn small_gateway(dir: &Path, extra: &[&str]) -> (GatewayProcess, String) {
-    let port = free_port();
-    let mut args: Vec<String> = vec![
-        "--image".into(),
-        dir.join("gw.img").display().to_string(),
-        "--erase-size".into(),
-        "4K".into(),
-        "--listen".into(),
-        format!("tcp://127.0.0.1:{port}"),
-    ];
+    let uri = format!("tcp://127.0.0.1:{}", free_port());
+    let mut args = image_in(dir, &["--erase-size", "4K", "--listen", &uri]);
     if !extra.contains(&"--size") {
         args.extend(["--size".into(), "1M".into()]);
     }
     args.extend(extra.iter().map(|s| s.to_string()));
-    (
-        GatewayProcess::start(&args, 1),
-        format!("tcp://127.0.0.1:{port}"),
-    )
+    (GatewayProcess::start(&args, 1), uri)
+}
+
+/// The arguments of `spillway run` for a gateway on the image `DIR/gw.img`: `--image
+/// DIR/gw.img`, then `flags` (its size, listeners and the rest).
+pub fn image_in(dir: &Path, flags: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "--image".to_string(),
+        dir.join("gw.img").display().to_string(),
+    ];
+    args.extend(flags.iter().map(|s| s.to_string()));
+    args
 }
 
 /// A running gateway process; killed (SIGKILL) on drop (through its [`ChildProcess`]).

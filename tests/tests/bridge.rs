@@ -15,7 +15,7 @@ use spillway_tests::bridge::{
     committed_offset, drain_args, gateway_next_offset, metric_sum, publish_args, resume_offsets,
     run_bridge_ok, sink_files,
 };
-use spillway_tests::gateway::free_port;
+use spillway_tests::gateway::{free_port, image_in};
 use spillway_tests::kafka::{Broker, KMsg, consume_all};
 use spillway_tests::pki::TlsSetup;
 use spillway_tests::process::ChildProcess;
@@ -70,16 +70,18 @@ impl Link {
 
     /// Starts the gateway on `port` with this link's listener.
     fn start_gateway(&self, dir: &Path, port: u16) -> GatewayProcess {
-        let mut args: Vec<String> = vec![
-            "--image".into(),
-            dir.join("gw.img").display().to_string(),
-            "--size".into(),
-            "4M".into(),
-            "--listen".into(),
-            self.uris(port).0,
-            "--gateway-id".into(),
-            GATEWAY_ID.into(),
-        ];
+        let listen = self.uris(port).0;
+        let mut args = image_in(
+            dir,
+            &[
+                "--size",
+                "4M",
+                "--listen",
+                &listen,
+                "--gateway-id",
+                GATEWAY_ID,
+            ],
+        );
         if let Link::Tls(t) = self {
             args.extend(t.gateway_args());
         }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use spillway_tests::bridge::{publish_args, sink_files, spawn_bridge_lines, wait_for_line};
 use spillway_tests::faultfs::{Kept, faultfs_env, reboot};
-use spillway_tests::gateway::free_port;
+use spillway_tests::gateway::{free_port, image_in};
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
 
 const GATEWAY_ID: &str = "faults-gw";
@@ -19,14 +19,8 @@ const GATEWAY_ID: &str = "faults-gw";
 /// process and its URI.
 fn start_gateway(dir: &Path, extra: &[&str]) -> (GatewayProcess, String) {
     let port = free_port();
-    let mut args: Vec<String> = vec![
-        "--image".into(),
-        dir.join("gw.img").display().to_string(),
-        "--listen".into(),
-        format!("tcp://127.0.0.1:{port}"),
-        "--gateway-id".into(),
-        GATEWAY_ID.into(),
-    ];
+    let listen = format!("tcp://127.0.0.1:{port}");
+    let mut args = image_in(dir, &["--listen", &listen, "--gateway-id", GATEWAY_ID]);
     if !extra.contains(&"--size") {
         args.extend(["--size".into(), "4M".into()]);
     }

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use spillway_tests::gateway::{GatewayProcess, free_port};
+use spillway_tests::gateway::{GatewayProcess, free_port, image_in};
 
 /// The client binary: `SPILLWAY_C_CONFORMANCE`, else built with `cc` (strict C99, warnings
 /// are errors).
@@ -46,15 +46,9 @@ fn a_c_client_written_from_the_protocol_document_passes_against_the_gateway() {
     let bin = client();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
+    let listen = format!("tcp://127.0.0.1:{port}");
     let _g = GatewayProcess::start(
-        &[
-            "--image".into(),
-            dir.path().join("gw.img").display().to_string(),
-            "--size".into(),
-            "1M".into(),
-            "--listen".into(),
-            format!("tcp://127.0.0.1:{port}"),
-        ],
+        &image_in(dir.path(), &["--size", "1M", "--listen", &listen]),
         1,
     );
     let out = Command::new(&bin)

@@ -13,21 +13,22 @@ use std::time::{Duration, Instant};
 
 use spillway_tests::GatewayProcess;
 use spillway_tests::bridge::tail_everything;
-use spillway_tests::gateway::free_port;
+use spillway_tests::gateway::{free_port, image_in};
 use spillway_tests::process::output_with_stdin;
 
 /// A gateway with an MQTT listener on `mqtt` and a framed one on `tcp` (for `tail`).
 fn start_gateway(dir: &Path, mqtt: u16, tcp: u16, extra: &[&str]) -> GatewayProcess {
-    let mut args: Vec<String> = vec![
-        "--image".into(),
-        dir.join("gw.img").display().to_string(),
-        "--size".into(),
-        "4M".into(),
-        "--listen".into(),
-        format!("mqtt://127.0.0.1:{mqtt}"),
-        "--listen".into(),
-        format!("tcp://127.0.0.1:{tcp}"),
-    ];
+    let mut args = image_in(
+        dir,
+        &[
+            "--size",
+            "4M",
+            "--listen",
+            &format!("mqtt://127.0.0.1:{mqtt}"),
+            "--listen",
+            &format!("tcp://127.0.0.1:{tcp}"),
+        ],
+    );
     args.extend(extra.iter().map(|s| s.to_string()));
     GatewayProcess::start(&args, 2)
 }

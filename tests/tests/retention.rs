@@ -11,19 +11,13 @@ use std::time::{Duration, Instant};
 use spillway_tests::bridge::{
     drain_args, publish_args, run_bridge_ok, run_bridge_within, spawn_bridge_lines, wait_for_line,
 };
-use spillway_tests::gateway::free_port;
+use spillway_tests::gateway::{free_port, image_in};
 use spillway_tests::process::signal;
 use spillway_tests::{Client, GatewayProcess, run_bridge};
 
 fn gateway_args(dir: &Path, port: u16, extra: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = vec![
-        "--image".into(),
-        dir.join("gw.img").display().to_string(),
-        "--listen".into(),
-        format!("tcp://127.0.0.1:{port}"),
-        "--gateway-id".into(),
-        "ret-gw".into(),
-    ];
+    let listen = format!("tcp://127.0.0.1:{port}");
+    let mut v = image_in(dir, &["--listen", &listen, "--gateway-id", "ret-gw"]);
     v.extend(extra.iter().map(|s| s.to_string()));
     v
 }

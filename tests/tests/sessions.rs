@@ -9,19 +9,13 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use spillway_tests::bridge::{gateway_next_offset, publish_args, tail_everything};
+use spillway_tests::gateway::image_in;
 use spillway_tests::process::{output_with_stdin, signal};
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
 
 fn start_gateway(dir: &Path, port: u16) -> GatewayProcess {
-    let args: Vec<String> = vec![
-        "--image".into(),
-        dir.join("gw.img").display().to_string(),
-        "--size".into(),
-        "4M".into(),
-        "--listen".into(),
-        format!("tcp://127.0.0.1:{port}"),
-    ];
-    GatewayProcess::start(&args, 1)
+    let listen = format!("tcp://127.0.0.1:{port}");
+    GatewayProcess::start(&image_in(dir, &["--size", "4M", "--listen", &listen]), 1)
 }
 
 /// `publish --producer-id ID` of `input` given on stdin, with `extra` arguments.
