@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{Background, Options, SimGateway, drain_config, run_drain, spawn_drain};
-use spillway_bridge::checkpoint::{ResumeMismatch, Store};
+use spillway_bridge::checkpoint::{Checkpoint, ResumeMismatch, Store};
 use spillway_bridge::drain::{DrainConfig, DrainError, DrainSummary};
 use spillway_bridge::metrics::Metrics;
 
@@ -142,18 +142,24 @@ fn a_replaced_gateway_is_refused_unless_accepted() {
     assert_eq!((cp.offset, cp.resets), (5, 1));
 }
 
+/// Publishes `a 0` to `a 9` on `gw` (whose id is `gw-1`), drains them, then changes the
+/// saved checkpoint of consumer `bridge` with `edit`.
+fn drained_then_edited(gw: &SimGateway, dir: &Path, edit: impl FnOnce(&mut Checkpoint)) {
+    publish(gw, "t", &payloads("a", 10));
+    run(cfg(gw, dir)).unwrap();
+    let store = Store::open(&dir.join("state.redb")).unwrap();
+    let mut cp = store.load("gw-1", "bridge").unwrap().unwrap();
+    edit(&mut cp);
+    store.save("gw-1", "bridge", &cp).unwrap();
+}
+
 #[test]
 fn a_crc_mismatch_is_refused() {
     let gw = SimGateway::start("gw-1", 0xC0C0);
     let dir = tempfile::tempdir().unwrap();
-    publish(&gw, "t", &payloads("a", 10));
-    run(cfg(&gw, dir.path())).unwrap();
-    {
-        let store = Store::open(&dir.path().join("state.redb")).unwrap();
-        let mut cp = store.load("gw-1", "bridge").unwrap().unwrap();
-        cp.last_crc = Some(cp.last_crc.unwrap() ^ 1);
-        store.save("gw-1", "bridge", &cp).unwrap();
-    }
+    drained_then_edited(&gw, dir.path(), |cp| {
+        cp.last_crc = Some(cp.last_crc.unwrap() ^ 1)
+    });
     publish(&gw, "t", &payloads("b", 10));
     match run(cfg(&gw, dir.path())).unwrap_err() {
         DrainError::Resume(ResumeMismatch::Crc { offset, .. }) => assert_eq!(offset, 10),
@@ -166,14 +172,7 @@ fn a_crc_mismatch_is_refused() {
 fn a_checkpoint_beyond_the_log_is_refused() {
     let gw = SimGateway::start("gw-1", 0xD0D0);
     let dir = tempfile::tempdir().unwrap();
-    publish(&gw, "t", &payloads("a", 10));
-    run(cfg(&gw, dir.path())).unwrap();
-    {
-        let store = Store::open(&dir.path().join("state.redb")).unwrap();
-        let mut cp = store.load("gw-1", "bridge").unwrap().unwrap();
-        cp.offset = 1000;
-        store.save("gw-1", "bridge", &cp).unwrap();
-    }
+    drained_then_edited(&gw, dir.path(), |cp| cp.offset = 1000);
     match run(cfg(&gw, dir.path())).unwrap_err() {
         DrainError::Resume(ResumeMismatch::BeyondEnd {
             offset,
