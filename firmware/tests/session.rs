@@ -36,6 +36,21 @@ fn poll_to_the_end<const N: usize>(
     {}
 }
 
+/// A connection that said `Hello` (this protocol version) to `gw`.
+fn handshaken(
+    gw: &mut Gateway,
+    log: &mut Log<'_, &mut spillway_core::storage::SimFlash<Vec<u8>>>,
+) -> Conn {
+    let mut conn = Conn::default();
+    let (mut scratch, mut out) = (vec![0u8; 4096], vec![0u8; 4096]);
+    let hello = Request::Hello {
+        protocol_version: PROTOCOL_VERSION,
+        client_name: "t",
+    };
+    let _ = gw.handle_request(&mut conn, &hello, log, 0, 0, &mut scratch, &mut out);
+    conn
+}
+
 fn publish(seq: u32, payload: &[u8], ack: AckLevel, producer: Option<Producer>) -> Request<'_> {
     Request::Publish {
         seq,
@@ -236,13 +251,8 @@ fn gateway_default_ack_level_follows_the_configuration() {
         let mut cfg = GatewayConfig::new("mcu", 512, 4096);
         cfg.default_ack = default;
         let mut gw = Gateway::new(cfg, 0);
-        let mut conn = Conn::default();
+        let mut conn = handshaken(&mut gw, &mut log);
         let (mut scratch, mut out) = (vec![0u8; 4096], vec![0u8; 4096]);
-        let hello = Request::Hello {
-            protocol_version: PROTOCOL_VERSION,
-            client_name: "t",
-        };
-        let _ = gw.handle_request(&mut conn, &hello, &mut log, 0, 0, &mut scratch, &mut out);
         let req = publish(1, b"x", AckLevel::GatewayDefault, None);
         let outcome = gw.handle_request(&mut conn, &req, &mut log, 1, 1, &mut scratch, &mut out);
         match outcome {
@@ -267,13 +277,8 @@ fn resend_older_than_the_window_is_a_duplicate_once_durable() {
     let mut rig = SimLog::new(geometry(34), 11, 2);
     let mut log = rig.mount();
     let mut gw = Gateway::new(GatewayConfig::new("mcu", 512, 4096), 0);
-    let mut conn = Conn::default();
+    let mut conn = handshaken(&mut gw, &mut log);
     let (mut scratch, mut out) = (vec![0u8; 4096], vec![0u8; 4096]);
-    let hello = Request::Hello {
-        protocol_version: PROTOCOL_VERSION,
-        client_name: "t",
-    };
-    let _ = gw.handle_request(&mut conn, &hello, &mut log, 0, 0, &mut scratch, &mut out);
     let id = 0xabc;
     let mut send =
         |gw: &mut Gateway, log: &mut Log<'_, _>, s: u32, ack: AckLevel, out: &mut Vec<u8>| {
