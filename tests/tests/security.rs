@@ -96,6 +96,19 @@ impl Setup {
         GatewayProcess::start(&args, listeners.len())
     }
 
+    /// `tail --format raw` of the TLS listener on `port` with the bridge's token, which must
+    /// succeed: its stdout.
+    fn tail_raw(&self, port: u16) -> String {
+        let gw = format!("tls://localhost:{port}");
+        let token = self.bridge_token.display().to_string();
+        let (code, out, err) = self.bridge(
+            &["tail", "--gateway", &gw, "--format", "raw"],
+            &["--token-file", &token],
+        );
+        assert_eq!(code, 0, "{err}");
+        out
+    }
+
     /// `spillway-bridge ARGS --tls-ca CA` (plus `extra`); (exit code, stdout, stderr).
     fn bridge(&self, args: &[&str], extra: &[&str]) -> (i32, String, String) {
         let ca = self.pki.ca.display().to_string();
@@ -404,13 +417,7 @@ fn mqtts_carries_mqtt_publishes_over_tls() {
         &format!("TLS handshake on mqtts://127.0.0.1:{mqtts} failed"),
         1,
     );
-    let gw = format!("tls://localhost:{port}");
-    let token = s.bridge_token.display().to_string();
-    let (code, out, err) = s.bridge(
-        &["tail", "--gateway", &gw, "--format", "raw"],
-        &["--token-file", &token],
-    );
-    assert_eq!(code, 0, "{err}");
+    let out = s.tail_raw(port);
     assert_eq!(out, "21.5\n");
 }
 
@@ -513,13 +520,7 @@ fn mqtt_passwords_are_tokens_checked_refused_and_counted() {
     }
     assert_eq!(refused(metrics, "unauthorized"), refusals.len() as u64);
 
-    let gw = format!("tls://localhost:{port}");
-    let token = s.bridge_token.display().to_string();
-    let (code, out, err) = s.bridge(
-        &["tail", "--gateway", &gw, "--format", "raw"],
-        &["--token-file", &token],
-    );
-    assert_eq!(code, 0, "{err}");
+    let out = s.tail_raw(port);
     assert_eq!(
         out,
         stored.map(|m| format!("{m}\n")).concat(),
