@@ -4,7 +4,7 @@
 //! failed redb commit of the state file. Every record must end up in the sink exactly once,
 //! in order, also after a "reboot" that shows only what reached the disk.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -245,6 +245,22 @@ fn sink_fsync_eio_then_kill_9_with_kept_pages_lands_every_record_once() {
     );
 }
 
+/// A drain run `NAME` in `dir` with its state file under the shim: its sink directory
+/// `DIR/out-NAME`, its state file `DIR/NAME.redb`, the shim's own state `DIR/NAME.faultfs`,
+/// and the shim's environment, in which the state file's 12th fdatasync fails with EIO and
+/// its pages are `kept` or dropped.
+fn state_file_fault(
+    dir: &Path,
+    name: &str,
+    kept: Kept,
+) -> (PathBuf, PathBuf, PathBuf, Vec<(String, String)>) {
+    let out = dir.join(format!("out-{name}"));
+    let state = dir.join(format!("{name}.redb"));
+    let shim = dir.join(format!("{name}.faultfs"));
+    let env = faultfs_env(&format!("{name}.redb"), &shim, kept, Some(12));
+    (out, state, shim, env)
+}
+
 /// A failed fsync of the state file (a redb commit): `drain --once` exits 4 naming the
 /// file; without `--once` the drain reopens it and resumes from its last durable
 /// checkpoint, and every record lands once.
@@ -254,10 +270,7 @@ fn a_failed_state_commit_exits_4_with_once_and_resumes_without() {
     let (_g, gw) = gateway_with_records(dir.path());
     let n = N;
 
-    let out = dir.path().join("out-once");
-    let state = dir.path().join("once.redb");
-    let shim = dir.path().join("once.faultfs");
-    let env = faultfs_env("once.redb", &shim, Kept::Dropped, Some(12));
+    let (out, state, _, env) = state_file_fault(dir.path(), "once", Kept::Dropped);
     let args = drain_args(&gw, &out, &state);
     let o = run_with_env(&[&args[..], &["--once".to_string()]].concat(), &env);
     let err = text(&o);
@@ -268,10 +281,7 @@ fn a_failed_state_commit_exits_4_with_once_and_resumes_without() {
     drain_once_ok(&args, &env);
     assert_exactly_once(&out, "t", n, "--once after exit 4");
 
-    let out = dir.path().join("out-run");
-    let state = dir.path().join("run.redb");
-    let shim = dir.path().join("run.faultfs");
-    let env = faultfs_env("run.redb", &shim, Kept::Dropped, Some(12));
+    let (out, state, _, env) = state_file_fault(dir.path(), "run", Kept::Dropped);
     let mut args = drain_args(&gw, &out, &state);
     args.extend(["--consumer".into(), "second".into()]);
     args.extend(["--from".into(), "earliest".into()]);
@@ -382,10 +392,7 @@ fn a_failed_state_commit_with_kept_pages_survives_a_reboot() {
     let dir = tempfile::tempdir().unwrap();
     let (_g, gw) = gateway_with_records(dir.path());
     let n = N;
-    let out = dir.path().join("out");
-    let state = dir.path().join("s.redb");
-    let shim = dir.path().join("s.faultfs");
-    let env = faultfs_env("s.redb", &shim, Kept::Kept, Some(12));
+    let (out, state, shim, env) = state_file_fault(dir.path(), "s", Kept::Kept);
     let args = drain_args(&gw, &out, &state);
     // SIGKILL: a power cut right after.
     kill_9_after_line(&args, &env, "reopened");
