@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use spillway_tests::bridge::{publish_args, sink_files, spawn_bridge_lines, wait_for_line};
+use spillway_tests::bridge::{
+    publish_args, resume_offsets, sink_files, spawn_bridge_lines, wait_for_line,
+};
 use spillway_tests::faultfs::{Kept, faultfs_env, reboot};
 use spillway_tests::gateway::{free_port, image_in};
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
@@ -231,10 +233,25 @@ fn sink_fsync_eio_then_kill_9_with_kept_pages_lands_every_record_once() {
     let seen = kill_9_after_line(&args, &env, "sink failed at offset");
     let visible = sink_lines(&out).len();
     assert!(seen.iter().any(|l| l.contains("faultfs: ")), "{seen:?}");
+    let failed_at: u64 = seen
+        .iter()
+        .find_map(|l| {
+            let rest = l.split("sink failed at offset ").nth(1)?;
+            rest.split(' ').next()?.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no offset in the failure's line: {seen:?}"));
 
     // Restart without a reboot: the failed lines are still shown by the cache.
     let err = drain_once_ok(&args, &env);
-    eprintln!("kill -9 after the failed fsync: {visible} lines visible at the kill");
+    let resumed = resume_offsets(&err);
+    eprintln!(
+        "kill -9 after the failed fsync at offset {failed_at}: {visible} lines visible at the kill; the restart resumed at {resumed:?}"
+    );
+    // The restart resumed from a checkpoint saved before the failure.
+    assert!(
+        resumed.len() == 1 && resumed[0] > 0 && resumed[0] <= failed_at,
+        "{err}"
+    );
     assert_exactly_once(&out, "t", n, "after the restart");
     reboot(&shim_state);
     assert_exactly_once(&out, "t", n, "after a reboot");
@@ -398,6 +415,10 @@ fn a_failed_state_commit_with_kept_pages_survives_a_reboot() {
     kill_9_after_line(&args, &env, "reopened");
     let r = reboot(&shim);
     eprintln!("state file, kept pages: {}", r.trim());
-    drain_once_ok(&args, &[]);
+    let err = drain_once_ok(&args, &[]);
+    // The drain after the reboot resumed from a checkpoint that reached the disk.
+    let resumed = resume_offsets(&err);
+    eprintln!("resumed at {resumed:?} after the reboot");
+    assert!(resumed.len() == 1 && resumed[0] > 0, "{err}");
     assert_exactly_once(&out, "t", n, "after a reboot and a drain");
 }
