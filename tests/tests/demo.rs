@@ -8,6 +8,7 @@
 
 use std::time::{Duration, Instant};
 
+use spillway_tests::bridge::resume_offsets;
 use spillway_tests::demo::{self, Options, TOPIC_GLUCOSE, TOPIC_ISIG, TOPIC_SST, TOPIC_SST_MQTT};
 use spillway_tests::{bridge_bin, spillway_bin};
 
@@ -63,4 +64,14 @@ fn demo_at_small_scale_loses_and_duplicates_nothing() {
         "took {:?}",
         t.elapsed()
     );
+    // The restarts after the kills went through recovery and resume: the gateway mounted
+    // its image as not cleanly shut down, and the second bridge run resumed from the
+    // checkpoint of the killed one.
+    let work = dir.path().join("demo");
+    let gateway_log = std::fs::read_to_string(work.join("gateway.log")).unwrap();
+    assert!(gateway_log.contains("not clean"), "{gateway_log}");
+    let bridge_log = std::fs::read_to_string(work.join("bridge-2.log")).unwrap();
+    let resumed = resume_offsets(&bridge_log);
+    assert_eq!(resumed.len(), 1, "{bridge_log}");
+    println!("the restarted bridge resumed at offset {}", resumed[0]);
 }
