@@ -434,6 +434,8 @@ fn a_later_batch_acknowledged_first_never_moves_the_checkpoint_past_an_earlier_o
     };
     publish(&slow, 20..26);
     publish(&fast, 26..86);
+    // Deliberate: watched for 3 s of the outage at least (and until a later batch is in
+    // Kafka), the checkpoint never passes the unacknowledged offset 20.
     let t = Instant::now();
     let mut later_delivered = false;
     while t.elapsed() < Duration::from_secs(3) || !later_delivered {
