@@ -107,6 +107,19 @@ fn file_sink_in(dir: &Path) -> (std::path::PathBuf, String, String) {
     (sink_dir, sink, dir.join("s.redb").display().to_string())
 }
 
+/// The last run of a kill -9 test: `ARGS --once` to the end, which must succeed and must
+/// have resumed from a checkpoint that a killed run saved (every offset it resumed at is
+/// past 0); the offsets are added to `resumed_at`. Returns its stderr.
+fn last_run_resumed(mut args: Vec<&str>, resumed_at: &mut Vec<u64>) -> String {
+    args.push("--once");
+    let out = run_bridge_ok(&args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let last = resume_offsets(&err);
+    assert!(!last.is_empty() && last.iter().all(|&o| o > 0), "{err}");
+    resumed_at.extend(last);
+    err
+}
+
 fn write_input(dir: &Path, n: usize, prefix: &str) -> String {
     let p = dir.join(format!("{prefix}.txt"));
     let text: String = (0..n).map(|i| format!("{prefix} {i}\n")).collect();
@@ -341,13 +354,7 @@ fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
             }
         }
     }
-    args.push("--once");
-    let out = run_bridge_ok(&args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    // The last run resumed from a checkpoint that a killed run saved.
-    let last = resume_offsets(&err);
-    assert!(!last.is_empty() && last.iter().all(|&o| o > 0), "{err}");
-    resumed_at.extend(last);
+    last_run_resumed(args, &mut resumed_at);
     let mut lines = read_files(&sink_dir);
     lines.extend(read_files(&picked));
     lines.sort_by_key(|l| l.0);
@@ -639,14 +646,8 @@ fn kill_9_while_draining_into_kafka_sends_nothing_twice() {
         }
         resumed_at.extend(resume_offsets(&text));
     }
-    args.push("--once");
-    let out = run_bridge_ok(&args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    // The last run resumed from a checkpoint that a killed run saved, and read the
-    // partition's tail for records delivered but not checkpointed.
-    let last = resume_offsets(&err);
-    assert!(!last.is_empty() && last.iter().all(|&o| o > 0), "{err}");
-    resumed_at.extend(last);
+    let err = last_run_resumed(args, &mut resumed_at);
+    // It also read the partition's tail for records delivered but not checkpointed.
     assert!(
         err.contains("messages from the tails of 1 partitions"),
         "{err}"
