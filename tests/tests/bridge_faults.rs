@@ -183,17 +183,16 @@ fn kill_9_after_line(args: &[String], env: &[(String, String)], needle: &str) ->
 fn sink_fsync_eio(kept: Kept) {
     let dir = tempfile::tempdir().unwrap();
     let (_g, gw) = gateway_with_records(dir.path());
-    let n = N;
     let out = dir.path().join("out");
     let state = dir.path().join("s.redb");
     let shim_state = dir.path().join("faultfs.state");
     let env = faultfs_env(".jsonl.open", &shim_state, kept, Some(5));
     let err = drain_once_ok(&drain_args(&gw, &out, &state), &env);
     assert!(err.contains("faultfs: "), "the shim fired: {err}");
-    assert_exactly_once(&out, "t", n, "after the drain");
+    assert_exactly_once(&out, "t", N, "after the drain");
     let r = reboot(&shim_state);
     eprintln!("{kept:?}: {}", r.trim());
-    assert_exactly_once(&out, "t", n, "after a reboot");
+    assert_exactly_once(&out, "t", N, "after a reboot");
     assert!(err.contains("sink failed at offset"), "{err}");
     if kept == Kept::Kept {
         // The failed lines were still shown: cut off before the resend.
@@ -223,7 +222,6 @@ fn sink_fsync_eio_with_kept_pages_lands_every_record_once() {
 fn sink_fsync_eio_then_kill_9_with_kept_pages_lands_every_record_once() {
     let dir = tempfile::tempdir().unwrap();
     let (_g, gw) = gateway_with_records(dir.path());
-    let n = N;
     let out = dir.path().join("out");
     let state = dir.path().join("s.redb");
     let shim_state = dir.path().join("faultfs.state");
@@ -252,9 +250,9 @@ fn sink_fsync_eio_then_kill_9_with_kept_pages_lands_every_record_once() {
         resumed.len() == 1 && resumed[0] > 0 && resumed[0] <= failed_at,
         "{err}"
     );
-    assert_exactly_once(&out, "t", n, "after the restart");
+    assert_exactly_once(&out, "t", N, "after the restart");
     reboot(&shim_state);
-    assert_exactly_once(&out, "t", n, "after a reboot");
+    assert_exactly_once(&out, "t", N, "after a reboot");
     assert!(err.contains("cut back from"), "{err}");
     assert!(
         !err.contains("duplicates"),
@@ -285,8 +283,6 @@ fn state_file_fault(
 fn a_failed_state_commit_exits_4_with_once_and_resumes_without() {
     let dir = tempfile::tempdir().unwrap();
     let (_g, gw) = gateway_with_records(dir.path());
-    let n = N;
-
     let (out, state, _, env) = state_file_fault(dir.path(), "once", Kept::Dropped);
     let args = drain_args(&gw, &out, &state);
     let o = run_with_env(&[&args[..], &["--once".to_string()]].concat(), &env);
@@ -296,7 +292,7 @@ fn a_failed_state_commit_exits_4_with_once_and_resumes_without() {
     assert!(err.contains(&state.display().to_string()), "{err}");
     // Run again (the shim fires once per state file): it finishes the job.
     drain_once_ok(&args, &env);
-    assert_exactly_once(&out, "t", n, "--once after exit 4");
+    assert_exactly_once(&out, "t", N, "--once after exit 4");
 
     let (out, state, _, env) = state_file_fault(dir.path(), "run", Kept::Dropped);
     let mut args = drain_args(&gw, &out, &state);
@@ -307,7 +303,7 @@ fn a_failed_state_commit_exits_4_with_once_and_resumes_without() {
     wait_for_line(&rx, "reopened", &mut seen);
     // Done when the checkpoint reached the end (the sink's lines are all there).
     let deadline = Instant::now() + Duration::from_secs(30);
-    while sink_lines(&out).len() < n {
+    while sink_lines(&out).len() < N {
         assert!(Instant::now() < deadline, "{}", seen.join("\n"));
         while let Ok(l) = rx.try_recv() {
             seen.push(l);
@@ -326,7 +322,7 @@ fn a_failed_state_commit_exits_4_with_once_and_resumes_without() {
         "{}",
         seen.join("\n")
     );
-    assert_exactly_once(&out, "t", n, "after the reopen");
+    assert_exactly_once(&out, "t", N, "after the reopen");
 }
 
 /// On a 256 KiB image under `--full drop-oldest`, records dropped before any bridge drained
@@ -408,7 +404,6 @@ fn records_dropped_before_the_first_drain_are_reported_as_a_gap() {
 fn a_failed_state_commit_with_kept_pages_survives_a_reboot() {
     let dir = tempfile::tempdir().unwrap();
     let (_g, gw) = gateway_with_records(dir.path());
-    let n = N;
     let (out, state, shim, env) = state_file_fault(dir.path(), "s", Kept::Kept);
     let args = drain_args(&gw, &out, &state);
     // SIGKILL: a power cut right after.
@@ -420,5 +415,5 @@ fn a_failed_state_commit_with_kept_pages_survives_a_reboot() {
     let resumed = resume_offsets(&err);
     eprintln!("resumed at {resumed:?} after the reboot");
     assert!(resumed.len() == 1 && resumed[0] > 0, "{err}");
-    assert_exactly_once(&out, "t", n, "after a reboot and a drain");
+    assert_exactly_once(&out, "t", N, "after a reboot and a drain");
 }
