@@ -531,18 +531,14 @@ fn validate_checks_the_image_geometry_and_warns_of_devices_and_ports() {
     let img = dir.path().join("gw.img").display().to_string();
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let busy_port = busy.local_addr().unwrap().port();
-    let (code, _, err) = validate(
-        dir.path(),
-        &format!(
-            "image = \"{img}\"\nerase-size = \"8K\"\nlisten = [\"tcp://127.0.0.1:{busy_port}\"]\n"
-        ),
-    );
+    let base = format!("image = \"{img}\"\nlisten = [\"tcp://127.0.0.1:{busy_port}\"]\n");
+    let (code, _, err) = validate(dir.path(), &format!("{base}erase-size = \"8K\"\n"));
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("erase size 8192 (image: 4096)"), "{err}");
     let (code, out, err) = validate(
         dir.path(),
         &format!(
-            "image = \"{img}\"\nerase-size = \"4K\"\nlisten = [\"tcp://127.0.0.1:{busy_port}\"]\nserial = [\"serial:///dev/spillway-absent?mode=lines\"]\n"
+            "{base}erase-size = \"4K\"\nserial = [\"serial:///dev/spillway-absent?mode=lines\"]\n"
         ),
     );
     assert_eq!(code, 0, "{err}");
