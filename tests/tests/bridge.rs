@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use spillway_tests::bridge::{
     committed_offset, drain_args, gateway_next_offset, metric_sum, publish_args, resume_offsets,
-    run_bridge_ok, sink_files,
+    run_bridge_ok, sink_files, tail_everything,
 };
 use spillway_tests::gateway::{free_port, image_in};
 use spillway_tests::kafka::{Broker, KMsg, consume_all};
@@ -797,17 +797,7 @@ fn publish_survives_a_gateway_kill_without_duplicates() {
         "publish failed after the restart: {stderr}"
     );
     // Every line once, in input order (offsets may skip the crashed run's lease).
-    let tail = run_bridge(&[
-        "tail",
-        "--gateway",
-        &gw,
-        "--from",
-        "earliest",
-        "--format",
-        "raw",
-    ]);
-    assert!(tail.status.success());
-    let lines: Vec<String> = String::from_utf8_lossy(&tail.stdout)
+    let lines: Vec<String> = tail_everything(&gw, "raw")
         .lines()
         .map(str::to_string)
         .collect();
