@@ -77,6 +77,14 @@ fn rot(bytes: u64) -> Rotation {
     Rotation::bytes(bytes)
 }
 
+/// The files of topic `t` once records 0 to 6 (or up to 8) were written in files of
+/// [`three_lines`] and the two full files were closed: 0 and 3 closed, 6 open.
+const ROTATED_AT_3_AND_6: [&str; 3] = [
+    "t/00000000000000000000.jsonl",
+    "t/00000000000000000003.jsonl",
+    "t/00000000000000000006.jsonl.open",
+];
+
 /// Records `0..n` of topic `t`, each with the payload `x`.
 fn xs(n: u64) -> Vec<OwnedRecord> {
     (0..n).map(|i| rec(i, "t", b"x")).collect()
@@ -201,14 +209,7 @@ fn rotates_by_size_renaming_the_open_file_and_continues_it_after_a_reopen() {
         assert_eq!(s.checkpointed(42, u64::MAX).await.unwrap(), 2);
     });
     // Each rotation closed the full file; one open file is left, named by its first offset.
-    assert_eq!(
-        tree(&out),
-        vec![
-            "t/00000000000000000000.jsonl",
-            "t/00000000000000000003.jsonl",
-            "t/00000000000000000006.jsonl.open"
-        ]
-    );
+    assert_eq!(tree(&out), ROTATED_AT_3_AND_6);
     assert_eq!(offsets(&closed_file(&out, "t", 3)), vec![3, 4, 5]);
     assert_eq!(lines(&open_file(&out, "t", 6)).len(), 1);
     // Reopen (a clean stop left the open file open-named): appends to it, then rotates on.
