@@ -232,6 +232,16 @@ pub fn tail_everything(gw: &str, format: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Asserts that the log of the gateway `gw`, read from its first offset, holds the input
+/// lines `PREFIX 0` to `PREFIX n-1`: each once, in input order (offsets may have gaps).
+pub fn assert_log_holds_lines_once_in_order(gw: &str, prefix: &str, n: usize) {
+    let text = tail_everything(gw, "raw");
+    let lines: Vec<&str> = text.lines().collect();
+    let want: Vec<String> = (0..n).map(|i| format!("{prefix} {i}")).collect();
+    assert_eq!(lines.len(), n, "every input line stored exactly once");
+    assert!(lines == want, "the log holds the input in order");
+}
+
 /// The committed offset of consumer `consumer` in the output of `status --json`, 0 when
 /// the output has none (unreachable gateway, unknown consumer).
 pub fn committed_offset(status_json: &[u8], consumer: &str) -> u64 {

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use spillway_tests::bridge::{
-    committed_offset, drain_args, gateway_next_offset, metric_sum, publish_args, resume_offsets,
-    run_bridge_ok, sink_files, tail_everything,
+    assert_log_holds_lines_once_in_order, committed_offset, drain_args, gateway_next_offset,
+    metric_sum, publish_args, resume_offsets, run_bridge_ok, sink_files,
 };
 use spillway_tests::gateway::{free_port, image_in};
 use spillway_tests::kafka::{Broker, KMsg, consume_all};
@@ -797,13 +797,7 @@ fn publish_survives_a_gateway_kill_without_duplicates() {
         "publish failed after the restart: {stderr}"
     );
     // Every line once, in input order (offsets may skip the crashed run's lease).
-    let lines: Vec<String> = tail_everything(&gw, "raw")
-        .lines()
-        .map(str::to_string)
-        .collect();
-    let want: Vec<String> = (0..n).map(|i| format!("k {i}")).collect();
-    assert_eq!(lines.len(), n, "every input line stored exactly once");
-    assert!(lines == want, "the log holds the input in order");
+    assert_log_holds_lines_once_in_order(&gw, "k", n);
 }
 
 /// `consumers` lists the real gateway's consumers with committed offset and lag, and

@@ -8,7 +8,9 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use spillway_tests::bridge::{gateway_next_offset, publish_args, tail_everything};
+use spillway_tests::bridge::{
+    assert_log_holds_lines_once_in_order, gateway_next_offset, publish_args, tail_everything,
+};
 use spillway_tests::gateway::image_in;
 use spillway_tests::process::{output_with_stdin, signal};
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
@@ -118,10 +120,7 @@ fn an_interrupted_publish_resumes_and_stores_every_line_once() {
     let rerr = String::from_utf8_lossy(&resumed.stderr);
     assert!(resumed.status.success(), "{rerr}");
     assert!(rerr.contains("session 1 resumed"), "{rerr}");
-    let lines = stored(&gw);
-    let want: Vec<String> = (0..n).map(|i| format!("line {i}")).collect();
-    assert_eq!(lines.len(), n, "every input line stored exactly once");
-    assert!(lines == want, "in input order");
+    assert_log_holds_lines_once_in_order(&gw, "line", n);
 }
 
 /// A line over the gateway's max record size (4 KiB by default) is refused before it is
