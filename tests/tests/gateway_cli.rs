@@ -35,6 +35,15 @@ fn args(dir: &Path, extra: &[String]) -> Vec<String> {
     a
 }
 
+/// [`image_args`] and a `--listen` for each of `uris`.
+fn listening(dir: &Path, uris: &[String]) -> Vec<String> {
+    let mut a = image_args(dir);
+    for u in uris {
+        a.extend(["--listen".to_string(), u.clone()]);
+    }
+    a
+}
+
 /// An HTTP/1.1 request to the metrics address; the whole answer.
 fn http(port: u16, request_line: &str) -> String {
     let mut m = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -239,12 +248,10 @@ fn a_partial_line_followed_by_silence_is_dropped_not_glued_to_the_next() {
     let dir = tempfile::tempdir().unwrap();
     let (pf, pl) = (free_port(), free_port());
     let g = GatewayProcess::start(
-        &args(
+        &listening(
             dir.path(),
             &[
-                "--listen".into(),
                 format!("tcp://127.0.0.1:{pf}"),
-                "--listen".into(),
                 format!("tcp://127.0.0.1:{pl}?mode=lines&topic=sensor&line-timeout-ms=300"),
             ],
         ),
@@ -408,10 +415,7 @@ fn a_locked_image_names_the_process_that_holds_it() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let g = GatewayProcess::start(
-        &args(
-            dir.path(),
-            &["--listen".into(), format!("tcp://127.0.0.1:{port}")],
-        ),
+        &listening(dir.path(), &[format!("tcp://127.0.0.1:{port}")]),
         1,
     );
     let img = dir.path().join("gw.img").display().to_string();
@@ -521,10 +525,7 @@ fn validate_checks_the_image_geometry_and_warns_of_devices_and_ports() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let mut g = GatewayProcess::start(
-        &args(
-            dir.path(),
-            &["--listen".into(), format!("tcp://127.0.0.1:{port}")],
-        ),
+        &listening(dir.path(), &[format!("tcp://127.0.0.1:{port}")]),
         1,
     );
     g.terminate();
