@@ -219,8 +219,9 @@ pub(crate) struct DrainArgs {
     pub(crate) prefetch: Option<usize>,
     /// Kafka: batches handed to the producer whose delivery reports are still outstanding,
     /// at most, so the producer always has records queued (bytes in flight stay below this
-    /// times --max-batch-bytes); the checkpoint still advances in offset order. The file
-    /// sink writes one batch at a time [default: 4]
+    /// times --max-batch-bytes; a batch is one fetch reply, at most one gateway frame, 64K
+    /// by default); the checkpoint still advances in offset order. The file sink writes one
+    /// batch at a time [default: 8]
     #[arg(long, value_name = "N")]
     pub(crate) max_in_flight_batches: Option<usize>,
     /// File sink: rotate a topic's file at this size, bytes with optional K/M/G

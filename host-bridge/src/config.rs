@@ -24,7 +24,7 @@
 //! metrics = "127.0.0.1:9185"
 //! max-batch-bytes = "256K"             # bytes per fetch (an integer, or K/M/G = 1024)
 //! prefetch = 4                         # batches fetched ahead of the sink
-//! max-in-flight-batches = 4            # Kafka: batches awaiting delivery reports
+//! max-in-flight-batches = 8            # Kafka: batches awaiting delivery reports
 //! rotate-bytes = "64M"                 # file sink rotation size, bytes
 //! rotate-interval = "1h"               # file sink: close files open this long; default none
 //! partition-by-date = false            # file sink: files under YYYY-MM-DD/ (record time, UTC)

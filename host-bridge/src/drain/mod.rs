@@ -194,8 +194,14 @@ pub const WARM_UP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default of [`DrainConfig::retry_for`] with `--once` (5 minutes).
 pub const DEFAULT_ONCE_RETRY_FOR: Duration = Duration::from_secs(300);
 
-/// Default of [`DrainConfig::max_in_flight_batches`].
-pub const DEFAULT_MAX_IN_FLIGHT_BATCHES: usize = 4;
+/// Default of [`DrainConfig::max_in_flight_batches`]. A fetch's reply is one gateway frame
+/// (64 KiB unless the gateway's record limit is larger), so a batch of 100-byte records
+/// holds about 470 of them whatever `max_batch_bytes` allows: with 4 batches in flight the
+/// Kafka producer ran dry between delivery reports (300,000 records into a local broker: a
+/// median of 1.98 s for the whole drain, against 1.37 s with 8; 16 and 32 were no faster).
+/// A crash leaves at most about twice this many batches delivered and not saved, well
+/// inside the resume scan's first window of 10,000 messages at that size.
+pub const DEFAULT_MAX_IN_FLIGHT_BATCHES: usize = 8;
 
 /// The largest window the effectively-once resume grows to, messages per partition.
 pub const MAX_RESUME_WINDOW: u64 = 1 << 20;
