@@ -3,14 +3,12 @@
 //! compressed batch costs exactly its own offsets; a read inside a compressed batch decodes
 //! it once, not once per record; a log without a scratch refuses to guess.
 
-use spillway_core::MountError;
-use spillway_core::log::{
-    Compression, Config, Log, LostRange, LostReason, Memory, Record, SegmentSlot, scratch_len,
-    segments_for,
-};
-use spillway_core::storage::{Geometry, SimFlash};
+mod common;
+use common::{Ram, Sim};
 
-type Sim = SimFlash<Vec<u8>>;
+use spillway_core::MountError;
+use spillway_core::log::{Compression, Config, Log, LostRange, LostReason, Record};
+use spillway_core::storage::{Geometry, SimFlash};
 
 /// 1 MiB of 4 KiB erase blocks, 4 blocks per segment.
 const GEO: Geometry = Geometry {
@@ -24,37 +22,20 @@ const BUFFER: usize = 4096;
 /// Records per flush: one batch each.
 const PER_BATCH: u64 = 40;
 
-struct Ram {
-    buffer: Vec<u8>,
-    slots: Vec<SegmentSlot>,
-    scratch: Vec<u8>,
-}
-
-impl Ram {
-    fn new() -> Self {
-        Ram {
-            buffer: vec![0; BUFFER],
-            slots: vec![SegmentSlot::EMPTY; segments_for(&GEO, BPS) as usize],
-            scratch: vec![0; scratch_len(BUFFER)],
-        }
-    }
-    fn mount<'a>(
-        &'a mut self,
-        flash: &'a mut Sim,
-        compression: Compression,
-    ) -> Log<'a, &'a mut Sim> {
-        let cfg = Config {
-            compression,
-            ..Config::default()
-        };
-        let mem = Memory {
-            buffer: &mut self.buffer,
-            segments: &mut self.slots,
-        };
-        Log::mount_with_scratch(flash, cfg, mem, &mut self.scratch, 0)
-            .unwrap()
-            .0
-    }
+/// Mounts `flash` with `compression` on `ram` (which has a scratch).
+fn mount<'a>(
+    ram: &'a mut Ram,
+    flash: &'a mut Sim,
+    compression: Compression,
+) -> Log<'a, &'a mut Sim> {
+    let cfg = Config {
+        compression,
+        ..Config::default()
+    };
+    let (mem, scratch) = ram.with_scratch_parts();
+    Log::mount_with_scratch(flash, cfg, mem, scratch, 0)
+        .unwrap()
+        .0
 }
 
 /// A buoy-like text line: compresses well against its neighbours.
@@ -82,8 +63,8 @@ fn record(i: u64, p: &[u8]) -> Record<'_> {
 fn write_log(n: u64, compression: Compression) -> (Sim, spillway_core::log::Stats) {
     let mut flash = SimFlash::new_vec(GEO).unwrap();
     Log::format(&mut flash, 0x1747, BPS).unwrap();
-    let mut ram = Ram::new();
-    let mut log = ram.mount(&mut flash, compression);
+    let mut ram = Ram::with_scratch(&GEO, BPS, BUFFER);
+    let mut log = mount(&mut ram, &mut flash, compression);
     for i in 0..n {
         let p = payload(i);
         log.append(i, &record(i, &p)).unwrap();
@@ -164,8 +145,8 @@ fn compressed_batches_read_back_exactly_and_take_less_flash() {
         plain_stats.flash_bytes_programmed
     );
     for flash in [&mut plain, &mut lz4] {
-        let mut ram = Ram::new();
-        let mut log = ram.mount(flash, Compression::None);
+        let mut ram = Ram::with_scratch(&GEO, BPS, BUFFER);
+        let mut log = mount(&mut ram, flash, Compression::None);
         // Whole batches at a time, and one record at a time.
         for buf in [8192, 100] {
             let (seen, lost) = read_all(&mut log, buf);
@@ -181,8 +162,8 @@ fn compressed_batches_read_back_exactly_and_take_less_flash() {
 fn reading_record_by_record_decodes_each_compressed_batch_once() {
     let n = 2000;
     let (mut flash, stats) = write_log(n, Compression::Lz4);
-    let mut ram = Ram::new();
-    let mut log = ram.mount(&mut flash, Compression::None);
+    let mut ram = Ram::with_scratch(&GEO, BPS, BUFFER);
+    let mut log = mount(&mut ram, &mut flash, Compression::None);
     let before = log.stats().flash_bytes_read;
     let (seen, _) = read_all(&mut log, 100);
     assert_eq!(seen.len() as u64, n);
@@ -205,8 +186,8 @@ fn a_corrupt_compressed_batch_costs_exactly_its_offsets() {
     let (addr, base, count, _) = all[all.len() / 2];
     assert_eq!(u64::from(count), PER_BATCH);
     flash.bytes_mut()[addr + 40] ^= 0x10;
-    let mut ram = Ram::new();
-    let mut log = ram.mount(&mut flash, Compression::Lz4);
+    let mut ram = Ram::with_scratch(&GEO, BPS, BUFFER);
+    let mut log = mount(&mut ram, &mut flash, Compression::Lz4);
     let (seen, lost) = read_all(&mut log, 8192);
     assert_eq!(
         lost,
@@ -229,13 +210,8 @@ fn a_corrupt_compressed_batch_costs_exactly_its_offsets() {
 #[test]
 fn without_a_scratch_a_compressed_log_does_not_mount() {
     let (mut flash, _) = write_log(100, Compression::Lz4);
-    let mut buffer = vec![0u8; BUFFER];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&GEO, BPS) as usize];
-    let mem = Memory {
-        buffer: &mut buffer,
-        segments: &mut slots,
-    };
-    match Log::mount(&mut flash, Config::default(), mem, 0) {
+    let mut ram = Ram::new(&GEO, BPS, BUFFER);
+    match Log::mount(&mut flash, Config::default(), ram.memory(), 0) {
         Err(MountError::ScratchTooSmall { needed, len: 0 }) => assert!(needed > 0),
         other => panic!("{:?}", other.map(|_| ())),
     }

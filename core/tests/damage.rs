@@ -2,12 +2,11 @@
 //! reported as corrupt with their exact range (never as "not persisted", never as "not a
 //! log"), and a cell that reads wrong on some reads only costs re-reads, not a gap.
 
-use spillway_core::log::{
-    Config, Log, LostRange, LostReason, Memory, READ_ATTEMPTS, Record, SegmentSlot, segments_for,
-};
-use spillway_core::storage::{Geometry, SimFlash};
+mod common;
+use common::{Ram, Sim};
 
-type Sim = SimFlash<Vec<u8>>;
+use spillway_core::log::{Config, Log, LostRange, LostReason, READ_ATTEMPTS, Record};
+use spillway_core::storage::{Geometry, SimFlash};
 
 /// 2 MiB of 4 KiB erase blocks, 8 blocks (32 KiB) per segment: 63 segments.
 const GEO: Geometry = Geometry {
@@ -18,26 +17,6 @@ const GEO: Geometry = Geometry {
 };
 const BPS: u32 = 8;
 
-struct Ram {
-    buffer: Vec<u8>,
-    slots: Vec<SegmentSlot>,
-}
-
-impl Ram {
-    fn new() -> Self {
-        Ram {
-            buffer: vec![0; 4096],
-            slots: vec![SegmentSlot::EMPTY; segments_for(&GEO, BPS) as usize],
-        }
-    }
-    fn mem(&mut self) -> Memory<'_> {
-        Memory {
-            buffer: &mut self.buffer,
-            segments: &mut self.slots,
-        }
-    }
-}
-
 fn payload(i: u64) -> Vec<u8> {
     format!("reading {i:06} ").repeat(4).into_bytes()
 }
@@ -47,8 +26,8 @@ fn payload(i: u64) -> Vec<u8> {
 fn clean_log(n: u64) -> (Sim, Vec<(u32, u64)>) {
     let mut flash = SimFlash::new_vec(GEO).unwrap();
     Log::format(&mut flash, 0xDA3A6E, BPS).unwrap();
-    let mut ram = Ram::new();
-    let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.mem(), 0).unwrap();
+    let mut ram = Ram::new(&GEO, BPS, 4096);
+    let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
     for i in 0..n {
         let p = payload(i);
         let rec = Record {
@@ -100,8 +79,8 @@ fn first_segment_header_erased_costs_only_its_records() {
     let (s0, s1) = (segs[0], segs[1]);
     assert_eq!(s0, (0, 0));
     flash.bytes_mut()[seg_addr(0)..seg_addr(0) + 80].fill(0xFF);
-    let mut ram = Ram::new();
-    let (mut log, rep) = Log::mount(&mut flash, Config::default(), ram.mem(), 0).unwrap();
+    let mut ram = Ram::new(&GEO, BPS, 4096);
+    let (mut log, rep) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
     assert_eq!(rep.segments_valid as usize, segs.len() - 1);
     assert_eq!(
         log.first_offset(),
@@ -122,7 +101,7 @@ fn first_segment_header_erased_costs_only_its_records() {
 
     // Without the journal either, another segment's header still identifies the log.
     flash.bytes_mut()[..2 * 4096].fill(0xFF);
-    let (mut log, rep) = Log::mount(&mut flash, Config::default(), ram.mem(), 0).unwrap();
+    let (mut log, rep) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
     assert!(!rep.journal_found);
     let (seen, lost) = read_all(&mut log);
     assert_eq!(lost[0].reason, LostReason::Corrupt);
@@ -137,8 +116,8 @@ fn a_damaged_middle_segment_header_is_corruption_not_skipped() {
     let (mid, next) = (segs[2], segs[3]);
     // One bit of the header CRC.
     flash.flip_bit(seg_addr(mid.0) as u32 + 77, 3).unwrap();
-    let mut ram = Ram::new();
-    let (mut log, rep) = Log::mount(&mut flash, Config::default(), ram.mem(), 0).unwrap();
+    let mut ram = Ram::new(&GEO, BPS, 4096);
+    let (mut log, rep) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
     assert!(rep.clean, "the head is intact: {rep:?}");
     let (seen, lost) = read_all(&mut log);
     assert_eq!(
@@ -181,8 +160,8 @@ fn a_flaky_cell_costs_re_reads_not_a_gap() {
         f.load_image(&image).unwrap();
         f.set_seed(0xF1A4 + run);
         f.set_flaky(target, 0x04, 70);
-        let mut ram = Ram::new();
-        let (mut log, _) = Log::mount(&mut f, Config::default(), ram.mem(), 0).unwrap();
+        let mut ram = Ram::new(&GEO, BPS, 4096);
+        let (mut log, _) = Log::mount(&mut f, Config::default(), ram.memory(), 0).unwrap();
         let (seen, lost) = read_all(&mut log);
         if lost.is_empty() {
             assert_eq!(seen.len(), 3000);
@@ -202,8 +181,8 @@ fn a_cell_wrong_on_every_read_is_corrupt_after_the_stated_re_reads() {
     let (mut flash, segs) = clean_log(3000);
     let target = body_byte(segs[1].0);
     flash.set_flaky(target, 0x04, 100);
-    let mut ram = Ram::new();
-    let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.mem(), 0).unwrap();
+    let mut ram = Ram::new(&GEO, BPS, 4096);
+    let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
     let before = log.flash().faults().flaky_reads;
     let (_, lost) = read_all(&mut log);
     assert_eq!(lost.len(), 1, "{lost:?}");
@@ -232,8 +211,8 @@ fn transient_read_errors_and_one_shot_flips_are_absorbed() {
             } else {
                 f.fail_read_after(k);
             }
-            let mut ram = Ram::new();
-            let (mut log, rep) = Log::mount(&mut f, Config::default(), ram.mem(), 0)
+            let mut ram = Ram::new(&GEO, BPS, 4096);
+            let (mut log, rep) = Log::mount(&mut f, Config::default(), ram.memory(), 0)
                 .unwrap_or_else(|e| panic!("read fault {k} flip {flip}: mount: {e:?}"));
             // A read that went wrong once is not reported as damage (the head may be
             // left for a fresh segment all the same: a doubtful bit is never written over).

@@ -3,16 +3,14 @@
 //! exactly the records it touched.
 
 mod common;
-use common::{Rng, Sim};
+use common::{Ram, Rng, Sim};
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
 use spillway_core::MountError;
 use spillway_core::log::format::{BATCH_HEADER_LEN, BatchHeader, HeadCheck, SegmentHeader};
-use spillway_core::log::{
-    Config, FullPolicy, Log, LostReason, Memory, Record, RecoveryReport, SegmentSlot, segments_for,
-};
+use spillway_core::log::{Config, FullPolicy, Log, LostReason, Record, RecoveryReport};
 use spillway_core::storage::{Flash, Geometry, SimError, SimFlash};
 
 const ERASE: u32 = 1024;
@@ -40,26 +38,6 @@ fn record(payload: &[u8]) -> Record<'_> {
     }
 }
 
-struct Mem {
-    buffer: Vec<u8>,
-    slots: Vec<SegmentSlot>,
-}
-
-impl Mem {
-    fn new() -> Self {
-        Mem {
-            buffer: vec![0; 512],
-            slots: vec![SegmentSlot::EMPTY; segments_for(&GEOMETRY, 1) as usize],
-        }
-    }
-    fn memory(&mut self) -> Memory<'_> {
-        Memory {
-            buffer: &mut self.buffer,
-            segments: &mut self.slots,
-        }
-    }
-}
-
 fn config() -> Config {
     Config {
         full: FullPolicy::RejectNew,
@@ -72,7 +50,7 @@ fn config() -> Config {
 fn valid_image(records: u64) -> Sim {
     let mut sim = SimFlash::new_vec(GEOMETRY).unwrap();
     Log::format(&mut sim, 0xF00D, 1).unwrap();
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&GEOMETRY, 1, 512);
     let (mut log, _) = Log::mount(&mut sim, config(), mem.memory(), 0).unwrap();
     for off in 0..records {
         let a = log.append(0, &record(&payload_of(off))).unwrap();
@@ -134,7 +112,7 @@ fn walk<F: Flash>(log: &mut Log<'_, F>, bound: usize) -> Walk {
 
 /// Mounts whatever is there; on success walks the log. Never panics on bad data.
 fn mount_and_walk(sim: &mut Sim) -> Option<(RecoveryReport, Walk)> {
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&GEOMETRY, 1, 512);
     match Log::mount(&mut *sim, config(), mem.memory(), 0) {
         Ok((mut log, rep)) => {
             let w = walk(&mut log, 100_000);
@@ -289,7 +267,7 @@ fn bit_flip_in_a_sealed_batch_loses_exactly_that_batch() {
                     }
                 }
                 // Reading from inside the lost batch reports the rest of it.
-                let mut mem = Mem::new();
+                let mut mem = Ram::new(&GEOMETRY, 1, 512);
                 let (mut log, _) = Log::mount(&mut sim, config(), mem.memory(), 0).unwrap();
                 let mut out = vec![0u8; 600];
                 let last = h.end_offset() - 1;
@@ -335,7 +313,7 @@ fn zeroed_and_erased_segments_read_as_empty() {
             }
         }
         // The ring goes on over it: appends wrap around and the segment is reused.
-        let mut mem = Mem::new();
+        let mut mem = Ram::new(&GEOMETRY, 1, 512);
         let cfg = Config {
             full: FullPolicy::DropOldest,
             ..Config::default()
@@ -361,7 +339,7 @@ fn zeroed_and_erased_segments_read_as_empty() {
     for fill in [0x00u8, 0xFF] {
         let mut sim = SimFlash::new_vec(GEOMETRY).unwrap();
         sim.bytes_mut().fill(fill);
-        let mut mem = Mem::new();
+        let mut mem = Ram::new(&GEOMETRY, 1, 512);
         let r = Log::mount(&mut sim, config(), mem.memory(), 0);
         assert!(
             matches!(r, Err(MountError::NotFormatted)),
@@ -399,7 +377,7 @@ impl Flash for Recording<'_> {
 /// Appends and flushes records from the image's next offset on until `limit` records or
 /// an error; returns the durable offset last acknowledged.
 fn append_until_error(sim: &mut Sim, erases: &RefCell<Vec<u32>>, limit: u64) -> u64 {
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&GEOMETRY, 1, 512);
     let flash = Recording { sim, erases };
     let (mut log, _) = Log::mount(flash, config(), mem.memory(), 0).unwrap();
     let mut acked = log.durable_offset();
@@ -444,7 +422,7 @@ fn interrupted_erase_in_a_roll_is_erased_again() {
         assert_eq!(w.records.get(&o), Some(&payload_of(o)), "{o}");
     }
     // The next roll goes to that segment and erases it again before writing it.
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&GEOMETRY, 1, 512);
     let (mut log, _) = Log::mount(&mut sim, config(), mem.memory(), 0).unwrap();
     assert!(log.segments().all(|s| s.0 != seg));
     let next = log.next_offset();
@@ -509,7 +487,7 @@ fn erase_that_leaves_bits_is_verified_and_repeated() {
         block,
         skipped: &skipped,
     };
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&GEOMETRY, 1, 512);
     let (mut log, _) = Log::mount(flash, config(), mem.memory(), 0).unwrap();
     log.commit("bridge", log.next_offset()).unwrap();
     log.persist(0).unwrap();

@@ -4,15 +4,13 @@
 //! counted for what they are.
 
 mod common;
-use common::Sim;
+use common::{Ram, Sim};
 
 use std::cell::Cell;
 
 use spillway_core::MountError;
 use spillway_core::log::format::{BATCH_MAGIC, SEGMENT_HEADER_LEN};
-use spillway_core::log::{
-    BRIDGE_CONSUMER, Config, FullPolicy, Log, LostReason, Memory, Record, SegmentSlot, segments_for,
-};
+use spillway_core::log::{BRIDGE_CONSUMER, Config, FullPolicy, Log, LostReason, Record};
 use spillway_core::storage::{Flash, Geometry, SimError, SimFlash};
 
 const ERASE: u32 = 1024;
@@ -35,26 +33,6 @@ fn record(payload: &[u8]) -> Record<'_> {
         timestamp_us: 7,
         producer: None,
         payload,
-    }
-}
-
-struct Mem {
-    buffer: Vec<u8>,
-    slots: Vec<SegmentSlot>,
-}
-
-impl Mem {
-    fn new() -> Self {
-        Mem {
-            buffer: vec![0; 512],
-            slots: vec![SegmentSlot::EMPTY; segments_for(&GEOMETRY, 1) as usize],
-        }
-    }
-    fn memory(&mut self) -> Memory<'_> {
-        Memory {
-            buffer: &mut self.buffer,
-            segments: &mut self.slots,
-        }
     }
 }
 
@@ -90,7 +68,7 @@ fn append_until_first_passes<F: Flash>(log: &mut Log<'_, F>, until: u64) -> Vec<
 #[test]
 fn reclaiming_with_no_consumer_counts_the_unread_records_not_the_skipped_offsets() {
     let mut sim = formatted();
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&GEOMETRY, 1, 512);
     // First run: 30 records, then a crash (no close): the rest of the lease is skipped.
     let mut stored: Vec<u64> = Vec::new();
     {
@@ -130,7 +108,7 @@ fn reclaiming_with_no_consumer_counts_the_unread_records_not_the_skipped_offsets
 #[test]
 fn drop_oldest_counts_only_what_a_consumer_had_not_committed() {
     let mut sim = formatted();
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&GEOMETRY, 1, 512);
     let (mut log, _) =
         Log::mount(&mut sim, config(FullPolicy::DropOldest), mem.memory(), 0).unwrap();
     let mut stored = Vec::new();
@@ -156,7 +134,7 @@ fn drop_oldest_counts_only_what_a_consumer_had_not_committed() {
 #[test]
 fn deleting_the_last_consumer_counts_only_what_it_had_not_read() {
     let mut sim = formatted();
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&GEOMETRY, 1, 512);
     let (mut log, _) =
         Log::mount(&mut sim, config(FullPolicy::RejectNew), mem.memory(), 0).unwrap();
     let mut stored = Vec::new();
@@ -177,7 +155,7 @@ fn deleting_the_last_consumer_counts_only_what_it_had_not_read() {
 #[test]
 fn reclaiming_what_every_consumer_read_counts_nothing() {
     let mut sim = formatted();
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&GEOMETRY, 1, 512);
     let (mut log, _) =
         Log::mount(&mut sim, config(FullPolicy::RejectNew), mem.memory(), 0).unwrap();
     for _ in 0..400 {
@@ -224,7 +202,7 @@ impl Flash for WornJournal<'_> {
 #[test]
 fn worn_journal_block_at_mount_is_reported_with_its_block_not_as_unformatted() {
     let mut sim = formatted();
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&GEOMETRY, 1, 512);
     {
         let (mut log, _) =
             Log::mount(&mut sim, config(FullPolicy::RejectNew), mem.memory(), 0).unwrap();
@@ -235,7 +213,7 @@ fn worn_journal_block_at_mount_is_reported_with_its_block_not_as_unformatted() {
         log.close(0).unwrap();
     }
     let refused = Cell::new(0);
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&GEOMETRY, 1, 512);
     let got = loop {
         let flash = WornJournal {
             sim: &mut sim,
@@ -267,7 +245,7 @@ fn worn_journal_block_at_mount_is_reported_with_its_block_not_as_unformatted() {
 #[test]
 fn corrupt_range_read_again_counts_its_offsets_once_and_reads_are_counted_in_bytes() {
     let mut sim = formatted();
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&GEOMETRY, 1, 512);
     {
         let (mut log, _) =
             Log::mount(&mut sim, config(FullPolicy::RejectNew), mem.memory(), 0).unwrap();
@@ -345,7 +323,7 @@ impl Flash for UnreadableJournal<'_> {
 #[test]
 fn unreadable_journal_block_at_mount_is_reported_with_its_block() {
     let mut sim = formatted();
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&GEOMETRY, 1, 512);
     let got = Log::mount(
         UnreadableJournal { sim: &mut sim },
         config(FullPolicy::RejectNew),

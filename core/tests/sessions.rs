@@ -4,12 +4,10 @@
 //! record refused `Full` is stored (in order) once it is resent.
 
 mod common;
-use common::Sim;
+use common::{Ram, Sim};
 
 use spillway_core::AppendError;
-use spillway_core::log::{
-    BRIDGE_CONSUMER, Config, FullPolicy, Log, Memory, Producer, Record, SegmentSlot, segments_for,
-};
+use spillway_core::log::{BRIDGE_CONSUMER, Config, FullPolicy, Log, Producer, Record};
 use spillway_core::storage::{Geometry, SimFlash};
 
 const G: Geometry = Geometry {
@@ -19,33 +17,14 @@ const G: Geometry = Geometry {
     erased: 0xFF,
 };
 
-/// Scratch memory for one mount.
-struct Mem {
-    buf: Vec<u8>,
-    slots: Vec<SegmentSlot>,
-}
-
-impl Mem {
-    fn new() -> Self {
-        Mem {
-            buf: vec![0u8; 512],
-            slots: vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize],
-        }
-    }
-}
-
 fn formatted() -> Sim {
     let mut flash = SimFlash::new_vec(G).unwrap();
     Log::format(&mut flash, 11, 1).unwrap();
     flash
 }
 
-fn mount<'a>(flash: &'a mut Sim, mem: &'a mut Mem, cfg: Config) -> Log<'a, &'a mut Sim> {
-    let m = Memory {
-        buffer: &mut mem.buf,
-        segments: &mut mem.slots,
-    };
-    Log::mount(flash, cfg, m, 0).unwrap().0
+fn mount<'a>(flash: &'a mut Sim, mem: &'a mut Ram, cfg: Config) -> Log<'a, &'a mut Sim> {
+    Log::mount(flash, cfg, mem.memory(), 0).unwrap().0
 }
 
 fn rec(id: u64, seq: u32, payload: &[u8]) -> Record<'_> {
@@ -80,7 +59,7 @@ fn lines(v: &[&str]) -> Vec<Vec<u8>> {
 #[test]
 fn a_new_session_of_a_stable_id_never_takes_new_records_for_duplicates() {
     let mut flash = formatted();
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&G, 1, 512);
     let mut log = mount(&mut flash, &mut mem, Config::default());
     let s1 = log.open_session(0, 7, false).unwrap();
     assert_eq!((s1.epoch, s1.last_seq, s1.resumed), (1, 0, false));
@@ -109,7 +88,7 @@ fn a_new_session_of_a_stable_id_never_takes_new_records_for_duplicates() {
 #[test]
 fn a_resumed_session_goes_on_from_the_last_stored_sequence() {
     let mut flash = formatted();
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&G, 1, 512);
     {
         let mut log = mount(&mut flash, &mut mem, Config::default());
         let s = log.open_session(0, 31337, false).unwrap();
@@ -156,7 +135,7 @@ fn a_resumed_session_goes_on_from_the_last_stored_sequence() {
 #[test]
 fn dedup_within_a_session_survives_a_power_cut_and_a_clean_restart() {
     let mut flash = formatted();
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&G, 1, 512);
     let mut offsets = Vec::new();
     let epoch;
     {
@@ -218,7 +197,7 @@ fn dedup_within_a_session_survives_a_power_cut_and_a_clean_restart() {
 #[test]
 fn an_out_of_order_record_is_refused_then_stored_once_resent_in_order() {
     let mut flash = formatted();
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&G, 1, 512);
     let mut log = mount(&mut flash, &mut mem, Config::default());
     let e = log.open_session(0, 3, false).unwrap().epoch;
     log.append_in_session(0, &rec(3, 1, b"1"), e).unwrap();
@@ -260,7 +239,7 @@ fn a_record_refused_full_is_resent_in_order_later() {
         ..Config::default()
     };
     let mut flash = formatted();
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&G, 1, 512);
     let mut log = mount(&mut flash, &mut mem, cfg);
     let e = log.open_session(0, 8, false).unwrap().epoch;
     let big = vec![b'B'; 300];
@@ -296,7 +275,7 @@ fn a_record_refused_full_is_resent_in_order_later() {
 #[test]
 fn an_older_epoch_is_fenced_across_a_restart() {
     let mut flash = formatted();
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&G, 1, 512);
     {
         let mut log = mount(&mut flash, &mut mem, Config::default());
         assert_eq!(log.open_session(0, 4, false).unwrap().epoch, 1);
@@ -363,7 +342,7 @@ fn an_older_epoch_is_fenced_across_a_restart() {
 #[test]
 fn a_snapshot_behind_the_window_still_finds_the_records_in_between() {
     let mut flash = formatted();
-    let mut mem = Mem::new();
+    let mut mem = Ram::new(&G, 1, 512);
     let e;
     {
         let mut log = mount(&mut flash, &mut mem, Config::default());

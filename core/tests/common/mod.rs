@@ -2,7 +2,11 @@
 #![allow(dead_code)]
 
 pub mod faults;
+mod ram;
 mod sim;
 // Not every test uses every helper.
 #[allow(unused_imports)]
-pub use sim::{Rng, Shared, Sim, mix};
+pub use {
+    ram::Ram,
+    sim::{Rng, Shared, Sim, mix},
+};
