@@ -3,7 +3,7 @@
 //! exactly the records it touched.
 
 mod common;
-use common::{Ram, Rng, Sim};
+use common::{Hook, Hooked, Ram, Rng, Sim};
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -349,28 +349,12 @@ fn zeroed_and_erased_segments_read_as_empty() {
 }
 
 /// Records the blocks erased, in order.
-struct Recording<'a> {
-    sim: &'a mut Sim,
-    erases: &'a RefCell<Vec<u32>>,
-}
+struct Recording<'a>(&'a RefCell<Vec<u32>>);
 
-impl Flash for Recording<'_> {
-    type Error = SimError;
-    fn geometry(&self) -> Geometry {
-        self.sim.geometry()
-    }
-    fn read(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), SimError> {
-        self.sim.read(addr, buf)
-    }
-    fn write(&mut self, addr: u32, data: &[u8]) -> Result<(), SimError> {
-        self.sim.write(addr, data)
-    }
-    fn erase(&mut self, block: u32) -> Result<(), SimError> {
-        self.erases.borrow_mut().push(block);
-        self.sim.erase(block)
-    }
-    fn sync(&mut self) -> Result<(), SimError> {
-        self.sim.sync()
+impl Hook for Recording<'_> {
+    fn before_erase(&mut self, block: u32) -> Result<bool, SimError> {
+        self.0.borrow_mut().push(block);
+        Ok(true)
     }
 }
 
@@ -378,7 +362,7 @@ impl Flash for Recording<'_> {
 /// an error; returns the durable offset last acknowledged.
 fn append_until_error(sim: &mut Sim, erases: &RefCell<Vec<u32>>, limit: u64) -> u64 {
     let mut mem = Ram::new(&GEOMETRY, 1, 512);
-    let flash = Recording { sim, erases };
+    let flash = Hooked::new(sim, Recording(erases));
     let (mut log, _) = Log::mount(flash, config(), mem.memory(), 0).unwrap();
     let mut acked = log.durable_offset();
     for _ in 0..limit {
@@ -442,33 +426,19 @@ fn interrupted_erase_in_a_roll_is_erased_again() {
     }
 }
 
-/// A flash whose first erase of block `block` reports success but leaves it as it was.
+/// The first erase of block `block` reports success but leaves it as it was.
 struct LazyErase<'a> {
-    sim: &'a mut Sim,
     block: u32,
     skipped: &'a Cell<bool>,
 }
 
-impl Flash for LazyErase<'_> {
-    type Error = SimError;
-    fn geometry(&self) -> Geometry {
-        self.sim.geometry()
-    }
-    fn read(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), SimError> {
-        self.sim.read(addr, buf)
-    }
-    fn write(&mut self, addr: u32, data: &[u8]) -> Result<(), SimError> {
-        self.sim.write(addr, data)
-    }
-    fn erase(&mut self, block: u32) -> Result<(), SimError> {
+impl Hook for LazyErase<'_> {
+    fn before_erase(&mut self, block: u32) -> Result<bool, SimError> {
         if block == self.block && !self.skipped.get() {
             self.skipped.set(true);
-            return Ok(());
+            return Ok(false);
         }
-        self.sim.erase(block)
-    }
-    fn sync(&mut self) -> Result<(), SimError> {
-        self.sim.sync()
+        Ok(true)
     }
 }
 
@@ -482,11 +452,13 @@ fn erase_that_leaves_bits_is_verified_and_repeated() {
     let head_count = segments(&image).len();
     assert_eq!(head_count as u32, SEGMENTS, "ring must be full");
     let skipped = Cell::new(false);
-    let flash = LazyErase {
-        sim: &mut sim,
-        block,
-        skipped: &skipped,
-    };
+    let flash = Hooked::new(
+        &mut sim,
+        LazyErase {
+            block,
+            skipped: &skipped,
+        },
+    );
     let mut mem = Ram::new(&GEOMETRY, 1, 512);
     let (mut log, _) = Log::mount(flash, config(), mem.memory(), 0).unwrap();
     log.commit("bridge", log.next_offset()).unwrap();

@@ -6,57 +6,56 @@
 
 use std::cell::Cell;
 
-use spillway_core::log::{
-    Config, FullPolicy, Log, Memory, Record, SegmentSlot, SpillPolicy, segments_for,
-};
-use spillway_core::storage::{Flash, Geometry, SimError, SimFlash};
+mod common;
+use common::{Hook, Hooked, Ram, Sim, io_error};
+
+use spillway_core::log::{Config, FullPolicy, Log, Record, SpillPolicy};
+use spillway_core::storage::{Geometry, SimError, SimFlash};
 use spillway_core::{AppendError, CommitError, FlushError, StorageOp};
 
-type Sim = SimFlash<Vec<u8>>;
-
-/// A simulated flash whose writes fail (without changing anything) while `fail` is set,
-/// and whose syncs fail while `fail_sync` is set.
+/// Writes fail (without changing anything) while `fail` is set, and syncs fail while
+/// `fail_sync` is set.
 struct Flaky<'a> {
-    sim: &'a mut Sim,
     fail: &'a Cell<bool>,
     fail_sync: &'a Cell<bool>,
 }
 
-impl Flash for Flaky<'_> {
-    type Error = SimError;
-    fn geometry(&self) -> Geometry {
-        self.sim.geometry()
-    }
-    fn read(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), SimError> {
-        self.sim.read(addr, buf)
-    }
-    fn write(&mut self, addr: u32, data: &[u8]) -> Result<(), SimError> {
+/// `sim` behind a [`Flaky`] hook.
+fn flaky<'a>(
+    sim: &'a mut Sim,
+    fail: &'a Cell<bool>,
+    fail_sync: &'a Cell<bool>,
+) -> Hooked<'a, Flaky<'a>> {
+    Hooked::new(sim, Flaky { fail, fail_sync })
+}
+
+impl Hook for Flaky<'_> {
+    fn before_write(&mut self, _: &mut Sim, addr: u32, data: &[u8]) -> Result<(), SimError> {
         if self.fail.get() {
-            return Err(SimError::OutOfBounds {
-                addr,
-                len: data.len() as u32,
-            });
+            return Err(io_error(addr, data.len()));
         }
-        self.sim.write(addr, data)
+        Ok(())
     }
-    fn erase(&mut self, block: u32) -> Result<(), SimError> {
-        self.sim.erase(block)
-    }
-    fn sync(&mut self) -> Result<(), SimError> {
+    fn before_sync(&mut self) -> Result<(), SimError> {
         if self.fail_sync.get() {
             return Err(SimError::PowerCut);
         }
-        self.sim.sync()
+        Ok(())
     }
 }
 
-fn geometry() -> Geometry {
-    Geometry {
-        erase_size: 1024,
-        write_size: 4,
-        capacity: 1024 * (2 + 4 * 2),
-        erased: 0xFF,
-    }
+const GEOMETRY: Geometry = Geometry {
+    erase_size: 1024,
+    write_size: 4,
+    capacity: 1024 * (2 + 4 * 2),
+    erased: 0xFF,
+};
+
+/// A fresh log of segments of 2 erase blocks.
+fn formatted() -> Sim {
+    let mut sim = SimFlash::new_vec(GEOMETRY).unwrap();
+    Log::format(&mut sim, 1, 2).unwrap();
+    sim
 }
 
 fn record(payload: &[u8]) -> Record<'_> {
@@ -75,28 +74,18 @@ fn record(payload: &[u8]) -> Record<'_> {
 /// power-cut sweep found such records on flash after remount (phantoms).
 #[test]
 fn high_water_spill_error_appended_the_record() {
-    let g = geometry();
-    let mut sim = SimFlash::new_vec(g).unwrap();
-    Log::format(&mut sim, 1, 2).unwrap();
+    let mut sim = formatted();
     let fail = Cell::new(false);
-    let mut buf = vec![0u8; 512];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&g, 2) as usize];
+    let fail_sync = Cell::new(false);
+    let mut ram = Ram::new(&GEOMETRY, 2, 512);
     let cfg = Config {
         spill: SpillPolicy::OnPressure,
         full: FullPolicy::DropOldest,
         high_water_percent: 50,
         ..Config::default()
     };
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let flaky = Flaky {
-        sim: &mut sim,
-        fail: &fail,
-        fail_sync: &Cell::new(false),
-    };
-    let (mut log, _) = Log::mount(flaky, cfg, mem, 0).unwrap();
+    let flaky = flaky(&mut sim, &fail, &fail_sync);
+    let (mut log, _) = Log::mount(flaky, cfg, ram.memory(), 0).unwrap();
     // The first append writes the offset lease; later ones only fill the buffer.
     log.append(0, &record(b"first")).unwrap();
     fail.set(true);
@@ -124,11 +113,7 @@ fn high_water_spill_error_appended_the_record() {
     assert!(matches!(log.flush(0), Err(FlushError::Poisoned { .. })));
     assert_eq!(log.next_offset(), ok);
     drop(log);
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let (mut log, _) = Log::mount(&mut sim, cfg, mem, 0).unwrap();
+    let (mut log, _) = Log::mount(&mut sim, cfg, ram.memory(), 0).unwrap();
     assert!(log.next_offset() >= ok, "an offset handed out again");
     let mut out = [0u8; 512];
     let mut at = log.first_offset();
@@ -147,27 +132,17 @@ fn high_water_spill_error_appended_the_record() {
 /// and handed the same offsets out a second time, to different records.
 #[test]
 fn failed_lease_write_kept_the_lease_in_ram() {
-    let g = geometry();
-    let mut sim = SimFlash::new_vec(g).unwrap();
-    Log::format(&mut sim, 1, 2).unwrap();
+    let mut sim = formatted();
     let fail = Cell::new(false);
-    let mut buf = vec![0u8; 512];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&g, 2) as usize];
+    let fail_sync = Cell::new(false);
+    let mut ram = Ram::new(&GEOMETRY, 2, 512);
     let cfg = Config {
         lease_step: 4,
         ..Config::default()
     };
     let handed = {
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
-        let flaky = Flaky {
-            sim: &mut sim,
-            fail: &fail,
-            fail_sync: &Cell::new(false),
-        };
-        let (mut log, _) = Log::mount(flaky, cfg, mem, 0).unwrap();
+        let flaky = flaky(&mut sim, &fail, &fail_sync);
+        let (mut log, _) = Log::mount(flaky, cfg, ram.memory(), 0).unwrap();
         // Offsets 0..4 are covered by the first lease.
         for _ in 0..4 {
             log.append(0, &record(b"leased")).unwrap();
@@ -189,11 +164,7 @@ fn failed_lease_write_kept_the_lease_in_ram() {
         ));
         log.next_offset()
     };
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let (log, rep) = Log::mount(&mut sim, cfg, mem, 0).unwrap();
+    let (log, rep) = Log::mount(&mut sim, cfg, ram.memory(), 0).unwrap();
     assert!(
         log.next_offset() >= handed,
         "offsets {}..{handed} handed out again after a crash ({rep:?})",
@@ -206,28 +177,17 @@ fn failed_lease_write_kept_the_lease_in_ram() {
 /// an unclean mount (the offsets of the lease gap never existed).
 #[test]
 fn flush_with_empty_buffer_left_durable_below_next() {
-    let g = geometry();
-    let mut sim = SimFlash::new_vec(g).unwrap();
-    Log::format(&mut sim, 1, 2).unwrap();
-    let mut buf = vec![0u8; 512];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&g, 2) as usize];
+    let mut sim = formatted();
+    let mut ram = Ram::new(&GEOMETRY, 2, 512);
     let cfg = Config::default();
     {
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
-        let (mut log, _) = Log::mount(&mut sim, cfg, mem, 0).unwrap();
+        let (mut log, _) = Log::mount(&mut sim, cfg, ram.memory(), 0).unwrap();
         log.append(0, &record(b"durable")).unwrap();
         log.flush(0).unwrap();
         log.append(0, &record(b"lost in the crash")).unwrap();
     }
     // Unclean mount: the next offset starts at the lease, past a gap.
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let (mut log, rep) = Log::mount(&mut sim, cfg, mem, 0).unwrap();
+    let (mut log, rep) = Log::mount(&mut sim, cfg, ram.memory(), 0).unwrap();
     assert!(rep.not_durable.is_some(), "{rep:?}");
     let next = log.next_offset();
     assert_eq!(log.flush(0).unwrap(), next);
@@ -242,25 +202,14 @@ fn flush_with_empty_buffer_left_durable_below_next() {
 /// writing call fails with `Poisoned` until the storage is mounted again.
 #[test]
 fn flush_after_a_failed_sync_declared_the_lost_batch_durable() {
-    let g = geometry();
-    let mut sim = SimFlash::new_vec(g).unwrap();
-    Log::format(&mut sim, 1, 2).unwrap();
-    let mut buf = vec![0u8; 512];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&g, 2) as usize];
+    let mut sim = formatted();
+    let mut ram = Ram::new(&GEOMETRY, 2, 512);
     let cfg = Config::default();
     let fail = Cell::new(false);
     let fail_sync = Cell::new(false);
     let durable = {
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
-        let flaky = Flaky {
-            sim: &mut sim,
-            fail: &fail,
-            fail_sync: &fail_sync,
-        };
-        let (mut log, _) = Log::mount(flaky, cfg, mem, 0).unwrap();
+        let flaky = flaky(&mut sim, &fail, &fail_sync);
+        let (mut log, _) = Log::mount(flaky, cfg, ram.memory(), 0).unwrap();
         log.append(0, &record(b"durable")).unwrap();
         log.flush(0).unwrap();
         let durable = log.durable_offset();
@@ -316,11 +265,7 @@ fn flush_after_a_failed_sync_declared_the_lost_batch_durable() {
         durable
     };
     // A remount clears the poison; the durable record is there and the log appends again.
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let (mut log, _) = Log::mount(&mut sim, cfg, mem, 0).unwrap();
+    let (mut log, _) = Log::mount(&mut sim, cfg, ram.memory(), 0).unwrap();
     assert!(!log.poisoned());
     assert!(log.durable_offset() >= durable);
     let mut out = [0u8; 256];
@@ -330,41 +275,28 @@ fn flush_after_a_failed_sync_declared_the_lost_batch_durable() {
     assert_eq!(log.flush(0).unwrap(), a.offset + 1);
 }
 
-/// A simulated flash that inverts one bit of the first read of `len` bytes starting at
-/// `addr` once `armed` is set (the one-shot read error that a re-read absorbs), and arms a
-/// power cut after `cut` bytes at the next write once `cut` is set.
+/// Inverts one bit of the first read of `len` bytes starting at `addr` once `armed` is
+/// set (the one-shot read error that a re-read absorbs), and arms a power cut after `cut`
+/// bytes at the next write once `cut` is set.
 struct FlipOnce<'a> {
-    sim: &'a mut Sim,
     addr: u32,
     len: usize,
     armed: &'a Cell<bool>,
     cut: &'a Cell<Option<u64>>,
 }
 
-impl Flash for FlipOnce<'_> {
-    type Error = SimError;
-    fn geometry(&self) -> Geometry {
-        self.sim.geometry()
-    }
-    fn read(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), SimError> {
-        self.sim.read(addr, buf)?;
+impl Hook for FlipOnce<'_> {
+    fn after_read(&mut self, addr: u32, buf: &mut [u8]) {
         if self.armed.get() && addr == self.addr && buf.len() == self.len {
             self.armed.set(false);
             buf[20] ^= 0x10;
         }
-        Ok(())
     }
-    fn write(&mut self, addr: u32, data: &[u8]) -> Result<(), SimError> {
+    fn before_write(&mut self, sim: &mut Sim, _: u32, _: &[u8]) -> Result<(), SimError> {
         if let Some(n) = self.cut.take() {
-            self.sim.cut_after_bytes(n);
+            sim.cut_after_bytes(n);
         }
-        self.sim.write(addr, data)
-    }
-    fn erase(&mut self, block: u32) -> Result<(), SimError> {
-        self.sim.erase(block)
-    }
-    fn sync(&mut self) -> Result<(), SimError> {
-        self.sim.sync()
+        Ok(())
     }
 }
 
@@ -377,32 +309,29 @@ impl Flash for FlipOnce<'_> {
 #[test]
 fn read_flip_in_resume_marker_reported_durable_records_skipped() {
     const RESUME_LEN: usize = 32;
-    let g = geometry();
+    let g = GEOMETRY;
     let mut sim = SimFlash::new_vec(g).unwrap();
     sim.set_seed(3);
     // Out of order: with this seed the cut batch's header stays erased while later units
     // of it land, so only the resume marker bridges the torn bytes.
     sim.set_program_unit(Some(16));
     Log::format(&mut sim, 1, 2).unwrap();
-    let mut buf = vec![0u8; 512];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&g, 2) as usize];
+    let mut ram = Ram::new(&GEOMETRY, 2, 512);
     let cfg = Config::default();
     let payload = [0x5Au8; 100];
     let armed = Cell::new(false);
     let cut = Cell::new(None);
     {
-        let mut flash = FlipOnce {
-            sim: &mut sim,
-            addr: 0,
-            len: 0,
-            armed: &armed,
-            cut: &cut,
-        };
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
-        let (mut log, _) = Log::mount(&mut flash, cfg, mem, 0).unwrap();
+        let mut flash = Hooked::new(
+            &mut sim,
+            FlipOnce {
+                addr: 0,
+                len: 0,
+                armed: &armed,
+                cut: &cut,
+            },
+        );
+        let (mut log, _) = Log::mount(&mut flash, cfg, ram.memory(), 0).unwrap();
         log.append(0, &record(&payload)).unwrap();
         log.flush(0).unwrap();
         log.append(0, &record(&payload)).unwrap();
@@ -413,11 +342,7 @@ fn read_flip_in_resume_marker_reported_durable_records_skipped() {
     sim.power_on();
     let mut acked = vec![0u64];
     let durable = {
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
-        let (mut log, rep) = Log::mount(&mut sim, cfg, mem, 0).unwrap();
+        let (mut log, rep) = Log::mount(&mut sim, cfg, ram.memory(), 0).unwrap();
         assert!(rep.torn_tail_bytes > 0, "{rep:?}");
         // Enough batches to fill the segment past the torn write and roll to the next:
         // the torn segment is no longer the head when it is read.
@@ -437,18 +362,16 @@ fn read_flip_in_resume_marker_reported_durable_records_skipped() {
         .find(|&i| data[i..i + 4] == magic)
         .expect("a resume marker after the torn write") as u32
         + 2 * g.erase_size;
-    let mut flash = FlipOnce {
-        sim: &mut sim,
-        addr: marker,
-        len: RESUME_LEN,
-        armed: &armed,
-        cut: &cut,
-    };
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let (mut log, _) = Log::mount(&mut flash, cfg, mem, 0).unwrap();
+    let mut flash = Hooked::new(
+        &mut sim,
+        FlipOnce {
+            addr: marker,
+            len: RESUME_LEN,
+            armed: &armed,
+            cut: &cut,
+        },
+    );
+    let (mut log, _) = Log::mount(&mut flash, cfg, ram.memory(), 0).unwrap();
     assert_eq!(log.durable_offset(), durable);
     let mut out = vec![0u8; 1024];
     let mut at = log.first_offset();

@@ -4,7 +4,7 @@
 //! counted for what they are.
 
 mod common;
-use common::{Ram, Sim};
+use common::{Hook, Hooked, Ram, Sim};
 
 use std::cell::Cell;
 
@@ -169,31 +169,16 @@ fn reclaiming_what_every_consumer_read_counts_nothing() {
 }
 
 /// Erases of the journal's blocks (0 and 1) leave the block as it was: worn-out flash.
-struct WornJournal<'a> {
-    sim: &'a mut Sim,
-    erases_refused: &'a Cell<u32>,
-}
+/// Counts the erases so refused.
+struct WornJournal<'a>(&'a Cell<u32>);
 
-impl Flash for WornJournal<'_> {
-    type Error = SimError;
-    fn geometry(&self) -> Geometry {
-        self.sim.geometry()
-    }
-    fn read(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), SimError> {
-        self.sim.read(addr, buf)
-    }
-    fn write(&mut self, addr: u32, data: &[u8]) -> Result<(), SimError> {
-        self.sim.write(addr, data)
-    }
-    fn erase(&mut self, block: u32) -> Result<(), SimError> {
+impl Hook for WornJournal<'_> {
+    fn before_erase(&mut self, block: u32) -> Result<bool, SimError> {
         if block < 2 {
-            self.erases_refused.set(self.erases_refused.get() + 1);
-            return Ok(());
+            self.0.set(self.0.get() + 1);
+            return Ok(false);
         }
-        self.sim.erase(block)
-    }
-    fn sync(&mut self) -> Result<(), SimError> {
-        self.sim.sync()
+        Ok(true)
     }
 }
 
@@ -215,10 +200,7 @@ fn worn_journal_block_at_mount_is_reported_with_its_block_not_as_unformatted() {
     let refused = Cell::new(0);
     let mut mem = Ram::new(&GEOMETRY, 1, 512);
     let got = loop {
-        let flash = WornJournal {
-            sim: &mut sim,
-            erases_refused: &refused,
-        };
+        let flash = Hooked::new(&mut sim, WornJournal(&refused));
         match Log::mount(flash, config(FullPolicy::RejectNew), mem.memory(), 0) {
             Ok((mut log, _)) => {
                 // Fill the journal until it needs the other block, which does not erase.
@@ -289,32 +271,17 @@ fn corrupt_range_read_again_counts_its_offsets_once_and_reads_are_counted_in_byt
 }
 
 /// Reads of journal block 0 fail (every re-read too).
-struct UnreadableJournal<'a> {
-    sim: &'a mut Sim,
-}
+struct UnreadableJournal;
 
-impl Flash for UnreadableJournal<'_> {
-    type Error = SimError;
-    fn geometry(&self) -> Geometry {
-        self.sim.geometry()
-    }
-    fn read(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), SimError> {
+impl Hook for UnreadableJournal {
+    fn before_read(&mut self, addr: u32, len: usize) -> Result<(), SimError> {
         if addr < ERASE {
             return Err(SimError::ReadFailed {
                 addr,
-                len: buf.len() as u32,
+                len: len as u32,
             });
         }
-        self.sim.read(addr, buf)
-    }
-    fn write(&mut self, addr: u32, data: &[u8]) -> Result<(), SimError> {
-        self.sim.write(addr, data)
-    }
-    fn erase(&mut self, block: u32) -> Result<(), SimError> {
-        self.sim.erase(block)
-    }
-    fn sync(&mut self) -> Result<(), SimError> {
-        self.sim.sync()
+        Ok(())
     }
 }
 
@@ -325,7 +292,7 @@ fn unreadable_journal_block_at_mount_is_reported_with_its_block() {
     let mut sim = formatted();
     let mut mem = Ram::new(&GEOMETRY, 1, 512);
     let got = Log::mount(
-        UnreadableJournal { sim: &mut sim },
+        Hooked::new(&mut sim, UnreadableJournal),
         config(FullPolicy::RejectNew),
         mem.memory(),
         0,

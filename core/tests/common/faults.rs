@@ -4,7 +4,7 @@
 
 use spillway_core::storage::{Flash, Geometry, SimError, SimFlash};
 
-use super::{Rng, Sim};
+use super::{Rng, Sim, io_error};
 
 /// The one failure a [`FaultFlash`] injects. Counts start when the fault is armed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,14 +101,6 @@ impl FaultFlash {
         if self.fired.is_some() {
             self.after_fault += 1;
         }
-    }
-}
-
-/// The error a failed operation returns (the simulator has no I/O error of its own).
-fn io_error(addr: u32, len: usize) -> SimError {
-    SimError::OutOfBounds {
-        addr,
-        len: len as u32,
     }
 }
 
