@@ -48,7 +48,10 @@
 //! previous roll's entry (the ring has 8 segments, the reclaimed segment ended 7 rolls
 //! ago).
 
-use spillway_core::log::{Config, Log, Memory, Record, SegmentSlot, segments_for};
+mod common;
+use common::Ram;
+
+use spillway_core::log::{Config, Log, Record};
 use spillway_core::storage::{Geometry, SimFlash};
 
 const GEOMETRY: Geometry = Geometry {
@@ -76,12 +79,8 @@ struct Cost {
 fn run(payload_len: usize, buffer: usize) -> Cost {
     let mut sim = SimFlash::new_vec(GEOMETRY).unwrap();
     Log::format(&mut sim, 0xC0C0, 1).unwrap();
-    let mut buffer = vec![0u8; buffer];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&GEOMETRY, 1) as usize];
-    let mem = Memory {
-        buffer: &mut buffer,
-        segments: &mut slots,
-    };
+    let mut ram = Ram::new(&GEOMETRY, 1, buffer);
+    let mem = ram.memory();
     let (mut log, _) = Log::mount(&mut sim, Config::default(), mem, 0).unwrap();
     let before = log.flash().counters();
     let payload = vec![0xA5u8; payload_len];

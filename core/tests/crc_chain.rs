@@ -1,7 +1,11 @@
 //! The record CRC chain: every read reports, as `prev_crc`, the record CRC of the record just
 //! before its first one, whether the batches were written one record at a time or many, and
 //! across a remount. Guards the shortcuts that skip record CRCs nobody needs.
-use spillway_core::log::{Config, Log, Memory, Record, SegmentSlot, record_crc, segments_for};
+
+mod common;
+use common::Ram;
+
+use spillway_core::log::{Config, Log, Record, record_crc};
 use spillway_core::storage::{Geometry, SimFlash};
 
 fn check_chain(flush_every: u64) {
@@ -13,20 +17,10 @@ fn check_chain(flush_every: u64) {
     };
     let mut flash = SimFlash::new_vec(g).unwrap();
     Log::format(&mut flash, 0x11, 2).unwrap();
-    let mut buf = vec![0u8; 1024];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&g, 2) as usize];
+    let mut ram = Ram::new(&g, 2, 1024);
     let total = 600u64;
     for round in 0..2u64 {
-        let (mut log, _) = Log::mount(
-            &mut flash,
-            Config::default(),
-            Memory {
-                buffer: &mut buf,
-                segments: &mut slots,
-            },
-            0,
-        )
-        .unwrap();
+        let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
         for i in 0..total / 2 {
             let payload = vec![(i % 251) as u8; 1 + (i % 37) as usize];
             log.append(

@@ -13,9 +13,12 @@
 //! searched: a time after every record (the whole log is read), one in the middle, one at
 //! the start. Every timed run is checked: the answer, and the record bytes looked at.
 
+mod common;
+use common::Ram;
+
 use std::time::{Duration, Instant};
 
-use spillway_core::log::{Config, FindStep, Log, Memory, Record, SegmentSlot, segments_for};
+use spillway_core::log::{Config, FindStep, Log, Record};
 use spillway_core::storage::{FileFlash, Flash, Geometry};
 
 /// Record bytes one `FindOffset` request looks at (the gateway's `FIND_STEP_BYTES`).
@@ -76,17 +79,13 @@ fn find_offset_cost_on_a_large_image() {
     };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("find-cost.img");
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&geo, BLOCKS_PER_SEGMENT) as usize];
+    let mut ram = Ram::new(&geo, BLOCKS_PER_SEGMENT, 64 * 1024);
     let payload = [b'x'; PAYLOAD];
     let started = Instant::now();
     let records = {
         let mut flash = FileFlash::create(&path, geo).unwrap();
         Log::format(&mut flash, 0xF1, BLOCKS_PER_SEGMENT).unwrap();
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
+        let mem = ram.memory();
         let (mut log, _) = Log::mount(flash, Config::default(), mem, 0).unwrap();
         let mut n = 0u64;
         loop {
@@ -107,10 +106,7 @@ fn find_offset_cost_on_a_large_image() {
     };
     let fill = started.elapsed();
     let mut flash_buf = vec![0u8; 64 * 1024];
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
+    let mem = ram.memory();
     let flash = FileFlash::open(&path, ERASE, 4, 0xFF).unwrap();
     let (mut log, _) = Log::mount(flash, Config::default(), mem, 0).unwrap();
     assert_eq!((log.first_offset(), log.next_offset()), (0, records));

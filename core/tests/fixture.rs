@@ -5,13 +5,11 @@
 //! the old ones, which are never rewritten).
 
 mod common;
-use common::Shared;
+use common::{Ram, Shared};
 use std::cell::RefCell;
 
 use spillway_core::log::format::FORMAT_VERSION;
-use spillway_core::log::{
-    Config, Log, LostReason, Memory, Producer, Record, SegmentSlot, segments_for,
-};
+use spillway_core::log::{Config, Log, LostReason, Producer, Record};
 use spillway_core::storage::{Geometry, SimFlash};
 
 const V1_PATH: &str = concat!(
@@ -67,12 +65,8 @@ const RECORDS: u64 = 300;
 fn generate() -> Vec<u8> {
     let mut flash = SimFlash::new_vec(GEOMETRY).unwrap();
     Log::format(&mut flash, LOG_ID, 2).unwrap();
-    let mut buf = vec![0u8; 1024];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&GEOMETRY, 2) as usize];
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
+    let mut ram = Ram::new(&GEOMETRY, 2, 1024);
+    let mem = ram.memory();
     let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
     log.open_session(0, SESSION_ID, false).unwrap();
     log.open_session(0, SESSION_ID, false).unwrap();
@@ -113,12 +107,8 @@ fn check_old_image(image: &[u8]) {
 fn check_records(image: &[u8]) -> Option<(u32, u32)> {
     let mut flash = SimFlash::new_vec(GEOMETRY).unwrap();
     flash.load_image(image).unwrap();
-    let mut buf = vec![0u8; 1024];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&GEOMETRY, 2) as usize];
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
+    let mut ram = Ram::new(&GEOMETRY, 2, 1024);
+    let mem = ram.memory();
     let (mut log, report) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
     assert!(report.clean, "{report:?}");
     assert_eq!(log.log_id(), LOG_ID);
@@ -216,8 +206,7 @@ fn a_torn_version_1_head_is_abandoned_for_a_fresh_segment() {
     let mut sim = SimFlash::new_vec(GEOMETRY).unwrap();
     sim.load_image(&image).unwrap();
     let flash = RefCell::new(sim);
-    let mut buf = vec![0u8; 1024];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&GEOMETRY, 2) as usize];
+    let mut ram = Ram::new(&GEOMETRY, 2, 1024);
     let rec = Record {
         topic: "t",
         timestamp_us: 1,
@@ -225,10 +214,7 @@ fn a_torn_version_1_head_is_abandoned_for_a_fresh_segment() {
         payload: b"after the fixture",
     };
     {
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
+        let mem = ram.memory();
         let (mut log, _) = Log::mount(Shared(&flash), Config::default(), mem, 0).unwrap();
         log.append(0, &rec).unwrap();
         // The power fails 20 bytes into the batch.
@@ -236,10 +222,7 @@ fn a_torn_version_1_head_is_abandoned_for_a_fresh_segment() {
         assert!(log.flush(1).is_err());
     }
     flash.borrow_mut().power_on();
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
+    let mem = ram.memory();
     let (mut log, report) = Log::mount(Shared(&flash), Config::default(), mem, 2).unwrap();
     assert!(!report.clean && report.torn_tail_bytes > 0, "{report:?}");
     let at = log.append(3, &rec).unwrap().offset;
@@ -280,16 +263,12 @@ fn upgrade_run(image: &[u8], cut: Option<u64>) -> UpgradeRun {
     let mut sim = SimFlash::new_vec(GEOMETRY).unwrap();
     sim.load_image(image).unwrap();
     let flash = RefCell::new(sim);
-    let mut buf = vec![0u8; 1024];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&GEOMETRY, 2) as usize];
+    let mut ram = Ram::new(&GEOMETRY, 2, 1024);
     let ctx = format!("cut {cut:?}");
     let mut acked = RECORDS;
     let programmed;
     {
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
+        let mem = ram.memory();
         let (mut log, _) = Log::mount(Shared(&flash), Config::default(), mem, 0).unwrap();
         let before = flash.borrow().counters().bytes_written;
         if let Some(n) = cut {
@@ -323,10 +302,7 @@ fn upgrade_run(image: &[u8], cut: Option<u64>) -> UpgradeRun {
         programmed = flash.borrow().counters().bytes_written - before;
     }
     flash.borrow_mut().power_on();
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
+    let mem = ram.memory();
     let (mut log, _) = Log::mount(Shared(&flash), Config::default(), mem, 1)
         .unwrap_or_else(|e| panic!("{ctx}: mount after the cut: {e}"));
     let versions = log

@@ -3,11 +3,11 @@
 //! durable data before the marker as corruption.
 
 mod common;
-use common::Shared;
+use common::{Ram, Shared};
 
 use std::cell::RefCell;
 
-use spillway_core::log::{Config, Log, LostReason, Memory, Record, SegmentSlot, segments_for};
+use spillway_core::log::{Config, Log, LostReason, Record};
 use spillway_core::storage::{Geometry, SimFlash};
 
 const GEO: Geometry = Geometry {
@@ -55,13 +55,9 @@ fn torn_bytes_before_a_resume_marker_are_skipped_and_damage_before_it_is_corrupt
         lease_step: 8,
         ..Config::default()
     };
-    let mut buf = vec![0u8; 1024];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&GEO, 2) as usize];
+    let mut ram = Ram::new(&GEO, 2, 1024);
     let a = {
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
+        let mem = ram.memory();
         let (mut log, _) = Log::mount(Shared(&flash), cfg, mem, 0).unwrap();
         let a = log.append(0, &rec(b"durable a")).unwrap().offset;
         log.flush(0).unwrap();
@@ -71,10 +67,7 @@ fn torn_bytes_before_a_resume_marker_are_skipped_and_damage_before_it_is_corrupt
         a
     };
     flash.borrow_mut().power_on();
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
+    let mem = ram.memory();
     let (mut log, report) = Log::mount(Shared(&flash), cfg, mem, 2).unwrap();
     assert!(!report.clean && report.torn_tail_bytes > 0, "{report:?}");
     let c = log.append(2, &rec(b"durable c")).unwrap().offset;
@@ -93,17 +86,11 @@ fn torn_bytes_before_a_resume_marker_are_skipped_and_damage_before_it_is_corrupt
     drop(log);
 
     // A clean remount finds the head ending in erased flash.
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
+    let mem = ram.memory();
     let (log, report) = Log::mount(Shared(&flash), cfg, mem, 3).unwrap();
     assert_eq!(report.torn_tail_bytes, 0, "{report:?}");
     log.close(3).unwrap();
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
+    let mem = ram.memory();
     let (log, report) = Log::mount(Shared(&flash), cfg, mem, 4).unwrap();
     assert!(report.clean, "{report:?}");
     drop(log);
@@ -112,10 +99,7 @@ fn torn_bytes_before_a_resume_marker_are_skipped_and_damage_before_it_is_corrupt
     // "never persisted", and the record after the marker still reads.
     let seg0 = 2 * 4096 + 80;
     flash.borrow_mut().flip_bit(seg0 + 40, 3).unwrap();
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
+    let mem = ram.memory();
     let (mut log, _) = Log::mount(Shared(&flash), cfg, mem, 5).unwrap();
     let (recs, lost) = read_all(&mut log);
     assert_eq!(recs, vec![(c, b"durable c".to_vec())]);

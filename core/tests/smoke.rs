@@ -1,5 +1,9 @@
 //! Basic end-to-end behaviour of the log on a simulated flash.
-use spillway_core::log::{Config, Log, Memory, Record, SegmentSlot, segments_for};
+
+mod common;
+use common::Ram;
+
+use spillway_core::log::{Config, Log, Memory, Record, SegmentSlot};
 use spillway_core::storage::{Geometry, SimFlash};
 
 fn geo(ws: u32) -> Geometry {
@@ -16,18 +20,8 @@ fn append_flush_remount_read() {
     let g = geo(4);
     let mut flash = SimFlash::new_vec(g).unwrap();
     Log::format(&mut flash, 0xABCD, 2).unwrap();
-    let mut buf = vec![0u8; 2048];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&g, 2) as usize];
-    let (mut log, rep) = Log::mount(
-        &mut flash,
-        Config::default(),
-        Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        },
-        0,
-    )
-    .unwrap();
+    let mut ram = Ram::new(&g, 2, 2048);
+    let (mut log, rep) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
     assert!(rep.clean, "{rep:?}");
     assert_eq!(rep.next_offset, 0);
     for i in 0..1000u64 {
@@ -61,16 +55,7 @@ fn append_flush_remount_read() {
     }
     drop(log);
     // Unclean remount.
-    let (mut log, rep) = Log::mount(
-        &mut flash,
-        Config::default(),
-        Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        },
-        0,
-    )
-    .unwrap();
+    let (mut log, rep) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
     assert!(!rep.clean);
     assert!(rep.next_offset >= 1000);
     let mut at = 0u64;
@@ -96,16 +81,7 @@ fn append_flush_remount_read() {
         .unwrap();
     assert_eq!(a.offset, n);
     log.close(0).unwrap();
-    let (log, rep) = Log::mount(
-        &mut flash,
-        Config::default(),
-        Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        },
-        0,
-    )
-    .unwrap();
+    let (log, rep) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
     assert!(rep.clean, "{rep:?}");
     assert_eq!(log.next_offset(), n + 1);
 }
@@ -126,16 +102,11 @@ fn mounting_with_another_geometry_is_an_error_not_an_empty_log() {
     wrong.load_image(&image).unwrap();
     let mut buf = vec![0u8; 2048];
     let mut slots = vec![SegmentSlot::EMPTY; 200];
-    let err = Log::mount(
-        &mut wrong,
-        Config::default(),
-        Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        },
-        0,
-    )
-    .unwrap_err();
+    let mem = Memory {
+        buffer: &mut buf,
+        segments: &mut slots,
+    };
+    let err = Log::mount(&mut wrong, Config::default(), mem, 0).unwrap_err();
     assert!(
         matches!(
             err,
@@ -157,8 +128,7 @@ fn torn_tail_of_an_abandoned_segment_reads_as_skipped() {
     let g = geo(4);
     let mut flash = SimFlash::new_vec(g).unwrap();
     Log::format(&mut flash, 0x77, 2).unwrap();
-    let mut buf = vec![0u8; 2048];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&g, 2) as usize];
+    let mut ram = Ram::new(&g, 2, 2048);
     let rec = |p: &'static [u8]| Record {
         topic: "t",
         timestamp_us: 1,
@@ -170,10 +140,7 @@ fn torn_tail_of_an_abandoned_segment_reads_as_skipped() {
     // 12 of body prefix + 10 × 8 = 124). The cut falls 40 bytes into the second batch.
     flash.cut_after_bytes(88 + 88 + 124 + 40);
     {
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
+        let mem = ram.memory();
         let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
         for _ in 0..10 {
             log.append(0, &rec(b"durable")).unwrap();
@@ -185,10 +152,7 @@ fn torn_tail_of_an_abandoned_segment_reads_as_skipped() {
         assert!(log.flush(0).is_err(), "the cut interrupts this flush");
     }
     flash.power_on();
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
+    let mem = ram.memory();
     let (mut log, rep) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
     assert!(!rep.clean);
     assert!(rep.torn_tail_bytes > 0, "{rep:?}");

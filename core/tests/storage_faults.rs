@@ -21,11 +21,8 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::faults::{Fault, FaultFlash, sim_from_image};
-use common::{Rng, mix};
-use spillway_core::log::{
-    Config, FullPolicy, Log, LostReason, Memory, Producer, Record, SegmentSlot, SpillPolicy,
-    segments_for,
-};
+use common::{Ram, Rng, mix};
+use spillway_core::log::{Config, FullPolicy, Log, LostReason, Producer, Record, SpillPolicy};
 use spillway_core::storage::{Flash, Geometry, SimFlash};
 use spillway_core::{AppendError, CommitError, FlushError, StorageOp};
 
@@ -152,12 +149,8 @@ fn session(
     now: &mut u64,
 ) -> End {
     let g = flash.geometry();
-    let mut buf = vec![0u8; setup.buffer];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&g, BPS) as usize];
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
+    let mut ram = Ram::new(&g, BPS, setup.buffer);
+    let mem = ram.memory();
     if let Some(f) = arm {
         flash.arm(f);
     }
@@ -407,13 +400,9 @@ fn check_remount(setup: &Setup, image: &[u8], oracle: &Oracle, what: &str) {
     let g = geometry(setup.write_size);
     let mut sim = sim_from_image(g, image);
     let cfg = setup.config();
-    let mut buf = vec![0u8; setup.buffer];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&g, BPS) as usize];
+    let mut ram = Ram::new(&g, BPS, setup.buffer);
     let appended = {
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
+        let mem = ram.memory();
         let (mut log, rep) = Log::mount(&mut sim, cfg, mem, 0)
             .unwrap_or_else(|e| panic!("{what}: remount failed: {e:?}"));
         assert!(!log.poisoned());
@@ -443,10 +432,7 @@ fn check_remount(setup: &Setup, image: &[u8], oracle: &Oracle, what: &str) {
         log.close(0).unwrap();
         appended
     };
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
+    let mem = ram.memory();
     let (mut log, _) = Log::mount(&mut sim, cfg, mem, 0).unwrap();
     let mut out = vec![0u8; 4096];
     for (i, &off) in appended.iter().enumerate() {
