@@ -160,29 +160,54 @@ fn format_md_compact_example_matches_the_encoder() {
     );
 }
 
-/// The compressed batch of `FORMAT.md` section 10, as the log writes it: eight readings
-/// of `"18.4"` on `sst`, one second apart, flushed as the first batch of a fresh log with
-/// LZ4 compression.
-#[cfg(feature = "compression")]
-fn compressed_example_from_the_log() -> Vec<u8> {
-    use crate::log::{Compression, Config, Log, Memory, SegmentSlot};
-    use crate::storage::{Flash, SimFlash};
-
+/// A formatted log on a simulated flash of six 4 KiB blocks: the two journal blocks and
+/// four one-block segments, the first at byte 8,192. `id` is the log's id.
+fn small_log(id: u128) -> crate::storage::SimFlash<Vec<u8>> {
     let geo = Geometry {
         erase_size: 4096,
         write_size: 4,
         capacity: 4096 * 6,
         erased: 0xFF,
     };
-    let mut flash = SimFlash::new_vec(geo).unwrap();
-    Log::format(&mut flash, 7, 1).unwrap();
-    let mut buf = [0u8; 512];
-    let mut slots = [SegmentSlot::EMPTY; 4];
+    let mut flash = crate::storage::SimFlash::new_vec(geo).unwrap();
+    crate::log::Log::format(&mut flash, id, 1).unwrap();
+    flash
+}
+
+/// The RAM to mount a [`small_log`] with: a 512-byte write buffer and four segment slots.
+struct SmallRam {
+    buf: [u8; 512],
+    slots: [crate::log::SegmentSlot; 4],
+}
+
+impl SmallRam {
+    fn new() -> Self {
+        SmallRam {
+            buf: [0; 512],
+            slots: [crate::log::SegmentSlot::EMPTY; 4],
+        }
+    }
+
+    fn memory(&mut self) -> crate::log::Memory<'_> {
+        crate::log::Memory {
+            buffer: &mut self.buf,
+            segments: &mut self.slots,
+        }
+    }
+}
+
+/// The compressed batch of `FORMAT.md` section 10, as the log writes it: eight readings
+/// of `"18.4"` on `sst`, one second apart, flushed as the first batch of a fresh log with
+/// LZ4 compression.
+#[cfg(feature = "compression")]
+fn compressed_example_from_the_log() -> Vec<u8> {
+    use crate::log::{Compression, Config, Log};
+    use crate::storage::Flash;
+
+    let mut flash = small_log(7);
+    let mut ram = SmallRam::new();
     let mut scratch = [0u8; crate::log::scratch_len(512)];
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
+    let mem = ram.memory();
     let cfg = Config {
         compression: Compression::Lz4,
         ..Config::default()
@@ -237,23 +262,12 @@ fn format_md_compressed_example_matches_the_log() {
 /// the first batch of a fresh log is read back raw from the flash.
 #[test]
 fn the_log_writes_batches_as_encoded_here() {
-    use crate::log::{Config, Log, Memory, SegmentSlot};
-    use crate::storage::{Flash, SimFlash};
+    use crate::log::{Config, Log};
+    use crate::storage::Flash;
 
-    let geo = Geometry {
-        erase_size: 4096,
-        write_size: 4,
-        capacity: 4096 * 6,
-        erased: 0xFF,
-    };
-    let mut flash = SimFlash::new_vec(geo).unwrap();
-    Log::format(&mut flash, 7, 1).unwrap();
-    let mut buf = [0u8; 512];
-    let mut slots = [SegmentSlot::EMPTY; 4];
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
+    let mut flash = small_log(7);
+    let mut ram = SmallRam::new();
+    let mem = ram.memory();
     let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
     log.append(0, &EXAMPLE).unwrap();
     log.flush(0).unwrap();
@@ -365,29 +379,18 @@ fn segment_headers_with_impossible_geometry_are_refused() {
 /// (a panic with overflow checks, a wrapped segment size in release).
 #[test]
 fn a_crafted_segment_size_past_4_gib_does_not_mount() {
-    use crate::log::{Config, Log, Memory, MountError, SegmentSlot};
-    use crate::storage::{Flash, SimFlash};
+    use crate::log::{Config, Log, MountError};
+    use crate::storage::Flash;
 
-    let geo = Geometry {
-        erase_size: 4096,
-        write_size: 4,
-        capacity: 4096 * 6,
-        erased: 0xFF,
-    };
-    let mut flash = SimFlash::new_vec(geo).unwrap();
-    Log::format(&mut flash, 3, 1).unwrap();
+    let mut flash = small_log(3);
     for block in 0..3 {
         flash.erase(block).unwrap();
     }
     flash
         .write(2 * 4096, &header(1 << 20, 4, 4096).encode())
         .unwrap();
-    let mut buf = [0u8; 512];
-    let mut slots = [SegmentSlot::EMPTY; 4];
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
+    let mut ram = SmallRam::new();
+    let mem = ram.memory();
     let got = Log::mount(&mut flash, Config::default(), mem, 0).map(|_| ());
     assert!(matches!(got, Err(MountError::NotFormatted)), "{got:?}");
 }

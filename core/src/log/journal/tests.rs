@@ -24,13 +24,33 @@ const REC: Record<'static> = Record {
     payload: b"x",
 };
 
-/// Mounts `flash` with the default config and room for every segment.
-fn mount(flash: &mut SimFlash<Vec<u8>>, buf: &mut [u8], slots: &mut [SegmentSlot]) -> u64 {
-    let mem = Memory {
-        buffer: buf,
-        segments: slots,
-    };
-    let (log, _) = Log::mount(flash, Config::default(), mem, 0).unwrap();
+/// A log's RAM for a partition of `G` in one-block segments: a 1 KiB write buffer and a
+/// slot for every segment.
+struct Ram {
+    buf: Vec<u8>,
+    slots: Vec<SegmentSlot>,
+}
+
+impl Ram {
+    fn new() -> Self {
+        Ram {
+            buf: vec![0u8; 1024],
+            slots: vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize],
+        }
+    }
+
+    fn memory(&mut self) -> Memory<'_> {
+        Memory {
+            buffer: &mut self.buf,
+            segments: &mut self.slots,
+        }
+    }
+}
+
+/// Mounts `flash` with the default config and returns its next offset.
+fn mount(flash: &mut SimFlash<Vec<u8>>) -> u64 {
+    let mut ram = Ram::new();
+    let (log, _) = Log::mount(flash, Config::default(), ram.memory(), 0).unwrap();
     log.next_offset()
 }
 
@@ -38,18 +58,65 @@ fn mount(flash: &mut SimFlash<Vec<u8>>, buf: &mut [u8], slots: &mut [SegmentSlot
 fn log_of(n: u64) -> SimFlash<Vec<u8>> {
     let mut flash = SimFlash::new_vec(G).unwrap();
     Log::format(&mut flash, 5, 1).unwrap();
-    let mut buf = vec![0u8; 1024];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+    let mut ram = Ram::new();
+    let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
     for i in 0..n {
         assert_eq!(log.append(0, &REC).unwrap().offset, i);
     }
     log.close(0).unwrap();
     flash
+}
+
+/// Visits the journal's entries in block order, each as its bytes and the block and byte
+/// position it starts at, until an entry that `visit` refuses (returns false) or the end of
+/// what reads as an entry.
+fn each_entry(flash: &mut SimFlash<Vec<u8>>, mut visit: impl FnMut(&[u8], u32, u32) -> bool) {
+    let e = G.erase_size;
+    for blk in 0..2u32 {
+        let mut pos = 0u32;
+        loop {
+            let mut head = [0u8; 16];
+            flash.read(blk * e + pos, &mut head).unwrap();
+            let Some(len) = entry_len(&head, (e - pos) as usize) else {
+                break;
+            };
+            let mut b = vec![0u8; len];
+            flash.read(blk * e + pos, &mut b).unwrap();
+            if !visit(&b, blk, pos) {
+                break;
+            }
+            pos += align_up(len as u32, G.write_size);
+        }
+    }
+}
+
+/// An entry as the log writes it (entry sequence `seq`, consumer `bridge` at
+/// `bridge_offset`, segments of `bps` blocks), padded with the erased value to the write
+/// size; and its length before the padding.
+fn entry_bytes(
+    seq: u64,
+    lease: u64,
+    durable_next: u64,
+    bps: u32,
+    bridge_offset: u64,
+    producers: &[Snapshot],
+) -> (Vec<u8>, usize) {
+    let mut out = vec![0u8; MAX_ENTRY_LEN];
+    let len = encode(
+        &mut out,
+        MAX_ENTRY_LEN,
+        seq,
+        lease,
+        durable_next,
+        5,
+        (G.erase_size, G.write_size, G.erased, bps),
+        false,
+        [("bridge", bridge_offset)].into_iter(),
+        producers.iter().copied(),
+    );
+    out.truncate(align_up(len as u32, G.write_size) as usize);
+    out[len..].fill(G.erased);
+    (out, len)
 }
 
 /// Writes `entry` (encoded by `encode`) after the newest entry of the journal, with the
@@ -73,42 +140,25 @@ fn write_newer_entry_with(
     consumer_offset: u64,
     producers: &[Snapshot],
 ) {
-    let e = G.erase_size;
     let mut newest: Option<(u64, u32, u32)> = None;
-    for blk in 0..2u32 {
-        let mut pos = 0u32;
-        loop {
-            let mut head = [0u8; 16];
-            flash.read(blk * e + pos, &mut head).unwrap();
-            let Some(len) = entry_len(&head, (e - pos) as usize) else {
-                break;
-            };
-            let mut b = vec![0u8; len];
-            flash.read(blk * e + pos, &mut b).unwrap();
-            let entry = decode(&b).expect("the real log's entries decode");
-            pos += align_up(len as u32, G.write_size);
-            if newest.is_none_or(|n| entry.seq > n.0) {
-                newest = Some((entry.seq, blk, pos));
-            }
+    each_entry(flash, |b, blk, pos| {
+        let entry = decode(b).expect("the real log's entries decode");
+        let end = pos + align_up(b.len() as u32, G.write_size);
+        if newest.is_none_or(|n| entry.seq > n.0) {
+            newest = Some((entry.seq, blk, end));
         }
-    }
+        true
+    });
     let (seq, blk, pos) = newest.expect("a formatted journal has an entry");
-    let mut out = vec![0u8; MAX_ENTRY_LEN];
-    let len = encode(
-        &mut out,
-        MAX_ENTRY_LEN,
+    let (out, _) = entry_bytes(
         seq + 1,
         lease,
         durable_next,
-        5,
-        (G.erase_size, G.write_size, G.erased, bps),
-        false,
-        [("bridge", consumer_offset)].into_iter(),
-        producers.iter().copied(),
+        bps,
+        consumer_offset,
+        producers,
     );
-    out.truncate(align_up(len as u32, G.write_size) as usize);
-    out[len..].fill(G.erased);
-    flash.write(blk * e + pos, &out).unwrap();
+    flash.write(blk * G.erase_size + pos, &out).unwrap();
 }
 
 /// Producer sequences cross the wrap from `u32::MAX` to 0, on the real log and across
@@ -147,15 +197,10 @@ fn producer_sequences_cross_the_wrap_across_restarts() {
         producer: Some(crate::log::Producer { id, seq }),
         payload: b"w",
     };
-    let mut buf = vec![0u8; 1024];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
+    let mut ram = Ram::new();
     let mut offsets = Vec::new();
     {
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
-        let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+        let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
         assert_eq!(log.producer_session(SESSION), Some((4, u32::MAX - 2)));
         for seq in [u32::MAX - 1, u32::MAX, 0, 1, 2] {
             let a = log.append_in_session(0, &rec(SESSION, seq), 4).unwrap();
@@ -173,11 +218,7 @@ fn producer_sequences_cross_the_wrap_across_restarts() {
         let _ = log.into_flash(); // power cut
     }
     for round in 0..2 {
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
-        let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+        let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
         let last = 2 + round;
         assert_eq!(
             log.producer_session(SESSION),
@@ -220,13 +261,8 @@ fn a_journal_lease_at_the_top_of_the_offset_range_is_refused() {
     ] {
         let mut flash = log_of(3);
         write_newer_entry(&mut flash, lease, durable, 1, consumer);
-        let mut buf = vec![0u8; 1024];
-        let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
-        let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+        let mut ram = Ram::new();
+        let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
         assert_eq!(
             log.next_offset(),
             3,
@@ -237,9 +273,7 @@ fn a_journal_lease_at_the_top_of_the_offset_range_is_refused() {
             assert_eq!(log.append(0, &REC).unwrap().offset, want);
         }
         log.close(0).unwrap();
-        let mut buf = vec![0u8; 1024];
-        let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
-        assert_eq!(mount(&mut flash, &mut buf, &mut slots), 6);
+        assert_eq!(mount(&mut flash), 6);
     }
 }
 
@@ -252,33 +286,14 @@ fn a_journal_lease_at_the_top_of_the_offset_range_is_refused() {
 fn a_journal_entry_sequence_at_the_top_of_its_range_is_refused() {
     for seq in [u64::MAX - 1, u64::MAX, MAX_SEQ] {
         let mut flash = log_of(3);
-        let mut out = vec![0u8; MAX_ENTRY_LEN];
-        let len = encode(
-            &mut out,
-            MAX_ENTRY_LEN,
-            seq,
-            1027,
-            3,
-            5,
-            (G.erase_size, G.write_size, G.erased, 1),
-            false,
-            [("bridge", 0)].into_iter(),
-            core::iter::empty(),
-        );
+        let (out, len) = entry_bytes(seq, 1027, 3, 1, 0, &[]);
         assert!(decode(&out[..len]).is_none(), "seq {seq:#x}");
         // Both journal blocks hold only this entry.
         flash.erase(0).unwrap();
         flash.erase(1).unwrap();
-        out.truncate(align_up(len as u32, G.write_size) as usize);
-        out[len..].fill(G.erased);
         flash.write(0, &out).unwrap();
-        let mut buf = vec![0u8; 1024];
-        let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
-        let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
+        let mut ram = Ram::new();
+        let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
         assert_eq!(log.next_offset(), 3);
         for want in 3..1030 {
             assert_eq!(log.append(0, &REC).unwrap().offset, want);
@@ -295,37 +310,26 @@ fn a_journal_entry_with_an_overflowing_segment_size_is_refused() {
     for bps in [1 << 20, u32::MAX, 0] {
         let mut flash = log_of(2);
         write_newer_entry(&mut flash, 1026, 2, bps, 0);
-        let mut buf = vec![0u8; 1024];
-        let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
-        assert_eq!(mount(&mut flash, &mut buf, &mut slots), 2, "bps {bps}");
+        assert_eq!(mount(&mut flash), 2, "bps {bps}");
     }
 }
 
 /// Every valid journal entry: (entry sequence, consumer `bridge`'s offset, byte
 /// address, length in bytes).
 fn entries(flash: &mut SimFlash<Vec<u8>>) -> Vec<(u64, u64, u32, usize)> {
-    let e = G.erase_size;
     let mut out = Vec::new();
-    for blk in 0..2u32 {
-        let mut pos = 0u32;
-        loop {
-            let mut head = [0u8; 16];
-            flash.read(blk * e + pos, &mut head).unwrap();
-            let Some(len) = entry_len(&head, (e - pos) as usize) else {
-                break;
-            };
-            let mut b = vec![0u8; len];
-            flash.read(blk * e + pos, &mut b).unwrap();
-            let Some(entry) = decode(&b) else { break };
-            let bridge = entry
-                .consumers
-                .iter()
-                .find(|c| c.0 == "bridge")
-                .map_or(0, |c| c.1);
-            out.push((entry.seq, bridge, blk * e + pos, len));
-            pos += align_up(len as u32, G.write_size);
-        }
-    }
+    each_entry(flash, |b, blk, pos| {
+        let Some(entry) = decode(b) else {
+            return false;
+        };
+        let bridge = entry
+            .consumers
+            .iter()
+            .find(|c| c.0 == "bridge")
+            .map_or(0, |c| c.1);
+        out.push((entry.seq, bridge, blk * G.erase_size + pos, b.len()));
+        true
+    });
     out
 }
 
@@ -337,13 +341,8 @@ fn flip_inside(flash: &mut SimFlash<Vec<u8>>, addr: u32, len: usize) {
 
 /// Mounts `flash` and returns the report and consumer `bridge`'s committed offset.
 fn mount_report(flash: &mut SimFlash<Vec<u8>>) -> (RecoveryReport, u64) {
-    let mut buf = vec![0u8; 1024];
-    let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize];
-    let mem = Memory {
-        buffer: &mut buf,
-        segments: &mut slots,
-    };
-    let (log, report) = Log::mount(flash, Config::default(), mem, 0).unwrap();
+    let mut ram = Ram::new();
+    let (log, report) = Log::mount(flash, Config::default(), ram.memory(), 0).unwrap();
     let bridge = log
         .consumers()
         .find(|(n, _)| *n == "bridge")
