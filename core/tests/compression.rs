@@ -4,7 +4,7 @@
 //! it once, not once per record; a log without a scratch refuses to guess.
 
 mod common;
-use common::{Ram, Sim};
+use common::{Ram, Sim, read_all};
 
 use spillway_core::MountError;
 use spillway_core::log::{Compression, Config, Log, LostRange, LostReason, Record};
@@ -79,27 +79,14 @@ fn write_log(n: u64, compression: Compression) -> (Sim, spillway_core::log::Stat
 
 /// Reads every offset with a buffer of `buf_len` bytes: the offsets seen (each checked
 /// against what was appended) and the lost ranges met.
-fn read_all(log: &mut Log<'_, &mut Sim>, buf_len: usize) -> (Vec<u64>, Vec<LostRange>) {
-    let mut out = vec![0u8; buf_len];
-    let (mut seen, mut lost) = (Vec::new(), Vec::new());
-    let mut at = log.first_offset();
-    while at < log.next_offset() {
-        let r = log.read(at, &mut out).unwrap();
-        if let Some(l) = r.lost {
-            lost.push(l);
-        }
-        for rec in r.records(&out) {
-            let p = payload(rec.offset);
-            let want = record(rec.offset, &p);
-            assert_eq!(rec.payload, want.payload, "record {}", rec.offset);
-            assert_eq!(rec.topic, want.topic);
-            assert_eq!(rec.timestamp_us, want.timestamp_us);
-            seen.push(rec.offset);
-        }
-        assert!(r.next_offset > at);
-        at = r.next_offset;
-    }
-    (seen, lost)
+fn read_back(log: &mut Log<'_, &mut Sim>, buf_len: usize) -> (Vec<u64>, Vec<LostRange>) {
+    read_all(log, buf_len, |rec| {
+        let p = payload(rec.offset);
+        let want = record(rec.offset, &p);
+        assert_eq!(rec.payload, want.payload, "record {}", rec.offset);
+        assert_eq!(rec.topic, want.topic);
+        assert_eq!(rec.timestamp_us, want.timestamp_us);
+    })
 }
 
 /// Batch positions in the image: `(address, base offset, count, compressed)`.
@@ -149,7 +136,7 @@ fn compressed_batches_read_back_exactly_and_take_less_flash() {
         let mut log = mount(&mut ram, flash, Compression::None);
         // Whole batches at a time, and one record at a time.
         for buf in [8192, 100] {
-            let (seen, lost) = read_all(&mut log, buf);
+            let (seen, lost) = read_back(&mut log, buf);
             assert_eq!(lost, vec![]);
             assert_eq!(seen, (0..n).collect::<Vec<_>>());
         }
@@ -165,7 +152,7 @@ fn reading_record_by_record_decodes_each_compressed_batch_once() {
     let mut ram = Ram::with_scratch(&GEO, BPS, BUFFER);
     let mut log = mount(&mut ram, &mut flash, Compression::None);
     let before = log.stats().flash_bytes_read;
-    let (seen, _) = read_all(&mut log, 100);
+    let (seen, _) = read_back(&mut log, 100);
     assert_eq!(seen.len() as u64, n);
     let read = log.stats().flash_bytes_read - before;
     let written = stats.flash_bytes_programmed;
@@ -188,7 +175,7 @@ fn a_corrupt_compressed_batch_costs_exactly_its_offsets() {
     flash.bytes_mut()[addr + 40] ^= 0x10;
     let mut ram = Ram::with_scratch(&GEO, BPS, BUFFER);
     let mut log = mount(&mut ram, &mut flash, Compression::Lz4);
-    let (seen, lost) = read_all(&mut log, 8192);
+    let (seen, lost) = read_back(&mut log, 8192);
     assert_eq!(
         lost,
         vec![LostRange {

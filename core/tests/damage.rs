@@ -3,7 +3,7 @@
 //! log"), and a cell that reads wrong on some reads only costs re-reads, not a gap.
 
 mod common;
-use common::{Ram, Sim};
+use common::{Ram, Sim, read_all};
 
 use spillway_core::log::{Config, Log, LostRange, LostReason, READ_ATTEMPTS, Record};
 use spillway_core::storage::{Geometry, SimFlash};
@@ -48,29 +48,17 @@ fn seg_addr(seg: u32) -> usize {
     ((2 + seg * BPS) * GEO.erase_size) as usize
 }
 
-/// Reads every offset from the first: the records seen and the lost ranges met.
-fn read_all(log: &mut Log<'_, &mut Sim>) -> (Vec<u64>, Vec<LostRange>) {
-    let mut out = vec![0u8; 8192];
-    let (mut seen, mut lost) = (Vec::new(), Vec::new());
-    let mut at = log.first_offset();
-    while at < log.next_offset() {
-        let r = log.read(at, &mut out).unwrap();
-        if let Some(l) = r.lost {
-            lost.push(l);
-        }
-        for rec in r.records(&out) {
-            assert_eq!(
-                rec.payload,
-                &payload(rec.offset)[..],
-                "record {}",
-                rec.offset
-            );
-            seen.push(rec.offset);
-        }
-        assert!(r.next_offset > at);
-        at = r.next_offset;
-    }
-    (seen, lost)
+/// Reads every offset from the first: the records seen (each checked against what was
+/// appended) and the lost ranges met.
+fn read_back(log: &mut Log<'_, &mut Sim>) -> (Vec<u64>, Vec<LostRange>) {
+    read_all(log, 8192, |rec| {
+        assert_eq!(
+            rec.payload,
+            &payload(rec.offset)[..],
+            "record {}",
+            rec.offset
+        );
+    })
 }
 
 #[test]
@@ -87,7 +75,7 @@ fn first_segment_header_erased_costs_only_its_records() {
         0,
         "the damaged segment's offsets are still named"
     );
-    let (seen, lost) = read_all(&mut log);
+    let (seen, lost) = read_back(&mut log);
     assert_eq!(
         lost,
         vec![LostRange {
@@ -103,7 +91,7 @@ fn first_segment_header_erased_costs_only_its_records() {
     flash.bytes_mut()[..2 * 4096].fill(0xFF);
     let (mut log, rep) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
     assert!(!rep.journal_found);
-    let (seen, lost) = read_all(&mut log);
+    let (seen, lost) = read_back(&mut log);
     assert_eq!(lost[0].reason, LostReason::Corrupt);
     assert_eq!((lost[0].from, lost[0].to), (0, s1.1));
     assert_eq!(seen.first(), Some(&s1.1));
@@ -119,7 +107,7 @@ fn a_damaged_middle_segment_header_is_corruption_not_skipped() {
     let mut ram = Ram::new(&GEO, BPS, 4096);
     let (mut log, rep) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
     assert!(rep.clean, "the head is intact: {rep:?}");
-    let (seen, lost) = read_all(&mut log);
+    let (seen, lost) = read_back(&mut log);
     assert_eq!(
         lost,
         vec![LostRange {
@@ -162,7 +150,7 @@ fn a_flaky_cell_costs_re_reads_not_a_gap() {
         f.set_flaky(target, 0x04, 70);
         let mut ram = Ram::new(&GEO, BPS, 4096);
         let (mut log, _) = Log::mount(&mut f, Config::default(), ram.memory(), 0).unwrap();
-        let (seen, lost) = read_all(&mut log);
+        let (seen, lost) = read_back(&mut log);
         if lost.is_empty() {
             assert_eq!(seen.len(), 3000);
             clean += 1;
@@ -184,7 +172,7 @@ fn a_cell_wrong_on_every_read_is_corrupt_after_the_stated_re_reads() {
     let mut ram = Ram::new(&GEO, BPS, 4096);
     let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
     let before = log.flash().faults().flaky_reads;
-    let (_, lost) = read_all(&mut log);
+    let (_, lost) = read_back(&mut log);
     assert_eq!(lost.len(), 1, "{lost:?}");
     assert_eq!(lost[0].reason, LostReason::Corrupt);
     assert!(lost[0].from >= segs[1].1 && lost[0].to <= segs[2].1);
@@ -220,7 +208,7 @@ fn transient_read_errors_and_one_shot_flips_are_absorbed() {
                 rep.torn_tail_bytes == 0 && rep.head_lost.is_none() && rep.journal_clean,
                 "read fault {k} flip {flip}: {rep:?}"
             );
-            let (seen, lost) = read_all(&mut log);
+            let (seen, lost) = read_back(&mut log);
             assert!(lost.is_empty(), "read fault {k} flip {flip}: {lost:?}");
             assert_eq!(seen.len(), 3000);
             drop(log);

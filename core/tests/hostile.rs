@@ -3,6 +3,7 @@
 //! exactly the records it touched.
 
 mod common;
+use common::small::{ERASE, GEOMETRY, SEGMENTS};
 use common::{Hook, Hooked, Ram, Rng, Sim};
 
 use std::cell::{Cell, RefCell};
@@ -11,16 +12,7 @@ use std::collections::BTreeMap;
 use spillway_core::MountError;
 use spillway_core::log::format::{BATCH_HEADER_LEN, BatchHeader, HeadCheck, SegmentHeader};
 use spillway_core::log::{Config, FullPolicy, Log, LostReason, Record, RecoveryReport};
-use spillway_core::storage::{Flash, Geometry, SimError, SimFlash};
-
-const ERASE: u32 = 1024;
-const SEGMENTS: u32 = 6;
-const GEOMETRY: Geometry = Geometry {
-    erase_size: ERASE,
-    write_size: 4,
-    capacity: ERASE * (2 + SEGMENTS),
-    erased: 0xFF,
-};
+use spillway_core::storage::{Flash, SimError, SimFlash};
 
 fn payload_of(off: u64) -> Vec<u8> {
     let len = 8 + (off * 7 % 50) as usize;

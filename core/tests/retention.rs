@@ -4,6 +4,7 @@
 //! counted for what they are.
 
 mod common;
+use common::small::{ERASE, GEOMETRY};
 use common::{Hook, Hooked, Ram, Sim};
 
 use std::cell::Cell;
@@ -11,16 +12,7 @@ use std::cell::Cell;
 use spillway_core::MountError;
 use spillway_core::log::format::{BATCH_MAGIC, SEGMENT_HEADER_LEN};
 use spillway_core::log::{BRIDGE_CONSUMER, Config, FullPolicy, Log, LostReason, Record};
-use spillway_core::storage::{Flash, Geometry, SimError, SimFlash};
-
-const ERASE: u32 = 1024;
-const SEGMENTS: u32 = 6;
-const GEOMETRY: Geometry = Geometry {
-    erase_size: ERASE,
-    write_size: 4,
-    capacity: ERASE * (2 + SEGMENTS),
-    erased: 0xFF,
-};
+use spillway_core::storage::{Flash, SimError, SimFlash};
 
 fn payload_of(off: u64) -> Vec<u8> {
     let len = 8 + (off * 7 % 50) as usize;

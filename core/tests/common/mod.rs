@@ -4,11 +4,14 @@
 pub mod faults;
 mod hooked;
 mod ram;
+mod read;
 mod sim;
+pub mod small;
 // Not every test uses every helper.
 #[allow(unused_imports)]
 pub use {
     hooked::{Hook, Hooked, io_error},
     ram::Ram,
+    read::read_all,
     sim::{Rng, Shared, Sim, mix},
 };
