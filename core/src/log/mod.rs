@@ -51,9 +51,11 @@
 //! `scan` (finding valid batches in a segment), `recovery` (format and mount), `damage`
 //! (a torn write's extent and damage before the tail, for the mount), `writer`
 //! (append, the RAM buffer, flush), `ring` (segment rotation and retention), `reader`
-//! (reads by offset), `find` (an offset by record time), `consumers`, `producers` (idempotent producers and sessions),
-//! `journal` (the commit journal) and `format` (byte layouts). This file holds [`Log`] and
-//! its accessors.
+//! (reads by offset), `find` (an offset by record time), `consumers`, `producers`
+//! (idempotent producers and sessions), `journal` (the commit journal), `format` (byte
+//! layouts), `compact` (the compact record layout of format version 4), `compact_io`
+//! (compact batches written to and decoded from the flash), `lz4` (per-batch compression,
+//! feature `compression`) and `tests`. This file holds [`Log`] and its accessors.
 
 pub mod compact;
 mod compact_io;

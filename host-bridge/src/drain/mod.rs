@@ -19,6 +19,7 @@
 //! - `gaps`: gap and never-persisted range bookkeeping.
 //! - `state`: what the drains of one process share: the state file and the gateway ids.
 //! - `fleet`: one process draining several gateways at once ([`Fleet`]).
+//! - `uplink`: the uplink cap, payload bytes per second over every gateway ([`Uplink`]).
 
 mod control;
 mod fetcher;

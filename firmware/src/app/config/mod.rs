@@ -2,7 +2,7 @@
 //! (keys spelled like the flags, e.g. `erase-size = "4K"`, `listen =
 //! ["tcp://127.0.0.1:7878"]`; a flag overrides the file's key), the built-in defaults, and
 //! the checks. The flags themselves are in [`cli`], the listener and serial URIs in
-//! [`uri`], the checks in `check`.
+//! [`uri`], the checks in `check`, the safe defaults among them in [`security`].
 
 mod check;
 pub mod cli;
