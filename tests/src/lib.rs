@@ -2,12 +2,15 @@
 //! [`client`], a [`gateway`] process harness that builds and starts the real `spillway`
 //! binary, the same for the [`bridge`], signals and bounded waits for both ([`process`]),
 //! bounded waits on observable state ([`wait`]), the [`faultfs`] fault-injection shim for
-//! them, the NATS JetStream peer ([`nats`]), a [`kafka`] broker (real or mock) with a
-//! whole-topic consumer, the [`demo`] scenario (also the `spillway-demo` binary), and the
-//! benchmarks' measuring code: the core against `sequential-storage` ([`bench_core`]),
-//! gateway ingest against NATS ([`bench_gateway`]), bridge drain against a plain Kafka
-//! producer ([`bench_kafka`]) and into files against a plain writer ([`bench_file_sink`]),
-//! footprint beside nats-server and mosquitto
+//! them, certificates and tokens made at run time ([`pki`]), a file sink's files read back
+//! in record order ([`sink_files`]), the NATS JetStream peer ([`nats`]), a [`kafka`] broker
+//! (real or mock) with a whole-topic consumer, a [`mosquitto`] broker, the [`demo`]
+//! scenario (also the `spillway-demo` binary), and the benchmarks' measuring code: the core
+//! against `sequential-storage` ([`bench_core`], the peer's flash in RAM [`ram_nor`]),
+//! compression on the real series ([`bench_compression`]), gateway ingest against NATS
+//! ([`bench_gateway`]), bridge drain against a plain Kafka producer ([`bench_kafka`]) and
+//! into files against a plain writer ([`bench_file_sink`]), one bridge for many gateways
+//! and its uplink cap ([`bench_fleet`]), footprint beside nats-server and mosquitto
 //! ([`bench_footprint`]), MQTT QoS 1 fan-in against Mosquitto ([`bench_mqtt`], its load
 //! generator [`mqtt_load`]), all of them in one report ([`bench_all`]) with its [`plot`]s;
 //! how the reports and the demo write numbers ([`figures`]).
