@@ -8,7 +8,7 @@
 //! What is timed: the bridge's whole process (start, handshake, state file, fetches, JSON
 //! lines, the sink's `fdatasync` after every batch, checkpoints, exit); the plain writer
 //! from its first file's creation to the `fdatasync` of its last. The gateway is started
-//! and filled once as comparison 4's is ([`start_gateway`], [`publish_sized`], not timed);
+//! and filled once as comparison 4's is (`start_gateway`, `publish_sized`, not timed);
 //! the sink and the writer alternate, each run into a fresh directory.
 //!
 //! The writer's lines are the bytes the first sink run wrote, read back before its first

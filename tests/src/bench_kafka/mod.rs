@@ -9,7 +9,7 @@
 //!
 //! What is timed: the bridge's whole process (start, handshake, tail scan, drain, final
 //! commit, exit), and the producer from its creation to the last delivery report. The
-//! gateway is filled once ([`publish_sized`]: `spillway-bridge publish --ack durable`, not
+//! gateway is filled once (`publish_sized`: `spillway-bridge publish --ack durable`, not
 //! timed); every run writes to a fresh topic, bridge and producer alternating.
 //!
 //! Every bridge run starts from nothing: a fresh state file and a consumer name of its own
@@ -427,7 +427,7 @@ pub struct Report {
     pub broker: String,
     /// Both sides' runs.
     pub sides: Sides,
-    /// Time to fill the gateway ([`publish_sized`]).
+    /// Time to fill the gateway (`publish_sized`).
     pub fill: Duration,
 }
 
