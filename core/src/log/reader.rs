@@ -89,8 +89,8 @@ impl<'a, F: Flash> Log<'a, F> {
     }
 
     /// Adds the offsets of the corrupt range `from..to` not counted yet to
-    /// [`Stats::corrupt_offsets`] (a range read again, or overlapping one counted, adds only
-    /// what is new).
+    /// [`Stats::corrupt_offsets`](super::Stats::corrupt_offsets) (a range read again, or
+    /// overlapping one counted, adds only what is new).
     fn count_corrupt(&mut self, from: u64, to: u64) {
         // The parts of `from..to` not covered by a remembered range: a range is cut by each
         // remembered one into at most two pieces, so walk it as a sorted sweep.

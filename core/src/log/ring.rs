@@ -171,8 +171,9 @@ impl<'a, F: Flash> Log<'a, F> {
     /// from the batch headers of its data: a header whose magic and length check agree,
     /// whose base offset continues the segment and whose records end by `to` is taken as
     /// it is (one 32-byte read per batch, no CRC over the data); anything else (torn bytes,
-    /// a resume marker, damage) goes through the full check of [`Dev::next_batch`], so a
-    /// corrupt batch's records, lost already, are not counted.
+    /// a resume marker, damage) goes through the full check of
+    /// [`Dev::next_batch`](super::device::Dev::next_batch), so a corrupt batch's records,
+    /// lost already, are not counted.
     fn count_records(&mut self, seg: u32, from: u64, to: u64) -> Result<u64, Io<F::Error>> {
         let l = self.dev.l;
         let mut pos = l.data_start;

@@ -321,7 +321,8 @@ fn timed_read_passes(newest: u64, mut pass: impl FnMut(&mut Pass)) -> (Duration,
     (t.elapsed(), passes, records)
 }
 
-/// [`spillway_flash`] with a cell that holds its counters (see [`RamNor::shared_counters`]).
+/// [`spillway_flash`](super::spillway_flash) with a cell that holds its counters (see
+/// [`RamNor::shared_counters`]).
 fn counted_flash<const WS: usize>(
     capacity: usize,
 ) -> (NorFlashAdapter<RamNor<WS>>, Rc<Cell<NorCounters>>) {
