@@ -16,33 +16,58 @@ const EXAMPLE_BASE: u64 = 258;
 /// Record CRC of the record before it (offset 257), as given in `FORMAT.md`.
 const EXAMPLE_PREV_CRC: u32 = 0x1122_3344;
 
-/// Encodes `records` as one batch the way the log writes it: header, records back to
-/// back, padded to `write_size` with `erased`.
+/// How a batch lays out its records: canonical encodings back to back (segments of
+/// format version 3 and before), or the compact body of version 4.
+#[derive(Clone, Copy)]
+enum Layout {
+    Canonical,
+    Compact,
+}
+
+/// Encodes `records` as one batch the way the log writes it in `layout`: header and body,
+/// padded to `write_size` with `erased`.
 fn encode_batch(
+    layout: Layout,
     base_offset: u64,
     prev_crc: u32,
     records: &[Record<'_>],
     write_size: u32,
     erased: u8,
 ) -> Vec<u8> {
-    let len = BATCH_HEADER_LEN + records.iter().map(Record::encoded_len).sum::<usize>();
-    let mut b = std::vec![0u8; len];
-    let mut at = BATCH_HEADER_LEN;
-    for r in records {
-        r.encode_into(&mut b[at..at + r.encoded_len()]);
-        at += r.encoded_len();
+    let canonical: Vec<u8> = records
+        .iter()
+        .flat_map(|r| {
+            let mut e = std::vec![0u8; r.encoded_len()];
+            r.encode_into(&mut e);
+            e
+        })
+        .collect();
+    let n = records.len() as u32;
+    let mut b = std::vec![0u8; BATCH_HEADER_LEN];
+    match layout {
+        Layout::Canonical => b.extend_from_slice(&canonical),
+        Layout::Compact => {
+            let plan = super::super::compact::plan(&canonical, base_offset, n, usize::MAX);
+            assert_eq!(plan.count, n);
+            super::super::compact::encode::<()>(&canonical, base_offset, &plan, &mut |x| {
+                b.extend_from_slice(x);
+                Ok(())
+            })
+            .unwrap();
+        }
     }
     let mut h = BatchHeader {
-        len: len as u32,
+        len: b.len() as u32,
         crc: 0,
         base_offset,
-        count: records.len() as u32,
+        count: n,
         prev_crc,
     };
     b[..BATCH_HEADER_LEN].copy_from_slice(&h.encode());
     h.crc = crc32(&b[16..]);
     b[..BATCH_HEADER_LEN].copy_from_slice(&h.encode());
-    b.resize(align_up(len as u32, write_size) as usize, erased);
+    let padded = align_up(b.len() as u32, write_size) as usize;
+    b.resize(padded, erased);
     b
 }
 
@@ -70,7 +95,14 @@ fn dump_in_format_md(marker: &str) -> Vec<u8> {
 
 #[test]
 fn format_md_batch_example_matches_the_encoder() {
-    let want = encode_batch(EXAMPLE_BASE, EXAMPLE_PREV_CRC, &[EXAMPLE], 4, 0xFF);
+    let want = encode_batch(
+        Layout::Canonical,
+        EXAMPLE_BASE,
+        EXAMPLE_PREV_CRC,
+        &[EXAMPLE],
+        4,
+        0xFF,
+    );
     let doc = dump_in_format_md("format_md_batch_example_matches_the_encoder");
     assert_eq!(doc, want, "FORMAT.md's example differs from the encoder");
 
@@ -88,45 +120,6 @@ fn format_md_batch_example_matches_the_encoder() {
     assert_eq!((rec.topic, rec.payload), (EXAMPLE.topic, EXAMPLE.payload));
 }
 
-/// Encodes `records` as one batch of a version 4 segment: header and compact body,
-/// padded to `write_size` with `erased`.
-fn encode_compact_batch(
-    base_offset: u64,
-    prev_crc: u32,
-    records: &[Record<'_>],
-    write_size: u32,
-    erased: u8,
-) -> Vec<u8> {
-    let mut canonical = Vec::new();
-    for r in records {
-        let at = canonical.len();
-        canonical.resize(at + r.encoded_len(), 0);
-        r.encode_into(&mut canonical[at..]);
-    }
-    let n = records.len() as u32;
-    let plan = super::super::compact::plan(&canonical, base_offset, n, usize::MAX);
-    assert_eq!(plan.count, n);
-    let mut b = std::vec![0u8; BATCH_HEADER_LEN];
-    super::super::compact::encode::<()>(&canonical, base_offset, &plan, &mut |x| {
-        b.extend_from_slice(x);
-        Ok(())
-    })
-    .unwrap();
-    let mut h = BatchHeader {
-        len: b.len() as u32,
-        crc: 0,
-        base_offset,
-        count: n,
-        prev_crc,
-    };
-    b[..BATCH_HEADER_LEN].copy_from_slice(&h.encode());
-    h.crc = crc32(&b[16..]);
-    b[..BATCH_HEADER_LEN].copy_from_slice(&h.encode());
-    let padded = align_up(b.len() as u32, write_size) as usize;
-    b.resize(padded, erased);
-    b
-}
-
 #[test]
 fn format_md_compact_example_matches_the_encoder() {
     let second = Record {
@@ -134,7 +127,14 @@ fn format_md_compact_example_matches_the_encoder() {
         payload: b"18.5",
         ..EXAMPLE
     };
-    let want = encode_compact_batch(EXAMPLE_BASE, EXAMPLE_PREV_CRC, &[EXAMPLE, second], 4, 0xFF);
+    let want = encode_batch(
+        Layout::Compact,
+        EXAMPLE_BASE,
+        EXAMPLE_PREV_CRC,
+        &[EXAMPLE, second],
+        4,
+        0xFF,
+    );
     let doc = dump_in_format_md("format_md_compact_example_matches_the_encoder");
     assert_eq!(
         doc, want,
@@ -273,7 +273,7 @@ fn the_log_writes_batches_as_encoded_here() {
     log.flush(0).unwrap();
     drop(log);
     // A freshly formatted log writes version 4 segments: compact bodies.
-    let want = encode_compact_batch(0, 0, &[EXAMPLE], 4, 0xFF);
+    let want = encode_batch(Layout::Compact, 0, 0, &[EXAMPLE], 4, 0xFF);
     let mut got = std::vec![0u8; want.len() + 4];
     // Segment 0 starts at block 2; its data at the 80-byte header aligned to W = 4.
     flash.read(2 * 4096 + 80, &mut got).unwrap();
