@@ -41,18 +41,51 @@ fn formatted() -> Sim {
     sim
 }
 
+/// Appends the record of the log's next offset ([`payload_of`]); returns its offset.
+fn append_next<F: Flash>(log: &mut Log<'_, F>) -> u64 {
+    let off = log.next_offset();
+    log.append(0, &record(&payload_of(off))).unwrap().offset
+}
+
+/// Appends and flushes `n` records, one at a time; returns their offsets.
+fn append_flushed<F: Flash>(log: &mut Log<'_, F>, n: usize) -> Vec<u64> {
+    (0..n)
+        .map(|_| {
+            let offset = append_next(log);
+            log.flush(0).unwrap();
+            offset
+        })
+        .collect()
+}
+
 /// Appends and flushes one record at a time until the log's first offset passes `until`;
 /// returns the offsets of every record appended (this call's).
 fn append_until_first_passes<F: Flash>(log: &mut Log<'_, F>, until: u64) -> Vec<u64> {
     let mut offsets = Vec::new();
     while log.first_offset() <= until {
-        let off = log.next_offset();
-        let a = log.append(0, &record(&payload_of(off))).unwrap();
+        offsets.push(append_next(log));
         log.flush(0).unwrap();
-        offsets.push(a.offset);
         assert!(offsets.len() < 10_000, "the ring never reclaimed {until}");
     }
     offsets
+}
+
+/// Fills the log until offset 39 is reclaimed and checks that the records counted dropped
+/// are exactly those reclaimed from `unread_from` on, of `stored` and of the fill; returns
+/// the first offset after the fill.
+fn fill_and_check_dropped<F: Flash>(
+    log: &mut Log<'_, F>,
+    mut stored: Vec<u64>,
+    unread_from: u64,
+) -> u64 {
+    stored.extend(append_until_first_passes(log, 39));
+    let first = log.first_offset();
+    let unread = stored
+        .iter()
+        .filter(|&&o| (unread_from..first).contains(&o))
+        .count() as u64;
+    assert_eq!(log.stats().records_dropped, unread);
+    first
 }
 
 /// With no consumer left, `reject-new` reclaims segments nobody read: each of their records
@@ -62,16 +95,11 @@ fn reclaiming_with_no_consumer_counts_the_unread_records_not_the_skipped_offsets
     let mut sim = formatted();
     let mut mem = Ram::new(&GEOMETRY, 1, 512);
     // First run: 30 records, then a crash (no close): the rest of the lease is skipped.
-    let mut stored: Vec<u64> = Vec::new();
-    {
+    let mut stored = {
         let (mut log, _) =
             Log::mount(&mut sim, config(FullPolicy::RejectNew), mem.memory(), 0).unwrap();
-        for _ in 0..30 {
-            let off = log.next_offset();
-            stored.push(log.append(0, &record(&payload_of(off))).unwrap().offset);
-            log.flush(0).unwrap();
-        }
-    }
+        append_flushed(&mut log, 30)
+    };
     let (mut log, report) =
         Log::mount(&mut sim, config(FullPolicy::RejectNew), mem.memory(), 0).unwrap();
     assert!(!report.clean);
@@ -103,19 +131,11 @@ fn drop_oldest_counts_only_what_a_consumer_had_not_committed() {
     let mut mem = Ram::new(&GEOMETRY, 1, 512);
     let (mut log, _) =
         Log::mount(&mut sim, config(FullPolicy::DropOldest), mem.memory(), 0).unwrap();
-    let mut stored = Vec::new();
-    for _ in 0..40 {
-        let off = log.next_offset();
-        stored.push(log.append(0, &record(&payload_of(off))).unwrap().offset);
-        log.flush(0).unwrap();
-    }
+    let stored = append_flushed(&mut log, 40);
     // `bridge` read the first 25; `other` read 35. The lowest (25) decides.
     log.commit(BRIDGE_CONSUMER, 25).unwrap();
     log.commit("other", 35).unwrap();
-    stored.extend(append_until_first_passes(&mut log, 39));
-    let first = log.first_offset();
-    let unread = stored.iter().filter(|&&o| (25..first).contains(&o)).count() as u64;
-    assert_eq!(log.stats().records_dropped, unread);
+    let first = fill_and_check_dropped(&mut log, stored, 25);
     // The consumers' committed offsets are now below the first offset: they lost exactly
     // those records.
     assert!(log.committed(BRIDGE_CONSUMER).unwrap() < first);
@@ -129,18 +149,10 @@ fn deleting_the_last_consumer_counts_only_what_it_had_not_read() {
     let mut mem = Ram::new(&GEOMETRY, 1, 512);
     let (mut log, _) =
         Log::mount(&mut sim, config(FullPolicy::RejectNew), mem.memory(), 0).unwrap();
-    let mut stored = Vec::new();
-    for _ in 0..40 {
-        let off = log.next_offset();
-        stored.push(log.append(0, &record(&payload_of(off))).unwrap().offset);
-        log.flush(0).unwrap();
-    }
+    let stored = append_flushed(&mut log, 40);
     log.commit(BRIDGE_CONSUMER, 20).unwrap();
     assert!(log.delete_consumer(BRIDGE_CONSUMER).unwrap());
-    stored.extend(append_until_first_passes(&mut log, 39));
-    let first = log.first_offset();
-    let unread = stored.iter().filter(|&&o| (20..first).contains(&o)).count() as u64;
-    assert_eq!(log.stats().records_dropped, unread);
+    fill_and_check_dropped(&mut log, stored, 20);
 }
 
 /// `reject-new` with a consumer that read everything reclaims without counting anything.
@@ -151,8 +163,7 @@ fn reclaiming_what_every_consumer_read_counts_nothing() {
     let (mut log, _) =
         Log::mount(&mut sim, config(FullPolicy::RejectNew), mem.memory(), 0).unwrap();
     for _ in 0..400 {
-        let off = log.next_offset();
-        log.append(0, &record(&payload_of(off))).unwrap();
+        append_next(&mut log);
         log.flush(0).unwrap();
         log.commit(BRIDGE_CONSUMER, log.durable_offset()).unwrap();
     }
@@ -184,8 +195,7 @@ fn worn_journal_block_at_mount_is_reported_with_its_block_not_as_unformatted() {
         let (mut log, _) =
             Log::mount(&mut sim, config(FullPolicy::RejectNew), mem.memory(), 0).unwrap();
         for _ in 0..20 {
-            let off = log.next_offset();
-            log.append(0, &record(&payload_of(off))).unwrap();
+            append_next(&mut log);
         }
         log.close(0).unwrap();
     }
