@@ -4,11 +4,11 @@
 //! it once, not once per record; a log without a scratch refuses to guess.
 
 mod common;
-use common::{Ram, Sim, read_all};
+use common::{Ram, Sim, formatted, read_all};
 
 use spillway_core::MountError;
 use spillway_core::log::{Compression, Config, Log, LostRange, LostReason, Record};
-use spillway_core::storage::{Geometry, SimFlash};
+use spillway_core::storage::Geometry;
 
 /// 1 MiB of 4 KiB erase blocks, 4 blocks per segment.
 const GEO: Geometry = Geometry {
@@ -61,8 +61,7 @@ fn record(i: u64, p: &[u8]) -> Record<'_> {
 
 /// `n` records appended with `compression`, flushed every [`PER_BATCH`], closed cleanly.
 fn write_log(n: u64, compression: Compression) -> (Sim, spillway_core::log::Stats) {
-    let mut flash = SimFlash::new_vec(GEO).unwrap();
-    Log::format(&mut flash, 0x1747, BPS).unwrap();
+    let mut flash = formatted(GEO, 0x1747, BPS);
     let mut ram = Ram::with_scratch(&GEO, BPS, BUFFER);
     let mut log = mount(&mut ram, &mut flash, compression);
     for i in 0..n {

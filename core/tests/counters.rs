@@ -49,10 +49,10 @@
 //! ago).
 
 mod common;
-use common::Ram;
+use common::{Ram, formatted};
 
 use spillway_core::log::{Config, Log, Record};
-use spillway_core::storage::{Geometry, SimFlash};
+use spillway_core::storage::Geometry;
 
 const GEOMETRY: Geometry = Geometry {
     erase_size: 4096,
@@ -77,8 +77,7 @@ struct Cost {
 /// Appends `RECORDS` records of `payload_len` payload bytes through a RAM buffer of
 /// `buffer` bytes as described in the module docs and returns what the flash counted.
 fn run(payload_len: usize, buffer: usize) -> Cost {
-    let mut sim = SimFlash::new_vec(GEOMETRY).unwrap();
-    Log::format(&mut sim, 0xC0C0, 1).unwrap();
+    let mut sim = formatted(GEOMETRY, 0xC0C0, 1);
     let mut ram = Ram::new(&GEOMETRY, 1, buffer);
     let mem = ram.memory();
     let (mut log, _) = Log::mount(&mut sim, Config::default(), mem, 0).unwrap();

@@ -3,10 +3,10 @@
 //! across a remount. Guards the shortcuts that skip record CRCs nobody needs.
 
 mod common;
-use common::Ram;
+use common::{Ram, formatted};
 
 use spillway_core::log::{Config, Log, Record, record_crc};
-use spillway_core::storage::{Geometry, SimFlash};
+use spillway_core::storage::Geometry;
 
 fn check_chain(flush_every: u64) {
     let g = Geometry {
@@ -15,8 +15,7 @@ fn check_chain(flush_every: u64) {
         capacity: 4096 * 34,
         erased: 0xFF,
     };
-    let mut flash = SimFlash::new_vec(g).unwrap();
-    Log::format(&mut flash, 0x11, 2).unwrap();
+    let mut flash = formatted(g, 0x11, 2);
     let mut ram = Ram::new(&g, 2, 1024);
     let total = 600u64;
     for round in 0..2u64 {

@@ -3,7 +3,7 @@
 //! log"), and a cell that reads wrong on some reads only costs re-reads, not a gap.
 
 mod common;
-use common::{Ram, Sim, read_all};
+use common::{Ram, Sim, formatted, read_all};
 
 use spillway_core::log::{Config, Log, LostRange, LostReason, READ_ATTEMPTS, Record};
 use spillway_core::storage::{Geometry, SimFlash};
@@ -24,8 +24,7 @@ fn payload(i: u64) -> Vec<u8> {
 /// A log of `n` records over several segments, shut down cleanly; returns the flash and
 /// the segments `(physical index, base offset)` in ring order.
 fn clean_log(n: u64) -> (Sim, Vec<(u32, u64)>) {
-    let mut flash = SimFlash::new_vec(GEO).unwrap();
-    Log::format(&mut flash, 0xDA3A6E, BPS).unwrap();
+    let mut flash = formatted(GEO, 0xDA3A6E, BPS);
     let mut ram = Ram::new(&GEO, BPS, 4096);
     let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
     for i in 0..n {

@@ -5,7 +5,7 @@
 //! the old ones, which are never rewritten).
 
 mod common;
-use common::{Ram, Shared};
+use common::{Ram, Shared, formatted};
 use std::cell::RefCell;
 
 use spillway_core::log::format::FORMAT_VERSION;
@@ -63,8 +63,7 @@ fn expected(i: u64) -> (String, u64, Vec<u8>, Option<Producer>) {
 const RECORDS: u64 = 300;
 
 fn generate() -> Vec<u8> {
-    let mut flash = SimFlash::new_vec(GEOMETRY).unwrap();
-    Log::format(&mut flash, LOG_ID, 2).unwrap();
+    let mut flash = formatted(GEOMETRY, LOG_ID, 2);
     let mut ram = Ram::new(&GEOMETRY, 2, 1024);
     let mem = ram.memory();
     let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();

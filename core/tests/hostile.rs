@@ -40,8 +40,7 @@ fn config() -> Config {
 /// A valid image with `records` records, flushed every 5 (batches of 5), the consumer
 /// committing as it goes, closed cleanly. 150 records wrap the ring of 6 segments.
 fn valid_image(records: u64) -> Sim {
-    let mut sim = SimFlash::new_vec(GEOMETRY).unwrap();
-    Log::format(&mut sim, 0xF00D, 1).unwrap();
+    let mut sim = common::formatted(GEOMETRY, 0xF00D, 1);
     let mut mem = Ram::new(&GEOMETRY, 1, 512);
     let (mut log, _) = Log::mount(&mut sim, config(), mem.memory(), 0).unwrap();
     for off in 0..records {

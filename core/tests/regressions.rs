@@ -53,9 +53,7 @@ const GEOMETRY: Geometry = Geometry {
 
 /// A fresh log of segments of 2 erase blocks.
 fn formatted() -> Sim {
-    let mut sim = SimFlash::new_vec(GEOMETRY).unwrap();
-    Log::format(&mut sim, 1, 2).unwrap();
-    sim
+    common::formatted(GEOMETRY, 1, 2)
 }
 
 fn record(payload: &[u8]) -> Record<'_> {

@@ -12,7 +12,7 @@ use std::cell::Cell;
 use spillway_core::MountError;
 use spillway_core::log::format::{BATCH_MAGIC, SEGMENT_HEADER_LEN};
 use spillway_core::log::{BRIDGE_CONSUMER, Config, FullPolicy, Log, LostReason, Record};
-use spillway_core::storage::{Flash, SimError, SimFlash};
+use spillway_core::storage::{Flash, SimError};
 
 fn payload_of(off: u64) -> Vec<u8> {
     let len = 8 + (off * 7 % 50) as usize;
@@ -36,9 +36,7 @@ fn config(full: FullPolicy) -> Config {
 }
 
 fn formatted() -> Sim {
-    let mut sim = SimFlash::new_vec(GEOMETRY).unwrap();
-    Log::format(&mut sim, 0xBEEF, 1).unwrap();
-    sim
+    common::formatted(GEOMETRY, 0xBEEF, 1)
 }
 
 /// Appends the record of the log's next offset ([`payload_of`]); returns its offset.

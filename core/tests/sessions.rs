@@ -8,7 +8,7 @@ use common::{Ram, Sim};
 
 use spillway_core::AppendError;
 use spillway_core::log::{BRIDGE_CONSUMER, Config, FullPolicy, Log, Producer, Record};
-use spillway_core::storage::{Geometry, SimFlash};
+use spillway_core::storage::Geometry;
 
 const G: Geometry = Geometry {
     erase_size: 1024,
@@ -18,9 +18,7 @@ const G: Geometry = Geometry {
 };
 
 fn formatted() -> Sim {
-    let mut flash = SimFlash::new_vec(G).unwrap();
-    Log::format(&mut flash, 11, 1).unwrap();
-    flash
+    common::formatted(G, 11, 1)
 }
 
 fn mount<'a>(flash: &'a mut Sim, mem: &'a mut Ram, cfg: Config) -> Log<'a, &'a mut Sim> {

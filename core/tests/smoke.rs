@@ -1,7 +1,7 @@
 //! Basic end-to-end behaviour of the log on a simulated flash.
 
 mod common;
-use common::Ram;
+use common::{Ram, formatted};
 
 use spillway_core::log::{Config, Log, Memory, Record, SegmentSlot};
 use spillway_core::storage::{Geometry, SimFlash};
@@ -18,8 +18,7 @@ fn geo(ws: u32) -> Geometry {
 #[test]
 fn append_flush_remount_read() {
     let g = geo(4);
-    let mut flash = SimFlash::new_vec(g).unwrap();
-    Log::format(&mut flash, 0xABCD, 2).unwrap();
+    let mut flash = formatted(g, 0xABCD, 2);
     let mut ram = Ram::new(&g, 2, 2048);
     let (mut log, rep) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
     assert!(rep.clean, "{rep:?}");
@@ -89,8 +88,7 @@ fn append_flush_remount_read() {
 #[test]
 fn mounting_with_another_geometry_is_an_error_not_an_empty_log() {
     let g = geo(4);
-    let mut flash = SimFlash::new_vec(g).unwrap();
-    Log::format(&mut flash, 7, 2).unwrap();
+    let flash = formatted(g, 7, 2);
     let image = flash.bytes().to_vec();
     let other = Geometry {
         erase_size: 2048,
@@ -126,8 +124,7 @@ fn mounting_with_another_geometry_is_an_error_not_an_empty_log() {
 fn torn_tail_of_an_abandoned_segment_reads_as_skipped() {
     use spillway_core::log::LostReason;
     let g = geo(4);
-    let mut flash = SimFlash::new_vec(g).unwrap();
-    Log::format(&mut flash, 0x77, 2).unwrap();
+    let mut flash = formatted(g, 0x77, 2);
     let mut ram = Ram::new(&g, 2, 2048);
     let rec = |p: &'static [u8]| Record {
         topic: "t",

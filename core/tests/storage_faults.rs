@@ -21,9 +21,9 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::faults::{Fault, FaultFlash, sim_from_image};
-use common::{Ram, Rng, mix};
+use common::{Ram, Rng, formatted, mix};
 use spillway_core::log::{Config, FullPolicy, Log, LostReason, Producer, Record, SpillPolicy};
-use spillway_core::storage::{Flash, Geometry, SimFlash};
+use spillway_core::storage::{Flash, Geometry};
 use spillway_core::{AppendError, CommitError, FlushError, StorageOp};
 
 const BPS: u32 = 2;
@@ -370,8 +370,7 @@ fn check_poisoned(
 /// workload was told, and whether the fault happened.
 fn run(setup: &Setup, seed: u64, fault: Fault) -> (FaultFlash, Oracle) {
     let g = geometry(setup.write_size);
-    let mut sim = SimFlash::new_vec(g).unwrap();
-    Log::format(&mut sim, 0xFA_u128 << 64 | u128::from(seed), BPS).unwrap();
+    let sim = formatted(g, 0xFA_u128 << 64 | u128::from(seed), BPS);
     let mut flash = FaultFlash::new(sim, seed);
     let mut rng = Rng(seed);
     let mut oracle = Oracle::default();

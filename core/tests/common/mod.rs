@@ -11,7 +11,7 @@ pub mod small;
 #[allow(unused_imports)]
 pub use {
     hooked::{Hook, Hooked, io_error},
-    ram::Ram,
+    ram::{Ram, formatted},
     read::read_all,
     sim::{Rng, Shared, Sim, mix},
 };

@@ -1,8 +1,19 @@
-//! The RAM a log mounts with, as the integration tests allocate it: the write buffer, one
-//! slot per segment and, for compressed batches, the decompression scratch.
+//! What a test mounts a log on: a freshly formatted simulated flash, and the RAM as the
+//! integration tests allocate it (the write buffer, one slot per segment and, for
+//! compressed batches, the decompression scratch).
 
-use spillway_core::log::{Memory, SegmentSlot, scratch_len, segments_for};
-use spillway_core::storage::Geometry;
+use spillway_core::log::{Log, Memory, SegmentSlot, scratch_len, segments_for};
+use spillway_core::storage::{Geometry, SimFlash};
+
+use super::Sim;
+
+/// A simulated flash of `geometry` formatted as log `log_id` in segments of
+/// `blocks_per_segment` erase blocks.
+pub fn formatted(geometry: Geometry, log_id: u128, blocks_per_segment: u32) -> Sim {
+    let mut flash = SimFlash::new_vec(geometry).unwrap();
+    Log::format(&mut flash, log_id, blocks_per_segment).unwrap();
+    flash
+}
 
 /// A log's RAM for one mount (see [`spillway_core::log::Memory`]).
 pub struct Ram {
