@@ -45,21 +45,29 @@ const G: Geometry = Geometry {
     erased: 0xFF,
 };
 
-/// A log's RAM buffer (512 bytes) and segment slots for a partition of `G`.
-struct Mem {
+/// A log's RAM for the unit tests of `log` and its modules: a write buffer and a slot for
+/// every segment.
+pub(super) struct Mem {
     buf: Vec<u8>,
     slots: Vec<SegmentSlot>,
 }
 
 impl Mem {
-    fn new() -> Self {
+    /// A write buffer of `buffer` bytes and a slot for every segment of a partition of
+    /// `geometry` in segments of `blocks_per_segment` erase blocks.
+    pub(super) fn with(geometry: &Geometry, blocks_per_segment: u32, buffer: usize) -> Self {
         Mem {
-            buf: vec![0u8; 512],
-            slots: vec![SegmentSlot::EMPTY; segments_for(&G, 2) as usize],
+            buf: vec![0u8; buffer],
+            slots: vec![SegmentSlot::EMPTY; segments_for(geometry, blocks_per_segment) as usize],
         }
     }
 
-    fn memory(&mut self) -> Memory<'_> {
+    /// This file's: 512 bytes of buffer, segments of 2 blocks of `G`.
+    fn new() -> Self {
+        Mem::with(&G, 2, 512)
+    }
+
+    pub(super) fn memory(&mut self) -> Memory<'_> {
         Memory {
             buffer: &mut self.buf,
             segments: &mut self.slots,

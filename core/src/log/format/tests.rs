@@ -160,40 +160,26 @@ fn format_md_compact_example_matches_the_encoder() {
     );
 }
 
-/// A formatted log on a simulated flash of six 4 KiB blocks: the two journal blocks and
-/// four one-block segments, the first at byte 8,192. `id` is the log's id.
+/// A simulated flash of six 4 KiB blocks: the two journal blocks and four one-block
+/// segments, the first at byte 8,192.
+const SMALL: Geometry = Geometry {
+    erase_size: 4096,
+    write_size: 4,
+    capacity: 4096 * 6,
+    erased: 0xFF,
+};
+
+/// A log formatted on a [`SMALL`] simulated flash; `id` is the log's id.
 fn small_log(id: u128) -> crate::storage::SimFlash<Vec<u8>> {
-    let geo = Geometry {
-        erase_size: 4096,
-        write_size: 4,
-        capacity: 4096 * 6,
-        erased: 0xFF,
-    };
-    let mut flash = crate::storage::SimFlash::new_vec(geo).unwrap();
+    let mut flash = crate::storage::SimFlash::new_vec(SMALL).unwrap();
     crate::log::Log::format(&mut flash, id, 1).unwrap();
     flash
 }
 
-/// The RAM to mount a [`small_log`] with: a 512-byte write buffer and four segment slots.
-struct SmallRam {
-    buf: [u8; 512],
-    slots: [crate::log::SegmentSlot; 4],
-}
-
-impl SmallRam {
-    fn new() -> Self {
-        SmallRam {
-            buf: [0; 512],
-            slots: [crate::log::SegmentSlot::EMPTY; 4],
-        }
-    }
-
-    fn memory(&mut self) -> crate::log::Memory<'_> {
-        crate::log::Memory {
-            buffer: &mut self.buf,
-            segments: &mut self.slots,
-        }
-    }
+/// The RAM to mount a [`small_log`] with: a 512-byte write buffer and its four segment
+/// slots.
+fn small_ram() -> crate::log::tests::Mem {
+    crate::log::tests::Mem::with(&SMALL, 1, 512)
 }
 
 /// The compressed batch of `FORMAT.md` section 10, as the log writes it: eight readings
@@ -205,7 +191,7 @@ fn compressed_example_from_the_log() -> Vec<u8> {
     use crate::storage::Flash;
 
     let mut flash = small_log(7);
-    let mut ram = SmallRam::new();
+    let mut ram = small_ram();
     let mut scratch = [0u8; crate::log::scratch_len(512)];
     let mem = ram.memory();
     let cfg = Config {
@@ -266,7 +252,7 @@ fn the_log_writes_batches_as_encoded_here() {
     use crate::storage::Flash;
 
     let mut flash = small_log(7);
-    let mut ram = SmallRam::new();
+    let mut ram = small_ram();
     let mem = ram.memory();
     let (mut log, _) = Log::mount(&mut flash, Config::default(), mem, 0).unwrap();
     log.append(0, &EXAMPLE).unwrap();
@@ -389,7 +375,7 @@ fn a_crafted_segment_size_past_4_gib_does_not_mount() {
     flash
         .write(2 * 4096, &header(1 << 20, 4, 4096).encode())
         .unwrap();
-    let mut ram = SmallRam::new();
+    let mut ram = small_ram();
     let mem = ram.memory();
     let got = Log::mount(&mut flash, Config::default(), mem, 0).map(|_| ());
     assert!(matches!(got, Err(MountError::NotFormatted)), "{got:?}");

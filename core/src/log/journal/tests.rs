@@ -7,7 +7,8 @@ use std::vec::Vec;
 use super::*;
 use crate::error::AppendError;
 use crate::log::format::{Record, align_up};
-use crate::log::{Config, JournalInvalid, Log, Memory, RecoveryReport, SegmentSlot, segments_for};
+use crate::log::tests::Mem;
+use crate::log::{Config, JournalInvalid, Log, RecoveryReport};
 use crate::storage::{Flash, Geometry, SimFlash};
 
 const G: Geometry = Geometry {
@@ -26,30 +27,13 @@ const REC: Record<'static> = Record {
 
 /// A log's RAM for a partition of `G` in one-block segments: a 1 KiB write buffer and a
 /// slot for every segment.
-struct Ram {
-    buf: Vec<u8>,
-    slots: Vec<SegmentSlot>,
-}
-
-impl Ram {
-    fn new() -> Self {
-        Ram {
-            buf: vec![0u8; 1024],
-            slots: vec![SegmentSlot::EMPTY; segments_for(&G, 1) as usize],
-        }
-    }
-
-    fn memory(&mut self) -> Memory<'_> {
-        Memory {
-            buffer: &mut self.buf,
-            segments: &mut self.slots,
-        }
-    }
+fn ram() -> Mem {
+    Mem::with(&G, 1, 1024)
 }
 
 /// Mounts `flash` with the default config and returns its next offset.
 fn mount(flash: &mut SimFlash<Vec<u8>>) -> u64 {
-    let mut ram = Ram::new();
+    let mut ram = ram();
     let (log, _) = Log::mount(flash, Config::default(), ram.memory(), 0).unwrap();
     log.next_offset()
 }
@@ -58,7 +42,7 @@ fn mount(flash: &mut SimFlash<Vec<u8>>) -> u64 {
 fn log_of(n: u64) -> SimFlash<Vec<u8>> {
     let mut flash = SimFlash::new_vec(G).unwrap();
     Log::format(&mut flash, 5, 1).unwrap();
-    let mut ram = Ram::new();
+    let mut ram = ram();
     let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
     for i in 0..n {
         assert_eq!(log.append(0, &REC).unwrap().offset, i);
@@ -197,7 +181,7 @@ fn producer_sequences_cross_the_wrap_across_restarts() {
         producer: Some(crate::log::Producer { id, seq }),
         payload: b"w",
     };
-    let mut ram = Ram::new();
+    let mut ram = ram();
     let mut offsets = Vec::new();
     {
         let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
@@ -261,7 +245,7 @@ fn a_journal_lease_at_the_top_of_the_offset_range_is_refused() {
     ] {
         let mut flash = log_of(3);
         write_newer_entry(&mut flash, lease, durable, 1, consumer);
-        let mut ram = Ram::new();
+        let mut ram = ram();
         let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
         assert_eq!(
             log.next_offset(),
@@ -292,7 +276,7 @@ fn a_journal_entry_sequence_at_the_top_of_its_range_is_refused() {
         flash.erase(0).unwrap();
         flash.erase(1).unwrap();
         flash.write(0, &out).unwrap();
-        let mut ram = Ram::new();
+        let mut ram = ram();
         let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
         assert_eq!(log.next_offset(), 3);
         for want in 3..1030 {
@@ -341,7 +325,7 @@ fn flip_inside(flash: &mut SimFlash<Vec<u8>>, addr: u32, len: usize) {
 
 /// Mounts `flash` and returns the report and consumer `bridge`'s committed offset.
 fn mount_report(flash: &mut SimFlash<Vec<u8>>) -> (RecoveryReport, u64) {
-    let mut ram = Ram::new();
+    let mut ram = ram();
     let (log, report) = Log::mount(flash, Config::default(), ram.memory(), 0).unwrap();
     let bridge = log
         .consumers()
