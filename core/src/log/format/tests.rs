@@ -93,6 +93,14 @@ fn dump_in_format_md(marker: &str) -> Vec<u8> {
     bytes
 }
 
+/// The header of `batch`, which must pass the plausibility check of a 4 KiB segment
+/// erased to `0xFF`.
+fn plausible_header(batch: &[u8]) -> BatchHeader {
+    let head = batch[..BATCH_HEADER_LEN].try_into().unwrap();
+    assert_eq!(BatchHeader::check(head, 0xFF, 4096), HeadCheck::Plausible);
+    BatchHeader::decode(head)
+}
+
 #[test]
 fn format_md_batch_example_matches_the_encoder() {
     let want = encode_batch(
@@ -108,12 +116,8 @@ fn format_md_batch_example_matches_the_encoder() {
 
     // The values quoted in the text around the dump.
     assert_eq!(want.len(), 56);
-    let h = BatchHeader::decode(want[..BATCH_HEADER_LEN].try_into().unwrap());
+    let h = plausible_header(&want);
     assert_eq!((h.len, h.crc), (53, 0x432C_1522));
-    assert_eq!(
-        BatchHeader::check(want[..BATCH_HEADER_LEN].try_into().unwrap(), 0xFF, 4096),
-        HeadCheck::Plausible
-    );
     let (rec, n) = parse_record(&want[BATCH_HEADER_LEN..53], EXAMPLE_BASE).unwrap();
     assert_eq!(n, 21);
     assert_eq!(rec.crc, 0x4F6A_CD66);
@@ -141,12 +145,8 @@ fn format_md_compact_example_matches_the_encoder() {
         "FORMAT.md's compact example differs from the encoder"
     );
     assert_eq!(want.len(), 60);
-    let h = BatchHeader::decode(want[..BATCH_HEADER_LEN].try_into().unwrap());
+    let h = plausible_header(&want);
     assert_eq!((h.len, h.crc), (58, 0x4716_80E0));
-    assert_eq!(
-        BatchHeader::check(want[..BATCH_HEADER_LEN].try_into().unwrap(), 0xFF, 4096),
-        HeadCheck::Plausible
-    );
     // Expanded, the records are their canonical encodings, with the CRCs quoted.
     let mut out = [0u8; 64];
     let n = super::super::compact::expand(&want[BATCH_HEADER_LEN..58], 2, &mut out).unwrap();

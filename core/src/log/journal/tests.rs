@@ -334,17 +334,24 @@ fn mount_report(flash: &mut SimFlash<Vec<u8>>) -> (RecoveryReport, u64) {
     (report, bridge)
 }
 
+/// A log of 3 records whose journal then commits `bridge` at 1, 2 and 3, one entry
+/// each; and the journal's [`entries`].
+fn commits_1_to_3() -> (SimFlash<Vec<u8>>, Vec<(u64, u64, u32, usize)>) {
+    let mut flash = log_of(3);
+    for committed in 1..=3 {
+        write_newer_entry(&mut flash, 3, 3, 1, committed);
+    }
+    let all = entries(&mut flash);
+    (flash, all)
+}
+
 /// A journal entry damaged after it was written, with newer valid entries after it in
 /// its block, is skipped and reported: the mount uses the newest valid entry. Before,
 /// the block's scan ended at the damaged entry, the mount used the one before it, and
 /// consumers' committed offsets went back with nothing reported.
 #[test]
 fn a_damaged_journal_entry_before_newer_ones_is_skipped_and_reported() {
-    let mut flash = log_of(3);
-    for committed in 1..=3 {
-        write_newer_entry(&mut flash, 3, 3, 1, committed);
-    }
-    let all = entries(&mut flash);
+    let (mut flash, all) = commits_1_to_3();
     let &(_, _, addr, len) = all
         .iter()
         .find(|e| e.1 == 2)
@@ -371,11 +378,7 @@ fn a_damaged_journal_entry_before_newer_ones_is_skipped_and_reported() {
 /// is reported as torn, and the mount falls back to the entry before it.
 #[test]
 fn a_newest_journal_entry_that_does_not_validate_is_reported_as_torn() {
-    let mut flash = log_of(3);
-    for committed in 1..=3 {
-        write_newer_entry(&mut flash, 3, 3, 1, committed);
-    }
-    let all = entries(&mut flash);
+    let (mut flash, all) = commits_1_to_3();
     let &(seq, _, addr, len) = all.iter().max_by_key(|e| e.0).unwrap();
     assert_eq!(all.iter().find(|e| e.0 == seq).unwrap().1, 3);
     flip_inside(&mut flash, addr, len);
