@@ -298,9 +298,12 @@ fn a_journal_entry_with_an_overflowing_segment_size_is_refused() {
     }
 }
 
-/// Every valid journal entry: (entry sequence, consumer `bridge`'s offset, byte
-/// address, length in bytes).
-fn entries(flash: &mut SimFlash<Vec<u8>>) -> Vec<(u64, u64, u32, usize)> {
+/// A journal entry as [`entries`] lists it: (entry sequence, consumer `bridge`'s offset,
+/// byte address, length in bytes).
+type EntryAt = (u64, u64, u32, usize);
+
+/// Every valid journal entry.
+fn entries(flash: &mut SimFlash<Vec<u8>>) -> Vec<EntryAt> {
     let mut out = Vec::new();
     each_entry(flash, |b, blk, pos| {
         let Some(entry) = decode(b) else {
@@ -336,7 +339,7 @@ fn mount_report(flash: &mut SimFlash<Vec<u8>>) -> (RecoveryReport, u64) {
 
 /// A log of 3 records whose journal then commits `bridge` at 1, 2 and 3, one entry
 /// each; and the journal's [`entries`].
-fn commits_1_to_3() -> (SimFlash<Vec<u8>>, Vec<(u64, u64, u32, usize)>) {
+fn commits_1_to_3() -> (SimFlash<Vec<u8>>, Vec<EntryAt>) {
     let mut flash = log_of(3);
     for committed in 1..=3 {
         write_newer_entry(&mut flash, 3, 3, 1, committed);
