@@ -122,37 +122,26 @@ fn sweep(v: &Variant) -> u64 {
     cuts
 }
 
-#[test]
-fn sweep_ws1_always_reject() {
-    sweep(&VARIANTS[0]);
+/// One test per variant, so that the variants run in parallel and a failure names its
+/// variant.
+macro_rules! sweep_tests {
+    ($($name:ident: $run:ident($variant:literal);)*) => {$(
+        #[test]
+        fn $name() {
+            $run(&VARIANTS[$variant]);
+        }
+    )*};
 }
-#[test]
-fn sweep_ws4_pressure_drop() {
-    sweep(&VARIANTS[1]);
-}
-#[test]
-fn sweep_ws16_always_drop() {
-    sweep(&VARIANTS[2]);
-}
-#[test]
-fn sweep_ws1_pressure_reject() {
-    sweep(&VARIANTS[3]);
-}
-#[test]
-fn sweep_ws16_pressure_reject() {
-    sweep(&VARIANTS[4]);
-}
-#[test]
-fn sweep_ws4_e4096_always_reject() {
-    sweep(&VARIANTS[5]);
-}
-#[test]
-fn sweep_ws4_lz4_always_reject() {
-    sweep_compressed(&VARIANTS[6]);
-}
-#[test]
-fn sweep_ws16_lz4_pressure_drop() {
-    sweep_compressed(&VARIANTS[7]);
+
+sweep_tests! {
+    sweep_ws1_always_reject: sweep(0);
+    sweep_ws4_pressure_drop: sweep(1);
+    sweep_ws16_always_drop: sweep(2);
+    sweep_ws1_pressure_reject: sweep(3);
+    sweep_ws16_pressure_reject: sweep(4);
+    sweep_ws4_e4096_always_reject: sweep(5);
+    sweep_ws4_lz4_always_reject: sweep_compressed(6);
+    sweep_ws16_lz4_pressure_drop: sweep_compressed(7);
 }
 
 /// [`sweep`] of a variant with compression, which must have written compressed batches
