@@ -12,23 +12,18 @@ use spillway_core::log::format::FORMAT_VERSION;
 use spillway_core::log::{Config, Log, LostReason, Producer, Record};
 use spillway_core::storage::{Geometry, SimFlash};
 
-const V1_PATH: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/format-v1-4k-w4.img"
-);
-const V2_PATH: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/format-v2-4k-w4.img"
-);
-const V3_PATH: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/format-v3-4k-w4.img"
-);
+/// The path of the frozen image `name` in `core/tests/fixtures/`.
+macro_rules! fixture {
+    ($name:literal) => {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/", $name)
+    };
+}
+
+const V1_PATH: &str = fixture!("format-v1-4k-w4.img");
+const V2_PATH: &str = fixture!("format-v2-4k-w4.img");
+const V3_PATH: &str = fixture!("format-v3-4k-w4.img");
 /// The image of the current format version ([`FORMAT_VERSION`]).
-const CURRENT_PATH: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/format-v4-4k-w4.img"
-);
+const CURRENT_PATH: &str = fixture!("format-v4-4k-w4.img");
 /// A producer id with a session in the version 3 and 4 images (epoch 2, nothing stored).
 const SESSION_ID: u64 = 0x5e55;
 const LOG_ID: u128 = 0x5350_494c_4c57_4159_0000_0000_0000_0001;

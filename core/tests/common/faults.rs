@@ -97,6 +97,16 @@ impl FaultFlash {
         self.synced.clone()
     }
 
+    /// Fires `fault` if it is the one armed: disarms it and records it as fired.
+    fn fires(&mut self, fault: Fault) -> bool {
+        if self.fault != Some(fault) {
+            return false;
+        }
+        self.fault = None;
+        self.fired = Some(fault);
+        true
+    }
+
     fn note_write(&mut self) {
         if self.fired.is_some() {
             self.after_fault += 1;
@@ -119,9 +129,8 @@ impl Flash for FaultFlash {
         self.note_write();
         if let Some(Fault::WriteAfter(n)) = self.fault
             && self.bytes + data.len() as u64 > n
+            && self.fires(Fault::WriteAfter(n))
         {
-            self.fault = None;
-            self.fired = Some(Fault::WriteAfter(n));
             let ws = self.sim.geometry().write_size as u64;
             let done = ((n - self.bytes) / ws * ws) as usize;
             if done > 0 {
@@ -150,11 +159,7 @@ impl Flash for FaultFlash {
     fn erase(&mut self, block: u32) -> Result<(), SimError> {
         self.note_write();
         self.erases += 1;
-        if let Some(Fault::Erase(n)) = self.fault
-            && self.erases == n
-        {
-            self.fault = None;
-            self.fired = Some(Fault::Erase(n));
+        if self.fires(Fault::Erase(self.erases)) {
             let g = self.sim.geometry();
             match self.rng.below(3) {
                 0 => {}
@@ -176,11 +181,7 @@ impl Flash for FaultFlash {
     fn sync(&mut self) -> Result<(), SimError> {
         self.note_write();
         self.syncs += 1;
-        if let Some(Fault::Sync(n)) = self.fault
-            && self.syncs == n
-        {
-            self.fault = None;
-            self.fired = Some(Fault::Sync(n));
+        if self.fires(Fault::Sync(self.syncs)) {
             return Err(io_error(0, 0));
         }
         self.sim.sync()?;
