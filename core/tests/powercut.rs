@@ -601,27 +601,21 @@ fn brownout_boots() -> u64 {
     env_u64("SPILLWAY_BROWNOUT_BOOTS").unwrap_or(BROWNOUT_BOOTS)
 }
 
-#[test]
-fn brownout_reboot_loop_reject_new_costs_bytes_not_segments() {
-    brownout_loop(FullPolicy::RejectNew, false, None, brownout_boots());
+/// One test per brownout case: the full policy, whether writes tear, and the program unit
+/// of out-of-order writes (`None`: in order); [`brownout_boots`] boots each.
+macro_rules! brownout_tests {
+    ($($name:ident: $full:ident, torn $torn:literal, unit $unit:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            brownout_loop(FullPolicy::$full, $torn, $unit, brownout_boots());
+        }
+    )*};
 }
 
-#[test]
-fn brownout_reboot_loop_drop_oldest_costs_bytes_not_segments() {
-    brownout_loop(FullPolicy::DropOldest, false, None, brownout_boots());
-}
-
-#[test]
-fn brownout_reboot_loop_with_torn_writes_reject_new() {
-    brownout_loop(FullPolicy::RejectNew, true, None, brownout_boots());
-}
-
-#[test]
-fn brownout_reboot_loop_with_torn_writes_drop_oldest() {
-    brownout_loop(FullPolicy::DropOldest, true, None, brownout_boots());
-}
-
-#[test]
-fn brownout_reboot_loop_with_out_of_order_torn_writes() {
-    brownout_loop(FullPolicy::RejectNew, true, Some(8), brownout_boots());
+brownout_tests! {
+    brownout_reboot_loop_reject_new_costs_bytes_not_segments: RejectNew, torn false, unit None;
+    brownout_reboot_loop_drop_oldest_costs_bytes_not_segments: DropOldest, torn false, unit None;
+    brownout_reboot_loop_with_torn_writes_reject_new: RejectNew, torn true, unit None;
+    brownout_reboot_loop_with_torn_writes_drop_oldest: DropOldest, torn true, unit None;
+    brownout_reboot_loop_with_out_of_order_torn_writes: RejectNew, torn true, unit Some(8);
 }
