@@ -17,6 +17,15 @@ const G: Geometry = Geometry {
     erased: 0xFF,
 };
 
+/// Asserts that `result` is an error matching the pattern (with an optional guard), and
+/// shows the error when it is not.
+macro_rules! assert_refused {
+    ($result:expr, $($pattern:tt)+) => {{
+        let err = $result.unwrap_err();
+        assert!(matches!(err, $($pattern)+), "{err:?}");
+    }};
+}
+
 fn formatted() -> Sim {
     common::formatted(G, 11, 1)
 }
@@ -164,12 +173,9 @@ fn dedup_within_a_session_survives_a_power_cut_and_a_clean_restart() {
             .append_in_session(0, &rec(5, last, b"x"), epoch)
             .unwrap();
         assert_eq!((a.offset, a.duplicate), (offsets[last as usize - 1], true));
-        let e = log
-            .append_in_session(0, &rec(5, 2, b"x"), epoch)
-            .unwrap_err();
-        assert!(
-            matches!(e, AppendError::SequenceTooOld { stored_below, .. } if stored_below > offsets[1]),
-            "{e:?}"
+        assert_refused!(
+            log.append_in_session(0, &rec(5, 2, b"x"), epoch),
+            AppendError::SequenceTooOld { stored_below, .. } if stored_below > offsets[1]
         );
         if round == 0 {
             let a = log.append_in_session(0, &rec(5, 11, b"y"), epoch).unwrap();
@@ -177,10 +183,10 @@ fn dedup_within_a_session_survives_a_power_cut_and_a_clean_restart() {
             offsets.push(a.offset);
             log.close(0).unwrap();
         } else {
-            let e = log
-                .append_in_session(0, &rec(5, 10, b"x"), epoch)
-                .unwrap_err();
-            assert!(matches!(e, AppendError::SequenceTooOld { .. }), "{e:?}");
+            assert_refused!(
+                log.append_in_session(0, &rec(5, 10, b"x"), epoch),
+                AppendError::SequenceTooOld { .. }
+            );
             assert!(
                 !log.append_in_session(0, &rec(5, 12, b"z"), epoch)
                     .unwrap()
@@ -201,12 +207,9 @@ fn an_out_of_order_record_is_refused_then_stored_once_resent_in_order() {
     log.append_in_session(0, &rec(3, 1, b"1"), e).unwrap();
     // 2 was lost on the way; 3 and 4 arrive.
     for seq in [3u32, 4] {
-        let err = log
-            .append_in_session(0, &rec(3, seq, b"late"), e)
-            .unwrap_err();
-        assert!(
-            matches!(err, AppendError::OutOfSequence { expected: 2, .. }),
-            "{err:?}"
+        assert_refused!(
+            log.append_in_session(0, &rec(3, seq, b"late"), e),
+            AppendError::OutOfSequence { expected: 2, .. }
         );
     }
     // The producer resends in order from its first unacknowledged record.
@@ -251,12 +254,9 @@ fn a_record_refused_full_is_resent_in_order_later() {
         assert!(seq < 100, "the log never filled");
     };
     // A small record after it would fit, but it is out of sequence.
-    let err = log
-        .append_in_session(0, &rec(8, full_at + 1, b"small"), e)
-        .unwrap_err();
-    assert!(
-        matches!(err, AppendError::OutOfSequence { expected, .. } if expected == full_at),
-        "{err:?}"
+    assert_refused!(
+        log.append_in_session(0, &rec(8, full_at + 1, b"small"), e),
+        AppendError::OutOfSequence { expected, .. } if expected == full_at
     );
     log.flush(0).unwrap();
     log.commit(BRIDGE_CONSUMER, log.durable_offset()).unwrap();
@@ -282,45 +282,29 @@ fn an_older_epoch_is_fenced_across_a_restart() {
         let _ = log.into_flash(); // power cut: the epoch was written at open
     }
     let mut log = mount(&mut flash, &mut mem, Config::default());
-    let err = log
-        .append_in_session(0, &rec(4, 2, b"zombie"), 1)
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            AppendError::Fenced {
-                epoch: 1,
-                current: 2,
-                ..
-            }
-        ),
-        "{err:?}"
+    assert_refused!(
+        log.append_in_session(0, &rec(4, 2, b"zombie"), 1),
+        AppendError::Fenced {
+            epoch: 1,
+            current: 2,
+            ..
+        }
     );
-    let err = log.append(0, &rec(4, 2, b"no session")).unwrap_err();
-    assert!(
-        matches!(err, AppendError::Fenced { epoch: 0, .. }),
-        "{err:?}"
+    assert_refused!(
+        log.append(0, &rec(4, 2, b"no session")),
+        AppendError::Fenced { epoch: 0, .. }
     );
-    let err = log
-        .append_in_session(0, &rec(4, 1, b"made up"), 9)
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            AppendError::UnknownSession {
-                epoch: 9,
-                current: 2,
-                ..
-            }
-        ),
-        "{err:?}"
+    assert_refused!(
+        log.append_in_session(0, &rec(4, 1, b"made up"), 9),
+        AppendError::UnknownSession {
+            epoch: 9,
+            current: 2,
+            ..
+        }
     );
-    let err = log
-        .append_in_session(0, &rec(77, 1, b"never opened"), 1)
-        .unwrap_err();
-    assert!(
-        matches!(err, AppendError::UnknownSession { current: 0, .. }),
-        "{err:?}"
+    assert_refused!(
+        log.append_in_session(0, &rec(77, 1, b"never opened"), 1),
+        AppendError::UnknownSession { current: 0, .. }
     );
     assert!(
         !log.append_in_session(0, &rec(4, 1, b"new"), 2)
