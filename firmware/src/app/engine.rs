@@ -307,6 +307,10 @@ pub fn run(
         report.next_offset,
         report.segments
     );
+    // The metrics show the mounted log before anyone hears that the gateway started: the
+    // metrics socket is bound already, and a scrape that the kernel queued on it is served
+    // as soon as the runtime starts, which may be before this thread's first loop turn.
+    metrics.update(&log, &gw);
     let _ = started.send(Ok(Started {
         log_id: log.log_id(),
         created,
@@ -332,7 +336,6 @@ pub fn run(
     let mut tick_at = u64::MAX;
     let mut stop = false;
     let mut line_warnings = DropWarnings::default();
-    metrics.update(&log, &gw);
     let mut watchdog = Watchdog::from_env(clock.now_us());
 
     while !stop {
