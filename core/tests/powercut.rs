@@ -344,20 +344,27 @@ fn fault_kind_test(kind: FaultKind) {
     assert!(fired >= target || env_u64("SPILLWAY_RUN").is_some());
 }
 
-#[test]
-fn faults_reordered_cut() {
-    fault_kind_test(FAULT_KINDS[0]);
+/// One test per fault kind of [`FAULT_KINDS`], by its index.
+macro_rules! fault_kind_tests {
+    ($($(#[$doc:meta])* $name:ident: $kind:literal;)*) => {$(
+        $(#[$doc])*
+        #[test]
+        fn $name() {
+            fault_kind_test(FAULT_KINDS[$kind]);
+        }
+    )*};
 }
-#[test]
-fn faults_torn_erase_arbitrary_bits() {
-    fault_kind_test(FAULT_KINDS[1]);
+
+fault_kind_tests! {
+    faults_reordered_cut: 0;
+    faults_torn_erase_arbitrary_bits: 1;
+    /// A write failing after part of its words (the log poisoned, remounted with the power
+    /// on), a cut in about half the runs after it.
+    faults_failed_write_partial_data: 2;
+    faults_transient_read_error: 3;
+    faults_one_shot_read_flip: 4;
 }
-/// A write failing after part of its words (the log poisoned, remounted with the power
-/// on), a cut in about half the runs after it.
-#[test]
-fn faults_failed_write_partial_data() {
-    fault_kind_test(FAULT_KINDS[2]);
-}
+
 /// Regression, a torn resume marker measured short: a write failing 28 bytes into a batch
 /// header, a remount that put the resume marker after the cut header, a cut 9 bytes into
 /// that marker (its `len_check` bytes `FF FF FF` programmed but reading erased), and the
@@ -392,15 +399,6 @@ fn torn_resume_marker_after_two_cuts_is_not_written_over() {
 fn close_full_under_reject_new_is_no_failure() {
     let t = random_run(0x1747, 870_401);
     assert_eq!(t.seen.close_full, 1);
-}
-
-#[test]
-fn faults_transient_read_error() {
-    fault_kind_test(FAULT_KINDS[3]);
-}
-#[test]
-fn faults_one_shot_read_flip() {
-    fault_kind_test(FAULT_KINDS[4]);
 }
 
 /// `SPILLWAY_LONG=1`: the long campaign (see the module docs).
