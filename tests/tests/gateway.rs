@@ -53,6 +53,13 @@ fn tcp_and_unix_publish_fetch_commit() {
     let sock = dir.path().join("gw.sock");
     // A stale socket file from an earlier run is replaced.
     drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    // Stale means nobody accepts on it. A process that another test spawned at that moment
+    // may hold a copy of the listener until it execs: wait until connecting is refused.
+    spillway_tests::wait::wait_until(
+        Duration::from_secs(10),
+        || std::os::unix::net::UnixStream::connect(&sock).is_err().then_some(()),
+        || format!("{} still accepts connections", sock.display()),
+    );
     let tcp = format!("tcp://127.0.0.1:{port}");
     let unix = format!("unix://{}", sock.display());
     let _g = GatewayProcess::start(&with_listen(image_args(dir.path()), &[tcp, unix]), 2);
