@@ -57,7 +57,11 @@ fn tcp_and_unix_publish_fetch_commit() {
     // may hold a copy of the listener until it execs: wait until connecting is refused.
     spillway_tests::wait::wait_until(
         Duration::from_secs(10),
-        || std::os::unix::net::UnixStream::connect(&sock).is_err().then_some(()),
+        || {
+            std::os::unix::net::UnixStream::connect(&sock)
+                .is_err()
+                .then_some(())
+        },
         || format!("{} still accepts connections", sock.display()),
     );
     let tcp = format!("tcp://127.0.0.1:{port}");
