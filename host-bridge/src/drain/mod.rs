@@ -576,7 +576,12 @@ impl Drain {
                         });
                     }
                     self.metrics.retries.inc();
-                    let d = backoff.next_delay();
+                    let mut d = backoff.next_delay();
+                    if let Some(b) = budget {
+                        // Try once more right at the end of --retry-for, not after it (as
+                        // the fetcher does).
+                        d = d.min(b.saturating_sub(progress_at.elapsed()));
+                    }
                     log::warn!("gateway {}: {e}; retrying in {d:.1?}", self.cfg.gateway);
                     if !sleep_or_stop(d, &self.stop).await {
                         break Ok(());
