@@ -43,28 +43,12 @@ use crate::bench_kafka::{
 use crate::bridge::bridge_bin;
 use crate::figures::{table_head, thousands};
 
-/// What to run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Options {
-    /// Records drained (and lines written) per run.
-    pub records: usize,
-    /// Runs of each side.
-    pub runs: usize,
-}
+/// What to run: records drained (and lines written) per run and runs of each side; the
+/// default is comparison 4's (300,000 records, about 90 MB of lines, so the sink rotates
+/// once at its default size; 3 runs).
+pub type Options = crate::bench_kafka::Options;
 
-impl Default for Options {
-    /// 300,000 records, as comparison 4: about 90 MB of lines, so the sink rotates once at
-    /// its default size.
-    fn default() -> Self {
-        Options {
-            records: 300_000,
-            runs: 3,
-        }
-    }
-}
-
-/// Payload bytes per record.
-pub const PAYLOAD: usize = 100;
+pub use crate::bench_kafka::PAYLOAD;
 /// The file sink's default rotation size, bytes (`drain --rotate-bytes`' default, 64 MiB):
 /// the writer rotates at it, and every sink run is checked to have rotated at it.
 pub const ROTATE_BYTES: u64 = 64 << 20;
