@@ -120,6 +120,59 @@ fn last_run_resumed(mut args: Vec<&str>, resumed_at: &mut Vec<u64>) -> String {
     err
 }
 
+/// One round of a kill -9 test of a drain of `total` records: starts the drain `args` with
+/// `--metrics` on a free port and its stderr in `log`, waits (20 s at most) until this run
+/// has forwarded records (its `spillway_bridge_forwarded_records_total` above 0) or its
+/// checkpoint is already at `total` (nothing left to forward), waits `extra` more, and
+/// SIGKILLs it. Returns the run's (resume offset, 0 when it started without a checkpoint;
+/// records forwarded; checkpoint offset), the last two as last read before the kill: the
+/// kill landed part-way when that checkpoint is below `total`.
+fn kill_9_once_forwarding(args: &[&str], log: &Path, total: u64, extra: Duration) -> [u64; 3] {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut a: Vec<&str> = args.to_vec();
+    a.extend(["--metrics", addr.as_str()]);
+    let mut c = spawn_logged(&a, log);
+    let read_log = || std::fs::read_to_string(log).unwrap_or_default();
+    // (forwarded, checkpoint) once this run forwarded something or has nothing to forward.
+    let progress = || {
+        let forwarded = metric_sum(port, "spillway_bridge_forwarded_records_total")?;
+        let committed = metric_sum(port, "spillway_bridge_committed_offset")?;
+        (forwarded > 0.0 || committed >= total as f64).then_some([forwarded, committed])
+    };
+    let mut seen = wait_until(
+        Duration::from_secs(20),
+        || {
+            assert!(c.is_running(), "the drain exited: {}", read_log());
+            progress()
+        },
+        || format!("no record forwarded: {}", read_log()),
+    );
+    // Deliberate: a random moment after the first deliveries of this run.
+    std::thread::sleep(extra);
+    if let Some(p) = progress() {
+        seen = p;
+    }
+    c.kill();
+    let resumed = resume_offsets(&read_log()).first().copied().unwrap_or(0);
+    [resumed, seen[0] as u64, seen[1] as u64]
+}
+
+/// Asserts that at least half of the `kills` restarts of a kill -9 test of a drain of
+/// `total` records resumed part-way: at a checkpoint (in `resumed_at`) strictly between 0
+/// and `total`, so that their kills landed while records were still left to forward.
+fn assert_most_restarts_part_way(resumed_at: &[u64], total: usize, kills: usize) {
+    let part_way = resumed_at
+        .iter()
+        .filter(|&&o| o > 0 && o < total as u64)
+        .count();
+    eprintln!("{part_way} of {kills} restarts resumed part-way");
+    assert!(
+        part_way * 2 >= kills,
+        "only {part_way} of {kills} restarts resumed part-way of {total}: {resumed_at:?}"
+    );
+}
+
 fn write_input(dir: &Path, n: usize, prefix: &str) -> String {
     let p = dir.join(format!("{prefix}.txt"));
     let text: String = (0..n).map(|i| format!("{prefix} {i}\n")).collect();
@@ -297,10 +350,12 @@ fn publish_drain_tail_status_over(dir: &Path, link: &Link) {
 }
 
 over_tcp_and_tls!(
-    /// 25 kill -9 of a file-sink drain at random moments, with a downstream job taking every
-    /// closed file away after each kill: no record lost, and none written twice (each restart
-    /// cuts the files back to the checkpoint's synced lengths before it resends, and a file is
-    /// closed only once a checkpoint covers it, so nothing taken away is sent again).
+    /// 25 kill -9 of a file-sink drain, each a random 0-20 ms after that run's first
+    /// deliveries (at least half of them must land while records are left to forward), with
+    /// a downstream job taking every closed file away after each kill: no record lost, and
+    /// none written twice (each restart cuts the files back to the checkpoint's synced
+    /// lengths before it resends, and a file is closed only once a checkpoint covers it, so
+    /// nothing taken away is sent again).
     kill_9_while_draining_loses_nothing_over: kill_9_while_draining_loses_nothing,
     kill_9_while_draining_over_tls_loses_nothing
 );
@@ -335,14 +390,20 @@ fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
     std::fs::create_dir_all(&picked).unwrap();
     let mut taken = 0;
     let kills = 25;
+    const EXTRA_MS: u64 = 20;
     // The checkpoints each restart resumed from (stored by the runs killed before it).
     let mut resumed_at = Vec::new();
     for k in 0..kills {
         let log = dir.join(format!("bridge-{k}.log"));
-        let mut c = spawn_logged(&args, &log);
-        // Deliberate: the SIGKILL comes at a random moment of the drain.
-        std::thread::sleep(Duration::from_millis(rng.random_range(30..200)));
-        c.kill();
+        let [from, forwarded, at] = kill_9_once_forwarding(
+            &args,
+            &log,
+            n as u64,
+            Duration::from_millis(rng.random_range(0..EXTRA_MS)),
+        );
+        eprintln!(
+            "run {k}: resumed at {from}, killed after {forwarded} forwarded, checkpoint {at}"
+        );
         resumed_at.extend(resume_offsets(
             &std::fs::read_to_string(&log).unwrap_or_default(),
         ));
@@ -376,6 +437,7 @@ fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
     );
     assert_eq!(dups, 0, "no record written twice");
     assert_layout(&sink_dir.join(GATEWAY_ID).join("t"), false);
+    assert_most_restarts_part_way(&resumed_at, n, kills);
 }
 
 /// Checks the files of one topic directory: each named `<first offset, 20 digits>.jsonl`
@@ -607,10 +669,12 @@ fn drains_to_a_real_kafka_broker_exactly_in_order() {
     drain_to_kafka_exactly_in_order(&broker);
 }
 
-/// kill -9 the bridge at random moments while it drains into Kafka (the real broker when
-/// `SPILLWAY_KAFKA_BROKER` is set, else the mock cluster), then let it finish: every offset
-/// is in the topic exactly once, counted by (log id, offset). Without the resume from the
-/// partition tails, each kill between a delivery and its redb commit left a duplicate batch.
+/// kill -9 the bridge 20 times while it drains into Kafka (the real broker when
+/// `SPILLWAY_KAFKA_BROKER` is set, else the mock cluster), each a random 0-5 ms after that
+/// run's first deliveries (at least half of them must land while records are left to
+/// forward), then let it finish: every offset is in the topic exactly once, counted by (log
+/// id, offset). Without the resume from the partition tails, each kill between a delivery
+/// and its redb commit left a duplicate batch.
 #[test]
 fn kill_9_while_draining_into_kafka_sends_nothing_twice() {
     let seed: u64 = std::env::var("SPILLWAY_SEED")
@@ -630,16 +694,21 @@ fn kill_9_while_draining_into_kafka_sends_nothing_twice() {
     let mut args = drain_args(&gw, &sink, &state);
     args.extend(["--max-batch-bytes", "1024", "--prefetch", "2"]);
     let kills = 20;
+    const EXTRA_MS: u64 = 5;
     let mut resumed_runs = 0;
     // The checkpoints each restart resumed from (stored by the runs killed before it).
     let mut resumed_at = Vec::new();
     for k in 0..kills {
         let log = dir.path().join(format!("bridge-{k}.log"));
-        let mut c = spawn_logged(&args, &log);
-        // Deliberate: the SIGKILL comes at a random moment of the drain. Each run spends
-        // about 0.2 s starting (producer, tail scan) before it delivers.
-        std::thread::sleep(Duration::from_millis(rng.random_range(200..500)));
-        c.kill();
+        let [from, forwarded, at] = kill_9_once_forwarding(
+            &args,
+            &log,
+            n as u64,
+            Duration::from_millis(rng.random_range(0..EXTRA_MS)),
+        );
+        eprintln!(
+            "run {k}: resumed at {from}, killed after {forwarded} forwarded, checkpoint {at}"
+        );
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         if text.contains("already holds offsets") {
             resumed_runs += 1;
@@ -672,6 +741,7 @@ fn kill_9_while_draining_into_kafka_sends_nothing_twice() {
     assert!(dups.is_empty(), "duplicates: {dups:?}");
     let in_order: Vec<u64> = msgs.iter().map(KMsg::spillway_offset).collect();
     assert_eq!(in_order, (0..n as u64).collect::<Vec<_>>(), "in order");
+    assert_most_restarts_part_way(&resumed_at, n, kills);
 }
 
 #[test]
