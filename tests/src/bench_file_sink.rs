@@ -508,11 +508,7 @@ impl Report {
 
     /// Sink ÷ writer per run (the runs alternate, so each pair saw the same machine).
     pub fn ratios(&self) -> Vec<f64> {
-        self.sink_rates()
-            .iter()
-            .zip(self.writer_rates())
-            .map(|(s, w)| s / w)
-            .collect()
+        crate::figures::per_run_ratios(&self.sink_rates(), &self.writer_rates())
     }
 
     /// Every run that did not do all its work, described (empty when every run passed).

@@ -36,6 +36,12 @@ pub fn si(x: f64) -> String {
     }
 }
 
+/// `a[i] ÷ b[i]` for each pair of runs `i` that ran back to back (as many as the shorter
+/// side has).
+pub fn per_run_ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
+    a.iter().zip(b).map(|(x, y)| x / y).collect()
+}
+
 /// Writes the head row `head` of a Markdown table (`| a | b |`, one line) and the separator
 /// row under it, one `---` per column (`|---|---|`).
 ///

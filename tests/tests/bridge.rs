@@ -124,10 +124,10 @@ fn last_run_resumed(mut args: Vec<&str>, resumed_at: &mut Vec<u64>) -> String {
 /// `--metrics` on a free port and its stderr in `log`, waits (20 s at most) until this run
 /// has forwarded records (its `spillway_bridge_forwarded_records_total` above 0) or its
 /// checkpoint is already at `total` (nothing left to forward), waits `extra` more, and
-/// SIGKILLs it. Returns the run's (resume offset, 0 when it started without a checkpoint;
-/// records forwarded; checkpoint offset), the last two as last read before the kill: the
+/// SIGKILLs it. Prints round `run`'s resume offset (0 when it started without a checkpoint),
+/// records forwarded and checkpoint offset, the last two as last read before the kill: the
 /// kill landed part-way when that checkpoint is below `total`.
-fn kill_9_once_forwarding(args: &[&str], log: &Path, total: u64, extra: Duration) -> [u64; 3] {
+fn kill_9_once_forwarding(run: usize, args: &[&str], log: &Path, total: u64, extra: Duration) {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let mut a: Vec<&str> = args.to_vec();
@@ -155,7 +155,10 @@ fn kill_9_once_forwarding(args: &[&str], log: &Path, total: u64, extra: Duration
     }
     c.kill();
     let resumed = resume_offsets(&read_log()).first().copied().unwrap_or(0);
-    [resumed, seen[0] as u64, seen[1] as u64]
+    let [forwarded, checkpoint] = seen;
+    eprintln!(
+        "run {run}: resumed at {resumed}, killed after {forwarded} forwarded, checkpoint {checkpoint}"
+    );
 }
 
 /// Asserts that at least half of the `kills` restarts of a kill -9 test of a drain of
@@ -395,14 +398,12 @@ fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
     let mut resumed_at = Vec::new();
     for k in 0..kills {
         let log = dir.join(format!("bridge-{k}.log"));
-        let [from, forwarded, at] = kill_9_once_forwarding(
+        kill_9_once_forwarding(
+            k,
             &args,
             &log,
             n as u64,
             Duration::from_millis(rng.random_range(0..EXTRA_MS)),
-        );
-        eprintln!(
-            "run {k}: resumed at {from}, killed after {forwarded} forwarded, checkpoint {at}"
         );
         resumed_at.extend(resume_offsets(
             &std::fs::read_to_string(&log).unwrap_or_default(),
@@ -700,14 +701,12 @@ fn kill_9_while_draining_into_kafka_sends_nothing_twice() {
     let mut resumed_at = Vec::new();
     for k in 0..kills {
         let log = dir.path().join(format!("bridge-{k}.log"));
-        let [from, forwarded, at] = kill_9_once_forwarding(
+        kill_9_once_forwarding(
+            k,
             &args,
             &log,
             n as u64,
             Duration::from_millis(rng.random_range(0..EXTRA_MS)),
-        );
-        eprintln!(
-            "run {k}: resumed at {from}, killed after {forwarded} forwarded, checkpoint {at}"
         );
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         if text.contains("already holds offsets") {

@@ -232,11 +232,7 @@ impl Sides {
 
     /// Bridge ÷ producer per run.
     pub fn ratios(&self) -> Vec<f64> {
-        self.bridge_rates()
-            .iter()
-            .zip(self.producer_rates())
-            .map(|(b, p)| b / p)
-            .collect()
+        crate::figures::per_run_ratios(&self.bridge_rates(), &self.producer_rates())
     }
 
     /// Every run whose topic did not hold exactly the records it had to, described, each
