@@ -126,8 +126,15 @@ fn last_run_resumed(mut args: Vec<&str>, resumed_at: &mut Vec<u64>) -> String {
 /// checkpoint is already at `total` (nothing left to forward), waits `extra` more, and
 /// SIGKILLs it. Prints round `run`'s resume offset (0 when it started without a checkpoint),
 /// records forwarded and checkpoint offset, the last two as last read before the kill: the
-/// kill landed part-way when that checkpoint is below `total`.
-fn kill_9_once_forwarding(run: usize, args: &[&str], log: &Path, total: u64, extra: Duration) {
+/// kill landed part-way when that checkpoint is below `total`. Returns the resume offset
+/// and that last checkpoint offset read.
+fn kill_9_once_forwarding(
+    run: usize,
+    args: &[&str],
+    log: &Path,
+    total: u64,
+    extra: Duration,
+) -> (u64, u64) {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let mut a: Vec<&str> = args.to_vec();
@@ -159,21 +166,78 @@ fn kill_9_once_forwarding(run: usize, args: &[&str], log: &Path, total: u64, ext
     eprintln!(
         "run {run}: resumed at {resumed}, killed after {forwarded} forwarded, checkpoint {checkpoint}"
     );
+    (resumed, checkpoint as u64)
 }
 
-/// Asserts that at least half of the `kills` restarts of a kill -9 test of a drain of
-/// `total` records resumed part-way: at a checkpoint (in `resumed_at`) strictly between 0
-/// and `total`, so that their kills landed while records were still left to forward.
-fn assert_most_restarts_part_way(resumed_at: &[u64], total: usize, kills: usize) {
-    let part_way = resumed_at
-        .iter()
-        .filter(|&&o| o > 0 && o < total as u64)
-        .count();
-    eprintln!("{part_way} of {kills} restarts resumed part-way");
+/// A kill -9 test's loop: `kills` rounds of [`kill_9_once_forwarding`] on the drain `args`
+/// (round `k`'s stderr in `dir/bridge-k.log`), each `0..extra_ms` ms after its run's
+/// first deliveries, with `after_kill(k)` called after each. Before each round whose
+/// backlog (records published minus the last checkpoint read) is under [`BACKLOG_LOW`],
+/// it publishes [`BACKLOG_CHUNK`] more records to topic `t` with `publish`, numbered on
+/// from the last (`r <offset>`), so every round has records left to forward however fast
+/// this machine drains. Returns the records published and the offset each restart
+/// resumed at, each beside the records published when it started.
+fn kill_9_rounds(
+    dir: &Path,
+    args: &[&str],
+    kills: usize,
+    extra_ms: u64,
+    publish: &dyn Fn(&str),
+    mut after_kill: impl FnMut(usize),
+) -> (u64, Vec<(u64, u64)>) {
+    let seed: u64 = std::env::var("SPILLWAY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("seed {seed} (set SPILLWAY_SEED to replay)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let (mut published, mut checkpoint) = (0u64, 0u64);
+    let mut restarts = Vec::new();
+    for k in 0..kills {
+        if published - checkpoint.min(published) < BACKLOG_LOW {
+            let next = published + BACKLOG_CHUNK;
+            publish(&write_range(dir, published..next, "r"));
+            published = next;
+        }
+        let log = dir.join(format!("bridge-{k}.log"));
+        let extra = Duration::from_millis(rng.random_range(0..extra_ms));
+        let (resumed, read) = kill_9_once_forwarding(k, args, &log, published, extra);
+        if k > 0 {
+            restarts.push((resumed, published));
+        }
+        checkpoint = read;
+        after_kill(k);
+    }
+    (published, restarts)
+}
+
+/// Records a kill -9 round tops the backlog up by ([`kill_9_rounds`]).
+const BACKLOG_CHUNK: u64 = 2000;
+/// The backlog under which a kill -9 round is topped up first ([`kill_9_rounds`]). On
+/// the slowest and fastest machines seen a run forwarded 0 to 450 records before its kill.
+const BACKLOG_LOW: u64 = 1500;
+
+/// Asserts that at least half of the restarts of a kill -9 test, each a (resume offset,
+/// records published when it started) pair, resumed part-way: at a checkpoint strictly
+/// between 0 and what was published, so that the kill before it landed while records
+/// were still left to forward.
+fn assert_most_restarts_part_way(restarts: &[(u64, u64)]) {
+    let part_way = restarts.iter().filter(|&&(o, n)| o > 0 && o < n).count();
+    eprintln!("{part_way} of {} restarts resumed part-way", restarts.len());
     assert!(
-        part_way * 2 >= kills,
-        "only {part_way} of {kills} restarts resumed part-way of {total}: {resumed_at:?}"
+        part_way * 2 >= restarts.len(),
+        "only {part_way} of {} restarts resumed part-way: {restarts:?}",
+        restarts.len()
     );
+}
+
+/// Writes lines `<prefix> <i>` for each `i` in `range` to `dir/<prefix>-<start>.txt` and
+/// returns its path.
+fn write_range(dir: &Path, range: std::ops::Range<u64>, prefix: &str) -> String {
+    let p = dir.join(format!("{prefix}-{}.txt", range.start));
+    let text: String = range.map(|i| format!("{prefix} {i}\n")).collect();
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
 }
 
 fn write_input(dir: &Path, n: usize, prefix: &str) -> String {
@@ -354,7 +418,8 @@ fn publish_drain_tail_status_over(dir: &Path, link: &Link) {
 
 over_tcp_and_tls!(
     /// 25 kill -9 of a file-sink drain, each a random 0-20 ms after that run's first
-    /// deliveries (at least half of them must land while records are left to forward), with
+    /// deliveries (at least half of them must land while records are left to forward; the
+    /// backlog is topped up before any run that could drain it all), with
     /// a downstream job taking every closed file away after each kill: no record lost, and
     /// none written twice (each restart cuts the files back to the checkpoint's synced
     /// lengths before it resends, and a file is closed only once a checkpoint covers it, so
@@ -364,17 +429,9 @@ over_tcp_and_tls!(
 );
 
 fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
-    let seed: u64 = std::env::var("SPILLWAY_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("seed {seed} (set SPILLWAY_SEED to replay)");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let port = free_port();
     let _g = link.start_gateway(dir, port);
     let gw = link.uris(port).1;
-    let n = 4000usize;
-    publish_over(link, &gw, "t", &write_input(dir, n, "r"));
     let (sink_dir, sink, state) = file_sink_in(dir);
     let extra = link.bridge_args();
     let mut args = drain_args(&gw, &sink, &state);
@@ -393,21 +450,7 @@ fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
     std::fs::create_dir_all(&picked).unwrap();
     let mut taken = 0;
     let kills = 25;
-    const EXTRA_MS: u64 = 20;
-    // The checkpoints each restart resumed from (stored by the runs killed before it).
-    let mut resumed_at = Vec::new();
-    for k in 0..kills {
-        let log = dir.join(format!("bridge-{k}.log"));
-        kill_9_once_forwarding(
-            k,
-            &args,
-            &log,
-            n as u64,
-            Duration::from_millis(rng.random_range(0..EXTRA_MS)),
-        );
-        resumed_at.extend(resume_offsets(
-            &std::fs::read_to_string(&log).unwrap_or_default(),
-        ));
+    let take_closed_files = |_| {
         for path in sink_files(&sink_dir) {
             let name = path.file_name().unwrap().to_str().unwrap().to_string();
             if name.ends_with(".jsonl") {
@@ -415,30 +458,36 @@ fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
                 taken += 1;
             }
         }
-    }
+    };
+    let (n, mut restarts) = kill_9_rounds(
+        dir,
+        &args,
+        kills,
+        20,
+        &|file| publish_over(link, &gw, "t", file),
+        take_closed_files,
+    );
+    let mut resumed_at = Vec::new();
     last_run_resumed(args, &mut resumed_at);
+    restarts.extend(resumed_at.iter().map(|&o| (o, n)));
     let mut lines = read_files(&sink_dir);
     lines.extend(read_files(&picked));
     lines.sort_by_key(|l| l.0);
     let mut distinct: Vec<u64> = lines.iter().map(|l| l.0).collect();
     distinct.dedup();
-    assert_eq!(
-        distinct,
-        (0..n as u64).collect::<Vec<_>>(),
-        "no record lost"
-    );
+    assert_eq!(distinct, (0..n).collect::<Vec<_>>(), "no record lost");
     for (off, payload) in &lines {
         assert_eq!(payload, &format!("r {off}"));
     }
-    let dups = lines.len() - n;
+    let dups = lines.len() - n as usize;
     let files = sink_files(&sink_dir);
     eprintln!(
-        "{kills} kills: {dups} duplicate lines, {} files left, {taken} taken away; the restarts resumed at {resumed_at:?}",
+        "{kills} kills over {n} records: {dups} duplicate lines, {} files left, {taken} taken away; the restarts resumed at {restarts:?}",
         files.len()
     );
     assert_eq!(dups, 0, "no record written twice");
     assert_layout(&sink_dir.join(GATEWAY_ID).join("t"), false);
-    assert_most_restarts_part_way(&resumed_at, n, kills);
+    assert_most_restarts_part_way(&restarts);
 }
 
 /// Checks the files of one topic directory: each named `<first offset, 20 digits>.jsonl`
@@ -673,48 +722,40 @@ fn drains_to_a_real_kafka_broker_exactly_in_order() {
 /// kill -9 the bridge 20 times while it drains into Kafka (the real broker when
 /// `SPILLWAY_KAFKA_BROKER` is set, else the mock cluster), each a random 0-5 ms after that
 /// run's first deliveries (at least half of them must land while records are left to
-/// forward), then let it finish: every offset is in the topic exactly once, counted by (log
+/// forward; the backlog is topped up before any run that could drain it all), then let it
+/// finish: every offset is in the topic exactly once, counted by (log
 /// id, offset). Without the resume from the partition tails, each kill between a delivery
 /// and its redb commit left a duplicate batch.
 #[test]
 fn kill_9_while_draining_into_kafka_sends_nothing_twice() {
-    let seed: u64 = std::env::var("SPILLWAY_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("seed {seed} (set SPILLWAY_SEED to replay)");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let broker = Broker::real_or_mock();
     let dir = tempfile::tempdir().unwrap();
     let (_g, gw) = gateway(dir.path());
-    let n = 6000usize;
-    publish(&gw, "t", &write_input(dir.path(), n, "r"));
     let topic = broker.new_topic("spillway-kill", 1);
     let sink = format!("kafka://{}/{topic}", broker.bootstrap());
     let state = dir.path().join("s.redb").display().to_string();
     let mut args = drain_args(&gw, &sink, &state);
     args.extend(["--max-batch-bytes", "1024", "--prefetch", "2"]);
     let kills = 20;
-    const EXTRA_MS: u64 = 5;
     let mut resumed_runs = 0;
-    // The checkpoints each restart resumed from (stored by the runs killed before it).
-    let mut resumed_at = Vec::new();
-    for k in 0..kills {
+    let count_tail_reads = |k: usize| {
         let log = dir.path().join(format!("bridge-{k}.log"));
-        kill_9_once_forwarding(
-            k,
-            &args,
-            &log,
-            n as u64,
-            Duration::from_millis(rng.random_range(0..EXTRA_MS)),
-        );
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         if text.contains("already holds offsets") {
             resumed_runs += 1;
         }
-        resumed_at.extend(resume_offsets(&text));
-    }
+    };
+    let (n, mut restarts) = kill_9_rounds(
+        dir.path(),
+        &args,
+        kills,
+        5,
+        &|file| publish(&gw, "t", file),
+        count_tail_reads,
+    );
+    let mut resumed_at = Vec::new();
     let err = last_run_resumed(args, &mut resumed_at);
+    restarts.extend(resumed_at.iter().map(|&o| (o, n)));
     // It also read the partition's tail for records delivered but not checkpointed.
     assert!(
         err.contains("messages from the tails of 1 partitions"),
@@ -730,17 +771,17 @@ fn kill_9_while_draining_into_kafka_sends_nothing_twice() {
     }
     let dups: Vec<_> = count.iter().filter(|(_, c)| **c > 1).collect();
     eprintln!(
-        "{kills} kills into {}: {} messages, {} distinct (log id, offset), {} duplicated; {resumed_runs} runs resumed from the partition tail; the restarts resumed at {resumed_at:?}",
+        "{kills} kills into {} over {n} records: {} messages, {} distinct (log id, offset), {} duplicated; {resumed_runs} runs resumed from the partition tail; the restarts resumed at {restarts:?}",
         broker.describe(),
         msgs.len(),
         count.len(),
         dups.len()
     );
-    assert_eq!(count.len(), n, "no record lost");
+    assert_eq!(count.len() as u64, n, "no record lost");
     assert!(dups.is_empty(), "duplicates: {dups:?}");
     let in_order: Vec<u64> = msgs.iter().map(KMsg::spillway_offset).collect();
-    assert_eq!(in_order, (0..n as u64).collect::<Vec<_>>(), "in order");
-    assert_most_restarts_part_way(&resumed_at, n, kills);
+    assert_eq!(in_order, (0..n).collect::<Vec<_>>(), "in order");
+    assert_most_restarts_part_way(&restarts);
 }
 
 #[test]
