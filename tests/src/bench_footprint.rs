@@ -36,7 +36,7 @@ use crate::bench_gateway::{
     PAYLOAD, PUBLISHERS, WINDOW, nats_connect, nats_publisher, spillway_args, spillway_publisher,
     timed,
 };
-use crate::client::Client;
+use crate::client::{Client, Wait, connect};
 use crate::figures::{table_head, thousands};
 use crate::gateway::{GatewayProcess, free_port, spillway_bin};
 pub use crate::mosquitto::mosquitto_bin;
@@ -191,19 +191,19 @@ fn spillway_footprint(opts: &Options) -> Server {
     let gateway = GatewayProcess::start(&spillway_args(dir.path(), &addr), 1);
     let pid = gateway.pid();
     let idle: Vec<Client> = (0..IDLE_CLIENTS)
-        .map(|_| Client::tcp(&addr).expect("idle client"))
+        .map(|_| connect(&addr).expect("idle client"))
         .collect();
     let idle_mem = settled_memory(pid);
     let m = timed(
         pid,
         opts.per_publisher,
-        || Client::tcp(&addr).expect("publisher"),
+        || connect(&addr).expect("publisher"),
         |c, n| spillway_publisher(c, n, AckLevel::Buffered),
     );
     let loaded = settled_memory(pid);
     drop(idle);
-    let stats = Client::tcp(&addr)
-        .and_then(|mut c| c.stats())
+    let stats = connect(&addr)
+        .and_then(|mut c| c.stats().wait())
         .expect("spillway stats");
     assert_eq!(
         stats.records_appended,

@@ -40,7 +40,6 @@
 //! [`nats_server_bin`](crate::nats::nats_server_bin)). Without one the peer is skipped and
 //! the report says so.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
@@ -50,7 +49,9 @@ use std::time::{Duration, Instant};
 use spillway_core::wire::{AckLevel, GatewayStats};
 
 use crate::bench_core::{Machine, Spread, machine};
-use crate::client::{Client, Reply};
+use crate::client::{
+    Client, DEFAULT_REPLY_TIMEOUT, GatewayAddr, Reply, Wait, connect, next_reply, send_publish,
+};
 use crate::figures::{table_head, thousands};
 use crate::gateway::{GatewayProcess, free_port};
 use crate::nats::{NatsConn, NatsServer, PubAck, nats_server_version};
@@ -242,16 +243,29 @@ pub fn spillway_over(ack: AckLevel, per_publisher: usize, tls: bool) -> Spillway
     }
     let gateway = GatewayProcess::start(&args, 1);
     let ca = setup.as_ref().map(|t| t.pki.ca.clone());
-    let connect = move || match &ca {
-        Some(ca) => Client::tls(&addr, "localhost", ca).expect("connect to spillway over TLS"),
-        None => Client::tcp(&addr).expect("connect to spillway"),
+    let security = ca.map(|ca| {
+        spillway_bridge::security::SecurityFiles {
+            tls_ca: Some(ca),
+            ..Default::default()
+        }
+        .load()
+        .expect("the run's CA")
+    });
+    let connect = move || match &security {
+        Some(s) => {
+            let uri: GatewayAddr = format!("tls://{addr}").parse().expect("tls:// address");
+            Client::connect_with(&uri, "test-client", DEFAULT_REPLY_TIMEOUT, s)
+                .wait()
+                .expect("connect to spillway over TLS")
+        }
+        None => connect(&addr).expect("connect to spillway"),
     };
     let publish: fn(Client, usize) = match ack {
         AckLevel::Durable => |c, n| spillway_publisher(c, n, AckLevel::Durable),
         _ => |c, n| spillway_publisher(c, n, AckLevel::Buffered),
     };
     let measured = timed(gateway.pid(), per_publisher, &connect, publish);
-    let stats = connect().stats().expect("spillway stats");
+    let stats = connect().stats().wait().expect("spillway stats");
     assert_eq!(
         stats.records_appended,
         (PUBLISHERS * per_publisher) as u64,
@@ -273,19 +287,21 @@ pub fn spillway_over(ack: AckLevel, per_publisher: usize, tls: bool) -> Spillway
 /// On a connection error or a reply that is not an `Ack`.
 pub fn spillway_publisher(mut c: Client, n: usize, ack: AckLevel) {
     let payload = [0x5au8; PAYLOAD];
-    let mut inflight = VecDeque::with_capacity(WINDOW);
+    let take_ack = |c: &mut Client| match next_reply(c).expect("reply") {
+        (_, Reply::Ack(_)) => {}
+        other => panic!("{other:?}"),
+    };
+    let mut inflight = 0;
     for _ in 0..n {
-        let seq = c.send_publish(SUBJECT, &payload, ack, None).expect("send");
-        inflight.push_back(seq);
-        if inflight.len() >= WINDOW {
-            let r = c.recv().expect("reply");
-            assert!(matches!(r, Reply::Ack { .. }), "{r:?}");
-            inflight.pop_front();
+        send_publish(&mut c, SUBJECT, &payload, ack).expect("send");
+        inflight += 1;
+        if inflight >= WINDOW {
+            take_ack(&mut c);
+            inflight -= 1;
         }
     }
-    while inflight.pop_front().is_some() {
-        let r = c.recv().expect("reply");
-        assert!(matches!(r, Reply::Ack { .. }), "{r:?}");
+    for _ in 0..inflight {
+        take_ack(&mut c);
     }
 }
 

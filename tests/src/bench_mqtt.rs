@@ -50,7 +50,7 @@ use mqtt_protocol_core::mqtt::packet::GenericPacket;
 
 use crate::bench_core::Spread;
 use crate::bench_gateway::spillway_args_with;
-use crate::client::Client;
+use crate::client::{Wait, connect, read_log};
 use crate::figures::{table_head, thousands};
 use crate::gateway::{GatewayProcess, free_port};
 use crate::mosquitto::{Mosquitto, Persistence, mosquitto_version};
@@ -217,13 +217,13 @@ fn spillway_run(opts: &Options, len: usize) -> Measured {
     );
     let gateway = GatewayProcess::start(&args, 2);
     let m = fan_in(&mqtt, Some(gateway.pid()), opts.per_publisher, len);
-    let mut c = Client::tcp(&tcp).expect("connect to spillway's framed listener");
-    let stats = c.stats().expect("spillway stats");
+    let mut c = connect(&tcp).expect("connect to spillway's framed listener");
+    let stats = c.stats().wait().expect("spillway stats");
     assert!(
         stats.buffered_records == 0 && stats.syncs > 0,
         "spillway sent PUBACKs for QoS 1 records it had not written and synced: {stats:?}"
     );
-    let records = c.fetch_all(0).expect("read spillway's log back");
+    let records = read_log(&mut c, 0).expect("read spillway's log back");
     let mut next = [0u32; PUBLISHERS];
     for r in &records {
         let (p, seq) = parse_payload(&r.payload).unwrap_or((u32::MAX, 0));

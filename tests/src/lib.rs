@@ -1,5 +1,5 @@
-//! Shared helpers for Spillway's end-to-end tests and benchmarks: a blocking protocol
-//! [`client`], a [`gateway`] process harness that builds and starts the real `spillway`
+//! Shared helpers for Spillway's end-to-end tests and benchmarks: the bridge's protocol
+//! client called from blocking code ([`client`]), a [`gateway`] process harness that builds and starts the real `spillway`
 //! binary, the same for the [`bridge`], signals and bounded waits for both ([`process`]),
 //! bounded waits on observable state ([`wait`]), the [`faultfs`] fault-injection shim for
 //! them, certificates and tokens made at run time ([`pki`]), a file sink's files read back
@@ -42,5 +42,5 @@ pub mod sink_files;
 pub mod wait;
 
 pub use bridge::{bridge_bin, run_bridge};
-pub use client::{Client, FetchedRecord, Reply};
+pub use client::{Client, Wait, connect, read_log};
 pub use gateway::{GatewayProcess, spillway_bin};

@@ -225,8 +225,9 @@ impl PubAck {
     }
 }
 
-/// Boxed transport (the protocol client's: any `Read + Write + Send`).
-pub use crate::client::Transport as NatsTransport;
+/// A NATS connection's byte stream: any `Read + Write + Send`.
+pub trait NatsTransport: Read + Write + Send {}
+impl<T: Read + Write + Send> NatsTransport for T {}
 
 /// A blocking NATS client connection (see the module doc for the subset spoken).
 pub struct NatsConn {

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use spillway_core::wire::AckLevel;
-use spillway_tests::client::{Client, Reply};
+use spillway_tests::client::{Wait, connect, read_log};
 use spillway_tests::gateway::{GatewayProcess, free_port, run_cli, spillway_bin};
 
 const DEFAULT_BOOTS: usize = 300;
@@ -54,17 +54,18 @@ fn hundreds_of_sigkilled_boots_keep_every_record_and_do_not_fill_the_image() {
     let args = args(&img, port);
     for boot in 0..boots {
         let mut g = GatewayProcess::start(&args, 1);
-        let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+        let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
         let r = c
             .publish(
                 "boot",
+                None,
                 format!("boot {boot}").as_bytes(),
                 AckLevel::Durable,
                 None,
             )
-            .unwrap();
+            .wait();
         assert!(
-            matches!(r, Reply::Ack { .. }),
+            r.is_ok(),
             "boot {boot}: publish refused: {r:?}\n{}",
             g.log_text()
         );
@@ -93,8 +94,8 @@ fn hundreds_of_sigkilled_boots_keep_every_record_and_do_not_fill_the_image() {
 
     // One more boot: every record reads back in order, and the image takes more.
     let g = GatewayProcess::start(&args, 1);
-    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
-    let recs = c.fetch_all(0).unwrap();
+    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
+    let recs = read_log(&mut c, 0).unwrap();
     let payloads: Vec<String> = recs
         .iter()
         .map(|r| String::from_utf8_lossy(&r.payload).into_owned())
@@ -103,9 +104,9 @@ fn hundreds_of_sigkilled_boots_keep_every_record_and_do_not_fill_the_image() {
     assert_eq!(payloads, want);
     assert!(recs.windows(2).all(|w| w[0].offset < w[1].offset));
     let r = c
-        .publish("boot", b"after", AckLevel::Durable, None)
-        .unwrap();
-    assert!(matches!(r, Reply::Ack { .. }), "{r:?}\n{}", g.log_text());
+        .publish("boot", None, b"after", AckLevel::Durable, None)
+        .wait();
+    assert!(r.is_ok(), "{r:?}\n{}", g.log_text());
     eprintln!(
         "brownout: {boots} SIGKILLed boots in {booted:.2?}, {segments} segments in use, {} \
          offsets skipped",
@@ -224,9 +225,11 @@ fn sigkill_while_creating_the_image_then_the_next_start_works() {
 /// Starts on the image path as a new gateway would, publishes, stops, and checks the image.
 fn started_fine(img: &Path, port: u16) {
     let mut g = GatewayProcess::start(&big_image_args(img, port), 1);
-    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
-    let r = c.publish("t", b"first", AckLevel::Durable, None).unwrap();
-    assert!(matches!(r, Reply::Ack { .. }), "{r:?}");
+    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
+    let r = c
+        .publish("t", None, b"first", AckLevel::Durable, None)
+        .wait();
+    assert!(r.is_ok(), "{r:?}");
     assert_eq!(g.terminate().code(), Some(0), "{}", g.log_text());
     assert_eq!(
         std::fs::metadata(img).unwrap().len(),

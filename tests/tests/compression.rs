@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use spillway_core::wire::AckLevel;
-use spillway_tests::client::Client;
+use spillway_tests::client::{Wait, connect, read_log};
 use spillway_tests::gateway::{GatewayProcess, free_port, run_cli};
 
 /// Starts the gateway on `img` with `--compression MODE`; returns it and its address.
@@ -46,8 +46,8 @@ fn line(i: u64) -> Vec<u8> {
 
 /// Every record from offset 0, checked against what was published.
 fn read_back(addr: &str, n: u64) {
-    let mut c = Client::tcp(addr).unwrap();
-    let got = c.fetch_all(0).unwrap();
+    let mut c = connect(addr).unwrap();
+    let got = read_log(&mut c, 0).unwrap();
     assert_eq!(got.len() as u64, n);
     for (i, r) in got.iter().enumerate() {
         assert_eq!(r.offset, i as u64);
@@ -62,7 +62,7 @@ fn lz4_batches_read_back_exactly_and_mount_without_compression() {
     let img = dir.path().join("gw.img");
     let n = 800u64;
     let (mut g, addr) = gateway(&img, "lz4");
-    let mut c = Client::tcp(&addr).unwrap();
+    let mut c = connect(&addr).unwrap();
     for i in 0..n {
         // Durable every 50 records: 16 batches at least, whatever the linger.
         let ack = if i % 50 == 49 {
@@ -70,7 +70,9 @@ fn lz4_batches_read_back_exactly_and_mount_without_compression() {
         } else {
             AckLevel::Buffered
         };
-        c.publish("buoy/41001/sst", &line(i), ack, None).unwrap();
+        c.publish("buoy/41001/sst", None, &line(i), ack, None)
+            .wait()
+            .unwrap();
     }
     read_back(&addr, n);
     assert_eq!(g.terminate().code(), Some(0), "{}", g.log_text());

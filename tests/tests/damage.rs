@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use spillway_core::wire::AckLevel;
-use spillway_tests::client::Client;
+use spillway_tests::client::{Wait, connect, read_log};
 use spillway_tests::gateway::{GatewayProcess, free_port, run_cli};
 
 /// Starts a gateway on a new image of `size` with 4 KiB erase blocks, publishes `n`
@@ -32,11 +32,18 @@ fn filled_image(img: &Path, size: &str, n: u64) -> serde_json::Value {
     .map(|s| s.to_string())
     .collect();
     let mut g = GatewayProcess::start(&args, 1);
-    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
     for i in 0..n {
         let payload = format!("{i:08} {}", "x".repeat(290));
-        c.publish("damage/t", payload.as_bytes(), AckLevel::Buffered, None)
-            .unwrap();
+        c.publish(
+            "damage/t",
+            None,
+            payload.as_bytes(),
+            AckLevel::Buffered,
+            None,
+        )
+        .wait()
+        .unwrap();
     }
     assert_eq!(g.terminate().code(), Some(0), "{}", g.log_text());
     let (code, out, err) = run_cli(&["inspect", &img.display().to_string(), "--json"]);
@@ -109,8 +116,8 @@ fn first_segment_header_erased_is_a_lost_range_not_a_foreign_image() {
         format!("tcp://127.0.0.1:{port}"),
     ];
     let mut g = GatewayProcess::start(&args, 1);
-    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
-    let recs = c.fetch_all(lost_to).unwrap();
+    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
+    let recs = read_log(&mut c, lost_to).unwrap();
     assert_eq!(recs.len() as u64, n - lost_to);
     assert_eq!(g.terminate().code(), Some(0), "{}", g.log_text());
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use spillway_core::wire::AckLevel;
 use spillway_tests::bridge_bin;
-use spillway_tests::client::Client;
+use spillway_tests::client::{connect, read_log, send_publish};
 use spillway_tests::faultfs::{Kept, faultfs_env, faultfs_hang_env, faultfs_write_env, reboot};
 use spillway_tests::gateway::{GatewayProcess, free_port};
 
@@ -154,9 +154,8 @@ fn fault_loses_nothing_acknowledged(fault: Fault) {
     // Reboot: the image now holds what the disk holds.
     let rebooted = reboot(&state);
     let g = GatewayProcess::start(&args, 1);
-    let mut c = Client::tcp(&addr).unwrap();
-    let stored: Vec<String> = c
-        .fetch_all(0)
+    let mut c = connect(&addr).unwrap();
+    let stored: Vec<String> = read_log(&mut c, 0)
         .unwrap()
         .into_iter()
         .map(|r| String::from_utf8_lossy(&r.payload).into_owned())
@@ -244,9 +243,9 @@ fn systemd_hears_ready_and_watchdog_pings_that_a_hung_sync_stops() {
 
     // A durable publish: its group commit's sync hangs in the log thread; the pings stop.
     std::fs::write(&hang, b"").unwrap();
-    let mut c = Client::tcp(&addr).unwrap();
+    let mut c = connect(&addr).unwrap();
     for i in 0..2u32 {
-        let _ = c.send_publish("w", format!("r{i}").as_bytes(), AckLevel::Durable, None);
+        let _ = send_publish(&mut c, "w", format!("r{i}").as_bytes(), AckLevel::Durable);
     }
     let hung = Instant::now() + Duration::from_secs(10);
     while !g.log_text().contains("hangs") {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use spillway_core::wire::AckLevel;
 use spillway_tests::bridge::{metric_sum, publish_args, sink_files, spawn_bridge};
-use spillway_tests::client::{Client, Reply};
+use spillway_tests::client::{Reply, connect, next_reply, send_publish};
 use spillway_tests::gateway::free_port;
 use spillway_tests::kafka::{Broker, consume_all, unique_name};
 use spillway_tests::process::ChildProcess;
@@ -246,19 +246,20 @@ const MAPPED: [(&str, &str); 2] = [
 /// Stores `per` records `"<id> <o>"` in the gateway at `uri`, topic `MAPPED[o % 2]`: every
 /// fetched batch holds both topics.
 fn store_interleaved(uri: &str, id: &str, per: usize) {
-    let mut c = Client::tcp(uri.trim_start_matches("tcp://")).unwrap();
-    assert!(matches!(
-        c.hello("mapped-test").unwrap(),
-        Reply::Welcome { .. }
-    ));
+    let mut c = connect(uri).unwrap();
     for o in 0..per {
         let payload = format!("{id} {o}");
-        c.send_publish(MAPPED[o % 2].0, payload.as_bytes(), AckLevel::Durable, None)
-            .unwrap();
+        send_publish(
+            &mut c,
+            MAPPED[o % 2].0,
+            payload.as_bytes(),
+            AckLevel::Durable,
+        )
+        .unwrap();
     }
     for _ in 0..per {
-        let r = c.recv().unwrap();
-        assert!(matches!(r, Reply::Ack { .. }), "{r:?}");
+        let r = next_reply(&mut c).unwrap();
+        assert!(matches!(r, (_, Reply::Ack(_))), "{r:?}");
     }
 }
 

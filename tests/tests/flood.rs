@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use spillway_core::wire::{AckLevel, PROTOCOL_VERSION, Request, encode_frame, max_encoded_len};
-use spillway_tests::client::{Client, Reply};
+use spillway_tests::client::{Client, GatewayAddr, Reply, Wait, connect, send_publish};
 use spillway_tests::gateway::{GatewayProcess, free_port};
 
 /// Peak resident memory the gateway may reach, bytes.
@@ -83,23 +83,23 @@ fn flood_burst(tail: u64) -> Vec<u8> {
 /// within `REPLY_TIMEOUT`, the connection refused or closed).
 fn durable_publisher_rate(addr: &str) -> Result<f64, String> {
     let start = Instant::now();
-    let s = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
-    s.set_nodelay(true).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(REPLY_TIMEOUT))
-        .map_err(|e| e.to_string())?;
-    let mut c = Client::new(Box::new(s));
-    c.hello("good").map_err(|e| format!("handshake: {e}"))?;
+    let uri: GatewayAddr = format!("tcp://{addr}")
+        .parse()
+        .map_err(|e| format!("{e}"))?;
+    let mut c = Client::connect(&uri, "good", REPLY_TIMEOUT)
+        .wait()
+        .map_err(|e| format!("connect: {e}"))?;
     let payload = [0x42u8; 100];
     let mut sent = 0u32;
     let mut acked = 0u32;
     while acked < GOOD_RECORDS {
         while sent < GOOD_RECORDS && sent - acked < GOOD_WINDOW {
-            c.send_publish("good", &payload, AckLevel::Durable, None)
+            send_publish(&mut c, "good", &payload, AckLevel::Durable)
                 .map_err(|e| format!("send: {e}"))?;
             sent += 1;
         }
-        match c.recv() {
-            Ok(Reply::Ack { .. }) => acked += 1,
+        match c.next_reply(REPLY_TIMEOUT).wait() {
+            Ok(Some((_, Reply::Ack(_)))) => acked += 1,
             other => return Err(format!("after {acked} acknowledgements: {other:?}")),
         }
     }
@@ -138,8 +138,8 @@ fn deaf_flooders_neither_exhaust_memory_nor_starve_a_durable_publisher() {
         .map(|_| durable_publisher_rate(&addr).expect("the publisher alone"))
         .fold(0.0, f64::max);
 
-    let mut watcher = Client::tcp(&addr).unwrap();
-    let tail = watcher.stats().unwrap().next_offset;
+    let mut watcher = connect(&addr).unwrap();
+    let tail = watcher.stats().wait().unwrap().next_offset;
     let burst = Arc::new(flood_burst(tail));
     let stop = Arc::new(AtomicBool::new(false));
     let started = Arc::new(AtomicUsize::new(0));
@@ -197,7 +197,11 @@ fn deaf_flooders_neither_exhaust_memory_nor_starve_a_durable_publisher() {
     // held). The flooders keep trying to send all along.
     let flood_start = Instant::now();
     let deadline = flood_start + Duration::from_secs(45);
-    let frames = |c: &mut Client| c.stats().map(|s| s.frames_received).unwrap_or(u64::MAX);
+    let frames = |c: &mut Client| {
+        (c.stats().wait())
+            .map(|s| s.frames_received)
+            .unwrap_or(u64::MAX)
+    };
     let mut last = (frames(&mut watcher), Instant::now());
     while Instant::now() < deadline && last.1.elapsed() < Duration::from_millis(500) {
         std::thread::sleep(Duration::from_millis(100));

@@ -12,9 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
-use spillway_core::wire::{AckLevel, ErrorCode, Producer};
+use spillway_core::wire::{AckLevel, ErrorCode, Producer, Request};
 use spillway_tests::bridge::metric_sum;
-use spillway_tests::client::{Client, Reply};
+use spillway_tests::client::{
+    Client, DEFAULT_REPLY_TIMEOUT, FetchReply, PublishAck, Reply, Wait, acked_offset, connect,
+    next_reply, read_log, refusal, send_publish,
+};
 use spillway_tests::gateway::{GatewayProcess, free_port, run_cli};
 use spillway_tests::wait::wait_until;
 
@@ -39,13 +42,6 @@ fn with_listen(mut args: Vec<String>, uris: &[String]) -> Vec<String> {
     args
 }
 
-fn offset_of(r: &Reply) -> u64 {
-    match r {
-        Reply::Ack { offset, .. } => *offset,
-        other => panic!("expected an ack, got {other:?}"),
-    }
-}
-
 #[test]
 fn tcp_and_unix_publish_fetch_commit() {
     let dir = tempfile::tempdir().unwrap();
@@ -68,67 +64,66 @@ fn tcp_and_unix_publish_fetch_commit() {
     let unix = format!("unix://{}", sock.display());
     let _g = GatewayProcess::start(&with_listen(image_args(dir.path()), &[tcp, unix]), 2);
 
-    let mut a = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
-    let Some(Reply::Welcome {
-        gateway_id,
-        log_id,
-        max_record_bytes,
-        ..
-    }) = a.welcome.clone()
-    else {
-        panic!("no welcome")
-    };
-    assert_eq!(gateway_id, "test-gw");
-    assert_eq!(max_record_bytes, 4096);
-    let mut b = Client::unix(&sock).unwrap();
-    assert!(matches!(b.welcome, Some(Reply::Welcome { log_id: l, .. }) if l == log_id));
+    let mut a = connect(&format!("127.0.0.1:{port}")).unwrap();
+    let log_id = a.welcome().log_id;
+    assert_eq!(a.welcome().gateway_id, "test-gw");
+    assert_eq!(a.welcome().max_record_bytes, 4096);
+    let mut b = connect(&format!("unix://{}", sock.display())).unwrap();
+    assert_eq!(b.welcome().log_id, log_id);
 
-    let o0 = offset_of(&a.publish("t/a", b"one", AckLevel::Durable, None).unwrap());
-    let o1 = offset_of(&b.publish("t/b", b"two", AckLevel::Buffered, None).unwrap());
-    let o2 = offset_of(&a.publish("t/a", b"three", AckLevel::Durable, None).unwrap());
+    let o0 = acked_offset(
+        a.publish("t/a", None, b"one", AckLevel::Durable, None)
+            .wait(),
+    );
+    let o1 = acked_offset(
+        b.publish("t/b", None, b"two", AckLevel::Buffered, None)
+            .wait(),
+    );
+    let o2 = acked_offset(
+        a.publish("t/a", None, b"three", AckLevel::Durable, None)
+            .wait(),
+    );
     assert_eq!((o0, o1, o2), (0, 1, 2));
 
     // Idempotent publish: a resend gets the original offset.
     let p = Some(Producer { id: 77, seq: 1 });
-    let d0 = a.publish("t/p", b"idem", AckLevel::Durable, p).unwrap();
-    let d1 = b.publish("t/p", b"idem", AckLevel::Durable, p).unwrap();
+    let d0 = a.publish("t/p", None, b"idem", AckLevel::Durable, p).wait();
+    let d1 = b.publish("t/p", None, b"idem", AckLevel::Durable, p).wait();
     assert!(
         matches!(
             d0,
-            Reply::Ack {
+            Ok(PublishAck {
                 offset: 3,
                 duplicate: false,
-                ..
-            }
+            })
         ),
         "{d0:?}"
     );
     assert!(
         matches!(
             d1,
-            Reply::Ack {
+            Ok(PublishAck {
                 offset: 3,
                 duplicate: true,
-                ..
-            }
+            })
         ),
         "{d1:?}"
     );
 
-    let recs = b.fetch_all(0).unwrap();
+    let recs = read_log(&mut b, 0).unwrap();
     let payloads: Vec<&[u8]> = recs.iter().map(|r| r.payload.as_slice()).collect();
     assert_eq!(payloads, [&b"one"[..], b"two", b"three", b"idem"]);
     assert_eq!(recs[1].topic, "t/b");
     assert!(recs[0].timestamp_us > 1_600_000_000_000_000);
     // The CRC chain: each fetch's prev_crc is the CRC of the record before.
-    match b.fetch(1, 1, None).unwrap() {
-        Reply::Records {
+    match b.fetch(None, 1, 1, Duration::ZERO).wait().unwrap() {
+        FetchReply::Records {
             prev_crc,
             records,
             next_offset,
             ..
         } => {
-            assert_eq!(prev_crc, recs[0].crc);
+            assert_eq!(prev_crc, recs[0].record_crc);
             assert_eq!(records.len(), 1, "at least one record even above max_bytes");
             assert_eq!(next_offset, 2);
         }
@@ -136,48 +131,31 @@ fn tcp_and_unix_publish_fetch_commit() {
     }
 
     // A fetch never creates a consumer; an unknown one is an error.
-    match a.fetch_as(Some("nobody"), 0, 1024, None).unwrap() {
-        Reply::Error { code, .. } => assert_eq!(code, ErrorCode::UnknownConsumer),
-        other => panic!("{other:?}"),
-    }
-    assert!(matches!(
-        a.commit("bridge", 2).unwrap(),
-        Reply::Committed { offset: 2, .. }
-    ));
-    assert!(matches!(
-        a.commit("bridge", 1).unwrap(),
-        Reply::Committed { offset: 2, .. }
-    ));
-    assert!(matches!(
-        a.commit("other", 4).unwrap(),
-        Reply::Committed { offset: 4, .. }
-    ));
-    match a.commit("bridge", 99).unwrap() {
-        Reply::Error { code, .. } => assert_eq!(code, ErrorCode::OffsetOutOfRange),
-        other => panic!("{other:?}"),
-    }
-    match a.fetch(99, 1024, None).unwrap() {
-        Reply::Error { code, .. } => assert_eq!(code, ErrorCode::OffsetOutOfRange),
-        other => panic!("{other:?}"),
-    }
-    match b.consumers().unwrap() {
-        Reply::Consumers { list, .. } => {
-            assert_eq!(
-                list,
-                vec![("bridge".to_string(), 2), ("other".to_string(), 4)]
-            );
-        }
-        other => panic!("{other:?}"),
-    }
-    assert!(matches!(
-        b.delete_consumer("other").unwrap(),
-        Reply::Deleted { existed: true, .. }
-    ));
-    assert!(matches!(
-        b.delete_consumer("other").unwrap(),
-        Reply::Deleted { existed: false, .. }
-    ));
-    let st = a.stats().unwrap();
+    assert_eq!(
+        refusal(a.fetch(Some("nobody"), 0, 1024, Duration::ZERO).wait()),
+        ErrorCode::UnknownConsumer
+    );
+    assert_eq!(a.commit("bridge", 2).wait().unwrap(), 2);
+    assert_eq!(a.commit("bridge", 1).wait().unwrap(), 2);
+    assert_eq!(a.commit("other", 4).wait().unwrap(), 4);
+    assert_eq!(
+        refusal(a.commit("bridge", 99).wait()),
+        ErrorCode::OffsetOutOfRange
+    );
+    assert_eq!(
+        refusal(a.fetch(None, 99, 1024, Duration::ZERO).wait()),
+        ErrorCode::OffsetOutOfRange
+    );
+    let list: Vec<_> = (b.consumers().wait().unwrap().into_iter())
+        .map(|c| (c.name, c.committed_offset))
+        .collect();
+    assert_eq!(
+        list,
+        vec![("bridge".to_string(), 2), ("other".to_string(), 4)]
+    );
+    assert!(b.delete_consumer("other").wait().unwrap());
+    assert!(!b.delete_consumer("other").wait().unwrap());
+    let st = a.stats().wait().unwrap();
     assert_eq!(st.next_offset, 4);
     assert_eq!(st.durable_offset, 4);
     assert_eq!(st.duplicates, 1);
@@ -185,10 +163,13 @@ fn tcp_and_unix_publish_fetch_commit() {
     // Long poll: a fetch at the end waits until a record arrives. The record is published
     // once the gateway has taken the fetch (parked it): its `frames_received` counts the
     // fetch beside the stats requests that look for it, each of which counts itself.
-    let before = a.stats().unwrap().frames_received;
+    let before = a.stats().wait().unwrap().frames_received;
     let t = Instant::now();
     let waiter = std::thread::spawn(move || {
-        let r = b.fetch(4, 1024, Some(5000)).unwrap();
+        let r = b
+            .fetch(None, 4, 1024, Duration::from_secs(5))
+            .wait()
+            .unwrap();
         (r, t.elapsed())
     });
     let mut looks = 0;
@@ -196,7 +177,7 @@ fn tcp_and_unix_publish_fetch_commit() {
         Duration::from_secs(10),
         || {
             looks += 1;
-            (a.stats().unwrap().frames_received > before + looks).then_some(())
+            (a.stats().wait().unwrap().frames_received > before + looks).then_some(())
         },
         || "the gateway never received the long-poll fetch".to_string(),
     );
@@ -204,18 +185,24 @@ fn tcp_and_unix_publish_fetch_commit() {
         !waiter.is_finished(),
         "the fetch at the log's end was answered before any record came"
     );
-    a.publish("t/a", b"late", AckLevel::Buffered, None).unwrap();
+    a.publish("t/a", None, b"late", AckLevel::Buffered, None)
+        .wait()
+        .unwrap();
     let (r, waited) = waiter.join().unwrap();
     match r {
-        Reply::Records { records, .. } => assert_eq!(records[0].payload, b"late"),
+        FetchReply::Records { records, .. } => assert_eq!(records[0].payload, b"late"),
         other => panic!("{other:?}"),
     }
     // Answered by the publish, not by the end of its 5 s wait.
     assert!(waited < Duration::from_secs(4), "{waited:?}");
     // And an expired long poll answers empty.
     let t = Instant::now();
-    match a.fetch(5, 1024, Some(300)).unwrap() {
-        Reply::Records {
+    match a
+        .fetch(None, 5, 1024, Duration::from_millis(300))
+        .wait()
+        .unwrap()
+    {
+        FetchReply::Records {
             records,
             next_offset,
             ..
@@ -256,10 +243,10 @@ fn line_mode_listeners() {
     // The last line of a stream needs no newline.
     fixed.write_all(b"21.7").unwrap();
     drop((fixed, words));
-    let mut c = Client::tcp(&format!("127.0.0.1:{p1}")).unwrap();
+    let mut c = connect(&format!("127.0.0.1:{p1}")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let recs = loop {
-        let recs = c.fetch_all(0).unwrap();
+        let recs = read_log(&mut c, 0).unwrap();
         if recs.len() >= 5 || Instant::now() > deadline {
             break recs;
         }
@@ -282,7 +269,7 @@ fn line_mode_listeners() {
     );
     assert!(recs.iter().all(|r| r.producer.is_none()));
     // --ack durable: line records are flushed at once.
-    let st = c.stats().unwrap();
+    let st = c.stats().wait().unwrap();
     assert_eq!(st.durable_offset, st.next_offset);
     // Prometheus metrics over HTTP/1.1.
     let mut m = TcpStream::connect(("127.0.0.1", pm)).unwrap();
@@ -319,34 +306,45 @@ fn serial_pty_frames_and_lines() {
         format!("serial://{lpath}?baud=9600&mode=lines&topic=uart/temp"),
     ]);
     let _g = GatewayProcess::start(&args, 3);
-    frames_master.set_timeout(Duration::from_secs(10)).unwrap();
-    let mut c = Client::new(Box::new(frames_master.try_clone_native().unwrap()));
-    assert!(matches!(c.hello("uart").unwrap(), Reply::Welcome { .. }));
+    // The client's reader thread wakes this often to see whether it may stop.
+    frames_master
+        .set_timeout(Duration::from_millis(100))
+        .unwrap();
+    let mut c = Client::over_serial_port(Box::new(frames_master), "uart", DEFAULT_REPLY_TIMEOUT)
+        .wait()
+        .unwrap();
     let a = c
         .publish(
             "uart/frames",
+            None,
             b"\x00\x01binary\x00",
             AckLevel::Durable,
             None,
         )
-        .unwrap();
-    let off = offset_of(&a);
+        .wait();
+    let off = acked_offset(a);
     // Noise on the line costs at most the frame it touches.
-    c.send_raw(b"\x13\x37garbage\x00").unwrap();
-    match c.recv().unwrap() {
-        Reply::Error { code, seq: 0, .. } => assert_eq!(code, ErrorCode::BadFrame),
+    c.send_raw(b"\x13\x37garbage\x00").wait().unwrap();
+    match next_reply(&mut c).unwrap() {
+        (Some(0), Reply::Error { code, .. }) => assert_eq!(code, ErrorCode::BadFrame),
         other => panic!("{other:?}"),
     }
     let b = c
-        .publish("uart/frames", b"after noise", AckLevel::Buffered, None)
-        .unwrap();
-    assert_eq!(offset_of(&b), off + 1);
+        .publish(
+            "uart/frames",
+            None,
+            b"after noise",
+            AckLevel::Buffered,
+            None,
+        )
+        .wait();
+    assert_eq!(acked_offset(b), off + 1);
     lines_master.write_all(b"19.25\n19.50\n").unwrap();
     lines_master.flush().unwrap();
-    let mut t = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    let mut t = connect(&format!("127.0.0.1:{port}")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let recs = t.fetch_all(0).unwrap();
+        let recs = read_log(&mut t, 0).unwrap();
         let lines: Vec<_> = recs.iter().filter(|r| r.topic == "uart/temp").collect();
         if lines.len() == 2 {
             assert_eq!(lines[0].payload, b"19.25");
@@ -384,41 +382,53 @@ fn bad_clients_do_not_stall_others() {
         let count = count.clone();
         let addr = addr.clone();
         std::thread::spawn(move || {
-            let mut c = Client::tcp(&addr).unwrap();
+            let mut c = connect(&addr).unwrap();
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let r = c.publish("good", format!("{n}").as_bytes(), AckLevel::Durable, None);
-                assert!(matches!(r, Ok(Reply::Ack { .. })), "{r:?}");
+                let r = c
+                    .publish(
+                        "good",
+                        None,
+                        format!("{n}").as_bytes(),
+                        AckLevel::Durable,
+                        None,
+                    )
+                    .wait();
+                assert!(r.is_ok(), "{r:?}");
                 n += 1;
                 count.store(n, Ordering::Relaxed);
             }
         })
     };
-    let mut bad = Client::tcp(&addr).unwrap();
+    let mut bad = connect(&addr).unwrap();
     // Oversize payload: TooLarge with the request's seq.
     let big = vec![7u8; 5000];
-    match bad.publish("big", &big, AckLevel::Buffered, None).unwrap() {
-        Reply::Error { code, .. } => assert_eq!(code, ErrorCode::TooLarge),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(
+        refusal(
+            bad.publish("big", None, &big, AckLevel::Buffered, None)
+                .wait()
+        ),
+        ErrorCode::TooLarge
+    );
     // Oversize frame: TooLarge, seq 0.
     let mut huge = vec![1u8; 200_000];
     huge.push(0);
-    bad.send_raw(&huge).unwrap();
-    match bad.recv().unwrap() {
-        Reply::Error { code, seq: 0, .. } => assert_eq!(code, ErrorCode::TooLarge),
+    bad.send_raw(&huge).wait().unwrap();
+    match next_reply(&mut bad).unwrap() {
+        (Some(0), Reply::Error { code, .. }) => assert_eq!(code, ErrorCode::TooLarge),
         other => panic!("{other:?}"),
     }
     // A bad CRC: BadFrame; the connection goes on.
-    bad.send_raw(&[0x05, 0x01, 0x02, 0x03, 0x04, 0x00]).unwrap();
-    match bad.recv().unwrap() {
-        Reply::Error { code, seq: 0, .. } => assert_eq!(code, ErrorCode::BadFrame),
+    bad.send_raw(&[0x05, 0x01, 0x02, 0x03, 0x04, 0x00])
+        .wait()
+        .unwrap();
+    match next_reply(&mut bad).unwrap() {
+        (Some(0), Reply::Error { code, .. }) => assert_eq!(code, ErrorCode::BadFrame),
         other => panic!("{other:?}"),
     }
-    assert!(matches!(
-        bad.publish("ok", b"x", AckLevel::Buffered, None).unwrap(),
-        Reply::Ack { .. }
-    ));
+    bad.publish("ok", None, b"x", AckLevel::Buffered, None)
+        .wait()
+        .unwrap();
     // Repeated garbage closes the connection.
     let mut g = TcpStream::connect(&addr).unwrap();
     g.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -522,23 +532,23 @@ fn sigkill_during_durable_publishing_loses_nothing_acknowledged() {
             let acked = acked.clone();
             let addr = addr.clone();
             handles.push(std::thread::spawn(move || {
-                let Ok(mut c) = Client::tcp(&addr) else {
+                let Ok(mut c) = connect(&addr) else {
                     return;
                 };
                 let mut inflight = std::collections::VecDeque::new();
                 for i in 0u32.. {
                     let payload = format!("r{round}-w{w}-{i}").into_bytes();
-                    let Ok(seq) = c.send_publish("kill", &payload, AckLevel::Durable, None) else {
+                    let Ok(seq) = send_publish(&mut c, "kill", &payload, AckLevel::Durable) else {
                         return;
                     };
                     inflight.push_back((seq, payload));
                     if inflight.len() < 8 {
                         continue;
                     }
-                    let Ok(r) = c.recv() else { return };
+                    let Ok(r) = next_reply(&mut c) else { return };
                     let (seq, payload) = inflight.pop_front().unwrap();
                     match r {
-                        Reply::Ack { seq: s, offset, .. } if s == seq => {
+                        (Some(s), Reply::Ack(PublishAck { offset, .. })) if s == seq => {
                             acked.lock().unwrap().insert(offset, payload);
                         }
                         other => panic!("unexpected reply {other:?}"),
@@ -555,8 +565,8 @@ fn sigkill_during_durable_publishing_loses_nothing_acknowledged() {
     }
     let g = GatewayProcess::start(&args, 1);
     assert!(g.log_text().contains("not clean"), "{}", g.log_text());
-    let mut c = Client::tcp(&addr).unwrap();
-    let recs = c.fetch_all(0).unwrap();
+    let mut c = connect(&addr).unwrap();
+    let recs = read_log(&mut c, 0).unwrap();
     let by_offset: BTreeMap<u64, Vec<u8>> =
         recs.into_iter().map(|r| (r.offset, r.payload)).collect();
     let acked = acked.lock().unwrap();
@@ -584,12 +594,19 @@ fn sigterm_is_clean_and_image_is_protected() {
     let port = free_port();
     let args = with_listen(image_args(dir.path()), &[format!("tcp://127.0.0.1:{port}")]);
     let mut g = GatewayProcess::start(&args, 1);
-    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
     for i in 0..10 {
-        c.publish("t", format!("{i}").as_bytes(), AckLevel::Buffered, None)
-            .unwrap();
+        c.publish(
+            "t",
+            None,
+            format!("{i}").as_bytes(),
+            AckLevel::Buffered,
+            None,
+        )
+        .wait()
+        .unwrap();
     }
-    c.commit("bridge", 7).unwrap();
+    c.commit("bridge", 7).wait().unwrap();
     // A second gateway cannot open the locked image.
     let port2 = free_port();
     let (code, _, err) = {
@@ -661,21 +678,30 @@ fn inspect_after_a_crash_is_not_corruption() {
     let args = with_listen(image_args(dir.path()), &[format!("tcp://127.0.0.1:{port}")]);
     let img = dir.path().join("gw.img").display().to_string();
     let mut g = GatewayProcess::start(&args, 1);
-    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
     for i in 0..100 {
-        c.publish("t", format!("{i}").as_bytes(), AckLevel::Durable, None)
-            .unwrap();
+        c.publish(
+            "t",
+            None,
+            format!("{i}").as_bytes(),
+            AckLevel::Durable,
+            None,
+        )
+        .wait()
+        .unwrap();
     }
     g.kill();
     let mut g = GatewayProcess::start(&args, 1);
-    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
     for i in 0..10 {
         c.publish(
             "t",
+            None,
             format!("after {i}").as_bytes(),
             AckLevel::Durable,
             None,
         )
+        .wait()
         .unwrap();
     }
     assert_eq!(g.terminate().code(), Some(0), "{}", g.log_text());
@@ -737,10 +763,12 @@ fn connections_beyond_the_limit_are_refused() {
     // refused before that are closed at once, and the client tries again.
     let mut c = wait_until(
         Duration::from_secs(10),
-        || Client::tcp(&format!("127.0.0.1:{port}")).ok(),
+        || connect(&format!("127.0.0.1:{port}")).ok(),
         || format!("no slot free after a client left: {}", g.log_text()),
     );
-    c.publish("t", b"x", AckLevel::Buffered, None).unwrap();
+    c.publish("t", None, b"x", AckLevel::Buffered, None)
+        .wait()
+        .unwrap();
 }
 
 /// Idle sockets cannot hold every slot for ever: a framed connection that sends no complete
@@ -771,8 +799,10 @@ fn connections_that_never_say_hello_are_closed() {
         let mut b = [0u8; 1];
         assert_eq!(s.read(&mut b).unwrap_or(0), 0, "closed by the gateway");
     }
-    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
-    c.publish("t", b"x", AckLevel::Buffered, None).unwrap();
+    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
+    c.publish("t", None, b"x", AckLevel::Buffered, None)
+        .wait()
+        .unwrap();
 }
 
 /// Long polls wait at most four per connection: of ten long-poll fetches sent at the log's
@@ -787,32 +817,35 @@ fn long_polls_beyond_four_per_connection_are_answered_at_once() {
         &with_listen(image_args(dir.path()), &[format!("tcp://{addr}")]),
         1,
     );
-    let mut poller = Client::tcp(&addr).unwrap();
-    let end = poller.stats().unwrap().next_offset;
-    for seq in 1..=10 {
+    let mut poller = connect(&addr).unwrap();
+    let end = poller.stats().wait().unwrap().next_offset;
+    for _ in 0..10 {
         poller
-            .send(&spillway_core::wire::Request::Fetch {
+            .send_request(|seq| Request::Fetch {
                 seq,
                 consumer: None,
                 from_offset: end,
                 max_bytes: 1000,
                 wait_ms: Some(60_000),
             })
+            .wait()
             .unwrap();
     }
-    // The client's read timeout (10 s) is far below the polls' 60 s.
+    // The client's reply timeout (10 s) is far below the polls' 60 s.
     for _ in 0..6 {
-        match poller.recv().unwrap() {
-            Reply::Records { records, .. } => assert!(records.is_empty()),
+        match next_reply(&mut poller).unwrap() {
+            (_, Reply::Fetch(FetchReply::Records { records, .. })) => assert!(records.is_empty()),
             other => panic!("expected an empty answer, got {other:?}"),
         }
     }
-    let mut publisher = Client::tcp(&addr).unwrap();
-    let r = publisher.publish("t", b"wake", AckLevel::Buffered, None);
-    assert_eq!(offset_of(&r.unwrap()), end);
+    let mut publisher = connect(&addr).unwrap();
+    let r = publisher
+        .publish("t", None, b"wake", AckLevel::Buffered, None)
+        .wait();
+    assert_eq!(acked_offset(r), end);
     for _ in 0..4 {
-        match poller.recv().unwrap() {
-            Reply::Records { records, .. } => {
+        match next_reply(&mut poller).unwrap() {
+            (_, Reply::Fetch(FetchReply::Records { records, .. })) => {
                 assert_eq!(records.len(), 1);
                 assert_eq!(records[0].payload, b"wake");
             }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use spillway_core::wire::{AckLevel, ErrorCode};
 use spillway_tests::bridge::run_bridge;
-use spillway_tests::client::{Client, Reply};
+use spillway_tests::client::{ClientError, Wait, connect, read_log, refusal};
 use spillway_tests::gateway::{GatewayProcess, free_port, run_cli, spillway_bin};
 use spillway_tests::process::{ChildProcess, output_with_stdin};
 
@@ -120,15 +120,15 @@ fn log_level_flag_and_rust_log_precedence() {
     // Serving (no "listening on" line tells): the framed listener answers.
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut c = loop {
-        if let Ok(mut c) = Client::tcp(&format!("127.0.0.1:{port}"))
-            && c.hello("t").is_ok()
-        {
+        if let Ok(c) = connect(&format!("127.0.0.1:{port}")) {
             break c;
         }
         assert!(Instant::now() < deadline, "the gateway never served");
         std::thread::sleep(Duration::from_millis(50));
     };
-    c.publish("t", b"x", AckLevel::Buffered, None).unwrap();
+    c.publish("t", None, b"x", AckLevel::Buffered, None)
+        .wait()
+        .unwrap();
     // A warning still goes out.
     let mut s = TcpStream::connect(("127.0.0.1", lines_port)).unwrap();
     s.write_all(b" starts with a blank\n").unwrap();
@@ -216,10 +216,10 @@ fn dropped_lines_are_warned_once_per_burst_naming_the_configured_limit() {
     // A topic that is not UTF-8.
     words.write_all(b"\xff\xfe 5.5\ncgm/glucose 5.6\n").unwrap();
     g.wait_for_log("topic word is not UTF-8", 1);
-    let mut c = Client::tcp(&format!("127.0.0.1:{pf}")).unwrap();
+    let mut c = connect(&format!("127.0.0.1:{pf}")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let got = loop {
-        let recs = c.fetch_all(0).unwrap();
+        let recs = read_log(&mut c, 0).unwrap();
         if recs.len() >= 2 || Instant::now() > deadline {
             break recs;
         }
@@ -262,10 +262,10 @@ fn a_partial_line_followed_by_silence_is_dropped_not_glued_to_the_next() {
     let w = g.wait_for_log("partial line of 6 bytes dropped", 1);
     assert!(w[0].contains("no newline within 300 ms"), "{w:?}");
     s.write_all(b"t=20.4\n").unwrap();
-    let mut c = Client::tcp(&format!("127.0.0.1:{pf}")).unwrap();
+    let mut c = connect(&format!("127.0.0.1:{pf}")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let recs = loop {
-        let recs = c.fetch_all(0).unwrap();
+        let recs = read_log(&mut c, 0).unwrap();
         if !recs.is_empty() || Instant::now() > deadline {
             break recs;
         }
@@ -340,19 +340,19 @@ fn metrics_path_gauges_and_the_full_log_warnings() {
     ] {
         assert!(text.contains(want), "{want} missing in:\n{text}");
     }
-    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
     let payload = vec![b'p'; 2000];
     let mut stored = 0u64;
     let last = loop {
         match c
-            .publish("fill", &payload, AckLevel::Durable, None)
-            .unwrap()
+            .publish("fill", None, &payload, AckLevel::Durable, None)
+            .wait()
         {
-            Reply::Ack { offset, .. } => stored = offset + 1,
-            Reply::Error {
+            Ok(a) => stored = a.offset + 1,
+            Err(ClientError::Gateway {
                 code: ErrorCode::Full,
                 ..
-            } => break stored,
+            }) => break stored,
             other => panic!("{other:?}"),
         }
         assert!(stored < 1000, "never full");
@@ -360,18 +360,9 @@ fn metrics_path_gauges_and_the_full_log_warnings() {
     // More refusals: still one warning.
     for _ in 0..3 {
         let r = c
-            .publish("fill", &payload, AckLevel::Durable, None)
-            .unwrap();
-        assert!(
-            matches!(
-                r,
-                Reply::Error {
-                    code: ErrorCode::Full,
-                    ..
-                }
-            ),
-            "{r:?}"
-        );
+            .publish("fill", None, &payload, AckLevel::Durable, None)
+            .wait();
+        assert_eq!(refusal(r), ErrorCode::Full);
     }
     let full = g.wait_for_log("the log is full", 1);
     assert!(full[0].contains("consumer \"bridge\""), "{full:?}");
@@ -393,11 +384,10 @@ fn metrics_path_gauges_and_the_full_log_warnings() {
         v["stats"]["used_bytes"].as_u64().unwrap(),
     );
     assert_eq!(v["stats"]["free_bytes"].as_u64(), Some(cap - used), "{v}");
-    c.commit("bridge", last).unwrap();
-    let r = c
-        .publish("fill", &payload, AckLevel::Durable, None)
+    c.commit("bridge", last).wait().unwrap();
+    c.publish("fill", None, &payload, AckLevel::Durable, None)
+        .wait()
         .unwrap();
-    assert!(matches!(r, Reply::Ack { .. }), "{r:?}");
     g.wait_for_log("the log accepts records again", 1);
     let text = http(pm, "GET /metrics HTTP/1.1");
     assert!(text.contains("spillway_full 0"), "{text}");
@@ -498,10 +488,10 @@ fn a_serial_device_absent_at_start_is_waited_for() {
     g.wait_for_log(&format!("listening on {serial}"), 1);
     master.write_all(b"19.25\n").unwrap();
     master.flush().unwrap();
-    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
+    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let recs = c.fetch_all(0).unwrap();
+        let recs = read_log(&mut c, 0).unwrap();
         if let Some(r) = recs.first() {
             assert_eq!(
                 (r.topic.as_str(), r.payload.as_slice()),

@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use spillway_tests::bridge::{drain_args, publish_args, run_bridge};
-use spillway_tests::client::Client;
+use spillway_tests::client::{connect, read_log};
 use spillway_tests::gateway::{free_port, small_gateway};
 
 fn stderr(out: &std::process::Output) -> String {
@@ -50,9 +50,8 @@ fn messages_from_the_command_line_and_lines_over_the_limit() {
         err.contains("input line 2 is 300000 bytes, the gateway takes at most 4096; not sent"),
         "{err}"
     );
-    let mut c = Client::tcp(gw.trim_start_matches("tcp://")).unwrap();
-    let got: Vec<Vec<u8>> = c
-        .fetch_all(0)
+    let mut c = connect(gw.trim_start_matches("tcp://")).unwrap();
+    let got: Vec<Vec<u8>> = read_log(&mut c, 0)
         .unwrap()
         .into_iter()
         .map(|r| r.payload)

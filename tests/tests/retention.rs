@@ -13,7 +13,7 @@ use spillway_tests::bridge::{
 };
 use spillway_tests::gateway::{free_port, image_in};
 use spillway_tests::process::signal;
-use spillway_tests::{Client, GatewayProcess, run_bridge};
+use spillway_tests::{GatewayProcess, Wait, connect, run_bridge};
 
 fn gateway_args(dir: &Path, port: u16, extra: &[&str]) -> Vec<String> {
     let listen = format!("tcp://127.0.0.1:{port}");
@@ -71,10 +71,9 @@ fn a_drain_whose_consumer_is_refused_exits_1_and_says_how_to_free_a_slot() {
         &write_input(dir.path(), "in.txt", (0..10).map(|i| format!("r {i}"))),
     );
     // `bridge` exists from the start; 7 more fill the table.
-    let mut c = Client::tcp(&format!("127.0.0.1:{port}")).unwrap();
-    c.hello("filler").unwrap();
+    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
     for i in 0..7 {
-        c.commit(&format!("c{i}"), 1).unwrap();
+        c.commit(&format!("c{i}"), 1).wait().unwrap();
     }
     let out = drain_once(&gw, dir.path(), "s.redb", "one-too-many");
     let err = String::from_utf8_lossy(&out.stderr);

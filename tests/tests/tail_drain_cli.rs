@@ -4,8 +4,9 @@
 //! Spillway listener named as such at once. `publish` and what every subcommand shares
 //! are in `publish_cli.rs`.
 
+use spillway_core::wire::Request;
 use spillway_tests::bridge::{drain_args, publish_args, run_bridge, run_bridge_within};
-use spillway_tests::client::Client;
+use spillway_tests::client::{Reply, Wait, connect, next_reply};
 use spillway_tests::gateway::{GatewayProcess, free_port, small_gateway};
 
 fn stderr(out: &std::process::Output) -> String {
@@ -425,11 +426,17 @@ fn tail_and_drain_from_a_time() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(spillway_tests::bridge::gateway_next_offset(&gw), old + 4);
     // More than one request's worth of records lies before the answer.
-    let mut c = Client::tcp(gw.trim_start_matches("tcp://")).unwrap();
-    c.hello("find").unwrap();
-    let first = c.find_offset(1_796_040_000_000_000, 0).unwrap();
+    let mut c = connect(&gw).unwrap();
+    c.send_request(|seq| Request::FindOffset {
+        seq,
+        timestamp_us: 1_796_040_000_000_000,
+        from_offset: 0,
+    })
+    .wait()
+    .unwrap();
+    let first = next_reply(&mut c).unwrap();
     assert!(
-        matches!(first, spillway_tests::client::Reply::FoundOffset { done: false, offset, .. } if offset > 0 && offset < old),
+        matches!(first, (_, Reply::FoundOffset { done: false, offset }) if offset > 0 && offset < old),
         "{first:?}"
     );
     let tail_from = |from: &str| {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use smol::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{ClientError, GatewayAddr};
+use crate::security::Security;
 
 /// One connection's bytes; the framing is the [`Client`](super::Client)'s.
 pub(super) enum Io {
@@ -36,6 +37,12 @@ impl SerialIo {
         let port = serialport::new(path, baud)
             .timeout(Duration::from_millis(100))
             .open()?;
+        SerialIo::from_port(port)
+    }
+
+    /// Drives an opened port: a reader thread feeds the async side (the port's read
+    /// timeout is how often the thread looks whether the connection was dropped).
+    pub(super) fn from_port(port: Box<dyn serialport::SerialPort>) -> Result<Self, ClientError> {
         let mut reader = port.try_clone()?;
         let (tx, rx) = smol::channel::bounded(16);
         let stop = Arc::new(AtomicBool::new(false));
@@ -73,9 +80,12 @@ impl SerialIo {
 }
 
 impl Io {
-    /// Opens the connection `addr` names (TCP without Nagle's delay, TLS per the process's
-    /// security settings, a Unix socket, or a serial port with its reader thread).
-    pub(super) async fn connect(addr: &GatewayAddr) -> Result<Io, ClientError> {
+    /// Opens the connection `addr` names (TCP without Nagle's delay, TLS per `security`,
+    /// a Unix socket, or a serial port with its reader thread).
+    pub(super) async fn connect(
+        addr: &GatewayAddr,
+        security: &Security,
+    ) -> Result<Io, ClientError> {
         Ok(match addr {
             GatewayAddr::Tcp(a) => {
                 let s = smol::net::TcpStream::connect(a.as_str()).await?;
@@ -87,7 +97,7 @@ impl Io {
                     addr: a.clone(),
                     why,
                 };
-                let Some(connector) = crate::security::get().tls.clone() else {
+                let Some(connector) = security.tls.clone() else {
                     return Err(tls_err(
                         "no CA to verify the gateway with: give --tls-ca".into(),
                     ));

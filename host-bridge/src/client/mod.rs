@@ -3,9 +3,13 @@
 //! `Hello` come from the process's [`security`](crate::security) settings.
 //!
 //! One [`Client`] is one connection: it sends a request, waits for the reply with the same
-//! `seq`, and hands back owned values ([`FetchReply`], [`PublishAck`], …). Requests are not pipelined (the protocol allows
-//! it, but one request at a time keeps a serial line simple and costs little: the drain loop
-//! overlaps fetching with the sink's work in separate tasks instead).
+//! `seq`, and hands back owned values ([`FetchReply`], [`PublishAck`], …). Its requests are
+//! not pipelined (the protocol allows it, but one request at a time keeps a serial line
+//! simple and costs little: the drain loop overlaps fetching with the sink's work in
+//! separate tasks instead), except [`Client::publish_batch`]. A caller that pipelines its
+//! own requests sends them with [`Client::send_request`] and takes the replies, in the
+//! order they come, from [`Client::next_reply`]; [`Client::send_raw`] sends bytes as they
+//! are (tests of how a gateway takes bad input).
 //!
 //! Buffers are bounded: a frame larger than the gateway's `max_frame_bytes` (or
 //! [`MAX_FRAME_BEFORE_WELCOME`] before the handshake) is dropped, never buffered.
@@ -29,9 +33,10 @@ use std::fmt;
 use std::time::Duration;
 
 use io::Io;
-pub use reply::decode_reply;
-use reply::{Owned, own};
+use reply::own;
+pub use reply::{Reply, decode_reply};
 
+use crate::security::Security;
 use spillway_core::wire::{
     self, AckLevel, ErrorCode, GatewayStats, LostRange, PROTOCOL_VERSION, Producer, Request,
     Response,
@@ -242,44 +247,37 @@ impl fmt::Debug for Client {
 
 impl Client {
     /// Connects to `addr` and performs the handshake (`client_name` goes to the gateway's
-    /// logs). `reply_timeout` bounds the wait for each reply.
+    /// logs), with TLS and the token from the process's [`security`](crate::security)
+    /// settings. `reply_timeout` bounds the wait for each reply.
     pub async fn connect(
         addr: &GatewayAddr,
         client_name: &str,
         reply_timeout: Duration,
     ) -> Result<Client, ClientError> {
-        let io = with_timeout(reply_timeout, Io::connect(addr)).await?;
-        let mut c = Client {
-            io,
-            rx: Vec::new(),
-            rx_pos: 0,
-            frames: wire::FrameDecoder::new(wire::GrowingFrameBuffer::new(
-                MAX_FRAME_BEFORE_WELCOME,
-            )),
-            tx: vec![0u8; 1024],
-            seq: 0,
-            welcome: Welcome {
-                protocol_version: 0,
-                log_id: 0,
-                gateway_id: String::new(),
-                max_record_bytes: 0,
-                max_frame_bytes: 0,
-                producer_window: None,
-            },
-            max_frame: MAX_FRAME_BEFORE_WELCOME,
-            reply_timeout,
-        };
-        // A leading 0x00 ends any noise the gateway holds (PROTOCOL.md §1).
-        c.io.write_all(&[0]).await?;
-        // Version 3 appends its fields (the token, if any) after the Hello.
-        let security = crate::security::get();
+        Client::connect_with(addr, client_name, reply_timeout, &crate::security::get()).await
+    }
+
+    /// As [`Client::connect`], with TLS and the token from `security` instead of the
+    /// process's settings.
+    pub async fn connect_with(
+        addr: &GatewayAddr,
+        client_name: &str,
+        reply_timeout: Duration,
+        security: &Security,
+    ) -> Result<Client, ClientError> {
+        let io = with_timeout(reply_timeout, Io::connect(addr, security)).await?;
         let welcome_timeout = match addr {
             GatewayAddr::Serial { .. } => reply_timeout,
             _ => WELCOME_TIMEOUT.min(reply_timeout),
         };
-        let hello = c
-            .hello(client_name, security.token.as_deref(), welcome_timeout)
-            .await;
+        let hello = Client::handshake(
+            io,
+            client_name,
+            security.token.as_deref(),
+            reply_timeout,
+            welcome_timeout,
+        )
+        .await;
         match (hello, addr) {
             // TLS 1.3 settles the client certificate after the client's side of the
             // handshake: a refused one shows as the session ending here.
@@ -307,8 +305,57 @@ impl Client {
                     "no Welcome within {t:?}: the peer does not speak the Spillway protocol (a line-mode, MQTT or metrics port?), or the gateway is stalled"
                 )))
             }
-            (other, _) => other.map(|()| c),
+            (other, _) => other,
         }
+    }
+
+    /// Performs the handshake over a serial port the caller opened (one side of a pty
+    /// pair, say), with the token from the process's settings; otherwise as
+    /// [`Client::connect`] with a `serial://` address.
+    pub async fn over_serial_port(
+        port: Box<dyn serialport::SerialPort>,
+        client_name: &str,
+        reply_timeout: Duration,
+    ) -> Result<Client, ClientError> {
+        let io = Io::Serial(io::SerialIo::from_port(port)?);
+        let security = crate::security::get();
+        let token = security.token.as_deref();
+        Client::handshake(io, client_name, token, reply_timeout, reply_timeout).await
+    }
+
+    /// Sends a leading 0x00, the `Hello` and takes the `Welcome` over `io`.
+    async fn handshake(
+        io: Io,
+        client_name: &str,
+        token: Option<&[u8]>,
+        reply_timeout: Duration,
+        welcome_timeout: Duration,
+    ) -> Result<Client, ClientError> {
+        let mut c = Client {
+            io,
+            rx: Vec::new(),
+            rx_pos: 0,
+            frames: wire::FrameDecoder::new(wire::GrowingFrameBuffer::new(
+                MAX_FRAME_BEFORE_WELCOME,
+            )),
+            tx: vec![0u8; 1024],
+            seq: 0,
+            welcome: Welcome {
+                protocol_version: 0,
+                log_id: 0,
+                gateway_id: String::new(),
+                max_record_bytes: 0,
+                max_frame_bytes: 0,
+                producer_window: None,
+            },
+            max_frame: MAX_FRAME_BEFORE_WELCOME,
+            reply_timeout,
+        };
+        // A leading 0x00 ends any noise the gateway holds (PROTOCOL.md §1).
+        c.io.write_all(&[0]).await?;
+        // Version 3 appends its fields (the token, if any) after the Hello.
+        c.hello(client_name, token, welcome_timeout).await?;
+        Ok(c)
     }
 
     /// Sends the `Hello` and takes the `Welcome` (or the refusal).
@@ -328,14 +375,14 @@ impl Client {
         ))
         .await?;
         match c.recv(None, welcome_timeout).await? {
-            Owned::Welcome(w) => {
+            Reply::Welcome(w) => {
                 c.max_frame = (w.max_frame_bytes as usize).clamp(64, MAX_FRAME_ABSOLUTE);
                 // Nothing follows the Welcome unasked, so no partial frame is lost here.
                 c.frames = wire::FrameDecoder::new(wire::GrowingFrameBuffer::new(c.max_frame));
                 c.welcome = w;
                 Ok(())
             }
-            Owned::Error(code, message) => Err(ClientError::Gateway { code, message }),
+            Reply::Error { code, message } => Err(ClientError::Gateway { code, message }),
             _ => Err(ClientError::Protocol("expected Welcome".into())),
         }
     }
@@ -375,7 +422,7 @@ impl Client {
 
     /// Receives the reply to `seq` (or the `Welcome` when `None`), skipping replies to other
     /// sequence numbers (late answers to requests given up on).
-    async fn recv(&mut self, seq: Option<u32>, timeout: Duration) -> Result<Owned, ClientError> {
+    async fn recv(&mut self, seq: Option<u32>, timeout: Duration) -> Result<Reply, ClientError> {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let (got, owned) = self.recv_any(deadline, timeout).await?;
@@ -383,12 +430,15 @@ impl Client {
                 return Ok(owned);
             }
             // The handshake's refusal (`Unauthorized`, `UnsupportedVersion`) has seq 0.
-            if seq.is_none() && got == Some(0) && matches!(owned, Owned::Error(..)) {
+            if seq.is_none() && got == Some(0) && matches!(owned, Reply::Error { .. }) {
                 return Ok(owned);
             }
             if got == Some(0)
                 && seq.is_some()
-                && let Owned::Error(ErrorCode::BadFrame, _) = owned
+                && let Reply::Error {
+                    code: ErrorCode::BadFrame,
+                    ..
+                } = owned
             {
                 return Err(ClientError::Protocol(
                     "gateway could not decode our frame".into(),
@@ -404,7 +454,7 @@ impl Client {
         &mut self,
         deadline: std::time::Instant,
         timeout: Duration,
-    ) -> Result<(Option<u32>, Owned), ClientError> {
+    ) -> Result<(Option<u32>, Reply), ClientError> {
         loop {
             while self.rx_pos < self.rx.len() {
                 let input = &self.rx[self.rx_pos..];
@@ -432,7 +482,7 @@ impl Client {
                 };
                 let mut owned = own(resp)?;
                 // Version 3 appends the producer window to the Welcome.
-                if let Owned::Welcome(w) = &mut owned
+                if let Reply::Welcome(w) = &mut owned
                     && w.protocol_version >= 3
                 {
                     let ext: wire::WelcomeV3 = postcard::from_bytes(rest).map_err(|e| {
@@ -442,7 +492,7 @@ impl Client {
                 }
                 // Version 3 appends the `full` flag to the StatsReply; a gateway from before
                 // it sends nothing there.
-                if let Owned::Stats(_, full) = &mut owned
+                if let Reply::Stats { full, .. } = &mut owned
                     && !rest.is_empty()
                     && let Ok(ext) = postcard::from_bytes::<wire::StatsV3>(rest)
                 {
@@ -534,8 +584,8 @@ impl Client {
                 continue;
             };
             results[i] = Some(match owned {
-                Owned::Ack(a) => Ok(Some(a)),
-                Owned::Error(code, message) => Err(ClientError::Gateway { code, message }),
+                Reply::Ack(a) => Ok(Some(a)),
+                Reply::Error { code, message } => Err(ClientError::Gateway { code, message }),
                 _ => Err(ClientError::Protocol("expected Ack".into())),
             });
         }
@@ -545,11 +595,49 @@ impl Client {
             .collect())
     }
 
-    async fn call(&mut self, req: Request<'_>, extra: Duration) -> Result<Owned, ClientError> {
+    /// Sends the request `make` builds with the connection's next `seq`, without waiting
+    /// for its reply; returns that `seq`. The replies come from [`Client::next_reply`].
+    ///
+    /// Errors: [`ClientError::Encode`] for a request larger than the gateway's frame limit
+    /// (nothing sent; the connection stays usable), I/O.
+    pub async fn send_request<'r>(
+        &mut self,
+        make: impl FnOnce(u32) -> Request<'r>,
+    ) -> Result<u32, ClientError> {
+        let seq = self.next_seq();
+        self.send(&make(seq)).await?;
+        Ok(seq)
+    }
+
+    /// Sends `bytes` as they are: noise, a damaged or hand-made frame (tests of how a
+    /// gateway takes bad input). Errors: I/O.
+    pub async fn send_raw(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
+        self.io.write_all(bytes).await
+    }
+
+    /// The next reply the gateway sends, whatever request it answers, with the `seq` it
+    /// carries (`Some(0)` for an error about a frame that named no request), waiting at
+    /// most `wait`: `Ok(None)` if none came by then, and the connection stays usable (no
+    /// byte is lost to the wait). Frames that do not decode are skipped.
+    ///
+    /// Errors: [`ClientError::Closed`], [`ClientError::Protocol`] for a reply that fails
+    /// the checks of [`decode_reply`], I/O.
+    pub async fn next_reply(
+        &mut self,
+        wait: Duration,
+    ) -> Result<Option<(Option<u32>, Reply)>, ClientError> {
+        match self.recv_any(std::time::Instant::now() + wait, wait).await {
+            Ok(r) => Ok(Some(r)),
+            Err(ClientError::Timeout(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn call(&mut self, req: Request<'_>, extra: Duration) -> Result<Reply, ClientError> {
         let seq = req.seq();
         self.send(&req).await?;
         match self.recv(seq, self.reply_timeout + extra).await? {
-            Owned::Error(code, message) => Err(ClientError::Gateway { code, message }),
+            Reply::Error { code, message } => Err(ClientError::Gateway { code, message }),
             other => Ok(other),
         }
     }
@@ -581,7 +669,7 @@ impl Client {
             });
         }
         match self.call(req, Duration::ZERO).await? {
-            Owned::Ack(a) => Ok(a),
+            Reply::Ack(a) => Ok(a),
             _ => Err(ClientError::Protocol("expected Ack".into())),
         }
     }
@@ -607,7 +695,7 @@ impl Client {
             resume,
         };
         match self.call(req, Duration::ZERO).await? {
-            Owned::Session(s) if s.producer_id == producer_id => Ok(s),
+            Reply::Session(s) if s.producer_id == producer_id => Ok(s),
             _ => Err(ClientError::Protocol("expected Session".into())),
         }
     }
@@ -639,9 +727,15 @@ impl Client {
                 from_offset: from,
             };
             match self.call(req, Duration::ZERO).await? {
-                Owned::Found(offset, true) => return Ok(offset),
-                Owned::Found(offset, false) if offset > from => from = offset,
-                Owned::Found(offset, false) => {
+                Reply::FoundOffset { offset, done: true } => return Ok(offset),
+                Reply::FoundOffset {
+                    offset,
+                    done: false,
+                } if offset > from => from = offset,
+                Reply::FoundOffset {
+                    offset,
+                    done: false,
+                } => {
                     return Err(ClientError::Protocol(format!(
                         "FindOffset from {from} did not move forward (answered {offset}, not done)"
                     )));
@@ -670,7 +764,7 @@ impl Client {
             wait_ms: (wait_ms > 0).then_some(wait_ms),
         };
         match self.call(req, wait).await? {
-            Owned::Fetch(f) => Ok(f),
+            Reply::Fetch(f) => Ok(f),
             _ => Err(ClientError::Protocol("expected Records or Dropped".into())),
         }
     }
@@ -689,7 +783,7 @@ impl Client {
             )
             .await?
         {
-            Owned::Committed(o) => Ok(o),
+            Reply::Committed(o) => Ok(o),
             _ => Err(ClientError::Protocol("expected Committed".into())),
         }
     }
@@ -705,7 +799,7 @@ impl Client {
     pub async fn stats_and_full(&mut self) -> Result<(GatewayStats, Option<bool>), ClientError> {
         let seq = self.next_seq();
         match self.call(Request::Stats { seq }, Duration::ZERO).await? {
-            Owned::Stats(s, full) => Ok((s, full)),
+            Reply::Stats { stats, full } => Ok((stats, full)),
             _ => Err(ClientError::Protocol("expected StatsReply".into())),
         }
     }
@@ -717,7 +811,7 @@ impl Client {
             .call(Request::ListConsumers { seq }, Duration::ZERO)
             .await?
         {
-            Owned::Consumers(c) => Ok(c),
+            Reply::Consumers(c) => Ok(c),
             _ => Err(ClientError::Protocol("expected Consumers".into())),
         }
     }
@@ -729,7 +823,7 @@ impl Client {
             .call(Request::DeleteConsumer { seq, consumer }, Duration::ZERO)
             .await?
         {
-            Owned::Deleted(e) => Ok(e),
+            Reply::Deleted(e) => Ok(e),
             _ => Err(ClientError::Protocol("expected Deleted".into())),
         }
     }

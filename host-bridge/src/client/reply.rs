@@ -6,21 +6,48 @@ use spillway_core::wire::{self, Response};
 
 use super::*;
 
-/// An owned copy of the responses the client understands.
-pub(super) enum Owned {
+/// A reply from the gateway, owned and checked (offsets below the log's offset limit,
+/// increasing record offsets, well-formed lost ranges: see [`decode_reply`]). The
+/// requests of [`Client`] hand back the values inside; [`Client::next_reply`] hands back
+/// the whole reply, for callers that pipeline their own requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// The handshake's answer (`Welcome`).
     Welcome(Welcome),
+    /// A publish stored, or a resend of a stored `(producer id, seq)` (`Ack`).
     Ack(PublishAck),
-    Error(ErrorCode, String),
+    /// The gateway refused the request (`Error`); seq 0 answers a frame that named no
+    /// request (one that did not decode, or was too large).
+    Error {
+        /// The protocol's error code.
+        code: ErrorCode,
+        /// The gateway's detail.
+        message: String,
+    },
+    /// A fetch's answer (`Records` or `Dropped`).
     Fetch(FetchReply),
+    /// A commit's answer: the consumer's committed offset after it (`Committed`).
     Committed(u64),
+    /// The consumer table (`Consumers`).
     Consumers(Vec<ConsumerInfo>),
+    /// A delete's answer: whether the consumer existed (`Deleted`).
     Deleted(bool),
-    /// The counters, and the `full` flag protocol version 3 appends (`None` from an older
-    /// gateway).
-    Stats(GatewayStats, Option<bool>),
+    /// The counters (`StatsReply`).
+    Stats {
+        /// The counters.
+        stats: GatewayStats,
+        /// The `full` flag protocol version 3 appends; `None` from an older gateway.
+        full: Option<bool>,
+    },
+    /// A producer session opened or resumed (`Session`).
     Session(SessionInfo),
-    /// `FoundOffset`: the offset and whether the search is done.
-    Found(u64, bool),
+    /// One step of a search by time (`FoundOffset`).
+    FoundOffset {
+        /// The answer when `done`, else where to search on from.
+        offset: u64,
+        /// The search is over.
+        done: bool,
+    },
 }
 
 /// Decodes one reply frame from a gateway (its COBS bytes up to and including the 0
@@ -52,7 +79,7 @@ fn offset_in_range(what: &str, offset: u64) -> Result<u64, ClientError> {
     }
 }
 
-pub(super) fn own(resp: Response<'_>) -> Result<Owned, ClientError> {
+pub(super) fn own(resp: Response<'_>) -> Result<Reply, ClientError> {
     let off = offset_in_range;
     Ok(match resp {
         Response::Welcome {
@@ -61,7 +88,7 @@ pub(super) fn own(resp: Response<'_>) -> Result<Owned, ClientError> {
             gateway_id,
             max_record_bytes,
             max_frame_bytes,
-        } => Owned::Welcome(Welcome {
+        } => Reply::Welcome(Welcome {
             protocol_version,
             log_id,
             gateway_id: gateway_id.to_string(),
@@ -71,11 +98,14 @@ pub(super) fn own(resp: Response<'_>) -> Result<Owned, ClientError> {
         }),
         Response::Ack {
             offset, duplicate, ..
-        } => Owned::Ack(PublishAck {
+        } => Reply::Ack(PublishAck {
             offset: off("acknowledged offset", offset)?,
             duplicate,
         }),
-        Response::Error { code, message, .. } => Owned::Error(code, message.to_string()),
+        Response::Error { code, message, .. } => Reply::Error {
+            code,
+            message: message.to_string(),
+        },
         Response::Records {
             prev_crc,
             next_offset,
@@ -113,7 +143,7 @@ pub(super) fn own(resp: Response<'_>) -> Result<Owned, ClientError> {
                     payload: r.payload.to_vec(),
                 });
             }
-            Owned::Fetch(FetchReply::Records {
+            Reply::Fetch(FetchReply::Records {
                 prev_crc,
                 next_offset,
                 lost,
@@ -122,10 +152,10 @@ pub(super) fn own(resp: Response<'_>) -> Result<Owned, ClientError> {
         }
         Response::Dropped {
             first_available, ..
-        } => Owned::Fetch(FetchReply::Dropped {
+        } => Reply::Fetch(FetchReply::Dropped {
             first_available: off("first available offset", first_available)?,
         }),
-        Response::Committed { offset, .. } => Owned::Committed(off("committed offset", offset)?),
+        Response::Committed { offset, .. } => Reply::Committed(off("committed offset", offset)?),
         Response::Consumers { list, .. } => {
             let mut out = Vec::new();
             for c in list.iter() {
@@ -135,29 +165,30 @@ pub(super) fn own(resp: Response<'_>) -> Result<Owned, ClientError> {
                     committed_offset: off("committed offset", c.committed_offset)?,
                 });
             }
-            Owned::Consumers(out)
+            Reply::Consumers(out)
         }
-        Response::Deleted { existed, .. } => Owned::Deleted(existed),
+        Response::Deleted { existed, .. } => Reply::Deleted(existed),
         Response::Session {
             producer_id,
             epoch,
             last_seq,
             resumed,
             ..
-        } => Owned::Session(SessionInfo {
+        } => Reply::Session(SessionInfo {
             producer_id,
             epoch,
             last_seq,
             resumed,
         }),
-        Response::FoundOffset { offset, done, .. } => {
-            Owned::Found(off("found offset", offset)?, done)
-        }
+        Response::FoundOffset { offset, done, .. } => Reply::FoundOffset {
+            offset: off("found offset", offset)?,
+            done,
+        },
         Response::StatsReply { stats, .. } => {
             off("first offset", stats.first_offset)?;
             off("next offset", stats.next_offset)?;
             off("durable offset", stats.durable_offset)?;
-            Owned::Stats(stats, None)
+            Reply::Stats { stats, full: None }
         }
     })
 }

@@ -31,7 +31,7 @@ use rdkafka::producer::BaseProducer;
 
 use crate::bench_core::{Machine, Spread, machine};
 use crate::bridge::bridge_bin;
-use crate::client::{Client, Reply};
+use crate::client::{Wait, connect};
 use crate::figures::{table_head, thousands};
 use crate::gateway::{GatewayProcess, free_port};
 use crate::kafka::Broker;
@@ -116,7 +116,7 @@ pub(crate) fn start_gateway(
 /// `0..n` on a fresh log) to topic `bench/sst` on the gateway at `addr` with
 /// `spillway-bridge publish --ack durable`, fed through its standard input; returns the
 /// gateway's log id. The publisher's pipelined windows store 300,000 records in seconds,
-/// where the test client's one record per frame took 110–130 s on a busy 2-core machine,
+/// where publishing one record at a time took 110–130 s on a busy 2-core machine,
 /// which made a fill of millions impractical.
 ///
 /// # Panics
@@ -153,11 +153,8 @@ pub(crate) fn publish_sized(addr: &str, n: usize, len: usize) -> u128 {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let c = Client::tcp(addr).expect("connect to the gateway");
-    match &c.welcome {
-        Some(Reply::Welcome { log_id, .. }) => *log_id,
-        other => panic!("no welcome from the gateway: {other:?}"),
-    }
+    let c = connect(addr).expect("connect to the gateway");
+    c.welcome().log_id
 }
 
 /// One timed run of one side.
@@ -340,19 +337,17 @@ pub(crate) fn drain_once(
 /// # Panics
 /// If the gateway cannot be reached or refuses.
 pub(crate) fn committed_and_delete(addr: &str, consumer: &str) -> Option<u64> {
-    let mut c = Client::tcp(addr).expect("connect to the gateway");
-    let committed = match c.consumers().expect("list consumers") {
-        Reply::Consumers { list, .. } => list
-            .iter()
-            .find(|(name, _)| *name == consumer)
-            .map(|&(_, o)| o),
-        other => panic!("listing consumers: {other:?}"),
-    };
-    let deleted = c.delete_consumer(consumer).expect("delete consumer");
-    assert!(
-        matches!(deleted, Reply::Deleted { .. }),
-        "deleting consumer {consumer}: {deleted:?}"
-    );
+    let mut c = connect(addr).expect("connect to the gateway");
+    let committed = c
+        .consumers()
+        .wait()
+        .expect("list consumers")
+        .iter()
+        .find(|e| e.name == consumer)
+        .map(|e| e.committed_offset);
+    c.delete_consumer(consumer)
+        .wait()
+        .unwrap_or_else(|e| panic!("deleting consumer {consumer}: {e}"));
     committed
 }
 

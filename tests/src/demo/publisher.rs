@@ -2,17 +2,15 @@
 //! reconnecting and resending what is unacknowledged after a gateway kill.
 
 use std::collections::{BTreeSet, HashMap};
-use std::io;
-use std::net::TcpStream;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use spillway_core::log::PRODUCER_WINDOW;
-use spillway_core::wire::{AckLevel, Producer, Request};
+use spillway_core::wire::{AckLevel, ErrorCode, Producer, Request};
 
 use super::serial::due;
 use super::series::CgmValue;
-use crate::client::{Client, Reply};
+use crate::client::{Client, GatewayAddr, PublishAck, Reply, Wait};
 
 /// One record a TCP publisher sends.
 #[derive(Debug, Clone)]
@@ -34,13 +32,9 @@ pub(super) struct Acked {
     pub(super) duplicate: bool,
 }
 
-/// What a publisher and its reply reader share.
+/// A publisher's progress, read by the scenario while the publisher runs.
 #[derive(Debug)]
 pub(super) struct PubState {
-    /// Connection generation; replies of older connections are ignored.
-    pub(super) generation: u64,
-    /// The current connection failed.
-    pub(super) dead: bool,
     /// Wire seq → record index, on the current connection.
     pub(super) inflight: HashMap<u32, usize>,
     /// Records sent (on any connection) and not acknowledged.
@@ -73,7 +67,7 @@ pub(super) struct Publisher {
     pub(super) topic: String,
     pub(super) records: Vec<Outgoing>,
     pub(super) lanes: usize,
-    pub(super) shared: Arc<(Mutex<PubState>, Condvar)>,
+    pub(super) state: Arc<Mutex<PubState>>,
 }
 
 impl Publisher {
@@ -93,8 +87,6 @@ impl Publisher {
             })
             .collect();
         let st = PubState {
-            generation: 0,
-            dead: true,
             inflight: HashMap::new(),
             unacked: BTreeSet::new(),
             lane_unacked: vec![0; lanes],
@@ -113,12 +105,12 @@ impl Publisher {
             topic: topic.to_string(),
             records,
             lanes,
-            shared: Arc::new((Mutex::new(st), Condvar::new())),
+            state: Arc::new(Mutex::new(st)),
         }
     }
 
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, PubState> {
-        lock(&self.shared.0)
+        lock(&self.state)
     }
 }
 
@@ -127,22 +119,13 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Connects and says hello, retrying until `deadline`.
-pub(super) fn connect_hello(addr: &str, deadline: Instant) -> Result<(TcpStream, Reply), String> {
+pub(super) fn connect_hello(addr: &str, deadline: Instant) -> Result<Client, String> {
+    let uri: GatewayAddr = format!("tcp://{addr}")
+        .parse()
+        .map_err(|e| format!("bad address {addr}: {e}"))?;
     loop {
-        let attempt = (|| -> io::Result<(TcpStream, Reply)> {
-            let sa: std::net::SocketAddr = addr
-                .parse()
-                .map_err(|_| io::Error::other(format!("bad address {addr}")))?;
-            let s = TcpStream::connect_timeout(&sa, Duration::from_secs(1))?;
-            s.set_nodelay(true)?;
-            s.set_read_timeout(Some(Duration::from_secs(5)))?;
-            let mut c = Client::new(Box::new(s.try_clone()?));
-            let w = c.hello("spillway-demo")?;
-            s.set_read_timeout(None)?;
-            Ok((s, w))
-        })();
-        match attempt {
-            Ok(x) => return Ok(x),
+        match Client::connect(&uri, "spillway-demo", Duration::from_secs(5)).wait() {
+            Ok(c) => return Ok(c),
             Err(e) if Instant::now() >= deadline => {
                 return Err(format!("cannot connect to the gateway at {addr}: {e}"));
             }
@@ -151,65 +134,82 @@ pub(super) fn connect_hello(addr: &str, deadline: Instant) -> Result<(TcpStream,
     }
 }
 
-/// Reads replies of connection `generation` until it fails.
-pub(super) fn reply_reader(
-    stream: TcpStream,
-    generation: u64,
-    pubr: Arc<(Mutex<PubState>, Condvar)>,
-    lanes: usize,
-) {
-    let mut c = Client::new(Box::new(stream));
-    loop {
-        let r = c.recv();
-        let (m, cv) = &*pubr;
-        let mut st = lock(m);
-        if st.generation != generation {
-            return;
-        }
-        match r {
-            Ok(Reply::Ack {
-                seq,
-                offset,
-                duplicate,
-            }) => {
-                if let Some(idx) = st.inflight.remove(&seq)
-                    && st.acks[idx].is_none()
-                {
-                    st.acks[idx] = Some(Acked { offset, duplicate });
-                    st.acked += 1;
-                    st.unacked.remove(&idx);
-                    st.lane_unacked[idx % lanes] -= 1;
-                    if duplicate {
-                        st.duplicate_acks += 1;
-                    }
+/// What the publisher does next on its connection.
+enum Step {
+    /// Send record `idx` (its first send).
+    Send(usize),
+    /// Take replies for up to this long (nothing may be sent yet).
+    Wait(Duration),
+    /// Everything is acknowledged, or an error stopped the publisher.
+    Done,
+}
+
+/// Takes the replies that come within `wait` into `st`. False when the connection is over:
+/// it failed, or the gateway's storage failed (nothing waiting was made durable: reconnect
+/// and resend every unacknowledged record once it has recovered; the producer ids
+/// deduplicate what did reach flash), or the gateway refused a publish (`st.error`).
+fn take_replies(c: &mut Client, p: &Publisher, wait: Duration) -> bool {
+    let reply = c.next_reply(wait).wait();
+    let mut st = p.lock();
+    match reply {
+        Ok(None) => true,
+        Ok(Some((seq, Reply::Ack(PublishAck { offset, duplicate })))) => {
+            if let Some(idx) = seq.and_then(|s| st.inflight.remove(&s))
+                && st.acks[idx].is_none()
+            {
+                st.acks[idx] = Some(Acked { offset, duplicate });
+                st.acked += 1;
+                st.unacked.remove(&idx);
+                st.lane_unacked[idx % p.lanes] -= 1;
+                if duplicate {
+                    st.duplicate_acks += 1;
                 }
             }
-            // The gateway's storage failed: nothing waiting was made durable. Reconnect
-            // and resend every unacknowledged record once it has recovered (the producer
-            // ids deduplicate what did reach flash).
-            Ok(ref e @ Reply::Error { .. }) if e.is_storage_failure() => {
-                st.storage_failures += 1;
-                st.dead = true;
-                cv.notify_all();
-                return;
-            }
-            Ok(Reply::Error { seq, code, message }) => {
-                st.error = Some(format!(
-                    "the gateway refused publish {seq}: {code:?}: {message}"
-                ));
-                st.dead = true;
-                cv.notify_all();
-                return;
-            }
-            Ok(_) => {}
-            Err(_) => {
-                st.dead = true;
-                cv.notify_all();
-                return;
-            }
+            true
         }
-        cv.notify_all();
+        // `Internal` is what a version 1 connection gets in place of `StorageFailed`.
+        Ok(Some((
+            _,
+            Reply::Error {
+                code: ErrorCode::StorageFailed | ErrorCode::Internal,
+                ..
+            },
+        ))) => {
+            st.storage_failures += 1;
+            false
+        }
+        Ok(Some((seq, Reply::Error { code, message }))) => {
+            st.error = Some(format!(
+                "the gateway refused publish {}: {code:?}: {message}",
+                seq.unwrap_or(0)
+            ));
+            false
+        }
+        Ok(Some(_)) => true,
+        Err(_) => false,
     }
+}
+
+/// Sends record `idx` as a durable, idempotent publish; false if the connection failed.
+fn send_record(c: &mut Client, p: &Publisher, idx: usize, resend: bool) -> bool {
+    let r = &p.records[idx];
+    let sent = c
+        .send_request(|seq| Request::Publish {
+            seq,
+            topic: &p.topic,
+            timestamp_us: Some(r.timestamp_us),
+            payload: &r.payload,
+            ack: AckLevel::Durable,
+            producer: Some(r.producer),
+        })
+        .wait();
+    let Ok(seq) = sent else { return false };
+    let mut st = p.lock();
+    st.inflight.insert(seq, idx);
+    if resend {
+        st.resent += 1;
+    }
+    true
 }
 
 /// Publishes every record of `p` as a durable, idempotent publish, paced over `replay`
@@ -230,7 +230,6 @@ pub(super) fn run_publisher(
             st.error = err;
         }
         st.finished = true;
-        p.shared.1.notify_all();
     };
     let mut first = true;
     loop {
@@ -240,22 +239,12 @@ pub(super) fn run_publisher(
                 break;
             }
         }
-        let (stream, welcome) = match connect_hello(addr, Instant::now() + reconnect_for) {
-            Ok(x) => x,
+        let mut c = match connect_hello(addr, Instant::now() + reconnect_for) {
+            Ok(c) => c,
             Err(e) => return finish(Some(e)),
         };
-        let Reply::Welcome { log_id, .. } = welcome else {
-            return finish(Some(format!("the gateway answered hello with {welcome:?}")));
-        };
-        let reader_stream = match stream.try_clone() {
-            Ok(s) => s,
-            Err(e) => return finish(Some(format!("socket clone: {e}"))),
-        };
-        let mut w = Client::new(Box::new(match stream.try_clone() {
-            Ok(s) => s,
-            Err(e) => return finish(Some(format!("socket clone: {e}"))),
-        }));
-        let (generation, resend) = {
+        let log_id = c.welcome().log_id;
+        let resend = {
             let mut st = p.lock();
             match st.log_id {
                 None => st.log_id = Some(log_id),
@@ -267,88 +256,41 @@ pub(super) fn run_publisher(
                 }
                 Some(_) => {}
             }
-            st.generation += 1;
-            st.dead = false;
             st.inflight.clear();
             if !first {
                 st.reconnects += 1;
             }
-            (
-                st.generation,
-                st.unacked.iter().copied().collect::<Vec<_>>(),
-            )
+            st.unacked.iter().copied().collect::<Vec<_>>()
         };
         first = false;
-        let reader = {
-            let shared = p.shared.clone();
-            let lanes = p.lanes;
-            std::thread::spawn(move || reply_reader(reader_stream, generation, shared, lanes))
-        };
-        let mut wire_seq: u32 = 0;
-        let mut send = |w: &mut Client, idx: usize, resend: bool| -> bool {
-            wire_seq = wire_seq.wrapping_add(1).max(1);
-            let r = &p.records[idx];
-            {
-                let mut st = p.lock();
-                st.inflight.insert(wire_seq, idx);
-                if resend {
-                    st.resent += 1;
-                }
-            }
-            w.send(&Request::Publish {
-                seq: wire_seq,
-                topic: &p.topic,
-                timestamp_us: Some(r.timestamp_us),
-                payload: &r.payload,
-                ack: AckLevel::Durable,
-                producer: Some(r.producer),
-            })
-            .is_ok()
-        };
-        let mut ok = true;
-        for idx in resend {
-            if !send(&mut w, idx, true) {
-                ok = false;
-                break;
-            }
-        }
+        let mut ok = resend.iter().all(|&idx| send_record(&mut c, p, idx, true));
         while ok {
-            let idx = {
-                let (m, cv) = &*p.shared;
-                let mut st = lock(m);
-                if st.dead || st.error.is_some() {
-                    break;
-                }
-                if st.next == n {
-                    if st.unacked.is_empty() {
-                        break;
-                    }
-                    let _ = cv.wait_timeout(st, Duration::from_millis(50));
-                    continue;
-                }
+            let step = {
+                let mut st = p.lock();
                 let next = st.next;
-                if st.lane_unacked[next % p.lanes] >= PRODUCER_WINDOW {
-                    let _ = cv.wait_timeout(st, Duration::from_millis(50));
-                    continue;
+                let tick = Duration::from_millis(50);
+                if st.error.is_some() || (next == n && st.unacked.is_empty()) {
+                    Step::Done
+                } else if next == n || st.lane_unacked[next % p.lanes] >= PRODUCER_WINDOW {
+                    Step::Wait(tick)
+                } else {
+                    let at = due(t0, replay, p.records[next].row, rows);
+                    let now = Instant::now();
+                    if at > now {
+                        Step::Wait((at - now).min(tick))
+                    } else {
+                        st.next += 1;
+                        st.unacked.insert(next);
+                        st.lane_unacked[next % p.lanes] += 1;
+                        Step::Send(next)
+                    }
                 }
-                let at = due(t0, replay, p.records[next].row, rows);
-                let now = Instant::now();
-                if at > now {
-                    let _ = cv.wait_timeout(st, (at - now).min(Duration::from_millis(50)));
-                    continue;
-                }
-                st.next += 1;
-                st.unacked.insert(next);
-                st.lane_unacked[next % p.lanes] += 1;
-                next
             };
-            ok = send(&mut w, idx, false);
-        }
-        let _ = stream.shutdown(std::net::Shutdown::Both);
-        let _ = reader.join();
-        {
-            let mut st = p.lock();
-            st.dead = true;
+            ok = match step {
+                Step::Send(idx) => send_record(&mut c, p, idx, false),
+                Step::Wait(d) => take_replies(&mut c, p, d),
+                Step::Done => break,
+            };
         }
     }
     finish(None);

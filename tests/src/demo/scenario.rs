@@ -25,7 +25,7 @@ use super::{
     BAUD, DemoError, GATEWAY_ID, LINGER_MS, Options, TOPIC_GLUCOSE, TOPIC_ISIG, TOPIC_SST, io_err,
 };
 use crate::bridge::spawn_bridge;
-use crate::client::{Client, FetchedRecord};
+use crate::client::{Client, GatewayAddr, OwnedRecord, Wait, connect, read_log};
 use crate::gateway::{GatewayProcess, free_port};
 use crate::pki::TlsSetup;
 use crate::process::ChildProcess;
@@ -40,15 +40,15 @@ const BRIDGE_KILL_AFTER: f64 = 0.10;
 /// The gateway's counters over a kept connection (`None` while it is down).
 fn gateway_stats(c: &mut Option<Client>, addr: &str) -> Option<GatewayStats> {
     if c.is_none() {
-        let s =
-            std::net::TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_millis(200))
-                .ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        let mut cl = Client::new(Box::new(s));
-        cl.hello("spillway-demo-monitor").ok()?;
-        *c = Some(cl);
+        let uri: GatewayAddr = format!("tcp://{addr}").parse().ok()?;
+        let timeout = Duration::from_secs(2);
+        *c = Some(
+            Client::connect(&uri, "spillway-demo-monitor", timeout)
+                .wait()
+                .ok()?,
+        );
     }
-    match c.as_mut()?.stats() {
+    match c.as_mut()?.stats().wait() {
         Ok(s) => Some(s),
         Err(_) => {
             *c = None;
@@ -687,10 +687,14 @@ impl<'a> Scenario<'a> {
     pub(super) fn read_log_and_stop(
         &mut self,
         summary: &mut Summary,
-    ) -> Result<(u64, Vec<FetchedRecord>), DemoError> {
-        let mut c = Client::tcp(&self.addr).map_err(io_err("connect to the gateway"))?;
-        let stats = c.stats().map_err(io_err("gateway stats"))?;
-        let records = c.fetch_all(0).map_err(io_err("read the gateway's log"))?;
+    ) -> Result<(u64, Vec<OwnedRecord>), DemoError> {
+        let failed = |what: &str| {
+            let what = what.to_string();
+            move |e| DemoError::Step(format!("{what}: {e}"))
+        };
+        let mut c = connect(&self.addr).map_err(failed("connect to the gateway"))?;
+        let stats = c.stats().wait().map_err(failed("gateway stats"))?;
+        let records = read_log(&mut c, 0).map_err(failed("read the gateway's log"))?;
         drop(c);
         self.monitor = None;
         match self.gateway.stop(Duration::from_secs(20)) {

@@ -11,7 +11,7 @@ use super::series::{CgmSeries, SstSeries};
 use super::sink::{SinkLine, read_sink};
 use super::summary::{Summary, TopicRow, thousands};
 use super::{LINGER_MS, TOPIC_SST, TOPIC_SST_MQTT};
-use crate::client::FetchedRecord;
+use crate::client::OwnedRecord;
 
 /// How the stored buoy records compare with the lines sent.
 #[derive(Debug, Default)]
@@ -79,7 +79,7 @@ pub(super) struct Observed<'a> {
     pub(super) publishers: [&'a Publisher; 2],
     pub(super) log_id: u128,
     pub(super) first_offset: u64,
-    pub(super) records: &'a [FetchedRecord],
+    pub(super) records: &'a [OwnedRecord],
     pub(super) sink_dir: &'a Path,
     pub(super) mqtt: &'a MqttRun,
 }
@@ -293,7 +293,7 @@ pub(super) fn verify(o: &Observed<'_>, summary: &mut Summary) {
     summary.topics.push(sst_row);
 
     // The TCP publishers.
-    let gw_by_offset: HashMap<u64, &FetchedRecord> =
+    let gw_by_offset: HashMap<u64, &OwnedRecord> =
         o.records.iter().map(|r| (r.offset, r)).collect();
     let mut resent_total = 0;
     let mut dup_total = 0;
