@@ -4,8 +4,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use super::CLIENT_NAME;
-use crate::client::{Client, ClientError, GatewayAddr};
+use crate::client::{ClientError, GatewayAddr};
 use crate::exit;
 
 /// A `consumers delete`: the consumer's name, and whether the gateway's last consumer
@@ -33,12 +32,8 @@ pub async fn consumers(
     json: bool,
     out: &mut dyn Write,
 ) -> i32 {
-    let mut c = match Client::connect(gateway, CLIENT_NAME, reply_timeout).await {
-        Ok(c) => c,
-        Err(e) => {
-            log::error!("gateway {gateway}: {e}");
-            return exit::FAILURE;
-        }
+    let Some(mut c) = super::connect_or_log(gateway, reply_timeout).await else {
+        return exit::FAILURE;
     };
     let r = match delete {
         Some(Delete { name, force }) => {

@@ -13,12 +13,26 @@ pub use tail::{TailArgs, TailFormat, Token, tail, topic_matches};
 
 const CLIENT_NAME: &str = concat!("spillway-bridge/", env!("CARGO_PKG_VERSION"));
 
-use crate::client::ConsumerInfo;
+use std::time::Duration;
+
+use crate::client::{Client, ConsumerInfo, GatewayAddr};
 use spillway_core::log::BRIDGE_CONSUMER;
 
 /// The line `consumers` and `status` print under a list that holds the pre-registered
 /// consumer ([`BRIDGE_CONSUMER`], created with every fresh image at offset 0).
 pub const BRIDGE_CONSUMER_NOTE: &str = "\"bridge\" is registered with every fresh image, so the gateway keeps every record until `spillway-bridge drain` (consumer bridge by default) takes it; delete it only if nothing drains this gateway";
+
+/// Connects to `gateway` for a one-shot command (`status`, `consumers`); `None` after
+/// logging why it failed (the command then exits 1).
+async fn connect_or_log(gateway: &GatewayAddr, reply_timeout: Duration) -> Option<Client> {
+    match Client::connect(gateway, CLIENT_NAME, reply_timeout).await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            log::error!("gateway {gateway}: {e}");
+            None
+        }
+    }
+}
 
 /// The consumer that holds a full gateway's space: the one with the lowest committed
 /// offset (`None` without consumers).

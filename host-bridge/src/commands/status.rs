@@ -5,9 +5,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::CLIENT_NAME;
 use crate::checkpoint::Store;
-use crate::client::{Client, ClientError, ConsumerInfo, GatewayAddr, log_id_hex};
+use crate::client::{ClientError, ConsumerInfo, GatewayAddr, log_id_hex};
 use crate::exit;
 
 /// Runs `status`: prints the gateway's stats, consumers and lag, and the local
@@ -19,12 +18,8 @@ pub async fn status(
     json: bool,
     out: &mut dyn Write,
 ) -> i32 {
-    let mut c = match Client::connect(gateway, CLIENT_NAME, reply_timeout).await {
-        Ok(c) => c,
-        Err(e) => {
-            log::error!("gateway {gateway}: {e}");
-            return exit::FAILURE;
-        }
+    let Some(mut c) = super::connect_or_log(gateway, reply_timeout).await else {
+        return exit::FAILURE;
     };
     let w = c.welcome().clone();
     let ((stats, full), consumers) =
