@@ -124,13 +124,7 @@ impl Fleet {
         metrics: Vec<Metrics>,
         stop: Shutdown,
     ) -> Result<Fleet, DrainError> {
-        let store =
-            SharedStore::open(&cfg.state)
-                .await
-                .map_err(|source| DrainError::StateOpen {
-                    path: cfg.state.clone(),
-                    source,
-                })?;
+        let store = SharedStore::open_for_drain(&cfg.state).await?;
         let (sink_lock, shared_sink) = match &cfg.sink {
             SinkSpec::File(dir) => (
                 Some(DirLock::acquire(dir).await.map_err(DrainError::Sink)?),

@@ -454,13 +454,7 @@ impl Drain {
         metrics: Metrics,
         stop: Shutdown,
     ) -> Result<Drain, DrainError> {
-        let store =
-            SharedStore::open(&cfg.state)
-                .await
-                .map_err(|source| DrainError::StateOpen {
-                    path: cfg.state.clone(),
-                    source,
-                })?;
+        let store = SharedStore::open_for_drain(&cfg.state).await?;
         let sink_lock = match &cfg.sink {
             SinkSpec::File(dir) => Some(
                 crate::sink::file::DirLock::acquire(dir)

@@ -35,6 +35,17 @@ impl SharedStore {
         }))
     }
 
+    /// As [`SharedStore::open`], with the error a drain reports
+    /// ([`DrainError::StateOpen`](super::DrainError::StateOpen), naming `path`).
+    pub(super) async fn open_for_drain(path: &Path) -> Result<Arc<SharedStore>, super::DrainError> {
+        SharedStore::open(path)
+            .await
+            .map_err(|source| super::DrainError::StateOpen {
+                path: path.to_path_buf(),
+                source,
+            })
+    }
+
     /// The state file's path.
     pub fn path(&self) -> &Path {
         &self.path
