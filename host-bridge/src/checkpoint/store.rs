@@ -216,14 +216,7 @@ impl Store {
         consumer: &str,
         cp: &Checkpoint,
     ) -> Result<(), StoreError> {
-        let json = serde_json::to_string(cp)?;
-        let tx = self.db.begin_write()?;
-        {
-            let mut t = tx.open_table(CHECKPOINTS)?;
-            t.insert((gateway_id, consumer), json.as_str())?;
-        }
-        tx.commit()?;
-        Ok(())
+        self.save_beside(gateway_id, consumer, cp, |_| Ok(()))
     }
 
     /// Records a gap and saves the checkpoint that moves past it, in one transaction.
@@ -234,17 +227,12 @@ impl Store {
         gap: &Gap,
         cp: &Checkpoint,
     ) -> Result<(), StoreError> {
-        let cp_json = serde_json::to_string(cp)?;
         let gap_json = serde_json::to_string(gap)?;
-        let tx = self.db.begin_write()?;
-        {
+        self.save_beside(&gap.gateway_id, consumer, cp, |tx| {
             let mut t = tx.open_table(GAPS)?;
             t.insert((log_id, consumer, gap.from), gap_json.as_str())?;
-            let mut t = tx.open_table(CHECKPOINTS)?;
-            t.insert((gap.gateway_id.as_str(), consumer), cp_json.as_str())?;
-        }
-        tx.commit()?;
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Records a reset and saves the new checkpoint, in one transaction.
@@ -255,34 +243,41 @@ impl Store {
         reset: &Reset,
         cp: &Checkpoint,
     ) -> Result<(), StoreError> {
-        let cp_json = serde_json::to_string(cp)?;
         let reset_json = serde_json::to_string(reset)?;
-        let tx = self.db.begin_write()?;
-        {
+        self.save_beside(gateway_id, consumer, cp, |tx| {
             let mut t = tx.open_table(RESETS)?;
             t.insert((gateway_id, consumer, cp.resets), reset_json.as_str())?;
-            let mut t = tx.open_table(CHECKPOINTS)?;
-            t.insert((gateway_id, consumer), cp_json.as_str())?;
-        }
-        tx.commit()?;
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Records a resume taken from the sink and saves the checkpoint it moved to, in one
     /// transaction.
     pub fn save_with_sink_resume(&self, r: &SinkResume, cp: &Checkpoint) -> Result<(), StoreError> {
-        let cp_json = serde_json::to_string(cp)?;
         let r_json = serde_json::to_string(r)?;
         let log_id = cp.log_id().unwrap_or(0);
-        let tx = self.db.begin_write()?;
-        {
+        self.save_beside(&r.gateway_id, &r.consumer, cp, |tx| {
             let mut t = tx.open_table(SINK_RESUMES)?;
             t.insert((log_id, r.from), r_json.as_str())?;
+            Ok(())
+        })
+    }
+
+    /// Saves `cp` as the checkpoint of `consumer` on `gateway_id` and, in the same
+    /// transaction, what `record` writes beside it (the event that moved the checkpoint).
+    fn save_beside(
+        &self,
+        gateway_id: &str,
+        consumer: &str,
+        cp: &Checkpoint,
+        record: impl FnOnce(&redb::WriteTransaction) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let cp_json = serde_json::to_string(cp)?;
+        let tx = self.db.begin_write()?;
+        record(&tx)?;
+        {
             let mut t = tx.open_table(CHECKPOINTS)?;
-            t.insert(
-                (r.gateway_id.as_str(), r.consumer.as_str()),
-                cp_json.as_str(),
-            )?;
+            t.insert((gateway_id, consumer), cp_json.as_str())?;
         }
         tx.commit()?;
         Ok(())
