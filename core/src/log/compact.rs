@@ -25,7 +25,9 @@
 //! [`RecordIter`]: super::RecordIter
 //! [`record_crc`]: super::record_crc
 
-use super::format::{MAX_TOPIC_LEN, PRODUCER_LEN, Producer, RECORD_OVERHEAD, parse_record_fields};
+use super::format::{
+    MAX_TOPIC_LEN, PRODUCER_LEN, Producer, RECORD_OVERHEAD, encode_record_head, parse_record_fields,
+};
 
 /// First segment header version whose batch bodies are in the compact layout (layout 2).
 pub const COMPACT_VERSION: u16 = 4;
@@ -471,25 +473,7 @@ impl Decoder {
     /// encoding is these bytes followed by its payload.
     pub fn canonical_head(&self, h: &Head, out: &mut [u8; MAX_CANONICAL_HEAD]) -> usize {
         let t = self.topic(h);
-        out[0] = t.len() as u8;
-        let mut at = 1 + t.len();
-        out[1..at].copy_from_slice(t);
-        out[at..at + 8].copy_from_slice(&h.timestamp_us.to_le_bytes());
-        at += 8;
-        match h.producer {
-            Some(p) => {
-                out[at] = 0x01;
-                out[at + 1..at + 9].copy_from_slice(&p.id.to_le_bytes());
-                out[at + 9..at + 13].copy_from_slice(&p.seq.to_le_bytes());
-                at += 13;
-            }
-            None => {
-                out[at] = 0;
-                at += 1;
-            }
-        }
-        out[at..at + 4].copy_from_slice(&h.payload_len.to_le_bytes());
-        at + 4
+        encode_record_head(t, h.timestamp_us, h.producer, h.payload_len, out)
     }
 }
 

@@ -65,6 +65,39 @@ pub const PRODUCER_LEN: usize = 12;
 const FLAG_PRODUCER: u8 = 0x01;
 const FLAG_AFTER_UNCLEAN: u8 = 0x01;
 
+/// Writes a record's fields before its payload into `out`: topic length (1 byte), topic,
+/// timestamp (µs, u64 LE), flags (bit 0: a producer follows), producer id (u64 LE) and
+/// sequence (u32 LE) if any, payload length (u32 LE); see `core/FORMAT.md` section 4.1.
+/// Returns the bytes written. This is the record's layout in a batch and its canonical
+/// encoding (the bytes its CRC covers, with the payload after them).
+pub(crate) fn encode_record_head(
+    topic: &[u8],
+    timestamp_us: u64,
+    producer: Option<Producer>,
+    payload_len: u32,
+    out: &mut [u8],
+) -> usize {
+    out[0] = topic.len() as u8;
+    let mut at = 1 + topic.len();
+    out[1..at].copy_from_slice(topic);
+    out[at..at + 8].copy_from_slice(&timestamp_us.to_le_bytes());
+    at += 8;
+    match producer {
+        Some(p) => {
+            out[at] = FLAG_PRODUCER;
+            out[at + 1..at + 9].copy_from_slice(&p.id.to_le_bytes());
+            out[at + 9..at + 13].copy_from_slice(&p.seq.to_le_bytes());
+            at += 13;
+        }
+        None => {
+            out[at] = 0;
+            at += 1;
+        }
+    }
+    out[at..at + 4].copy_from_slice(&payload_len.to_le_bytes());
+    at + 4
+}
+
 /// Rounds `n` up to a multiple of `align` (a power of two).
 pub(crate) const fn align_up(n: u32, align: u32) -> u32 {
     (n + align - 1) & !(align - 1)
@@ -406,27 +439,14 @@ impl Record<'_> {
 
     /// Encodes the record into `out` (exactly [`Record::encoded_len`] bytes long).
     pub(crate) fn encode_into(&self, out: &mut [u8]) {
-        let t = self.topic.as_bytes();
-        out[0] = t.len() as u8;
-        let mut at = 1;
-        out[at..at + t.len()].copy_from_slice(t);
-        at += t.len();
-        out[at..at + 8].copy_from_slice(&self.timestamp_us.to_le_bytes());
-        at += 8;
-        match self.producer {
-            Some(p) => {
-                out[at] = FLAG_PRODUCER;
-                out[at + 1..at + 9].copy_from_slice(&p.id.to_le_bytes());
-                out[at + 9..at + 13].copy_from_slice(&p.seq.to_le_bytes());
-                at += 13;
-            }
-            None => {
-                out[at] = 0;
-                at += 1;
-            }
-        }
-        out[at..at + 4].copy_from_slice(&(self.payload.len() as u32).to_le_bytes());
-        at += 4;
+        let len = self.payload.len() as u32;
+        let at = encode_record_head(
+            self.topic.as_bytes(),
+            self.timestamp_us,
+            self.producer,
+            len,
+            out,
+        );
         out[at..at + self.payload.len()].copy_from_slice(self.payload);
     }
 }
