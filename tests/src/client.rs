@@ -1,14 +1,16 @@
 //! The tests' way to the protocol client: the bridge's [`Client`] (`spillway_bridge::client`,
-//! the one client of the wire protocol) called from blocking test code, plus the two
-//! things most tests do with it: connect to a TCP listener, read the whole log.
+//! the one client of the wire protocol) called from blocking test code ([`Wait`]), plus
+//! what many tests do with it: connect ([`connect`]), read the whole log ([`read_log`]),
+//! pipeline publishes and take the replies ([`send_publish`], [`next_reply`]), and look
+//! at an acknowledgement or a refusal ([`acked_offset`], [`refusal`]).
 
 use std::time::Duration;
 
 use spillway_core::wire::{AckLevel, ErrorCode, Request};
 
 pub use spillway_bridge::client::{
-    Client, ClientError, ConsumerInfo, DEFAULT_REPLY_TIMEOUT, FetchReply, GatewayAddr, OwnedRecord,
-    PublishAck, Reply, Welcome,
+    Client, ClientError, DEFAULT_REPLY_TIMEOUT, FetchReply, GatewayAddr, OwnedRecord, PublishAck,
+    Reply,
 };
 
 /// Runs an async client call to completion on the calling thread:
