@@ -385,16 +385,12 @@ fn run_drain(c: FileConfig, kafka_flags: &[String]) -> i32 {
     }
     let m = Metrics::default();
     smol::block_on(async {
-        let _metrics_task = match metrics_addr {
-            Some(addr) => match smol::net::TcpListener::bind(addr.as_str()).await {
-                Ok(l) => {
-                    log::info!("metrics on http://{addr}/metrics");
-                    Some(smol::spawn(metrics::serve(l, m.clone())))
-                }
-                Err(e) => usage(format!("--metrics {addr}: {e}")),
-            },
-            None => None,
-        };
+        let _metrics_task = bind_metrics(metrics_addr.as_deref())
+            .await
+            .map(|(l, addr)| {
+                log::info!("metrics on http://{addr}/metrics");
+                smol::spawn(metrics::serve(l, m.clone()))
+            });
         let drain = match Drain::open(cfg, m, stop).await {
             Ok(d) => d,
             Err(e) => {
@@ -422,6 +418,16 @@ fn run_drain(c: FileConfig, kafka_flags: &[String]) -> i32 {
     })
 }
 
+/// Binds the `--metrics` listener at `addr` (exits 2 if it cannot be bound); `None`
+/// without the flag.
+async fn bind_metrics(addr: Option<&str>) -> Option<(smol::net::TcpListener, &str)> {
+    let addr = addr?;
+    match smol::net::TcpListener::bind(addr).await {
+        Ok(l) => Some((l, addr)),
+        Err(e) => usage(format!("--metrics {addr}: {e}")),
+    }
+}
+
 /// `drain` of several gateways in one process (see `drain::Fleet`).
 fn run_fleet(
     cfg: DrainConfig,
@@ -434,16 +440,12 @@ fn run_fleet(
         .map(|g| (g.to_string(), Metrics::default()))
         .collect();
     smol::block_on(async {
-        let _metrics_task = match metrics_addr {
-            Some(addr) => match smol::net::TcpListener::bind(addr.as_str()).await {
-                Ok(l) => {
-                    log::info!("metrics on http://{addr}/metrics (label gateway=URI)");
-                    Some(smol::spawn(metrics::serve_labeled(l, labeled.clone())))
-                }
-                Err(e) => usage(format!("--metrics {addr}: {e}")),
-            },
-            None => None,
-        };
+        let _metrics_task = bind_metrics(metrics_addr.as_deref())
+            .await
+            .map(|(l, addr)| {
+                log::info!("metrics on http://{addr}/metrics (label gateway=URI)");
+                smol::spawn(metrics::serve_labeled(l, labeled.clone()))
+            });
         let check = cfg.reply_timeout.min(Duration::from_secs(3));
         if let Err(e) = identify(&gateways, check).await {
             log::error!("{e}");
