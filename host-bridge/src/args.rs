@@ -220,10 +220,22 @@ pub(crate) struct DrainArgs {
     /// Kafka: batches handed to the producer whose delivery reports are still outstanding,
     /// at most, so the producer always has records queued (bytes in flight stay below this
     /// times --max-batch-bytes; a batch is one fetch reply, at most one gateway frame, 64K
-    /// by default); the checkpoint still advances in offset order. The file sink writes one
-    /// batch at a time [default: 8]
+    /// by default); the checkpoint still advances in offset order. The file sink's batches
+    /// are bounded by --checkpoint-interval and --checkpoint-bytes instead [default: 8]
     #[arg(long, value_name = "N")]
     pub(crate) max_in_flight_batches: Option<usize>,
+    /// File sink: the longest a written record waits for its checkpoint (fsync of the
+    /// files, the state file's commit, then the gateway's commit), like a log shipper's
+    /// flush interval: seconds (30, 0.5) or with a unit (500ms, 5s); 0 checkpoints after
+    /// every fetch. A crash sends again what was written since the last checkpoint (cut
+    /// off the files first, never duplicated) [default: 1s]
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) checkpoint_interval: Option<DurationValue>,
+    /// File sink: checkpoint at once when this much record payload was written since the
+    /// last checkpoint, bytes with optional K/M/G; bounds what a crash sends again and what
+    /// the drain holds in memory for a resend [default: 16M]
+    #[arg(long, value_name = "SIZE")]
+    pub(crate) checkpoint_bytes: Option<ByteSize>,
     /// File sink: rotate a topic's file at this size, bytes with optional K/M/G
     /// [default: 64M]
     #[arg(long)]

@@ -25,6 +25,8 @@
 //! max-batch-bytes = "256K"             # bytes per fetch (an integer, or K/M/G = 1024)
 //! prefetch = 4                         # batches fetched ahead of the sink
 //! max-in-flight-batches = 8            # Kafka: batches awaiting delivery reports
+//! checkpoint-interval = "1s"           # file sink: longest wait for a checkpoint; 0 = each fetch
+//! checkpoint-bytes = "16M"             # file sink: payload bytes that make a checkpoint due
 //! rotate-bytes = "64M"                 # file sink rotation size, bytes
 //! rotate-interval = "1h"               # file sink: close files open this long; default none
 //! partition-by-date = false            # file sink: files under YYYY-MM-DD/ (record time, UTC)
@@ -162,6 +164,10 @@ pub struct FileConfig {
     pub prefetch: Option<usize>,
     /// Batches in flight at a pipelined sink.
     pub max_in_flight_batches: Option<usize>,
+    /// File sink: longest wait for a checkpoint (`--checkpoint-interval`).
+    pub checkpoint_interval: Option<DurationValue>,
+    /// File sink: payload bytes written that make a checkpoint due (`--checkpoint-bytes`).
+    pub checkpoint_bytes: Option<ByteSize>,
     /// File sink rotation size, bytes.
     pub rotate_bytes: Option<ByteSize>,
     /// File sink: longest a file stays open.
@@ -236,6 +242,13 @@ mod tests {
             Some(DurationValue(std::time::Duration::from_secs(3600)))
         );
         assert_eq!(c.partition_by_date, Some(true));
+        let c: FileConfig =
+            toml::from_str("checkpoint-interval = 0.25\ncheckpoint-bytes = \"4M\"\n").unwrap();
+        assert_eq!(
+            c.checkpoint_interval,
+            Some(DurationValue(std::time::Duration::from_millis(250)))
+        );
+        assert_eq!(c.checkpoint_bytes, Some(ByteSize(4 << 20)));
         let c: FileConfig = toml::from_str("log-level = \"debug\"\n").unwrap();
         assert_eq!(c.log_level.as_deref(), Some("debug"));
         let c: FileConfig = toml::from_str(

@@ -319,6 +319,12 @@ fn run_drain(c: FileConfig, kafka_flags: &[String]) -> i32 {
     cfg.max_in_flight_batches = c
         .max_in_flight_batches
         .map_or(cfg.max_in_flight_batches, |v| v.clamp(1, 1024));
+    if let Some(v) = c.checkpoint_interval {
+        cfg.checkpoint_interval = v.0;
+    }
+    if let Some(v) = c.checkpoint_bytes {
+        cfg.checkpoint_bytes = v.0.max(1);
+    }
     let so = &mut cfg.sink_options;
     so.kafka_properties = KafkaProperties::from_table_and_flags(c.kafka.as_ref(), kafka_flags)
         .unwrap_or_else(|e| usage(e));

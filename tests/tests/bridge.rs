@@ -436,13 +436,16 @@ fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
     let extra = link.bridge_args();
     let mut args = drain_args(&gw, &sink, &state);
     args.extend(extra.iter().map(String::as_str));
-    // Small batches: many checkpoints, many chances to die in between; small files: many
-    // rotations (a rename each), some cut short by a kill.
+    // Small batches, a few to a group checkpoint: many checkpoints, many chances to die in
+    // between, with batches written and not synced yet; small files: many rotations (a
+    // rename each), some cut short by a kill, some files filled between two checkpoints.
     args.extend([
         "--max-batch-bytes",
         "1024",
         "--prefetch",
         "2",
+        "--checkpoint-bytes",
+        "1K",
         "--rotate-bytes",
         "16K",
     ]);

@@ -156,9 +156,12 @@ fn drain_args(gw: &str, sink: &Path, state: &Path) -> Vec<String> {
         &state.display().to_string(),
         "--progress",
         "off",
-        // Small batches: many fsyncs and checkpoints.
+        // Small batches, about two to a group checkpoint: many fsyncs and checkpoints,
+        // each after more than one batch written.
         "--max-batch-bytes",
         "2048",
+        "--checkpoint-bytes",
+        "1K",
     ]
     .iter()
     .map(|s| s.to_string())

@@ -13,7 +13,9 @@ use spillway_core::wire::LostReason;
 use super::fetcher::{CommitCell, FINAL_COMMIT_TIMEOUT, FetcherCtx, Item, fetcher};
 use super::gaps::reason_name;
 use super::window::{SinkCtx, Step, Window};
-use super::{Backoff, Drain, DrainError, SessionEnd, Shutdown, refused_commit};
+use super::{
+    Backoff, Drain, DrainError, MAX_UNSYNCED_BATCHES, SessionEnd, Shutdown, refused_commit,
+};
 use crate::checkpoint::{Checkpoint, ResumeMismatch, check_prev_crc};
 use crate::client::{Client, FetchReply, OwnedRecord, log_id_hex};
 use crate::sink::{Sink, Source};
@@ -122,13 +124,16 @@ impl Drain {
             max: if pipelined {
                 self.cfg.max_in_flight_batches.max(1)
             } else {
-                1
+                MAX_UNSYNCED_BATCHES
             },
             next: cp.offset,
             backoff: Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max),
             saving: None,
             dirty: false,
             dirty_batches: 0,
+            unsynced_since: None,
+            unsynced_bytes: 0,
+            target,
         };
         let mut ctx = SinkCtx {
             win: &mut win,

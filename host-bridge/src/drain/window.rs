@@ -96,6 +96,18 @@ impl Drain {
         let room =
             !self.stop.is_set() && s.win.resend.is_empty() && s.win.in_flight.len() < s.win.max;
         let rx = rx.filter(|_| room);
+        // File sink: the group checkpoint is due (or nothing more can be taken now, or
+        // nothing more will come).
+        if let Some(since) = s.win.unsynced_since
+            && (rx.is_none()
+                || s.win.target.is_some_and(|t| s.win.next >= t)
+                || s.win.unsynced_bytes >= self.cfg.checkpoint_bytes
+                || since.elapsed() >= self.cfg.checkpoint_interval)
+        {
+            self.sync_files(s).await;
+            self.complete(s).await?;
+            return Ok(Step::Progress);
+        }
         if s.win.in_flight.is_empty() && rx.is_none() && s.win.saving.is_none() {
             if s.win.dirty {
                 self.start_save(s);
@@ -130,6 +142,19 @@ impl Drain {
                     None => std::future::pending().await,
                 }
             };
+            let sync_at = s
+                .win
+                .unsynced_since
+                .map(|t| t + self.cfg.checkpoint_interval);
+            let sync_due = async {
+                match sync_at {
+                    Some(at) => {
+                        smol::Timer::at(at).await;
+                        Event::SyncDue
+                    }
+                    None => std::future::pending().await,
+                }
+            };
             let ticked = async {
                 match tick {
                     Some(d) => {
@@ -141,7 +166,10 @@ impl Drain {
             };
             self.until_halt(smol::future::or(
                 saved,
-                smol::future::or(settled, smol::future::or(received, ticked)),
+                smol::future::or(
+                    settled,
+                    smol::future::or(sync_due, smol::future::or(received, ticked)),
+                ),
             ))
             .await
         };
@@ -152,6 +180,11 @@ impl Drain {
                 Ok(Step::Progress)
             }
             Some(Event::Settled) => {
+                self.complete(s).await?;
+                Ok(Step::Progress)
+            }
+            Some(Event::SyncDue) => {
+                self.sync_files(s).await;
                 self.complete(s).await?;
                 Ok(Step::Progress)
             }
@@ -172,7 +205,10 @@ impl Drain {
         Ok(true)
     }
 
-    /// Hands `records` to the sink as the newest batch in flight.
+    /// Hands `records` to the sink as the newest batch in flight. A file sink's batch
+    /// waits there, written, for the group checkpoint's fsync ([`Drain::sync_files`]); a
+    /// failed write fails every batch written since the last fsync too (the sink cuts them
+    /// off its files before it writes again).
     pub(super) async fn submit(&mut self, s: &mut SinkCtx<'_>, records: Vec<OwnedRecord>) {
         let pending = match self.sink.as_mut() {
             Some(sink) => sink.submit(s.src, &records).await,
@@ -181,7 +217,36 @@ impl Drain {
                 error: SinkError::Kafka("sink closed".into()),
             }))),
         };
+        if pending.is_unsynced() {
+            s.win.unsynced_since.get_or_insert_with(Instant::now);
+            s.win.unsynced_bytes += records.iter().map(|r| r.payload.len() as u64).sum::<u64>();
+        } else if let Pending::Done(Some(Err(e))) = &pending
+            && let SinkError::Io(io) = &e.error
+        {
+            fail_unsynced(s.win, io);
+        }
         s.win.in_flight.push_back(InFlight { records, pending });
+    }
+
+    /// File sink, the group checkpoint's first step: fsyncs every file written since the
+    /// last one, which settles every batch in flight (all acknowledged, or all failed),
+    /// so that [`Drain::complete`] then saves the checkpoint after them in redb with the
+    /// synced lengths, closes the full files and lets the gateway commit, in that order.
+    async fn sync_files(&mut self, s: &mut SinkCtx<'_>) {
+        let r = match self.sink.as_mut() {
+            Some(Sink::File(f)) => f.sync().await,
+            _ => Err(std::io::Error::other("sink closed")),
+        };
+        match r {
+            Ok(()) => {
+                s.win.unsynced_since = None;
+                s.win.unsynced_bytes = 0;
+                for b in s.win.in_flight.iter_mut() {
+                    b.pending.synced(Ok(()));
+                }
+            }
+            Err(e) => fail_unsynced(s.win, &e),
+        }
     }
 
     /// Called once the oldest batch in flight has settled: moves the checkpoint over it and
@@ -235,8 +300,9 @@ impl Drain {
             s.cp.bytes += bytes;
             s.cp.updated_unix_ms = now_ms();
             if let Some(Sink::File(f)) = self.sink.as_ref() {
-                // The file sink delivers one batch at a time: what it has synced now is
-                // exactly the records below the new checkpoint offset.
+                // Only a group checkpoint's fsync settles file batches, and it settles
+                // every batch written: what the sink has synced now is exactly the records
+                // below the new checkpoint offset.
                 s.cp.sink_files = f.synced_files();
                 self.store()
                     .save_async(&s.src.gateway_id, &self.cfg.consumer, s.cp)
@@ -343,6 +409,13 @@ impl Drain {
         self.metrics.sink_error(err.kind());
         self.metrics.retries.inc();
         let mut later = std::mem::take(&mut s.win.in_flight);
+        // File sink: whatever was written after the failed batch is cut off the files too.
+        let cut = std::io::Error::other("a write before it failed");
+        for b in later.iter_mut() {
+            b.pending.synced(Err(&cut));
+        }
+        s.win.unsynced_since = None;
+        s.win.unsynced_bytes = 0;
         for b in later.iter_mut() {
             while self.until_halt(b.pending.settle()).await.is_none() {
                 if self.gave_up() {
@@ -394,6 +467,26 @@ pub(super) struct Window {
     pub(super) dirty: bool,
     /// Batches acknowledged since the save running started.
     pub(super) dirty_batches: usize,
+    /// File sink: when the oldest batch written and not fsynced yet was written (the group
+    /// checkpoint is due `--checkpoint-interval` later); `None` when there is none.
+    pub(super) unsynced_since: Option<Instant>,
+    /// File sink: record payload bytes written and not fsynced yet (the group checkpoint
+    /// is due at `--checkpoint-bytes`).
+    pub(super) unsynced_bytes: u64,
+    /// With `--once`, the offset the drain ends at: once it is written, the group
+    /// checkpoint is due at once.
+    pub(super) target: Option<u64>,
+}
+
+/// File sink: fails every batch in flight that was written and not fsynced yet, with
+/// `error` (a write or fsync failed: the sink cuts them off its files before it writes
+/// again), and clears the group's counters.
+fn fail_unsynced(win: &mut Window, error: &std::io::Error) {
+    for b in win.in_flight.iter_mut() {
+        b.pending.synced(Err(error));
+    }
+    win.unsynced_since = None;
+    win.unsynced_bytes = 0;
 }
 
 /// A checkpoint save running on the blocking pool.
@@ -443,4 +536,7 @@ enum Event {
     Received(Option<Item>),
     /// The idle tick (see [`Drain::idle_tick`]).
     Tick,
+    /// File sink: `--checkpoint-interval` has passed since the first batch written and not
+    /// fsynced.
+    SyncDue,
 }

@@ -1,6 +1,7 @@
 //! Sinks: where drained records go. [`Sink::submit`] hands a batch over and returns a
 //! [`Pending`] that settles only when the sink has acknowledged the records durably (file:
-//! written and fsynced, before `submit` returns; Kafka: delivery reports, later), and says
+//! written by `submit`, durable at the drain's next [`FileSink::sync`](file::FileSink::sync),
+//! which settles it; Kafka: delivery reports, later), and says
 //! how many of the leading records were acknowledged when it fails part-way, so the
 //! checkpoint never advances past an unacknowledged record. [`Sink::deliver`] does both.
 
@@ -94,16 +95,38 @@ pub struct DeliverError {
 pub enum Pending {
     /// The outcome is known (file sink); `None` once [`Pending::result`] took it.
     Done(Option<Result<(), DeliverError>>),
+    /// File sink: written, not fsynced yet. Never settles by itself: the drain fsyncs the
+    /// files ([`file::FileSink::sync`]) and then makes it [`Pending::Done`] with the
+    /// outcome ([`Pending::synced`]).
+    Unsynced,
     /// Delivery reports to wait for.
     #[cfg(feature = "kafka")]
     Kafka(kafka::Pending),
 }
 
 impl Pending {
+    /// A file sink's fsync ended with `outcome` (`Err`: its I/O error, copied): an
+    /// [`Pending::Unsynced`] batch becomes [`Pending::Done`] with it, every record
+    /// acknowledged or none; any other is left as it is.
+    pub fn synced(&mut self, outcome: Result<(), &std::io::Error>) {
+        if let Pending::Unsynced = self {
+            *self = Pending::Done(Some(outcome.map_err(|e| DeliverError {
+                delivered: 0,
+                error: SinkError::Io(std::io::Error::new(e.kind(), e.to_string())),
+            })));
+        }
+    }
+
+    /// True for a file sink's batch written and not fsynced yet.
+    pub fn is_unsynced(&self) -> bool {
+        matches!(self, Pending::Unsynced)
+    }
+
     /// Waits until every record of the batch has an outcome. Cancel-safe.
     pub async fn settle(&mut self) {
         match self {
             Pending::Done(_) => {}
+            Pending::Unsynced => std::future::pending().await,
             #[cfg(feature = "kafka")]
             Pending::Kafka(k) => k.settle().await,
         }
@@ -113,7 +136,7 @@ impl Pending {
     /// holds them already, found by the resume), and their payload bytes.
     pub fn skipped(&self) -> (u64, u64) {
         match self {
-            Pending::Done(_) => (0, 0),
+            Pending::Done(_) | Pending::Unsynced => (0, 0),
             #[cfg(feature = "kafka")]
             Pending::Kafka(k) => k.skipped(),
         }
@@ -124,6 +147,10 @@ impl Pending {
     pub fn result(&mut self) -> Result<(), DeliverError> {
         match self {
             Pending::Done(r) => r.take().unwrap_or(Ok(())),
+            Pending::Unsynced => Err(DeliverError {
+                delivered: 0,
+                error: SinkError::Io(std::io::Error::other("written but never synced")),
+            }),
             #[cfg(feature = "kafka")]
             Pending::Kafka(k) => k.result(),
         }
@@ -243,8 +270,9 @@ impl Sink {
     }
 
     /// True if [`Sink::submit`] returns before the records are acknowledged, so that the
-    /// drain can keep several batches in flight (Kafka). The file sink writes and fsyncs in
-    /// `submit` itself: one batch at a time.
+    /// drain can keep several batches in flight with its checkpoint saved behind them
+    /// (Kafka). The file sink's batches wait in flight for the drain's next fsync
+    /// ([`Pending::Unsynced`], see `--checkpoint-interval`).
     pub fn pipelined(&self) -> bool {
         match self {
             Sink::File(_) => false,
@@ -255,12 +283,16 @@ impl Sink {
 
     /// Hands `records` (consecutive, oldest first) to the sink and returns what is still
     /// to be acknowledged: Kafka enqueues them and returns at once; the file sink writes
-    /// and fsyncs them first (its [`Pending`] is already settled). Not cancel-safe in the
-    /// sense of knowing what was written: after a cancel or an error, resend from the
-    /// checkpoint.
+    /// them first and returns [`Pending::Unsynced`], acknowledged by the drain's next
+    /// [`file::FileSink::sync`] (or a failed [`Pending::Done`]: then every batch written
+    /// since the last sync is lost as well). Not cancel-safe in the sense of knowing what
+    /// was written: after a cancel or an error, resend from the checkpoint.
     pub async fn submit(&mut self, src: &Source, records: &[OwnedRecord]) -> Pending {
         match self {
-            Sink::File(f) => Pending::Done(Some(f.deliver(src, records).await)),
+            Sink::File(f) => match f.write(src, records).await {
+                Ok(()) => Pending::Unsynced,
+                Err(e) => Pending::Done(Some(Err(e))),
+            },
             #[cfg(feature = "kafka")]
             Sink::Kafka(k) => Pending::Kafka(k.submit(src, records).await),
         }

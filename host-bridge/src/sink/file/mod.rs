@@ -24,8 +24,8 @@
 //! - A topic has at most one file being written, named `….jsonl.open`. When it is rotated
 //!   it is synced and set aside as full, and the next line begins a new file; a full file
 //!   is renamed to `….jsonl` (closed) once the drain has saved the checkpoint that covers
-//!   its last record ([`FileSink::checkpointed`]), which is right after the batch that
-//!   filled it. So a closed file never holds a record the drain would send again after a
+//!   its last record ([`FileSink::checkpointed`]), which is the drain's next checkpoint
+//!   (see `--checkpoint-interval`). So a closed file never holds a record the drain would send again after a
 //!   crash. A closed file is never written, cut or renamed again: a downstream job takes
 //!   only `*.jsonl` files (`find DIR -name '*.jsonl'`), and may move or delete them as soon
 //!   as they appear. A crash between the checkpoint and the rename leaves a full file
@@ -53,8 +53,10 @@
 //!
 //! # Durability
 //!
-//! A batch is written and every file it touched is fsynced (`fdatasync`) before
-//! [`FileSink::deliver`] returns. A rotation fsyncs the file before the next file is
+//! [`FileSink::write`] writes a batch without an fsync; [`FileSink::sync`] fsyncs
+//! (`fdatasync`) every file written since the last sync, and only then does the sink count
+//! those bytes as synced ([`FileSink::synced_files`]). The drain syncs once per group
+//! checkpoint, several batches at a time; [`FileSink::deliver`] does both. A rotation fsyncs the file before the next file is
 //! created; closing a file renames it in one step that fails rather than replace an
 //! existing file (`renameat2` with `RENAME_NOREPLACE`, so a crash leaves one of the two
 //! names, never both: a downstream job that moved the closed name away never sees the file
@@ -75,9 +77,9 @@
 //! drain saves that with every checkpoint ([`SinkFiles`]), in the same redb transaction.
 //!
 //! - After a failed write or fsync the sink drops its handles, and before it writes
-//!   anything again it cuts every open file back to the state after the last batch that was
-//!   synced whole (an open file created since, removed), fsyncs each file it cut, and
-//!   reopens. The drain resends the batch from its checkpoint, which is exactly that state.
+//!   anything again it cuts every open file back to the state after the last successful
+//!   sync (an open file created since, removed), fsyncs each file it cut, and
+//!   reopens. The drain resends the batches from its checkpoint, which is exactly that state.
 //! - At a start, the drain hands the checkpoint's state to [`FileSink::restore`], which cuts
 //!   back the same way before the first write: whatever was written into open files after
 //!   that checkpoint (synced or not) is gone and is sent again. The open file is found by
@@ -207,7 +209,7 @@ pub struct FileSink {
     /// the next write, after cutting the files back to `synced`).
     inner: Option<Inner>,
     /// What the files hold durably: as found at open (or restored from a checkpoint by
-    /// [`FileSink::restore`]), then as synced by each successful [`FileSink::deliver`].
+    /// [`FileSink::restore`]), then as synced by each successful [`FileSink::sync`].
     synced: BTreeMap<String, SyncedFile>,
     /// The log whose lines were written last ([`SinkFiles::log_id`]).
     log_id: Option<u128>,
@@ -254,7 +256,7 @@ impl FileSink {
         self.skipped_duplicates
     }
 
-    /// What the files hold durably after the last successful [`FileSink::deliver`] (or
+    /// What the files hold durably after the last successful [`FileSink::sync`] (or
     /// [`FileSink::restore`]), for the checkpoint saved with it; `None` before anything was
     /// written or restored (the log id is not known yet).
     pub fn synced_files(&self) -> Option<SinkFiles> {
@@ -323,9 +325,31 @@ impl FileSink {
 
     /// Writes and fsyncs `records`, except those already in the files (see the module doc,
     /// "Exactly once"), which are acknowledged as they are; all or nothing as far as the
-    /// caller knows. After a failure the next call first cuts every file back to its synced
-    /// length (module doc, "Synced lengths").
+    /// caller knows: [`FileSink::write`], then [`FileSink::sync`].
     pub async fn deliver(
+        &mut self,
+        src: &Source,
+        records: &[OwnedRecord],
+    ) -> Result<(), DeliverError> {
+        self.write(src, records).await?;
+        self.sync().await.map_err(|e| DeliverError {
+            delivered: 0,
+            error: SinkError::Io(e),
+        })
+    }
+
+    /// Writes `records`, except those already in the files (see the module doc, "Exactly
+    /// once"), without fsyncing the newest files: they are durable, and count in
+    /// [`FileSink::synced_files`], only after the next successful [`FileSink::sync`] (a
+    /// file set aside as full by a rotation is fsynced at once). After a failure, of this
+    /// call or of a later write or sync, the next write first cuts every file back to the
+    /// lengths of the last successful sync (module doc, "Synced lengths"): everything
+    /// written since then must be written again.
+    ///
+    /// # Errors
+    /// The I/O error of a write, a file's creation or a rotation's fsync, with 0 records
+    /// delivered.
+    pub async fn write(
         &mut self,
         src: &Source,
         records: &[OwnedRecord],
@@ -345,6 +369,30 @@ impl FileSink {
                  (already written before a restart; {} skipped so far)",
                 self.skipped_duplicates
             );
+        }
+        Ok(())
+    }
+
+    /// Fsyncs (`fdatasync`) every file written since the last sync, so that
+    /// [`FileSink::synced_files`] covers every record written so far. Nothing to do (no
+    /// trip to the blocking pool) when nothing was written since.
+    ///
+    /// # Errors
+    /// The I/O error of an fsync; the records written since the last successful sync are
+    /// then lost to the sink (see [`FileSink::write`]).
+    pub async fn sync(&mut self) -> std::io::Result<()> {
+        match &self.inner {
+            Some(i) if !i.unsynced.is_empty() => {}
+            Some(_) => return Ok(()),
+            None => {
+                return Err(std::io::Error::other(
+                    "the file sink failed since the last sync",
+                ));
+            }
+        }
+        self.on_writer(|i| i.sync().map(|()| 0)).await?;
+        if let Some(i) = &self.inner {
+            self.synced = i.state.clone();
         }
         Ok(())
     }
@@ -392,7 +440,7 @@ impl FileSink {
     /// # Errors
     /// The I/O error of the rename or a directory fsync.
     pub async fn checkpointed(&mut self, log_id: u128, offset: u64) -> std::io::Result<u64> {
-        // Called after every batch: no trip to the blocking pool when nothing waits.
+        // Called after every checkpoint: no trip to the blocking pool when nothing waits.
         match &self.inner {
             Some(i) if !i.full.is_empty() || !i.found.is_empty() => {}
             _ => return Ok(0),

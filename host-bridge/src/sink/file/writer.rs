@@ -2,7 +2,7 @@
 //! the full files waiting for their checkpoint, rotation, the duplicate check's marks, what
 //! is synced, and settling what a crash left (see the parent module's doc).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
@@ -73,8 +73,10 @@ pub(super) struct Inner {
     /// Highest offset written per (stem, log id): see the module doc, "Exactly once".
     pub(super) marks: HashMap<(String, u128), u64>,
     /// Per stem, the newest file and its length: as found at open, then as synced by the
-    /// last successful write (see the module doc, "Synced lengths").
+    /// last successful [`Inner::sync`] or gap line (see the module doc, "Synced lengths").
     pub(super) state: BTreeMap<String, SyncedFile>,
+    /// Stems whose open file was written since the last [`Inner::sync`].
+    pub(super) unsynced: BTreeSet<String>,
 }
 
 /// Creates `dir` and its missing parents, fsyncing the directory that holds each one made.
@@ -233,6 +235,7 @@ impl Inner {
             found,
             marks,
             state,
+            unsynced: BTreeSet::new(),
         })
     }
 
@@ -315,9 +318,12 @@ impl Inner {
     /// Closes the open file of `stem` (already synced); its stem's newest file is then that
     /// closed file.
     fn close(&mut self, stem: &str) -> std::io::Result<()> {
-        let Some(of) = self.open.remove(stem) else {
+        let Some(mut of) = self.open.remove(stem) else {
             return Ok(());
         };
+        if self.unsynced.remove(stem) {
+            of.handle()?.sync_data()?;
+        }
         drop(of.file);
         close_name(&of.path, of.first)?;
         self.state.insert(
@@ -386,9 +392,10 @@ impl Inner {
         Ok(())
     }
 
-    /// Writes the records not yet in the files, rotating as [`Rotation`] says; returns how
-    /// many were skipped as already written. On error the caller drops `self` (the marks
-    /// may be ahead of the files).
+    /// Writes the records not yet in the files, rotating as [`Rotation`] says (a file set
+    /// aside as full is fsynced first), and leaves the newest files unsynced until
+    /// [`Inner::sync`]; returns how many records were skipped as already written. On error
+    /// the caller drops `self` (the marks may be ahead of the files).
     pub(super) fn write(&mut self, src: &Source, records: &[OwnedRecord]) -> std::io::Result<u64> {
         // Lines grouped by topic, in record order within each: (offset, timestamp, line).
         let mut order: Vec<String> = Vec::new();
@@ -449,14 +456,17 @@ impl Inner {
             of.len += buf.len() as u64;
             touched.push(stem);
         }
-        for stem in &touched {
-            if let Some(of) = self.open.get_mut(stem) {
+        self.unsynced.extend(touched);
+        Ok(skipped)
+    }
+
+    /// Fsyncs (`fdatasync`) every open file written since the last sync and records what
+    /// is durable now: after it, [`Inner::state`] covers every record written. On error
+    /// the caller drops `self`.
+    pub(super) fn sync(&mut self) -> std::io::Result<()> {
+        while let Some(stem) = self.unsynced.pop_first() {
+            if let Some(of) = self.open.get_mut(&stem) {
                 of.handle()?.sync_data()?;
-            }
-        }
-        // Every touched file is synced: record what is now durable.
-        for stem in touched {
-            if let Some(of) = self.open.get(&stem) {
                 self.state.insert(
                     stem,
                     SyncedFile {
@@ -466,7 +476,7 @@ impl Inner {
                 );
             }
         }
-        Ok(skipped)
+        Ok(())
     }
 }
 

@@ -287,3 +287,59 @@ fn found_open_files_close_only_under_a_checkpoint_of_their_log() {
         ]
     );
 }
+
+/// A group checkpoint: batches written without an fsync do not count as synced (a file
+/// filled meanwhile is set aside, still open-named) until [`FileSink::sync`]; a crash
+/// before the sync cuts every one of them off at the restart, the full file included, and
+/// the resent records are written once.
+#[test]
+fn batches_written_before_the_sync_are_cut_back_together() {
+    let (_dir, out) = out_dir();
+    let rotate = three_lines();
+    let recs = xs(9);
+    let synced = smol::block_on(async {
+        let mut s = open(&out, rotate).await;
+        s.deliver(&src(), &recs[..2]).await.unwrap();
+        let checkpoint = s.synced_files().unwrap();
+        s.write(&src(), &recs[2..5]).await.unwrap();
+        s.write(&src(), &recs[5..7]).await.unwrap();
+        assert_eq!(s.synced_files().unwrap(), checkpoint, "nothing synced yet");
+        assert_eq!(
+            tree(&out),
+            [
+                "t/00000000000000000000.jsonl.open",
+                "t/00000000000000000003.jsonl.open",
+                "t/00000000000000000006.jsonl.open",
+            ]
+        );
+        checkpoint
+    });
+    assert_eq!(
+        synced.files["t"],
+        SyncedFile {
+            first: 0,
+            len: x_line_len() * 2
+        }
+    );
+    smol::block_on(async {
+        let (mut s, cut) = restart(&out, rotate, &synced, 2).await;
+        assert_eq!(cut, 3);
+        assert_eq!(tree(&out), ["t/00000000000000000000.jsonl.open"]);
+        assert_eq!(offsets(&open_file(&out, "t", 0)), [0, 1]);
+        s.write(&src(), &recs[2..5]).await.unwrap();
+        s.write(&src(), &recs[5..]).await.unwrap();
+        s.sync().await.unwrap();
+        assert_eq!(
+            s.synced_files().unwrap().files["t"],
+            SyncedFile {
+                first: 6,
+                len: x_line_len() * 3
+            },
+            "the sync covers every batch written"
+        );
+        assert_eq!(s.skipped_duplicates(), 0);
+        assert_eq!(s.checkpointed(42, 9).await.unwrap(), 2);
+    });
+    assert_eq!(tree(&out), ROTATED_AT_3_AND_6.to_vec());
+    assert_eq!(all_offsets(&out), (0..9).collect::<Vec<_>>());
+}
