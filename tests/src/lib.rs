@@ -43,4 +43,11 @@ pub mod wait;
 
 pub use bridge::{bridge_bin, run_bridge};
 pub use client::{Client, Wait, connect, read_log};
+
+/// The number in environment variable `name` (white space trimmed); `None` if it is unset
+/// or does not parse as a `T`. The tests' knobs (`SPILLWAY_SEED`, `SPILLWAY_KILL_LOOPS`,
+/// …) are read with it.
+pub fn env_number<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok()?.trim().parse().ok()
+}
 pub use gateway::{GatewayProcess, spillway_bin};

@@ -185,10 +185,7 @@ fn kill_9_rounds(
     publish: &dyn Fn(&str),
     mut after_kill: impl FnMut(usize),
 ) -> (u64, Vec<(u64, u64)>) {
-    let seed: u64 = std::env::var("SPILLWAY_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed: u64 = spillway_tests::env_number("SPILLWAY_SEED").unwrap_or_else(rand::random);
     eprintln!("seed {seed} (set SPILLWAY_SEED to replay)");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let (mut published, mut checkpoint) = (0u64, 0u64);

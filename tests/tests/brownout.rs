@@ -16,10 +16,7 @@ use spillway_tests::gateway::{GatewayProcess, free_port, run_cli, spillway_bin};
 const DEFAULT_BOOTS: usize = 300;
 
 fn boots() -> usize {
-    std::env::var("SPILLWAY_BROWNOUT_BOOTS")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(DEFAULT_BOOTS)
+    spillway_tests::env_number("SPILLWAY_BROWNOUT_BOOTS").unwrap_or(DEFAULT_BOOTS)
 }
 
 /// A 4 MiB image with 4 KiB erase blocks (31 segments of 128 KiB with the default buffer):

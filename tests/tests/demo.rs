@@ -21,10 +21,7 @@ fn demo_at_small_scale_loses_and_duplicates_nothing() {
     opts.gateway_down = Duration::from_millis(400);
     opts.image_bytes = 16 << 20;
     opts.progress_every = Duration::from_secs(2);
-    if let Some(seed) = std::env::var("SPILLWAY_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    if let Some(seed) = spillway_tests::env_number("SPILLWAY_SEED") {
         opts.seed = seed;
     }
     println!("seed {} (SPILLWAY_SEED to replay)", opts.seed);

@@ -71,10 +71,7 @@ enum Fault {
 /// reached the disk) and checks that every line publish counted as acknowledged is stored
 /// exactly once, in order.
 fn fault_loses_nothing_acknowledged(fault: Fault) {
-    let lines: usize = std::env::var("SPILLWAY_FAULT_LINES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
+    let lines: usize = spillway_tests::env_number("SPILLWAY_FAULT_LINES").unwrap_or(20_000);
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("faultfs.state");
     // Without faults, so the failing sync is one of the publish's group commits.

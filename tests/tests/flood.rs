@@ -108,10 +108,8 @@ fn durable_publisher_rate(addr: &str) -> Result<f64, String> {
 
 #[test]
 fn deaf_flooders_neither_exhaust_memory_nor_starve_a_durable_publisher() {
-    let connections: usize = std::env::var("SPILLWAY_FLOOD_CONNECTIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(250);
+    let connections: usize =
+        spillway_tests::env_number("SPILLWAY_FLOOD_CONNECTIONS").unwrap_or(250);
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");

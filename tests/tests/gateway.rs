@@ -502,14 +502,8 @@ fn bad_clients_do_not_stall_others() {
 /// is there, at its acknowledged offset, with its payload.
 #[test]
 fn sigkill_during_durable_publishing_loses_nothing_acknowledged() {
-    let loops: u32 = std::env::var("SPILLWAY_KILL_LOOPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
-    let seed: u64 = std::env::var("SPILLWAY_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(rand::random);
+    let loops: u32 = spillway_tests::env_number("SPILLWAY_KILL_LOOPS").unwrap_or(20);
+    let seed: u64 = spillway_tests::env_number("SPILLWAY_SEED").unwrap_or_else(rand::random);
     println!("seed {seed} (SPILLWAY_SEED), {loops} loops (SPILLWAY_KILL_LOOPS)");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
