@@ -665,9 +665,7 @@ mod tests {
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         let mut out = [0u8; 4096];
         for _ in 0..20_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            crate::log::tests::xorshift64(&mut x);
             let len = (x % 64) as usize;
             let bytes: Vec<u8> = (0..len)
                 .map(|i| (x >> (i % 8 * 8)) as u8 ^ i as u8)

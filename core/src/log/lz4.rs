@@ -192,12 +192,7 @@ mod tests {
     #[test]
     fn decodes_what_lz4_flex_compresses() {
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut noise = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        };
+        let mut noise = || crate::log::tests::xorshift64(&mut x) as u8;
         for len in [
             0usize, 1, 12, 13, 14, 15, 16, 19, 20, 270, 271, 1000, 70_000,
         ] {
@@ -247,9 +242,7 @@ mod tests {
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         let mut out = [0u8; 2048];
         for _ in 0..20_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            crate::log::tests::xorshift64(&mut x);
             let len = (x % 48) as usize;
             let bytes: Vec<u8> = (0..len)
                 .map(|i| (x >> (i % 8 * 8)) as u8 ^ i as u8)

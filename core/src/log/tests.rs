@@ -7,6 +7,15 @@ use std::vec::Vec;
 use super::*;
 use crate::storage::{SimError, SimFlash};
 
+/// One step of xorshift64 (G. Marsaglia, "Xorshift RNGs", J. Stat. Softw. 8(14), 2003;
+/// shifts 13, 7, 17): the unit tests' reproducible noise. Returns the new state.
+pub(super) fn xorshift64(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
 /// A simulated flash whose writes fail (programming nothing) while `fail` is set.
 struct FailingWrites<'a> {
     sim: &'a mut SimFlash<Vec<u8>>,

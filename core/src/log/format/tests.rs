@@ -426,12 +426,7 @@ fn a_resume_marker_round_trips_and_a_damaged_one_is_refused() {
 #[test]
 fn a_torn_length_pair_never_matches() {
     let mut x = 0x2545_F491_4F6C_DD1Du64;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x as u32
-    };
+    let mut next = || crate::log::tests::xorshift64(&mut x) as u32;
     for _ in 0..200_000 {
         let len = next() >> (next() % 32);
         let (lost_len, lost_check) = (next() & !len, next() & len);
