@@ -83,30 +83,39 @@ pub struct Entry {
     pub producers: Vec<Snapshot, MAX_PRODUCERS>,
 }
 
+/// The fields of a journal entry's header that the writer chooses (`FORMAT.md` section
+/// 5; the length, counts and CRC follow from the rest), as [`encode`] and [`emit`] take
+/// them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryHead {
+    /// Entry sequence number; the highest valid one wins.
+    pub seq: u64,
+    /// No offset below the lease has been or will be handed out without a new entry.
+    pub lease: u64,
+    /// The durable end.
+    pub durable_next: u64,
+    /// The log id.
+    pub log_id: u128,
+    /// `(erase size, write size, erased value, erase blocks per segment)` of the
+    /// partition, bytes but for the last two.
+    pub geometry: (u32, u32, u8, u32),
+    /// Written by a clean shutdown.
+    pub clean: bool,
+}
+
 /// Encodes a journal entry into `out` (at least [`MAX_ENTRY_LEN`] bytes); returns its
 /// length. Producers that would make the entry longer than `max_len` are left out.
-#[allow(clippy::too_many_arguments)]
 pub fn encode<'c>(
     out: &mut [u8],
     max_len: usize,
-    seq: u64,
-    lease: u64,
-    durable_next: u64,
-    log_id: u128,
-    geometry: (u32, u32, u8, u32),
-    clean: bool,
+    head: &EntryHead,
     consumers: impl Iterator<Item = (&'c str, u64)> + Clone,
     producers: impl Iterator<Item = Snapshot> + Clone,
 ) -> usize {
     let mut at = 0;
     let len = emit(
         max_len,
-        seq,
-        lease,
-        durable_next,
-        log_id,
-        geometry,
-        clean,
+        head,
         consumers,
         producers,
         &mut |piece: &[u8]| {
@@ -128,15 +137,9 @@ pub fn encode<'c>(
 /// every sink (the CRC and the flash write in the same call). Producers
 /// that would make the entry longer than `max_len` are left out. The layout is
 /// `FORMAT.md` section 5.
-#[allow(clippy::too_many_arguments)]
 pub fn emit<'c>(
     max_len: usize,
-    seq: u64,
-    lease: u64,
-    durable_next: u64,
-    log_id: u128,
-    geometry: (u32, u32, u8, u32),
-    clean: bool,
+    head_fields: &EntryHead,
     consumers: impl Iterator<Item = (&'c str, u64)> + Clone,
     producers: impl Iterator<Item = Snapshot> + Clone,
     sink: &mut dyn FnMut(&[u8]) -> bool,
@@ -156,6 +159,14 @@ pub fn emit<'c>(
         len += PRODUCER_ENTRY_LEN;
         np += 1;
     }
+    let EntryHead {
+        seq,
+        lease,
+        durable_next,
+        log_id,
+        geometry,
+        clean,
+    } = *head_fields;
     let mut head = [0u8; JOURNAL_HEADER_LEN];
     let len32 = len as u32;
     head[0..4].copy_from_slice(&JOURNAL_MAGIC.to_le_bytes());
@@ -557,14 +568,17 @@ impl<'a, F: Flash> Log<'a, F> {
         let mut staged = 0usize;
         let mut addr = 0u32;
         let mut failure = None;
+        let head = EntryHead {
+            seq,
+            lease: self.lease.max(self.next_offset),
+            durable_next: durable,
+            log_id: self.log_id,
+            geometry: (l.geo.erase_size, l.geo.write_size, l.geo.erased, l.bps),
+            clean,
+        };
         let emitted = emit(
             e as usize,
-            seq,
-            self.lease.max(self.next_offset),
-            durable,
-            self.log_id,
-            (l.geo.erase_size, l.geo.write_size, l.geo.erased, l.bps),
-            clean,
+            &head,
             self.consumers
                 .iter()
                 .map(|c| (c.name.as_str(), c.committed.min(durable))),

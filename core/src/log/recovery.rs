@@ -132,20 +132,23 @@ impl<'a, F: Flash> Log<'a, F> {
         dev.write_padded(l.seg_addr(0), &hdr.encode())
             .map_err(FormatError::Flash)?;
         let mut entry = [0u8; journal::MAX_ENTRY_LEN];
-        let len = journal::encode(
-            &mut entry,
-            geo.erase_size as usize,
-            1,
-            0,
-            0,
+        let head = journal::EntryHead {
+            seq: 1,
+            lease: 0,
+            durable_next: 0,
             log_id,
-            (
+            geometry: (
                 geo.erase_size,
                 geo.write_size,
                 geo.erased,
                 blocks_per_segment,
             ),
-            true,
+            clean: true,
+        };
+        let len = journal::encode(
+            &mut entry,
+            geo.erase_size as usize,
+            &head,
             [(BRIDGE_CONSUMER, 0u64)].into_iter(),
             core::iter::empty(),
         );

@@ -86,15 +86,18 @@ fn entry_bytes(
     producers: &[Snapshot],
 ) -> (Vec<u8>, usize) {
     let mut out = vec![0u8; MAX_ENTRY_LEN];
-    let len = encode(
-        &mut out,
-        MAX_ENTRY_LEN,
+    let head = EntryHead {
         seq,
         lease,
         durable_next,
-        5,
-        (G.erase_size, G.write_size, G.erased, bps),
-        false,
+        log_id: 5,
+        geometry: (G.erase_size, G.write_size, G.erased, bps),
+        clean: false,
+    };
+    let len = encode(
+        &mut out,
+        MAX_ENTRY_LEN,
+        &head,
         [("bridge", bridge_offset)].into_iter(),
         producers.iter().copied(),
     );
