@@ -11,6 +11,8 @@ pub mod kafka;
 pub mod kafka_topic;
 pub mod properties;
 
+use std::borrow::Cow;
+
 use base64::Engine as _;
 use serde::Serialize;
 
@@ -341,7 +343,7 @@ pub struct JsonRecord<'a> {
     /// The gateway's configured id.
     pub gateway_id: &'a str,
     /// The gateway's log id, 32 hex digits.
-    pub log_id: String,
+    pub log_id: Cow<'a, str>,
     /// Offset in the gateway's log.
     pub offset: u64,
     /// Topic.
@@ -370,8 +372,8 @@ pub struct JsonRecord<'a> {
 pub enum JsonPayload<'a> {
     /// A JSON object or array, written as it is.
     Json(&'a serde_json::value::RawValue),
-    /// A string (`utf8` or `base64`).
-    Text(String),
+    /// A string: `utf8` (the payload itself) or `base64`.
+    Text(Cow<'a, str>),
 }
 
 impl<'a> JsonPayload<'a> {
@@ -379,7 +381,9 @@ impl<'a> JsonPayload<'a> {
     pub fn new(bytes: &'a [u8]) -> (Self, &'static str) {
         let Ok(text) = std::str::from_utf8(bytes) else {
             return (
-                JsonPayload::Text(base64::engine::general_purpose::STANDARD.encode(bytes)),
+                JsonPayload::Text(Cow::Owned(
+                    base64::engine::general_purpose::STANDARD.encode(bytes),
+                )),
                 "base64",
             );
         };
@@ -393,17 +397,23 @@ impl<'a> JsonPayload<'a> {
         {
             return (JsonPayload::Json(raw), "json");
         }
-        (JsonPayload::Text(text.to_string()), "utf8")
+        (JsonPayload::Text(Cow::Borrowed(text)), "utf8")
     }
 }
 
 impl<'a> JsonRecord<'a> {
     /// Builds the JSON form of `rec`.
     pub fn new(src: &'a Source, rec: &'a OwnedRecord) -> Self {
+        JsonRecord::with_log_id(src, Cow::Owned(log_id_hex(src.log_id)), rec)
+    }
+
+    /// [`JsonRecord::new`] with `src`'s log id already in hex (`log_id_hex`), so that a
+    /// batch formats it once.
+    pub fn with_log_id(src: &'a Source, log_id: Cow<'a, str>, rec: &'a OwnedRecord) -> Self {
         let (payload, payload_encoding) = JsonPayload::new(&rec.payload);
         JsonRecord {
             gateway_id: &src.gateway_id,
-            log_id: log_id_hex(src.log_id),
+            log_id,
             offset: rec.offset,
             topic: &rec.topic,
             timestamp: rfc3339_us(rec.timestamp_us),
@@ -411,6 +421,13 @@ impl<'a> JsonRecord<'a> {
             payload,
             payload_encoding,
         }
+    }
+
+    /// Appends the line of JSON, newline included, to `out`.
+    pub fn write_line(&self, out: &mut Vec<u8>) {
+        // Serializing a struct of strings and integers into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, self);
+        out.push(b'\n');
     }
 
     /// One line of JSON, newline included.

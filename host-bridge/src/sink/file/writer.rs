@@ -2,6 +2,7 @@
 //! the full files waiting for their checkpoint, rotation, the duplicate check's marks, what
 //! is synced, and settling what a crash left (see the parent module's doc).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -14,8 +15,20 @@ use super::recovery::{
     Found, cut_torn_tail, last_key, last_line, line_key, scan, scan_topic, sync_dir,
 };
 use super::{Rotation, SyncedFile};
-use crate::client::OwnedRecord;
+use crate::client::{OwnedRecord, log_id_hex};
 use crate::sink::{JsonRecord, Source};
+
+/// One topic's lines of a batch ([`Inner::write`]).
+struct Lines {
+    /// The topic's directory name.
+    stem: String,
+    /// The duplicate check's mark of the topic and log, as it moves over the batch.
+    mark: Option<u64>,
+    /// The lines, back to back, newlines included.
+    text: Vec<u8>,
+    /// Per line: its record's offset and timestamp (µs), and its end in `text`.
+    ends: Vec<(u64, u64, usize)>,
+}
 
 /// What one trip to the blocking pool does.
 pub(super) enum Job {
@@ -397,63 +410,95 @@ impl Inner {
     /// [`Inner::sync`]; returns how many records were skipped as already written. On error
     /// the caller drops `self` (the marks may be ahead of the files).
     pub(super) fn write(&mut self, src: &Source, records: &[OwnedRecord]) -> std::io::Result<u64> {
-        // Lines grouped by topic, in record order within each: (offset, timestamp, line).
-        let mut order: Vec<String> = Vec::new();
-        let mut lines: HashMap<String, Vec<(u64, u64, String)>> = HashMap::new();
+        let log_hex = log_id_hex(src.log_id);
+        // Per topic, in order of first appearance: its lines back to back, in record order,
+        // and the end of each in `text` with its offset and timestamp.
+        let mut groups: Vec<Lines> = Vec::new();
         let mut skipped = 0u64;
+        // The group of the previous record's topic (records come in runs of one topic).
+        let mut cur: Option<(usize, &str)> = None;
         for rec in records {
-            let stem = topic_stem(&rec.topic);
-            let key = (stem.clone(), src.log_id);
-            if self.marks.get(&key).is_some_and(|&m| rec.offset <= m) {
+            let g = match cur {
+                Some((g, topic)) if topic == rec.topic => g,
+                _ => {
+                    let stem = topic_stem(&rec.topic);
+                    let g = match groups.iter().position(|l| l.stem == stem) {
+                        Some(g) => g,
+                        None => {
+                            let mark = self.marks.get(&(stem.clone(), src.log_id)).copied();
+                            groups.push(Lines {
+                                stem,
+                                mark,
+                                text: Vec::new(),
+                                ends: Vec::new(),
+                            });
+                            groups.len() - 1
+                        }
+                    };
+                    cur = Some((g, &rec.topic));
+                    g
+                }
+            };
+            let l = &mut groups[g];
+            if l.mark.is_some_and(|m| rec.offset <= m) {
                 skipped += 1;
                 continue;
             }
-            self.marks.insert(key, rec.offset);
-            let line = JsonRecord::new(src, rec).to_line();
-            lines
-                .entry(stem.clone())
-                .or_insert_with(|| {
-                    order.push(stem.clone());
-                    Vec::new()
-                })
-                .push((rec.offset, rec.timestamp_us, line));
+            l.mark = Some(rec.offset);
+            JsonRecord::with_log_id(src, Cow::Borrowed(&log_hex), rec).write_line(&mut l.text);
+            l.ends.push((rec.offset, rec.timestamp_us, l.text.len()));
         }
         let now = SystemTime::now();
         let rot = self.rot;
         let mut touched: Vec<String> = Vec::new();
-        for stem in order {
-            let Some(ls) = lines.remove(&stem) else {
+        for Lines {
+            stem,
+            mark,
+            text,
+            ends,
+        } in groups
+        {
+            if let Some(m) = mark {
+                self.marks.insert((stem.clone(), src.log_id), m);
+            }
+            if ends.is_empty() {
                 continue;
-            };
-            let mut buf: Vec<u8> = Vec::new();
-            for (offset, ts, line) in ls {
+            }
+            // Where the bytes not written yet begin in `text`, and where the line begins.
+            let (mut chunk, mut start) = (0usize, 0usize);
+            // Most batches go whole into the open file: no line by line checks then.
+            let whole = !rot.by_date
+                && self.open.get(&stem).is_some_and(|of| {
+                    of.len + text.len() as u64 <= rot.bytes && !of.expired(&rot, now)
+                });
+            for &(offset, ts, end) in ends.iter().filter(|_| !whole) {
                 let date = rot.by_date.then(|| utc_date(ts));
                 if let Some(of) = self.open.get_mut(&stem) {
-                    let pending = of.len + buf.len() as u64;
-                    let full = pending + line.len() as u64 > rot.bytes;
+                    let pending = of.len + (start - chunk) as u64;
+                    let full = pending + (end - start) as u64 > rot.bytes;
                     let later_day = matches!((&date, &of.date), (Some(d), Some(f)) if d > f);
                     if pending > 0 && (full || of.expired(&rot, now) || later_day) {
                         // Finish the current file and set it aside (renamed once the
                         // checkpoint covers this batch), then begin the next one.
                         let f = of.handle()?;
-                        f.write_all(&buf)?;
+                        f.write_all(&text[chunk..start])?;
                         f.sync_data()?;
-                        of.len += buf.len() as u64;
-                        buf.clear();
+                        of.len += (start - chunk) as u64;
+                        chunk = start;
                         self.set_full(&stem);
                     }
                 }
                 if !self.open.contains_key(&stem) {
                     self.create(&stem, offset, date)?;
                 }
-                buf.extend_from_slice(line.as_bytes());
+                start = end;
             }
             let of = self
                 .open
                 .get_mut(&stem)
                 .ok_or_else(|| std::io::Error::other("open file vanished"))?;
-            of.handle()?.write_all(&buf)?;
-            of.len += buf.len() as u64;
+            of.handle()?.write_all(&text[chunk..])?;
+            of.len += (text.len() - chunk) as u64;
             touched.push(stem);
         }
         self.unsynced.extend(touched);
