@@ -200,22 +200,15 @@ fn main() {
         }
         Cmd::Status(a) => {
             let cfg = layered(file, &a);
-            let stdout = std::io::stdout();
-            let mut out = stdout.lock();
-            // Several gateways: one report after the other (with --json one object per
-            // line); the exit code is the worst.
-            let mut code = exit::OK;
-            for g in gateway_addrs(&cfg) {
-                let c = smol::block_on(commands::status(
-                    &g,
+            each_gateway(&cfg, |g, out| {
+                smol::block_on(commands::status(
+                    g,
                     Some(state_path(&cfg)),
                     reply_timeout(&cfg),
                     a.json,
-                    &mut out,
-                ));
-                code = code.max(c);
-            }
-            code
+                    out,
+                ))
+            })
         }
         Cmd::Consumers(a) => {
             let cfg = layered(file, &a);
@@ -236,25 +229,34 @@ fn main() {
                     spillway_core::log::format::MAX_CONSUMER_NAME_LEN
                 ));
             }
-            let stdout = std::io::stdout();
-            let mut out = stdout.lock();
-            let mut code = exit::OK;
-            for g in gateway_addrs(&cfg) {
-                let c = smol::block_on(commands::consumers(
-                    &g,
+            each_gateway(&cfg, |g, out| {
+                smol::block_on(commands::consumers(
+                    g,
                     delete
                         .as_ref()
                         .map(|(n, f)| commands::Delete { name: n, force: *f }),
                     reply_timeout(&cfg),
                     a.json,
-                    &mut out,
-                ));
-                code = code.max(c);
-            }
-            code
+                    out,
+                ))
+            })
         }
     };
     std::process::exit(code);
+}
+
+/// Runs a one-shot command (`status`, `consumers`) against each gateway of `cfg`, one
+/// report after the other on stdout (with `--json` one object per line); returns the
+/// worst exit code.
+fn each_gateway(
+    cfg: &FileConfig,
+    mut run: impl FnMut(&GatewayAddr, &mut dyn std::io::Write) -> i32,
+) -> i32 {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    (gateway_addrs(cfg).iter())
+        .map(|g| run(g, &mut out))
+        .fold(exit::OK, i32::max)
 }
 
 /// The config file (if any) with a subcommand's `flags` over it; exits 2 when the file
