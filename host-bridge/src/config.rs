@@ -55,46 +55,33 @@ use spillway_core::cli::units::{ByteSize, DurationValue};
 
 use crate::sink::properties::PropertyValue;
 
-/// One gateway URI or several (`gateway = "tcp://…"` or `gateway = ["tcp://…", …]`).
+/// A key that takes one string or a list of them (`gateway = "tcp://…"` or
+/// `gateway = ["tcp://…", …]`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(untagged)]
-pub enum Gateways {
-    /// One URI.
+pub enum OneOrMany {
+    /// One value.
     One(String),
-    /// Several URIs.
+    /// Several values.
     Many(Vec<String>),
 }
 
-impl Gateways {
-    /// The URIs, in order.
-    pub fn uris(&self) -> Vec<String> {
+impl OneOrMany {
+    /// The values, in order.
+    pub fn list(&self) -> Vec<String> {
         match self {
-            Gateways::One(u) => vec![u.clone()],
-            Gateways::Many(v) => v.clone(),
+            OneOrMany::One(v) => vec![v.clone()],
+            OneOrMany::Many(v) => v.clone(),
         }
     }
 }
+
+/// The `gateway` key: one gateway URI or several.
+pub type Gateways = OneOrMany;
 
 /// The `topic` key: `publish` takes one topic (`topic = "a/b"`); a list is read, and
 /// refused by `publish` with a usage error.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(untagged)]
-pub enum Topics {
-    /// One topic (or filter).
-    One(String),
-    /// Several filters.
-    Many(Vec<String>),
-}
-
-impl Topics {
-    /// The topics, in order.
-    pub fn list(&self) -> Vec<String> {
-        match self {
-            Topics::One(t) => vec![t.clone()],
-            Topics::Many(v) => v.clone(),
-        }
-    }
-}
+pub type Topics = OneOrMany;
 
 /// `publish --ack` (key `ack`): what the gateway acknowledges a record after.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -277,7 +264,7 @@ mod tests {
         assert!(toml::from_str::<FileConfig>("gatway = \"x\"").is_err());
         let c: FileConfig = toml::from_str("gateway = [\"tcp://a:1\", \"unix:///b\"]\n").unwrap();
         assert_eq!(
-            c.gateway.map(|g| g.uris()),
+            c.gateway.map(|g| g.list()),
             Some(vec!["tcp://a:1".to_string(), "unix:///b".to_string()])
         );
     }

@@ -35,7 +35,7 @@ fn gateway_addrs(cfg: &FileConfig) -> Vec<GatewayAddr> {
     let uris = cfg
         .gateway
         .as_ref()
-        .map_or_else(|| vec![DEFAULT_GATEWAY.to_string()], |g| g.uris());
+        .map_or_else(|| vec![DEFAULT_GATEWAY.to_string()], |g| g.list());
     if uris.is_empty() {
         usage("gateway: give at least one URI");
     }
