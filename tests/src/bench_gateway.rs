@@ -287,21 +287,33 @@ pub fn spillway_over(ack: AckLevel, per_publisher: usize, tls: bool) -> Spillway
 /// On a connection error or a reply that is not an `Ack`.
 pub fn spillway_publisher(mut c: Client, n: usize, ack: AckLevel) {
     let payload = [0x5au8; PAYLOAD];
-    let take_ack = |c: &mut Client| match next_reply(c).expect("reply") {
-        (_, Reply::Ack(_)) => {}
-        other => panic!("{other:?}"),
-    };
+    pipelined(
+        &mut c,
+        n,
+        |c| {
+            send_publish(c, SUBJECT, &payload, ack).expect("send");
+        },
+        |c| match next_reply(c).expect("reply") {
+            (_, Reply::Ack(_)) => {}
+            other => panic!("{other:?}"),
+        },
+    );
+}
+
+/// Sends `n` requests on `c` with `send`, taking an answer with `take` whenever [`WINDOW`]
+/// are unanswered and then the rest: the pipelining of both sides of the comparison.
+fn pipelined<C>(c: &mut C, n: usize, mut send: impl FnMut(&mut C), mut take: impl FnMut(&mut C)) {
     let mut inflight = 0;
     for _ in 0..n {
-        send_publish(&mut c, SUBJECT, &payload, ack).expect("send");
+        send(c);
         inflight += 1;
         if inflight >= WINDOW {
-            take_ack(&mut c);
+            take(c);
             inflight -= 1;
         }
     }
     for _ in 0..inflight {
-        take_ack(&mut c);
+        take(c);
     }
 }
 
@@ -348,25 +360,20 @@ pub fn nats_connect(addr: &str) -> NatsConn {
 /// On a connection error or a refused publish.
 pub fn nats_publisher(mut c: NatsConn, n: usize) {
     let payload = [0x5au8; PAYLOAD];
-    let mut inflight = 0;
-    let ack = |c: &mut NatsConn| {
-        let m = c.next_msg().expect("PubAck");
-        match PubAck::parse(&m.payload) {
-            PubAck::Stored { .. } => {}
-            PubAck::Error(e) => panic!("JetStream refused a publish: {e}"),
-        }
-    };
-    for _ in 0..n {
-        c.publish_with_reply(SUBJECT, &payload).expect("publish");
-        inflight += 1;
-        if inflight >= WINDOW {
-            ack(&mut c);
-            inflight -= 1;
-        }
-    }
-    for _ in 0..inflight {
-        ack(&mut c);
-    }
+    pipelined(
+        &mut c,
+        n,
+        |c| {
+            c.publish_with_reply(SUBJECT, &payload).expect("publish");
+        },
+        |c| {
+            let m = c.next_msg().expect("PubAck");
+            match PubAck::parse(&m.payload) {
+                PubAck::Stored { .. } => {}
+                PubAck::Error(e) => panic!("JetStream refused a publish: {e}"),
+            }
+        },
+    );
 }
 
 /// A disk case: writes of `block` bytes, each followed by `fdatasync`.
