@@ -401,31 +401,7 @@ impl Gateway {
             protocol_version, ..
         } = *req
         {
-            if protocol_version == 0 {
-                let m = message(format_args!(
-                    "protocol version {protocol_version} unsupported; this gateway speaks 1..={PROTOCOL_VERSION}"
-                ));
-                return error_reply(out, 0, ErrorCode::UnsupportedVersion, &m);
-            }
-            let v = protocol_version.min(PROTOCOL_VERSION);
-            conn.protocol_version = Some(v);
-            let welcome = Response::Welcome {
-                protocol_version: v,
-                log_id: log.log_id(),
-                gateway_id: &self.cfg.gateway_id,
-                max_record_bytes: self.cfg.max_record_bytes,
-                max_frame_bytes: self.cfg.max_frame_bytes,
-            };
-            if v >= 3 {
-                let ext = WelcomeV3 {
-                    producer_window: clog::PRODUCER_WINDOW as u32,
-                };
-                return match encode_frame(&(welcome, ext), out) {
-                    Ok(len) => Outcome::Reply { len },
-                    Err(_) => Outcome::NoReply,
-                };
-            }
-            return reply(out, &welcome);
+            return self.hello(conn, protocol_version, log, out);
         }
         if conn.protocol_version.is_none() {
             let ack_none = matches!(
@@ -611,21 +587,70 @@ impl Gateway {
                 timestamp_us,
                 from_offset,
             } => self.find_offset(seq, timestamp_us, from_offset, version, log, scratch, out),
-            Request::Stats { seq } => {
-                let stats = self.stats(log, now_us);
-                let resp = Response::StatsReply { seq, stats };
-                if version >= 3 {
-                    let ext = StatsV3 {
-                        full: self.is_full(log),
-                    };
-                    return match encode_frame(&(resp, ext), out) {
-                        Ok(len) => Outcome::Reply { len },
-                        Err(_) => Outcome::NoReply,
-                    };
-                }
-                reply(out, &resp)
-            }
+            Request::Stats { seq } => self.stats_reply(seq, version, log, now_us, out),
         }
+    }
+
+    /// Answers a `Hello` (and records the connection's protocol version). Out of line, as
+    /// is [`Self::stats_reply`]: the replies of these rare requests are large values, kept
+    /// off the stack of every other request.
+    #[inline(never)]
+    fn hello<F: Flash>(
+        &self,
+        conn: &mut Conn,
+        protocol_version: u16,
+        log: &Log<'_, F>,
+        out: &mut [u8],
+    ) -> Outcome {
+        if protocol_version == 0 {
+            let m = message(format_args!(
+                "protocol version {protocol_version} unsupported; this gateway speaks 1..={PROTOCOL_VERSION}"
+            ));
+            return error_reply(out, 0, ErrorCode::UnsupportedVersion, &m);
+        }
+        let v = protocol_version.min(PROTOCOL_VERSION);
+        conn.protocol_version = Some(v);
+        let welcome = Response::Welcome {
+            protocol_version: v,
+            log_id: log.log_id(),
+            gateway_id: &self.cfg.gateway_id,
+            max_record_bytes: self.cfg.max_record_bytes,
+            max_frame_bytes: self.cfg.max_frame_bytes,
+        };
+        if v >= 3 {
+            let ext = WelcomeV3 {
+                producer_window: clog::PRODUCER_WINDOW as u32,
+            };
+            return match encode_frame(&(welcome, ext), out) {
+                Ok(len) => Outcome::Reply { len },
+                Err(_) => Outcome::NoReply,
+            };
+        }
+        reply(out, &welcome)
+    }
+
+    /// Answers a `Stats` request.
+    #[inline(never)]
+    fn stats_reply<F: Flash>(
+        &self,
+        seq: u32,
+        version: u16,
+        log: &Log<'_, F>,
+        now_us: u64,
+        out: &mut [u8],
+    ) -> Outcome {
+        let stats = self.stats(log, now_us);
+        let resp = Response::StatsReply { seq, stats };
+        if version >= 3 {
+            let ext = StatsV3 {
+                full: self.is_full(log),
+            };
+            return match encode_frame(&(resp, ext), out) {
+                Ok(len) => Outcome::Reply { len },
+                Err(_) => Outcome::NoReply,
+            };
+        }
+        reply(out, &resp)
     }
 
     /// The counters of a `StatsReply`.

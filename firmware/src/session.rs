@@ -157,6 +157,10 @@ impl<'t, T: Read + Write, const N: usize> Session<'t, T, N> {
     /// `out` the reply frame buffer (its length is the frame limit; give it the gateway's
     /// `max_frame_bytes`). Call [`Log::tick`] between polls (e.g. with a read timeout on the
     /// transport) so lingering records reach flash.
+    ///
+    /// Never inlined: its read chunk and the request handling stay off the stack of the
+    /// caller's other work (a mount, on a microcontroller).
+    #[inline(never)]
     #[allow(clippy::too_many_arguments)]
     pub fn poll<F: Flash>(
         &mut self,
@@ -287,6 +291,8 @@ impl<'t, T: Read + Write, const N: usize> Session<'t, T, N> {
         Ok(())
     }
 
+    /// Out of line: a frames session does not carry its locals on its stack.
+    #[inline(never)]
     #[allow(clippy::too_many_arguments)]
     fn lines<F: Flash>(
         &mut self,

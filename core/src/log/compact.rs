@@ -26,7 +26,7 @@
 //! [`record_crc`]: super::record_crc
 
 use super::format::{
-    MAX_TOPIC_LEN, PRODUCER_LEN, Producer, RECORD_OVERHEAD, encode_record_head, parse_record_fields,
+    MAX_TOPIC_LEN, PRODUCER_LEN, Producer, RECORD_OVERHEAD, parse_record_fields, record_head_pieces,
 };
 
 /// First segment header version whose batch bodies are in the compact layout (layout 2).
@@ -364,37 +364,52 @@ fn take_topic<S: Source>(
     Ok(Some(n[0]))
 }
 
+impl Default for Decoder {
+    fn default() -> Self {
+        Decoder::new()
+    }
+}
+
 impl Decoder {
-    /// Reads the body's prefix (flags, base timestamp, batch topic, fixed payload length)
-    /// for a batch of `count` records. `None` if it is malformed.
-    pub fn start<S: Source>(src: &mut S, count: u32) -> Result<Option<Self>, S::Error> {
-        let mut d = Decoder {
+    /// A decoder of no body yet: [`Decoder::start`] sets it up.
+    pub const fn new() -> Self {
+        Decoder {
             flags: 0,
             prev_ts: 0,
             fixed_len: 0,
-            left: count,
+            left: 0,
             topic: [0; MAX_TOPIC_LEN],
             topic_len: 0,
             own: [0; MAX_TOPIC_LEN],
             own_len: 0,
-        };
+        }
+    }
+
+    /// Reads the body's prefix (flags, base timestamp, batch topic, fixed payload length)
+    /// for a batch of `count` records into this decoder, in place (it is over 500 bytes: no
+    /// copy of it on the stack of a read). `false` if the prefix is malformed (the decoder
+    /// then holds no body to decode).
+    pub fn start<S: Source>(&mut self, src: &mut S, count: u32) -> Result<bool, S::Error> {
+        (self.flags, self.prev_ts, self.fixed_len, self.left) = (0, 0, 0, 0);
+        (self.topic_len, self.own_len) = (0, 0);
         let mut b = [0u8; 9];
         if !src.take(&mut b)? || b[0] & !BODY_FLAGS_KNOWN != 0 {
-            return Ok(None);
+            return Ok(false);
         }
-        d.flags = b[0];
-        d.prev_ts = u64::from_le_bytes([b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8]]);
-        let Some(t) = take_topic(src, &mut d.topic)? else {
-            return Ok(None);
+        let flags = b[0];
+        self.prev_ts = u64::from_le_bytes([b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8]]);
+        let Some(t) = take_topic(src, &mut self.topic)? else {
+            return Ok(false);
         };
-        d.topic_len = t;
-        if d.flags & BODY_FIXED_LEN != 0 {
+        self.topic_len = t;
+        if flags & BODY_FIXED_LEN != 0 {
             let Some(n) = take_varint(src)?.and_then(|n| u32::try_from(n).ok()) else {
-                return Ok(None);
+                return Ok(false);
             };
-            d.fixed_len = n;
+            self.fixed_len = n;
         }
-        Ok(Some(d))
+        (self.flags, self.left) = (flags, count);
+        Ok(true)
     }
 
     /// Records not decoded yet.
@@ -468,12 +483,38 @@ impl Decoder {
         }
     }
 
-    /// Writes the canonical (layout 1) encoding of `h`'s fields before its payload into
-    /// `out`; returns its length (at most [`MAX_CANONICAL_HEAD`]). The record's canonical
-    /// encoding is these bytes followed by its payload.
-    pub fn canonical_head(&self, h: &Head, out: &mut [u8; MAX_CANONICAL_HEAD]) -> usize {
+    /// Calls `f` with the pieces of the canonical (layout 1) encoding of `h`'s fields
+    /// before its payload, in order (topic length and topic, timestamp, producer flag and
+    /// fields, payload length); returns their total length, at most
+    /// [`MAX_CANONICAL_HEAD`]. The record's canonical encoding is these bytes followed by
+    /// its payload. In pieces, so that a caller that only hashes them needs no buffer.
+    pub fn canonical_head_pieces(&self, h: &Head, mut f: impl FnMut(&[u8])) -> usize {
         let t = self.topic(h);
-        encode_record_head(t, h.timestamp_us, h.producer, h.payload_len, out)
+        record_head_pieces(t, h.timestamp_us, h.producer, h.payload_len, &mut f)
+    }
+
+    /// Length of the canonical head of `h` ([`Self::canonical_head_pieces`]), bytes.
+    pub fn canonical_head_len(&self, h: &Head) -> usize {
+        let producer = if h.producer.is_some() {
+            PRODUCER_LEN
+        } else {
+            0
+        };
+        RECORD_OVERHEAD + self.topic(h).len() + producer
+    }
+
+    /// Writes the canonical head of `h` ([`Self::canonical_head_pieces`]) at the start of
+    /// `out`; returns its length, or `None` (`out` partly written) if `out` is shorter.
+    pub fn canonical_head(&self, h: &Head, out: &mut [u8]) -> Option<usize> {
+        let (mut at, mut fits) = (0usize, true);
+        let n = self.canonical_head_pieces(h, |piece| {
+            match out.get_mut(at..at + piece.len()) {
+                Some(dst) => dst.copy_from_slice(piece),
+                None => fits = false,
+            }
+            at += piece.len();
+        });
+        fits.then_some(n)
     }
 }
 
@@ -482,19 +523,19 @@ impl Decoder {
 /// malformed, holds other than exactly `count` records, or `out` is too small.
 pub fn expand(body: &[u8], count: u32, out: &mut [u8]) -> Option<usize> {
     let mut src = SliceSource { rest: body };
-    let Ok(Some(mut d)) = Decoder::start(&mut src, count) else {
+    let mut d = Decoder::new();
+    if d.start(&mut src, count) != Ok(true) {
         return None;
-    };
-    let mut head = [0u8; MAX_CANONICAL_HEAD];
+    }
     let mut at = 0usize;
     while d.left() > 0 {
         let Ok(Some(h)) = d.next(&mut src) else {
             return None;
         };
-        let n = d.canonical_head(&h, &mut head);
+        let n = d.canonical_head_len(&h);
         let end = at.checked_add(n)?.checked_add(h.payload_len as usize)?;
         let dst = out.get_mut(at..end)?;
-        dst[..n].copy_from_slice(&head[..n]);
+        d.canonical_head(&h, dst)?;
         if src.take(&mut dst[n..]) != Ok(true) {
             return None;
         }
@@ -638,6 +679,43 @@ mod tests {
             longer.push(0);
             assert_eq!(expand(&longer, k, &mut out), None);
         }
+    }
+
+    /// The canonical head written into a buffer, its pieces (what a read hashes without a
+    /// buffer) and its length agree, and a buffer too short for it is refused.
+    #[test]
+    fn canonical_head_pieces_match_the_written_head() {
+        let recs = [
+            rec("sst", 1_764_000_000_000_000, None, b"18.4"),
+            rec("glucose", 5, Some(Producer { id: 9, seq: 1 }), b"x"),
+        ];
+        let want = canonical(&recs);
+        let (_, body) = compact(&want, 2);
+        let mut src = SliceSource { rest: &body };
+        let mut d = Decoder::new();
+        assert_eq!(d.start(&mut src, 2), Ok(true));
+        let mut at = 0;
+        for r in &recs {
+            let h = d.next(&mut src).unwrap().unwrap();
+            let n = d.canonical_head_len(&h);
+            assert_eq!(n, r.encoded_len() - r.payload.len());
+            let mut pieces = Vec::new();
+            assert_eq!(
+                d.canonical_head_pieces(&h, |p| pieces.extend_from_slice(p)),
+                n
+            );
+            let mut out = [0u8; MAX_CANONICAL_HEAD];
+            assert_eq!(d.canonical_head(&h, &mut out), Some(n));
+            assert_eq!(
+                (&out[..n], &pieces[..]),
+                (&want[at..at + n], &want[at..at + n])
+            );
+            assert_eq!(d.canonical_head(&h, &mut out[..n - 1]), None);
+            let mut payload = std::vec![0u8; h.payload_len as usize];
+            assert_eq!(src.take(&mut payload), Ok(true));
+            at += n + payload.len();
+        }
+        assert_eq!(at, want.len());
     }
 
     /// `plan` stops at the longest prefix whose body fits.

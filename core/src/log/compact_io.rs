@@ -8,7 +8,7 @@
 
 #[cfg(feature = "compression")]
 use super::compact::SliceSource;
-use super::compact::{self, Decoder, Head, MAX_CANONICAL_HEAD, Plan, Source};
+use super::compact::{self, Decoder, Head, Plan, Source};
 use super::device::{CHUNK, Dev, READ_ATTEMPTS};
 use super::format::{BATCH_HEADER_LEN, BatchHeader};
 use super::lz4::Scratch;
@@ -114,11 +114,12 @@ fn hash_payload<S: Source>(
     Ok(true)
 }
 
-/// The record CRC of a record whose canonical head is `head`, before its payload.
-fn record_hasher(offset: u64, head: &[u8]) -> crate::crc::Hasher {
+/// The record CRC of the record at `offset` whose fields `d` decoded as `head`, before
+/// its payload (the canonical head is hashed piece by piece, never held in a buffer).
+fn head_hasher(d: &Decoder, offset: u64, head: &Head) -> crate::crc::Hasher {
     let mut h = crate::crc::Hasher::new();
     h.update(&offset.to_le_bytes());
-    h.update(head);
+    d.canonical_head_pieces(head, |piece| h.update(piece));
     h
 }
 
@@ -174,16 +175,15 @@ fn walk_body<S: Source>(
     h: &BatchHeader,
     f: &mut impl FnMut(u64, &Head, u32),
 ) -> Result<bool, S::Error> {
-    let Some(mut d) = Decoder::start(src, h.count)? else {
+    let mut d = Decoder::new();
+    if !d.start(src, h.count)? {
         return Ok(false);
-    };
-    let mut head = [0u8; MAX_CANONICAL_HEAD];
+    }
     for i in 0..u64::from(h.count) {
         let Some(r) = d.next(src)? else {
             return Ok(false);
         };
-        let n = d.canonical_head(&r, &mut head);
-        let mut crc = record_hasher(h.base_offset + i, &head[..n]);
+        let mut crc = head_hasher(&d, h.base_offset + i, &r);
         if !hash_payload(src, &mut crc, r.payload_len as usize)? {
             return Ok(false);
         }
@@ -201,10 +201,10 @@ fn copy_body<S: Source>(
     from: u64,
     buf: &mut [u8],
 ) -> Result<Option<CompactRead>, S::Error> {
-    let Some(mut d) = Decoder::start(src, h.count)? else {
+    let mut d = Decoder::new();
+    if !d.start(src, h.count)? {
         return Ok(None);
-    };
-    let mut head = [0u8; MAX_CANONICAL_HEAD];
+    }
     let (mut count, mut len, mut prev_crc) = (0u32, 0usize, h.prev_crc);
     let mut needed = None;
     let mut full = false;
@@ -213,10 +213,10 @@ fn copy_body<S: Source>(
         let Some(r) = d.next(src)? else {
             return Ok(None);
         };
-        let n = d.canonical_head(&r, &mut head);
+        let n = d.canonical_head_len(&r);
         let plen = r.payload_len as usize;
         if offset < from || full {
-            let mut crc = record_hasher(offset, &head[..n]);
+            let mut crc = head_hasher(&d, offset, &r);
             if !hash_payload(src, &mut crc, plen)? {
                 return Ok(None);
             }
@@ -231,13 +231,15 @@ fn copy_body<S: Source>(
                 needed = Some(n + plen);
             }
             full = true;
-            let mut crc = record_hasher(offset, &head[..n]);
+            let mut crc = head_hasher(&d, offset, &r);
             if !hash_payload(src, &mut crc, plen)? {
                 return Ok(None);
             }
             continue;
         }
-        buf[len..len + n].copy_from_slice(&head[..n]);
+        if d.canonical_head(&r, &mut buf[len..len + n]).is_none() {
+            return Ok(None);
+        }
         if !src.take(&mut buf[len + n..end])? {
             return Ok(None);
         }

@@ -65,11 +65,41 @@ pub const PRODUCER_LEN: usize = 12;
 const FLAG_PRODUCER: u8 = 0x01;
 const FLAG_AFTER_UNCLEAN: u8 = 0x01;
 
-/// Writes a record's fields before its payload into `out`: topic length (1 byte), topic,
-/// timestamp (µs, u64 LE), flags (bit 0: a producer follows), producer id (u64 LE) and
-/// sequence (u32 LE) if any, payload length (u32 LE); see `core/FORMAT.md` section 4.1.
-/// Returns the bytes written. This is the record's layout in a batch and its canonical
-/// encoding (the bytes its CRC covers, with the payload after them).
+/// Calls `f` with a record's fields before its payload, in order: topic length (1 byte),
+/// topic, timestamp (µs, u64 LE), flags (bit 0: a producer follows), producer id (u64 LE)
+/// and sequence (u32 LE) if any, payload length (u32 LE); see `core/FORMAT.md` section
+/// 4.1. Returns their total length. This is the record's layout in a batch and its
+/// canonical encoding (the bytes its CRC covers, with the payload after them); in pieces,
+/// so that a reader that only hashes them needs no buffer ([`encode_record_head`] writes
+/// them into one).
+pub(crate) fn record_head_pieces(
+    topic: &[u8],
+    timestamp_us: u64,
+    producer: Option<Producer>,
+    payload_len: u32,
+    f: &mut impl FnMut(&[u8]),
+) -> usize {
+    f(&[topic.len() as u8]);
+    f(topic);
+    f(&timestamp_us.to_le_bytes());
+    let producer_len = match producer {
+        Some(p) => {
+            f(&[FLAG_PRODUCER]);
+            f(&p.id.to_le_bytes());
+            f(&p.seq.to_le_bytes());
+            1 + PRODUCER_LEN
+        }
+        None => {
+            f(&[0]);
+            1
+        }
+    };
+    f(&payload_len.to_le_bytes());
+    1 + topic.len() + 8 + producer_len + 4
+}
+
+/// Writes a record's fields before its payload ([`record_head_pieces`]) into `out`, which
+/// must have room for them; returns the bytes written.
 pub(crate) fn encode_record_head(
     topic: &[u8],
     timestamp_us: u64,
@@ -77,25 +107,11 @@ pub(crate) fn encode_record_head(
     payload_len: u32,
     out: &mut [u8],
 ) -> usize {
-    out[0] = topic.len() as u8;
-    let mut at = 1 + topic.len();
-    out[1..at].copy_from_slice(topic);
-    out[at..at + 8].copy_from_slice(&timestamp_us.to_le_bytes());
-    at += 8;
-    match producer {
-        Some(p) => {
-            out[at] = FLAG_PRODUCER;
-            out[at + 1..at + 9].copy_from_slice(&p.id.to_le_bytes());
-            out[at + 9..at + 13].copy_from_slice(&p.seq.to_le_bytes());
-            at += 13;
-        }
-        None => {
-            out[at] = 0;
-            at += 1;
-        }
-    }
-    out[at..at + 4].copy_from_slice(&payload_len.to_le_bytes());
-    at + 4
+    let mut at = 0;
+    record_head_pieces(topic, timestamp_us, producer, payload_len, &mut |piece| {
+        out[at..at + piece.len()].copy_from_slice(piece);
+        at += piece.len();
+    })
 }
 
 /// Rounds `n` up to a multiple of `align` (a power of two).

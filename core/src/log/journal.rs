@@ -221,8 +221,8 @@ fn emit_body<'c>(
         }
     }
     for p in producers.take(np as usize) {
-        let (seq, off) = p.last.unwrap_or((0, 0));
-        let flags = if p.last.is_some() {
+        let (seq, off) = p.last().unwrap_or((0, 0));
+        let flags = if p.last().is_some() {
             PRODUCER_HAS_LAST
         } else {
             0
@@ -364,11 +364,15 @@ fn parse(b: &[u8], mut out: Option<&mut Entry>) -> Option<u64> {
             // Format versions 1 and 2: id, last durable sequence, its offset, start of
             // the unbroken run; a producer without a session.
             let (seq, off) = (u32_at(at + 8)?, u64_at(at + 12)?);
+            if off >= MAX_OFFSET {
+                return None;
+            }
             at += PRODUCER_ENTRY_LEN_V0;
             Snapshot {
                 id,
                 epoch: 0,
-                last: Some((seq, off)),
+                last_seq: seq,
+                last_offset: off,
                 session_from: 0,
                 contiguous_from: u32_at(at - 4)?,
                 wrapped: false,
@@ -380,10 +384,19 @@ fn parse(b: &[u8], mut out: Option<&mut Entry>) -> Option<u64> {
                 return None;
             }
             let (seq, off) = (u32_at(at + 12)?, u64_at(at + 16)?);
+            let (last_seq, last_offset) = if flags & PRODUCER_HAS_LAST != 0 {
+                if off >= MAX_OFFSET {
+                    return None;
+                }
+                (seq, off)
+            } else {
+                (0, u64::MAX)
+            };
             let p = Snapshot {
                 id,
                 epoch: u32_at(at + 8)?,
-                last: (flags & PRODUCER_HAS_LAST != 0).then_some((seq, off)),
+                last_seq,
+                last_offset,
                 session_from: u64_at(at + 24)?,
                 contiguous_from: u32_at(at + 32)?,
                 wrapped: flags & PRODUCER_WRAPPED != 0,
@@ -392,7 +405,8 @@ fn parse(b: &[u8], mut out: Option<&mut Entry>) -> Option<u64> {
             at += PRODUCER_ENTRY_LEN;
             p
         };
-        if p.last.is_some_and(|l| l.1 >= MAX_OFFSET) || p.session_from >= MAX_OFFSET {
+        // (A last record's offset at or above `MAX_OFFSET` was refused above.)
+        if p.session_from >= MAX_OFFSET {
             return None;
         }
         if let Some(e) = out.as_deref_mut() {
@@ -655,7 +669,7 @@ impl<'a, F: Flash> Log<'a, F> {
         }
         for p in self.producers.iter_mut() {
             if let Some(s) = p.snapshot(durable) {
-                p.set_persisted(s.last);
+                p.set_persisted(s.last());
             }
         }
         self.dirty = false;

@@ -161,39 +161,45 @@ pub struct ProducerState {
 }
 
 /// The last records' `(sequence, offset)` pairs of a producer, oldest first, at most
-/// [`PRODUCER_WINDOW`]. Kept as two arrays: a `(u32, u64)` pair pads to 16 bytes. With
-/// [`ProducerState`]'s persisted pair split the same way, a producer takes 96 bytes
-/// instead of 128 (on a 32-bit microcontroller; its table of 32 is 1 KiB smaller).
+/// [`PRODUCER_WINDOW`]. Kept as two arrays: a `(u32, u64)` pair pads to 16 bytes. The
+/// pairs held are the slots before the first offset `u64::MAX` (offsets stay below
+/// [`MAX_OFFSET`](super::format::MAX_OFFSET)), so no length field pads the window to 56
+/// bytes. With [`ProducerState`]'s persisted pair split the same way, a producer takes 88
+/// bytes instead of 128 on a 32-bit microcontroller (its table of 32 is 1.25 KiB smaller).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Window {
     offsets: [u64; PRODUCER_WINDOW],
     seqs: [u32; PRODUCER_WINDOW],
-    len: u8,
 }
+
+/// The offset of a window slot that holds no pair.
+const EMPTY_SLOT: u64 = u64::MAX;
 
 impl Window {
     /// An empty window.
     pub const fn new() -> Self {
         Window {
-            offsets: [0; PRODUCER_WINDOW],
+            offsets: [EMPTY_SLOT; PRODUCER_WINDOW],
             seqs: [0; PRODUCER_WINDOW],
-            len: 0,
         }
     }
 
     /// Pairs held.
     pub fn len(&self) -> usize {
-        self.len as usize
+        self.offsets
+            .iter()
+            .position(|&o| o == EMPTY_SLOT)
+            .unwrap_or(PRODUCER_WINDOW)
     }
 
     /// Whether it holds no pair.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.offsets[0] == EMPTY_SLOT
     }
 
     /// Whether it holds [`PRODUCER_WINDOW`] pairs.
     pub fn is_full(&self) -> bool {
-        self.len() == PRODUCER_WINDOW
+        self.offsets[PRODUCER_WINDOW - 1] != EMPTY_SLOT
     }
 
     /// The pair at `i` (0 is the oldest).
@@ -213,20 +219,23 @@ impl Window {
 
     /// The pairs, oldest first.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (u32, u64)> + '_ {
-        self.seqs[..self.len()]
+        let n = self.len();
+        self.seqs[..n]
             .iter()
             .copied()
-            .zip(self.offsets[..self.len()].iter().copied())
+            .zip(self.offsets[..n].iter().copied())
     }
 
-    /// Appends `pair` as the newest; gives it back when the window is full.
+    /// Appends `pair` as the newest; gives it back when the window is full or its offset
+    /// is not one a record can have (at or above
+    /// [`MAX_OFFSET`](super::format::MAX_OFFSET)).
     pub fn push(&mut self, pair: (u32, u64)) -> Result<(), (u32, u64)> {
-        if self.is_full() {
+        let n = self.len();
+        if n == PRODUCER_WINDOW || pair.1 >= super::format::MAX_OFFSET {
             return Err(pair);
         }
-        self.seqs[self.len()] = pair.0;
-        self.offsets[self.len()] = pair.1;
-        self.len += 1;
+        self.seqs[n] = pair.0;
+        self.offsets[n] = pair.1;
         Ok(())
     }
 
@@ -236,7 +245,7 @@ impl Window {
         if n > 0 {
             self.seqs.copy_within(1..n, 0);
             self.offsets.copy_within(1..n, 0);
-            self.len -= 1;
+            (self.seqs[n - 1], self.offsets[n - 1]) = (0, EMPTY_SLOT);
         }
     }
 }
@@ -254,9 +263,13 @@ pub struct Snapshot {
     pub id: u64,
     /// Epoch of its current session (0: legacy rule).
     pub epoch: u32,
-    /// The last sequence whose record was durable, and that record's offset; `None` if the
-    /// session has no durable record.
-    pub last: Option<(u32, u64)>,
+    /// The last sequence whose record was durable ([`Snapshot::last`]).
+    pub(super) last_seq: u32,
+    /// That record's offset; `u64::MAX` for none (offsets stay below
+    /// [`MAX_OFFSET`](super::format::MAX_OFFSET)). The pair is kept as two fields, as in
+    /// [`ProducerState`]: an `Option<(u32, u64)>` takes 24 bytes, these two 12, and a
+    /// mount holds a journal entry of [`MAX_PRODUCERS`] snapshots on its stack.
+    pub(super) last_offset: u64,
     /// First offset of the current session.
     pub session_from: u64,
     /// Legacy rule: start of the unbroken run of sequences ending at `last`.
@@ -266,6 +279,20 @@ pub struct Snapshot {
     /// Later records of the session may be durable below the snapshot's durable end (the
     /// mount reads the records from just after `last`, or from `session_from`).
     pub behind: bool,
+}
+
+impl Snapshot {
+    /// The last sequence whose record was durable, and that record's offset; `None` if the
+    /// session has no durable record.
+    pub fn last(&self) -> Option<(u32, u64)> {
+        (self.last_offset != u64::MAX).then_some((self.last_seq, self.last_offset))
+    }
+
+    /// Sets what [`Self::last`] returns (an offset below
+    /// [`MAX_OFFSET`](super::format::MAX_OFFSET)).
+    pub fn set_last(&mut self, last: Option<(u32, u64)>) {
+        (self.last_seq, self.last_offset) = last.unwrap_or((0, u64::MAX));
+    }
 }
 
 impl ProducerState {
@@ -304,8 +331,8 @@ impl ProducerState {
     pub fn from_snapshot(s: &Snapshot) -> Self {
         let mut st = ProducerState::session(s.id, s.epoch, s.session_from);
         st.wrapped = s.wrapped;
-        st.set_persisted(s.last);
-        if let Some((seq, off)) = s.last {
+        st.set_persisted(s.last());
+        if let Some((seq, off)) = s.last() {
             let _ = st.window.push((seq, off));
             st.contiguous_from = if seq_before(seq, s.contiguous_from) {
                 seq
@@ -443,10 +470,12 @@ impl ProducerState {
             Some((seq, _)) if seq_before(seq, self.contiguous_from) => seq,
             _ => self.contiguous_from,
         };
+        let (last_seq, last_offset) = last.unwrap_or((0, u64::MAX));
         Some(Snapshot {
             id: self.id,
             epoch: self.epoch,
-            last,
+            last_seq,
+            last_offset,
             session_from: self.session_from,
             contiguous_from,
             wrapped: self.wrapped,
@@ -462,7 +491,7 @@ pub fn rebuild_from(durable_next: u64, producers: &[Snapshot]) -> u64 {
     producers
         .iter()
         .filter(|p| p.behind)
-        .map(|p| p.last.map_or(p.session_from, |l| l.1.saturating_add(1)))
+        .map(|p| p.last().map_or(p.session_from, |l| l.1.saturating_add(1)))
         .fold(durable_next, u64::min)
 }
 
@@ -742,22 +771,63 @@ mod tests {
         let mut st = session_with(3, 1..=6);
         // Offsets 100..=105; durable below 104.
         let s = st.snapshot(104).unwrap();
-        assert_eq!((s.last, s.behind), (Some((4, 103)), false));
-        st.set_persisted(s.last);
+        assert_eq!((s.last(), s.behind), (Some((4, 103)), false));
+        st.set_persisted(s.last());
         for i in 7..=12 {
             st.push(i, 100 + i as u64 - 1);
         }
         // The window holds 9..=12 (offsets 108..=111), none durable below 106.
         let s = st.snapshot(106).unwrap();
-        assert_eq!((s.last, s.behind), (Some((4, 103)), true));
+        assert_eq!((s.last(), s.behind), (Some((4, 103)), true));
         assert_eq!(rebuild_from(106, &[s]), 104);
         let empty = ProducerState::session(1, 1, 50).snapshot(10).unwrap();
-        assert_eq!((empty.last, empty.behind), (None, false));
+        assert_eq!((empty.last(), empty.behind), (None, false));
         let restored = ProducerState::from_snapshot(&s);
         assert_eq!(
             (restored.epoch, restored.last_seq(), restored.session_from),
             (3, 4, 100)
         );
         assert!(ProducerState::session(1, 0, 0).snapshot(10).is_none());
+    }
+
+    /// The producer table is most of a microcontroller's `Log` (32 producers), and a mount
+    /// holds a journal entry of 32 snapshots on its stack: their sizes are part of the
+    /// RAM budget (`scripts/mcu-test.sh`'s footprint), 96 and 56 bytes before the window
+    /// lost its length field and the snapshot its `Option`.
+    #[test]
+    fn a_producer_takes_88_bytes_and_a_snapshot_40() {
+        assert_eq!(core::mem::size_of::<Window>(), 48);
+        assert_eq!(core::mem::size_of::<ProducerState>(), 88);
+        assert_eq!(core::mem::size_of::<Snapshot>(), 40);
+    }
+
+    #[test]
+    fn the_window_holds_its_pairs_without_a_length_field() {
+        let mut w = Window::new();
+        assert!(w.is_empty() && !w.is_full() && w.last().is_none());
+        for i in 0..PRODUCER_WINDOW as u32 {
+            assert_eq!(w.push((i, 10 + u64::from(i))), Ok(()));
+        }
+        assert!(w.is_full());
+        assert_eq!(w.push((9, 99)), Err((9, 99)));
+        w.remove_oldest();
+        assert_eq!(
+            (w.len(), w.first(), w.last()),
+            (3, Some((1, 11)), Some((3, 13)))
+        );
+        // An offset no record can have is refused, not taken for an empty slot.
+        assert_eq!(
+            w.push((7, super::super::format::MAX_OFFSET)),
+            Err((7, super::super::format::MAX_OFFSET))
+        );
+        assert_eq!(w.push((4, 14)), Ok(()));
+        assert_eq!(
+            w.iter().collect::<heapless::Vec<_, 4>>().as_slice(),
+            &[(1, 11), (2, 12), (3, 13), (4, 14)]
+        );
+        while !w.is_empty() {
+            w.remove_oldest();
+        }
+        assert_eq!((w, Window::new().len()), (Window::new(), 0));
     }
 }

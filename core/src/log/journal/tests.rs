@@ -161,7 +161,8 @@ fn producer_sequences_cross_the_wrap_across_restarts() {
     let snapshot = |id, epoch, seq, off| Snapshot {
         id,
         epoch,
-        last: Some((seq, off)),
+        last_seq: seq,
+        last_offset: off,
         session_from: 0,
         contiguous_from: seq,
         wrapped: false,

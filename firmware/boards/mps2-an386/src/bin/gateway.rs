@@ -14,6 +14,7 @@
 use core::ops::ControlFlow;
 
 use cortex_m_rt::entry;
+use spillway_core::log::compact::MAX_CANONICAL_HEAD;
 use spillway_core::log::{Config, Log, SegmentSlot, segments_for};
 use spillway_core::storage::{Flash, NorFlashAdapter};
 use spillway_firmware::{Gateway, GatewayConfig, Mode, Session, serve_remounting};
@@ -31,6 +32,12 @@ const SEGMENTS: usize = (nor::BLOCKS - 2) / BLOCKS_PER_SEGMENT as usize;
 const MAX_RECORD_BYTES: u32 = 256;
 /// Largest frame on the wire, bytes: enough to fetch any stored record.
 const MAX_FRAME_BYTES: u32 = GatewayConfig::min_frame_bytes(MAX_RECORD_BYTES);
+/// The fetch read buffer, bytes: as long as a reply frame (what
+/// [`Gateway::handle_request`] advises), which is more than the largest record this
+/// gateway stores (its canonical encoding: [`MAX_RECORD_BYTES`] of payload after at most
+/// [`MAX_CANONICAL_HEAD`] bytes of topic, timestamp, producer and length).
+const SCRATCH_BYTES: usize = MAX_FRAME_BYTES as usize;
+const _: () = assert!(SCRATCH_BYTES >= MAX_RECORD_BYTES as usize + MAX_CANONICAL_HEAD);
 /// Frame accumulator of the session, bytes.
 const FRAME_N: usize = MAX_FRAME_BYTES as usize;
 /// Idle time on the UART after which the log's timers run, µs.
@@ -64,7 +71,7 @@ fn main() -> ! {
 
     let mut buffer = [0u8; BUFFER_BYTES];
     let mut slots = [SegmentSlot::EMPTY; SEGMENTS];
-    let mut scratch = [0u8; MAX_RECORD_BYTES as usize + 512];
+    let mut scratch = [0u8; SCRATCH_BYTES];
     let mut out = [0u8; MAX_FRAME_BYTES as usize];
     let mut gw = Gateway::new(
         GatewayConfig::new("mps2-an386", MAX_RECORD_BYTES, MAX_FRAME_BYTES),
