@@ -48,14 +48,28 @@ struct Found {
     segments_valid: u32,
 }
 
-/// What the mount's last phases ([`Log::finish_mount`]) need from the recovery, which
-/// holds the journal entry: they run after it, with the entry off the stack.
+/// What the mount's last phases ([`Log::finish_mount`]) need from the recovery.
 struct Rest {
     /// The producer table is rebuilt from the records at or above this offset.
     rebuild_from: u64,
     /// The head segment and its last valid batch (position and header), if there is a
     /// head: the CRC chain goes on from its last record.
     head_end: Option<(u32, Option<(u32, BatchHeader)>)>,
+}
+
+/// What the recovery needs of the journal entry once its consumers and producers are in
+/// the log ([`Log::load_journal`]): a few numbers, so that the entry (1.7 KiB on a
+/// microcontroller) is off the stack before the recovery's scan of the head segment.
+#[derive(Clone, Copy)]
+struct JournalFacts {
+    /// No offset below the lease has been handed out without a newer entry.
+    lease: u64,
+    /// The durable end when the entry was written.
+    durable_next: u64,
+    /// The entry was written by a clean shutdown.
+    clean: bool,
+    /// Where the producer table's rebuild starts ([`producers::rebuild_from`]).
+    rebuild_from: u64,
 }
 
 /// The geometry recorded in the image must be the storage's: an error otherwise, never a
@@ -246,7 +260,9 @@ impl<'a, F: Flash> Log<'a, F> {
         *slot = None;
         let started = Self::mount_start(slot, flash, cfg, mem, scratch, now_us);
         let finished = match (started, slot.as_mut()) {
-            (Ok((report, rest)), Some(log)) => log.finish_mount(report, rest),
+            (Ok((found, facts)), Some(log)) => log
+                .recover(found, facts)
+                .and_then(|(report, rest)| log.finish_mount(report, rest)),
             (Err(e), _) => Err(e),
             // Never: `mount_start` put the log in the slot when it returned Ok.
             (Ok(_), None) => Err(MountError::NotFormatted),
@@ -264,10 +280,12 @@ impl<'a, F: Flash> Log<'a, F> {
         }
     }
 
-    /// The mount up to the head's last-record CRC: [`Log::open`], the log built in
-    /// `slot` ([`Log::assemble`]) and [`Log::recover`]. Holds the journal entry, which is
-    /// off the stack once it returns (the later phases do not need it). Returns the
-    /// report so far and what [`Log::finish_mount`] needs.
+    /// The mount's first phases: [`Log::open`], the log built in `slot`
+    /// ([`Log::assemble`]) and the journal entry's consumers and producers put in it
+    /// ([`Log::load_journal`]). Holds the journal entry, which is off the stack once it
+    /// returns: the recovery's scan of the head segment and the later phases run without it.
+    /// Returns what the first phases found and, if there is a journal entry, what
+    /// [`Log::recover`] needs of it.
     #[inline(never)]
     fn mount_start(
         slot: &mut Option<Self>,
@@ -276,11 +294,33 @@ impl<'a, F: Flash> Log<'a, F> {
         mem: Memory<'a>,
         scratch: &'a mut [u8],
         now_us: u64,
-    ) -> Result<(RecoveryReport, Rest), MountError<F::Error>> {
+    ) -> Result<(Found, Option<JournalFacts>), MountError<F::Error>> {
         let mut entry = journal::Entry::empty();
         let (opened, found) = Self::open(flash, mem.buffer, mem.segments, &mut entry)?;
-        slot.insert(Self::assemble(opened, cfg, mem, scratch, now_us))
-            .recover(&entry, found)
+        let log = slot.insert(Self::assemble(opened, cfg, mem, scratch, now_us));
+        Ok((found, found.journal.then(|| log.load_journal(&entry))))
+    }
+
+    /// Puts the journal `entry`'s consumers (their committed offsets as written: the
+    /// recovery lowers them to the durable end it finds) and producers in the log, which
+    /// holds none yet; returns what the recovery needs of the entry besides.
+    fn load_journal(&mut self, entry: &journal::Entry) -> JournalFacts {
+        for (name, off) in &entry.consumers {
+            let _ = self.consumers.push(Consumer {
+                name: name.clone(),
+                committed: *off,
+                persisted: *off,
+            });
+        }
+        for p in &entry.producers {
+            let _ = self.producers.push(ProducerState::from_snapshot(p));
+        }
+        JournalFacts {
+            lease: entry.lease,
+            durable_next: entry.durable_next,
+            clean: entry.clean,
+            rebuild_from: producers::rebuild_from(entry.durable_next, &entry.producers),
+        }
     }
 
     /// The mount's last phases: the CRC of the head's last record (the chain the next
@@ -542,15 +582,15 @@ impl<'a, F: Flash> Log<'a, F> {
         }
     }
 
-    /// The mount's recovery, on the log [`Log::open`] and [`Log::assemble`] made: the
-    /// damage before the tail, the scan of the head segment, offsets, consumers and
-    /// producers (from the journal `entry`, if [`Found::journal`]). Returns the report so
-    /// far and what [`Log::finish_mount`] needs.
+    /// The mount's recovery, on the log [`Log::mount_start`] made: the damage before the
+    /// tail, the scan of the head segment, offsets and consumers (those of the journal
+    /// entry, `facts` its numbers, if [`Found::journal`]). Returns the report so far and
+    /// what [`Log::finish_mount`] needs.
     #[inline(never)]
     fn recover(
         &mut self,
-        entry: &journal::Entry,
         found: Found,
+        facts: Option<JournalFacts>,
     ) -> Result<(RecoveryReport, Rest), MountError<F::Error>> {
         let log = self;
         let l = log.dev.l;
@@ -636,10 +676,9 @@ impl<'a, F: Flash> Log<'a, F> {
         }
 
         // 5. Offsets, consumers, producers.
-        let (jlease, jdurable, jclean) = if found.journal {
-            (entry.lease, entry.durable_next, entry.clean)
-        } else {
-            (0, 0, false)
+        let (jlease, jdurable, jclean) = match facts {
+            Some(f) => (f.lease, f.durable_next, f.clean),
+            None => (0, 0, false),
         };
         // A clean shutdown leaves a head that ends in erased flash. (The journal's durable
         // end may be past the head's data: records consumed from RAM and never written.)
@@ -682,18 +721,11 @@ impl<'a, F: Flash> Log<'a, F> {
             }
         }
         log.buf_base = log.next_offset;
-        match found.journal.then_some(entry) {
-            Some(e) => {
-                for (name, off) in &e.consumers {
-                    let c = (*off).min(log.durable_end);
-                    let _ = log.consumers.push(Consumer {
-                        name: name.clone(),
-                        committed: c,
-                        persisted: c,
-                    });
-                }
-                for p in &e.producers {
-                    let _ = log.producers.push(ProducerState::from_snapshot(p));
+        match facts {
+            Some(_) => {
+                for c in log.consumers.iter_mut() {
+                    let committed = c.committed.min(log.durable_end);
+                    (c.committed, c.persisted) = (committed, committed);
                 }
             }
             None => {
@@ -709,11 +741,7 @@ impl<'a, F: Flash> Log<'a, F> {
         }
         // No consumer is known to have read anything retained.
         log.released = log.first_offset();
-        let rebuild_from = if found.journal {
-            producers::rebuild_from(jdurable, &entry.producers)
-        } else {
-            jdurable
-        };
+        let rebuild_from = facts.map_or(jdurable, |f| f.rebuild_from);
         Ok((
             report,
             Rest {

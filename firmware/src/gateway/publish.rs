@@ -35,7 +35,8 @@ impl Gateway {
             named => named,
         };
         let result = self.append(rec, epoch, log, now_us);
-        let rejected = match result {
+        // By reference: a `Rejected` (with its message) is not copied out of the result.
+        let rejected = match &result {
             Ok(a) => {
                 return match ack {
                     AckLevel::None => Outcome::NoReply,
