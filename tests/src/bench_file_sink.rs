@@ -6,7 +6,7 @@
 //! figures and the ratio beside its goal, [`GOAL`].
 //!
 //! What is timed: the bridge's whole process (start, handshake, state file, fetches, JSON
-//! lines, the sink's `fdatasync` after every batch, checkpoints, exit); the plain writer
+//! lines, the group checkpoints with their `fdatasync` of the files, exit); the plain writer
 //! from its first file's creation to the `fdatasync` of its last. The gateway is started
 //! and filled once as comparison 4's is (`start_gateway`, `publish_sized`, not timed);
 //! the sink and the writer alternate, each run into a fresh directory.
@@ -17,7 +17,7 @@
 //! takes its first line whatever its length; a line that would take a file past
 //! [`ROTATE_BYTES`] begins the next one), writes through a buffer of [`WRITE_BUFFER`] bytes,
 //! and syncs each file once, when it is rotated or at the end (no directory `fsync`; the
-//! sink syncs the directory of each file it creates, and each file after every batch).
+//! sink syncs the directory of each file it creates, and the files at each checkpoint).
 //!
 //! Every run is verified before its figure counts. A sink run: `drain` exited 0, its
 //! consumer (a fresh state file and a name of its own per run, `bench-file-N`, deleted on
@@ -541,8 +541,9 @@ impl fmt::Display for Report {
             f,
             "A real gateway holds {} records of {PAYLOAD} B (filling it took {:.1} s, not \
              timed); each run drains all of them with `spillway-bridge drain --once --sink \
-             file:DIR` (default settings: rotation at {} MiB, an `fdatasync` of the files a \
-             batch touched after every batch) into a fresh directory, whole process timed, \
+             file:DIR` (default settings: rotation at {} MiB, a group checkpoint, an \
+             `fdatasync` of the files written then a state file commit, every 1 s or 16 MiB \
+             of payload and at the end) into a fresh directory, whole process timed, \
              from a fresh state file under a consumer name of its own; then a plain writer \
              writes the same lines (the first run's files, {line:.0} B a line on average, held \
              in memory) into files rotated at the same size, through a {} KiB buffer, one \
