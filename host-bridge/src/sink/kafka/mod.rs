@@ -31,6 +31,7 @@
 //!   after the checkpoint (`drain::kafka_tail`). The scan itself is in `tail.rs`.
 
 use std::collections::{BTreeSet, VecDeque};
+use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -471,6 +472,11 @@ impl KafkaSink {
         // The Kafka topic of the last record's Spillway topic (records of one topic come
         // in runs).
         let mut last: Option<(&str, String)> = None;
+        // The message key of the last record's topic, and the buffers of its offset and
+        // timestamp headers (librdkafka copies header values): no allocation per record
+        // for them.
+        let mut key: Option<(&str, String)> = None;
+        let (mut offset, mut ts_us) = (String::new(), String::new());
         if let Some(first) = records.first()
             && !self.skip.is_empty()
         {
@@ -483,7 +489,13 @@ impl KafkaSink {
                 pending.skipped.1 += rec.payload.len() as u64;
                 continue;
             }
-            let key = record_key(self.key, &src.gateway_id, &rec.topic);
+            if key.as_ref().is_none_or(|(t, _)| *t != rec.topic) {
+                key = Some((
+                    rec.topic.as_str(),
+                    record_key(self.key, &src.gateway_id, &rec.topic),
+                ));
+            }
+            let msg_key = key.as_ref().map_or("", |(_, k)| k.as_str());
             let kafka_topic: &str = match &self.topic {
                 KafkaTopic::Fixed(t) => t,
                 t => {
@@ -498,12 +510,15 @@ impl KafkaSink {
                     last.as_ref().map_or("", |(_, k)| k.as_str())
                 }
             };
-            let offset = rec.offset.to_string();
-            let ts_us = rec.timestamp_us.to_string();
+            offset.clear();
+            ts_us.clear();
+            // Formatting an integer into a String cannot fail.
+            let _ = write!(offset, "{}", rec.offset);
+            let _ = write!(ts_us, "{}", rec.timestamp_us);
             let sent = self
                 .enqueue(|| {
                     FutureRecord::to(kafka_topic)
-                        .key(key.as_str())
+                        .key(msg_key)
                         .payload(rec.payload.as_slice())
                         .timestamp(i64::try_from(rec.timestamp_us / 1000).unwrap_or(i64::MAX))
                         .headers(message_headers(
