@@ -355,9 +355,20 @@ impl FileSink {
         records: &[OwnedRecord],
     ) -> Result<(), DeliverError> {
         let first = records.first().map_or(0, |r| r.offset);
+        // With the writer at hand, the lines are made here, and only they go to the
+        // blocking pool; after a failure the writer is reopened there first (marks read
+        // back from the files), so the records go with it.
+        let (job, skipped_here) = match self.inner.as_mut() {
+            Some(i) => {
+                let (lines, skipped) = i.lines(src, records);
+                (Job::Lines(lines), skipped)
+            }
+            None => (Job::Records(records.to_vec()), 0),
+        };
         let skipped = self
-            .write_job(src, Job::Records(records.to_vec()))
+            .write_job(src, job)
             .await
+            .map(|n| n + skipped_here)
             .map_err(|e| DeliverError {
                 delivered: 0,
                 error: SinkError::Io(e),
@@ -496,9 +507,10 @@ impl FileSink {
                     }
                 }
             };
-            let res = match &job {
-                Job::Records(records) => inner.write(&src, records),
-                Job::Gap(line, from) => inner.write_gap(line, *from).map(|()| 0),
+            let res = match job {
+                Job::Records(records) => inner.write(&src, &records),
+                Job::Lines(lines) => inner.write_lines(lines).map(|()| 0),
+                Job::Gap(line, from) => inner.write_gap(&line, from).map(|()| 0),
             };
             match res {
                 Ok(skipped) => (Some(inner), Ok(skipped)),

@@ -18,8 +18,8 @@ use super::{Rotation, SyncedFile};
 use crate::client::{OwnedRecord, log_id_hex};
 use crate::sink::{JsonRecord, Source};
 
-/// One topic's lines of a batch ([`Inner::write`]).
-struct Lines {
+/// One topic's lines of a batch ([`Inner::lines`]).
+pub(super) struct Lines {
     /// The topic's directory name.
     stem: String,
     /// The duplicate check's mark of the topic and log, as it moves over the batch.
@@ -34,6 +34,8 @@ struct Lines {
 pub(super) enum Job {
     /// Write records.
     Records(Vec<OwnedRecord>),
+    /// Write lines made by [`Inner::lines`].
+    Lines(Vec<Lines>),
     /// Write a gap line; the offset names a file it has to begin.
     Gap(String, u64),
 }
@@ -410,6 +412,17 @@ impl Inner {
     /// [`Inner::sync`]; returns how many records were skipped as already written. On error
     /// the caller drops `self` (the marks may be ahead of the files).
     pub(super) fn write(&mut self, src: &Source, records: &[OwnedRecord]) -> std::io::Result<u64> {
+        let (lines, skipped) = self.lines(src, records);
+        self.write_lines(lines)?;
+        Ok(skipped)
+    }
+
+    /// The lines of the records not yet in the files, per topic, moving the duplicate
+    /// check's marks over them (CPU only, no I/O: the sink runs it before the trip to the
+    /// blocking pool, so the batch is not copied there); and how many records were skipped
+    /// as already written. Hand them to [`Inner::write_lines`], or drop `self` (the marks
+    /// are ahead of the files).
+    pub(super) fn lines(&mut self, src: &Source, records: &[OwnedRecord]) -> (Vec<Lines>, u64) {
         let log_hex = log_id_hex(src.log_id);
         // Per topic, in order of first appearance: its lines back to back, in record order,
         // and the end of each in `text` with its offset and timestamp.
@@ -448,19 +461,25 @@ impl Inner {
             JsonRecord::with_log_id(src, Cow::Borrowed(&log_hex), rec).write_line(&mut l.text);
             l.ends.push((rec.offset, rec.timestamp_us, l.text.len()));
         }
+        for l in &groups {
+            if let Some(m) = l.mark {
+                self.marks.insert((l.stem.clone(), src.log_id), m);
+            }
+        }
+        (groups, skipped)
+    }
+
+    /// Writes `groups` (made by [`Inner::lines`]), rotating as [`Rotation`] says (a file
+    /// set aside as full is fsynced first), and leaves the newest files unsynced until
+    /// [`Inner::sync`]. On error the caller drops `self`.
+    pub(super) fn write_lines(&mut self, groups: Vec<Lines>) -> std::io::Result<()> {
         let now = SystemTime::now();
         let rot = self.rot;
         let mut touched: Vec<String> = Vec::new();
         for Lines {
-            stem,
-            mark,
-            text,
-            ends,
+            stem, text, ends, ..
         } in groups
         {
-            if let Some(m) = mark {
-                self.marks.insert((stem.clone(), src.log_id), m);
-            }
             if ends.is_empty() {
                 continue;
             }
@@ -502,7 +521,7 @@ impl Inner {
             touched.push(stem);
         }
         self.unsynced.extend(touched);
-        Ok(skipped)
+        Ok(())
     }
 
     /// Fsyncs (`fdatasync`) every open file written since the last sync and records what
