@@ -13,6 +13,7 @@ use spillway_tests::bridge::{
 };
 use spillway_tests::faultfs::{Kept, faultfs_env, reboot};
 use spillway_tests::gateway::{free_port, image_in};
+use spillway_tests::wait::wait_until;
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
 
 const GATEWAY_ID: &str = "faults-gw";
@@ -439,4 +440,123 @@ fn a_failed_state_commit_with_kept_pages_survives_a_reboot() {
     eprintln!("resumed at {resumed:?} after the reboot");
     assert!(resumed.len() == 1 && resumed[0] > 0, "{err}");
     assert_exactly_once(&out, "t", N, "after a reboot and a drain");
+}
+
+/// A tmpfs of `bytes` mounted on a new directory `at` for the life of the value (lazily
+/// unmounted on drop); `None` where this process may not mount one (not root).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, bytes: u64) -> Option<Tmpfs> {
+        std::fs::create_dir_all(at).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(at)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        ok.then(|| Tmpfs(at.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).output();
+    }
+}
+
+/// The sink's disk fills up (a 1 MiB tmpfs for about 5 MB of lines) while a downstream
+/// job takes every closed file away: with the default group checkpoints (up to 16 MiB of
+/// payload or 1 s), a group larger than the space left failed whole, again and again, and
+/// no file was ever closed for the job to take. After a failure the drain now checkpoints
+/// one batch at a time until its resends are through, so it gets as far as the space
+/// allows, closes the full files, and finishes once the job has made room: every record
+/// once, in order.
+#[test]
+fn a_full_sink_disk_drains_as_files_are_taken_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(fs) = Tmpfs::mount(&dir.path().join("small"), 1 << 20) else {
+        eprintln!("cannot mount a tmpfs here (not root?): skipping the full-disk test");
+        return;
+    };
+    let (_g, gw) = start_gateway(dir.path(), &["--size", "16M"]);
+    let n = 20_000u64;
+    let pad = "x".repeat(100);
+    let input = dir.path().join("in.txt");
+    let lines: String = (0..n).map(|i| format!("t {i} {pad}\n")).collect();
+    std::fs::write(&input, lines).unwrap();
+    let p = run_bridge(
+        &[
+            publish_args(&gw, "t"),
+            vec!["--ack", "durable", &input.display().to_string()],
+        ]
+        .concat(),
+    );
+    assert!(p.status.success(), "{}", text(&p));
+    let out = fs.0.join("out");
+    let taken = dir.path().join("taken");
+    std::fs::create_dir_all(&taken).unwrap();
+    let state = dir.path().join("s.redb");
+    let args: Vec<String> = [
+        "drain",
+        "--gateway",
+        &gw,
+        "--sink",
+        &format!("file:{}", out.display()),
+        "--state",
+        &state.display().to_string(),
+        "--progress",
+        "off",
+        "--rotate-bytes",
+        "64K",
+        "--backoff-max-ms",
+        "1000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (mut c, rx) = spawn_bridge_lines(&args, &[]);
+    // The downstream job: copies each closed file off the small disk, then removes it.
+    let take_closed = || {
+        for path in sink_files(&out) {
+            let name = path.file_name().unwrap().to_str().unwrap().to_string();
+            if name.ends_with(".jsonl") && std::fs::copy(&path, taken.join(&name)).is_ok() {
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+    };
+    let log = std::cell::RefCell::new(Vec::new());
+    let all = wait_until(
+        Duration::from_secs(120),
+        || {
+            take_closed();
+            log.borrow_mut().extend(rx.try_iter());
+            let mut lines = sink_lines(&taken);
+            lines.extend(sink_lines_so_far(&out));
+            (lines.len() as u64 >= n).then_some(lines)
+        },
+        || {
+            let log = log.borrow();
+            format!(
+                "the drain did not get every record past the full disk; its last lines: {:?}",
+                &log[log.len().saturating_sub(5)..]
+            )
+        },
+    );
+    let _ = c.kill();
+    let _ = c.wait();
+    let mut log = log.into_inner();
+    log.extend(rx.try_iter());
+    assert!(
+        log.iter().any(|l| l.contains("No space left on device")),
+        "the disk filled up: {log:?}"
+    );
+    let offsets: Vec<u64> = all.iter().map(|l| l.0).collect();
+    assert_eq!(
+        offsets,
+        (0..n).collect::<Vec<_>>(),
+        "every record once, in order"
+    );
+    for (off, payload) in &all {
+        assert_eq!(payload, &format!("t {off} {pad}"));
+    }
 }

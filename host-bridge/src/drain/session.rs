@@ -133,6 +133,7 @@ impl Drain {
             dirty_batches: 0,
             unsynced_since: None,
             unsynced_bytes: 0,
+            one_by_one: false,
             target,
         };
         let mut ctx = SinkCtx {

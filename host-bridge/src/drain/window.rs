@@ -80,13 +80,15 @@ impl Drain {
             );
             return Ok(Step::GaveUp);
         }
-        if !s.win.resend.is_empty() && s.win.in_flight.len() < s.win.max {
+        // File sink after a failure: one batch to a group (see `Window::one_by_one`).
+        let limit = if s.win.one_by_one { 1 } else { s.win.max };
+        if !s.win.resend.is_empty() && s.win.in_flight.len() < limit {
             let at = s.win.resend_at;
             if Instant::now() < at {
                 self.until_halt(smol::Timer::at(at)).await;
                 return Ok(Step::Progress);
             }
-            while s.win.in_flight.len() < s.win.max
+            while s.win.in_flight.len() < limit
                 && let Some(records) = s.win.resend.pop_front()
             {
                 self.submit(s, records).await;
@@ -100,6 +102,7 @@ impl Drain {
         // nothing more will come).
         if let Some(since) = s.win.unsynced_since
             && (rx.is_none()
+                || s.win.one_by_one
                 || s.win.target.is_some_and(|t| s.win.next >= t)
                 || s.win.unsynced_bytes >= self.cfg.checkpoint_bytes
                 || since.elapsed() >= self.cfg.checkpoint_interval)
@@ -333,6 +336,9 @@ impl Drain {
         }
         if let Some((rest, err)) = failure {
             self.fail(s, rest, err).await;
+        } else if records > 0 && s.win.resend.is_empty() {
+            // Everything the failure left to resend is checkpointed: whole groups again.
+            s.win.one_by_one = false;
         }
         Ok(())
     }
@@ -416,6 +422,7 @@ impl Drain {
         }
         s.win.unsynced_since = None;
         s.win.unsynced_bytes = 0;
+        s.win.one_by_one = matches!(self.sink, Some(Sink::File(_)));
         for b in later.iter_mut() {
             while self.until_halt(b.pending.settle()).await.is_none() {
                 if self.gave_up() {
@@ -473,6 +480,14 @@ pub(super) struct Window {
     /// File sink: record payload bytes written and not fsynced yet (the group checkpoint
     /// is due at `--checkpoint-bytes`).
     pub(super) unsynced_bytes: u64,
+    /// File sink, after a failed write or fsync: every batch is a group of its own (written,
+    /// fsynced and checkpointed before the next is written) until everything the failure
+    /// left to resend is checkpointed. A whole group can be larger than what the sink's
+    /// disk has left (16 MiB by default): resent whole, it would fail again and again and
+    /// never close a file that a downstream job could take away to free space; one batch
+    /// at a time, the drain gets as far as the space allows and closes the full files
+    /// behind it, as it did with a checkpoint per batch.
+    pub(super) one_by_one: bool,
     /// With `--once`, the offset the drain ends at: once it is written, the group
     /// checkpoint is due at once.
     pub(super) target: Option<u64>,
