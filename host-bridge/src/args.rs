@@ -233,7 +233,8 @@ pub(crate) struct DrainArgs {
     pub(crate) checkpoint_interval: Option<DurationValue>,
     /// File sink: checkpoint at once when this much record payload was written since the
     /// last checkpoint, bytes with optional K/M/G; bounds what a crash sends again and what
-    /// the drain holds in memory for a resend [default: 16M]
+    /// the drain holds in memory for a resend; 0 checkpoints after every fetch
+    /// [default: 16M]
     #[arg(long, value_name = "SIZE")]
     pub(crate) checkpoint_bytes: Option<ByteSize>,
     /// File sink: rotate a topic's file at this size, bytes with optional K/M/G

@@ -325,7 +325,7 @@ fn run_drain(c: FileConfig, kafka_flags: &[String]) -> i32 {
         cfg.checkpoint_interval = v.0;
     }
     if let Some(v) = c.checkpoint_bytes {
-        cfg.checkpoint_bytes = v.0.max(1);
+        cfg.checkpoint_bytes = v.0;
     }
     let so = &mut cfg.sink_options;
     so.kafka_properties = KafkaProperties::from_table_and_flags(c.kafka.as_ref(), kafka_flags)
