@@ -83,6 +83,14 @@ pub enum StoreError {
         /// The pid holding it, when `/proc/locks` tells.
         holder: Option<u32>,
     },
+    /// The state file was not closed cleanly (its drain was killed, or the machine lost
+    /// power) and no drain has it open: it needs the repair redb runs when a drain opens
+    /// it for writing, which a read-only open ([`Store::open_existing`]) cannot run.
+    #[error(
+        "state file {} was not closed cleanly (its drain was killed, or the machine lost power): the next drain repairs it when it opens it",
+        .0.display()
+    )]
+    NeedsRepair(std::path::PathBuf),
 }
 
 impl StoreError {

@@ -129,16 +129,7 @@ impl Store {
             );
         }
         let db = match Database::create(path) {
-            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
-                use std::os::unix::fs::MetadataExt as _;
-                let holder = std::fs::metadata(path)
-                    .ok()
-                    .and_then(|m| crate::sink::file::lock::holder_pid(m.ino()));
-                return Err(StoreError::Locked {
-                    path: path.to_path_buf(),
-                    holder,
-                });
-            }
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(locked(path)),
             other => other?,
         };
         let tx = db.begin_write()?;
@@ -189,11 +180,22 @@ impl Store {
     /// Opens the state file read-only if it exists (for `status`, which must not create
     /// one and may run beside a drain); `None` when there is no file at `path`. Tables a
     /// drain has not created yet read as empty.
+    ///
+    /// # Errors
+    /// [`StoreError::Locked`] while a drain has it open, [`StoreError::NeedsRepair`] after
+    /// a drain was killed and before the next one opened it (a read-only open cannot
+    /// repair it), else redb's error.
     pub fn open_existing(path: &Path) -> Result<Option<Store>, StoreError> {
         if !path.exists() {
             return Ok(None);
         }
-        let db = ReadOnlyDatabase::open(path)?;
+        let db = match ReadOnlyDatabase::open(path) {
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(locked(path)),
+            Err(redb::DatabaseError::RepairAborted) => {
+                return Err(StoreError::NeedsRepair(path.to_path_buf()));
+            }
+            other => other?,
+        };
         Ok(Some(Store {
             db: Arc::new(Db::ReadOnly(db)),
         }))
@@ -412,5 +414,18 @@ impl Store {
             cp.clone(),
         );
         smol::unblock(move || s.save_with_reset(&g, &c, &r, &cp)).await
+    }
+}
+
+/// [`StoreError::Locked`] for the state file at `path`, naming the process that holds its
+/// lock when `/proc/locks` tells.
+fn locked(path: &Path) -> StoreError {
+    use std::os::unix::fs::MetadataExt as _;
+    let holder = std::fs::metadata(path)
+        .ok()
+        .and_then(|m| crate::sink::file::lock::holder_pid(m.ino()));
+    StoreError::Locked {
+        path: path.to_path_buf(),
+        holder,
     }
 }

@@ -258,3 +258,34 @@ fn async_wrappers_work() {
         assert_eq!(s.load_async("g", "c").await.unwrap(), Some(cp));
     });
 }
+
+/// `status` opens the state file read-only: while a drain holds it, it is `Locked`
+/// (naming the process); a copy taken while it was open (what a killed drain leaves) is
+/// `NeedsRepair`, until a drain's open repairs it and the checkpoint reads back.
+#[test]
+fn read_only_open_tells_a_held_file_from_one_left_unclean() {
+    let (dir, s) = store();
+    let path = dir.path().join("state.redb");
+    let cp = Checkpoint::new(5, 42);
+    s.save("gw", "bridge", &cp).unwrap();
+    match Store::open_existing(&path) {
+        Err(StoreError::Locked { holder, .. }) => assert_eq!(holder, Some(std::process::id())),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("opened beside the writer"),
+    }
+    let left = dir.path().join("left.redb");
+    std::fs::copy(&path, &left).unwrap();
+    drop(s);
+    match Store::open_existing(&left) {
+        Err(e @ StoreError::NeedsRepair(_)) => {
+            assert!(e.to_string().contains("not closed cleanly"), "{e}")
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a file left open read without a repair"),
+    }
+    let repaired = Store::open(&left).unwrap();
+    assert_eq!(repaired.load("gw", "bridge").unwrap(), Some(cp.clone()));
+    drop(repaired);
+    let again = Store::open_existing(&left).unwrap().unwrap();
+    assert_eq!(again.load("gw", "bridge").unwrap(), Some(cp));
+}

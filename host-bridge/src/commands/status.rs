@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::checkpoint::Store;
+use crate::checkpoint::{Store, StoreError};
 use crate::client::{ClientError, ConsumerInfo, GatewayAddr, log_id_hex};
 use crate::exit;
 
@@ -40,9 +40,13 @@ pub async fn status(
                 match Store::open_existing(&p) {
                     Ok(None) => Ok(Vec::new()),
                     Ok(Some(s)) => s.list().map_err(|e| e.to_string()),
-                    Err(e) => Err(format!(
+                    Err(e @ StoreError::Locked { .. }) => Err(format!(
                         "{e} (a running drain holds it; its checkpoint is the gateway's committed offset above, or its --metrics)"
                     )),
+                    Err(e @ StoreError::NeedsRepair(_)) => Err(format!(
+                        "{e} (until then its checkpoint is the gateway's committed offset above)"
+                    )),
+                    Err(e) => Err(e.to_string()),
                 }
             })
             .await
