@@ -473,6 +473,22 @@ impl Drop for Tmpfs {
 /// once, in order.
 #[test]
 fn a_full_sink_disk_drains_as_files_are_taken_away() {
+    full_sink_disk_drains(&["--rotate-bytes", "64K"]);
+}
+
+/// As [`a_full_sink_disk_drains_as_files_are_taken_away`], with files rotated by time
+/// only (`--rotate-interval 1s`, a checkpoint per fetch): the first file fills the disk,
+/// and once it is due for rotation every record in it is below the checkpoint. It kept
+/// its open name for good, as only a checkpoint (which no write could reach) or an idle
+/// drain closed it; a failed write now closes the files its checkpoint covers.
+#[test]
+fn a_full_sink_disk_with_rotate_interval_drains_as_files_are_taken_away() {
+    full_sink_disk_drains(&["--rotate-interval", "1s", "--checkpoint-interval", "0"]);
+}
+
+/// A drain with `extra` flags into a sink on a 1 MiB tmpfs for about 5 MB of lines, a
+/// downstream job taking every closed file away: every record once, in order.
+fn full_sink_disk_drains(extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let Some(fs) = Tmpfs::mount(&dir.path().join("small"), 1 << 20) else {
         eprintln!("cannot mount a tmpfs here (not root?): skipping the full-disk test");
@@ -496,24 +512,23 @@ fn a_full_sink_disk_drains_as_files_are_taken_away() {
     let taken = dir.path().join("taken");
     std::fs::create_dir_all(&taken).unwrap();
     let state = dir.path().join("s.redb");
-    let args: Vec<String> = [
+    let sink = format!("file:{}", out.display());
+    let state = state.display().to_string();
+    let mut args: Vec<&str> = vec![
         "drain",
         "--gateway",
         &gw,
         "--sink",
-        &format!("file:{}", out.display()),
+        &sink,
         "--state",
-        &state.display().to_string(),
+        &state,
         "--progress",
         "off",
-        "--rotate-bytes",
-        "64K",
         "--backoff-max-ms",
         "1000",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ];
+    args.extend(extra);
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     let (mut c, rx) = spawn_bridge_lines(&args, &[]);
     // The downstream job: copies each closed file off the small disk, then removes it.
     let take_closed = || {

@@ -134,6 +134,7 @@ impl Drain {
             unsynced_since: None,
             unsynced_bytes: 0,
             one_by_one: false,
+            close_covered: false,
             target,
         };
         let mut ctx = SinkCtx {

@@ -88,6 +88,9 @@ impl Drain {
                 self.until_halt(smol::Timer::at(at)).await;
                 return Ok(Step::Progress);
             }
+            if std::mem::take(&mut s.win.close_covered) {
+                self.close_covered_files(s).await;
+            }
             while s.win.in_flight.len() < limit
                 && let Some(records) = s.win.resend.pop_front()
             {
@@ -406,6 +409,26 @@ impl Drain {
         Ok(())
     }
 
+    /// File sink, before the resend after a failure: the files every record of which is
+    /// below the checkpoint `s.cp` (saved in line before the failure was handled) get
+    /// their closed names now, not only at the next checkpoint, which a full disk would
+    /// hold off for good (see `FileSink::before_resend`). A failure is logged and counted;
+    /// the resend's write then reopens the sink.
+    async fn close_covered_files(&mut self, s: &mut SinkCtx<'_>) {
+        let Some(Sink::File(f)) = self.sink.as_mut() else {
+            return;
+        };
+        match f.before_resend(s.src.log_id, s.cp.offset).await {
+            Ok(0) => {}
+            Ok(n) => log::info!("file sink: closed {n} files the checkpoint covers"),
+            Err(e) => {
+                let e = SinkError::Io(e);
+                self.metrics.sink_error(e.kind());
+                log::warn!("{e} while closing the files the checkpoint covers");
+            }
+        }
+    }
+
     /// A delivery failed at `s.cp.offset` (the first unacknowledged record; `rest` is what
     /// is left of its batch). Waits until every later batch in flight has settled too, so
     /// that no resend overtakes a message still queued from the first attempt, then queues
@@ -430,6 +453,7 @@ impl Drain {
                 }
             }
         }
+        s.win.close_covered = matches!(self.sink, Some(Sink::File(_)));
         let mut resend: VecDeque<Vec<OwnedRecord>> = VecDeque::new();
         resend.extend(Some(rest).filter(|r| !r.is_empty()));
         resend.extend(later.into_iter().map(|b| b.records));
@@ -488,6 +512,9 @@ pub(super) struct Window {
     /// at a time, the drain gets as far as the space allows and closes the full files
     /// behind it, as it did with a checkpoint per batch.
     pub(super) one_by_one: bool,
+    /// File sink, after a failure: the files the checkpoint covers are to be closed
+    /// before the resend ([`Drain::close_covered_files`]).
+    pub(super) close_covered: bool,
     /// With `--once`, the offset the drain ends at: once it is written, the group
     /// checkpoint is due at once.
     pub(super) target: Option<u64>,

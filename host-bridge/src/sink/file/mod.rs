@@ -460,6 +460,50 @@ impl FileSink {
             .await
     }
 
+    /// Before the resend after a failed write or fsync, with the saved checkpoint's log id
+    /// and offset: reopens the writer if the failure closed it (cut back to the synced
+    /// lengths, as the resend's first write would), then closes the
+    /// open-named files whose every record is below that checkpoint: older files found at
+    /// the open, and newest files due for `--rotate-interval`. So a full disk whose
+    /// checkpointed files keep their open names does not stay full: a downstream job can
+    /// take them away while the writes fail. Files set aside since are left for
+    /// [`FileSink::checkpointed`].
+    ///
+    /// # Errors
+    /// The I/O error of the rename or a directory fsync.
+    pub async fn before_resend(&mut self, log_id: u128, offset: u64) -> std::io::Result<u64> {
+        let reopen = self.reopen_args(log_id);
+        let inner = self.inner.take();
+        let (inner, res) = smol::unblock(move || {
+            let mut inner = match reopen.or_open(inner) {
+                Ok(i) => i,
+                Err(e) => return (None, Err(e)),
+            };
+            match inner.close_covered((log_id, offset)) {
+                Ok(n) => (Some(inner), Ok(n)),
+                Err(e) => (None, Err(e)),
+            }
+        })
+        .await;
+        self.inner = inner;
+        if let Some(i) = &self.inner {
+            self.synced = i.state.clone();
+        }
+        res
+    }
+
+    /// What reopening the writer after a failure needs, for a write of log `log_id`.
+    fn reopen_args(&mut self, log_id: u128) -> Reopen {
+        // Lines after the synced lengths were written by the last attempt, for its log.
+        let cut_log = self.log_id.unwrap_or(log_id);
+        Reopen {
+            dir: self.dir.clone(),
+            rotate: self.rot,
+            synced: self.synced.clone(),
+            cut_log,
+        }
+    }
+
     /// Runs `job` on the writer on the blocking pool and returns what it counted; 0 without
     /// a writer (after a failure the next write cuts back and reopens first). A failed job
     /// drops the writer's handles, as a failed write does.
@@ -489,23 +533,13 @@ impl FileSink {
     /// after a failure; returns the duplicates skipped.
     async fn write_job(&mut self, src: &Source, job: Job) -> std::io::Result<u64> {
         let inner = self.inner.take();
-        let (dir, rotate) = (self.dir.clone(), self.rot);
-        let synced = self.synced.clone();
-        // Lines after the synced lengths were written by the last attempt, for its log.
-        let cut_log = self.log_id.unwrap_or(src.log_id);
+        let reopen = self.reopen_args(src.log_id);
         self.log_id = Some(src.log_id);
         let src = src.clone();
         let (inner, res) = smol::unblock(move || {
-            let mut inner = match inner {
-                Some(i) => i,
-                None => {
-                    let reopened =
-                        cut_back(&dir, &synced, cut_log).and_then(|_| Inner::open(dir, rotate));
-                    match reopened {
-                        Ok(i) => i,
-                        Err(e) => return (None, Err(e)),
-                    }
-                }
+            let mut inner = match reopen.or_open(inner) {
+                Ok(i) => i,
+                Err(e) => return (None, Err(e)),
             };
             let res = match job {
                 Job::Records(records) => inner.write(&src, &records),
@@ -526,5 +560,25 @@ impl FileSink {
             self.synced = i.state.clone();
         }
         Ok(skipped)
+    }
+}
+
+/// How the writer reopens after a failure: its files cut back to the synced lengths
+/// (`synced`; lines after them are of log `cut_log`), then [`Inner::open`] on `dir`.
+struct Reopen {
+    dir: PathBuf,
+    rotate: Rotation,
+    synced: BTreeMap<String, SyncedFile>,
+    cut_log: u128,
+}
+
+impl Reopen {
+    /// `inner` if the writer is open, else the writer reopened.
+    fn or_open(self, inner: Option<Inner>) -> std::io::Result<Inner> {
+        match inner {
+            Some(i) => Ok(i),
+            None => cut_back(&self.dir, &self.synced, self.cut_log)
+                .and_then(|_| Inner::open(self.dir, self.rotate)),
+        }
     }
 }

@@ -315,6 +315,16 @@ impl Inner {
             self.full.remove(0);
             n += 1;
         }
+        Ok(n + self.close_found(covered)?)
+    }
+
+    /// Renames every open file found at open whose last line is of log `covered.0` at an
+    /// offset below `covered.1` (a saved checkpoint's log and offset; `None`: none of
+    /// them) to its closed name; returns how many. The files set aside as full since are
+    /// left alone: unlike [`Inner::close_full`], this may run when records written after
+    /// the checkpoint were not synced (after a failed write).
+    pub(super) fn close_found(&mut self, covered: Option<(u128, u64)>) -> std::io::Result<u64> {
+        let mut n = 0;
         let mut i = 0;
         while let Some((of, key)) = self.found.get(i) {
             let due = matches!((key, covered), (Some((log, at)), Some((cp_log, cp)))
@@ -325,6 +335,31 @@ impl Inner {
                 n += 1;
             } else {
                 i += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// After a failed write, with a saved checkpoint's log and offset: [`Inner::close_found`],
+    /// and every open file due for `--rotate-interval` whose last line is below the
+    /// checkpoint (on a writer reopened after the failure, an open file holds only synced
+    /// lines; on one still open, a file with lines past the checkpoint is left open).
+    /// Returns how many files were closed.
+    pub(super) fn close_covered(&mut self, covered: (u128, u64)) -> std::io::Result<u64> {
+        let mut n = self.close_found(Some(covered))?;
+        let now = SystemTime::now();
+        let mut due: Vec<(String, PathBuf)> = self
+            .open
+            .iter()
+            .filter(|(_, of)| of.len > 0 && of.expired(&self.rot, now))
+            .map(|(s, of)| (s.clone(), of.path.clone()))
+            .collect();
+        due.sort();
+        for (stem, path) in due {
+            let key = last_line(&path)?.and_then(|l| line_key(&l));
+            if matches!(key, Some((log, at)) if log == covered.0 && at < covered.1) {
+                self.close(&stem)?;
+                n += 1;
             }
         }
         Ok(n)
