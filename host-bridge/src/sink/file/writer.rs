@@ -95,6 +95,7 @@ pub(super) struct Inner {
 }
 
 /// Creates `dir` and its missing parents, fsyncing the directory that holds each one made.
+/// A failure names the directory it could not create.
 fn create_dirs(dir: &Path) -> std::io::Result<()> {
     if dir.is_dir() {
         return Ok(());
@@ -107,7 +108,12 @@ fn create_dirs(dir: &Path) -> std::io::Result<()> {
     match std::fs::create_dir(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
-        Err(e) => return Err(e),
+        Err(e) => {
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("cannot create {}: {e}", dir.display()),
+            ));
+        }
     }
     let parent = match dir.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
