@@ -13,6 +13,7 @@ use spillway_tests::bridge::{
 };
 use spillway_tests::faultfs::{Kept, faultfs_env, reboot};
 use spillway_tests::gateway::{free_port, image_in};
+use spillway_tests::process::ChildProcess;
 use spillway_tests::wait::wait_until;
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
 
@@ -529,7 +530,9 @@ fn full_sink_disk_drains(extra: &[&str]) {
     ];
     args.extend(extra);
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let (mut c, rx) = spawn_bridge_lines(&args, &[]);
+    let (c, rx) = spawn_bridge_lines(&args, &[]);
+    // Killed on drop, also when the wait below fails.
+    let mut c = ChildProcess::new(c);
     // The downstream job: copies each closed file off the small disk, then removes it.
     let take_closed = || {
         for path in sink_files(&out) {
@@ -557,8 +560,7 @@ fn full_sink_disk_drains(extra: &[&str]) {
             )
         },
     );
-    let _ = c.kill();
-    let _ = c.wait();
+    c.kill();
     let mut log = log.into_inner();
     log.extend(rx.try_iter());
     assert!(
