@@ -191,7 +191,7 @@ fn kill_9_rounds(
     let (mut published, mut checkpoint) = (0u64, 0u64);
     let mut restarts = Vec::new();
     for k in 0..kills {
-        if published - checkpoint.min(published) < BACKLOG_LOW {
+        if published.saturating_sub(checkpoint) < BACKLOG_LOW {
             let next = published + BACKLOG_CHUNK;
             publish(&write_range(dir, published..next, "r"));
             published = next;

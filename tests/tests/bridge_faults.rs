@@ -148,6 +148,16 @@ fn assert_exactly_once(out: &Path, topic: &str, n: usize, when: &str) {
 }
 
 fn drain_args(gw: &str, sink: &Path, state: &Path) -> Vec<String> {
+    // Small batches, about two to a group checkpoint: many fsyncs and checkpoints, each
+    // after more than one batch written.
+    let mut args = plain_drain_args(gw, sink, state);
+    args.extend(["--max-batch-bytes", "2048", "--checkpoint-bytes", "1K"].map(String::from));
+    args
+}
+
+/// `drain` of `gw` into the file sink `sink` with the state file `state`, no progress
+/// output, and the default batches and checkpoints.
+fn plain_drain_args(gw: &str, sink: &Path, state: &Path) -> Vec<String> {
     [
         "drain",
         "--gateway",
@@ -158,12 +168,6 @@ fn drain_args(gw: &str, sink: &Path, state: &Path) -> Vec<String> {
         &state.display().to_string(),
         "--progress",
         "off",
-        // Small batches, about two to a group checkpoint: many fsyncs and checkpoints,
-        // each after more than one batch written.
-        "--max-batch-bytes",
-        "2048",
-        "--checkpoint-bytes",
-        "1K",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -513,23 +517,9 @@ fn full_sink_disk_drains(extra: &[&str]) {
     let taken = dir.path().join("taken");
     std::fs::create_dir_all(&taken).unwrap();
     let state = dir.path().join("s.redb");
-    let sink = format!("file:{}", out.display());
-    let state = state.display().to_string();
-    let mut args: Vec<&str> = vec![
-        "drain",
-        "--gateway",
-        &gw,
-        "--sink",
-        &sink,
-        "--state",
-        &state,
-        "--progress",
-        "off",
-        "--backoff-max-ms",
-        "1000",
-    ];
-    args.extend(extra);
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let mut args = plain_drain_args(&gw, &out, &state);
+    args.extend(["--backoff-max-ms", "1000"].map(String::from));
+    args.extend(extra.iter().map(|s| s.to_string()));
     let (c, rx) = spawn_bridge_lines(&args, &[]);
     // Killed on drop, also when the wait below fails.
     let mut c = ChildProcess::new(c);

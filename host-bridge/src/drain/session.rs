@@ -291,15 +291,8 @@ impl Drain {
         let Some(Sink::File(f)) = self.sink.as_mut() else {
             return;
         };
-        match f.close_expired().await {
-            Ok(0) => {}
-            Ok(n) => log::debug!("file sink: closed {n} files open for --rotate-interval"),
-            Err(e) => {
-                let e = crate::sink::SinkError::Io(e);
-                self.metrics.sink_error(e.kind());
-                log::warn!("{e} while closing files open for --rotate-interval");
-            }
-        }
+        let r = f.close_expired().await;
+        self.files_closed(r, "files open for --rotate-interval", "");
     }
 
     /// File sink, right after a checkpoint at `offset` of log `log_id` was saved: closes the
@@ -311,13 +304,33 @@ impl Drain {
         let Some(Sink::File(f)) = self.sink.as_mut() else {
             return;
         };
-        match f.checkpointed(log_id, offset).await {
+        let r = f.checkpointed(log_id, offset).await;
+        self.files_closed(r, "full files", " (closed at a later checkpoint)");
+    }
+
+    /// File sink, before the resend after a failure, with the saved checkpoint's log id
+    /// and offset: closes the files every record of which it covers (see
+    /// `FileSink::before_resend`), not only at the next checkpoint, which a full disk
+    /// would hold off for good. A failure is logged and counted; the resend's write then
+    /// reopens the sink.
+    pub(super) async fn close_covered_files(&mut self, log_id: u128, offset: u64) {
+        let Some(Sink::File(f)) = self.sink.as_mut() else {
+            return;
+        };
+        let r = f.before_resend(log_id, offset).await;
+        self.files_closed(r, "files the checkpoint covers", "");
+    }
+
+    /// Logs how many `what` the file sink closed (`r`), or counts and logs its failure,
+    /// with `then` after the error.
+    fn files_closed(&self, r: std::io::Result<u64>, what: &str, then: &str) {
+        match r {
             Ok(0) => {}
-            Ok(n) => log::debug!("file sink: closed {n} full files"),
+            Ok(n) => log::debug!("file sink: closed {n} {what}"),
             Err(e) => {
                 let e = crate::sink::SinkError::Io(e);
                 self.metrics.sink_error(e.kind());
-                log::warn!("{e} while closing full files (closed at a later checkpoint)");
+                log::warn!("{e} while closing {what}{then}");
             }
         }
     }

@@ -89,7 +89,7 @@ impl Drain {
                 return Ok(Step::Progress);
             }
             if std::mem::take(&mut s.win.close_covered) {
-                self.close_covered_files(s).await;
+                self.close_covered_files(s.src.log_id, s.cp.offset).await;
             }
             while s.win.in_flight.len() < limit
                 && let Some(records) = s.win.resend.pop_front()
@@ -409,26 +409,6 @@ impl Drain {
         Ok(())
     }
 
-    /// File sink, before the resend after a failure: the files every record of which is
-    /// below the checkpoint `s.cp` (saved in line before the failure was handled) get
-    /// their closed names now, not only at the next checkpoint, which a full disk would
-    /// hold off for good (see `FileSink::before_resend`). A failure is logged and counted;
-    /// the resend's write then reopens the sink.
-    async fn close_covered_files(&mut self, s: &mut SinkCtx<'_>) {
-        let Some(Sink::File(f)) = self.sink.as_mut() else {
-            return;
-        };
-        match f.before_resend(s.src.log_id, s.cp.offset).await {
-            Ok(0) => {}
-            Ok(n) => log::info!("file sink: closed {n} files the checkpoint covers"),
-            Err(e) => {
-                let e = SinkError::Io(e);
-                self.metrics.sink_error(e.kind());
-                log::warn!("{e} while closing the files the checkpoint covers");
-            }
-        }
-    }
-
     /// A delivery failed at `s.cp.offset` (the first unacknowledged record; `rest` is what
     /// is left of its batch). Waits until every later batch in flight has settled too, so
     /// that no resend overtakes a message still queued from the first attempt, then queues
@@ -437,15 +417,14 @@ impl Drain {
     async fn fail(&mut self, s: &mut SinkCtx<'_>, rest: Vec<OwnedRecord>, err: SinkError) {
         self.metrics.sink_error(err.kind());
         self.metrics.retries.inc();
+        // File sink: whatever was written after the failed batch is cut off the files too;
+        // then every batch is a group of its own, and the files the checkpoint covers are
+        // closed before the resend.
+        fail_unsynced(s.win, &std::io::Error::other("a write before it failed"));
+        let file_sink = matches!(self.sink, Some(Sink::File(_)));
+        s.win.one_by_one = file_sink;
+        s.win.close_covered = file_sink;
         let mut later = std::mem::take(&mut s.win.in_flight);
-        // File sink: whatever was written after the failed batch is cut off the files too.
-        let cut = std::io::Error::other("a write before it failed");
-        for b in later.iter_mut() {
-            b.pending.synced(Err(&cut));
-        }
-        s.win.unsynced_since = None;
-        s.win.unsynced_bytes = 0;
-        s.win.one_by_one = matches!(self.sink, Some(Sink::File(_)));
         for b in later.iter_mut() {
             while self.until_halt(b.pending.settle()).await.is_none() {
                 if self.gave_up() {
@@ -453,7 +432,6 @@ impl Drain {
                 }
             }
         }
-        s.win.close_covered = matches!(self.sink, Some(Sink::File(_)));
         let mut resend: VecDeque<Vec<OwnedRecord>> = VecDeque::new();
         resend.extend(Some(rest).filter(|r| !r.is_empty()));
         resend.extend(later.into_iter().map(|b| b.records));
@@ -513,7 +491,7 @@ pub(super) struct Window {
     /// behind it, as it did with a checkpoint per batch.
     pub(super) one_by_one: bool,
     /// File sink, after a failure: the files the checkpoint covers are to be closed
-    /// before the resend ([`Drain::close_covered_files`]).
+    /// before the resend (`Drain::close_covered_files`).
     pub(super) close_covered: bool,
     /// With `--once`, the offset the drain ends at: once it is written, the group
     /// checkpoint is due at once.

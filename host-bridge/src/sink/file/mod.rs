@@ -493,7 +493,7 @@ impl FileSink {
     }
 
     /// What reopening the writer after a failure needs, for a write of log `log_id`.
-    fn reopen_args(&mut self, log_id: u128) -> Reopen {
+    fn reopen_args(&self, log_id: u128) -> Reopen {
         // Lines after the synced lengths were written by the last attempt, for its log.
         let cut_log = self.log_id.unwrap_or(log_id);
         Reopen {
