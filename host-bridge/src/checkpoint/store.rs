@@ -350,14 +350,24 @@ impl Store {
         smol::unblock(move || Store::open(&path)).await
     }
 
+    /// Runs `f` on this store (a clone: the same database) on the blocking pool: how the
+    /// `*_async` methods keep redb's synchronous calls off the executor.
+    async fn unblocked<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Store) -> T + Send + 'static,
+    ) -> T {
+        let s = self.clone();
+        smol::unblock(move || f(&s)).await
+    }
+
     /// [`Store::load`] on the blocking pool.
     pub async fn load_async(
         &self,
         gateway_id: &str,
         consumer: &str,
     ) -> Result<Option<Checkpoint>, StoreError> {
-        let (s, g, c) = (self.clone(), gateway_id.to_string(), consumer.to_string());
-        smol::unblock(move || s.load(&g, &c)).await
+        let (g, c) = (gateway_id.to_string(), consumer.to_string());
+        self.unblocked(move |s| s.load(&g, &c)).await
     }
 
     /// [`Store::save`] on the blocking pool.
@@ -367,13 +377,8 @@ impl Store {
         consumer: &str,
         cp: &Checkpoint,
     ) -> Result<(), StoreError> {
-        let (s, g, c, cp) = (
-            self.clone(),
-            gateway_id.to_string(),
-            consumer.to_string(),
-            cp.clone(),
-        );
-        smol::unblock(move || s.save(&g, &c, &cp)).await
+        let (g, c, cp) = (gateway_id.to_string(), consumer.to_string(), cp.clone());
+        self.unblocked(move |s| s.save(&g, &c, &cp)).await
     }
 
     /// [`Store::save_with_gap`] on the blocking pool.
@@ -384,8 +389,9 @@ impl Store {
         gap: &Gap,
         cp: &Checkpoint,
     ) -> Result<(), StoreError> {
-        let (s, c, gap, cp) = (self.clone(), consumer.to_string(), gap.clone(), cp.clone());
-        smol::unblock(move || s.save_with_gap(&c, log_id, &gap, &cp)).await
+        let (c, gap, cp) = (consumer.to_string(), gap.clone(), cp.clone());
+        self.unblocked(move |s| s.save_with_gap(&c, log_id, &gap, &cp))
+            .await
     }
 
     /// [`Store::save_with_sink_resume`] on the blocking pool.
@@ -394,8 +400,9 @@ impl Store {
         r: &SinkResume,
         cp: &Checkpoint,
     ) -> Result<(), StoreError> {
-        let (s, r, cp) = (self.clone(), r.clone(), cp.clone());
-        smol::unblock(move || s.save_with_sink_resume(&r, &cp)).await
+        let (r, cp) = (r.clone(), cp.clone());
+        self.unblocked(move |s| s.save_with_sink_resume(&r, &cp))
+            .await
     }
 
     /// [`Store::save_with_reset`] on the blocking pool.
@@ -406,14 +413,10 @@ impl Store {
         reset: &Reset,
         cp: &Checkpoint,
     ) -> Result<(), StoreError> {
-        let (s, g, c, r, cp) = (
-            self.clone(),
-            gateway_id.to_string(),
-            consumer.to_string(),
-            reset.clone(),
-            cp.clone(),
-        );
-        smol::unblock(move || s.save_with_reset(&g, &c, &r, &cp)).await
+        let (g, c) = (gateway_id.to_string(), consumer.to_string());
+        let (r, cp) = (reset.clone(), cp.clone());
+        self.unblocked(move |s| s.save_with_reset(&g, &c, &r, &cp))
+            .await
     }
 }
 

@@ -227,12 +227,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         let c = match connection(&mut conn, &mut welcomed, &args, &mut backoff, &stop).await {
             Connection::Ready(c) => c,
             Connection::Retry => continue,
-            // Nothing was stored (no Welcome ever came), and the same command would
-            // meet the same port: no "run it again" hint.
-            Connection::NotSpillway(why) => {
-                log::error!("{why}");
-                return (sum, exit::FAILURE);
-            }
+            Connection::NotSpillway => return (sum, exit::FAILURE),
         };
         if c.welcome().protocol_version < 3 {
             log::warn!(
@@ -418,12 +413,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         let c = match connection(&mut conn, &mut welcomed, &args, &mut backoff, &stop).await {
             Connection::Ready(c) => c,
             Connection::Retry => continue,
-            // Nothing was stored (no Welcome ever came), and the same command would
-            // meet the same port: no "run it again" hint.
-            Connection::NotSpillway(why) => {
-                log::error!("{why}");
-                return (sum, exit::FAILURE);
-            }
+            Connection::NotSpillway => return (sum, exit::FAILURE),
         };
         let batch: Vec<(Option<Producer>, Option<u64>, &[u8])> = pending
             .iter()
@@ -633,10 +623,11 @@ async fn connection<'a>(
                 *conn = Some(c);
             }
             Err(e @ ClientError::NotSpillway(_)) if !*welcomed => {
-                return Connection::NotSpillway(format!(
+                log::error!(
                     "gateway {}: {e}; not retried: point --gateway at the gateway's Spillway listener (its tcp://, tls:// or unix:// --listen without ?mode=lines), not a line-mode, MQTT or metrics port",
                     args.gateway
-                ));
+                );
+                return Connection::NotSpillway;
             }
             Err(e) => {
                 let d = backoff.next_delay();
@@ -658,8 +649,10 @@ enum Connection<'a> {
     Ready(&'a mut Client),
     /// Not connected this time; try again (the retry budget permitting).
     Retry,
-    /// The address is not a Spillway listener: stop, with this message.
-    NotSpillway(String),
+    /// The address is not a Spillway listener (logged): stop. Nothing was stored (no
+    /// Welcome ever came), and the same command would meet the same port, so the summary
+    /// gives no "run it again" hint.
+    NotSpillway,
 }
 
 /// Sleeps `d` or until `stop` is triggered.

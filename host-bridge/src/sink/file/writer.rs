@@ -67,6 +67,14 @@ impl OpenFile {
         rot.interval
             .is_some_and(|i| now.duration_since(self.since).unwrap_or_default() >= i)
     }
+
+    /// Its first offset and length, as [`Inner::state`] records them once it is synced.
+    fn synced(&self) -> SyncedFile {
+        SyncedFile {
+            first: self.first,
+            len: self.len,
+        }
+    }
 }
 
 /// State that lives on the blocking thread during a write.
@@ -380,15 +388,9 @@ impl Inner {
         if self.unsynced.remove(stem) {
             of.handle()?.sync_data()?;
         }
-        drop(of.file);
+        drop(of.file.take());
         close_name(&of.path, of.first)?;
-        self.state.insert(
-            stem.to_string(),
-            SyncedFile {
-                first: of.first,
-                len: of.len,
-            },
-        );
+        self.state.insert(stem.to_string(), of.synced());
         Ok(())
     }
 
@@ -426,24 +428,31 @@ impl Inner {
                 let date = self.rot.by_date.then(|| utc_date(wall_clock_us()));
                 self.create(stem, from, date)?;
             }
-            let of = self
-                .open
-                .get_mut(stem)
-                .ok_or_else(|| std::io::Error::other("open file vanished"))?;
-            of.handle()?.write_all(line.as_bytes())?;
-            of.len += line.len() as u64;
+            self.append(stem, line.as_bytes())?;
         }
         for stem in stems {
-            if let Some(of) = self.open.get_mut(&stem) {
-                of.handle()?.sync_data()?;
-                self.state.insert(
-                    stem,
-                    SyncedFile {
-                        first: of.first,
-                        len: of.len,
-                    },
-                );
-            }
+            self.sync_open(stem)?;
+        }
+        Ok(())
+    }
+
+    /// Appends `bytes` to the open file of `stem`, which the caller has created.
+    fn append(&mut self, stem: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let of = self
+            .open
+            .get_mut(stem)
+            .ok_or_else(|| std::io::Error::other("open file vanished"))?;
+        of.handle()?.write_all(bytes)?;
+        of.len += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Fsyncs (`fdatasync`) the open file of `stem`, if there is one, and records its
+    /// length in [`Inner::state`] as durable.
+    fn sync_open(&mut self, stem: String) -> std::io::Result<()> {
+        if let Some(of) = self.open.get_mut(&stem) {
+            of.handle()?.sync_data()?;
+            self.state.insert(stem, of.synced());
         }
         Ok(())
     }
@@ -553,12 +562,7 @@ impl Inner {
                 }
                 start = end;
             }
-            let of = self
-                .open
-                .get_mut(&stem)
-                .ok_or_else(|| std::io::Error::other("open file vanished"))?;
-            of.handle()?.write_all(&text[chunk..])?;
-            of.len += (text.len() - chunk) as u64;
+            self.append(&stem, &text[chunk..])?;
             touched.push(stem);
         }
         self.unsynced.extend(touched);
@@ -570,16 +574,7 @@ impl Inner {
     /// the caller drops `self`.
     pub(super) fn sync(&mut self) -> std::io::Result<()> {
         while let Some(stem) = self.unsynced.pop_first() {
-            if let Some(of) = self.open.get_mut(&stem) {
-                of.handle()?.sync_data()?;
-                self.state.insert(
-                    stem,
-                    SyncedFile {
-                        first: of.first,
-                        len: of.len,
-                    },
-                );
-            }
+            self.sync_open(stem)?;
         }
         Ok(())
     }
