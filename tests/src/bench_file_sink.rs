@@ -33,15 +33,16 @@ use std::fmt;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::bench_core::{Machine, Spread, machine};
+use crate::bench_core::{Machine, machine};
 use crate::bench_kafka::{
-    GATEWAY_ID, TOPIC, committed_and_delete, image_size, payload_of, publish_sized, start_gateway,
+    GATEWAY_ID, TOPIC, committed_and_delete, drain_once, image_size, payload_of, publish_sized,
+    start_gateway,
 };
 use crate::bridge::bridge_bin;
-use crate::figures::{table_head, thousands};
+use crate::figures::thousands;
+use crate::sides::{Measured, Sides};
 
 /// What to run: records drained (and lines written) per run and runs of each side; the
 /// default is comparison 4's (300,000 records, about 90 MB of lines, so the sink rotates
@@ -85,9 +86,15 @@ impl Run {
     pub fn records_per_s(&self) -> f64 {
         self.matching as f64 / self.secs
     }
+}
 
-    fn ok(&self) -> bool {
-        self.problem.is_none()
+impl Measured for Run {
+    fn records_per_s(&self) -> f64 {
+        Run::records_per_s(self)
+    }
+
+    fn problem(&self) -> Option<&str> {
+        self.problem.as_deref()
     }
 }
 
@@ -250,36 +257,16 @@ fn line_problem(line: &[u8], i: u64, log_hex: &str) -> Option<String> {
 fn sink_run(gw: &Gateway, run: usize, keep: Option<&mut Vec<u8>>) -> Run {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("out");
-    let state = dir.path().join("s.redb");
     let consumer = run_consumer(run);
     let n = gw.records as u64;
-    let t = Instant::now();
-    let status = Command::new(bridge_bin())
-        .args(["drain", "--once", "--progress", "off"])
-        .arg("--gateway")
-        .arg(format!("tcp://{}", gw.addr))
-        .arg("--consumer")
-        .arg(&consumer)
-        .arg("--sink")
-        .arg(format!("file:{}", out.display()))
-        .arg("--state")
-        .arg(&state)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run spillway-bridge");
-    let secs = t.elapsed().as_secs_f64();
+    let sink = format!("file:{}", out.display());
+    let (secs, exit) = drain_once(std::slice::from_ref(&gw.addr), &consumer, &sink);
     let load = load_now();
     let back = read_sink(&out, &format!("{:032x}", gw.log_id), n, keep);
     let committed = committed_and_delete(&gw.addr, &consumer);
     let mut problem = back.problem;
-    if !status.status.success() {
-        let err = String::from_utf8_lossy(&status.stderr);
-        let tail: Vec<&str> = err.lines().rev().take(5).collect();
-        problem = Some(format!(
-            "drain exited with {}: {}",
-            status.status,
-            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
-        ));
+    if exit.is_some() {
+        problem = exit;
     } else if problem.is_none() && committed != Some(n) {
         problem = Some(format!(
             "the files hold every record, but consumer {consumer} committed {committed:?} on \
@@ -412,10 +399,8 @@ pub struct Report {
     pub machine: Machine,
     /// What ran.
     pub options: Options,
-    /// Sink runs.
-    pub sink: Vec<Run>,
-    /// Writer runs, in the same order (run `i` of each side ran back to back).
-    pub writer: Vec<Run>,
+    /// The sink's runs and the writer's.
+    pub sides: Sides<Run>,
     /// Time to fill the gateway.
     pub fill: Duration,
 }
@@ -446,7 +431,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Report {
         log_id,
         records: n,
     };
-    let (mut sink, mut writer) = (Vec::new(), Vec::new());
+    let mut sides = Sides::new(["sink", "writer"]);
     let mut lines = Vec::new();
     let mut ends = Vec::new();
     let check = |r: &Run| match &r.problem {
@@ -483,54 +468,28 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Report {
             s.records_per_s() / w.records_per_s(),
             w.load
         ));
-        sink.push(s);
-        writer.push(w);
+        sides.push(s, w);
     }
     Report {
         machine: at_start,
         options: opts.clone(),
-        sink,
-        writer,
+        sides,
         fill,
     }
 }
 
 impl Report {
-    /// Sink records/s per run (see [`Run::records_per_s`]).
-    pub fn sink_rates(&self) -> Vec<f64> {
-        self.sink.iter().map(Run::records_per_s).collect()
-    }
-
-    /// Writer records/s per run.
-    pub fn writer_rates(&self) -> Vec<f64> {
-        self.writer.iter().map(Run::records_per_s).collect()
-    }
-
-    /// Sink ÷ writer per run (the runs alternate, so each pair saw the same machine).
-    pub fn ratios(&self) -> Vec<f64> {
-        crate::figures::per_run_ratios(&self.sink_rates(), &self.writer_rates())
-    }
-
     /// Every run that did not do all its work, described (empty when every run passed).
     pub fn failures(&self) -> Vec<String> {
-        let sides = [("sink", &self.sink), ("writer", &self.writer)];
-        let mut out = Vec::new();
-        for (side, runs) in sides {
-            for (i, r) in runs.iter().enumerate() {
-                if let Some(p) = &r.problem {
-                    out.push(format!("file {side} run {}: {p}", i + 1));
-                }
-            }
-        }
-        out
+        self.sides.failures("file")
     }
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.options.records;
-        let runs = self.sink.len();
-        let line = self.sink.first().map_or(0.0, |r| {
+        let runs = self.sides.ours.len();
+        let line = self.sides.ours.first().map_or(0.0, |r| {
             if r.found == 0 {
                 0.0
             } else {
@@ -559,90 +518,45 @@ impl fmt::Display for Report {
             ROTATE_BYTES >> 20,
         )?;
         writeln!(f)?;
-        let row = |f: &mut fmt::Formatter<'_>, label: &str, v: &[f64]| {
-            let s = Spread::of(v);
-            writeln!(
-                f,
-                "| {label} | {} | {} | {} |",
-                thousands(s.min),
-                thousands(s.median),
-                thousands(s.max)
-            )
-        };
-        table_head(
+        self.sides.write_spreads(
             f,
             &format!(
-                "| {} records of {PAYLOAD} B, {runs} runs | min | median | max |",
+                "{} records of {PAYLOAD} B, {runs} runs",
                 thousands(n as f64)
             ),
-        )?;
-        row(
-            f,
-            "`spillway-bridge drain --once` into `file:`, records/s (whole process)",
-            &self.sink_rates(),
-        )?;
-        row(
-            f,
-            "plain writer, one fdatasync per file, records/s (the ceiling)",
-            &self.writer_rates(),
-        )?;
-        let r = Spread::of(&self.ratios());
-        writeln!(
-            f,
-            "| sink ÷ writer, per run (goal ≥ {GOAL:.2}) | {:.2} | {:.2} | {:.2} |",
-            r.min, r.median, r.max
+            [
+                "`spillway-bridge drain --once` into `file:`, records/s (whole process)",
+                "plain writer, one fdatasync per file, records/s (the ceiling)",
+                &format!("sink ÷ writer, per run (goal ≥ {GOAL:.2})"),
+            ],
         )?;
         writeln!(f)?;
-        table_head(
+        self.sides.write_runs(
             f,
-            "| run | sink s | sink records/s | sink: lines in place, files, MB | writer s | \
-             writer records/s | writer: lines, files, MB | sink ÷ writer | load after | check |",
+            "sink s | sink records/s | sink: lines in place, files, MB | writer s | \
+             writer records/s | writer: lines, files, MB | sink ÷ writer | load after",
+            |s, w| {
+                format!(
+                    "{:.2} | {} | {} of {}, {}, {:.1} | {:.2} | {} | {}, {}, {:.1} | {:.2} | {}",
+                    s.secs,
+                    thousands(s.records_per_s()),
+                    thousands(s.matching as f64),
+                    thousands(s.expected as f64),
+                    s.files,
+                    s.bytes as f64 / 1e6,
+                    w.secs,
+                    thousands(w.records_per_s()),
+                    thousands(w.found as f64),
+                    w.files,
+                    w.bytes as f64 / 1e6,
+                    s.records_per_s() / w.records_per_s(),
+                    w.load,
+                )
+            },
+            |_, _| "verified".into(),
         )?;
-        for (i, (s, w)) in self.sink.iter().zip(&self.writer).enumerate() {
-            let problems: Vec<String> = [("sink", s), ("writer", w)]
-                .iter()
-                .filter_map(|(side, r)| r.problem.as_ref().map(|e| format!("{side}: {e}")))
-                .collect();
-            let check = if problems.is_empty() {
-                "verified".to_string()
-            } else {
-                format!("**FAILED**: {}", problems.join("; "))
-            };
-            writeln!(
-                f,
-                "| {} | {:.2} | {} | {} of {}, {}, {:.1} | {:.2} | {} | {}, {}, {:.1} | {:.2} | {} | {check} |",
-                i + 1,
-                s.secs,
-                thousands(s.records_per_s()),
-                thousands(s.matching as f64),
-                thousands(s.expected as f64),
-                s.files,
-                s.bytes as f64 / 1e6,
-                w.secs,
-                thousands(w.records_per_s()),
-                thousands(w.found as f64),
-                w.files,
-                w.bytes as f64 / 1e6,
-                s.records_per_s() / w.records_per_s(),
-                w.load,
-            )?;
-        }
         writeln!(f)?;
-        let failures = self.failures();
-        if failures.is_empty() && self.sink.iter().chain(&self.writer).all(Run::ok) {
-            writeln!(f, "Every run verified.")
-        } else {
-            writeln!(
-                f,
-                "**{} of {} runs FAILED their check**: the rates above count only the records \
-                 found in place, and the figures are not valid.",
-                failures.len(),
-                2 * runs
-            )?;
-            for e in failures {
-                writeln!(f, "- {e}")?;
-            }
-            Ok(())
-        }
+        self.sides
+            .write_verdict(f, &self.failures(), "Every run verified.")
     }
 }

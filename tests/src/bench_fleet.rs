@@ -149,7 +149,7 @@ fn verify_fleet_topic(
 fn fleet_bridge_run(broker: &Broker, addrs: &[String], o: &FleetOptions, run: usize) -> Run {
     let topic = broker.new_topic("bench-fleet-bridge", o.partitions);
     let consumer = format!("bench-fleet-run-{run}");
-    let (secs, exit) = drain_once(broker, addrs, &consumer, &topic);
+    let (secs, exit) = drain_once(addrs, &consumer, &broker.sink_uri(&topic));
     let per = o.per_gateway as u64;
     let mut verified =
         verify_fleet_topic(&broker.bootstrap(), &topic, o.partitions, o.gateways, per);
@@ -307,7 +307,7 @@ impl fmt::Display for FleetReport {
                 thousands(o.per_gateway as f64),
                 o.partitions,
                 self.broker,
-                self.sides.bridge.len()
+                self.sides.ours.len()
             ),
             [
                 "one `spillway-bridge drain --once` of every gateway, records/s (whole process)",
@@ -316,29 +316,25 @@ impl fmt::Display for FleetReport {
             ],
         )?;
         writeln!(f)?;
-        table_head(
+        self.sides.write_runs(
             f,
-            "| run | bridge s | producer s | bridge ÷ producer | check |",
+            "bridge s | producer s | bridge ÷ producer",
+            |b, p| {
+                format!(
+                    "{:.2} | {:.2} | {:.2}",
+                    b.secs,
+                    p.secs,
+                    b.records_per_s() / p.records_per_s()
+                )
+            },
+            |b, _| {
+                format!(
+                    "verified: {} of {} in place, each side",
+                    thousands(b.verified.matching as f64),
+                    thousands(b.verified.expected as f64)
+                )
+            },
         )?;
-        for (i, b, p, problems) in self.sides.pairs() {
-            writeln!(
-                f,
-                "| {} | {:.2} | {:.2} | {:.2} | {} |",
-                i + 1,
-                b.secs,
-                p.secs,
-                b.records_per_s() / p.records_per_s(),
-                if problems.is_empty() {
-                    format!(
-                        "verified: {} of {} in place, each side",
-                        thousands(b.verified.matching as f64),
-                        thousands(b.verified.expected as f64)
-                    )
-                } else {
-                    format!("**FAILED**: {}", problems.join("; "))
-                }
-            )?;
-        }
         writeln!(f)?;
         writeln!(
             f,
@@ -458,7 +454,7 @@ pub fn run_cap(opts: &CapOptions, broker: &Broker, mut progress: impl FnMut(&str
         .arg("--gateway")
         .arg(format!("tcp://{addr}"))
         .arg("--sink")
-        .arg(format!("kafka://{}/{topic}", broker.bootstrap()))
+        .arg(broker.sink_uri(&topic))
         .arg("--state")
         .arg(dir.path().join("s.redb"))
         .arg("--max-bytes-per-sec")

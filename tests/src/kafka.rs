@@ -53,6 +53,11 @@ impl Broker {
         }
     }
 
+    /// The bridge's `--sink` URI for `topic` on this broker: `kafka://BOOTSTRAP/TOPIC`.
+    pub fn sink_uri(&self, topic: &str) -> String {
+        format!("kafka://{}/{topic}", self.bootstrap())
+    }
+
     /// What this is, for messages: `tansu at 127.0.0.1:19092` style.
     pub fn describe(&self) -> String {
         match self {

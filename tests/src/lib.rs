@@ -13,7 +13,8 @@
 //! and its uplink cap ([`bench_fleet`]), footprint beside nats-server and mosquitto
 //! ([`bench_footprint`]), MQTT QoS 1 fan-in against Mosquitto ([`bench_mqtt`], its load
 //! generator [`mqtt_load`]), all of them in one report ([`bench_all`]) with its [`plot`]s;
-//! how the reports and the demo write numbers ([`figures`]).
+//! both sides of a comparison and what they report alike ([`sides`]); how the reports and
+//! the demo write numbers ([`figures`]).
 
 pub mod bench_all;
 pub mod bench_compression;
@@ -38,6 +39,7 @@ pub mod pki;
 pub mod plot;
 pub mod process;
 pub mod ram_nor;
+pub mod sides;
 pub mod sink_files;
 pub mod wait;
 

@@ -6,9 +6,10 @@ use crate::bench_core::{Engine, Spread};
 use crate::bench_file_sink;
 use crate::bench_fleet;
 use crate::bench_footprint;
-use crate::bench_kafka::{self, Sides};
+use crate::bench_kafka;
 use crate::bench_mqtt;
 use crate::figures::si;
+use crate::sides::{Measured, Sides};
 
 /// A headline ratio.
 #[derive(Debug, Clone)]
@@ -117,22 +118,23 @@ impl Ratio {
 /// The goal of comparison 4: bridge ÷ producer.
 pub const KAFKA_GOAL: f64 = 0.9;
 
-/// The headline ratio of a Kafka comparison: the bridge's records/s against the plain
-/// producer's, held to at least `goal`; `label` says so when a run failed its check
-/// (`verified` false).
-fn kafka_ratio(comparison: u8, label: String, sides: &Sides, verified: bool, goal: f64) -> Ratio {
+/// The headline ratio of a comparison of paired runs: Spillway's records/s against the
+/// peer's (`peer_name`), held to at least `goal`; `label` says so when a run failed its
+/// check (`verified` false).
+fn sides_ratio<R: Measured>(
+    (comparison, label, peer_name): (u8, String, &str),
+    sides: &Sides<R>,
+    verified: bool,
+    goal: f64,
+) -> Ratio {
     let unverified = if verified {
         ""
     } else {
         " (FAILED its check: not valid)"
     };
     Ratio::of_pairs(
-        (
-            comparison,
-            format!("{label}{unverified}"),
-            "rdkafka producer",
-        ),
-        (&sides.bridge_rates(), &sides.producer_rates()),
+        (comparison, format!("{label}{unverified}"), peer_name),
+        (&sides.ours_rates(), &sides.peer_rates()),
         si,
         true,
     )
@@ -273,9 +275,12 @@ impl AllReport {
             ));
         }
         if let Some(k) = &self.kafka {
-            out.push(kafka_ratio(
-                4,
-                "records/s into Kafka, bridge drain vs plain producer".into(),
+            out.push(sides_ratio(
+                (
+                    4,
+                    "records/s into Kafka, bridge drain vs plain producer".into(),
+                    "rdkafka producer",
+                ),
                 &k.sides,
                 k.failures().is_empty(),
                 KAFKA_GOAL,
@@ -362,11 +367,14 @@ impl AllReport {
             }
         }
         if let Some(k) = &self.fleet {
-            out.push(kafka_ratio(
-                7,
-                format!(
-                    "records/s into Kafka, one bridge draining {} gateways vs plain producer",
-                    k.options.gateways
+            out.push(sides_ratio(
+                (
+                    7,
+                    format!(
+                        "records/s into Kafka, one bridge draining {} gateways vs plain producer",
+                        k.options.gateways
+                    ),
+                    "rdkafka producer",
                 ),
                 &k.sides,
                 k.failures().is_empty(),
@@ -402,26 +410,17 @@ impl AllReport {
             );
         }
         if let Some(k) = &self.file_sink {
-            let (sink, writer) = (k.sink_rates(), k.writer_rates());
-            let (a, b) = (Spread::of(&sink), Spread::of(&writer));
-            let unverified = if k.failures().is_empty() {
-                ""
-            } else {
-                " (FAILED its check: not valid)"
-            };
-            out.push(Ratio {
-                comparison: 9,
-                label: format!(
-                    "records/s into files, bridge drain vs plain writer with one fsync per rotation{unverified}"
+            out.push(sides_ratio(
+                (
+                    9,
+                    "records/s into files, bridge drain vs plain writer with one fsync per rotation"
+                        .into(),
+                    "plain writer",
                 ),
-                spillway: si(a.median),
-                peer: si(b.median),
-                peer_name: "plain writer".into(),
-                ratio: a.median / b.median,
-                range: paired(&sink, &writer),
-                higher_is_better: true,
-                goal: Some((bench_file_sink::GOAL, f64::INFINITY)),
-            });
+                &k.sides,
+                k.failures().is_empty(),
+                bench_file_sink::GOAL,
+            ));
         }
         out
     }

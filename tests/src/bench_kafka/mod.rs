@@ -29,12 +29,13 @@ use std::time::{Duration, Instant};
 
 use rdkafka::producer::BaseProducer;
 
-use crate::bench_core::{Machine, Spread, machine};
+use crate::bench_core::{Machine, machine};
 use crate::bridge::bridge_bin;
 use crate::client::{Wait, connect};
-use crate::figures::{table_head, thousands};
+use crate::figures::thousands;
 use crate::gateway::{GatewayProcess, free_port};
 use crate::kafka::Broker;
+use crate::sides::Measured;
 
 mod producer;
 mod read_back;
@@ -174,15 +175,18 @@ impl Run {
     }
 }
 
-/// Both sides' runs of a Kafka comparison: run `i` of the bridge and run `i` of the plain
-/// producer ran back to back, so each pair saw the same machine.
-#[derive(Debug, Clone, Default)]
-pub struct Sides {
-    /// Bridge runs.
-    pub bridge: Vec<Run>,
-    /// Producer runs, in the same order.
-    pub producer: Vec<Run>,
+impl Measured for Run {
+    fn records_per_s(&self) -> f64 {
+        Run::records_per_s(self)
+    }
+
+    fn problem(&self) -> Option<&str> {
+        self.verified.problem.as_deref()
+    }
 }
+
+/// Both sides' runs of a Kafka comparison: the bridge's and the plain producer's.
+pub type Sides = crate::sides::Sides<Run>;
 
 impl Sides {
     /// Runs `bridge` (given the run's number, from 1) and `producer` `runs` times (at least
@@ -195,7 +199,7 @@ impl Sides {
         mut producer: impl FnMut() -> Run,
     ) -> Sides {
         let _ = bridge_bin();
-        let mut sides = Sides::default();
+        let mut sides = Sides::new(["bridge", "producer"]);
         let check = |r: &Run| match &r.verified.problem {
             None => format!("{} records read back", r.verified.found),
             Some(p) => format!("FAILED: {p}"),
@@ -211,99 +215,16 @@ impl Sides {
                 p.records_per_s(),
                 check(&p)
             ));
-            sides.bridge.push(b);
-            sides.producer.push(p);
+            sides.push(b, p);
         }
         sides
     }
-
-    /// Bridge records/s per run (see [`Run::records_per_s`]).
-    pub fn bridge_rates(&self) -> Vec<f64> {
-        self.bridge.iter().map(Run::records_per_s).collect()
-    }
-
-    /// Producer records/s per run.
-    pub fn producer_rates(&self) -> Vec<f64> {
-        self.producer.iter().map(Run::records_per_s).collect()
-    }
-
-    /// Bridge ÷ producer per run.
-    pub fn ratios(&self) -> Vec<f64> {
-        crate::figures::per_run_ratios(&self.bridge_rates(), &self.producer_rates())
-    }
-
-    /// Every run whose topic did not hold exactly the records it had to, described, each
-    /// line starting with `what` (empty when every run passed).
-    pub fn failures(&self, what: &str) -> Vec<String> {
-        let mut out = Vec::new();
-        for (side, runs) in [("bridge", &self.bridge), ("producer", &self.producer)] {
-            for (i, r) in runs.iter().enumerate() {
-                if let Some(p) = &r.verified.problem {
-                    out.push(format!("{what} {side} run {}: {p}", i + 1));
-                }
-            }
-        }
-        out
-    }
-
-    /// Run `i` of both sides, in order, with what is wrong with either (`bridge: …`,
-    /// `producer: …`; empty when both passed).
-    pub(crate) fn pairs(&self) -> impl Iterator<Item = (usize, &Run, &Run, Vec<String>)> {
-        self.bridge
-            .iter()
-            .zip(&self.producer)
-            .enumerate()
-            .map(|(i, (b, p))| {
-                let problems = [("bridge", b), ("producer", p)]
-                    .iter()
-                    .filter_map(|(side, r)| {
-                        r.verified.problem.as_ref().map(|e| format!("{side}: {e}"))
-                    })
-                    .collect();
-                (i, b, p, problems)
-            })
-    }
-
-    /// The summary table: `head` as its first column's title, then min / median / max of
-    /// the bridge's records/s (row `bridge`), the producer's (row `producer`) and their
-    /// per-run ratio (row `ratio`).
-    pub(crate) fn write_spreads(
-        &self,
-        f: &mut fmt::Formatter<'_>,
-        head: &str,
-        [bridge, producer, ratio]: [&str; 3],
-    ) -> fmt::Result {
-        let row = |f: &mut fmt::Formatter<'_>, label: &str, v: &[f64]| {
-            let s = Spread::of(v);
-            writeln!(
-                f,
-                "| {label} | {} | {} | {} |",
-                thousands(s.min),
-                thousands(s.median),
-                thousands(s.max)
-            )
-        };
-        table_head(f, &format!("| {head} | min | median | max |"))?;
-        row(f, bridge, &self.bridge_rates())?;
-        row(f, producer, &self.producer_rates())?;
-        let r = Spread::of(&self.ratios());
-        writeln!(
-            f,
-            "| {ratio} | {:.2} | {:.2} | {:.2} |",
-            r.min, r.median, r.max
-        )
-    }
 }
 
-/// One `spillway-bridge drain --once` of the gateways at `addrs` into Kafka topic `topic`
-/// under consumer name `consumer`, with a fresh state file; its wall time in s (the whole
-/// process) and, when it did not exit 0, why (the last lines of its stderr).
-pub(crate) fn drain_once(
-    broker: &Broker,
-    addrs: &[String],
-    consumer: &str,
-    topic: &str,
-) -> (f64, Option<String>) {
+/// One `spillway-bridge drain --once` of the gateways at `addrs` into `sink` (a `--sink`
+/// URI) under consumer name `consumer`, with a fresh state file; its wall time in s (the
+/// whole process) and, when it did not exit 0, why (the last lines of its stderr).
+pub(crate) fn drain_once(addrs: &[String], consumer: &str, sink: &str) -> (f64, Option<String>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cmd = Command::new(bridge_bin());
     cmd.args(["drain", "--once", "--progress", "off"]);
@@ -313,7 +234,7 @@ pub(crate) fn drain_once(
     cmd.arg("--consumer")
         .arg(consumer)
         .arg("--sink")
-        .arg(format!("kafka://{}/{topic}", broker.bootstrap()))
+        .arg(sink)
         .arg("--state")
         .arg(dir.path().join("s.redb"))
         .env("RUST_LOG", "warn");
@@ -362,7 +283,7 @@ pub(crate) fn committed_and_delete(addr: &str, consumer: &str) -> Option<u64> {
 fn bridge_run(broker: &Broker, addr: &str, n: usize, run: usize) -> Run {
     let topic = broker.new_topic("bench-bridge", 1);
     let consumer = format!("bench-run-{run}");
-    let (secs, exit) = drain_once(broker, &[addr.to_string()], &consumer, &topic);
+    let (secs, exit) = drain_once(&[addr.to_string()], &consumer, &broker.sink_uri(&topic));
     let mut verified = verify_topic(&broker.bootstrap(), &topic, n as u64);
     let committed = committed_and_delete(addr, &consumer);
     if exit.is_some() {
@@ -468,7 +389,7 @@ pub fn run(opts: &Options, broker: &Broker, mut progress: impl FnMut(&str)) -> R
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.options.records;
-        let runs = self.sides.bridge.len();
+        let runs = self.sides.ours.len();
         self.sides.write_spreads(
             f,
             &format!(
@@ -483,54 +404,36 @@ impl fmt::Display for Report {
             ],
         )?;
         writeln!(f)?;
-        table_head(
+        self.sides.write_runs(
             f,
-            "| run | bridge s | bridge: records in its topic, in place | producer s | \
-             producer: records in its topic, in place | bridge ÷ producer | check |",
+            "bridge s | bridge: records in its topic, in place | producer s | \
+             producer: records in its topic, in place | bridge ÷ producer",
+            |b, p| {
+                format!(
+                    "{:.2} | {} of {} | {:.2} | {} of {} | {:.2}",
+                    b.secs,
+                    thousands(b.verified.matching as f64),
+                    thousands(b.verified.expected as f64),
+                    p.secs,
+                    thousands(p.verified.matching as f64),
+                    thousands(p.verified.expected as f64),
+                    b.records_per_s() / p.records_per_s(),
+                )
+            },
+            |_, _| "verified".into(),
         )?;
-        for (i, b, p, problems) in self.sides.pairs() {
-            let check = if problems.is_empty() {
-                "verified".to_string()
-            } else {
-                format!("**FAILED**: {}", problems.join("; "))
-            };
-            writeln!(
-                f,
-                "| {} | {:.2} | {} of {} | {:.2} | {} of {} | {:.2} | {check} |",
-                i + 1,
-                b.secs,
-                thousands(b.verified.matching as f64),
-                thousands(b.verified.expected as f64),
-                p.secs,
-                thousands(p.verified.matching as f64),
-                thousands(p.verified.expected as f64),
-                b.records_per_s() / p.records_per_s(),
-            )?;
-        }
         writeln!(f)?;
-        let failures = self.failures();
-        if failures.is_empty() {
-            writeln!(
-                f,
+        self.sides.write_verdict(
+            f,
+            &self.failures(),
+            &format!(
                 "Every run verified: its topic, read back to the end, holds exactly the {} \
                  records sent, in order, each with its payload and `spillway-offset` header; \
                  every bridge run drained under its own consumer name from a fresh state \
                  file, and that consumer's committed offset on the gateway was {}.",
                 thousands(n as f64),
                 thousands(n as f64),
-            )
-        } else {
-            writeln!(
-                f,
-                "**{} of {} runs FAILED their check**: the rates above count only the records \
-                 found in place, and the figures are not valid.",
-                failures.len(),
-                2 * runs
-            )?;
-            for e in failures {
-                writeln!(f, "- {e}")?;
-            }
-            Ok(())
-        }
+            ),
+        )
     }
 }
