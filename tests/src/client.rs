@@ -1,8 +1,10 @@
 //! The tests' way to the protocol client: the bridge's [`Client`] (`spillway_bridge::client`,
 //! the one client of the wire protocol) called from blocking test code ([`Wait`]), plus
 //! what many tests do with it: connect ([`connect`]), read the whole log ([`read_log`]),
-//! pipeline publishes and take the replies ([`send_publish`], [`next_reply`]), and look
-//! at an acknowledgement or a refusal ([`acked_offset`], [`refusal`]).
+//! wait until the log holds what was sent with no acknowledgement to wait on
+//! ([`wait_for_records`]), pipeline publishes and take the replies ([`send_publish`],
+//! [`next_reply`]), and look at an acknowledgement or a refusal ([`acked_offset`],
+//! [`refusal`]).
 
 use std::time::Duration;
 
@@ -67,6 +69,28 @@ pub fn read_log(c: &mut Client, from: u64) -> Result<Vec<OwnedRecord>, ClientErr
             FetchReply::Dropped { first_available } => at = first_available,
         }
     }
+}
+
+/// The whole log ([`read_log`] from offset 0) once it holds at least `n` records: for what
+/// is stored with no acknowledgement to wait on (lines, QoS 0 messages).
+///
+/// # Panics
+/// If a read fails, or the log still holds fewer than `n` records after 10 s (the records
+/// it held are in the message).
+pub fn wait_for_records(c: &mut Client, n: usize) -> Vec<OwnedRecord> {
+    let held = std::cell::RefCell::new(Vec::new());
+    crate::wait::wait_until(
+        Duration::from_secs(10),
+        || {
+            let recs = read_log(c, 0).expect("read the log");
+            if recs.len() >= n {
+                return Some(recs);
+            }
+            *held.borrow_mut() = recs;
+            None
+        },
+        || format!("{n} records in the log, which holds {:?}", held.borrow()),
+    )
 }
 
 /// Sends a publish of `payload` to `topic` (stamped by the gateway's clock, no producer)

@@ -108,6 +108,20 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// The whole HTTP/1.1 answer (status line, headers, body) to `GET path` at
+/// `127.0.0.1:port`: a gateway's `--metrics` endpoint, `http_get(port, "/metrics")`.
+///
+/// # Panics
+/// If the port cannot be reached or the answer read.
+pub fn http_get(port: u16, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to metrics");
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .expect("send the request");
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut s, &mut text).expect("read the answer");
+    text
+}
+
 /// A gateway on a fresh image `DIR/gw.img` (1 MiB unless `extra` has `--size`, 4 KiB erase
 /// blocks) listening on one free TCP port, with `extra` flags after those; returns the
 /// process and its `tcp://127.0.0.1:PORT` URI. What the bridge's command-line tests start.

@@ -16,9 +16,9 @@ use spillway_core::wire::{AckLevel, ErrorCode, Producer, Request};
 use spillway_tests::bridge::metric_sum;
 use spillway_tests::client::{
     Client, DEFAULT_REPLY_TIMEOUT, FetchReply, PublishAck, Reply, Wait, acked_offset, connect,
-    next_reply, read_log, refusal, send_publish,
+    next_reply, read_log, refusal, send_publish, wait_for_records,
 };
-use spillway_tests::gateway::{GatewayProcess, free_port, run_cli};
+use spillway_tests::gateway::{GatewayProcess, free_port, http_get, run_cli};
 use spillway_tests::wait::wait_until;
 
 fn image_args(dir: &Path) -> Vec<String> {
@@ -244,14 +244,7 @@ fn line_mode_listeners() {
     fixed.write_all(b"21.7").unwrap();
     drop((fixed, words));
     let mut c = connect(&format!("127.0.0.1:{p1}")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let recs = loop {
-        let recs = read_log(&mut c, 0).unwrap();
-        if recs.len() >= 5 || Instant::now() > deadline {
-            break recs;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let recs = wait_for_records(&mut c, 5);
     let mut got: Vec<(String, Vec<u8>)> = recs
         .iter()
         .map(|r| (r.topic.clone(), r.payload.clone()))
@@ -272,11 +265,7 @@ fn line_mode_listeners() {
     let st = c.stats().wait().unwrap();
     assert_eq!(st.durable_offset, st.next_offset);
     // Prometheus metrics over HTTP/1.1.
-    let mut m = TcpStream::connect(("127.0.0.1", pm)).unwrap();
-    m.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    m.read_to_string(&mut text).unwrap();
+    let text = http_get(pm, "/metrics");
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     for want in [
         "spillway_records_appended_total 5",
@@ -342,20 +331,14 @@ fn serial_pty_frames_and_lines() {
     lines_master.write_all(b"19.25\n19.50\n").unwrap();
     lines_master.flush().unwrap();
     let mut t = connect(&format!("127.0.0.1:{port}")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let recs = read_log(&mut t, 0).unwrap();
-        let lines: Vec<_> = recs.iter().filter(|r| r.topic == "uart/temp").collect();
-        if lines.len() == 2 {
-            assert_eq!(lines[0].payload, b"19.25");
-            assert_eq!(lines[1].payload, b"19.50");
-            let f = recs.iter().find(|r| r.offset == off).unwrap();
-            assert_eq!(f.payload, b"\x00\x01binary\x00");
-            break;
-        }
-        assert!(Instant::now() < deadline, "lines never arrived: {recs:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // The two frames, then the two lines.
+    let recs = wait_for_records(&mut t, 4);
+    let lines: Vec<_> = recs.iter().filter(|r| r.topic == "uart/temp").collect();
+    assert_eq!(lines.len(), 2, "{recs:?}");
+    assert_eq!(lines[0].payload, b"19.25");
+    assert_eq!(lines[1].payload, b"19.50");
+    let f = recs.iter().find(|r| r.offset == off).unwrap();
+    assert_eq!(f.payload, b"\x00\x01binary\x00");
     let mut sink = [0u8; 1];
     let _ = lines_master.set_timeout(Duration::from_millis(50));
     assert!(
@@ -487,11 +470,11 @@ fn bad_clients_do_not_stall_others() {
     );
     // The good client keeps going while the deaf one is held back.
     let before = count.load(Ordering::Relaxed);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while count.load(Ordering::Relaxed) < before + 20 {
-        assert!(Instant::now() < deadline, "the good client was stalled");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(
+        Duration::from_secs(10),
+        || (count.load(Ordering::Relaxed) >= before + 20).then_some(()),
+        || "the good client was stalled".into(),
+    );
     drop(deaf);
     stop.store(true, Ordering::Relaxed);
     good.join().unwrap();
@@ -717,6 +700,39 @@ fn inspect_after_a_crash_is_not_corruption() {
     assert_eq!(code, 4, "{out}");
 }
 
+/// A gateway on `DIR/gw.img` listening on TCP `port` with `--max-connections 3` and
+/// `extra` flags (`listeners` listeners in all), and three idle connections to it that take
+/// every slot.
+fn all_slots_taken(
+    dir: &Path,
+    port: u16,
+    extra: &[String],
+    listeners: usize,
+) -> (GatewayProcess, Vec<TcpStream>) {
+    let mut args = with_listen(image_args(dir), &[format!("tcp://127.0.0.1:{port}")]);
+    args.extend(["--max-connections".into(), "3".into()]);
+    args.extend_from_slice(extra);
+    let g = GatewayProcess::start(&args, listeners);
+    let idle = (0..3)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    (g, idle)
+}
+
+/// Asserts that the gateway closed `s`: a read sees the end of the stream within 5 s.
+fn assert_closed(s: &mut TcpStream, what: &str) {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(s.read(&mut b).unwrap_or(0), 0, "{what}");
+}
+
+/// Asserts that the gateway serves `c`: a buffered publish to topic `t` is acknowledged.
+fn assert_served(c: &mut Client) {
+    c.publish("t", None, b"x", AckLevel::Buffered, None)
+        .wait()
+        .unwrap();
+}
+
 /// `--max-connections` bounds what idle clients can hold: one past the limit is closed at
 /// once, and a slot is free again when a client leaves.
 #[test]
@@ -724,13 +740,12 @@ fn connections_beyond_the_limit_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let metrics = free_port();
-    let mut args = with_listen(image_args(dir.path()), &[format!("tcp://127.0.0.1:{port}")]);
-    args.extend(["--max-connections".into(), "3".into()]);
-    args.extend(["--metrics".into(), format!("127.0.0.1:{metrics}")]);
-    let g = GatewayProcess::start(&args, 2);
-    let mut idle: Vec<TcpStream> = (0..3)
-        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
-        .collect();
+    let (g, mut idle) = all_slots_taken(
+        dir.path(),
+        port,
+        &["--metrics".into(), format!("127.0.0.1:{metrics}")],
+        2,
+    );
     // The gateway serves a connection once it holds one of the slots.
     wait_until(
         Duration::from_secs(10),
@@ -738,20 +753,12 @@ fn connections_beyond_the_limit_are_refused() {
         || format!("the three idle connections not served: {}", g.log_text()),
     );
     let mut extra = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    extra
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut b = [0u8; 1];
-    assert_eq!(extra.read(&mut b).unwrap_or(0), 0, "closed at once");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !g.log_text().contains("--max-connections") {
-        assert!(
-            Instant::now() < deadline,
-            "no refusal logged: {}",
-            g.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert_closed(&mut extra, "closed at once");
+    wait_until(
+        Duration::from_secs(5),
+        || g.log_text().contains("--max-connections").then_some(()),
+        || format!("no refusal logged: {}", g.log_text()),
+    );
     idle.pop();
     // Once the gateway has seen that client leave, a new one is served: connections
     // refused before that are closed at once, and the client tries again.
@@ -760,9 +767,7 @@ fn connections_beyond_the_limit_are_refused() {
         || connect(&format!("127.0.0.1:{port}")).ok(),
         || format!("no slot free after a client left: {}", g.log_text()),
     );
-    c.publish("t", None, b"x", AckLevel::Buffered, None)
-        .wait()
-        .unwrap();
+    assert_served(&mut c);
 }
 
 /// Idle sockets cannot hold every slot for ever: a framed connection that sends no complete
@@ -771,32 +776,18 @@ fn connections_beyond_the_limit_are_refused() {
 fn connections_that_never_say_hello_are_closed() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut args = with_listen(image_args(dir.path()), &[format!("tcp://127.0.0.1:{port}")]);
-    args.extend(["--max-connections".into(), "3".into()]);
-    let g = GatewayProcess::start(&args, 1);
-    let mut idle: Vec<TcpStream> = (0..3)
-        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
-        .collect();
+    let (g, mut idle) = all_slots_taken(dir.path(), port, &[], 1);
     // Half a frame from one of them: a partial frame is no Hello either.
     idle[0].write_all(&[0x05, 0x01]).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while g.log_text().matches("no complete frame within").count() < 3 {
-        assert!(
-            Instant::now() < deadline,
-            "idle connections not closed: {}",
-            g.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until(
+        Duration::from_secs(30),
+        || (g.log_text().matches("no complete frame within").count() >= 3).then_some(()),
+        || format!("idle connections not closed: {}", g.log_text()),
+    );
     for s in &mut idle {
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut b = [0u8; 1];
-        assert_eq!(s.read(&mut b).unwrap_or(0), 0, "closed by the gateway");
+        assert_closed(s, "closed by the gateway");
     }
-    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
-    c.publish("t", None, b"x", AckLevel::Buffered, None)
-        .wait()
-        .unwrap();
+    assert_served(&mut connect(&format!("127.0.0.1:{port}")).unwrap());
 }
 
 /// Long polls wait at most four per connection: of ten long-poll fetches sent at the log's

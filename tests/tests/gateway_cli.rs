@@ -3,18 +3,19 @@
 //! metrics, the log and `spillway-bridge status`), locks, ports, late serial devices,
 //! `validate`.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use spillway_core::wire::{AckLevel, ErrorCode};
 use spillway_tests::bridge::run_bridge;
-use spillway_tests::client::{ClientError, Wait, connect, read_log, refusal};
-use spillway_tests::gateway::{GatewayProcess, free_port, run_cli, spillway_bin};
+use spillway_tests::client::{ClientError, Wait, connect, refusal, wait_for_records};
+use spillway_tests::gateway::{GatewayProcess, free_port, http_get, run_cli, spillway_bin};
 use spillway_tests::process::{ChildProcess, output_with_stdin};
+use spillway_tests::wait::wait_until;
 
 fn image_args(dir: &Path) -> Vec<String> {
     vec![
@@ -42,16 +43,6 @@ fn listening(dir: &Path, uris: &[String]) -> Vec<String> {
         a.extend(["--listen".to_string(), u.clone()]);
     }
     a
-}
-
-/// An HTTP/1.1 request to the metrics address; the whole answer.
-fn http(port: u16, request_line: &str) -> String {
-    let mut m = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    m.write_all(format!("{request_line}\r\nHost: x\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut text = String::new();
-    m.read_to_string(&mut text).unwrap();
-    text
 }
 
 #[test]
@@ -118,14 +109,11 @@ fn log_level_flag_and_rust_log_precedence() {
         }
     });
     // Serving (no "listening on" line tells): the framed listener answers.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut c = loop {
-        if let Ok(c) = connect(&format!("127.0.0.1:{port}")) {
-            break c;
-        }
-        assert!(Instant::now() < deadline, "the gateway never served");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let mut c = wait_until(
+        Duration::from_secs(30),
+        || connect(&format!("127.0.0.1:{port}")).ok(),
+        || "the gateway never served".into(),
+    );
     c.publish("t", None, b"x", AckLevel::Buffered, None)
         .wait()
         .unwrap();
@@ -217,14 +205,7 @@ fn dropped_lines_are_warned_once_per_burst_naming_the_configured_limit() {
     words.write_all(b"\xff\xfe 5.5\ncgm/glucose 5.6\n").unwrap();
     g.wait_for_log("topic word is not UTF-8", 1);
     let mut c = connect(&format!("127.0.0.1:{pf}")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let got = loop {
-        let recs = read_log(&mut c, 0).unwrap();
-        if recs.len() >= 2 || Instant::now() > deadline {
-            break recs;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let got = wait_for_records(&mut c, 2);
     let got: Vec<(&str, &[u8])> = got
         .iter()
         .map(|r| (r.topic.as_str(), r.payload.as_slice()))
@@ -263,14 +244,7 @@ fn a_partial_line_followed_by_silence_is_dropped_not_glued_to_the_next() {
     assert!(w[0].contains("no newline within 300 ms"), "{w:?}");
     s.write_all(b"t=20.4\n").unwrap();
     let mut c = connect(&format!("127.0.0.1:{pf}")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let recs = loop {
-        let recs = read_log(&mut c, 0).unwrap();
-        if !recs.is_empty() || Instant::now() > deadline {
-            break recs;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let recs = wait_for_records(&mut c, 1);
     let payloads: Vec<&[u8]> = recs.iter().map(|r| r.payload.as_slice()).collect();
     assert_eq!(payloads, vec![&b"t=20.4"[..]]);
     // A bad value is a usage error naming the key.
@@ -328,9 +302,9 @@ fn metrics_path_gauges_and_the_full_log_warnings() {
         ],
         2,
     );
-    assert!(http(pm, "GET / HTTP/1.1").starts_with("HTTP/1.1 404"));
-    assert!(http(pm, "GET /metricsx HTTP/1.1").starts_with("HTTP/1.1 404"));
-    let text = http(pm, "GET /metrics HTTP/1.1");
+    assert!(http_get(pm, "/").starts_with("HTTP/1.1 404"));
+    assert!(http_get(pm, "/metricsx").starts_with("HTTP/1.1 404"));
+    let text = http_get(pm, "/metrics");
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     for want in [
         "spillway_capacity_bytes 131072",
@@ -366,7 +340,7 @@ fn metrics_path_gauges_and_the_full_log_warnings() {
     }
     let full = g.wait_for_log("the log is full", 1);
     assert!(full[0].contains("consumer \"bridge\""), "{full:?}");
-    let text = http(pm, "GET /metrics HTTP/1.1");
+    let text = http_get(pm, "/metrics");
     assert!(text.contains("spillway_full 1"), "{text}");
     // `spillway-bridge status` says so too, naming the consumer that holds the space.
     let gw = format!("tcp://127.0.0.1:{port}");
@@ -389,7 +363,7 @@ fn metrics_path_gauges_and_the_full_log_warnings() {
         .wait()
         .unwrap();
     g.wait_for_log("the log accepts records again", 1);
-    let text = http(pm, "GET /metrics HTTP/1.1");
+    let text = http_get(pm, "/metrics");
     assert!(text.contains("spillway_full 0"), "{text}");
     let out = run_bridge(&["status", "--gateway", &gw, "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -489,22 +463,12 @@ fn a_serial_device_absent_at_start_is_waited_for() {
     master.write_all(b"19.25\n").unwrap();
     master.flush().unwrap();
     let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let recs = read_log(&mut c, 0).unwrap();
-        if let Some(r) = recs.first() {
-            assert_eq!(
-                (r.topic.as_str(), r.payload.as_slice()),
-                ("late", &b"19.25"[..])
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the late device's line never arrived"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let recs = wait_for_records(&mut c, 1);
+    let r = &recs[0];
+    assert_eq!(
+        (r.topic.as_str(), r.payload.as_slice()),
+        ("late", &b"19.25"[..])
+    );
     drop(slave);
 }
 
@@ -664,12 +628,16 @@ fn a_config_file_read_from_a_pipe_is_used() {
         .write_all(config.as_bytes())
         .unwrap();
     let mut gw = ChildProcess::new(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(gw.try_wait().is_none(), "spillway run exited");
-        assert!(Instant::now() < deadline, "the gateway never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Serving: the framed listener answers a handshake (the port is bound before the image
+    // is created, so a bare TCP connect can come first).
+    wait_until(
+        Duration::from_secs(20),
+        || {
+            assert!(gw.try_wait().is_none(), "spillway run exited");
+            connect(&format!("127.0.0.1:{port}")).ok()
+        },
+        || "the gateway never served".into(),
+    );
     assert!(
         img.exists(),
         "the image of the piped config was not created"

@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use spillway_tests::GatewayProcess;
 use spillway_tests::bridge::tail_everything;
-use spillway_tests::gateway::{free_port, image_in};
+use spillway_tests::gateway::{free_port, http_get, image_in};
 use spillway_tests::process::output_with_stdin;
+use spillway_tests::wait::wait_until;
 
 /// A gateway with an MQTT listener on `mqtt` and a framed one on `tcp` (for `tail`).
 fn start_gateway(dir: &Path, mqtt: u16, tcp: u16, extra: &[&str]) -> GatewayProcess {
@@ -81,16 +82,6 @@ fn stored(tcp: u16) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The gateway's metrics text.
-fn metrics(port: u16) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    body
-}
-
 #[test]
 fn mosquitto_pub_at_qos_0_1_and_2_stores_every_message_once_in_order() {
     let dir = tempfile::tempdir().unwrap();
@@ -110,16 +101,13 @@ fn mosquitto_pub_at_qos_0_1_and_2_stores_every_message_once_in_order() {
         }
     }
     // QoS 0 has no acknowledgement: wait until the last QoS 0 record is there.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let got = loop {
-        let got = stored(tcp);
-        if got.len() >= want.len() || Instant::now() > deadline {
-            break got;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let got = wait_until(
+        Duration::from_secs(10),
+        || Some(stored(tcp)).filter(|got| got.len() >= want.len()),
+        || format!("{} records stored, {:?} are", want.len(), stored(tcp)),
+    );
     assert_eq!(got, want);
-    let text = metrics(m);
+    let text = http_get(m, "/metrics");
     for line in [
         "spillway_listener_connections_total{kind=\"mqtt\"} 6",
         "spillway_mqtt_publishes_total{qos=\"0\"} 100",
@@ -479,7 +467,7 @@ fn paho_persistent_sessions_survive_a_kill_9_with_every_message_stored_once_in_o
         sorted.sort();
         assert_eq!(sorted, want, "{client}: each message once");
     }
-    let text = metrics(m);
+    let text = http_get(m, "/metrics");
     let dups = text
         .lines()
         .find(|l| l.starts_with("spillway_mqtt_duplicates_total"))
@@ -596,7 +584,7 @@ fn a_full_session_table_refuses_new_sessions_and_never_evicts_one_that_could_res
         publish_acked(&mut s, "evict/t", 1, client.as_bytes(), true);
         disconnect(s);
     }
-    let text = metrics(m);
+    let text = http_get(m, "/metrics");
     for line in [
         "spillway_mqtt_duplicates_total 3",
         "spillway_mqtt_publishes_total{qos=\"1\"} 64",
@@ -713,7 +701,7 @@ fn an_mqtt_listener_without_the_publish_role_refuses_publishes_as_not_authorized
         stored(tcp),
         vec![("allowed/t".to_string(), "kept".to_string())]
     );
-    let text = metrics(m);
+    let text = http_get(m, "/metrics");
     let line = "spillway_refused_total{reason=\"forbidden\"} 4";
     assert!(text.contains(line), "{line} not in\n{text}");
 }

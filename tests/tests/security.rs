@@ -10,15 +10,14 @@
 //! makes a listener require them); the tests only ever connect to them through
 //! `localhost`.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use spillway_tests::bridge::publish_args;
-use spillway_tests::gateway::{GatewayProcess, free_port, run_cli};
+use spillway_tests::gateway::{GatewayProcess, free_port, http_get, run_cli};
 use spillway_tests::pki::{Pki, make_token};
 use spillway_tests::run_bridge;
+use spillway_tests::wait::wait_until;
 
 /// The gateway's certificates and two tokens: `bridge` (every role) and `sensor`
 /// (`publish` only).
@@ -151,11 +150,7 @@ impl Setup {
 
 /// `spillway_refused_total{reason="REASON"}` from the metrics port.
 fn refused(metrics: u16, reason: &str) -> u64 {
-    let mut m = TcpStream::connect(("127.0.0.1", metrics)).unwrap();
-    m.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    m.read_to_string(&mut text).unwrap();
+    let text = http_get(metrics, "/metrics");
     let key = format!("spillway_refused_total{{reason=\"{reason}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&key))
@@ -301,11 +296,11 @@ fn wrong_ca_and_expired_certificates_fail_the_handshake_on_both_sides() {
     assert!(err.contains("UnknownIssuer"), "{err}");
     failures += 1;
 
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while refused(metrics, "tls_handshake") < failures {
-        assert!(Instant::now() < deadline, "{}", g.log_text());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        Duration::from_secs(10),
+        || (refused(metrics, "tls_handshake") >= failures).then_some(()),
+        || g.log_text(),
+    );
     assert_eq!(s.offsets(&gw), (0, 0));
 }
 
