@@ -393,12 +393,10 @@ fn run_drain(c: FileConfig, kafka_flags: &[String]) -> i32 {
     }
     let m = Metrics::default();
     smol::block_on(async {
-        let _metrics_task = bind_metrics(metrics_addr.as_deref())
-            .await
-            .map(|(l, addr)| {
-                log::info!("metrics on http://{addr}/metrics");
-                smol::spawn(metrics::serve(l, m.clone()))
-            });
+        let _metrics_task = serve_metrics(metrics_addr.as_deref(), "", |l| {
+            metrics::serve(l, m.clone())
+        })
+        .await;
         let drain = match Drain::open(cfg, m, stop).await {
             Ok(d) => d,
             Err(e) => {
@@ -426,12 +424,23 @@ fn run_drain(c: FileConfig, kafka_flags: &[String]) -> i32 {
     })
 }
 
-/// Binds the `--metrics` listener at `addr` (exits 2 if it cannot be bound); `None`
-/// without the flag.
-async fn bind_metrics(addr: Option<&str>) -> Option<(smol::net::TcpListener, &str)> {
+/// Binds the `--metrics` listener at `addr` (exits 2 if it cannot be bound), logs where it
+/// serves (`note` after the URL) and spawns `serve` on it; the task serves until dropped.
+/// `None` without the flag.
+async fn serve_metrics<F>(
+    addr: Option<&str>,
+    note: &str,
+    serve: impl FnOnce(smol::net::TcpListener) -> F,
+) -> Option<smol::Task<()>>
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
     let addr = addr?;
     match smol::net::TcpListener::bind(addr).await {
-        Ok(l) => Some((l, addr)),
+        Ok(l) => {
+            log::info!("metrics on http://{addr}/metrics{note}");
+            Some(smol::spawn(serve(l)))
+        }
         Err(e) => usage(format!("--metrics {addr}: {e}")),
     }
 }
@@ -448,12 +457,10 @@ fn run_fleet(
         .map(|g| (g.to_string(), Metrics::default()))
         .collect();
     smol::block_on(async {
-        let _metrics_task = bind_metrics(metrics_addr.as_deref())
-            .await
-            .map(|(l, addr)| {
-                log::info!("metrics on http://{addr}/metrics (label gateway=URI)");
-                smol::spawn(metrics::serve_labeled(l, labeled.clone()))
-            });
+        let _metrics_task = serve_metrics(metrics_addr.as_deref(), " (label gateway=URI)", |l| {
+            metrics::serve_labeled(l, labeled.clone())
+        })
+        .await;
         let check = cfg.reply_timeout.min(Duration::from_secs(3));
         if let Err(e) = identify(&gateways, check).await {
             log::error!("{e}");

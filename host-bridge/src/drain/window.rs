@@ -127,48 +127,23 @@ impl Drain {
         let event = {
             let front = s.win.in_flight.front_mut();
             let settled = async {
-                match front {
-                    Some(b) => {
-                        b.pending.settle().await;
-                        Event::Settled
-                    }
-                    None => std::future::pending().await,
-                }
+                or_never(front.map(|b| b.pending.settle())).await;
+                Event::Settled
             };
             let saving = s.win.saving.as_mut();
-            let saved = async {
-                match saving {
-                    Some(save) => Event::Saved((&mut save.task).await),
-                    None => std::future::pending().await,
-                }
-            };
-            let received = async {
-                match rx {
-                    Some(rx) => Event::Received(rx.recv().await.ok()),
-                    None => std::future::pending().await,
-                }
-            };
+            let saved = async { Event::Saved(or_never(saving.map(|save| &mut save.task)).await) };
+            let received = async { Event::Received(or_never(rx.map(|rx| rx.recv())).await.ok()) };
             let sync_at = s
                 .win
                 .unsynced_since
                 .map(|t| t + self.cfg.checkpoint_interval);
             let sync_due = async {
-                match sync_at {
-                    Some(at) => {
-                        smol::Timer::at(at).await;
-                        Event::SyncDue
-                    }
-                    None => std::future::pending().await,
-                }
+                or_never(sync_at.map(smol::Timer::at)).await;
+                Event::SyncDue
             };
             let ticked = async {
-                match tick {
-                    Some(d) => {
-                        smol::Timer::after(d).await;
-                        Event::Tick
-                    }
-                    None => std::future::pending().await,
-                }
+                or_never(tick.map(smol::Timer::after)).await;
+                Event::Tick
             };
             self.until_halt(smol::future::or(
                 saved,
@@ -507,6 +482,16 @@ fn fail_unsynced(win: &mut Window, error: &std::io::Error) {
     }
     win.unsynced_since = None;
     win.unsynced_bytes = 0;
+}
+
+/// `f`'s output, or never when there is no `f`: how a branch of the window's event
+/// select that has nothing to wait for (no batch in flight, no save, no timer) stays out
+/// of it. Cancel-safe when `f` is.
+async fn or_never<T>(f: Option<impl Future<Output = T>>) -> T {
+    match f {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
 }
 
 /// A checkpoint save running on the blocking pool.

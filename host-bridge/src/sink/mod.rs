@@ -537,6 +537,24 @@ pub fn rfc3339_us(us: u64) -> String {
 mod tests {
     use super::*;
 
+    /// The JSON line of a record at offset `offset` of topic `t` (no producer, CRC 0) with
+    /// `timestamp_us` and `payload`, from gateway `gw` log 1.
+    fn line(offset: u64, timestamp_us: u64, payload: &[u8]) -> String {
+        let src = Source {
+            gateway_id: "gw".into(),
+            log_id: 1,
+        };
+        let rec = OwnedRecord {
+            offset,
+            record_crc: 0,
+            topic: "t".into(),
+            timestamp_us,
+            producer: None,
+            payload: payload.to_vec(),
+        };
+        JsonRecord::new(&src, &rec).to_line()
+    }
+
     #[test]
     fn rfc3339() {
         assert_eq!(
@@ -554,20 +572,7 @@ mod tests {
     /// `timestamp` in the file sink and `tail` JSON, never `null`.
     #[test]
     fn json_timestamp_out_of_range_is_clamped_not_null() {
-        let src = Source {
-            gateway_id: "gw".into(),
-            log_id: 1,
-        };
-        let rec = OwnedRecord {
-            offset: 0,
-            record_crc: 0,
-            topic: "t".into(),
-            timestamp_us: u64::MAX,
-            producer: None,
-            payload: b"x".to_vec(),
-        };
-        let v: serde_json::Value =
-            serde_json::from_str(&JsonRecord::new(&src, &rec).to_line()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line(0, u64::MAX, b"x")).unwrap();
         assert_eq!(v["timestamp"], MAX_RFC3339);
         assert_eq!(v["timestamp_us"], u64::MAX);
     }
@@ -608,21 +613,7 @@ mod tests {
     /// number spelling kept) as `json`; anything else stays a string.
     #[test]
     fn json_payloads_pass_through_byte_for_byte() {
-        let src = Source {
-            gateway_id: "gw".into(),
-            log_id: 1,
-        };
-        let line = |p: &[u8]| {
-            let rec = OwnedRecord {
-                offset: 0,
-                record_crc: 0,
-                topic: "t".into(),
-                timestamp_us: 0,
-                producer: None,
-                payload: p.to_vec(),
-            };
-            JsonRecord::new(&src, &rec).to_line()
-        };
+        let line = |p: &[u8]| line(0, 0, p);
         let obj = br#"{ "t" : 21.50, "b":1e2,"a":[1, 2] }"#;
         let l = line(obj);
         assert!(
