@@ -122,6 +122,21 @@ pub fn http_get(port: u16, path: &str) -> String {
     text
 }
 
+/// Asserts that the metrics endpoint at `127.0.0.1:port` answers `GET /metrics` with 200
+/// and a text that holds each of `want` (a whole sample line such as `spillway_full 0`, or
+/// the start of one: `spillway_used_bytes `); returns the answer.
+///
+/// # Panics
+/// Naming the first of `want` missing, with the answer.
+pub fn assert_metrics(port: u16, want: &[&str]) -> String {
+    let text = http_get(port, "/metrics");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    for w in want {
+        assert!(text.contains(w), "{w} missing in:\n{text}");
+    }
+    text
+}
+
 /// A gateway on a fresh image `DIR/gw.img` (1 MiB unless `extra` has `--size`, 4 KiB erase
 /// blocks) listening on one free TCP port, with `extra` flags after those; returns the
 /// process and its `tcp://127.0.0.1:PORT` URI. What the bridge's command-line tests start.

@@ -18,20 +18,22 @@ use spillway_tests::client::{
     Client, DEFAULT_REPLY_TIMEOUT, FetchReply, PublishAck, Reply, Wait, acked_offset, connect,
     next_reply, read_log, refusal, send_publish, wait_for_records,
 };
-use spillway_tests::gateway::{GatewayProcess, free_port, http_get, run_cli};
+use spillway_tests::gateway::{GatewayProcess, assert_metrics, free_port, image_in, run_cli};
 use spillway_tests::wait::wait_until;
 
+/// A fresh image `DIR/gw.img` of 2 MiB with 4 KiB erase blocks, gateway id `test-gw`.
 fn image_args(dir: &Path) -> Vec<String> {
-    vec![
-        "--image".into(),
-        dir.join("gw.img").display().to_string(),
-        "--size".into(),
-        "2M".into(),
-        "--erase-size".into(),
-        "4K".into(),
-        "--gateway-id".into(),
-        "test-gw".into(),
-    ]
+    image_in(
+        dir,
+        &[
+            "--size",
+            "2M",
+            "--erase-size",
+            "4K",
+            "--gateway-id",
+            "test-gw",
+        ],
+    )
 }
 
 fn with_listen(mut args: Vec<String>, uris: &[String]) -> Vec<String> {
@@ -265,17 +267,16 @@ fn line_mode_listeners() {
     let st = c.stats().wait().unwrap();
     assert_eq!(st.durable_offset, st.next_offset);
     // Prometheus metrics over HTTP/1.1.
-    let text = http_get(pm, "/metrics");
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    for want in [
-        "spillway_records_appended_total 5",
-        "spillway_connections_total",
-        "spillway_flushes_total",
-        "spillway_ingest_errors_total{reason=\"too_large\"} 1",
-        "spillway_consumer_lag_offsets{consumer=\"bridge\"} 5",
-    ] {
-        assert!(text.contains(want), "{want} missing in:\n{text}");
-    }
+    assert_metrics(
+        pm,
+        &[
+            "spillway_records_appended_total 5",
+            "spillway_connections_total",
+            "spillway_flushes_total",
+            "spillway_ingest_errors_total{reason=\"too_large\"} 1",
+            "spillway_consumer_lag_offsets{consumer=\"bridge\"} 5",
+        ],
+    );
 }
 
 #[test]
@@ -572,17 +573,7 @@ fn sigterm_is_clean_and_image_is_protected() {
     let args = with_listen(image_args(dir.path()), &[format!("tcp://127.0.0.1:{port}")]);
     let mut g = GatewayProcess::start(&args, 1);
     let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
-    for i in 0..10 {
-        c.publish(
-            "t",
-            None,
-            format!("{i}").as_bytes(),
-            AckLevel::Buffered,
-            None,
-        )
-        .wait()
-        .unwrap();
-    }
+    publish_each(&mut c, (0..10).map(|i| format!("{i}")), AckLevel::Buffered);
     c.commit("bridge", 7).wait().unwrap();
     // A second gateway cannot open the locked image.
     let port2 = free_port();
@@ -656,31 +647,15 @@ fn inspect_after_a_crash_is_not_corruption() {
     let img = dir.path().join("gw.img").display().to_string();
     let mut g = GatewayProcess::start(&args, 1);
     let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
-    for i in 0..100 {
-        c.publish(
-            "t",
-            None,
-            format!("{i}").as_bytes(),
-            AckLevel::Durable,
-            None,
-        )
-        .wait()
-        .unwrap();
-    }
+    publish_each(&mut c, (0..100).map(|i| format!("{i}")), AckLevel::Durable);
     g.kill();
     let mut g = GatewayProcess::start(&args, 1);
     let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
-    for i in 0..10 {
-        c.publish(
-            "t",
-            None,
-            format!("after {i}").as_bytes(),
-            AckLevel::Durable,
-            None,
-        )
-        .wait()
-        .unwrap();
-    }
+    publish_each(
+        &mut c,
+        (0..10).map(|i| format!("after {i}")),
+        AckLevel::Durable,
+    );
     assert_eq!(g.terminate().code(), Some(0), "{}", g.log_text());
     let (code, out, err) = run_cli(&["inspect", &img, "--json"]);
     assert_eq!(code, 0, "a crash is not corruption: {out}{err}");
@@ -724,6 +699,15 @@ fn assert_closed(s: &mut TcpStream, what: &str) {
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut b = [0u8; 1];
     assert_eq!(s.read(&mut b).unwrap_or(0), 0, "{what}");
+}
+
+/// Publishes `payloads` to topic `t` one at a time at `ack`, each acknowledged.
+fn publish_each(c: &mut Client, payloads: impl IntoIterator<Item = String>, ack: AckLevel) {
+    for p in payloads {
+        c.publish("t", None, p.as_bytes(), ack, None)
+            .wait()
+            .unwrap();
+    }
 }
 
 /// Asserts that the gateway serves `c`: a buffered publish to topic `t` is acknowledged.

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use spillway_tests::GatewayProcess;
 use spillway_tests::bridge::tail_everything;
-use spillway_tests::gateway::{free_port, http_get, image_in};
+use spillway_tests::gateway::{assert_metrics, free_port, http_get, image_in};
 use spillway_tests::process::output_with_stdin;
 use spillway_tests::wait::wait_until;
 
@@ -107,16 +107,16 @@ fn mosquitto_pub_at_qos_0_1_and_2_stores_every_message_once_in_order() {
         || format!("{} records stored, {:?} are", want.len(), stored(tcp)),
     );
     assert_eq!(got, want);
-    let text = http_get(m, "/metrics");
-    for line in [
-        "spillway_listener_connections_total{kind=\"mqtt\"} 6",
-        "spillway_mqtt_publishes_total{qos=\"0\"} 100",
-        "spillway_mqtt_publishes_total{qos=\"1\"} 100",
-        "spillway_mqtt_publishes_total{qos=\"2\"} 100",
-        "spillway_mqtt_duplicates_total 0",
-    ] {
-        assert!(text.contains(line), "{line} not in\n{text}");
-    }
+    assert_metrics(
+        m,
+        &[
+            "spillway_listener_connections_total{kind=\"mqtt\"} 6",
+            "spillway_mqtt_publishes_total{qos=\"0\"} 100",
+            "spillway_mqtt_publishes_total{qos=\"1\"} 100",
+            "spillway_mqtt_publishes_total{qos=\"2\"} 100",
+            "spillway_mqtt_duplicates_total 0",
+        ],
+    );
 }
 
 #[test]
@@ -584,14 +584,14 @@ fn a_full_session_table_refuses_new_sessions_and_never_evicts_one_that_could_res
         publish_acked(&mut s, "evict/t", 1, client.as_bytes(), true);
         disconnect(s);
     }
-    let text = http_get(m, "/metrics");
-    for line in [
-        "spillway_mqtt_duplicates_total 3",
-        "spillway_mqtt_publishes_total{qos=\"1\"} 64",
-        "spillway_ingest_errors_total{reason=\"mqtt_sessions_full\"} 2",
-    ] {
-        assert!(text.contains(line), "{line} not in\n{text}");
-    }
+    assert_metrics(
+        m,
+        &[
+            "spillway_mqtt_duplicates_total 3",
+            "spillway_mqtt_publishes_total{qos=\"1\"} 64",
+            "spillway_ingest_errors_total{reason=\"mqtt_sessions_full\"} 2",
+        ],
+    );
     let got = stored(tcp);
     assert_eq!(got.len(), 64, "{got:?}");
 }
@@ -701,7 +701,5 @@ fn an_mqtt_listener_without_the_publish_role_refuses_publishes_as_not_authorized
         stored(tcp),
         vec![("allowed/t".to_string(), "kept".to_string())]
     );
-    let text = http_get(m, "/metrics");
-    let line = "spillway_refused_total{reason=\"forbidden\"} 4";
-    assert!(text.contains(line), "{line} not in\n{text}");
+    assert_metrics(m, &["spillway_refused_total{reason=\"forbidden\"} 4"]);
 }
