@@ -30,17 +30,23 @@ pub fn run_bridge(args: &[&str]) -> Output {
         .expect("run spillway-bridge")
 }
 
-/// Runs `spillway-bridge ARGS` for at most `limit`, reading its stdout and stderr as they
-/// come; `None` (and the process killed) if it was still running then.
-pub fn run_bridge_within(args: &[&str], limit: Duration) -> Option<Output> {
-    let mut child = Command::new(bridge_bin())
+/// Starts `spillway-bridge ARGS` in the background at `info`, with no input and its stdout
+/// and stderr piped (take them with [`Child::wait_with_output`]).
+pub fn spawn_bridge_piped(args: &[&str]) -> Child {
+    Command::new(bridge_bin())
         .args(args)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start spillway-bridge");
+        .expect("start spillway-bridge")
+}
+
+/// Runs `spillway-bridge ARGS` for at most `limit`, reading its stdout and stderr as they
+/// come; `None` (and the process killed) if it was still running then.
+pub fn run_bridge_within(args: &[&str], limit: Duration) -> Option<Output> {
+    let mut child = spawn_bridge_piped(args);
     fn read_all(r: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
         std::thread::spawn(move || {
             let mut buf = Vec::new();
@@ -113,6 +119,19 @@ pub fn wait_for_line(rx: &mpsc::Receiver<String>, needle: &str, seen: &mut Vec<S
         }
     }
     panic!("no line with {needle:?} in:\n{}", seen.join("\n"));
+}
+
+/// Runs `spillway-bridge ARGS` to completion, which must exit 2 (a usage error: a flag or
+/// a config key refused before anything ran); returns its stderr, which says why.
+pub fn run_bridge_usage_error(args: &[&str]) -> String {
+    let out = run_bridge(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "spillway-bridge {args:?}: {err}"
+    );
+    err
 }
 
 /// Runs `spillway-bridge ARGS` to completion, which must succeed (else panics with its

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use spillway_tests::bridge::{
     assert_log_holds_lines_once_in_order, committed_offset, drain_args, gateway_next_offset,
-    metric_sum, publish_args, resume_offsets, run_bridge_ok, sink_files,
+    metric_sum, publish_args, resume_offsets, run_bridge_ok, run_bridge_usage_error, sink_files,
+    spawn_bridge_piped,
 };
 use spillway_tests::gateway::{free_port, image_in};
 use spillway_tests::kafka::{Broker, KMsg, consume_all};
@@ -859,35 +860,39 @@ fn publish_survives_a_gateway_kill_without_duplicates() {
     let n = 60_000;
     let input = write_input(dir.path(), n, "k");
     let mut gateway = start_gateway(dir.path(), port);
-    let mut publisher = Command::new(bridge_bin())
-        .args([
-            "publish",
-            "--gateway",
-            &gw,
-            "--topic",
-            "k",
-            "--ack",
-            "durable",
-        ])
-        .args(["--producer-id", "77", "--retry-for", "30s", &input])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut publisher = spawn_bridge_piped(
+        &[
+            &publish_args(&gw, "k")[..],
+            &[
+                "--ack",
+                "durable",
+                "--producer-id",
+                "77",
+                "--retry-for",
+                "30s",
+                &input,
+            ],
+        ]
+        .concat(),
+    );
     // Kill the gateway three times while the publisher is under way, restarting it each time.
     let deadline = Instant::now() + Duration::from_secs(60);
     for mark in [5_000, 25_000, 45_000] {
-        while gateway_next_offset(&gw) < mark {
-            assert!(Instant::now() < deadline, "publisher made no progress");
-            if let Some(status) = publisher.try_wait().unwrap() {
-                let mut err = String::new();
-                let _ =
-                    std::io::Read::read_to_string(&mut publisher.stderr.take().unwrap(), &mut err);
-                panic!("publish exited with {status} before the last restart: {err}");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until(
+            deadline.saturating_duration_since(Instant::now()),
+            || {
+                if let Some(status) = publisher.try_wait().unwrap() {
+                    let mut err = String::new();
+                    let _ = std::io::Read::read_to_string(
+                        &mut publisher.stderr.take().unwrap(),
+                        &mut err,
+                    );
+                    panic!("publish exited with {status} before the last restart: {err}");
+                }
+                (gateway_next_offset(&gw) >= mark).then_some(())
+            },
+            || "publisher made no progress".into(),
+        );
         gateway.kill();
         // Deliberate: the gateway stays down a moment, so the publisher meets a refused
         // connection before it reconnects.
@@ -1006,9 +1011,7 @@ fn a_bad_rotate_interval_is_a_usage_error() {
     let state = dir.path().join("s.redb").display().to_string();
     let mut args = drain_args("tcp://127.0.0.1:1", &sink, &state);
     args.extend(["--once", "--rotate-interval", "soon"]);
-    let out = run_bridge(&args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = run_bridge_usage_error(&args);
     assert!(
         err.contains("--rotate-interval") && err.contains("soon"),
         "{err}"
@@ -1018,14 +1021,10 @@ fn a_bad_rotate_interval_is_a_usage_error() {
     let config = config.display().to_string();
     let mut args = drain_args("tcp://127.0.0.1:1", &sink, &state);
     args.extend(["--once", "--config", &config]);
-    let out = run_bridge(&args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = run_bridge_usage_error(&args);
     assert!(err.contains("rotate-interval"), "{err}");
     std::fs::write(dir.path().join("b.toml"), "rotate-interval = []\n").unwrap();
-    let out = run_bridge(&args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = run_bridge_usage_error(&args);
     assert!(err.contains("rotate-interval"), "{err}");
     assert!(!out_dir.exists(), "nothing created");
 }

@@ -15,7 +15,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use spillway_core::wire::AckLevel;
-use spillway_tests::bridge::{metric_sum, publish_args, sink_files, spawn_bridge};
+use spillway_tests::bridge::{
+    metric_sum, publish_args, run_bridge_usage_error, sink_files, spawn_bridge,
+};
 use spillway_tests::client::{Reply, connect, next_reply, send_publish};
 use spillway_tests::gateway::free_port;
 use spillway_tests::kafka::{Broker, consume_all, unique_name};
@@ -337,9 +339,7 @@ fn a_kafka_topic_per_spillway_topic_through_two_kill_9s() {
     );
     bad.push("--once".into());
     let strs: Vec<&str> = bad.iter().map(String::as_str).collect();
-    let out = run_bridge(&strs);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = run_bridge_usage_error(&strs);
     assert!(err.contains("a+{topic}"), "{err}");
 }
 
@@ -441,9 +441,7 @@ fn two_gateways_announcing_one_id_are_refused_and_publish_takes_one_gateway() {
     let mut args = drain_args(&fleet, &sink, &dir.path().join("s.redb"), "bridge");
     args.push("--once".into());
     let strs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run_bridge(&strs);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = run_bridge_usage_error(&strs);
     assert!(
         err.contains(&fleet.uris[0]) && err.contains(&fleet.uris[1]) && err.contains("cloned-card"),
         "{err}"

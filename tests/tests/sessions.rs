@@ -5,14 +5,16 @@
 //! deduplicated after a gateway restart.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 use spillway_tests::bridge::{
-    assert_log_holds_lines_once_in_order, gateway_next_offset, publish_args, tail_everything,
+    assert_log_holds_lines_once_in_order, gateway_next_offset, publish_args, spawn_bridge_piped,
+    tail_everything,
 };
 use spillway_tests::gateway::image_in;
 use spillway_tests::process::{output_with_stdin, signal};
+use spillway_tests::wait::wait_until;
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
 
 fn start_gateway(dir: &Path, port: u16) -> GatewayProcess {
@@ -81,19 +83,18 @@ fn an_interrupted_publish_resumes_and_stores_every_line_once() {
     let text: String = (0..n).map(|i| format!("line {i}\n")).collect();
     std::fs::write(&input, text).unwrap();
     let input = input.display().to_string();
-    let publisher = Command::new(bridge_bin())
-        .args(["publish", "--gateway", &gw, "--topic", "t"])
-        .args(["--producer-id", "31337", &input])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while gateway_next_offset(&gw) < 3_000 {
-        assert!(Instant::now() < deadline, "publisher made no progress");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let publisher = spawn_bridge_piped(
+        &[
+            &publish_args(&gw, "t")[..],
+            &["--producer-id", "31337", &input],
+        ]
+        .concat(),
+    );
+    wait_until(
+        Duration::from_secs(60),
+        || (gateway_next_offset(&gw) >= 3_000).then_some(()),
+        || "publisher made no progress".into(),
+    );
     signal(&publisher, libc::SIGINT);
     let out = publisher.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

@@ -7,7 +7,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use spillway_tests::bridge::{
-    drain_args, gateway_next_offset, publish_args, run_bridge_ok, sink_files,
+    drain_args, gateway_next_offset, publish_args, run_bridge_ok, run_bridge_usage_error,
+    sink_files,
 };
 use spillway_tests::gateway::free_port;
 use spillway_tests::{GatewayProcess, run_bridge};
@@ -122,8 +123,6 @@ fn a_cap_of_zero_is_a_usage_error() {
     let state = dir.path().join("s.redb").display().to_string();
     let mut args = drain_args("tcp://127.0.0.1:1", &sink, &state);
     args.extend(["--once", "--max-bytes-per-sec", "0"]);
-    let out = run_bridge(&args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = run_bridge_usage_error(&args);
     assert!(err.contains("--max-bytes-per-sec"), "{err}");
 }
