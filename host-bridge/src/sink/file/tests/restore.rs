@@ -36,6 +36,13 @@ async fn restart(out: &Path, rotate: Rotation, synced: &SinkFiles, offset: u64) 
     (s, cut.files)
 }
 
+/// The drain's resend from the checkpoint: delivers `recs` to `s`, which must skip
+/// `skipped` of them as already written.
+async fn resend(s: &mut FileSink, recs: &[OwnedRecord], skipped: u64) {
+    s.deliver(&src(), recs).await.unwrap();
+    assert_eq!(s.skipped_duplicates(), skipped);
+}
+
 /// Lines written after the checkpoint (their fsync may have failed, yet Linux can still
 /// show them) are cut off at a start, so the duplicate check cannot take them for
 /// written records; the resent records are written again, once.
@@ -56,8 +63,7 @@ fn restore_cuts_back_to_the_checkpoints_synced_lengths() {
         assert_eq!(cut, 1);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), at_checkpoint);
         // The drain resends from the checkpoint: nothing is skipped.
-        s.deliver(&src(), &recs[5..]).await.unwrap();
-        assert_eq!(s.skipped_duplicates(), 0);
+        resend(&mut s, &recs[5..], 0).await;
     });
     assert_eq!(offsets(&path), (0..8).collect::<Vec<_>>());
 }
@@ -85,8 +91,7 @@ fn restore_cuts_open_files_and_removes_topics_created_after_the_checkpoint() {
         assert_eq!(cut, 2, "t/3 cut, new/5 removed");
         assert!(!out.join("new").join(file_name(5, true)).exists());
         assert_eq!(all_offsets(&out), vec![0, 1, 2, 3]);
-        s.deliver(&src(), &recs[4..]).await.unwrap();
-        assert_eq!(s.skipped_duplicates(), 0);
+        resend(&mut s, &recs[4..], 0).await;
     });
     assert_eq!(all_offsets(&out), (0..10).collect::<Vec<_>>());
 }
@@ -110,8 +115,7 @@ fn restore_keeps_files_closed_after_the_checkpoint() {
         assert_eq!(cut, 1, "t/6 removed");
         assert_eq!(std::fs::read(&closed).unwrap(), before);
         assert_eq!(all_offsets(&out), (0..6).collect::<Vec<_>>());
-        s.deliver(&src(), &recs[4..]).await.unwrap();
-        assert_eq!(s.skipped_duplicates(), 2);
+        resend(&mut s, &recs[4..], 2).await;
     });
     assert_eq!(all_offsets(&out), (0..10).collect::<Vec<_>>());
 }
@@ -159,8 +163,7 @@ fn a_failed_batch_is_cut_back_before_it_is_resent() {
         assert_eq!(offsets(&open_file(&out, "t", 0)), vec![0, 1, 2]);
         assert!(!closed_file(&out, "t", 0).exists());
         std::fs::remove_dir(&blocker).unwrap();
-        s.deliver(&src(), &recs[1..]).await.unwrap();
-        assert_eq!(s.skipped_duplicates(), 0);
+        resend(&mut s, &recs[1..], 0).await;
         s.checkpointed(42, u64::MAX).await.unwrap();
     });
     assert_eq!(all_offsets(&out), (0..6).collect::<Vec<_>>());
@@ -230,8 +233,7 @@ fn a_file_filled_by_a_batch_is_closed_only_after_its_checkpoint() {
     smol::block_on(async {
         let (mut s, cut) = restart(&out, rotate, &at_checkpoint, 2).await;
         assert_eq!(cut, 3, "t/0 cut back, t/3 and t/6 removed");
-        s.deliver(&src(), &recs[2..]).await.unwrap();
-        assert_eq!(s.skipped_duplicates(), 0);
+        resend(&mut s, &recs[2..], 0).await;
         s.checkpointed(42, u64::MAX).await.unwrap();
     });
     take();
@@ -252,8 +254,7 @@ fn full_files_left_by_a_crash_after_their_checkpoint_are_closed_at_the_restore()
         let (mut s, cut) = restart(&out, rotate, &cp, 8).await;
         assert_eq!(cut, 0);
         assert_eq!(tree(&out), ROTATED_AT_3_AND_6);
-        s.deliver(&src(), &recs[8..]).await.unwrap();
-        assert_eq!(s.skipped_duplicates(), 0);
+        resend(&mut s, &recs[8..], 0).await;
     });
     assert_eq!(all_offsets(&out), (0..10).collect::<Vec<_>>());
 }
