@@ -159,3 +159,80 @@ impl<R: Measured> Sides<R> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run of `rate` records/s, failed with `problem` if given.
+    struct R(f64, Option<&'static str>);
+
+    impl Measured for R {
+        fn records_per_s(&self) -> f64 {
+            self.0
+        }
+
+        fn problem(&self) -> Option<&str> {
+            self.1
+        }
+    }
+
+    /// Writes through a `Display` so that the writers get a `Formatter`.
+    struct Show<F: Fn(&mut fmt::Formatter<'_>) -> fmt::Result>(F);
+
+    impl<F: Fn(&mut fmt::Formatter<'_>) -> fmt::Result> fmt::Display for Show<F> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            (self.0)(f)
+        }
+    }
+
+    fn sides() -> Sides<R> {
+        let mut s = Sides::new(["bridge", "producer"]);
+        s.push(R(200.0, None), R(100.0, None));
+        s.push(R(300.0, None), R(100.0, Some("3 of 5 records")));
+        s
+    }
+
+    #[test]
+    fn rates_ratios_and_failures_name_the_side_and_the_run() {
+        let s = sides();
+        assert_eq!(s.ours_rates(), [200.0, 300.0]);
+        assert_eq!(s.ratios(), [2.0, 3.0]);
+        assert_eq!(
+            s.failures("Kafka"),
+            ["Kafka producer run 2: 3 of 5 records"]
+        );
+    }
+
+    #[test]
+    fn a_failed_run_fails_its_row_and_the_verdict() {
+        let s = sides();
+        let runs = Show(|f| {
+            s.write_runs(
+                f,
+                "a ÷ b",
+                |a, b| format!("{:.1}", a.0 / b.0),
+                |_, _| "verified".into(),
+            )
+        })
+        .to_string();
+        assert_eq!(
+            runs,
+            "| run | a ÷ b | check |\n|---|---|---|\n| 1 | 2.0 | verified |\n\
+             | 2 | 3.0 | **FAILED**: producer: 3 of 5 records |\n"
+        );
+        let failures = s.failures("Kafka");
+        let verdict = Show(|f| s.write_verdict(f, &failures, "Every run verified.")).to_string();
+        assert!(
+            verdict.starts_with("**1 of 4 runs FAILED their check**"),
+            "{verdict}"
+        );
+        assert!(
+            verdict.ends_with("- Kafka producer run 2: 3 of 5 records\n"),
+            "{verdict}"
+        );
+        let ok = Sides::<R>::new(["a", "b"]);
+        let verdict = Show(|f| ok.write_verdict(f, &[], "Every run verified.")).to_string();
+        assert_eq!(verdict, "Every run verified.\n");
+    }
+}
