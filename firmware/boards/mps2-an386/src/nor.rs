@@ -23,6 +23,15 @@ pub const BLOCKS: usize = 32;
 /// Partition size, bytes.
 pub const PARTITION_BYTES: usize = BLOCKS * ERASE_SIZE;
 
+/// The log's RAM buffer, bytes, in every image that mounts the partition (the gateway, and
+/// the log alone for the footprint table).
+pub const BUFFER_BYTES: usize = 4096;
+/// Erase blocks per segment of the log on the partition.
+pub const BLOCKS_PER_SEGMENT: u32 = 2;
+/// Segments of the log: the partition's blocks but the journal's 2, [`BLOCKS_PER_SEGMENT`]
+/// a segment.
+pub const SEGMENTS: usize = (BLOCKS - 2) / BLOCKS_PER_SEGMENT as usize;
+
 /// The NOR partition. Only one exists ([`RamNor::take`]).
 pub struct RamNor {
     mem: &'static mut [u8],

@@ -13,15 +13,9 @@
 use cortex_m_rt::entry;
 use spillway_core::log::{BRIDGE_CONSUMER, Config, Log, Memory, Record, SegmentSlot};
 use spillway_core::storage::{Flash, NorFlashAdapter};
-use spillway_mps2_an386::nor::{self, RamNor};
+use spillway_mps2_an386::nor::{BLOCKS_PER_SEGMENT, BUFFER_BYTES, RamNor, SEGMENTS};
 use spillway_mps2_an386::{report, stack};
 
-/// The log's RAM buffer, bytes (as in the gateway image).
-const BUFFER_BYTES: usize = 4096;
-/// Erase blocks per segment (as in the gateway image).
-const BLOCKS_PER_SEGMENT: u32 = 2;
-/// Segments of the partition.
-const SEGMENTS: usize = (nor::BLOCKS - 2) / BLOCKS_PER_SEGMENT as usize;
 /// Records appended.
 const RECORDS: u64 = 200;
 /// Scratch for compressed batches: the LZ4 worst case for the buffer with `compression`,

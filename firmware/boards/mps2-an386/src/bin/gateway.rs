@@ -18,16 +18,9 @@ use spillway_core::log::compact::MAX_CANONICAL_HEAD;
 use spillway_core::log::{Config, Log, SegmentSlot, segments_for};
 use spillway_core::storage::{Flash, NorFlashAdapter};
 use spillway_firmware::{Gateway, GatewayConfig, Mode, Session, serve_remounting};
-use spillway_mps2_an386::nor::{self, RamNor};
+use spillway_mps2_an386::nor::{BLOCKS_PER_SEGMENT, BUFFER_BYTES, RamNor, SEGMENTS};
 use spillway_mps2_an386::uart::{UART0_BASE, Uart};
 use spillway_mps2_an386::{clock, report, stack};
-
-/// The log's RAM buffer, bytes.
-const BUFFER_BYTES: usize = 4096;
-/// Erase blocks per segment.
-const BLOCKS_PER_SEGMENT: u32 = 2;
-/// Segments of the partition: 32 blocks, 2 for the journal.
-const SEGMENTS: usize = (nor::BLOCKS - 2) / BLOCKS_PER_SEGMENT as usize;
 /// Largest publish payload, bytes.
 const MAX_RECORD_BYTES: u32 = 256;
 /// Largest frame on the wire, bytes: enough to fetch any stored record.
