@@ -88,6 +88,13 @@ impl Link {
         }
         GatewayProcess::start(&args, 1)
     }
+
+    /// [`Link::start_gateway`] on a free port: the process and the URI the bridge
+    /// connects to.
+    fn gateway(&self, dir: &Path) -> (GatewayProcess, String) {
+        let port = free_port();
+        (self.start_gateway(dir, port), self.uris(port).1)
+    }
 }
 
 fn start_gateway(dir: &Path, port: u16) -> GatewayProcess {
@@ -96,8 +103,7 @@ fn start_gateway(dir: &Path, port: u16) -> GatewayProcess {
 
 /// [`start_gateway`] on a free port: the process and its URI.
 fn gateway(dir: &Path) -> (GatewayProcess, String) {
-    let port = free_port();
-    (start_gateway(dir, port), format!("tcp://127.0.0.1:{port}"))
+    Link::Tcp.gateway(dir)
 }
 
 /// The file sink of a drain in `dir`: its directory `DIR/out`, its `file:` URI, and the
@@ -346,9 +352,7 @@ over_tcp_and_tls!(
 );
 
 fn publish_drain_tail_status_over(dir: &Path, link: &Link) {
-    let port = free_port();
-    let _g = link.start_gateway(dir, port);
-    let gw = link.uris(port).1;
+    let (_g, gw) = link.gateway(dir);
     let n = 1000;
     let input = write_input(dir, n, "sst");
     let out = link.run(&[publish_args(&gw, "buoy/sst"), vec![&input]].concat());
@@ -427,9 +431,7 @@ over_tcp_and_tls!(
 );
 
 fn kill_9_while_draining_loses_nothing_over(dir: &Path, link: &Link) {
-    let port = free_port();
-    let _g = link.start_gateway(dir, port);
-    let gw = link.uris(port).1;
+    let (_g, gw) = link.gateway(dir);
     let (sink_dir, sink, state) = file_sink_in(dir);
     let extra = link.bridge_args();
     let mut args = drain_args(&gw, &sink, &state);
