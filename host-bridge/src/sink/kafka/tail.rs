@@ -74,7 +74,8 @@ fn scan_err(what: &str, e: KafkaError) -> SinkError {
     SinkError::Kafka(format!("reading the partition tails ({what}): {e}"))
 }
 
-fn header_str<'a, H: Headers>(h: &'a H, key: &str) -> Option<&'a str> {
+/// The value of header `key` of a message, if it has one and it is UTF-8.
+pub(super) fn header_str<'a, H: Headers>(h: &'a H, key: &str) -> Option<&'a str> {
     h.iter()
         .find(|x| x.key == key)
         .and_then(|x| x.value)
