@@ -159,6 +159,23 @@ fn a_version_1_client_keeps_the_version_1_rules_on_a_version_3_gateway() {
             ..
         }
     ));
+    // A skipped sequence sent late (4, after 5) is unknown, never stored: were it stored,
+    // the window (sequences after its last) could not remember it, and each resend would
+    // be stored once more.
+    let before = log.next_offset();
+    for resend in 0..3 {
+        let r = rig.request(&mut old, &mut log, &legacy(11 + resend, 4));
+        assert_eq!(
+            error_code(&r),
+            ErrorCode::SequenceUnknown,
+            "resend {resend}"
+        );
+    }
+    assert_eq!(
+        log.next_offset(),
+        before,
+        "a late skipped sequence was stored"
+    );
     // A version 3 client opens a session for the same id: the old client is fenced, with
     // a code it knows.
     let mut new = Conn::default();

@@ -27,7 +27,8 @@
 //! Publishes without a session (protocol versions 1 and 2) keep the rule of those versions:
 //! any sequence after the last is stored (gaps allowed), a resend inside the window is a
 //! duplicate, an older one is a duplicate only inside the unbroken run of sequences that
-//! ends at the last ([`ProducerState::contiguous_from`]), else unknown. An id that has a
+//! ends at the last ([`ProducerState::contiguous_from`]), else unknown (so is a skipped
+//! sequence sent late: it is not stored). An id that has a
 //! session refuses publishes without one (fenced).
 //!
 //! ## Sequence comparison
@@ -410,11 +411,13 @@ impl ProducerState {
         }
     }
 
-    /// The legacy rule (protocol versions 1 and 2): a sequence at or before the last is a
-    /// resend, answered from the window, or, older than the window and inside the unbroken
-    /// run of sequences, known to be stored below the window's oldest record (else
-    /// unknown). A sequence inside the window's range that the window lacks was never
-    /// stored (the producer skipped it) and is appended, as is any sequence after the last.
+    /// The legacy rule (protocol versions 1 and 2): a sequence after the last is appended;
+    /// one at or before the last is a resend, answered from the window, or, older than the
+    /// window and inside the unbroken run of sequences, known to be stored below the
+    /// window's oldest record; anything else is unknown. That includes a sequence inside
+    /// the window's range that the window lacks (the producer skipped it, then sent it
+    /// late): storing it would not be remembered (the window keeps only sequences after
+    /// its last), so each resend of it would be stored again.
     fn check_legacy(&self, seq: u32) -> Verdict {
         let Some((first_seq, first_off)) = self.window.first() else {
             return Verdict::Append;
@@ -426,10 +429,7 @@ impl ProducerState {
         if let Some((_, offset)) = self.window.iter().find(|w| w.0 == seq) {
             return Verdict::Duplicate { offset };
         }
-        if !seq_before(seq, first_seq) {
-            return Verdict::Append;
-        }
-        if seq_before(seq, self.contiguous_from) {
+        if !seq_before(seq, first_seq) || seq_before(seq, self.contiguous_from) {
             return Verdict::Unknown { last_seq: last };
         }
         Verdict::StoredBelow {
@@ -758,7 +758,9 @@ mod tests {
         st.push(5, 13); // a gap restarts the run
         assert_eq!(st.contiguous_from, 5);
         assert_eq!(st.check(0, 5), Verdict::Duplicate { offset: 13 });
-        assert_eq!(st.check(0, 3), Verdict::Append); // skipped inside the window's range
+        // Skipped inside the window's range, then sent late: unknown, not stored (it
+        // could not be remembered, so every resend would be stored again).
+        assert_eq!(st.check(0, 3), Verdict::Unknown { last_seq: 5 });
         assert_eq!(st.check(0, 9), Verdict::Append);
         st.push(6, 14);
         st.push(7, 15);
