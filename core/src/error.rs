@@ -299,8 +299,11 @@ pub enum SessionError<E: Debug> {
         /// Bytes an empty segment takes for a batch's records.
         room: usize,
     },
-    /// The producer id has had `u32::MAX` sessions: no epoch is left. Use another id.
-    #[error("producer {producer:#x} has used every session epoch; use another producer id")]
+    /// No 32-bit epoch is left: epochs are journal entry sequence numbers, and the journal
+    /// has written `u32::MAX` entries (or the id's epoch is `u32::MAX`). Format the log again.
+    #[error(
+        "no session epoch is left for producer {producer}: the journal has used every 32-bit epoch; format the log again"
+    )]
     EpochsExhausted {
         /// Producer id.
         producer: u64,

@@ -2,7 +2,9 @@
 //! reading the same records, and the current version's image must be what the encoder
 //! writes today. `SPILLWAY_REGEN_FIXTURE=1 cargo test -p spillway-core --test fixture`
 //! writes the current version's image (only ever when the format version changes, next to
-//! the old ones, which are never rewritten).
+//! the old ones, which are never rewritten). The version 4 image was written again once, in
+//! the same format, when a new session's epoch became the journal entry's sequence number
+//! (its session's epoch went from 2 to 4); the version 3 image keeps epochs numbered per id.
 
 mod common;
 use common::{Ram, Shared, formatted};
@@ -24,7 +26,9 @@ const V2_PATH: &str = fixture!("format-v2-4k-w4.img");
 const V3_PATH: &str = fixture!("format-v3-4k-w4.img");
 /// The image of the current format version ([`FORMAT_VERSION`]).
 const CURRENT_PATH: &str = fixture!("format-v4-4k-w4.img");
-/// A producer id with a session in the version 3 and 4 images (epoch 2, nothing stored).
+/// A producer id with a session in the version 3 and 4 images (its second session, nothing
+/// stored: epoch 2 in the version 3 image, numbered per id; epoch 4 in the version 4 image,
+/// the sequence number of the journal entry that opened it).
 const SESSION_ID: u64 = 0x5e55;
 const LOG_ID: u128 = 0x5350_494c_4c57_4159_0000_0000_0000_0001;
 
@@ -87,9 +91,9 @@ fn generate() -> Vec<u8> {
 
 /// Mounts `image` (made by [`generate`] with some format version) and checks every record,
 /// the consumers and the producer table.
-fn check_image(image: &[u8]) {
+fn check_image(image: &[u8], epoch: u32) {
     let log_session = check_records(image);
-    assert_eq!(log_session, Some((2, 0)), "the session in the image");
+    assert_eq!(log_session, Some((epoch, 0)), "the session in the image");
 }
 
 /// Like [`check_image`], for an image of a version before sessions.
@@ -170,7 +174,26 @@ fn frozen_v2_image_mounts_and_reads_back() {
 /// its session.
 #[test]
 fn frozen_v3_image_mounts_and_reads_back() {
-    check_image(&std::fs::read(V3_PATH).expect("fixture image"));
+    check_image(&std::fs::read(V3_PATH).expect("fixture image"), 2);
+}
+
+/// Epochs numbered per id (the version 3 image: the id's epoch is 2 while the journal has
+/// written more entries than that) stay valid, and the next session's epoch is above every
+/// one of them: the journal entry's sequence number.
+#[test]
+fn a_new_session_after_per_id_epochs_takes_the_journal_sequence_number() {
+    let image = std::fs::read(V3_PATH).expect("fixture image");
+    let mut flash = SimFlash::new_vec(GEOMETRY).unwrap();
+    flash.load_image(&image).unwrap();
+    let mut ram = Ram::new(&GEOMETRY, 2, 1024);
+    let (mut log, report) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
+    assert_eq!(log.producer_session(SESSION_ID), Some((2, 0)));
+    assert!(report.journal_seq > 2, "{report:?}");
+    // The mount writes one journal entry (FORMAT.md section 7, step 8), the session the next.
+    let s = log.open_session(1, SESSION_ID, false).unwrap();
+    assert_eq!(u64::from(s.epoch), report.journal_seq + 2);
+    let other = log.open_session(2, 0x0dd, false).unwrap();
+    assert_eq!(other.epoch, s.epoch + 1, "a new id's first epoch");
 }
 
 #[test]
@@ -183,7 +206,7 @@ fn frozen_current_image_mounts_reads_back_and_has_not_drifted() {
         std::fs::write(CURRENT_PATH, generate()).unwrap();
     }
     let image = std::fs::read(CURRENT_PATH).expect("fixture image");
-    check_image(&image);
+    check_image(&image, 4);
     // The image as generated today is byte-identical: the format did not drift.
     assert!(
         generate() == image,

@@ -5,9 +5,11 @@
 //! ## Sessions
 //! A producer id is a `u64` the publisher picks and keeps (a stable id survives the
 //! publisher's restarts). [`Log::open_session`](super::Log::open_session) opens a
-//! **session** for an id and hands out its **epoch**: 1 for the id's first session, +1 for
-//! every later one (Kafka's producer epoch). The epoch is in the journal before the session
-//! is answered, so it survives power cuts and restarts. Within a session the producer
+//! **session** for an id and hands out its **epoch** (Kafka's producer epoch): the sequence
+//! number of the journal entry that records the session, so an epoch is above every epoch
+//! handed out before, to any id, and a forgotten id's old session is fenced by its next
+//! one. The epoch is in the journal before the session is answered, so it survives power
+//! cuts and restarts. Within a session the producer
 //! numbers its records `1, 2, 3, …` (wrapping after `u32::MAX` to `0`), and the log takes a
 //! record under the session only when its sequence is the **last stored sequence + 1**; a
 //! resend of a stored sequence is a **duplicate** (answered with its original offset while
@@ -589,8 +591,9 @@ impl<'a, F: Flash> Log<'a, F> {
 
     /// Opens a session for producer id `id` and returns it (see [`producers`](self)).
     ///
-    /// Without `resume`, a new session: the id's next epoch (1 for an id the log does not
-    /// know), sequences from 1; records of the id's earlier sessions are never taken for
+    /// Without `resume`, a new session: its epoch is the sequence number of the journal
+    /// entry written for it (above the id's current epoch and every earlier one of any
+    /// id), sequences from 1; records of the id's earlier sessions are never taken for
     /// this one's, and publishes under an earlier epoch are fenced from now on. The epoch is
     /// written to the journal (one entry, synced) before this returns, so it survives a
     /// power cut.
@@ -601,7 +604,8 @@ impl<'a, F: Flash> Log<'a, F> {
     /// without a session gets a new one, with [`Session::resumed`] false.
     ///
     /// Cancel-safety: an interruption is a power cut; a new epoch is either in the journal
-    /// or never handed out. Errors: [`SessionError::EpochsExhausted`], storage errors (the
+    /// or never handed out. Errors: [`SessionError::EpochsExhausted`] (journal sequence numbers
+    /// past `u32::MAX`), storage errors (the
     /// journal write, or the flush of a resume: [`SessionError::Full`] under `reject-new`),
     /// [`SessionError::Poisoned`].
     pub fn open_session(
@@ -625,13 +629,22 @@ impl<'a, F: Flash> Log<'a, F> {
                 resumed: true,
             });
         }
-        let epoch = match current {
-            Some(i) => self.producers[i]
-                .epoch
-                .checked_add(1)
-                .ok_or(SessionError::EpochsExhausted { producer: id })?,
-            None => 1,
+        // The epoch is the sequence number of the journal entry that records the session:
+        // journal entries are numbered log-wide and never reused, so an epoch is never
+        // handed out twice for any id, even one the table forgot (a publisher of a
+        // forgotten session is fenced by the id's next session, never taken for it).
+        // Logs formatted before this rule numbered each id's epochs 1, 2, 3…, one
+        // journal entry each, so those epochs are below the next entry's number as well;
+        // `max` keeps the rule "newer than the id's current epoch" explicit.
+        let next_entry = self.jseq.checked_add(1);
+        let after_current = match current {
+            Some(i) => self.producers[i].epoch.checked_add(1),
+            None => Some(1),
         };
+        let epoch = next_entry
+            .zip(after_current)
+            .and_then(|(entry, after)| u32::try_from(entry.max(u64::from(after))).ok())
+            .ok_or(SessionError::EpochsExhausted { producer: id })?;
         let fresh = ProducerState::session(id, epoch, self.next_offset);
         let old = match current {
             Some(i) => Some(core::mem::replace(&mut self.producers[i], fresh)),

@@ -405,7 +405,8 @@ pub enum Response<'a> {
         seq: u32,
         /// Producer id (echo).
         producer_id: u64,
-        /// The session's epoch: 1 for an id's first session, +1 for each new one.
+        /// The session's epoch: the sequence number of the gateway's journal entry that
+        /// opened it, above every epoch handed out before to any id (PROTOCOL.md §6.1).
         epoch: u32,
         /// The last sequence stored in the session (durably, for a resumed one); 0 if none.
         /// The next record takes `last_seq + 1` (wrapping).
