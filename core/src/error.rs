@@ -177,7 +177,7 @@ pub enum AppendError<E: Debug> {
     ///
     /// [`PRODUCER_WINDOW`]: crate::log::PRODUCER_WINDOW
     #[error(
-        "producer {producer:#x} resent sequence {seq}, already stored below offset {stored_below} (older than the last remembered, {last_seq}; the exact offset is no longer known)"
+        "producer {producer} resent sequence {seq}, already stored below offset {stored_below} (older than the last remembered, {last_seq}; the exact offset is no longer known)"
     )]
     SequenceTooOld {
         /// Producer id.
@@ -209,7 +209,7 @@ pub enum AppendError<E: Debug> {
     /// log refused, or that never arrived): whether it was stored is not known, so it is
     /// neither appended nor acknowledged. The producer must treat it as not acknowledged.
     #[error(
-        "producer {producer:#x} resent sequence {seq}, older than the remembered window and before a skipped sequence: whether it was stored is not known (last {last_seq})"
+        "producer {producer} resent sequence {seq}, older than the remembered window and before a skipped sequence: whether it was stored is not known (last {last_seq})"
     )]
     SequenceUnknown {
         /// Producer id.
@@ -232,7 +232,7 @@ pub enum AppendError<E: Debug> {
     /// stored + 1) nor a stored one: nothing was appended. The producer resends in order
     /// from its first unacknowledged record.
     #[error(
-        "producer {producer:#x} session {epoch}: sequence {seq} is out of sequence, expected {expected}; resend in order"
+        "producer {producer} session {epoch}: sequence {seq} is out of sequence, expected {expected}; resend in order"
     )]
     OutOfSequence {
         /// Producer id.
@@ -246,9 +246,7 @@ pub enum AppendError<E: Debug> {
     },
     /// The record names an older session of its producer id (or none, while the id has a
     /// session): a newer session owns the id. Nothing was appended.
-    #[error(
-        "producer {producer:#x}: session {epoch} is fenced by the id's newer session {current}"
-    )]
+    #[error("producer {producer}: session {epoch} is fenced by the id's newer session {current}")]
     Fenced {
         /// Producer id.
         producer: u64,
@@ -260,7 +258,7 @@ pub enum AppendError<E: Debug> {
     /// The record names a session the log did not open for this producer id (its state
     /// was forgotten, or the epoch is made up): open a new session. Nothing was appended.
     #[error(
-        "producer {producer:#x}: session {epoch} is unknown (current session {current}); open a new session"
+        "producer {producer}: session {epoch} is unknown (current session {current}); open a new session"
     )]
     UnknownSession {
         /// Producer id.

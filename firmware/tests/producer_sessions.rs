@@ -101,6 +101,14 @@ fn error_code(msg: &[u8]) -> ErrorCode {
     }
 }
 
+/// The message of the error reply `msg`.
+fn error_message(msg: &[u8]) -> String {
+    match resp(msg) {
+        Response::Error { message, .. } => message.to_string(),
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
 fn hello3(credential: Option<&[u8]>) -> Vec<u8> {
     let mut buf = [0u8; 1024];
     let hello = Request::Hello {
@@ -319,12 +327,23 @@ fn session_publishes_follow_the_next_sequence_rule_over_the_wire() {
     assert!(e2 > e1, "{e1} then {e2}");
     let r = rig.request(&mut c, &mut log, &session_publish(9, e1, 4, b"zombie"));
     assert_eq!(error_code(&r), ErrorCode::Fenced);
+    // Ids in decimal, as every client prints them (`--producer-id 7`), never in hex.
+    let m = error_message(&r);
+    assert!(
+        m.starts_with(&format!("producer 7: session {e1} is fenced")),
+        "{m}"
+    );
     let r = rig.request(
         &mut c,
         &mut log,
         &session_publish(10, e2 + 5, 1, b"made up"),
     );
     assert_eq!(error_code(&r), ErrorCode::UnknownSession);
+    let m = error_message(&r);
+    assert!(
+        m.starts_with(&format!("producer 7: session {} is unknown", e2 + 5)),
+        "{m}"
+    );
     let r = rig.request(&mut c, &mut log, &session_publish(11, e2, 1, b"new run"));
     assert!(matches!(
         resp(&r),

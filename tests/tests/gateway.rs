@@ -15,8 +15,8 @@ use rand::{Rng, SeedableRng};
 use spillway_core::wire::{AckLevel, ErrorCode, Producer, Request};
 use spillway_tests::bridge::metric_sum;
 use spillway_tests::client::{
-    Client, DEFAULT_REPLY_TIMEOUT, FetchReply, PublishAck, Reply, Wait, acked_offset, connect,
-    next_reply, read_log, refusal, send_publish, wait_for_records,
+    Client, ClientError, DEFAULT_REPLY_TIMEOUT, FetchReply, PublishAck, Reply, Wait, acked_offset,
+    connect, next_reply, read_log, refusal, send_publish, wait_for_records,
 };
 use spillway_tests::gateway::{GatewayProcess, assert_metrics, free_port, image_in, run_cli};
 use spillway_tests::wait::wait_until;
@@ -717,8 +717,34 @@ fn assert_served(c: &mut Client) {
         .unwrap();
 }
 
-/// `--max-connections` bounds what idle clients can hold: one past the limit is closed at
-/// once, and a slot is free again when a client leaves.
+/// Reads what the gateway sent on `s` until it closed it (within 5 s) and returns the
+/// message of the one frame it holds, which must be an `Error` under seq 0 with code
+/// `Internal`: the refusal of a connection beyond `--max-connections`.
+fn refusal_message(s: &mut TcpStream) -> String {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut bytes = Vec::new();
+    s.read_to_end(&mut bytes)
+        .expect("the gateway answers and closes");
+    let start = bytes.iter().position(|&b| b != 0).expect("a frame");
+    let msg = spillway_core::wire::decode_frame(&mut bytes[start..])
+        .expect("one whole frame")
+        .to_vec();
+    match spillway_core::wire::take_message::<spillway_core::wire::Response<'_>>(&msg) {
+        Ok((
+            spillway_core::wire::Response::Error {
+                seq: 0,
+                code: ErrorCode::Internal,
+                message,
+            },
+            _,
+        )) => message.to_string(),
+        other => panic!("not a connection-level refusal: {other:?}"),
+    }
+}
+
+/// `--max-connections` bounds what idle clients can hold: one past the limit is told so
+/// (an `Error` under seq 0 naming the flag) and closed, and a slot is free again when a
+/// client leaves.
 #[test]
 fn connections_beyond_the_limit_are_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -737,7 +763,16 @@ fn connections_beyond_the_limit_are_refused() {
         || format!("the three idle connections not served: {}", g.log_text()),
     );
     let mut extra = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    assert_closed(&mut extra, "closed at once");
+    let why = refusal_message(&mut extra);
+    assert!(why.contains("--max-connections"), "{why}");
+    // The protocol client says so too, not that the port is no Spillway listener.
+    match connect(&format!("127.0.0.1:{port}")) {
+        Err(ClientError::Gateway { code, message }) => {
+            assert_eq!(code, ErrorCode::Internal);
+            assert!(message.contains("--max-connections"), "{message}");
+        }
+        other => panic!("expected the refusal, got {other:?}"),
+    }
     wait_until(
         Duration::from_secs(5),
         || g.log_text().contains("--max-connections").then_some(()),
@@ -772,6 +807,61 @@ fn connections_that_never_say_hello_are_closed() {
         assert_closed(s, "closed by the gateway");
     }
     assert_served(&mut connect(&format!("127.0.0.1:{port}")).unwrap());
+}
+
+/// Handshaken connections that send nothing give their slots back after
+/// `--idle-timeout-ms`, unless something of theirs is in flight (a long poll waiting): with
+/// every slot held, a new client is told the gateway is at `--max-connections` (the
+/// bridge's `status` prints that, not "not a Spillway listener"), and is served once the
+/// idle ones are closed; the long poll is still answered.
+#[test]
+fn idle_handshaken_connections_give_their_slots_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut args = with_listen(image_args(dir.path()), &[format!("tcp://{addr}")]);
+    // Long enough for `status` to start and be refused on a busy machine (its binary is
+    // found, or built, before the clock starts).
+    spillway_tests::bridge::bridge_bin();
+    args.extend(["--max-connections", "3", "--idle-timeout-ms", "5000"].map(String::from));
+    let g = GatewayProcess::start(&args, 1);
+    let mut poller = connect(&addr).unwrap();
+    let end = poller.stats().wait().unwrap().next_offset;
+    poller
+        .send_request(|seq| Request::Fetch {
+            seq,
+            consumer: None,
+            from_offset: end,
+            max_bytes: 1000,
+            wait_ms: Some(60_000),
+        })
+        .wait()
+        .unwrap();
+    let idle: Vec<Client> = (0..2).map(|_| connect(&addr).unwrap()).collect();
+    let out =
+        spillway_tests::bridge::run_bridge(&["status", "--gateway", &format!("tcp://{addr}")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("--max-connections"), "{err}");
+    assert!(!err.contains("not a Spillway listener"), "{err}");
+    wait_until(
+        Duration::from_secs(20),
+        || (g.log_text().matches("nothing received for").count() >= 2).then_some(()),
+        || format!("idle connections not closed: {}", g.log_text()),
+    );
+    drop(idle);
+    let mut c = connect(&addr).unwrap();
+    let offset = acked_offset(
+        c.publish("t", None, b"for the poll", AckLevel::Buffered, None)
+            .wait(),
+    );
+    assert_eq!(offset, end);
+    match next_reply(&mut poller).unwrap().1 {
+        Reply::Fetch(FetchReply::Records { records, .. }) => {
+            assert_eq!(records[0].payload, b"for the poll")
+        }
+        other => panic!("the long poll got {other:?}"),
+    }
 }
 
 /// Long polls wait at most four per connection: of ten long-poll fetches sent at the log's

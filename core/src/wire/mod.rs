@@ -479,7 +479,9 @@ pub enum ErrorCode {
     /// gateway remembers: it was probably stored, but its offset is no longer known.
     /// Do not resend it.
     DuplicateSequenceUnknownOffset = 8,
-    /// \[9\] A failure inside the gateway (flash error, …); the message has detail.
+    /// \[9\] A failure inside the gateway (flash error, …); the message has detail. Also the
+    /// connection-level refusal (seq 0, before any `Hello`) of a connection the Linux
+    /// gateway has no room for (its message begins `gateway at --max-connections`).
     Internal = 9,
     /// \[10\] A request other than `Hello` arrived before the handshake.
     NotHandshaken = 10,

@@ -414,7 +414,9 @@ pub fn run(
                 Cmd::Line { line, topic, peer } => {
                     match gw.handle_line(&line, topic.as_deref(), &mut log, now, Clock::wall_us()) {
                         Ok(a) => flush_lines |= a.durable,
-                        Err(e) => line_warnings.rejected(&peer, &e, Instant::now()),
+                        Err(e) => {
+                            line_warnings.rejected(&peer, &e, Instant::now());
+                        }
                     }
                 }
                 Cmd::LineDropped { peer, why } => {

@@ -74,7 +74,7 @@ impl DropWarnings {
                 r.last = now;
                 if more > 0 {
                     log::warn!(
-                        "{} ({more} more line(s) dropped for this reason in the last {} s)",
+                        "{} ({more} more line(s) dropped for this reason, by any connection, in the last {} s)",
                         message(),
                         WARN_EVERY.as_secs()
                     );
@@ -136,45 +136,54 @@ impl DropWarnings {
         }
     }
 
-    /// Warns of a line the gateway refused (an empty line is skipped without a word).
-    pub fn rejected(&mut self, peer: &str, why: &LineRejected, now: Instant) {
+    /// Warns of a line the gateway refused (an empty line is skipped without a word);
+    /// returns whether a warning was logged. Each reason has its own rate limit and count:
+    /// a line without a topic and one without a payload are two reasons.
+    pub fn rejected(&mut self, peer: &str, why: &LineRejected, now: Instant) -> bool {
         match *why {
-            LineRejected::Malformed(LineError::Empty) => {}
+            LineRejected::Malformed(LineError::Empty) => false,
             LineRejected::Malformed(LineError::InvalidTopic { valid_up_to }) => {
                 self.warn("not_utf8", now, || {
                     format!(
                         "{peer}: line dropped: its topic word is not UTF-8 (first bad byte at {valid_up_to})"
                     )
-                });
+                })
+            }
+            LineRejected::Malformed(e @ LineError::MissingPayload) => {
+                self.warn("no_payload", now, || {
+                    format!(
+                        "{peer}: line dropped: {e}; a listener without topic= takes lines of the form `TOPIC PAYLOAD`"
+                    )
+                })
             }
             LineRejected::Malformed(e) => {
                 self.warn("no_topic", now, || {
                     format!(
                         "{peer}: line dropped: {e}; a listener without topic= takes lines of the form `TOPIC PAYLOAD`"
                     )
-                });
+                })
             }
             LineRejected::TooLarge { len, max } => {
                 self.warn("too_large", now, || {
                     format!(
                         "{peer}: line dropped: a payload of {len} bytes, --max-record-bytes is {max}"
                     )
-                });
+                })
             }
             LineRejected::BadTopic => {
                 self.warn("bad_topic", now, || {
                     format!("{peer}: line dropped: its topic is over 255 bytes")
-                });
+                })
             }
             LineRejected::Full => {
                 self.warn("full", now, || {
                     format!("{peer}: line dropped: the log is full (--full reject-new)")
-                });
+                })
             }
             LineRejected::Internal => {
                 self.warn("internal", now, || {
                     format!("{peer}: line dropped: the log could not take it (storage failure)")
-                });
+                })
             }
         }
     }
@@ -194,6 +203,21 @@ mod tests {
         assert!(!w.warn("a", t0 + Duration::from_secs(9), String::new));
         assert!(w.warn("a", t0 + WARN_EVERY, String::new));
         assert_eq!(w.reasons["a"].suppressed, 0);
+    }
+
+    #[test]
+    fn a_line_without_a_topic_and_one_without_a_payload_are_counted_apart() {
+        let mut w = DropWarnings::default();
+        let t0 = Instant::now();
+        let no_topic = LineRejected::Malformed(LineError::MissingTopic);
+        let no_payload = LineRejected::Malformed(LineError::MissingPayload);
+        assert!(w.rejected("p", &no_topic, t0));
+        // Another reason within the interval gets its own warning, not a share of the
+        // first one's count.
+        assert!(w.rejected("p", &no_payload, t0 + Duration::from_secs(1)));
+        assert!(!w.rejected("p", &no_topic, t0 + Duration::from_secs(2)));
+        assert_eq!(w.reasons["no_topic"].suppressed, 1);
+        assert_eq!(w.reasons["no_payload"].suppressed, 0);
     }
 
     #[test]

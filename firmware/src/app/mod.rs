@@ -311,6 +311,8 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
         metrics: metrics.clone(),
         active: Arc::new(AtomicUsize::new(0)),
         max_connections: s.max_connections,
+        idle_timeout: s.idle_timeout,
+        refusals: Arc::new(AtomicUsize::new(0)),
         credentials: s.credentials.clone(),
     };
     let served: Result<(), AppError> = smol::block_on(async {
@@ -331,6 +333,7 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
                         listener,
                         l.uri.clone(),
                         tls,
+                        matches!(l.mode, config::Mode::Frames),
                         ctx.clone(),
                         move |c: net::Accepted| {
                             let (mode, ctx, access) = (mode.clone(), ctx2.clone(), access.clone());
@@ -367,11 +370,20 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
                         })?;
                     let name = l.uri.clone();
                     let access = s.access(l);
+                    let frames = matches!(l.mode, config::Mode::Frames);
                     tasks.push(smol::spawn(async move {
                         loop {
                             match listener.accept().await {
                                 Ok((stream, _)) => {
                                     let Some(slot) = ctx.admit(&name) else {
+                                        if frames && let Some(answering) = ctx.answer_refusals() {
+                                            let max = ctx.max_connections;
+                                            smol::spawn(async move {
+                                                net::answer_refusal(stream, max).await;
+                                                drop(answering);
+                                            })
+                                            .detach();
+                                        }
                                         continue;
                                     };
                                     net::bound_send_buffer(&stream, &name);

@@ -50,6 +50,58 @@ pub const SOCKET_SEND_BUFFER: usize = 64 * 1024;
 /// every `--max-connections` slot.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Refused connections answered at once (each for at most [`REFUSAL_LINGER`]); a
+/// connection refused while this many are being answered is closed without a word.
+pub const MAX_REFUSALS_ANSWERED: usize = 16;
+
+/// How long a connection refused for `--max-connections` is kept half-open after its
+/// `Error`: what the client sends meanwhile (its `Hello`) is read and dropped, so that
+/// closing does not reset the connection and discard the `Error` before the client reads
+/// it (RFC 1122 4.2.2.13).
+pub const REFUSAL_LINGER: Duration = Duration::from_secs(2);
+
+/// The frame that tells a framed connection refused for `--max-connections` why: an
+/// `Error` under seq 0 (a connection-level answer, PROTOCOL.md §2) with code `Internal`,
+/// which every protocol version has, and a message that names the flag.
+pub fn refusal_frame(max_connections: usize) -> Vec<u8> {
+    let message = format!(
+        "gateway at --max-connections: it serves {max_connections} connections already; try again later"
+    );
+    let reply = spillway_core::wire::Response::Error {
+        seq: 0,
+        code: spillway_core::wire::ErrorCode::Internal,
+        message: &message,
+    };
+    let mut buf = vec![0u8; max_encoded_len(message.len() + 16)];
+    match spillway_core::wire::encode_frame(&reply, &mut buf) {
+        Ok(n) => buf.truncate(n),
+        Err(_) => buf.clear(),
+    }
+    buf
+}
+
+/// Tells a framed connection refused for `--max-connections` why ([`refusal_frame`]), then
+/// ends its sending side and reads (and drops) what it sends for at most
+/// [`REFUSAL_LINGER`] before closing it.
+pub async fn answer_refusal<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, max_connections: usize) {
+    let frame = refusal_frame(max_connections);
+    let linger = async {
+        if s.write_all(&frame).await.is_err() || s.close().await.is_err() {
+            return;
+        }
+        let mut buf = [0u8; 512];
+        while let Ok(n) = s.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    };
+    smol::future::or(linger, async {
+        smol::Timer::after(REFUSAL_LINGER).await;
+    })
+    .await;
+}
+
 /// Sets [`SOCKET_SEND_BUFFER`] on an accepted socket; a failure is logged and the
 /// connection served with the kernel's default.
 pub fn bound_send_buffer(socket: impl std::os::fd::AsFd, peer: &str) {
@@ -168,6 +220,11 @@ pub struct Ctx {
     pub active: Arc<AtomicUsize>,
     /// Most client connections served at once.
     pub max_connections: usize,
+    /// How long a handshaken framed socket connection may be silent with nothing in flight
+    /// (`--idle-timeout-ms`; `None`: for ever).
+    pub idle_timeout: Option<Duration>,
+    /// Refused connections being answered now (at most [`MAX_REFUSALS_ANSWERED`]).
+    pub refusals: Arc<AtomicUsize>,
     /// The configured client credentials.
     pub credentials: Arc<Credentials>,
 }
@@ -192,6 +249,30 @@ impl Ctx {
     }
 }
 
+/// A place among the [`MAX_REFUSALS_ANSWERED`] refusals being answered, given back when
+/// dropped.
+pub struct RefusalSlot(Arc<AtomicUsize>);
+
+impl Ctx {
+    /// Takes a place to answer a refused connection, or `None` when
+    /// [`MAX_REFUSALS_ANSWERED`] are being answered (the connection is then closed without
+    /// a word).
+    pub fn answer_refusals(&self) -> Option<RefusalSlot> {
+        let taken = self.refusals.fetch_add(1, Ordering::AcqRel);
+        if taken >= MAX_REFUSALS_ANSWERED {
+            self.refusals.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(RefusalSlot(self.refusals.clone()))
+    }
+}
+
+impl Drop for RefusalSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl Drop for ConnSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
@@ -201,7 +282,8 @@ impl Drop for ConnSlot {
 /// Serves one connection until the peer closes, an I/O error, too many bad frames, the log
 /// thread drops it (a client that does not read its replies), or, with `hello_timeout`
 /// (sockets: [`HELLO_TIMEOUT`]; serial ports wait for ever), a framed connection sends no
-/// complete frame that long after it was accepted. `access` decides what the connection
+/// complete frame that long after it was accepted, or, after that, sends nothing for
+/// [`Ctx::idle_timeout`] while nothing of it is in flight. `access` decides what the connection
 /// may do: each `Hello` is judged (its token hashed and looked up) here, and the verdict
 /// reaches the log thread just before the `Hello`.
 #[allow(clippy::too_many_arguments)]
@@ -266,16 +348,24 @@ pub async fn serve<R, W>(
                 let hello_deadline = hello_timeout.map(|t| (std::time::Instant::now() + t, t));
                 let mut greeted = hello_deadline.is_none();
                 let mut first_read = true;
+                // Sockets only (a serial port has no slot to give back).
+                let idle = ctx.idle_timeout.filter(|_| hello_timeout.is_some());
+                let mut heard = std::time::Instant::now();
                 loop {
-                    let read = match hello_deadline {
-                        Some((at, _)) if !greeted => {
+                    let deadline = match (hello_deadline, idle) {
+                        (Some((at, _)), _) if !greeted => Some(at),
+                        (_, Some(t)) if greeted => Some(heard + t),
+                        _ => None,
+                    };
+                    let read = match deadline {
+                        Some(at) => {
                             smol::future::or(async { Some(r.read(&mut buf).await) }, async {
                                 smol::Timer::at(at).await;
                                 None
                             })
                             .await
                         }
-                        _ => Some(r.read(&mut buf).await),
+                        None => Some(r.read(&mut buf).await),
                     };
                     let n = match read {
                         Some(Ok(0) | Err(_)) => return,
@@ -288,7 +378,22 @@ pub async fn serve<R, W>(
                         }
                         Some(Ok(n)) => {
                             first_read = false;
+                            heard = std::time::Instant::now();
                             n
+                        }
+                        // Idle: closed only when nothing of it is in flight (a long poll
+                        // waiting holds its reservation, so does an unanswered request or
+                        // an unwritten reply); otherwise the wait starts again.
+                        None if greeted => {
+                            if budget.used() > 0 {
+                                heard = std::time::Instant::now();
+                                continue;
+                            }
+                            log::info!(
+                                "connection {conn} from {peer}: nothing received for {:?} and nothing in flight; closing (--idle-timeout-ms)",
+                                idle.unwrap_or_default()
+                            );
+                            return;
                         }
                         None => {
                             log::warn!(
@@ -669,11 +774,15 @@ pub struct Accepted {
 /// task, the TLS handshake when `tls` is given (a failed or slow one is logged with the
 /// reason, counted as `spillway_refused_total{reason="tls_handshake"}`, and closed), and
 /// then `handle`. The slot is given back when `handle` ends. Any listener kind that speaks
-/// over TCP (frames, lines, other protocols) gets its TLS twin from this loop.
+/// over TCP (frames, lines, other protocols) gets its TLS twin from this loop. A connection
+/// with no slot left is closed; with `frames` (the listener speaks the framed protocol) it is
+/// first told why ([`answer_refusal`], after the TLS handshake on a TLS listener), as long as
+/// fewer than [`MAX_REFUSALS_ANSWERED`] refusals are being answered.
 pub async fn accept_loop<F, Fut>(
     listener: smol::net::TcpListener,
     uri: String,
     tls: Option<Tls>,
+    frames: bool,
     ctx: Ctx,
     handle: F,
 ) where
@@ -692,6 +801,26 @@ pub async fn accept_loop<F, Fut>(
         };
         let peer = peer.to_string();
         let Some(slot) = ctx.admit(&peer) else {
+            if frames && let Some(answering) = ctx.answer_refusals() {
+                let (tls, max) = (tls.clone(), ctx.max_connections);
+                smol::spawn(async move {
+                    match tls {
+                        None => answer_refusal(stream, max).await,
+                        Some(tls) => {
+                            let handshake =
+                                smol::future::or(async { tls.accept(stream).await.ok() }, async {
+                                    smol::Timer::after(REFUSAL_LINGER).await;
+                                    None
+                                });
+                            if let Some((s, _)) = handshake.await {
+                                answer_refusal(s, max).await;
+                            }
+                        }
+                    }
+                    drop(answering);
+                })
+                .detach();
+            }
             continue;
         };
         let _ = stream.set_nodelay(true);

@@ -262,10 +262,18 @@ pub struct RunArgs {
     /// Gateway name announced to clients [default: the host name].
     #[arg(long)]
     pub gateway_id: Option<String>,
-    /// Most client connections served at once (TCP and Unix, all listeners); further
-    /// connections are closed at once [default: 256].
+    /// Most client connections served at once (TCP and Unix, all listeners); a further
+    /// framed connection is told so (an `Error`, seq 0, naming --max-connections) and
+    /// closed [default: 256].
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// Close a framed TCP, TLS or Unix connection that has completed its handshake and has
+    /// sent nothing for this long while nothing of it is in flight (no long-poll fetch
+    /// waiting, no request unanswered, no reply unwritten), so that forgotten connections
+    /// give their --max-connections slot back; milliseconds, 0 = never (serial ports and
+    /// line-mode connections are never closed for idleness) [default: 300000].
+    #[arg(long)]
+    pub idle_timeout_ms: Option<u64>,
     /// Log level; the RUST_LOG environment variable, when set, wins [default: info].
     #[arg(long, value_enum)]
     pub log_level: Option<LogLevelArg>,

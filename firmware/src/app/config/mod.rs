@@ -64,6 +64,9 @@ pub struct Settings {
     pub gateway_id: String,
     /// Most client connections served at once.
     pub max_connections: usize,
+    /// How long a handshaken framed socket connection may stay silent with nothing in
+    /// flight before it is closed (`--idle-timeout-ms`; `None`: never).
+    pub idle_timeout: Option<std::time::Duration>,
     /// TLS of the `tls://` listeners (`--tls-cert`, `--tls-key`, `--tls-client-ca`).
     pub tls: Option<Tls>,
     /// Client credentials (`[[credential]]`).
@@ -87,6 +90,10 @@ impl Settings {
 pub const DEFAULT_SIZE: u64 = 16 << 20;
 /// Default limit of client connections served at once.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// Default `--idle-timeout-ms`: five minutes, longer than the reporting period of most
+/// sensors that keep a connection open, short enough that forgotten connections free their
+/// slots within minutes.
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 300_000;
 /// Default erase size, bytes.
 pub const DEFAULT_ERASE: u32 = 4096;
 /// Default write size, bytes.
@@ -220,6 +227,10 @@ pub fn settings(args: &RunArgs) -> Result<Settings, AppError> {
         )?,
         gateway_id,
         max_connections: a.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+        idle_timeout: match a.idle_timeout_ms.unwrap_or(DEFAULT_IDLE_TIMEOUT_MS) {
+            0 => None,
+            ms => Some(std::time::Duration::from_millis(ms)),
+        },
         tls: None,
         credentials,
     };
