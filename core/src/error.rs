@@ -169,6 +169,19 @@ pub enum AppendError<E: Debug> {
     /// consumers commit).
     #[error("log is full")]
     Full,
+    /// The log has handed out its last offset: its next offset is
+    /// [`MAX_NEXT_OFFSET`](crate::log::format::MAX_NEXT_OFFSET) (2^62 − 1), and an offset is
+    /// never reused or handed out past that. Only a crafted or damaged image (a segment
+    /// base, journal lease or durable end near the limit) gets here: the records stored stay
+    /// readable; drain them and format the storage again. Nothing was appended; a retry
+    /// fails the same way.
+    #[error(
+        "the log's offsets are exhausted: next offset {next} is the last the format allows (the image was crafted or damaged); drain it and format again"
+    )]
+    OffsetsExhausted {
+        /// The log's next offset.
+        next: u64,
+    },
     /// A resend of a producer sequence older than the last [`PRODUCER_WINDOW`] the log
     /// remembers for that producer: the record is already in the log, at an offset below
     /// `stored_below`, but its exact offset is no longer known. Producers treat it as

@@ -46,10 +46,18 @@ pub const MAX_TOPIC_LEN: usize = 255;
 pub const MAX_CONSUMER_NAME_LEN: usize = 31;
 
 /// Offsets at or above this value are never handed out, and a decoded structure that
-/// names one (a segment's base offset, a batch's last offset, a journal lease, a committed
-/// offset) is refused as damaged: the log can then add 1 to any offset it holds without
-/// wrapping. 2^62 records outlast the flash (146 years at 10^9 records/s).
+/// names one (a segment's base offset, a batch's end, a journal lease or durable end, a
+/// committed offset) is refused as damaged: the log can then add 1 to any offset it holds
+/// without wrapping. 2^62 records outlast the flash (146 years at 10^9 records/s).
 pub const MAX_OFFSET: u64 = 1 << 62;
+
+/// The highest next offset a log reaches, `MAX_OFFSET - 1`: every end it stores (a batch's
+/// end, a lease, a durable end, a committed offset) stays below [`MAX_OFFSET`], so the last
+/// offset it hands out is `MAX_OFFSET - 2`. A log whose next offset is here (only a crafted
+/// or damaged image gets near) refuses appends with
+/// [`AppendError::OffsetsExhausted`](crate::error::AppendError::OffsetsExhausted) and never
+/// reuses an offset.
+pub const MAX_NEXT_OFFSET: u64 = MAX_OFFSET - 1;
 
 /// Segment and journal entry sequence numbers at or above this value are refused as
 /// damaged when decoded, so the next one (`+ 1`) never wraps. One journal write per
@@ -311,7 +319,8 @@ impl BatchHeader {
     }
 
     /// Checks magic, length check and bounds (`max_len`: bytes available from the batch's
-    /// position to the end of its segment; the batch's last offset below [`MAX_OFFSET`];
+    /// position to the end of its segment; the batch's end, one past its last offset, at
+    /// most [`MAX_NEXT_OFFSET`];
     /// a body long enough for `count` records in the compact layout, whose records are the
     /// smallest, compressed: see [`count_fits`](super::compact::count_fits)).
     pub fn check(b: &[u8; BATCH_HEADER_LEN], erased: u8, max_len: u32) -> HeadCheck {
@@ -328,7 +337,7 @@ impl BatchHeader {
             || !super::compact::count_fits(count, u64::from(len) - BATCH_HEADER_LEN as u64)
             || u64_at(b, 16)
                 .checked_add(u64::from(count))
-                .is_none_or(|end| end > MAX_OFFSET)
+                .is_none_or(|end| end > MAX_NEXT_OFFSET)
         {
             return HeadCheck::Invalid;
         }

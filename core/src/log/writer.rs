@@ -8,7 +8,7 @@ use super::compact::{self, COMPACT_VERSION};
 use super::config::{AUTO_MIN_BODY, Compression};
 use super::config::{FullPolicy, SpillPolicy};
 use super::format::{
-    BATCH_HEADER_LEN, BatchHeader, MAX_TOPIC_LEN, RESUME_LEN, Record, align_up,
+    BATCH_HEADER_LEN, BatchHeader, MAX_NEXT_OFFSET, MAX_TOPIC_LEN, RESUME_LEN, Record, align_up,
     parse_record_fields, record_crc,
 };
 use super::outcome::Appended;
@@ -29,7 +29,8 @@ impl<'a, F: Flash> Log<'a, F> {
     ///
     /// Errors: [`AppendError::BadTopic`], [`AppendError::TooLarge`] (see
     /// [`Log::max_record_len`]), [`AppendError::Full`] under `RejectNew`,
-    /// [`AppendError::SequenceTooOld`], [`AppendError::Poisoned`] once a flash write, erase
+    /// [`AppendError::SequenceTooOld`], [`AppendError::OffsetsExhausted`] when the next
+    /// offset is [`MAX_NEXT_OFFSET`], [`AppendError::Poisoned`] once a flash write, erase
     /// or sync has failed (see [`Log::poisoned`]), storage errors (the first failure).
     ///
     /// [`Producer`]: super::Producer
@@ -84,6 +85,13 @@ impl<'a, F: Flash> Log<'a, F> {
         {
             return Ok(done);
         }
+        // No offset at or past the format's limit is ever handed out (and no end stored
+        // past it): a crafted image can start the log near it, never past it.
+        if self.next_offset >= MAX_NEXT_OFFSET {
+            return Err(AppendError::OffsetsExhausted {
+                next: self.next_offset,
+            });
+        }
         // `OnPressure` writes the buffer out before this record would take it past the
         // high-water mark, not after appending it: a failed write must leave the record
         // unappended (the error tells the producer to retry).
@@ -100,7 +108,12 @@ impl<'a, F: Flash> Log<'a, F> {
             // Raise the lease in RAM only for the write: if the write fails, the next
             // append must try again rather than hand out offsets no journal entry covers.
             let old = self.lease;
-            self.lease = self.next_offset.saturating_add(self.cfg.lease_step.max(1));
+            // Capped at the format's limit: a lease past it would not decode at the next
+            // mount (the entry would read as damaged).
+            self.lease = self
+                .next_offset
+                .saturating_add(self.cfg.lease_step.max(1))
+                .min(MAX_NEXT_OFFSET);
             if let Err(e) = self.persist_journal(false) {
                 self.lease = old;
                 return Err(e.into());

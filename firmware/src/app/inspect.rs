@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use spillway_core::log::format::MAX_NEXT_OFFSET;
 use spillway_core::log::{
     Config, Log, LostReason, Memory, RecoveryReport, SegmentSlot, segments_for,
 };
@@ -18,11 +19,19 @@ use super::image::{Overlay, probe};
 const READ_BUF: usize = 1 << 20;
 
 /// Warnings about journal entries that did not validate at mount, one sentence each
-/// (empty when every entry validated). The mount never fails for them: committed offsets
-/// that go back only make consumers re-read, so these are warnings, not corruption.
+/// (empty when every entry validated), and about a log whose offsets are exhausted (its
+/// next offset is [`MAX_NEXT_OFFSET`]: appends are refused). The mount never fails for
+/// them: committed offsets that go back only make consumers re-read, so these are
+/// warnings, not corruption.
 pub fn journal_warnings(report: &RecoveryReport) -> Vec<String> {
     let bad = report.journal_invalid;
     let mut out = Vec::new();
+    if report.next_offset >= MAX_NEXT_OFFSET {
+        out.push(format!(
+            "offsets: the next offset {} is the last the format allows (2^62 - 1): every publish is refused; a log gets here only from a crafted or damaged image (a segment base, lease or durable end near the limit); drain it and format again",
+            report.next_offset
+        ));
+    }
     if !report.journal_found {
         if bad.damaged + bad.torn > 0 {
             out.push(format!(

@@ -154,6 +154,13 @@ impl Gateway {
                     self.counters.fenced += 1;
                     ErrorCode::UnknownSession
                 }
+                // Not `Full`: no consumer's commit makes room. The message says why; a
+                // resend is refused the same way.
+                AppendError::OffsetsExhausted { .. } => {
+                    self.counters.internal_errors += 1;
+                    error!("append refused: {}", m.as_str());
+                    ErrorCode::StorageFailed
+                }
                 // Flash errors, bad blocks, a log poisoned by an earlier failure: the
                 // record is not stored; the client resends after a remount.
                 _ => {

@@ -381,7 +381,8 @@ fn a_crafted_segment_size_past_4_gib_does_not_mount() {
     assert!(matches!(got, Err(MountError::NotFormatted)), "{got:?}");
 }
 
-/// A batch header whose last offset reaches [`MAX_OFFSET`] is not plausible.
+/// A batch header whose end (one past its last offset) passes [`MAX_NEXT_OFFSET`] is not
+/// plausible: the durable end a mount would take from it could not be stored.
 #[test]
 fn a_batch_header_past_the_offset_range_is_invalid() {
     let h = |base_offset, count| BatchHeader {
@@ -395,7 +396,17 @@ fn a_batch_header_past_the_offset_range_is_invalid() {
         BatchHeader::check(&h(5, 2).encode(), 0xFF, 4096),
         HeadCheck::Plausible
     );
-    for (base, count) in [(u64::MAX, 2), (MAX_OFFSET - 1, 2), (u64::MAX - 1, 1)] {
+    assert_eq!(
+        BatchHeader::check(&h(MAX_NEXT_OFFSET - 1, 1).encode(), 0xFF, 4096),
+        HeadCheck::Plausible
+    );
+    for (base, count) in [
+        (u64::MAX, 2),
+        (MAX_OFFSET - 1, 2),
+        (u64::MAX - 1, 1),
+        (MAX_NEXT_OFFSET, 1),
+        (MAX_NEXT_OFFSET - 1, 2),
+    ] {
         assert_eq!(
             BatchHeader::check(&h(base, count).encode(), 0xFF, 4096),
             HeadCheck::Invalid,

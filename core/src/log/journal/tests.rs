@@ -6,7 +6,7 @@ use std::vec::Vec;
 
 use super::*;
 use crate::error::AppendError;
-use crate::log::format::{Record, align_up};
+use crate::log::format::{MAX_NEXT_OFFSET, Record, align_up};
 use crate::log::tests::Mem;
 use crate::log::{Config, JournalInvalid, Log, RecoveryReport};
 use crate::storage::{Flash, Geometry, SimFlash};
@@ -410,4 +410,100 @@ fn a_valid_journal_reports_no_invalid_entries() {
     let (report, bridge) = mount_report(&mut flash);
     assert_eq!(bridge, 2);
     assert_eq!(report.journal_invalid, JournalInvalid::default());
+}
+
+/// Mounts `flash` and appends until the log refuses: returns the offsets handed out and
+/// the refusal.
+fn append_until_refused(
+    flash: &mut SimFlash<Vec<u8>>,
+) -> (Vec<u64>, AppendError<crate::storage::SimError>) {
+    let mut ram = ram();
+    let (mut log, _) = Log::mount(&mut *flash, Config::default(), ram.memory(), 0).unwrap();
+    let mut handed = Vec::new();
+    let refused = loop {
+        match log.append(0, &REC) {
+            Ok(a) => handed.push(a.offset),
+            Err(AppendError::Flash(e)) => panic!("flash error {e:?}"),
+            Err(AppendError::OffsetsExhausted { next }) => {
+                assert_eq!(next, MAX_NEXT_OFFSET);
+                break AppendError::OffsetsExhausted { next };
+            }
+            Err(e) => panic!("{e}"),
+        }
+        assert!(handed.len() < 10, "offsets {handed:x?} handed out");
+    };
+    log.close(0).unwrap();
+    (handed, refused)
+}
+
+/// Found by a break-it run: a journal entry (valid CRC) whose lease or durable end is just
+/// below 2^62 mounted, and the next appends were acknowledged at offsets at and past
+/// [`MAX_OFFSET`] (the bridge refused each acknowledgement and resent: one record was
+/// stored six times); the lease entry of the first append named an offset past the limit,
+/// so the next mount found that entry damaged. The log now hands out offsets up to
+/// `MAX_OFFSET - 2`, then refuses appends with `OffsetsExhausted`; every entry it writes
+/// decodes, and a remount starts where it stopped.
+#[test]
+fn a_journal_lease_or_durable_end_near_the_offset_limit_exhausts_offsets_without_passing_it() {
+    for (lease, durable, left) in [
+        (MAX_OFFSET - 1, 3, 0u64),
+        (MAX_OFFSET - 3, 3, 2),
+        (3, MAX_OFFSET - 1, 0),
+        (3, MAX_OFFSET - 2, 1),
+    ] {
+        let mut flash = log_of(3);
+        write_newer_entry(&mut flash, lease, durable, 1, 0);
+        let (handed, _) = append_until_refused(&mut flash);
+        let first = MAX_NEXT_OFFSET - left;
+        assert_eq!(
+            handed,
+            (first..MAX_NEXT_OFFSET).collect::<Vec<_>>(),
+            "lease {lease:#x} durable {durable:#x}"
+        );
+        // The entries written decode: the remount starts at the limit, and what was
+        // appended reads back.
+        let mut ram = ram();
+        let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
+        assert_eq!(log.next_offset(), MAX_NEXT_OFFSET);
+        let mut buf = [0u8; 256];
+        if let Some(&o) = handed.first() {
+            let r = log.read(o, &mut buf).unwrap();
+            assert_eq!((r.first_offset, r.count as usize), (o, handed.len()));
+        }
+        assert!(matches!(
+            log.append(0, &REC),
+            Err(AppendError::OffsetsExhausted { .. })
+        ));
+    }
+}
+
+/// The same for a segment header (valid CRC) whose base offset is just below 2^62: the
+/// head opens there, and appends stop at the limit.
+#[test]
+fn a_segment_base_near_the_offset_limit_exhausts_offsets_without_passing_it() {
+    use crate::log::format::{FORMAT_VERSION, SegmentHeader};
+    for left in [0u64, 2] {
+        let mut flash = log_of(3);
+        let hdr = SegmentHeader {
+            version: FORMAT_VERSION,
+            erase_size: G.erase_size,
+            write_size: G.write_size,
+            erased: G.erased,
+            blocks_per_segment: 1,
+            segment_count: 6,
+            log_id: 5,
+            seq: 2,
+            base_offset: MAX_NEXT_OFFSET - left,
+            prev_crc: 0,
+            erase_count: 1,
+            after_unclean: false,
+        };
+        flash.write(3 * G.erase_size, &hdr.encode()).unwrap();
+        let (handed, _) = append_until_refused(&mut flash);
+        assert_eq!(
+            handed,
+            (MAX_NEXT_OFFSET - left..MAX_NEXT_OFFSET).collect::<Vec<_>>()
+        );
+        assert_eq!(mount(&mut flash), MAX_NEXT_OFFSET);
+    }
 }
