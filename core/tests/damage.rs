@@ -217,3 +217,175 @@ fn transient_read_errors_and_one_shot_flips_are_absorbed() {
     }
     assert!(fired.0 > 50 && fired.1 > 50, "{fired:?}");
 }
+
+/// The batches of segment `seg`, `(address, base offset, count)`, walked by their headers
+/// from the segment's data start (every batch of a cleanly written segment is valid).
+fn batches(flash: &Sim, seg: u32) -> Vec<(usize, u64, u32)> {
+    let b = flash.bytes();
+    let mut at = seg_addr(seg) + 80;
+    let mut out = Vec::new();
+    while at + 32 <= seg_addr(seg + 1) && b[at..at + 4] != [0xFF; 4] {
+        let len = u32::from_le_bytes(b[at + 4..at + 8].try_into().unwrap()) as usize;
+        let base = u64::from_le_bytes(b[at + 16..at + 24].try_into().unwrap());
+        let count = u32::from_le_bytes(b[at + 24..at + 28].try_into().unwrap());
+        out.push((at, base, count));
+        at += len.next_multiple_of(4);
+    }
+    out
+}
+
+/// Found by a break-it run: after a clean shutdown (the journal's `durable_next` at the
+/// head's data end), one bit flipped inside the head's last batch made its 47 durable,
+/// acknowledged records read as "never persisted" (skipped after a crash), with no
+/// corruption counted. A batch that fails its CRC below the journal's durable end was
+/// damaged: its records are corrupt, counted at mount, and the mount is not clean.
+#[test]
+fn a_bit_flip_in_the_head_s_last_batch_after_a_clean_shutdown_is_corruption() {
+    let (mut flash, segs) = clean_log(3000);
+    let head = segs.last().unwrap().0;
+    let &(at, base, count) = batches(&flash, head).last().unwrap();
+    assert_eq!(base + u64::from(count), 3000);
+    flash.flip_bit(at as u32 + 32 + 9, 2).unwrap();
+    let mut ram = Ram::new(&GEO, BPS, 4096);
+    let (mut log, rep) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
+    assert!(!rep.clean, "{rep:?}");
+    let corrupt = LostRange {
+        from: base,
+        to: 3000,
+        reason: LostReason::Corrupt,
+    };
+    assert_eq!(rep.head_lost, Some(corrupt), "{rep:?}");
+    assert_eq!(log.stats().corrupt_offsets, 3000 - base);
+    assert_eq!(log.next_offset(), 3000);
+    let (seen, lost) = read_back(&mut log);
+    assert_eq!(lost, vec![corrupt]);
+    assert_eq!(seen, (0..base).collect::<Vec<_>>());
+    assert_eq!(log.stats().corrupt_offsets, 3000 - base, "counted once");
+
+    // Appends go on after the damage (behind a resume marker), and the damaged range
+    // still reads as corrupt, not as skipped, with the new records after it.
+    for i in 3000..3010 {
+        let p = payload(i);
+        let rec = Record {
+            topic: "t",
+            timestamp_us: i,
+            producer: None,
+            payload: &p,
+        };
+        assert_eq!(log.append(i, &rec).unwrap().offset, i);
+    }
+    log.close(3010).unwrap();
+    let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
+    let (seen, lost) = read_back(&mut log);
+    assert_eq!(lost, vec![corrupt]);
+    assert_eq!(seen.len() as u64, base + 10);
+}
+
+/// Found by a break-it run: segment 0 (the oldest, its records never drained) zeroed
+/// after a clean shutdown mounted as if nothing were wrong: `first_offset` moved to
+/// segment 1's base, reads started there silently, and only a drain named the gap, as
+/// dropped. Nothing was ever reclaimed (no segment was reused: the highest `seq` is
+/// below the segment count), so those durable records were lost to damage: reported
+/// corrupt and counted.
+#[test]
+fn a_zeroed_oldest_segment_of_a_log_that_never_wrapped_is_corruption() {
+    let (mut flash, segs) = clean_log(3000);
+    let s1 = segs[1];
+    flash.bytes_mut()[seg_addr(0)..seg_addr(1)].fill(0x00);
+    let mut ram = Ram::new(&GEO, BPS, 4096);
+    let (mut log, rep) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
+    assert!(rep.clean, "the head is intact: {rep:?}");
+    assert_eq!(log.first_offset(), 0);
+    assert_eq!(log.stats().corrupt_offsets, s1.1);
+    let (seen, lost) = read_back(&mut log);
+    assert_eq!(
+        lost,
+        vec![LostRange {
+            from: 0,
+            to: s1.1,
+            reason: LostReason::Corrupt
+        }]
+    );
+    assert_eq!(seen, (s1.1..3000).collect::<Vec<_>>());
+}
+
+/// 4 one-block segments, so the ring wraps after a few hundred records.
+const SMALL: Geometry = Geometry {
+    erase_size: 4096,
+    write_size: 4,
+    capacity: 4096 * 6,
+    erased: 0xFF,
+};
+
+/// A `reject-new` log over [`SMALL`] that wrapped (segments were reclaimed), shut down
+/// cleanly: the bridge commits just enough to free the oldest segment whenever the log is
+/// full, so it ends committed at the tail's base. Returns the flash and the segments
+/// `(physical index, seq, base offset)` in ring order from the tail.
+fn wrapped_log() -> (Sim, Vec<(u32, u64, u64)>) {
+    let mut flash = formatted(SMALL, 0x3A9, 1);
+    let mut ram = Ram::new(&SMALL, 1, 1024);
+    let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
+    let mut i = 0u64;
+    while log.segments().map(|s| s.1).max().unwrap() < 7 {
+        let p = payload(i);
+        let rec = Record {
+            topic: "t",
+            timestamp_us: i,
+            producer: None,
+            payload: &p,
+        };
+        match log.append(i, &rec) {
+            Ok(_) => i += 1,
+            Err(spillway_core::error::AppendError::Full) => {
+                let second = log.segments().nth(1).unwrap().2;
+                log.commit("bridge", second).unwrap();
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    log.flush(i).unwrap();
+    let segs: Vec<(u32, u64, u64)> = log.segments().map(|(s, q, b, _)| (s, q, b)).collect();
+    assert_eq!(segs.len(), 4, "the ring is full: {segs:?}");
+    assert_eq!(log.committed("bridge"), Some(segs[0].2));
+    log.close(i).unwrap();
+    (flash, segs)
+}
+
+/// The oldest segment of a wrapped ring is the next one to reopen, so its loss may be an
+/// interrupted reclaim; under `reject-new` that reclaim needs every consumer committed
+/// past it (and persisted). The bridge's commit at the tail's base says it never began:
+/// the segment's records are corrupt, not dropped. Once the bridge has committed past
+/// them, the same loss reads as a reclaim (dropped), as before.
+#[test]
+fn a_lost_oldest_segment_of_a_wrapped_ring_is_corrupt_unless_every_consumer_read_it() {
+    let (mut flash, segs) = wrapped_log();
+    let (old, next) = (segs[0], segs[1]);
+    let block = ((2 + old.0) * SMALL.erase_size) as usize;
+    let (mut damaged, _) = wrapped_log();
+    damaged.bytes_mut()[block..block + SMALL.erase_size as usize].fill(0x00);
+    let mut ram = Ram::new(&SMALL, 1, 1024);
+    let (mut log, _) = Log::mount(&mut damaged, Config::default(), ram.memory(), 0).unwrap();
+    assert_eq!(log.first_offset(), old.2);
+    assert_eq!(log.stats().corrupt_offsets, next.2 - old.2);
+    let mut out = vec![0u8; 4096];
+    let r = log.read(old.2, &mut out).unwrap();
+    assert_eq!(
+        r.lost,
+        Some(LostRange {
+            from: old.2,
+            to: next.2,
+            reason: LostReason::Corrupt
+        })
+    );
+    drop(log);
+
+    // The bridge read the oldest segment: its loss is a reclaim's.
+    let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
+    log.commit("bridge", next.2).unwrap();
+    log.close(0).unwrap();
+    flash.bytes_mut()[block..block + SMALL.erase_size as usize].fill(0x00);
+    let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
+    assert_eq!(log.first_offset(), next.2);
+    assert_eq!(log.stats().corrupt_offsets, 0);
+    assert!(log.read(old.2, &mut out).is_err(), "dropped");
+}

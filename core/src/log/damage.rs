@@ -4,21 +4,23 @@
 //! tail whose records are reported lost rather than dropped.
 
 use super::Log;
+use super::config::FullPolicy;
 use super::device::CHUNK;
 use super::format;
 use super::format::{BATCH_HEADER_LEN, BatchHeader, HeadCheck, RESUME_LEN, align_up};
 use super::scan::Next;
 use crate::storage::Flash;
 
-/// A segment just before the tail whose header does not validate but whose batches do:
-/// its records, `from` up to the tail's base offset, are lost to damage.
+/// A segment just before the tail whose header does not validate although it held records
+/// (see [`Log::find_damage_before_tail`]): its records, `from` up to the tail's base
+/// offset, are lost to damage.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct DamagedBeforeTail {
     /// The tail segment when the damage was found (the range ends at its base).
     pub(super) tail: u32,
     /// The damaged segment.
     pub(super) seg: u32,
-    /// Base offset of its first valid batch.
+    /// The first offset lost (see [`Log::find_damage_before_tail`]).
     pub(super) from: u64,
 }
 
@@ -101,36 +103,67 @@ impl<F: Flash> Log<'_, F> {
         Ok(None)
     }
 
-    /// Looks at the segment just before the tail in ring order: if it is not the next one
-    /// to open (so no erase or reclaim of it was under way) yet its header does not
-    /// validate while a batch inside does, with offsets below the tail's, the segment was
-    /// damaged and its offsets are reported corrupt rather than dropped. Costs one read
-    /// when that segment is blank.
+    /// Looks at the segment just before the tail in ring order: if it does not hold a valid
+    /// header although records were written before the tail's (the tail's `seq` is above
+    /// 1), and it was not reclaimed legitimately, it was damaged, and its offsets are
+    /// reported corrupt rather than dropped. Segments are opened in ring order, each with
+    /// the next `seq`, and only the one after the head is ever reclaimed (erased, then
+    /// given a header): a segment just before the tail that is not the next one to open
+    /// lost its header to damage. When it is the next one to open, an erase for reopening
+    /// it may have been under way: that was legitimate under `DropOldest` (the policy this
+    /// mount runs with), with no consumer, or when every consumer of the journal had
+    /// committed past the tail's base; under `RejectNew` a consumer committed below it says
+    /// the reclaim never began (it persists the commits it relies on first).
+    ///
+    /// The range reported ends at the tail's base and starts at the first of: 0 when no
+    /// segment was ever reused (the highest `seq` is at most the segment count: nothing was
+    /// reclaimed, so every offset below the tail's was stored), the base of a valid batch
+    /// found in the segment, and the lowest committed offset of the journal's consumers
+    /// (what a consumer had not read yet). Costs one read when the segment is blank.
     pub(super) fn find_damage_before_tail(&mut self) -> Result<(), F::Error> {
         let n = self.dev.l.seg_count;
         let (Some(t), Some(h)) = (self.tail, self.head) else {
             return Ok(());
         };
         let p = (t + n - 1) % n;
-        if self.slots[p as usize].valid || p == (h + 1) % n {
+        let tail = self.slots[t as usize];
+        if self.slots[p as usize].valid || tail.seq <= 1 {
             return Ok(());
         }
-        let tail_base = self.slots[t as usize].base;
-        let start = self.dev.l.data_start;
-        if let Next::Batch { h: bh, .. } = self.dev.next_batch(p, start, 0)?
-            && bh.base_offset < tail_base
-            && bh.end_offset() <= tail_base
-        {
-            warn!(
-                "segment {} is damaged: offsets {}..{} lost",
-                p, bh.base_offset, tail_base
-            );
-            self.damaged = Some(DamagedBeforeTail {
-                tail: t,
-                seg: p,
-                from: bh.base_offset,
-            });
+        let tail_base = tail.base;
+        let unread_from = self.consumers.iter().map(|c| c.committed).min();
+        let from = if p == (h + 1) % n {
+            match unread_from {
+                Some(c) if self.cfg.full == FullPolicy::RejectNew && c < tail_base => c,
+                _ => return Ok(()),
+            }
+        } else {
+            let mut from = if self.max_seq <= u64::from(n) {
+                0
+            } else {
+                unread_from.unwrap_or(tail_base)
+            };
+            let start = self.dev.l.data_start;
+            if let Next::Batch { h: bh, .. } = self.dev.next_batch(p, start, 0)?
+                && bh.base_offset < tail_base
+                && bh.end_offset() <= tail_base
+            {
+                from = from.min(bh.base_offset);
+            }
+            from
+        };
+        if from >= tail_base {
+            return Ok(());
         }
+        warn!(
+            "segment {} is damaged: offsets {}..{} lost",
+            p, from, tail_base
+        );
+        self.damaged = Some(DamagedBeforeTail {
+            tail: t,
+            seg: p,
+            from,
+        });
         Ok(())
     }
 

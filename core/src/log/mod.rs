@@ -171,6 +171,10 @@ pub struct Log<'a, F: Flash> {
     jseq: u64,
 
     damaged: Option<DamagedBeforeTail>,
+    /// Durable offsets (below the journal's `durable_next`) that the head's last batches
+    /// held when the mount found them failing their CRC after the head's valid data:
+    /// reads report them corrupt, never as skipped.
+    damaged_at_head_end: Option<(u64, u64)>,
     cursor: Option<Cursor>,
     index_seg: Option<(u32, u64)>,
     index: Vec<(u32, u64), INDEX_ENTRIES>,

@@ -80,6 +80,7 @@ impl<'a, F: Flash> Log<'a, F> {
         } else {
             self.read_any(from, buf)?
         };
+        let out = self.damaged_not_skipped(out);
         if let Some(l) = out.lost
             && l.reason == LostReason::Corrupt
         {
@@ -88,10 +89,25 @@ impl<'a, F: Flash> Log<'a, F> {
         Ok(out)
     }
 
+    /// A range read as skipped (never persisted) that overlaps the durable offsets the
+    /// mount found damaged at the head's end is cut there: the damaged part is corrupt.
+    fn damaged_not_skipped(&self, out: ReadOutcome) -> ReadOutcome {
+        let (Some((a, b)), Some(l)) = (self.damaged_at_head_end, out.lost) else {
+            return out;
+        };
+        if l.reason != LostReason::Skipped || l.to <= a || l.from >= b {
+            return out;
+        }
+        if l.from < a {
+            return lost(l.from, a, LostReason::Skipped);
+        }
+        lost(l.from, l.to.min(b), LostReason::Corrupt)
+    }
+
     /// Adds the offsets of the corrupt range `from..to` not counted yet to
     /// [`Stats::corrupt_offsets`](super::Stats::corrupt_offsets) (a range read again, or
     /// overlapping one counted, adds only what is new).
-    fn count_corrupt(&mut self, from: u64, to: u64) {
+    pub(super) fn count_corrupt(&mut self, from: u64, to: u64) {
         // The parts of `from..to` not covered by a remembered range: a range is cut by each
         // remembered one into at most two pieces, so walk it as a sorted sweep.
         let mut new = 0u64;

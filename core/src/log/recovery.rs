@@ -12,8 +12,8 @@ use super::config::{Config, MIN_BUFFER, MIN_ERASE_SIZE, Memory, SegmentSlot};
 use super::consumers::BRIDGE_CONSUMER;
 use super::device::{Dev, Io};
 use super::format::{
-    BATCH_HEADER_LEN, BatchHeader, FORMAT_VERSION, JOURNAL_BLOCKS, RESUME_LEN, ResumeMarker,
-    SEGMENT_HEADER_LEN, SegmentHeader, align_up,
+    BATCH_HEADER_LEN, BatchHeader, FORMAT_VERSION, HeadCheck, JOURNAL_BLOCKS, RESUME_LEN,
+    ResumeMarker, SEGMENT_HEADER_LEN, SegmentHeader, align_up,
 };
 use super::journal;
 use super::journal::Consumer;
@@ -347,6 +347,13 @@ impl<'a, F: Flash> Log<'a, F> {
         self.buf_prev_crc = self.last_crc;
         self.rebuild_producers(rest.rebuild_from)
             .map_err(MountError::Flash)?;
+        // The corrupt offsets the mount found count at once (reads add only new ones).
+        if let Some((from, to)) = self.damaged_before_tail() {
+            self.count_corrupt(from, to);
+        }
+        if let Some(l) = report.head_lost {
+            self.count_corrupt(l.from, l.to);
+        }
         if let Some(needed) = self.needs_scratch {
             return Err(MountError::ScratchTooSmall {
                 needed,
@@ -576,6 +583,7 @@ impl<'a, F: Flash> Log<'a, F> {
             jpos: o.jpos,
             jseq: o.jseq,
             damaged: None,
+            damaged_at_head_end: None,
             cursor: None,
             index_seg: None,
             index: Vec::new(),
@@ -660,6 +668,19 @@ impl<'a, F: Flash> Log<'a, F> {
                             .map_err(MountError::Flash)?;
                         let (torn, any) = (tail.both, tail.any);
                         let used_end = p + tail.used_end;
+                        if corrupt
+                            && report.head_lost.is_none()
+                            && let Some(from) = log.durable_but_damaged(h, p, expected, facts)?
+                        {
+                            // Durable records, not a torn write: lost to damage.
+                            let to = facts.map_or(from, |f| f.durable_next);
+                            log.damaged_at_head_end = Some((from, to));
+                            report.head_lost = Some(LostRange {
+                                from,
+                                to,
+                                reason: LostReason::Corrupt,
+                            });
+                        }
                         report.torn_tail_bytes = torn;
                         head_clean = !corrupt && any == 0 && report.head_lost.is_none();
                         pos = p;
@@ -720,6 +741,15 @@ impl<'a, F: Flash> Log<'a, F> {
                 }
             }
         }
+        if log.damaged_at_head_end.is_some() {
+            // The head ends in damaged durable records, not a torn write: the next batch
+            // opens a new segment whose header does not say "after an unclean shutdown",
+            // so reads keep naming those records corrupt after later mounts (behind a
+            // resume marker they would read as never persisted).
+            log.head_writable = false;
+            log.resume = None;
+            log.unclean_pending = false;
+        }
         log.buf_base = log.next_offset;
         match facts {
             Some(_) => {
@@ -749,6 +779,39 @@ impl<'a, F: Flash> Log<'a, F> {
                 head_end,
             },
         ))
+    }
+
+    /// Whether the bytes at `pos` of the head segment `seg`, where its valid data ends
+    /// (`expected` the offset after it) in non-erased bytes that hold no valid batch, held
+    /// durable records: the first offset they held if so. A batch is durable once the
+    /// journal's `durable_next` covers it (it is written after the batch's sync), so one
+    /// failing its CRC below that was damaged, never torn by a power cut. Its header, if
+    /// plausible, gives its base offset (offsets between `expected` and it were consumed
+    /// from RAM, never written); after a clean shutdown, when nothing was written after
+    /// the journal entry, any non-valid bytes there were damaged, from `expected` on.
+    /// A torn write after an unclean one holds offsets at or above `durable_next`.
+    fn durable_but_damaged(
+        &mut self,
+        seg: u32,
+        pos: u32,
+        expected: u64,
+        facts: Option<JournalFacts>,
+    ) -> Result<Option<u64>, MountError<F::Error>> {
+        let l = self.dev.l;
+        let Some(f) = facts.filter(|f| f.durable_next > expected) else {
+            return Ok(None);
+        };
+        let mut hb = [0u8; BATCH_HEADER_LEN];
+        if pos + BATCH_HEADER_LEN as u32 <= l.seg_size {
+            self.dev
+                .read(l.seg_addr(seg) + pos, &mut hb)
+                .map_err(MountError::Flash)?;
+            if BatchHeader::check(&hb, l.geo.erased, l.seg_size - pos) == HeadCheck::Plausible {
+                let base = BatchHeader::decode(&hb).base_offset;
+                return Ok((base < f.durable_next).then_some(base.max(expected)));
+            }
+        }
+        Ok(f.clean.then_some(expected))
     }
 
     /// Record CRC of the last record of the (valid) batch at `pos` of `seg`.
