@@ -37,12 +37,60 @@ fn plausible_erase(erase: u32, len: u64) -> bool {
         && len.is_multiple_of(u64::from(erase))
 }
 
+/// Whether `erase` is an erase size the probe considers, whatever the image's length.
+fn probed_erase(erase: u32) -> bool {
+    erase.is_power_of_two() && (MIN_ERASE_SIZE..=MAX_PROBE_ERASE).contains(&erase)
+}
+
+/// The error for an image shorter than its own geometry says: `found` names what said it.
+fn truncated(path: &Path, len: u64, found: &str, expected: Option<u64>) -> AppError {
+    let expected = match expected {
+        Some(e) => format!(", and its segment headers say the image is {e} bytes"),
+        None => String::new(),
+    };
+    AppError::Image(format!(
+        "{} is truncated: {found}, but the file is {len} bytes{expected}; the image was cut short (a partial copy or a full disk?): copy it again whole, an image is never extended or reformatted",
+        path.display()
+    ))
+}
+
+/// The length in bytes the segment headers of the image `read` give (the journal's two
+/// blocks and `segment_count` segments), from the first one that decodes with the
+/// geometry `p` at a segment start within `len` bytes; `None` if none does.
+fn length_from_segments(
+    read: impl Fn(u64, &mut [u8]) -> usize,
+    len: u64,
+    p: &Probed,
+) -> Option<u64> {
+    let seg = u64::from(p.erase_size) * u64::from(p.blocks_per_segment);
+    let mut at = u64::from(JOURNAL_BLOCKS) * u64::from(p.erase_size);
+    while at + SEGMENT_HEADER_LEN as u64 <= len {
+        let mut hb = [0u8; SEGMENT_HEADER_LEN];
+        if read(at, &mut hb) == SEGMENT_HEADER_LEN
+            && let Some(h) = SegmentHeader::decode(&hb)
+            && h.erase_size == p.erase_size
+            && h.blocks_per_segment == p.blocks_per_segment
+        {
+            return u64::from(h.segment_count)
+                .checked_mul(seg)?
+                .checked_add(u64::from(JOURNAL_BLOCKS) * u64::from(p.erase_size));
+        }
+        at += seg;
+    }
+    None
+}
+
 /// Reads the geometry of an existing image (no lock taken): from the journal first (the
 /// first entry of block 0, at offset 0, or of block 1, at one erase size, for every
 /// candidate erase size), else from the first valid segment header found at an erase
 /// block start where a segment of its own geometry begins. No single erase block outside
 /// the journal's two decides: a damaged first segment leaves the others to tell.
 /// `None` if neither the journal nor any segment header is found.
+///
+/// # Errors
+/// [`AppError::Image`] when the image cannot be read, or is shorter than its geometry says
+/// (not a whole number of the erase blocks its journal or segment headers name, or fewer
+/// bytes than its segment headers' segment count needs): a truncated image, named so.
 pub fn probe(path: &Path) -> Result<Option<Probed>, AppError> {
     let file = File::open(path)
         .map_err(|e| AppError::Image(format!("cannot open {}: {e}", path.display())))?;
@@ -64,6 +112,24 @@ pub fn probe(path: &Path) -> Result<Option<Probed>, AppError> {
         }
         n
     };
+    // A geometry found: the image must hold every segment its headers count.
+    let whole = |p: Probed| -> Result<Option<Probed>, AppError> {
+        match length_from_segments(read, len, &p) {
+            Some(expected) if expected > len => Err(truncated(
+                path,
+                len,
+                &format!(
+                    "its segments are {} erase blocks of {} bytes",
+                    p.blocks_per_segment, p.erase_size
+                ),
+                Some(expected),
+            )),
+            _ => Ok(Some(p)),
+        }
+    };
+    // An entry or header that decodes but names an erase size the length does not fit:
+    // the image was cut short (reported if nothing fits).
+    let mut cut: Option<String> = None;
     // 1. The journal's two blocks.
     let mut best: Option<(u64, Probed)> = None;
     let mut entry = vec![0u8; MAX_JOURNAL_ENTRY_LEN];
@@ -72,10 +138,16 @@ pub fn probe(path: &Path) -> Result<Option<Probed>, AppError> {
         let Some(j) = journal_geometry(&entry[..n]) else {
             return;
         };
-        if want_erase.is_some_and(|e| e != j.erase_size)
-            || !plausible_erase(j.erase_size, len)
-            || j.blocks_per_segment == 0
-        {
+        if want_erase.is_some_and(|e| e != j.erase_size) || j.blocks_per_segment == 0 {
+            return;
+        }
+        if !plausible_erase(j.erase_size, len) {
+            if probed_erase(j.erase_size) && cut.is_none() {
+                cut = Some(format!(
+                    "its journal names erase blocks of {} bytes (at least 4, a whole number of them)",
+                    j.erase_size
+                ));
+            }
             return;
         }
         if best.as_ref().is_none_or(|b| j.seq > b.0) {
@@ -97,7 +169,7 @@ pub fn probe(path: &Path) -> Result<Option<Probed>, AppError> {
         erase *= 2;
     }
     if let Some((_, p)) = best {
-        return Ok(Some(p));
+        return whole(p);
     }
     // 2. Segment headers, at every candidate erase block start over the first sixteenth
     // of the image (the first segments of any layout `run` creates) plus two of the
@@ -108,7 +180,7 @@ pub fn probe(path: &Path) -> Result<Option<Probed>, AppError> {
         let mut hb = [0u8; SEGMENT_HEADER_LEN];
         if read(at, &mut hb) == SEGMENT_HEADER_LEN
             && let Some(h) = SegmentHeader::decode(&hb)
-            && plausible_erase(h.erase_size, len)
+            && probed_erase(h.erase_size)
             && h.blocks_per_segment > 0
             && at.is_multiple_of(u64::from(h.erase_size))
         {
@@ -117,17 +189,29 @@ pub fn probe(path: &Path) -> Result<Option<Probed>, AppError> {
                 && (block - u64::from(JOURNAL_BLOCKS))
                     .is_multiple_of(u64::from(h.blocks_per_segment))
             {
-                return Ok(Some(Probed {
-                    erase_size: h.erase_size,
-                    write_size: h.write_size,
-                    erased: h.erased,
-                    blocks_per_segment: h.blocks_per_segment,
-                }));
+                if !plausible_erase(h.erase_size, len) {
+                    cut.get_or_insert_with(|| {
+                        format!(
+                            "its segment headers name erase blocks of {} bytes (at least 4, a whole number of them)",
+                            h.erase_size
+                        )
+                    });
+                } else {
+                    return whole(Probed {
+                        erase_size: h.erase_size,
+                        write_size: h.write_size,
+                        erased: h.erased,
+                        blocks_per_segment: h.blocks_per_segment,
+                    });
+                }
             }
         }
         at += u64::from(MIN_ERASE_SIZE);
     }
-    Ok(None)
+    match cut {
+        Some(found) => Err(truncated(path, len, &found, None)),
+        None => Ok(None),
+    }
 }
 
 /// Maps an image error to its exit code: a failed read, write, erase or sync of a usable
