@@ -201,3 +201,115 @@ fn damaged_journal_entries_are_skipped_and_reported_as_a_warning() {
     assert_eq!(code, 0);
     assert!(out.contains("warning      journal:"), "{out}");
 }
+
+/// Found by a break-it run: after a clean shutdown, segment 0 (the oldest, its records
+/// never drained) zeroed whole: `inspect` said `result ok` and reads began at segment 1's
+/// base without a word. No segment was ever reclaimed, so those durable records were lost
+/// to damage: an exact corrupt range, exit 4, and the gateway counts them at start.
+#[test]
+fn a_zeroed_oldest_segment_after_a_clean_shutdown_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("gw.img");
+    let n = 6000;
+    let before = filled_image(&img, "4M", n);
+    let segs = segments(&before);
+    assert!(segs.len() >= 4, "{before}");
+    assert_eq!(segs[0], (0, 0));
+    let lost_to = segs[1].1;
+    let bps = before["geometry"]["blocks_per_segment"].as_u64().unwrap();
+    let mut bytes = std::fs::read(&img).unwrap();
+    let (from, to) = (
+        segment_addr(&before, 0),
+        segment_addr(&before, 0) + bps * 4096,
+    );
+    bytes[from as usize..to as usize].fill(0x00);
+    std::fs::write(&img, &bytes).unwrap();
+
+    let img_s = img.display().to_string();
+    let (code, out, err) = run_cli(&["inspect", &img_s, "--json"]);
+    assert_eq!(code, 4, "damage is corruption: {out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["lost"],
+        serde_json::json!([{"from": 0, "to": lost_to, "reason": "corrupt"}]),
+        "{out}"
+    );
+    assert_eq!(v["first_offset"], 0, "{out}");
+    assert_eq!(v["records_verified"], n - lost_to, "{out}");
+    let (code, out, _) = run_cli(&["inspect", &img_s]);
+    assert_eq!(code, 4);
+    assert!(out.contains("result       CORRUPT"), "{out}");
+}
+
+/// Found by a break-it run: after a clean shutdown (the journal's durable end at the
+/// head's data end), one bit flipped inside the head's last batch: its durable,
+/// acknowledged records were reported as `not_persisted` (skipped after a crash) and
+/// nothing counted as corrupt. A batch that fails its CRC below the journal's durable end
+/// is corruption.
+#[test]
+fn a_bit_flip_in_the_head_s_last_batch_after_a_clean_shutdown_is_corruption() {
+    use spillway_core::log::format::SEGMENT_HEADER_LEN;
+    let align_up = |x: u32, w: u32| x.next_multiple_of(w);
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("gw.img");
+    let n = 3000;
+    let before = filled_image(&img, "4M", n);
+    assert_eq!(before["clean"], true);
+    let ws = before["geometry"]["write_size"].as_u64().unwrap() as u32;
+    let head = *segments(&before).last().unwrap();
+    // Walk the head's batches by their headers to the last one.
+    let bytes = std::fs::read(&img).unwrap();
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    let mut at = (segment_addr(&before, head.0)
+        + u64::from(align_up(SEGMENT_HEADER_LEN as u32, ws))) as usize;
+    let mut last = None;
+    while bytes[at..at + 4] != [0xFF; 4] {
+        last = Some(at);
+        at += align_up(u32_at(at + 4), ws) as usize;
+    }
+    let last = last.expect("the head holds batches");
+    let base = u64::from_le_bytes(bytes[last + 16..last + 24].try_into().unwrap());
+    assert_eq!(base + u64::from(u32_at(last + 24)), n);
+    patch(&img, last as u64 + 40, |b| b[0] ^= 0x04);
+
+    let img_s = img.display().to_string();
+    let (code, out, err) = run_cli(&["inspect", &img_s, "--json"]);
+    assert_eq!(code, 4, "damage is corruption: {out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["lost"],
+        serde_json::json!([{"from": base, "to": n, "reason": "corrupt"}]),
+        "{out}"
+    );
+    assert!(!out.contains("not_persisted"), "{out}");
+    assert_eq!(v["records_verified"], base, "{out}");
+}
+
+/// Found by a break-it run: an image file cut short was called "not a Spillway image".
+/// It is named truncated, with what its geometry needs, whether the cut falls inside an
+/// erase block or on a block boundary (then the segment headers' count says the length).
+#[test]
+fn a_truncated_image_is_called_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("gw.img");
+    let v = filled_image(&img, "1M", 20);
+    let img_s = img.display().to_string();
+    let len = std::fs::metadata(&img).unwrap().len();
+    let bps = v["geometry"]["blocks_per_segment"].as_u64().unwrap();
+    let segments = v["geometry"]["segments"].as_u64().unwrap();
+    // The bytes the segments take (a file may have a few unused blocks after them).
+    let used = (2 + segments * bps) * 4096;
+    for (cut, expect) in [
+        (len - 1000, "erase blocks of 4096 bytes".to_string()),
+        (used - 8192, format!("its segments need {used} bytes")),
+    ] {
+        let file = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+        file.set_len(cut).unwrap();
+        drop(file);
+        let (code, out, err) = run_cli(&["inspect", &img_s]);
+        assert_eq!(code, 3, "{out}{err}");
+        assert!(err.contains("is truncated"), "{err}");
+        assert!(err.contains(&expect), "{err}");
+        assert!(!err.contains("not a Spillway image"), "{err}");
+    }
+}

@@ -45,7 +45,7 @@ fn probed_erase(erase: u32) -> bool {
 /// The error for an image shorter than its own geometry says: `found` names what said it.
 fn truncated(path: &Path, len: u64, found: &str, expected: Option<u64>) -> AppError {
     let expected = match expected {
-        Some(e) => format!(", and its segment headers say the image is {e} bytes"),
+        Some(e) => format!(", and its segments need {e} bytes"),
         None => String::new(),
     };
     AppError::Image(format!(
