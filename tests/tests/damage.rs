@@ -313,3 +313,79 @@ fn a_truncated_image_is_called_truncated() {
         assert!(!err.contains("not a Spillway image"), "{err}");
     }
 }
+
+/// Found by a break-it run: a segment header (valid CRC) whose base offset is just below
+/// 2^62 mounted, and the next publishes were acknowledged at offsets at and past the
+/// limit, which the bridge refused and resent (one record stored about six times). The
+/// gateway now warns at start, refuses every publish with `StorageFailed` saying the
+/// offsets are exhausted, and never hands out such an offset; `inspect` warns too.
+#[test]
+fn a_segment_base_at_the_offset_limit_refuses_publishes_and_says_why() {
+    use spillway_core::log::format::{FORMAT_VERSION, MAX_OFFSET, SegmentHeader};
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("gw.img");
+    let before = filled_image(&img, "1M", 20);
+    let segs = before["segments"].as_array().unwrap();
+    assert_eq!(segs.len(), 1, "{before:#}");
+    let g = &before["geometry"];
+    let hdr = SegmentHeader {
+        version: FORMAT_VERSION,
+        erase_size: 4096,
+        write_size: g["write_size"].as_u64().unwrap() as u32,
+        erased: 0xFF,
+        blocks_per_segment: g["blocks_per_segment"].as_u64().unwrap() as u32,
+        segment_count: g["segments"].as_u64().unwrap() as u32,
+        log_id: u128::from_str_radix(before["log_id"].as_str().unwrap(), 16).unwrap(),
+        seq: segs[0]["seq"].as_u64().unwrap() + 1,
+        base_offset: MAX_OFFSET - 1,
+        prev_crc: 0,
+        erase_count: 1,
+        after_unclean: false,
+    };
+    let at = segment_addr(&before, segs[0]["index"].as_u64().unwrap() + 1);
+    patch(&img, at, |b| b.copy_from_slice(&hdr.encode()));
+
+    let img_s = img.display().to_string();
+    let (code, out, err) = run_cli(&["inspect", &img_s, "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["next_offset"], MAX_OFFSET - 1, "{out}");
+    assert!(
+        v["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("every publish is refused")),
+        "{out}"
+    );
+
+    let port = free_port();
+    let args: Vec<String> = vec![
+        "--image".into(),
+        img_s.clone(),
+        "--listen".into(),
+        format!("tcp://127.0.0.1:{port}"),
+    ];
+    let mut gw = GatewayProcess::start(&args, 1);
+    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
+    for _ in 0..3 {
+        let r = c
+            .publish("limit/t", None, b"x", AckLevel::Buffered, None)
+            .wait();
+        match r {
+            Err(spillway_tests::client::ClientError::Gateway { code, message }) => {
+                assert_eq!(code, spillway_core::wire::ErrorCode::StorageFailed);
+                assert!(message.contains("offsets are exhausted"), "{message}");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    // The records stored before stay readable.
+    assert_eq!(read_log(&mut c, 0).unwrap().len(), 20);
+    assert_eq!(gw.terminate().code(), Some(0), "{}", gw.log_text());
+    assert!(
+        gw.log_text().contains("every publish is refused"),
+        "{}",
+        gw.log_text()
+    );
+}
