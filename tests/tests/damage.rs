@@ -239,6 +239,23 @@ fn a_zeroed_oldest_segment_after_a_clean_shutdown_is_corruption() {
     let (code, out, _) = run_cli(&["inspect", &img_s]);
     assert_eq!(code, 4);
     assert!(out.contains("result       CORRUPT"), "{out}");
+
+    // The gateway counts them at start, before anyone reads, and reads name the range.
+    let port = free_port();
+    let args: Vec<String> = vec![
+        "--image".into(),
+        img_s.clone(),
+        "--listen".into(),
+        format!("tcp://127.0.0.1:{port}"),
+    ];
+    let mut g = GatewayProcess::start(&args, 1);
+    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
+    let stats = c.stats().wait().unwrap();
+    assert_eq!(stats.records_corrupt, lost_to, "{stats:?}");
+    assert_eq!(stats.records_dropped, 0, "{stats:?}");
+    let recs = read_log(&mut c, lost_to).unwrap();
+    assert_eq!(recs.len() as u64, n - lost_to);
+    assert_eq!(g.terminate().code(), Some(0), "{}", g.log_text());
 }
 
 /// Found by a break-it run: after a clean shutdown (the journal's durable end at the
