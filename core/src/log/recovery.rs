@@ -674,6 +674,10 @@ impl<'a, F: Flash> Log<'a, F> {
                         {
                             // Durable records, not a torn write: lost to damage.
                             let to = facts.map_or(from, |f| f.durable_next);
+                            warn!(
+                                "head segment {}: offsets {}..{} below the durable end fail their CRC: lost to damage",
+                                h, from, to
+                            );
                             log.damaged_at_head_end = Some((from, to));
                             report.head_lost = Some(LostRange {
                                 from,
