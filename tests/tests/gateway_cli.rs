@@ -352,6 +352,12 @@ fn metrics_path_gauges_and_the_full_log_warnings() {
         text.contains("free; FULL: new records are refused until consumer \"bridge\""),
         "{text}"
     );
+    // One parenthesis for the consumer: its offset and what it is.
+    assert!(
+        text.contains(", the lowest; the pre-registered consumer of a fresh image: run spillway-bridge drain) commits or is deleted"),
+        "{text}"
+    );
+    assert!(!text.contains(") ("), "{text}");
     let out = run_bridge(&["status", "--gateway", &gw, "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["stats"]["full"], true, "{v}");

@@ -113,7 +113,7 @@ fn a_full_gateway_is_warned_about_once_not_per_record() {
     assert_eq!(warnings, 1, "{err}");
     // The warning names the consumer that holds the space, and what it is.
     assert!(
-        err.contains("consumer \"bridge\" (committed offset 0, the lowest) (the pre-registered consumer of a fresh image"),
+        err.contains("consumer \"bridge\" (committed offset 0, the lowest; the pre-registered consumer of a fresh image"),
         "{err}"
     );
     // The summary is printed once.

@@ -41,15 +41,15 @@ pub fn retention_holder(consumers: &[ConsumerInfo]) -> Option<&ConsumerInfo> {
 }
 
 /// `consumer "NAME" (committed offset N, the lowest)`, with what the pre-registered
-/// consumer is when it is the one: how `status` and `publish` name the consumer that
-/// holds a full gateway's space.
+/// consumer is when it is the one, inside the same parentheses: how `status` and `publish`
+/// name the consumer that holds a full gateway's space.
 pub fn holder_text(c: &ConsumerInfo) -> String {
     format!(
-        "consumer {:?} (committed offset {}, the lowest){}",
+        "consumer {:?} (committed offset {}, the lowest{})",
         c.name,
         c.committed_offset,
         if c.name == BRIDGE_CONSUMER {
-            " (the pre-registered consumer of a fresh image: run spillway-bridge drain)"
+            "; the pre-registered consumer of a fresh image: run spillway-bridge drain"
         } else {
             ""
         }
