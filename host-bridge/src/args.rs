@@ -302,6 +302,7 @@ pub(crate) struct PublishCli {
     /// (printed at start and in the summary), so a rerun's lines are never taken for
     /// duplicates of an earlier run's.
     #[arg(long, value_name = "NUMBER")]
+    #[serde(with = "spillway_bridge::config::producer_id")]
     pub(crate) producer_id: Option<u64>,
     /// Continue the producer id's last session instead of opening a new one: skip the input
     /// lines the gateway already stored (rerun the same input after an interrupt); needs

@@ -15,7 +15,7 @@
 //! retry-for = "5m"                     # drain, publish: give up after this without progress
 //! topic = "buoy/sst"                   # publish (tail's --topic filters are flags only)
 //! ack = "durable"                      # publish: none | buffered | durable
-//! producer-id = 42                     # publish: a number (u64)
+//! producer-id = 42                     # publish: a number (u64); above 9223372036854775807 in quotes
 //! timestamp-field = "ts"               # publish
 //! follow = false                       # tail
 //! count = 100                          # tail
@@ -127,7 +127,8 @@ pub struct FileConfig {
     pub topic: Option<Topics>,
     /// `publish --ack`.
     pub ack: Option<AckSetting>,
-    /// `publish --producer-id`: a number.
+    /// `publish --producer-id`: a number (see [`producer_id`]).
+    #[serde(default, with = "producer_id")]
     pub producer_id: Option<u64>,
     /// `publish --timestamp-field`.
     pub timestamp_field: Option<String>,
@@ -204,6 +205,46 @@ impl FileConfig {
     }
 }
 
+/// A producer id in the file and in the flags laid over it: any `u64`. TOML integers are
+/// signed 64-bit, so an id above `i64::MAX` (9223372036854775807) is written as a string of
+/// digits (`producer-id = "18446744073709551615"`); either form is read. Use with
+/// `#[serde(default, with = "producer_id")]` on an `Option<u64>`.
+pub mod producer_id {
+    use serde::de::{self, Deserializer, Unexpected, Visitor};
+    use serde::ser::Serializer;
+
+    /// Writes `v` as a TOML integer when it is one, else as a string of digits.
+    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match *v {
+            None => s.serialize_none(),
+            Some(id) if i64::try_from(id).is_ok() => s.serialize_some(&id),
+            Some(id) => s.serialize_some(&id.to_string()),
+        }
+    }
+
+    /// Reads a non-negative integer or a string of digits up to `u64::MAX`.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        struct Id;
+        impl Visitor<'_> for Id {
+            type Value = u64;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a producer id: a number from 0 to 18446744073709551615 (above 9223372036854775807, a string of digits)")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+                Ok(v)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+                u64::try_from(v).map_err(|_| E::invalid_value(Unexpected::Signed(v), &self))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
+                v.parse()
+                    .map_err(|_| E::invalid_value(Unexpected::Str(v), &self))
+            }
+        }
+        d.deserialize_any(Id).map(Some)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,6 +286,15 @@ mod tests {
         assert_eq!(c.topic, Some(Topics::One("t".into())));
         assert_eq!(c.ack, Some(AckSetting::Buffered));
         assert_eq!(c.producer_id, Some(42));
+        // Every u64 id, the ones above i64::MAX as strings (TOML integers are signed).
+        let big: FileConfig = toml::from_str("producer-id = \"18446744073709551615\"\n").unwrap();
+        assert_eq!(big.producer_id, Some(u64::MAX));
+        let flags = FileConfig {
+            producer_id: Some(u64::MAX),
+            ..FileConfig::default()
+        };
+        let merged: FileConfig = layered(None, &flags).unwrap();
+        assert_eq!(merged.producer_id, Some(u64::MAX));
         assert_eq!(
             c.retry_for,
             Some(DurationValue(std::time::Duration::from_secs(60)))
@@ -252,6 +302,7 @@ mod tests {
         for bad in [
             "ack = \"all\"\n",
             "producer-id = \"sensor-7\"\n",
+            "producer-id = -1\n",
             "retry-for = \"soon\"\n",
         ] {
             let key = bad.split(' ').next().unwrap();
