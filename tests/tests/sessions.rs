@@ -4,22 +4,58 @@
 //! `--resume` command and stores every line once, and a session's resends are still
 //! deduplicated after a gateway restart.
 
+use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use spillway_tests::bridge::{
     assert_log_holds_lines_once_in_order, gateway_next_offset, publish_args, spawn_bridge_piped,
     tail_everything,
 };
+use spillway_tests::client::Wait;
 use spillway_tests::gateway::image_in;
 use spillway_tests::process::{output_with_stdin, signal};
 use spillway_tests::wait::wait_until;
 use spillway_tests::{GatewayProcess, bridge_bin, run_bridge};
 
 fn start_gateway(dir: &Path, port: u16) -> GatewayProcess {
+    start_gateway_with(dir, port, &[])
+}
+
+/// [`start_gateway`] with `extra` flags.
+fn start_gateway_with(dir: &Path, port: u16, extra: &[&str]) -> GatewayProcess {
     let listen = format!("tcp://127.0.0.1:{port}");
-    GatewayProcess::start(&image_in(dir, &["--size", "4M", "--listen", &listen]), 1)
+    let flags = [&["--size", "4M", "--listen", &listen][..], extra].concat();
+    GatewayProcess::start(&image_in(dir, &flags), 1)
+}
+
+/// `publish --topic t ARGS` reading its stdin, which the test writes as it goes (take it
+/// with `child.stdin.take()`); stdout and stderr piped.
+fn spawn_publish_stdin(gw: &str, args: &[&str]) -> Child {
+    Command::new(bridge_bin())
+        .args(publish_args(gw, "t"))
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start spillway-bridge publish")
+}
+
+/// Lines `PREFIX<i>` for `i` in `range`, each ended by a newline.
+fn numbered(prefix: &str, range: std::ops::Range<usize>) -> String {
+    range.map(|i| format!("{prefix}{i}\n")).collect()
+}
+
+/// The resume command `publish` printed (after "to continue: ").
+fn resume_command_in(stderr: &str) -> String {
+    stderr
+        .lines()
+        .find_map(|l| l.split("to continue: ").nth(1))
+        .unwrap_or_else(|| panic!("no resume command printed: {stderr}"))
+        .to_string()
 }
 
 /// `publish --producer-id ID` of `input` given on stdin, with `extra` arguments.
@@ -174,4 +210,167 @@ fn a_line_over_the_record_limit_does_not_hold_up_the_lines_after_it() {
         again_err.contains("sent 0,"),
         "nothing sent again: {again_err}"
     );
+}
+
+/// A live publisher whose producer id the gateway forgets (sessions of `MAX_PRODUCERS`
+/// other ids push it out of the producer table) is answered `UnknownSession`; it opens a
+/// new session (one warning naming both epochs) and resends from its first line not
+/// acknowledged, so every line is stored once, in order. Before, it stopped with exit 1
+/// ("another publisher owns the producer id now"), and a `tail -F | publish` pipeline died
+/// with it. Interrupted later, it prints the exact `--resume` command: the new session's
+/// sequences count from the input line where it began, and the command says so.
+#[test]
+fn a_publisher_whose_id_the_gateway_forgot_opens_a_new_session_and_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = spillway_tests::gateway::free_port();
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let _gateway = start_gateway(dir.path(), port);
+    let mut publisher = spawn_publish_stdin(&gw, &["--producer-id", "7"]);
+    let mut input = publisher.stdin.take().unwrap();
+    input.write_all(numbered("a", 0..50).as_bytes()).unwrap();
+    wait_until(
+        Duration::from_secs(60),
+        || (gateway_next_offset(&gw) >= 50).then_some(()),
+        || "the first lines were not stored".into(),
+    );
+    let mut other = spillway_tests::client::connect(&format!("127.0.0.1:{port}")).unwrap();
+    for id in 1000..1000 + spillway_core::log::MAX_PRODUCERS as u64 {
+        other.open_session(id, false).wait().unwrap();
+    }
+    input.write_all(numbered("b", 0..50).as_bytes()).unwrap();
+    wait_until(
+        Duration::from_secs(60),
+        || (stored(&gw).len() >= 100).then_some(()),
+        || {
+            format!(
+                "the lines after the eviction were not stored: {:?}",
+                stored(&gw)
+            )
+        },
+    );
+    // Interrupted while it waits for more input.
+    signal(&publisher, libc::SIGINT);
+    let out = publisher.wait_with_output().unwrap();
+    drop(input);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("another publisher owns"), "{err}");
+    let e1 = epoch_after(&err, "producer 7, session ");
+    assert!(
+        err.contains(&format!("session {e1} cannot go on: the gateway forgot it")),
+        "{err}"
+    );
+    let e2 = epoch_after(&err, "; opened session ");
+    assert_ne!(e1, e2, "{err}");
+    assert!(err.contains("input line 51 is its sequence 1"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "producer 7 session {e2} from input line 51 (after session {e1})"
+        )),
+        "{err}"
+    );
+    let want: Vec<String> = numbered("a", 0..50)
+        .lines()
+        .chain(numbered("b", 0..50).lines())
+        .map(String::from)
+        .collect();
+    assert_eq!(stored(&gw), want);
+    assert_eq!(
+        resume_command_in(&err),
+        format!(
+            "spillway-bridge publish --gateway {gw} --topic t --producer-id 7 --resume - (the same input on stdin, from its line 51 on)"
+        )
+    );
+    // As the command says: the input from line 51 on, with more lines after it.
+    let rest = numbered("b", 0..50) + &numbered("c", 0..10);
+    let resumed = publish_stdin(&gw, "7", &rest, &["--resume"]);
+    let rerr = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{rerr}");
+    assert!(rerr.contains(&format!("session {e2} resumed")), "{rerr}");
+    let mut want = want;
+    want.extend(numbered("c", 0..10).lines().map(String::from));
+    assert_eq!(stored(&gw), want, "{rerr}");
+}
+
+/// A buffered publish across a gateway kill -9: the lines the gateway had acknowledged as
+/// buffered and not yet written are lost (as documented), and `publish` says which input
+/// lines they were, goes on at once with the lines after them (a new session: the gateway
+/// takes an earlier sequence next than the first line not acknowledged), exits 1, and its
+/// summary no longer counts the lost lines as stored. Before, every later line was refused
+/// as out of sequence until `--retry-for` ran out, and the summary named no loss.
+#[test]
+fn a_buffered_publish_across_a_gateway_crash_names_the_lost_lines_and_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = spillway_tests::gateway::free_port();
+    let gw = format!("tcp://127.0.0.1:{port}");
+    // Records wait in RAM until a durable request (a linger of an hour).
+    let slow = ["--linger-ms", "3600000"];
+    let mut gateway = start_gateway_with(dir.path(), port, &slow);
+    let mut publisher = spawn_publish_stdin(
+        &gw,
+        &[
+            "--producer-id",
+            "8",
+            "--ack",
+            "buffered",
+            "--retry-for",
+            "30s",
+        ],
+    );
+    let mut input = publisher.stdin.take().unwrap();
+    input.write_all(numbered("a", 0..50).as_bytes()).unwrap();
+    wait_until(
+        Duration::from_secs(60),
+        || (gateway_next_offset(&gw) >= 50).then_some(()),
+        || "the first lines were not stored".into(),
+    );
+    // `publish` sends a batch once the one before it is answered: when the marker is
+    // stored, the 50 lines before it were acknowledged.
+    input.write_all(b"marker\n").unwrap();
+    wait_until(
+        Duration::from_secs(60),
+        || (gateway_next_offset(&gw) >= 51).then_some(()),
+        || "the marker was not stored".into(),
+    );
+    gateway.kill();
+    let _gateway = start_gateway_with(dir.path(), port, &slow);
+    input.write_all(numbered("c", 0..20).as_bytes()).unwrap();
+    drop(input);
+    let out = publisher.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "lost lines exit 1: {err}");
+    // 50 or 51: the marker's acknowledgement may or may not have left before the kill.
+    assert!(
+        err.contains("record(s) it had acknowledged as buffered (input lines 1–5"),
+        "{err}"
+    );
+    assert!(
+        err.contains("acknowledged as buffered and lost by the gateway before they reached flash (input lines 1–5"),
+        "{err}"
+    );
+    assert!(err.contains("are durable (checked at the end)"), "{err}");
+    let after: Vec<String> = stored(&gw)
+        .into_iter()
+        .filter(|l| !l.starts_with('a'))
+        .collect();
+    let mut want: Vec<String> = numbered("c", 0..20).lines().map(String::from).collect();
+    if after.first().is_some_and(|l| l == "marker") {
+        want.insert(0, "marker".into());
+    }
+    assert_eq!(after, want, "{err}");
+}
+
+/// Every u64 producer id works, up to the largest `--help` names: ids above 2^63 - 1 used
+/// to fail in the merge of the flags with the config file ("u64 value was too large").
+#[test]
+fn the_largest_producer_id_publishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = spillway_tests::gateway::free_port();
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let _gateway = start_gateway(dir.path(), port);
+    let max = u64::MAX.to_string();
+    let out = publish_stdin(&gw, &max, "one\n", &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains(&format!("producer {max}, session ")), "{err}");
+    assert_eq!(stored(&gw), ["one"]);
 }

@@ -6,6 +6,7 @@
 //! what was done ([`PublishSummary`]) and how to continue.
 
 mod input;
+mod session;
 mod summary;
 
 use std::collections::VecDeque;
@@ -20,6 +21,7 @@ use crate::drain::{Backoff, Shutdown};
 use crate::exit;
 use input::{Input, Line, at_suffix, input_name, locate, open_input, spawn_line_reader};
 pub use input::{UNLIMITED_LINE, timestamp_from_field};
+use session::{Numbering, Recheck, RecheckError, replace_session};
 pub use summary::PublishSummary;
 use summary::resume_command;
 
@@ -85,6 +87,22 @@ impl Refusals {
     }
 }
 
+/// Time without input after which `publish` closes its connection (it connects again for
+/// the next line): the gateway closes a connection that is silent for its
+/// `--idle-timeout-ms` (5 minutes by default), and a quiet input should not meet that as
+/// a failure, nor hold a connection slot.
+pub const QUIET_CLOSE: Duration = Duration::from_secs(60);
+
+/// What `publish` got while it waited for input.
+enum Waited {
+    /// The next input item (`None`: the input ended).
+    Line(Option<std::io::Result<Line>>),
+    /// Stopped (SIGINT, SIGTERM).
+    Stop,
+    /// No input for [`QUIET_CLOSE`].
+    Quiet,
+}
+
 /// Lines read ahead of the gateway by `publish`'s reader thread, at most.
 pub const PUBLISH_INPUT_QUEUE: usize = 1024;
 
@@ -92,8 +110,15 @@ pub const PUBLISH_INPUT_QUEUE: usize = 1024;
 struct Unacked {
     /// Its line number in the input (from 1).
     line: u64,
-    /// Its producer sequence (the line number, wrapping), the same on every resend.
+    /// Its number among the lines that get a sequence (from 1).
+    number: u64,
+    /// Its producer sequence ([`Numbering::seq_of`] its number), the same on every resend
+    /// within a session.
     seq: u32,
+    /// Sent in this session without an answer that says it was not stored (no answer, a
+    /// storage failure): if the gateway forgets the session, whether it was stored is not
+    /// known.
+    unsure: bool,
     /// Its timestamp from `--timestamp-field` (`None`: the gateway stamps it).
     timestamp_us: Option<u64>,
     /// The payload.
@@ -134,6 +159,7 @@ struct Unacked {
 pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32) {
     let mut sum = PublishSummary {
         unacknowledged_mode: args.ack == AckLevel::None,
+        session_first_line: 1,
         ..PublishSummary::default()
     };
     // Every input file is opened before anything is sent, so that a wrong name is found
@@ -176,7 +202,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         if sum.session.is_none() && sum.acknowledged == 0 {
             sum.stopped_before_storing = true;
         } else if let Some(id) = sum.producer_id {
-            sum.resume_command = Some(resume_command(&args, id));
+            sum.resume_command = Some(resume_command(&args, id, sum.session_first_line));
             sum.first_unacknowledged_line = Some(line);
             if several {
                 sum.first_unacknowledged_at = Some(locate(&names, starts, line));
@@ -194,7 +220,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
     // a failed try, so `--retry-for 0s` makes one attempt, not none.
     let mut tried = false;
     // The session is opened before any input is read, so that a resume can skip lines.
-    let mut epoch: Option<u32> = None;
+    let mut numbering = Numbering::new();
     let mut skip = 0u64;
     // In a session, the largest payload the gateway takes (its `Welcome`): a longer line is
     // refused here and gets no sequence number, so it cannot hold up the lines after it
@@ -244,7 +270,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         }
         match c.open_session(producer_id, args.resume).await {
             Ok(s) => {
-                epoch = Some(s.epoch);
+                numbering.epoch = Some(s.epoch);
                 sum.session = Some(s.epoch);
                 max_record = Some(c.welcome().max_record_bytes as usize);
                 if s.resumed {
@@ -289,17 +315,38 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
     let mut input_open = true;
     let mut input_failed = false;
     let mut sent_upto = 0u64;
+    // Set when the gateway's answers say the session needs a look before the next send.
+    let mut recheck: Option<Recheck> = None;
     // Input lines given a sequence number so far (every line but those over `max_record`).
     let mut numbered = 0u64;
     loop {
         // Take what the input has, waiting only when there is nothing to send.
         while input_open && pending.len() < PUBLISH_WINDOW {
             let next = if pending.is_empty() {
-                let r = smol::future::or(async { Some(lines.recv().await.ok()) }, async {
-                    stop.wait().await;
-                    None
-                })
-                .await;
+                let r = loop {
+                    let quiet = async {
+                        smol::Timer::after(QUIET_CLOSE).await;
+                        Waited::Quiet
+                    };
+                    let stopped = async {
+                        stop.wait().await;
+                        Waited::Stop
+                    };
+                    let line = async { Waited::Line(lines.recv().await.ok()) };
+                    match smol::future::or(line, smol::future::or(stopped, quiet)).await {
+                        Waited::Line(l) => break Some(l),
+                        Waited::Stop => break None,
+                        // The next line connects again (the session goes on).
+                        Waited::Quiet => {
+                            if conn.take().is_some() {
+                                log::debug!(
+                                    "no input for {QUIET_CLOSE:?}: connection to {} closed",
+                                    args.gateway
+                                );
+                            }
+                        }
+                    }
+                };
                 // Time spent waiting for input is not time without progress.
                 last_progress = Instant::now();
                 tried = false;
@@ -344,13 +391,10 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                         sum.skipped += 1;
                         continue;
                     }
-                    // In a session the n-th numbered line is sequence n (wrapping); without
-                    // one, the old numbering from 0.
-                    let seq = if epoch.is_some() {
-                        numbered as u32
-                    } else {
-                        (numbered - 1) as u32
-                    };
+                    numbering.note_line(numbered, sum.read);
+                    // In the first session the n-th numbered line is sequence n (wrapping);
+                    // without one, the old numbering from 0.
+                    let seq = numbering.seq_of(numbered);
                     let timestamp_us = match &args.timestamp_field {
                         None => None,
                         Some(field) => match timestamp_from_field(&payload, field) {
@@ -370,7 +414,9 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                     };
                     pending.push_back(Unacked {
                         line: sum.read,
+                        number: numbered,
                         seq,
+                        unsure: false,
                         timestamp_us,
                         payload,
                     });
@@ -415,6 +461,34 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
             Connection::Retry => continue,
             Connection::NotSpillway => return (sum, exit::FAILURE),
         };
+        if let Some(why) = recheck {
+            match replace_session(c, producer_id, why, &mut numbering, &mut pending, &mut sum).await
+            {
+                Ok(()) => recheck = None,
+                Err(RecheckError::Taken(why)) => {
+                    log::error!(
+                        "{why}; {} records not acknowledged, from input line {}; another publisher owns the producer id now: publish the rest under a new producer id",
+                        pending.len(),
+                        first
+                    );
+                    return (sum, exit::FAILURE);
+                }
+                Err(RecheckError::Refused(why)) => {
+                    return stopped(sum, &file_starts, first, &why);
+                }
+                Err(RecheckError::Retry(e)) => {
+                    let d = backoff.next_delay();
+                    log::warn!(
+                        "checking producer {producer_id}'s session: {e}; retrying in {d:.1?}"
+                    );
+                    if !e.connection_ok() {
+                        conn = None;
+                    }
+                    sleep_or_stop(d, &stop).await;
+                    continue;
+                }
+            }
+        }
         let batch: Vec<(Option<Producer>, Option<u64>, &[u8])> = pending
             .iter()
             .map(|u| {
@@ -425,7 +499,9 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                 (producer, u.timestamp_us, u.payload.as_slice())
             })
             .collect();
-        let res = c.publish_batch(&args.topic, &batch, args.ack, epoch).await;
+        let res = c
+            .publish_batch(&args.topic, &batch, args.ack, numbering.epoch)
+            .await;
         drop(batch);
         // Records sent for the first time (lines skipped by a resume or refused before
         // sending are not among them).
@@ -441,10 +517,13 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         let mut results = results.into_iter();
         let mut fenced = None;
         let (mut full, mut storage) = (0u64, None);
-        while let Some(u) = pending.pop_front() {
+        let mut first_of_batch = true;
+        while let Some(mut u) = pending.pop_front() {
+            let is_first = std::mem::replace(&mut first_of_batch, false);
             let settled = match results.next().flatten() {
                 Some(Ok(ack)) => {
                     sum.acknowledged += 1;
+                    numbering.acked(u.number);
                     if let Some(a) = ack {
                         if a.duplicate {
                             sum.duplicates += 1;
@@ -461,12 +540,20 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                     match code {
                         C::Full => {
                             full += 1;
+                            u.unsure = false;
                             false
                         }
                         // An earlier record was refused (full, lost on the way): this one
-                        // is resent after it, in order.
+                        // is resent after it, in order. The first one not acknowledged
+                        // refused means the gateway expects an earlier sequence: it lost
+                        // records it had acknowledged (a restart with buffered ones not on
+                        // flash yet), so the session is checked before the resend.
                         C::OutOfSequence => {
                             log::debug!("input line {}: {message}; resending in order", u.line);
+                            u.unsure = false;
+                            if is_first && numbering.epoch.is_some() {
+                                recheck.get_or_insert(Recheck::Behind);
+                            }
                             false
                         }
                         // Nothing of it was acknowledged as durable: resend once the
@@ -474,6 +561,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                         // what did reach flash).
                         C::StorageFailed => {
                             storage.get_or_insert(message);
+                            u.unsure = true;
                             false
                         }
                         // A resend older than the gateway's per-producer window: it is
@@ -481,6 +569,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                         C::DuplicateSequenceUnknownOffset => {
                             sum.acknowledged += 1;
                             sum.duplicates += 1;
+                            numbering.acked(u.number);
                             true
                         }
                         // The gateway cannot tell whether an old resend was stored: it
@@ -490,13 +579,21 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                             sum.rejected += 1;
                             true
                         }
-                        // A newer session owns the producer id, or the gateway forgot
-                        // this one: nothing more can be stored under it.
-                        C::Fenced | C::UnknownSession => {
+                        // A newer session owns the producer id: nothing more can be stored
+                        // under this one.
+                        C::Fenced => {
                             fenced.get_or_insert(format!(
                                 "input line {}: {code:?} {message}",
                                 u.line
                             ));
+                            false
+                        }
+                        // The gateway does not know this session (it forgot the id, the
+                        // least recently active of its table): nothing was stored; a new
+                        // session is opened before the resend, unless another publisher
+                        // owns the id by then.
+                        C::UnknownSession => {
+                            recheck = Some(Recheck::Forgotten);
                             false
                         }
                         C::TooLarge | C::BadRequest => {
@@ -510,6 +607,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                         }
                         _ => {
                             log::warn!("gateway error {code:?}: {message}; retrying");
+                            u.unsure = true;
                             false
                         }
                     }
@@ -525,9 +623,13 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                 }
                 Some(Err(e)) => {
                     log::warn!("input line {}: {e}", u.line);
+                    u.unsure = true;
                     false
                 }
-                None => false,
+                None => {
+                    u.unsure = true;
+                    false
+                }
             };
             if settled {
                 last_progress = Instant::now();
@@ -562,12 +664,12 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
             });
         }
         if let Some(why) = fenced {
-            // Another publisher took the producer id over (or the gateway forgot this
-            // session): a `--resume` would continue that publisher's session and skip by its
-            // count, not this input's, so no resume command is offered.
+            // Another publisher took the producer id over: a `--resume` would continue that
+            // publisher's session and skip by its count, not this input's, so no resume
+            // command is offered.
             log::error!(
                 "producer {producer_id} session {}: {why}; {} records not acknowledged, from input line {}; another publisher owns the producer id now: publish the rest under a new producer id",
-                epoch.unwrap_or(0),
+                numbering.epoch.unwrap_or(0),
                 pending.len(),
                 pending.front().map_or(0, |u| u.line)
             );
@@ -581,6 +683,16 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
             sleep_or_stop(backoff.next_delay(), &stop).await;
         }
     }
+    // Acknowledged only as buffered: whether it all reached flash is asked once at the end
+    // (the question writes the gateway's buffer to flash first).
+    let buffered = !matches!(args.ack, AckLevel::Durable | AckLevel::None);
+    if buffered
+        && !input_failed
+        && sum.acknowledged > 0
+        && let Some(c) = conn.as_mut()
+    {
+        session::check_durable_at_end(c, producer_id, &numbering, &mut sum).await;
+    }
     if sum.rejected > 0 {
         log::error!("{} input lines were rejected by the gateway", sum.rejected);
     }
@@ -588,7 +700,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         if sum.session.is_none() && sum.acknowledged == 0 {
             sum.stopped_before_storing = true;
         } else if let Some(id) = sum.producer_id {
-            sum.resume_command = Some(resume_command(&args, id));
+            sum.resume_command = Some(resume_command(&args, id, sum.session_first_line));
             sum.first_unacknowledged_line = Some(sum.read + 1);
             if several {
                 sum.first_unacknowledged_at = Some(locate(&names, &file_starts, sum.read + 1));
@@ -596,7 +708,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         }
         return (sum, exit::FAILURE);
     }
-    let code = if sum.rejected > 0 {
+    let code = if sum.rejected > 0 || sum.lost > 0 {
         exit::FAILURE
     } else {
         exit::OK

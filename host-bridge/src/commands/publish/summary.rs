@@ -31,6 +31,24 @@ pub struct PublishSummary {
     pub session: Option<u32>,
     /// Input lines skipped because a resumed session had stored them already.
     pub skipped: u64,
+    /// Earlier sessions of this run, oldest first, each replaced by the next because the
+    /// gateway forgot it (its producer table is bounded) or lost records of it.
+    pub earlier_sessions: Vec<u32>,
+    /// The input line (from 1) that is sequence 1 of [`PublishSummary::session`]: 1, or
+    /// where a replacing session began. A `--resume` of the session counts from there.
+    pub session_first_line: u64,
+    /// Records the gateway acknowledged as buffered and then lost (it restarted before
+    /// they reached flash); they were not resent.
+    pub lost: u64,
+    /// Which input lines [`PublishSummary::lost`] are, one text per loss (at most
+    /// [`LOST_TEXTS`]).
+    pub lost_lines: Vec<String>,
+    /// Records resent under a new session whose earlier send's answer was lost before the
+    /// gateway forgot the old session: they may be stored twice.
+    pub maybe_doubled: u64,
+    /// Records were acknowledged only as buffered, and at the end the gateway said it
+    /// holds every one of those of the current session durably.
+    pub durable_checked: bool,
     /// Set when publishing stopped before the end of the input (interrupted, input error,
     /// gateway unreachable, session fenced): the command that continues it.
     pub resume_command: Option<String>,
@@ -46,6 +64,20 @@ pub struct PublishSummary {
     /// Set when publishing stopped before a session was opened or anything acknowledged:
     /// running the same command again is the way on (there is no session to resume).
     pub stopped_before_storing: bool,
+}
+
+/// Losses whose input lines [`PublishSummary::lost_lines`] keeps; later ones are only
+/// counted.
+pub const LOST_TEXTS: usize = 8;
+
+impl PublishSummary {
+    /// Notes `count` acknowledged records lost, at input lines `lines` (text).
+    pub(super) fn note_lost(&mut self, count: u64, lines: String) {
+        self.lost += count;
+        if self.lost_lines.len() < LOST_TEXTS {
+            self.lost_lines.push(lines);
+        }
+    }
 }
 
 impl std::fmt::Display for PublishSummary {
@@ -70,7 +102,47 @@ impl std::fmt::Display for PublishSummary {
                 o(self.last_offset)
             )?;
         }
+        if self.lost > 0 {
+            write!(
+                f,
+                "; {} acknowledged as buffered and lost by the gateway before they reached flash ({}): publish them again",
+                self.lost,
+                self.lost_lines.join(", ")
+            )?;
+        }
+        if self.durable_checked {
+            match self.session {
+                Some(epoch) if !self.earlier_sessions.is_empty() => write!(
+                    f,
+                    "; the records acknowledged in session {epoch} are durable (checked at the end)"
+                )?,
+                _ => write!(
+                    f,
+                    "; every acknowledged record is durable (checked at the end)"
+                )?,
+            }
+        }
+        if self.maybe_doubled > 0 {
+            write!(
+                f,
+                "; {} may be stored twice (resent under a new session after their answers were lost)",
+                self.maybe_doubled
+            )?;
+        }
         match (self.producer_id, self.session) {
+            (Some(id), Some(epoch)) if !self.earlier_sessions.is_empty() => {
+                let earlier: Vec<String> = self
+                    .earlier_sessions
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect();
+                write!(
+                    f,
+                    "; producer {id} session {epoch} from input line {} (after session {})",
+                    self.session_first_line,
+                    earlier.join(", ")
+                )?
+            }
             (Some(id), Some(epoch)) => write!(f, "; producer {id} session {epoch}")?,
             (Some(id), None) => write!(f, "; producer {id} (no session)")?,
             _ => {}
@@ -99,10 +171,19 @@ impl std::fmt::Display for PublishSummary {
                     write!(f, " ({file} line {n})")?;
                 }
             }
-            write!(
-                f,
-                " (the command below skips the lines the gateway stored: no duplicates)\nto continue: {cmd}"
-            )?;
+            if self.session_first_line > 1 {
+                write!(
+                    f,
+                    " (the command below gives --resume the input from line {}, where session {} began, and skips the lines the gateway stored: no duplicates)\nto continue: {cmd}",
+                    self.session_first_line,
+                    self.session.unwrap_or(0)
+                )?;
+            } else {
+                write!(
+                    f,
+                    " (the command below skips the lines the gateway stored: no duplicates)\nto continue: {cmd}"
+                )?;
+            }
         }
         Ok(())
     }
@@ -120,20 +201,24 @@ pub(super) fn shell_quote(s: &str) -> String {
     }
 }
 
-/// The `publish` command line that continues `args` with producer `id`'s session.
-pub(super) fn resume_command(args: &PublishArgs, id: u64) -> String {
+/// The `publish` command line that continues `args` with producer `id`'s session, whose
+/// sequence 1 is input line `from` (1, or where a replacing session began: `--resume` then
+/// reads the input from that line on).
+pub(super) fn resume_command(args: &PublishArgs, id: u64, from: u64) -> String {
     let mut cmd = format!(
         "spillway-bridge publish --gateway {} --topic {} --producer-id {id} --resume",
         shell_quote(&args.gateway.to_string()),
         shell_quote(&args.topic)
     );
+    let cut = from > 1;
     match args.ack {
         AckLevel::Buffered => cmd.push_str(" --ack buffered"),
         AckLevel::None => cmd.push_str(" --ack none"),
         _ => {}
     }
     if !args.messages.is_empty() {
-        for m in &args.messages {
+        let skip = usize::try_from(from.saturating_sub(1)).unwrap_or(usize::MAX);
+        for m in args.messages.iter().skip(skip) {
             cmd.push_str(" -m ");
             cmd.push_str(&shell_quote(&String::from_utf8_lossy(m)));
         }
@@ -142,6 +227,21 @@ pub(super) fn resume_command(args: &PublishArgs, id: u64) -> String {
     if let Some(field) = &args.timestamp_field {
         cmd.push_str(" --timestamp-field ");
         cmd.push_str(&shell_quote(field));
+    }
+    if cut {
+        // The input from line `from` on: one file is cut with `tail -n +N`; stdin and
+        // several files are described (a file without a final newline cannot be joined to
+        // the next one by a pipe without gluing two lines).
+        return match args.inputs.as_slice() {
+            [p] if p.as_os_str() != "-" => format!(
+                "tail -n +{from} {} | {cmd} -",
+                shell_quote(&p.to_string_lossy())
+            ),
+            [] | [_] => format!("{cmd} - (the same input on stdin, from its line {from} on)"),
+            _ => {
+                format!("{cmd} - (the same input files, read as one input from its line {from} on)")
+            }
+        };
     }
     if args.inputs.is_empty() {
         cmd.push_str(" (the same input on stdin)");
