@@ -374,3 +374,24 @@ fn the_largest_producer_id_publishes() {
     assert!(err.contains(&format!("producer {max}, session ")), "{err}");
     assert_eq!(stored(&gw), ["one"]);
 }
+
+/// A publish whose input is quiet for longer than the gateway's `--idle-timeout-ms` goes on
+/// when the input does: the gateway closes the silent connection, `publish` connects again
+/// and the session continues, every line stored once.
+#[test]
+fn a_publish_outlives_the_gateway_closing_its_idle_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = spillway_tests::gateway::free_port();
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let gateway = start_gateway_with(dir.path(), port, &["--idle-timeout-ms", "1000"]);
+    let mut publisher = spawn_publish_stdin(&gw, &["--producer-id", "9"]);
+    let mut input = publisher.stdin.take().unwrap();
+    input.write_all(b"before\n").unwrap();
+    gateway.wait_for_log("nothing received for", 1);
+    input.write_all(b"after\n").unwrap();
+    drop(input);
+    let out = publisher.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(stored(&gw), ["before", "after"], "{err}");
+}
