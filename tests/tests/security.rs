@@ -304,6 +304,40 @@ fn wrong_ca_and_expired_certificates_fail_the_handshake_on_both_sides() {
     assert_eq!(s.offsets(&gw), (0, 0));
 }
 
+/// A TLS client beyond `--max-connections` is told so after its TLS handshake (the
+/// gateway's `Error`, seq 0, names the flag), not left to guess from a closed connection.
+#[test]
+fn a_tls_client_beyond_max_connections_is_told_so() {
+    let s = Setup::new(false);
+    let port = free_port();
+    let listen = format!("tls://127.0.0.1:{port}");
+    let args: Vec<String> = [
+        "--config",
+        &s.config.display().to_string(),
+        "--image",
+        &s.image().display().to_string(),
+        "--size",
+        "1M",
+        "--max-connections",
+        "1",
+        "--listen",
+        &listen,
+    ]
+    .map(String::from)
+    .to_vec();
+    let _g = GatewayProcess::start(&args, 1);
+    // A socket that never starts its TLS handshake holds the one slot (for up to 10 s); the
+    // gateway accepts in order, so the bridge comes second.
+    let _holder = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let token = s.bridge_token.display().to_string();
+    let (code, _, err) = s.bridge(
+        &["status", "--gateway", &format!("tls://localhost:{port}")],
+        &["--token-file", &token],
+    );
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("gateway at --max-connections"), "{err}");
+}
+
 #[test]
 fn plaintext_and_tls_clients_on_the_wrong_port_are_told_so() {
     let s = Setup::new(false);
