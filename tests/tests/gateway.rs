@@ -778,6 +778,11 @@ fn connections_beyond_the_limit_are_refused() {
         || g.log_text().contains("--max-connections").then_some(()),
         || format!("no refusal logged: {}", g.log_text()),
     );
+    let counted = metric_sum(
+        metrics,
+        "spillway_refused_total{reason=\"max_connections\"}",
+    );
+    assert_eq!(counted, Some(2.0), "both refusals counted");
     idle.pop();
     // Once the gateway has seen that client leave, a new one is served: connections
     // refused before that are closed at once, and the client tries again.

@@ -15,7 +15,8 @@
 //! storing them again), `spillway_refused_total{reason}` (`forbidden`: a request the
 //! connection's roles do not allow, an MQTT PUBLISH on a listener without `publish`; `unauthorized`: a handshake with a wrong or missing
 //! credential, an MQTT CONNECT included; `tls_handshake`: a TLS handshake that failed or timed out, e.g. a plaintext
-//! client on a TLS port, an untrusted or expired client certificate). Gauges:
+//! client on a TLS port, an untrusted or expired client certificate; `max_connections`: a
+//! connection refused because `--max-connections` were being served). Gauges:
 //! `spillway_next_offset`, `spillway_durable_offset`, `spillway_first_offset`,
 //! `spillway_consumer_committed_offset{consumer}`, `spillway_consumer_lag_offsets{consumer}`,
 //! `spillway_capacity_bytes` (the image), `spillway_used_bytes` (segments holding records),
@@ -220,6 +221,12 @@ impl Metrics {
             m.full.clone(),
         );
         Metrics { registry, ..m }
+    }
+
+    /// Counts a connection refused because `--max-connections` were being served (accept
+    /// loops).
+    pub fn refused_max_connections(&self) {
+        self.refused.get_or_create(&reason("max_connections")).inc();
     }
 
     /// Counts a TLS handshake that failed (connection tasks).

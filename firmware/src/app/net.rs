@@ -239,6 +239,7 @@ impl Ctx {
         let taken = self.active.fetch_add(1, Ordering::AcqRel);
         if taken >= self.max_connections {
             self.active.fetch_sub(1, Ordering::AcqRel);
+            self.metrics.refused_max_connections();
             log::warn!(
                 "{peer}: refused: {} connections already served (--max-connections)",
                 self.max_connections
