@@ -2,7 +2,8 @@
 //! Streams its input, pipelines records, resumes a producer session, and reconnects with
 //! backoff; its summary says what was stored and how to continue.
 //!
-//! Files: `mod.rs` sends and resends ([`publish`]); `input` reads the lines; `summary` says
+//! Files: `mod.rs` sends and resends ([`publish`]); `input` reads the lines; `session`
+//! numbers them and replaces a session the gateway forgot or fell behind on; `summary` says
 //! what was done ([`PublishSummary`]) and how to continue.
 
 mod input;
@@ -156,6 +157,17 @@ struct Unacked {
 /// session fences this one (another publisher opened a session for the same producer id),
 /// publishing stops without a resume command: resuming would continue the other
 /// publisher's session.
+///
+/// A session the gateway forgot (`UnknownSession`: its bounded producer table pushed the id
+/// out) or fell behind on (`OutOfSequence` for the first record not acknowledged: it lost
+/// records it had acknowledged as buffered, in a crash) is looked at with a resume and, if
+/// no other publisher owns the id, replaced by a new session whose sequence 1 is the first
+/// input line not acknowledged (see `session`); lost lines are named and counted in
+/// [`PublishSummary::lost`] (exit code 1), and a later resume command reads the input from
+/// the new session's first line. With acknowledgements only at `buffered`, the end of the
+/// input asks the gateway once whether the session's records are all durable. After
+/// `QUIET_CLOSE` (60 s) without input the connection is closed and opened again for the next
+/// line.
 pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32) {
     let mut sum = PublishSummary {
         unacknowledged_mode: args.ack == AckLevel::None,

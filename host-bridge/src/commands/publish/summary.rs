@@ -41,7 +41,7 @@ pub struct PublishSummary {
     /// they reached flash); they were not resent.
     pub lost: u64,
     /// Which input lines [`PublishSummary::lost`] are, one text per loss (at most
-    /// [`LOST_TEXTS`]).
+    /// `LOST_TEXTS`, 8).
     pub lost_lines: Vec<String>,
     /// Records resent under a new session whose earlier send's answer was lost before the
     /// gateway forgot the old session: they may be stored twice.
