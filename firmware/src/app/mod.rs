@@ -9,6 +9,7 @@ pub mod lines;
 pub mod metrics;
 pub mod mqtt;
 pub mod net;
+pub mod serial;
 pub mod tls;
 
 use std::path::PathBuf;
@@ -423,18 +424,18 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
         for sp in &s.serial {
             // A device that is not there yet (a USB adapter enumerating late at boot) is
             // waited for, as one that vanishes at run time is.
-            let first = match net::open_serial(&sp.path, sp.baud) {
+            let first = match serial::open_serial(&sp.path, sp.baud) {
                 Ok(port) => Some(port),
                 Err(e) => {
                     log::warn!(
                         "{e}; waiting for it (retrying every {} s); {} listens once it opens",
-                        net::SERIAL_RETRY.as_secs(),
+                        serial::SERIAL_RETRY.as_secs(),
                         sp.uri
                     );
                     None
                 }
             };
-            tasks.push(smol::spawn(net::serve_serial(
+            tasks.push(smol::spawn(serial::serve_serial(
                 first,
                 sp.clone(),
                 ctx.clone(),
