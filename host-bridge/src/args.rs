@@ -49,7 +49,8 @@ Exit codes:
   0  every input line was acknowledged (with --ack none: sent)
   1  records rejected or not acknowledged, the gateway unreachable past --retry-for or
      not a Spillway listener (not retried), the input could not be read (the summary
-     prints the command that continues)
+     prints the command that continues), acknowledged records lost by the gateway, or
+     --resume with no session of the id at the gateway (nothing sent)
   2  usage or configuration error (e.g. --topic empty or over 255 bytes)
   130, 143  stopped by SIGINT, SIGTERM before the end of the input (the summary prints
      the command that continues without duplicates)";
@@ -306,7 +307,8 @@ pub(crate) struct PublishCli {
     pub(crate) producer_id: Option<u64>,
     /// Continue the producer id's last session instead of opening a new one: skip the input
     /// lines the gateway already stored (rerun the same input after an interrupt); needs
-    /// --producer-id (or the config file's `producer-id`).
+    /// --producer-id (or the config file's `producer-id`). If the gateway has no session of
+    /// the id (never had one, or forgot the id), nothing is sent and it exits 1.
     #[arg(long)]
     #[serde(skip)]
     pub(crate) resume: bool,

@@ -395,3 +395,60 @@ fn a_publish_outlives_the_gateway_closing_its_idle_connection() {
     assert!(out.status.success(), "{err}");
     assert_eq!(stored(&gw), ["before", "after"], "{err}");
 }
+
+/// The QA report F: a publish interrupted after line 150 of 300 printed its `--resume`
+/// command ("skips the lines the gateway stored: no duplicates"); sessions of 88 other ids
+/// then pushed its id out of the gateway's producer table, and the printed command warned
+/// "no session to resume", sent all 300 lines and exited 0: lines 1..150 were stored twice.
+/// A `--resume` that finds no session now sends nothing and exits 1, saying why it cannot
+/// know what to skip and how to go on.
+#[test]
+fn a_resume_whose_session_the_gateway_forgot_sends_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = spillway_tests::gateway::free_port();
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let _gateway = start_gateway(dir.path(), port);
+    let all = numbered("line", 0..300);
+    let mut publisher = spawn_publish_stdin(&gw, &["--producer-id", "31337", "-"]);
+    let mut input = publisher.stdin.take().unwrap();
+    input
+        .write_all(numbered("line", 0..150).as_bytes())
+        .unwrap();
+    wait_until(
+        Duration::from_secs(60),
+        || (gateway_next_offset(&gw) >= 150).then_some(()),
+        || "the first 150 lines were not stored".into(),
+    );
+    signal(&publisher, libc::SIGINT);
+    let out = publisher.wait_with_output().unwrap();
+    drop(input);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let cmd = resume_command_in(&err);
+    assert_eq!(
+        cmd,
+        format!(
+            "spillway-bridge publish --gateway {gw} --topic t --producer-id 31337 --resume - (the same input on stdin)"
+        )
+    );
+    let mut other = spillway_tests::client::connect(&format!("127.0.0.1:{port}")).unwrap();
+    for id in 1000..1000 + spillway_core::log::MAX_PRODUCERS as u64 {
+        other.open_session(id, false).wait().unwrap();
+    }
+    // The printed command, with the whole input on stdin again.
+    let resumed = publish_stdin(&gw, "31337", &all, &["--resume", "-"]);
+    let rerr = String::from_utf8_lossy(&resumed.stderr);
+    assert_eq!(resumed.status.code(), Some(1), "{rerr}");
+    assert!(
+        rerr.contains("the gateway has no session of the id to resume"),
+        "{rerr}"
+    );
+    assert!(rerr.contains("nothing was sent"), "{rerr}");
+    assert!(
+        rerr.contains(&format!("spillway-bridge tail --gateway {gw} --topic t")),
+        "{rerr}"
+    );
+    assert!(rerr.contains("sent 0,"), "{rerr}");
+    assert!(!rerr.contains("to continue: "), "{rerr}");
+    let want: Vec<String> = numbered("line", 0..150).lines().map(String::from).collect();
+    assert_eq!(stored(&gw), want, "nothing stored twice: {rerr}");
+}

@@ -281,6 +281,19 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
             break;
         }
         match c.open_session(producer_id, args.resume).await {
+            // The gateway knows no session of the id (it never had one, or its producer
+            // table forgot the id): it cannot say how many input lines are stored, so a
+            // resume sends nothing (sending all of them would store again what the
+            // interrupted run stored).
+            Ok(s) if args.resume && !s.resumed => {
+                log::error!(
+                    "producer {producer_id}: --resume: the gateway has no session of the id to resume: it never had one, or it no longer remembers it (its producer table keeps only the most recently active ids: 88 on the Linux gateway, 32 on a microcontroller, and sessions of other ids pushed this one out); so it cannot say how many input lines it stored, and nothing was sent. To go on: see the last records stored with `spillway-bridge tail --gateway {gw} --topic {topic} --from -10 --format raw`, find the last of them in the input, and publish the lines after it without --resume (`tail -n +NEXT_LINE FILE | spillway-bridge publish --gateway {gw} --topic {topic} --producer-id {producer_id} -`)",
+                    gw = summary::shell_quote(&args.gateway.to_string()),
+                    topic = summary::shell_quote(&args.topic),
+                );
+                sum.no_session_to_resume = true;
+                return (sum, exit::FAILURE);
+            }
             Ok(s) => {
                 numbering.epoch = Some(s.epoch);
                 sum.session = Some(s.epoch);
@@ -292,9 +305,6 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                         s.epoch, s.last_seq, s.last_seq
                     );
                 } else {
-                    if args.resume {
-                        log::warn!("producer {producer_id} has no session to resume");
-                    }
                     eprintln!("publish: producer {producer_id}, session {}", s.epoch);
                 }
                 break;

@@ -64,6 +64,10 @@ pub struct PublishSummary {
     /// Set when publishing stopped before a session was opened or anything acknowledged:
     /// running the same command again is the way on (there is no session to resume).
     pub stopped_before_storing: bool,
+    /// Set when `--resume` found no session of the producer id at the gateway (it never had
+    /// one, or its producer table forgot the id): nothing was sent, since the count of
+    /// input lines to skip is not known.
+    pub no_session_to_resume: bool,
 }
 
 /// Losses whose input lines [`PublishSummary::lost_lines`] keeps; later ones are only
@@ -155,6 +159,12 @@ impl std::fmt::Display for PublishSummary {
                 f,
                 "; {} records without a usable timestamp field (stamped by the gateway)",
                 self.unstamped
+            )?;
+        }
+        if self.no_session_to_resume {
+            write!(
+                f,
+                "\nnothing sent: --resume found no session of the producer id at the gateway, so which input lines it stored is not known; find the last stored line with spillway-bridge tail and publish the lines after it without --resume"
             )?;
         }
         if self.stopped_before_storing {
