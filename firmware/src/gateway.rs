@@ -439,6 +439,26 @@ impl Gateway {
             let code = ErrorCode::Forbidden.for_version(version);
             return error_reply(out, req.seq().unwrap_or(0), code, &m);
         }
+        if version < wire::SESSION_VERSION
+            && let Request::OpenSession { seq, .. } | Request::SessionPublish { seq, .. } = *req
+        {
+            // PROTOCOL.md section 2: a client gets only variants of the version it
+            // announced; `Session` is not one before version 3.
+            if matches!(
+                req,
+                Request::SessionPublish {
+                    ack: AckLevel::None,
+                    ..
+                }
+            ) {
+                return Outcome::NoReply;
+            }
+            let m = message(format_args!(
+                "producer sessions need protocol version {}; this connection announced {version}",
+                wire::SESSION_VERSION
+            ));
+            return error_reply(out, seq, ErrorCode::BadRequest, &m);
+        }
         match *req {
             Request::Hello { .. } => Outcome::NoReply, // handled above
             Request::Publish {

@@ -119,6 +119,44 @@ fn hello3(credential: Option<&[u8]>) -> Vec<u8> {
     decode_frame(&mut buf[..n]).unwrap().to_vec()
 }
 
+/// A client that announced version 1 or 2 and sends the version 3 session requests gets
+/// `BadRequest` (a code its version knows), never a `Session` answer its decoder does not
+/// have, and no session is opened or record stored.
+#[test]
+fn session_requests_from_a_version_1_or_2_client_are_refused() {
+    let mut sim = SimLog::new(geometry(18), 1, 2);
+    let mut log = sim.mount();
+    let mut rig = Rig::new();
+    for version in [1u16, 2] {
+        let mut c = Conn::default();
+        let mut buf = [0u8; 64];
+        let hello = Request::Hello {
+            protocol_version: version,
+            client_name: "old",
+        };
+        let n = encode_frame(&hello, &mut buf).unwrap();
+        rig.send(&mut c, &mut log, decode_frame(&mut buf[..n]).unwrap())
+            .unwrap();
+        let open = Request::OpenSession {
+            seq: 1,
+            producer_id: 7,
+            resume: false,
+        };
+        let r = rig.request(&mut c, &mut log, &open);
+        assert_eq!(error_code(&r), ErrorCode::BadRequest, "version {version}");
+        assert!(
+            error_message(&r).contains("version 3"),
+            "{}",
+            error_message(&r)
+        );
+        assert_eq!(log.producer_session(7), None, "no session opened");
+        let next = log.next_offset();
+        let r = rig.request(&mut c, &mut log, &session_publish(2, 5, 1, b"x"));
+        assert_eq!(error_code(&r), ErrorCode::BadRequest, "version {version}");
+        assert_eq!(log.next_offset(), next, "nothing stored");
+    }
+}
+
 /// A sensor built from the version 1 document (the exact `Hello` bytes of its worked
 /// example) is answered in version 1, with nothing appended to the `Welcome`, and keeps the
 /// version 1 producer rule; once a session owns its producer id its publishes are refused

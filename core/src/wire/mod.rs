@@ -63,6 +63,11 @@ use serde::{Deserialize, Serialize};
 /// [`Response::FoundOffset`]).
 pub const PROTOCOL_VERSION: u16 = 4;
 
+/// The first protocol version that has producer sessions ([`Request::OpenSession`],
+/// [`Request::SessionPublish`], [`Response::Session`]): a client that announced an earlier
+/// one gets `BadRequest` for them, never a variant its version does not have.
+pub const SESSION_VERSION: u16 = 3;
+
 /// The first protocol version that has [`Request::FindOffset`] and
 /// [`Response::FoundOffset`].
 pub const FIND_OFFSET_VERSION: u16 = 4;
