@@ -9,7 +9,10 @@
 //! queue without ever blocking this thread: the queue is bounded in bytes by the
 //! connection's [`Budget`], which its reader takes from before it forwards a request (a
 //! client that does not read its replies stops being read). Long polls wait here, at most
-//! [`MAX_PARKED_PER_CONN`] per connection; a further one is answered at once.
+//! [`MAX_PARKED_PER_CONN`] per connection; a further one is answered at once. A long poll
+//! waits at most `--idle-timeout-ms` (when set), whatever its `wait_ms` says: a waiting
+//! poll keeps its connection from being closed as idle, so without the cap one fetch with
+//! `wait_ms` = 2^32 - 1 (49 days) would hold a `--max-connections` slot for that long.
 //!
 //! A storage failure (a failed write, erase or sync of the image) poisons the log: every
 //! durable acknowledgement still waiting is answered `StorageFailed`, and the thread ends
@@ -322,6 +325,10 @@ pub fn run(
     let mut conns: HashMap<ConnId, ConnState> = HashMap::new();
     let mut pending: Vec<Pending> = Vec::new();
     let mut parked: Vec<Parked> = Vec::new();
+    // The longest a long poll waits, µs (see the module doc).
+    let max_wait_us = s
+        .idle_timeout
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
     let mut mqtt_pending: Vec<super::mqtt::sessions::MqttPending> = Vec::new();
     let mut scratch = vec![0u8; frame_bytes as usize];
     let mut mqtt_sessions = super::mqtt::sessions::MqttSessions::new(log.log_id());
@@ -477,6 +484,9 @@ pub fn run(
                         } => {
                             let waiting = parked.iter().filter(|p| p.conn == conn).count();
                             if waiting < MAX_PARKED_PER_CONN {
+                                let deadline_us = max_wait_us.map_or(deadline_us, |w| {
+                                    deadline_us.min(now.saturating_add(w))
+                                });
                                 parked.push(Parked {
                                     conn,
                                     msg,
