@@ -4,13 +4,14 @@
 //! and a batch larger than the producer's queue must wait for room and keep its order.
 #![cfg(feature = "kafka")]
 
-use std::time::{Duration, Instant};
+#[path = "common/kafka_read.rs"]
+mod kafka_read;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use std::time::Duration;
+
+use kafka_read::{partition_messages, rec};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use spillway_bridge::client::OwnedRecord;
 use spillway_bridge::sink::kafka::KafkaSink;
 use spillway_bridge::sink::properties::KafkaProperties;
@@ -20,60 +21,6 @@ fn source() -> Source {
     Source {
         gateway_id: "gw-b".into(),
         log_id: 0xB,
-    }
-}
-
-fn rec(offset: u64, topic: &str) -> OwnedRecord {
-    OwnedRecord {
-        offset,
-        record_crc: 0,
-        topic: topic.into(),
-        timestamp_us: 1_700_000_000_000_000 + offset,
-        producer: None,
-        payload: format!("p{offset}").into_bytes(),
-    }
-}
-
-/// Every message of partition 0 of `topic`, as (`spillway-offset` header, payload), in log
-/// order, read to the end of the partition.
-fn read_partition(brokers: &str, topic: &str) -> Vec<(u64, Vec<u8>)> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", "test")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .unwrap();
-    c.assign(&tpl).unwrap();
-    let t = Instant::now();
-    let mut out = Vec::new();
-    loop {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "{topic} not read to the end"
-        );
-        match c.poll(Duration::from_millis(200)) {
-            None => {}
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => return out,
-            // A broker that is down (not this partition's leader) shows up as transport
-            // errors: not about this partition.
-            Some(Err(_)) => {}
-            Some(Ok(m)) => {
-                let h = m.headers().expect("headers");
-                let off = h
-                    .iter()
-                    .find(|x| x.key == "spillway-offset")
-                    .and_then(|x| x.value)
-                    .expect("spillway-offset header");
-                out.push((
-                    std::str::from_utf8(off).unwrap().parse().unwrap(),
-                    m.payload().unwrap_or_default().to_vec(),
-                ));
-            }
-        }
     }
 }
 
@@ -109,7 +56,7 @@ fn a_failed_report_fails_the_batch_at_its_lowest_offset() {
     assert!(matches!(e.error, SinkError::Timeout), "{e}");
     // The later records were acknowledged all the same: the resend duplicates them, it
     // never skips 10.
-    let b: Vec<u64> = read_partition(&brokers, "out.b")
+    let b: Vec<u64> = partition_messages(&brokers, "out.b", 0)
         .into_iter()
         .map(|(o, _)| o)
         .collect();
@@ -132,7 +79,7 @@ fn a_batch_larger_than_the_producer_queue_waits_for_room_in_order() {
         k.deliver(&source(), &recs).await.unwrap();
         k.close(Duration::from_secs(5)).await;
     });
-    let got = read_partition(&brokers, "out");
+    let got = partition_messages(&brokers, "out", 0);
     let want: Vec<(u64, Vec<u8>)> = (0..300u64)
         .map(|o| (o, format!("p{o}").into_bytes()))
         .collect();

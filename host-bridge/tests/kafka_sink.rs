@@ -8,20 +8,21 @@
 #![cfg(feature = "kafka")]
 
 mod common;
+#[path = "common/kafka_read.rs"]
+mod kafka_read;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::wait::wait_until;
 use common::{Background, SimGateway, drain_config, run_drain, spawn_drain};
+use kafka_read::{consumer_from_beginning, partition_messages, rec};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
-use rdkafka::{Offset, TopicPartitionList};
 use spillway_bridge::checkpoint::Store;
 use spillway_bridge::client::{Client, FetchReply, OwnedRecord};
 use spillway_bridge::drain::{DrainConfig, DrainSummary};
@@ -35,30 +36,6 @@ struct Msg {
     payload: Vec<u8>,
     headers: HashMap<String, String>,
     partition: i32,
-}
-
-/// A consumer assigned to `partitions` of `topic` from the beginning (no group rebalance),
-/// that reports the end of each partition as `PartitionEOF` when `eof`.
-fn consumer_from_beginning(
-    brokers: &str,
-    topic: &str,
-    partitions: std::ops::Range<i32>,
-    eof: bool,
-) -> BaseConsumer {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", "test")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", if eof { "true" } else { "false" })
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    c.assign(&tpl).unwrap();
-    c
 }
 
 /// Reads every message of `topic` (partitions 0..parts), up to the end of each partition
@@ -227,17 +204,6 @@ fn consume_all(brokers: &str, topic: &str, parts: i32, want: usize) -> Vec<Msg> 
     out
 }
 
-fn rec(offset: u64, topic: &str) -> OwnedRecord {
-    OwnedRecord {
-        offset,
-        record_crc: 0,
-        topic: topic.into(),
-        timestamp_us: 1_700_000_000_000_000 + offset,
-        producer: None,
-        payload: format!("p{offset}").into_bytes(),
-    }
-}
-
 #[test]
 fn delivers_with_key_and_headers() {
     let (_mock, brokers) = mock_cluster(1, "out", 3);
@@ -322,23 +288,8 @@ fn a_down_broker_holds_the_checkpoint_until_delivery() {
 /// Gateway offsets (header `spillway-offset`) of partition `partition` of `topic`, in log
 /// order (duplicates kept), read up to the end of that partition only.
 fn partition_offsets(brokers: &str, topic: &str, partition: i32) -> Vec<u64> {
-    let c = consumer_from_beginning(brokers, topic, partition..partition + 1, true);
-    let t = Instant::now();
-    let mut out = Vec::new();
-    loop {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "partition {partition} not read to the end"
-        );
-        match c.poll(Duration::from_millis(200)) {
-            None => {}
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => return out,
-            // A broker that is down (not this partition's leader) shows up as transport
-            // errors: not about this partition.
-            Some(Err(_)) => {}
-            Some(Ok(m)) => out.push(to_msg(&m).headers["spillway-offset"].parse().unwrap()),
-        }
-    }
+    let messages = partition_messages(brokers, topic, partition);
+    messages.into_iter().map(|(offset, _)| offset).collect()
 }
 
 /// Two gateway topics whose keys (`<gateway id>/<topic>`, [`KafkaKey::GatewayTopic`]) the producer's partitioner puts
