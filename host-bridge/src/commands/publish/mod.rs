@@ -209,8 +209,9 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         sum.producer_id = Some(producer_id);
     }
     // Stops publishing: `line` is the first input line not acknowledged.
-    let stopped = |mut sum: PublishSummary, starts: &[u64], line: u64, why: &str| {
+    let stopped = |mut sum: PublishSummary, n: &Numbering, starts: &[u64], line: u64, why: &str| {
         log::error!("{why}");
+        note_unknown_durability(&mut sum, n);
         if sum.session.is_none() && sum.acknowledged == 0 {
             sum.stopped_before_storing = true;
         } else if let Some(id) = sum.producer_id {
@@ -245,6 +246,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         if stop.is_set() {
             return stopped(
                 sum,
+                &numbering,
                 &file_starts,
                 1,
                 "interrupted before the producer session was opened",
@@ -253,6 +255,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         if tried && last_progress.elapsed() > args.retry_for {
             return stopped(
                 sum,
+                &numbering,
                 &file_starts,
                 1,
                 &format!(
@@ -312,6 +315,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
             Err(ClientError::Gateway { code, message }) if !code.is_retryable() => {
                 return stopped(
                     sum,
+                    &numbering,
                     &file_starts,
                     1,
                     &format!("opening a session for producer {producer_id}: {code:?} {message}"),
@@ -378,6 +382,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                         let next = sum.read + 1;
                         return stopped(
                             sum,
+                            &numbering,
                             &file_starts,
                             next,
                             &format!("interrupted while waiting for input line {next}"),
@@ -459,6 +464,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         if stop.is_set() {
             return stopped(
                 sum,
+                &numbering,
                 &file_starts,
                 first,
                 &format!(
@@ -475,9 +481,12 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                 pending.len(),
                 pending.front().map_or(0, |u| u.line)
             );
-            return stopped(sum, &file_starts, first, &why);
+            return stopped(sum, &numbering, &file_starts, first, &why);
         }
         tried = true;
+        if conn.is_none() {
+            numbering.connecting();
+        }
         let c = match connection(&mut conn, &mut welcomed, &args, &mut backoff, &stop).await {
             Connection::Ready(c) => c,
             Connection::Retry => continue,
@@ -493,10 +502,11 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                         pending.len(),
                         first
                     );
+                    note_unknown_durability(&mut sum, &numbering);
                     return (sum, exit::FAILURE);
                 }
                 Err(RecheckError::Refused(why)) => {
-                    return stopped(sum, &file_starts, first, &why);
+                    return stopped(sum, &numbering, &file_starts, first, &why);
                 }
                 Err(RecheckError::Retry(e)) => {
                     let d = backoff.next_delay();
@@ -662,6 +672,9 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
             }
         }
         pending = unsettled;
+        if args.ack == AckLevel::Durable {
+            numbering.all_durable();
+        }
         if full > 0 {
             // The consumer that holds the space, asked only when the warning is printed.
             let holder = if full_warnings.due() && failure.is_none() {
@@ -695,6 +708,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                 pending.len(),
                 pending.front().map_or(0, |u| u.line)
             );
+            note_unknown_durability(&mut sum, &numbering);
             return (sum, exit::FAILURE);
         }
         if let Some(e) = failure {
@@ -708,13 +722,19 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
     // Acknowledged only as buffered: whether it all reached flash is asked once at the end
     // (the question writes the gateway's buffer to flash first).
     let buffered = !matches!(args.ack, AckLevel::Durable | AckLevel::None);
-    if buffered
-        && !input_failed
-        && sum.acknowledged > 0
-        && let Some(c) = conn.as_mut()
-    {
-        session::check_durable_at_end(c, producer_id, &numbering, &mut sum).await;
+    if buffered && !input_failed && sum.acknowledged > 0 {
+        // One try to connect again if the connection was closed (a quiet input).
+        if conn.is_none() {
+            numbering.connecting();
+            conn = Client::connect(&args.gateway, CLIENT_NAME, args.reply_timeout)
+                .await
+                .ok();
+        }
+        if let Some(c) = conn.as_mut() {
+            session::check_durable_at_end(c, producer_id, &mut numbering, &mut sum).await;
+        }
     }
+    note_unknown_durability(&mut sum, &numbering);
     if sum.rejected > 0 {
         log::error!("{} input lines were rejected by the gateway", sum.rejected);
     }
@@ -730,12 +750,20 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         }
         return (sum, exit::FAILURE);
     }
-    let code = if sum.rejected > 0 || sum.lost > 0 {
+    let code = if sum.rejected > 0 || sum.lost > 0 || sum.maybe_lost > 0 {
         exit::FAILURE
     } else {
         exit::OK
     };
     (sum, code)
+}
+
+/// Notes in `sum` the acknowledged records not known durable ([`Numbering::not_known_durable`]).
+fn note_unknown_durability(sum: &mut PublishSummary, n: &Numbering) {
+    if let Some(range) = n.not_known_durable() {
+        sum.not_known_durable = range.1 - range.0 + 1;
+        sum.not_known_durable_lines = Some(n.lines_text(range));
+    }
 }
 
 /// `publish`'s connection: the open one, or a new one to `args.gateway`.

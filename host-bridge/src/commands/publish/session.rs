@@ -37,6 +37,16 @@ pub(super) struct Numbering {
     /// Earlier sessions of this run, oldest first: replaced because the gateway forgot them
     /// or lost records of them.
     pub earlier: Vec<u32>,
+    /// The highest numbered line acknowledged in any session of this run.
+    acked_any: u64,
+    /// Every numbered line up to this one that was acknowledged is known durable (a durable
+    /// acknowledgement, or a resume that wrote the gateway's buffer to flash), or was
+    /// reported as lost or possibly lost.
+    durable: u64,
+    /// [`Numbering::acked_any`] when the current connection was opened: the lines
+    /// acknowledged up to it were acknowledged on an earlier connection, so a gateway
+    /// restart (which loses its RAM buffer) may have come between.
+    conn_start: u64,
 }
 
 impl Numbering {
@@ -49,6 +59,9 @@ impl Numbering {
             acked: 0,
             runs: VecDeque::new(),
             earlier: Vec::new(),
+            acked_any: 0,
+            durable: 0,
+            conn_start: 0,
         }
     }
 
@@ -86,6 +99,37 @@ impl Numbering {
     /// Notes that the gateway acknowledged numbered line `number` in this session.
     pub fn acked(&mut self, number: u64) {
         self.acked = self.acked.max(number);
+        self.acked_any = self.acked_any.max(number);
+    }
+
+    /// Notes that the acknowledgements so far are durable ones, or were all accounted for
+    /// (checked durable, or reported lost).
+    pub fn all_durable(&mut self) {
+        self.durable = self.acked_any;
+    }
+
+    /// Notes that a new connection to the gateway is being opened.
+    pub fn connecting(&mut self) {
+        self.conn_start = self.acked_any;
+    }
+
+    /// The numbered lines, up to `upto`, acknowledged on an earlier connection than the
+    /// current one and not known durable: `Some((first, last))`. A gateway that restarted in
+    /// between lost those still in its RAM buffer, and once it forgot their session nothing
+    /// tells which.
+    pub fn unsure_before_connection(&self, upto: u64) -> Option<(u64, u64)> {
+        let last = self.conn_start.min(upto);
+        (last > self.durable).then_some((self.durable + 1, last))
+    }
+
+    /// Notes numbered lines up to `number` as accounted for (see [`Numbering::all_durable`]).
+    pub fn durable_upto(&mut self, number: u64) {
+        self.durable = self.durable.max(number);
+    }
+
+    /// The numbered lines acknowledged and not known durable: `Some((first, last))`.
+    pub fn not_known_durable(&self) -> Option<(u64, u64)> {
+        (self.acked_any > self.durable).then_some((self.durable + 1, self.acked_any))
     }
 
     /// The numbered lines acknowledged in this session beyond the session's sequence
@@ -199,6 +243,8 @@ pub(super) async fn replace_session(
         )));
     }
     let epoch = if s.resumed {
+        // The resume wrote the gateway's buffer to flash: what it holds now is durable.
+        report_unsure(n, n.base, id, sum);
         if let Some(range) = n.acked_beyond(s.last_seq) {
             let count = range.1 - range.0 + 1;
             let lines = n.lines_text(range);
@@ -207,6 +253,7 @@ pub(super) async fn replace_session(
             );
             sum.note_lost(count, lines);
         }
+        n.all_durable();
         let next = s.last_seq.wrapping_add(1);
         if !seq_before(next, first_seq) {
             // The gateway takes this record next, or holds it already: resend in order.
@@ -214,6 +261,9 @@ pub(super) async fn replace_session(
         }
         c.open_session(id, false).await?.epoch
     } else {
+        // Forgotten: the gateway cannot say what it holds of the old session, and opening a
+        // new one does not write its buffer to flash.
+        report_unsure(n, u64::MAX, id, sum);
         s.epoch
     };
     // Only a forgotten session leaves doubt: a known one's last sequence says that none of
@@ -250,6 +300,23 @@ pub(super) async fn replace_session(
     Ok(())
 }
 
+/// Reports the numbered lines up to `upto` acknowledged as buffered on an earlier
+/// connection than the current one and not known durable
+/// ([`Numbering::unsure_before_connection`]) as possibly lost: an error naming the input
+/// lines, counted in [`PublishSummary::maybe_lost`].
+fn report_unsure(n: &mut Numbering, upto: u64, id: u64, sum: &mut PublishSummary) {
+    let Some(range) = n.unsure_before_connection(upto) else {
+        return;
+    };
+    let count = range.1 - range.0 + 1;
+    let lines = n.lines_text(range);
+    log::error!(
+        "producer {id}: {count} record(s) acknowledged as buffered ({lines}) are not known durable and may be lost: they were acknowledged before a reconnect (the gateway may have restarted, losing what its RAM buffer held), and the gateway no longer has their session, so what it stored of them cannot be checked"
+    );
+    sum.note_maybe_lost(count, lines);
+    n.durable_upto(range.1);
+}
+
 /// At the end of a publish whose records were acknowledged only as buffered: asks the
 /// gateway (a resume of session `n.epoch`, which writes its RAM buffer to flash first) what
 /// it holds of the session, and notes in `sum` whether every acknowledged record is durable
@@ -258,27 +325,34 @@ pub(super) async fn replace_session(
 pub(super) async fn check_durable_at_end(
     c: &mut Client,
     id: u64,
-    n: &Numbering,
+    n: &mut Numbering,
     sum: &mut PublishSummary,
 ) {
     let Some(epoch) = n.epoch else {
         return;
     };
     match c.open_session(id, true).await {
-        Ok(s) if s.resumed && s.epoch == epoch => match n.acked_beyond(s.last_seq) {
-            None => sum.durable_checked = true,
-            Some(range) => {
-                let count = range.1 - range.0 + 1;
-                let lines = n.lines_text(range);
-                log::error!(
-                    "producer {id} session {epoch}: the gateway lost {count} record(s) it had acknowledged as buffered ({lines}): it restarted before they reached flash"
-                );
-                sum.note_lost(count, lines);
+        Ok(s) if s.resumed && s.epoch == epoch => {
+            report_unsure(n, n.base, id, sum);
+            match n.acked_beyond(s.last_seq) {
+                None => sum.durable_checked = true,
+                Some(range) => {
+                    let count = range.1 - range.0 + 1;
+                    let lines = n.lines_text(range);
+                    log::error!(
+                        "producer {id} session {epoch}: the gateway lost {count} record(s) it had acknowledged as buffered ({lines}): it restarted before they reached flash"
+                    );
+                    sum.note_lost(count, lines);
+                }
             }
-        },
-        Ok(_) => log::warn!(
-            "producer {id}: the gateway no longer has session {epoch}: whether its buffered records reached flash cannot be checked"
-        ),
+            n.all_durable();
+        }
+        Ok(_) => {
+            log::warn!(
+                "producer {id}: the gateway no longer has session {epoch}: whether its buffered records reached flash cannot be checked"
+            );
+            report_unsure(n, u64::MAX, id, sum);
+        }
         Err(e) => log::warn!(
             "producer {id}: whether the buffered records reached flash cannot be checked: {e}"
         ),

@@ -46,6 +46,19 @@ pub struct PublishSummary {
     /// Records resent under a new session whose earlier send's answer was lost before the
     /// gateway forgot the old session: they may be stored twice.
     pub maybe_doubled: u64,
+    /// Records acknowledged as buffered before a reconnect and not known durable whose
+    /// session the gateway then forgot: it may have restarted and lost them, and nothing
+    /// tells which it holds.
+    pub maybe_lost: u64,
+    /// Which input lines [`PublishSummary::maybe_lost`] are, one text per report (at most
+    /// `LOST_TEXTS`, 8).
+    pub maybe_lost_lines: Vec<String>,
+    /// Records acknowledged only as buffered that are not known durable at the end (not
+    /// checked, or the check could not be made): a gateway crash before they reach flash
+    /// loses them. Not counted in [`PublishSummary::maybe_lost`].
+    pub not_known_durable: u64,
+    /// Which input lines [`PublishSummary::not_known_durable`] are, as text.
+    pub not_known_durable_lines: Option<String>,
     /// Records were acknowledged only as buffered, and at the end the gateway said it
     /// holds every one of those of the current session durably.
     pub durable_checked: bool,
@@ -82,6 +95,14 @@ impl PublishSummary {
             self.lost_lines.push(lines);
         }
     }
+
+    /// Notes `count` acknowledged records possibly lost, at input lines `lines` (text).
+    pub(super) fn note_maybe_lost(&mut self, count: u64, lines: String) {
+        self.maybe_lost += count;
+        if self.maybe_lost_lines.len() < LOST_TEXTS {
+            self.maybe_lost_lines.push(lines);
+        }
+    }
 }
 
 impl std::fmt::Display for PublishSummary {
@@ -112,6 +133,22 @@ impl std::fmt::Display for PublishSummary {
                 "; {} acknowledged as buffered and lost by the gateway before they reached flash ({}): publish them again",
                 self.lost,
                 self.lost_lines.join(", ")
+            )?;
+        }
+        if self.maybe_lost > 0 {
+            write!(
+                f,
+                "; {} acknowledged as buffered and not known durable, possibly lost ({}): the gateway forgot their session after a reconnect, so whether they reached flash cannot be checked; see what is stored with spillway-bridge tail and publish the missing ones again",
+                self.maybe_lost,
+                self.maybe_lost_lines.join(", ")
+            )?;
+        }
+        if self.not_known_durable > 0 {
+            write!(
+                f,
+                "; {} of the acknowledged only as buffered, not known durable ({}): a gateway crash before they reach flash loses them",
+                self.not_known_durable,
+                self.not_known_durable_lines.as_deref().unwrap_or("-")
             )?;
         }
         if self.durable_checked {
