@@ -165,7 +165,11 @@ struct Unacked {
 /// input line not acknowledged (see `session`); lost lines are named and counted in
 /// [`PublishSummary::lost`] (exit code 1), and a later resume command reads the input from
 /// the new session's first line. With acknowledgements only at `buffered`, the end of the
-/// input asks the gateway once whether the session's records are all durable. After
+/// input asks the gateway once whether the session's records are all durable; lines
+/// acknowledged as buffered before a reconnect whose session the gateway then forgot cannot
+/// be checked and are named as possibly lost ([`PublishSummary::maybe_lost`], exit code 1),
+/// and the acknowledged lines not known durable when no check could be made are counted in
+/// [`PublishSummary::not_known_durable`]. After
 /// `QUIET_CLOSE` (60 s) without input the connection is closed and opened again for the next
 /// line.
 pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32) {
