@@ -570,3 +570,82 @@ fn a_buffered_publish_that_gives_up_says_what_is_not_known_durable() {
         "{err}"
     );
 }
+
+/// A stand-in gateway (protocol version 3) that answers every `OpenSession` with `text`
+/// as a `BadRequest`, on a thread; returns its `tcp://` address.
+fn gateway_refusing_sessions(text: &'static str) -> String {
+    use spillway_core::wire::{
+        ErrorCode, Request, Response, WelcomeV3, decode_message, encode_frame,
+    };
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = format!("tcp://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut frame = Vec::new();
+            let mut byte = [0u8; 1];
+            while conn.read(&mut byte).is_ok_and(|n| n == 1) {
+                if byte[0] != 0 {
+                    frame.push(byte[0]);
+                    continue;
+                }
+                if frame.is_empty() {
+                    continue;
+                }
+                let mut out = vec![0u8; 1024];
+                let n = match decode_message::<Request>(&mut frame) {
+                    Ok(Request::Hello { .. }) => encode_frame(
+                        &(
+                            Response::Welcome {
+                                protocol_version: 3,
+                                log_id: 1,
+                                gateway_id: "stand-in",
+                                max_record_bytes: 4096,
+                                max_frame_bytes: 8192,
+                            },
+                            WelcomeV3 { producer_window: 4 },
+                        ),
+                        &mut out,
+                    ),
+                    Ok(Request::OpenSession { seq, .. }) => encode_frame(
+                        &Response::Error {
+                            seq,
+                            code: ErrorCode::BadRequest,
+                            message: text,
+                        },
+                        &mut out,
+                    ),
+                    _ => return,
+                }
+                .unwrap();
+                frame.clear();
+                if conn.write_all(&out[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    addr
+}
+
+/// When the gateway has no session epoch left (its journal used every 32-bit one) it
+/// refuses the session with `BadRequest`; `publish` used to end with "stopped before
+/// anything was stored: run the same command again", which can only meet the same
+/// refusal. It now gives the gateway's reason instead.
+#[test]
+fn a_refused_session_gives_the_gateways_reason_not_a_rerun() {
+    let text = "no session epoch is left for producer 5: the journal has used every 32-bit epoch; format the log again";
+    let gw = gateway_refusing_sessions(text);
+    let out = publish_stdin(&gw, "5", "one\n", &["--retry-for", "1s"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "stopped before anything was stored: the gateway refused the producer session (BadRequest {text}); running the same command again meets the same answer"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("run the same command again"), "{err}");
+    assert!(!err.contains("--resume"), "{err}");
+}

@@ -317,6 +317,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                 break;
             }
             Err(ClientError::Gateway { code, message }) if !code.is_retryable() => {
+                sum.session_refused = Some(format!("{code:?} {message}"));
                 return stopped(
                     sum,
                     &numbering,

@@ -81,6 +81,9 @@ pub struct PublishSummary {
     /// one, or its producer table forgot the id): nothing was sent, since the count of
     /// input lines to skip is not known.
     pub no_session_to_resume: bool,
+    /// The gateway refused to open the producer session for good (its error code and
+    /// message): running the same command again meets the same answer.
+    pub session_refused: Option<String>,
 }
 
 /// Losses whose input lines [`PublishSummary::lost_lines`] keeps; later ones are only
@@ -205,10 +208,16 @@ impl std::fmt::Display for PublishSummary {
             )?;
         }
         if self.stopped_before_storing {
-            write!(
-                f,
-                "\nstopped before anything was stored: run the same command again"
-            )?;
+            match &self.session_refused {
+                Some(why) => write!(
+                    f,
+                    "\nstopped before anything was stored: the gateway refused the producer session ({why}); running the same command again meets the same answer"
+                )?,
+                None => write!(
+                    f,
+                    "\nstopped before anything was stored: run the same command again"
+                )?,
+            }
         }
         if let Some(cmd) = &self.resume_command {
             write!(f, "\nstopped before the end of the input")?;
