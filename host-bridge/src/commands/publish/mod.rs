@@ -139,7 +139,9 @@ struct Unacked {
 ///
 /// Producer sessions (protocol version 3): before reading any input, `publish` opens a
 /// session for its producer id (a new one, or with [`PublishArgs::resume`] the id's last
-/// one, whose last stored sequence is the number of input lines to skip). A line longer than
+/// one, whose last stored sequence is the number of input lines to skip; if the gateway has no
+/// session of the id to resume, nothing is sent and the exit code is 1, since the number of
+/// lines to skip is not known). A line longer than
 /// the gateway's `max_record_bytes` (from its `Welcome`) is refused before it is sent and
 /// gets no sequence number; every other line gets the next one, from 1 (wrapping after
 /// `u32::MAX`), the same on every resend, so a resume of the same input against a gateway

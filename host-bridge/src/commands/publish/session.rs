@@ -7,6 +7,12 @@
 //! limit). A new session opened in the middle of the input starts again at 1 with the
 //! first line not acknowledged, so from then on a `--resume` skips lines counted from that
 //! input line, not from the first ([`Numbering::first_line`]).
+//!
+//! With acknowledgements only at `buffered`, [`Numbering`] also tracks which acknowledged
+//! lines are known durable (a resume writes the gateway's buffer to flash, so what it then
+//! holds is durable) and which were acknowledged on an earlier connection than the current
+//! one: a gateway restart in between loses its RAM buffer, and if the gateway then forgot the
+//! session those lines cannot be checked and are reported as possibly lost.
 
 use std::collections::VecDeque;
 
@@ -399,5 +405,28 @@ mod tests {
         assert_eq!(n.acked_beyond(0), None);
         n.acked(10);
         assert_eq!(n.acked_beyond(0), Some((9, 10)));
+    }
+
+    #[test]
+    fn lines_acknowledged_before_a_reconnect_are_the_unsure_ones() {
+        let mut n = Numbering::new();
+        n.epoch = Some(3);
+        n.note_line(1, 1);
+        n.connecting();
+        for num in 1..=5 {
+            n.acked(num);
+        }
+        // All on the current connection: none unsure, five not known durable.
+        assert_eq!(n.unsure_before_connection(u64::MAX), None);
+        assert_eq!(n.not_known_durable(), Some((1, 5)));
+        n.connecting();
+        n.acked(6);
+        assert_eq!(n.unsure_before_connection(u64::MAX), Some((1, 5)));
+        assert_eq!(n.unsure_before_connection(3), Some((1, 3)));
+        n.durable_upto(5);
+        assert_eq!(n.unsure_before_connection(u64::MAX), None);
+        assert_eq!(n.not_known_durable(), Some((6, 6)));
+        n.all_durable();
+        assert_eq!(n.not_known_durable(), None);
     }
 }
