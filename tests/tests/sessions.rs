@@ -569,6 +569,10 @@ fn a_buffered_publish_that_gives_up_says_what_is_not_known_durable() {
         err.contains("of the acknowledged only as buffered, not known durable (input lines 1–5"),
         "{err}"
     );
+    assert!(
+        err.contains("loses them (the command below resends any the gateway lost)"),
+        "{err}"
+    );
 }
 
 /// A stand-in gateway (protocol version 3) that answers every `OpenSession` with `text`

@@ -770,6 +770,7 @@ fn note_unknown_durability(sum: &mut PublishSummary, n: &Numbering) {
     if let Some(range) = n.not_known_durable() {
         sum.not_known_durable = range.1 - range.0 + 1;
         sum.not_known_durable_lines = Some(n.lines_text(range));
+        sum.not_known_durable_in_session = n.in_session(range.0);
     }
 }
 

@@ -133,6 +133,12 @@ impl Numbering {
         self.durable = self.durable.max(number);
     }
 
+    /// Whether numbered line `number` is in the current session: a resume of it counts the
+    /// line as stored only if it is durable.
+    pub fn in_session(&self, number: u64) -> bool {
+        number > self.base
+    }
+
     /// The numbered lines acknowledged and not known durable: `Some((first, last))`.
     pub fn not_known_durable(&self) -> Option<(u64, u64)> {
         (self.acked_any > self.durable).then_some((self.durable + 1, self.acked_any))

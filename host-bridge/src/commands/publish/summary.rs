@@ -59,6 +59,9 @@ pub struct PublishSummary {
     pub not_known_durable: u64,
     /// Which input lines [`PublishSummary::not_known_durable`] are, as text.
     pub not_known_durable_lines: Option<String>,
+    /// Every line of [`PublishSummary::not_known_durable`] is in the current session: a
+    /// `--resume` of it skips only the durable ones, so it resends any the gateway lost.
+    pub not_known_durable_in_session: bool,
     /// Records were acknowledged only as buffered, and at the end the gateway said it
     /// holds every one of those of the current session durably.
     pub durable_checked: bool,
@@ -153,6 +156,9 @@ impl std::fmt::Display for PublishSummary {
                 self.not_known_durable,
                 self.not_known_durable_lines.as_deref().unwrap_or("-")
             )?;
+            if self.resume_command.is_some() && self.not_known_durable_in_session {
+                write!(f, " (the command below resends any the gateway lost)")?;
+            }
         }
         if self.durable_checked {
             match self.session {
