@@ -389,3 +389,87 @@ fn a_lost_oldest_segment_of_a_wrapped_ring_is_corrupt_unless_every_consumer_read
     assert_eq!(log.stats().corrupt_offsets, 0);
     assert!(log.read(old.2, &mut out).is_err(), "dropped");
 }
+
+/// Mounts `flash` (a [`clean_log`] of 3000 records damaged at its head's end) and checks
+/// that exactly `from..3000` is lost as corrupt: in the report, counted at mount, on reads;
+/// after appends and a remount, still lost (as corrupt where damaged bytes remain on
+/// flash: `stays_corrupt`; an erased gap before the next segment reads as skipped then).
+fn head_end_lost_as_corrupt(flash: &mut Sim, from: u64, stays_corrupt: bool) {
+    let mut ram = Ram::new(&GEO, BPS, 4096);
+    let (mut log, rep) = Log::mount(&mut *flash, Config::default(), ram.memory(), 0).unwrap();
+    assert!(!rep.clean, "{rep:?}");
+    let corrupt = LostRange {
+        from,
+        to: 3000,
+        reason: LostReason::Corrupt,
+    };
+    assert_eq!(rep.head_lost, Some(corrupt), "{rep:?}");
+    assert_eq!(log.stats().corrupt_offsets, 3000 - from);
+    assert_eq!(log.next_offset(), 3000);
+    let (seen, lost) = read_back(&mut log);
+    assert_eq!(lost, vec![corrupt]);
+    assert_eq!(seen, (0..from).collect::<Vec<_>>());
+    for i in 3000..3010 {
+        let p = payload(i);
+        let rec = Record {
+            topic: "t",
+            timestamp_us: i,
+            producer: None,
+            payload: &p,
+        };
+        assert_eq!(log.append(i, &rec).unwrap().offset, i);
+    }
+    log.close(3010).unwrap();
+    let (mut log, _) = Log::mount(&mut *flash, Config::default(), ram.memory(), 0).unwrap();
+    let (seen, lost) = read_back(&mut log);
+    let reason = if stays_corrupt {
+        LostReason::Corrupt
+    } else {
+        LostReason::Skipped
+    };
+    assert_eq!(lost, vec![LostRange { reason, ..corrupt }]);
+    assert_eq!(seen.len() as u64, from + 10);
+}
+
+/// Found by a QA run: after a clean shutdown, a bit flipped in the base offset of the
+/// head's last batch left a plausible header whose (wrong) base the mount trusted: the
+/// offsets below it read as never persisted (or all of them, with the base pushed past
+/// the durable end). After a clean shutdown every offset up to the journal's durable end
+/// that cannot be read is corrupt, whatever the damaged header says.
+#[test]
+fn a_flipped_base_offset_in_the_head_s_last_batch_after_a_clean_shutdown_is_corruption() {
+    for (byte, bit) in [(20u32, 4u8), (16, 0), (17, 3), (23, 7)] {
+        let (mut flash, segs) = clean_log(3000);
+        let head = segs.last().unwrap().0;
+        let &(at, base, count) = batches(&flash, head).last().unwrap();
+        assert_eq!(base + u64::from(count), 3000);
+        flash.flip_bit(at as u32 + byte, bit).unwrap();
+        head_end_lost_as_corrupt(&mut flash, base, true);
+    }
+}
+
+/// Found by a QA run: after a clean shutdown, the head's last batch erased (all `X`)
+/// mounted clean, its records read as never persisted and none was counted. The clean
+/// journal's `durable_next` says they were durable: they are corrupt.
+#[test]
+fn the_head_s_last_batch_erased_after_a_clean_shutdown_is_corruption() {
+    let (mut flash, segs) = clean_log(3000);
+    let head = segs.last().unwrap().0;
+    let &(at, base, _) = batches(&flash, head).last().unwrap();
+    flash.bytes_mut()[at..seg_addr(head + 1)].fill(0xFF);
+    head_end_lost_as_corrupt(&mut flash, base, false);
+}
+
+/// Found by a QA run: after a clean shutdown, the head segment's header zeroed (or
+/// erased) made the segment before it the head; the mount said clean and the head
+/// segment's records read as never persisted. The clean journal's `durable_next` says
+/// they were durable: from the new head's data end on they are corrupt.
+#[test]
+fn the_head_segment_header_lost_after_a_clean_shutdown_is_corruption() {
+    for fill in [0x00u8, 0xFF] {
+        let (mut flash, segs) = clean_log(3000);
+        let (head, base) = *segs.last().unwrap();
+        flash.bytes_mut()[seg_addr(head)..seg_addr(head) + 80].fill(fill);
+        head_end_lost_as_corrupt(&mut flash, base, false);
+    }
+}

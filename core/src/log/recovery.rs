@@ -668,14 +668,14 @@ impl<'a, F: Flash> Log<'a, F> {
                             .map_err(MountError::Flash)?;
                         let (torn, any) = (tail.both, tail.any);
                         let used_end = p + tail.used_end;
-                        if corrupt
-                            && report.head_lost.is_none()
-                            && let Some(from) = log.durable_but_damaged(h, p, expected, facts)?
+                        if report.head_lost.is_none()
+                            && let Some(from) =
+                                log.durable_but_damaged(h, p, expected, corrupt, facts)?
                         {
                             // Durable records, not a torn write: lost to damage.
                             let to = facts.map_or(from, |f| f.durable_next);
                             warn!(
-                                "head segment {}: offsets {}..{} below the durable end fail their CRC: lost to damage",
+                                "head segment {}: offsets {}..{} below the durable end cannot be read: lost to damage",
                                 h, from, to
                             );
                             log.damaged_at_head_end = Some((from, to));
@@ -785,26 +785,47 @@ impl<'a, F: Flash> Log<'a, F> {
         ))
     }
 
-    /// Whether the bytes at `pos` of the head segment `seg`, where its valid data ends
-    /// (`expected` the offset after it) in non-erased bytes that hold no valid batch, held
-    /// durable records: the first offset they held if so. A batch is durable once the
-    /// journal's `durable_next` covers it (it is written after the batch's sync), so one
-    /// failing its CRC below that was damaged, never torn by a power cut. Its header, if
-    /// plausible, gives its base offset (offsets between `expected` and it were consumed
-    /// from RAM, never written); after a clean shutdown, when nothing was written after
-    /// the journal entry, any non-valid bytes there were damaged, from `expected` on.
-    /// A torn write after an unclean one holds offsets at or above `durable_next`.
+    /// Whether the head segment `seg`, whose valid data ends at `pos` (`expected` the
+    /// offset after it) in non-erased bytes that hold no valid batch (`corrupt`) or in
+    /// erased flash, lost durable records there: the first offset lost if so (the range
+    /// ends at the journal's `durable_next`). A batch is durable once the journal's
+    /// `durable_next` covers it (it is written after the batch's sync), so one failing its
+    /// CRC below that was damaged, never torn by a power cut.
+    ///
+    /// After a clean shutdown nothing was written after the journal entry, so every offset
+    /// from `expected` to `durable_next` that cannot be read was damaged, whatever a
+    /// damaged batch header says (its base offset is not trusted). When the data ends in
+    /// erased flash (a batch erased, or a damaged header made an older segment the head),
+    /// the only legitimate gap is records consumed from RAM and never written, which are
+    /// always below every consumer's committed offset: the range starts at the lowest
+    /// committed offset when that is above `expected`.
+    ///
+    /// After an unclean shutdown only non-erased bytes count: their header, if plausible,
+    /// gives their base offset (offsets between `expected` and it were consumed from RAM,
+    /// never written); a torn write holds offsets at or above `durable_next`.
     fn durable_but_damaged(
         &mut self,
         seg: u32,
         pos: u32,
         expected: u64,
+        corrupt: bool,
         facts: Option<JournalFacts>,
     ) -> Result<Option<u64>, MountError<F::Error>> {
         let l = self.dev.l;
         let Some(f) = facts.filter(|f| f.durable_next > expected) else {
             return Ok(None);
         };
+        if f.clean {
+            if corrupt {
+                return Ok(Some(expected));
+            }
+            let unread = self.consumers.iter().map(|c| c.committed).min();
+            let from = unread.map_or(expected, |c| c.max(expected));
+            return Ok((from < f.durable_next).then_some(from));
+        }
+        if !corrupt {
+            return Ok(None);
+        }
         let mut hb = [0u8; BATCH_HEADER_LEN];
         if pos + BATCH_HEADER_LEN as u32 <= l.seg_size {
             self.dev
@@ -815,7 +836,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 return Ok((base < f.durable_next).then_some(base.max(expected)));
             }
         }
-        Ok(f.clean.then_some(expected))
+        Ok(None)
     }
 
     /// Record CRC of the last record of the (valid) batch at `pos` of `seg`.
