@@ -37,6 +37,34 @@ impl core::fmt::Display for StorageOp {
     }
 }
 
+/// Which of the format's sequence numbers ran out (each stays below
+/// [`MAX_SEQ`](crate::log::format::MAX_SEQ), 2^62, `FORMAT.md` sections 2 and 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum SeqSpace {
+    /// Segment header `seq`: the next segment cannot be opened.
+    Segment,
+    /// Journal entry `seq`: no journal entry can be written (no commit, lease or segment
+    /// is recorded any more).
+    Journal,
+}
+
+impl SeqSpace {
+    /// `"segment header"` or `"journal entry"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            SeqSpace::Segment => "segment header",
+            SeqSpace::Journal => "journal entry",
+        }
+    }
+}
+
+impl core::fmt::Display for SeqSpace {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Formatting a partition failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -281,6 +309,14 @@ pub enum AppendError<E: Debug> {
         /// The id's current epoch, 0 if the log knows no session of it.
         current: u32,
     },
+    /// See [`FlushError::SeqExhausted`]: nothing was appended; a retry fails the same way.
+    #[error(
+        "the log's {what} sequence numbers are exhausted (the next would reach 2^62; the image was crafted or damaged): nothing was written; drain the log and format again"
+    )]
+    SeqExhausted {
+        /// Which sequence number ran out.
+        what: SeqSpace,
+    },
 }
 
 /// Opening or resuming a producer session failed; the producer table is unchanged.
@@ -325,6 +361,14 @@ pub enum SessionError<E: Debug> {
         /// The operation whose failure poisoned the log.
         op: StorageOp,
     },
+    /// See [`FlushError::SeqExhausted`]: no session was opened or resumed.
+    #[error(
+        "the log's {what} sequence numbers are exhausted (the next would reach 2^62; the image was crafted or damaged): nothing was written; drain the log and format again"
+    )]
+    SeqExhausted {
+        /// Which sequence number ran out.
+        what: SeqSpace,
+    },
 }
 
 impl<E: Debug> From<FlushError<E>> for SessionError<E> {
@@ -335,6 +379,7 @@ impl<E: Debug> From<FlushError<E>> for SessionError<E> {
             FlushError::Unwritable { offset, room } => SessionError::Unwritable { offset, room },
             FlushError::BadBlock { block } => SessionError::BadBlock { block },
             FlushError::Poisoned { op } => SessionError::Poisoned { op },
+            FlushError::SeqExhausted { what } => SessionError::SeqExhausted { what },
         }
     }
 }
@@ -377,6 +422,14 @@ pub enum FlushError<E: Debug> {
         /// The operation whose failure poisoned the log.
         op: StorageOp,
     },
+    /// The next segment header or journal entry would need a sequence number at or past 2^62, which the format does not allow (only a crafted or damaged image gets near it). Nothing was written; the records stay in RAM (or, for an append, the record was not appended) and a retry fails the same way. The records stored stay readable: drain them and format the storage again.
+    #[error(
+        "the log's {what} sequence numbers are exhausted (the next would reach 2^62; the image was crafted or damaged): nothing was written; drain the log and format again"
+    )]
+    SeqExhausted {
+        /// Which sequence number ran out.
+        what: SeqSpace,
+    },
 }
 
 impl<E: Debug> From<FlushError<E>> for AppendError<E> {
@@ -387,6 +440,7 @@ impl<E: Debug> From<FlushError<E>> for AppendError<E> {
             FlushError::Unwritable { offset, room } => AppendError::Unwritable { offset, room },
             FlushError::BadBlock { block } => AppendError::BadBlock { block },
             FlushError::Poisoned { op } => AppendError::Poisoned { op },
+            FlushError::SeqExhausted { what } => AppendError::SeqExhausted { what },
         }
     }
 }
@@ -473,5 +527,13 @@ pub enum CommitError<E: Debug> {
     Poisoned {
         /// The operation whose failure poisoned the log.
         op: StorageOp,
+    },
+    /// See [`FlushError::SeqExhausted`]: the commit is kept in RAM only (not persisted).
+    #[error(
+        "the log's {what} sequence numbers are exhausted (the next would reach 2^62; the image was crafted or damaged): nothing was written; drain the log and format again"
+    )]
+    SeqExhausted {
+        /// Which sequence number ran out.
+        what: SeqSpace,
     },
 }

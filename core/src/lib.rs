@@ -39,7 +39,7 @@ pub mod storage;
 pub mod wire;
 
 pub use error::{
-    AppendError, CommitError, FlushError, FormatError, MountError, ReadError, SessionError,
-    StorageOp,
+    AppendError, CommitError, FlushError, FormatError, MountError, ReadError, SeqSpace,
+    SessionError, StorageOp,
 };
 pub use log::{Config, FullPolicy, Log, Memory, Record, SegmentSlot, SpillPolicy};

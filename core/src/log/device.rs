@@ -22,10 +22,12 @@ pub const READ_ATTEMPTS: u32 = 16;
 /// Bytes read at a time when scanning flash.
 pub(super) const CHUNK: usize = 256;
 
-/// Internal error of a flash operation that can also meet a bad block.
+/// Internal error of a flash operation that can also meet a bad block, or of a write
+/// refused because its sequence number would reach the format's limit.
 pub(super) enum Io<E> {
     Flash(E),
     BadBlock(u32),
+    SeqExhausted(crate::error::SeqSpace),
 }
 
 impl<E: core::fmt::Debug> From<Io<E>> for FlushError<E> {
@@ -33,6 +35,7 @@ impl<E: core::fmt::Debug> From<Io<E>> for FlushError<E> {
         match e {
             Io::Flash(e) => FlushError::Flash(e),
             Io::BadBlock(block) => FlushError::BadBlock { block },
+            Io::SeqExhausted(what) => FlushError::SeqExhausted { what },
         }
     }
 }
@@ -48,6 +51,7 @@ impl<E: core::fmt::Debug> From<Io<E>> for CommitError<E> {
         match e {
             Io::Flash(e) => CommitError::Flash(e),
             Io::BadBlock(block) => CommitError::BadBlock { block },
+            Io::SeqExhausted(what) => CommitError::SeqExhausted { what },
         }
     }
 }

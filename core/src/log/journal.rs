@@ -572,6 +572,11 @@ impl<'a, F: Flash> Log<'a, F> {
         let e = l.geo.erase_size;
         let durable = self.durable_end;
         let seq = self.jseq + 1;
+        // An entry numbered at or past the limit would not validate at the next mount (the
+        // previous entry would be current again, with older commits): refuse to write it.
+        if seq >= MAX_SEQ {
+            return Err(Io::SeqExhausted(crate::error::SeqSpace::Journal));
+        }
         let (jblock, jpos, ws) = (self.jblock, self.jpos, l.ws());
         let dev = &mut self.dev;
         // Where the entry goes, `(block, position, padded length)`: chosen when its header

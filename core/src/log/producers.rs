@@ -667,6 +667,7 @@ impl<'a, F: Flash> Log<'a, F> {
             return Err(match e {
                 Io::Flash(e) => SessionError::Flash(e),
                 Io::BadBlock(block) => SessionError::BadBlock { block },
+                Io::SeqExhausted(what) => SessionError::SeqExhausted { what },
             });
         }
         Ok(Session {

@@ -125,6 +125,8 @@ impl<'a, F: Flash> Log<'a, F> {
         let map = |e: Io<F::Error>| match e {
             Io::Flash(e) => FormatError::Flash(e),
             Io::BadBlock(block) => FormatError::BadBlock { block },
+            // Never: only erases fail here, and the entry below is numbered 1.
+            Io::SeqExhausted(_) => FormatError::Geometry,
         };
         dev.erase_verified(0, JOURNAL_BLOCKS).map_err(map)?;
         dev.erase_verified(JOURNAL_BLOCKS, blocks_per_segment)
@@ -361,11 +363,20 @@ impl<'a, F: Flash> Log<'a, F> {
             });
         }
 
-        // 6. Mark the log as running (clears the clean flag) with the lease in place.
-        self.persist_journal(false).map_err(|e| match e {
-            Io::Flash(e) => MountError::Flash(e),
-            Io::BadBlock(block) => MountError::WornJournal { block },
-        })?;
+        // 6. Mark the log as running (clears the clean flag) with the lease in place. A
+        // journal whose seq leaves no room for another entry (a crafted or damaged image)
+        // mounts read-only: every write needs an entry first (an append its lease, a
+        // commit, a segment), so each fails with `SeqExhausted` and nothing acknowledged
+        // or committed is put at risk; the records stay readable.
+        match self.persist_journal(false) {
+            Ok(()) => {}
+            Err(Io::Flash(e)) => return Err(MountError::Flash(e)),
+            Err(Io::BadBlock(block)) => return Err(MountError::WornJournal { block }),
+            Err(Io::SeqExhausted(_)) => warn!(
+                "journal entry seq {} is the last the format allows: the log is read-only; drain it and format again",
+                self.jseq
+            ),
+        }
         report.first_offset = self.first_offset();
         report.next_offset = self.next_offset;
         report.flash_reads = self.dev.stats.flash_reads;

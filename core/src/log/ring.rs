@@ -6,12 +6,12 @@ use super::Log;
 use super::config::{FullPolicy, SegmentSlot};
 use super::device::Io;
 use super::format::{
-    BATCH_HEADER_LEN, BatchHeader, FORMAT_VERSION, HeadCheck, JOURNAL_BLOCKS, RESUME_LEN,
+    BATCH_HEADER_LEN, BatchHeader, FORMAT_VERSION, HeadCheck, JOURNAL_BLOCKS, MAX_SEQ, RESUME_LEN,
     SegmentHeader, align_up,
 };
 use super::journal::Consumer;
 use super::scan::Next;
-use crate::error::FlushError;
+use crate::error::{FlushError, SeqSpace};
 use crate::storage::Flash;
 
 impl<'a, F: Flash> Log<'a, F> {
@@ -63,6 +63,13 @@ impl<'a, F: Flash> Log<'a, F> {
     /// reclaiming (or, under `DropOldest`, dropping) the oldest segment if the ring is full.
     pub(super) fn roll(&mut self) -> Result<(), FlushError<F::Error>> {
         let l = self.dev.l;
+        // A header numbered at or past the limit would not validate at the next mount (the
+        // segment's durable records would be gone): refuse before reclaiming anything.
+        if self.max_seq + 1 >= MAX_SEQ {
+            return Err(FlushError::SeqExhausted {
+                what: SeqSpace::Segment,
+            });
+        }
         let target = self.head.map_or(0, |h| (h + 1) % l.seg_count);
         let slot = self.slots[target as usize];
         let reclaiming = slot.valid && Some(target) != self.head;

@@ -154,9 +154,9 @@ impl Gateway {
                     self.counters.fenced += 1;
                     ErrorCode::UnknownSession
                 }
-                // Not `Full`: no consumer's commit makes room. The message says why; a
-                // resend is refused the same way.
-                AppendError::OffsetsExhausted { .. } => {
+                // Not `Full`: no consumer's commit makes room (offsets or sequence numbers
+                // are exhausted). The message says why; a resend is refused the same way.
+                AppendError::OffsetsExhausted { .. } | AppendError::SeqExhausted { .. } => {
                     self.counters.internal_errors += 1;
                     error!("append refused: {}", m.as_str());
                     ErrorCode::StorageFailed

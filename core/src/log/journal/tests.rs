@@ -507,3 +507,120 @@ fn a_segment_base_near_the_offset_limit_exhausts_offsets_without_passing_it() {
         assert_eq!(mount(&mut flash), MAX_NEXT_OFFSET);
     }
 }
+
+/// Writes an entry numbered `seq` (lease and durable end 3, `bridge` at `bridge`) after the
+/// newest entry of the journal.
+fn write_entry_numbered(flash: &mut SimFlash<Vec<u8>>, seq: u64, bridge: u64) {
+    let mut end: Option<(u64, u32, u32)> = None;
+    each_entry(flash, |b, blk, pos| {
+        let entry = decode(b).expect("the real log's entries decode");
+        let next = pos + align_up(b.len() as u32, G.write_size);
+        if end.is_none_or(|n| entry.seq > n.0) {
+            end = Some((entry.seq, blk, next));
+        }
+        true
+    });
+    let (_, blk, pos) = end.expect("a formatted journal has an entry");
+    let (out, _) = entry_bytes(seq, 3, 3, 1, bridge, &[]);
+    flash.write(blk * G.erase_size + pos, &out).unwrap();
+}
+
+/// Found by a QA run: with the newest journal entry numbered `2^62 - 2` (valid), the log
+/// wrote entries numbered `2^62` and on, which its own mount rejects: after a restart the
+/// commits made since were gone and a consumer created since had vanished. The journal
+/// never writes an entry numbered at or past the limit: the write fails with
+/// `SeqExhausted` (persisting commits, appends and sessions are refused, so no caller is
+/// told a commit or record is safe), a journal with no room left mounts read-only, and
+/// what was stored and committed stays as it was.
+#[test]
+fn a_journal_seq_near_the_limit_refuses_writes_and_keeps_commits() {
+    use crate::error::{CommitError, SeqSpace};
+    let mut flash = log_of(3);
+    write_entry_numbered(&mut flash, MAX_SEQ - 2, 1);
+    let journal = SeqSpace::Journal;
+    for mount_seq in [MAX_SEQ - 2, MAX_SEQ - 1] {
+        let mut ram = ram();
+        let (mut log, report) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
+        assert_eq!(report.journal_seq, mount_seq);
+        assert_eq!(report.journal_invalid, JournalInvalid::default());
+        assert_eq!(log.commit("later", 2).unwrap(), 2, "kept in RAM");
+        assert!(matches!(
+            log.persist(0),
+            Err(CommitError::SeqExhausted { what }) if what == journal
+        ));
+        assert!(matches!(
+            log.append(0, &REC),
+            Err(AppendError::SeqExhausted { what }) if what == journal
+        ));
+        let mut buf = [0u8; 256];
+        let r = log.read(0, &mut buf).unwrap();
+        assert_eq!(
+            (r.first_offset, r.count),
+            (0, 3),
+            "the records stay readable"
+        );
+        assert_eq!(log.committed("bridge"), Some(1));
+    }
+    let (report, bridge) = mount_report(&mut flash);
+    assert_eq!(report.journal_seq, MAX_SEQ - 1);
+    assert_eq!(report.journal_invalid, JournalInvalid::default());
+    assert_eq!(bridge, 1);
+}
+
+/// Found by a QA run: with the head segment's header numbered `2^62 - 1` (valid), the log
+/// opened segments numbered `2^62` and on, which its own mount rejects: after a restart
+/// the durably acknowledged records written there were gone. The log never opens a
+/// segment numbered at or past the limit: the flush (and then the append) fails with
+/// `SeqExhausted`, the records in RAM stay unacknowledged, and every record acknowledged
+/// as durable reads back after a restart.
+#[test]
+fn a_segment_seq_near_the_limit_refuses_writes_and_keeps_durable_records() {
+    use crate::error::{FlushError, SeqSpace};
+    use crate::log::format::{FORMAT_VERSION, SegmentHeader};
+    let mut flash = log_of(3);
+    let hdr = SegmentHeader {
+        version: FORMAT_VERSION,
+        erase_size: G.erase_size,
+        write_size: G.write_size,
+        erased: G.erased,
+        blocks_per_segment: 1,
+        segment_count: 6,
+        log_id: 5,
+        seq: MAX_SEQ - 1,
+        base_offset: 0,
+        prev_crc: 0,
+        erase_count: 1,
+        after_unclean: false,
+    };
+    let at = 2 * G.erase_size as usize;
+    flash.bytes_mut()[at..at + hdr.encode().len()].copy_from_slice(&hdr.encode());
+    let segment = SeqSpace::Segment;
+    let mut ram1 = ram();
+    let (mut log, _) = Log::mount(&mut flash, Config::default(), ram1.memory(), 0).unwrap();
+    let mut durable = 3u64;
+    loop {
+        let a = log.append(0, &REC).unwrap();
+        match log.flush(0) {
+            Ok(_) => durable = a.offset + 1,
+            Err(FlushError::SeqExhausted { what }) if what == segment => break,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(durable < 10_000, "the head segment never filled");
+    }
+    let refused = (0..100).find_map(|_| log.append(0, &REC).err());
+    assert!(
+        matches!(refused, Some(AppendError::SeqExhausted { what }) if what == segment),
+        "{refused:?}"
+    );
+    drop(log);
+    let mut ram2 = ram();
+    let (mut log, _) = Log::mount(&mut flash, Config::default(), ram2.memory(), 0).unwrap();
+    assert_eq!(log.durable_offset(), durable);
+    let mut at = 0u64;
+    let mut buf = [0u8; 1024];
+    while at < durable {
+        let r = log.read(at, &mut buf).unwrap();
+        assert_eq!((r.first_offset, r.lost), (at, None));
+        at = r.next_offset;
+    }
+}
