@@ -448,22 +448,10 @@ fn a_flipped_base_offset_in_the_head_s_last_batch_after_a_clean_shutdown_is_corr
     }
 }
 
-/// Found by a QA run: after a clean shutdown, the head's last batch erased (all `X`)
-/// mounted clean, its records read as never persisted and none was counted. The clean
-/// journal's `durable_next` says they were durable: they are corrupt.
-#[test]
-fn the_head_s_last_batch_erased_after_a_clean_shutdown_is_corruption() {
-    let (mut flash, segs) = clean_log(3000);
-    let head = segs.last().unwrap().0;
-    let &(at, base, _) = batches(&flash, head).last().unwrap();
-    flash.bytes_mut()[at..seg_addr(head + 1)].fill(0xFF);
-    head_end_lost_as_corrupt(&mut flash, base, false);
-}
-
 /// Found by a QA run: after a clean shutdown, the head segment's header zeroed (or
 /// erased) made the segment before it the head; the mount said clean and the head
-/// segment's records read as never persisted. The clean journal's `durable_next` says
-/// they were durable: from the new head's data end on they are corrupt.
+/// segment's records read as never persisted. Its batches, below the clean journal's
+/// `durable_next`, prove those records were durable: they are corrupt.
 #[test]
 fn the_head_segment_header_lost_after_a_clean_shutdown_is_corruption() {
     for fill in [0x00u8, 0xFF] {
@@ -472,4 +460,55 @@ fn the_head_segment_header_lost_after_a_clean_shutdown_is_corruption() {
         flash.bytes_mut()[seg_addr(head)..seg_addr(head) + 80].fill(fill);
         head_end_lost_as_corrupt(&mut flash, base, false);
     }
+}
+
+/// Found by a QA run: under `drop-oldest`, the oldest segment of a wrapped ring zeroed
+/// after a clean shutdown mounted with nothing reported: the segment is the next one to
+/// reopen, and its loss was taken for an interrupted reclaim, which `drop-oldest` allows
+/// without any commit. A clean journal entry is written only by a close, never while a
+/// segment is being opened, so no reclaim was under way: the offsets the bridge had not
+/// committed, up to the next segment's base, are corrupt and counted at mount.
+#[test]
+fn a_lost_oldest_segment_after_a_clean_shutdown_is_corrupt_under_drop_oldest() {
+    let drop_oldest = Config {
+        full: spillway_core::log::FullPolicy::DropOldest,
+        ..Config::default()
+    };
+    let mut flash = formatted(SMALL, 0x3AA, 1);
+    let mut ram = Ram::new(&SMALL, 1, 1024);
+    let (mut log, _) = Log::mount(&mut flash, drop_oldest, ram.memory(), 0).unwrap();
+    let mut i = 0u64;
+    while log.segments().map(|s| s.1).max().unwrap() < 9 {
+        let p = payload(i);
+        let rec = Record {
+            topic: "t",
+            timestamp_us: i,
+            producer: None,
+            payload: &p,
+        };
+        assert_eq!(log.append(i, &rec).unwrap().offset, i);
+        i += 1;
+    }
+    log.flush(i).unwrap();
+    let segs: Vec<(u32, u64, u64)> = log.segments().map(|(s, q, b, _)| (s, q, b)).collect();
+    let (old, next) = (segs[0], segs[1]);
+    // The bridge read a few records of the oldest segment (the rest nobody read).
+    let read_to = old.2 + 3;
+    log.commit("bridge", read_to).unwrap();
+    log.close(i).unwrap();
+    let block = ((2 + old.0) * SMALL.erase_size) as usize;
+    flash.bytes_mut()[block..block + SMALL.erase_size as usize].fill(0x00);
+
+    let (mut log, _) = Log::mount(&mut flash, drop_oldest, ram.memory(), 0).unwrap();
+    assert_eq!(log.stats().corrupt_offsets, next.2 - read_to);
+    let mut out = vec![0u8; 4096];
+    let r = log.read(read_to, &mut out).unwrap();
+    assert_eq!(
+        r.lost,
+        Some(LostRange {
+            from: read_to,
+            to: next.2,
+            reason: LostReason::Corrupt
+        })
+    );
 }

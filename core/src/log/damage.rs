@@ -110,17 +110,20 @@ impl<F: Flash> Log<'_, F> {
     /// the next `seq`, and only the one after the head is ever reclaimed (erased, then
     /// given a header): a segment just before the tail that is not the next one to open
     /// lost its header to damage. When it is the next one to open, an erase for reopening
-    /// it may have been under way: that was legitimate under `DropOldest` (the policy this
-    /// mount runs with), with no consumer, or when every consumer of the journal had
-    /// committed past the tail's base; under `RejectNew` a consumer committed below it says
-    /// the reclaim never began (it persists the commits it relies on first).
+    /// it may have been under way, unless the journal says the last shutdown was `clean`
+    /// (a clean entry is written only by a close, never while a segment is being opened):
+    /// a reclaim was legitimate under `DropOldest` (the policy this mount runs with), with
+    /// no consumer, or when every consumer of the journal had committed past the tail's
+    /// base; under `RejectNew` a consumer committed below it says the reclaim never began
+    /// (it persists the commits it relies on first). After a clean shutdown, under either
+    /// policy, a consumer committed below the tail's base says the segment was damaged.
     ///
     /// The range reported ends at the tail's base and starts at the first of: 0 when no
     /// segment was ever reused (the highest `seq` is at most the segment count: nothing was
     /// reclaimed, so every offset below the tail's was stored), the base of a valid batch
     /// found in the segment, and the lowest committed offset of the journal's consumers
     /// (what a consumer had not read yet). Costs one read when the segment is blank.
-    pub(super) fn find_damage_before_tail(&mut self) -> Result<(), F::Error> {
+    pub(super) fn find_damage_before_tail(&mut self, clean: bool) -> Result<(), F::Error> {
         let n = self.dev.l.seg_count;
         let (Some(t), Some(h)) = (self.tail, self.head) else {
             return Ok(());
@@ -133,8 +136,9 @@ impl<F: Flash> Log<'_, F> {
         let tail_base = tail.base;
         let unread_from = self.consumers.iter().map(|c| c.committed).min();
         let from = if p == (h + 1) % n {
+            let reclaim_possible = !clean && self.cfg.full == FullPolicy::DropOldest;
             match unread_from {
-                Some(c) if self.cfg.full == FullPolicy::RejectNew && c < tail_base => c,
+                Some(c) if !reclaim_possible && c < tail_base => c,
                 _ => return Ok(()),
             }
         } else {

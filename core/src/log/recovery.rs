@@ -616,7 +616,9 @@ impl<'a, F: Flash> Log<'a, F> {
         let head = log.head;
         let seg_data = (l.seg_size - l.data_start) & !(l.ws() - 1);
         log.buf_cap = log.buf.len().min(seg_data as usize);
-        log.find_damage_before_tail().map_err(MountError::Flash)?;
+        let clean = facts.is_some_and(|f| f.clean);
+        log.find_damage_before_tail(clean)
+            .map_err(MountError::Flash)?;
 
         // 4. Scan the head segment.
         let mut report = RecoveryReport {
@@ -803,13 +805,14 @@ impl<'a, F: Flash> Log<'a, F> {
     /// `durable_next` covers it (it is written after the batch's sync), so one failing its
     /// CRC below that was damaged, never torn by a power cut.
     ///
-    /// After a clean shutdown nothing was written after the journal entry, so every offset
-    /// from `expected` to `durable_next` that cannot be read was damaged, whatever a
-    /// damaged batch header says (its base offset is not trusted). When the data ends in
-    /// erased flash (a batch erased, or a damaged header made an older segment the head),
-    /// the only legitimate gap is records consumed from RAM and never written, which are
-    /// always below every consumer's committed offset: the range starts at the lowest
-    /// committed offset when that is above `expected`.
+    /// After a clean shutdown nothing was written after the journal entry, so non-erased
+    /// bytes there that hold no valid batch were damaged: every offset from `expected` to
+    /// `durable_next` is lost, whatever a damaged batch header says (its base offset is not
+    /// trusted). When the data ends in erased flash, the gap up to `durable_next` may hold
+    /// no records (offsets a crash skipped, settled by the close; records consumed from
+    /// RAM): only a batch found in the invalid segment after the head (whose header was
+    /// damaged, so an older segment was taken for the head) proves records lost, from its
+    /// base offset.
     ///
     /// After an unclean shutdown only non-erased bytes count: their header, if plausible,
     /// gives their base offset (offsets between `expected` and it were consumed from RAM,
@@ -830,9 +833,23 @@ impl<'a, F: Flash> Log<'a, F> {
             if corrupt {
                 return Ok(Some(expected));
             }
-            let unread = self.consumers.iter().map(|c| c.committed).min();
-            let from = unread.map_or(expected, |c| c.max(expected));
-            return Ok((from < f.durable_next).then_some(from));
+            // Erased flash after the data: offsets a crash skipped (settled into
+            // `durable_next` by a later close) or records consumed from RAM leave the same
+            // gap, so only a batch of those offsets in the segment after the head, whose
+            // header did not validate, proves damage (a reused segment's old batches hold
+            // offsets below the head's).
+            let next = (seg + 1) % l.seg_count;
+            if self.slots[next as usize].valid {
+                return Ok(None);
+            }
+            return match self
+                .dev
+                .next_batch(next, l.data_start, expected)
+                .map_err(MountError::Flash)?
+            {
+                Next::Batch { h, .. } if h.base_offset < f.durable_next => Ok(Some(h.base_offset)),
+                _ => Ok(None),
+            };
         }
         if !corrupt {
             return Ok(None);
