@@ -1,14 +1,17 @@
 //! Damage a mount measures at the two ends of the log: how far the bytes a cut write may
 //! have programmed reach at the end of the head segment (a torn batch, a torn resume marker,
 //! a resume marker an earlier boot placed after them), and a damaged segment just before the
-//! tail whose records are reported lost rather than dropped.
+//! tail whose records are reported lost rather than dropped; and whether unreadable bytes at
+//! the head's end held records that were durable (lost to damage, not to a crash).
 
 use super::Log;
 use super::config::FullPolicy;
 use super::device::CHUNK;
 use super::format;
 use super::format::{BATCH_HEADER_LEN, BatchHeader, HeadCheck, RESUME_LEN, align_up};
+use super::recovery::JournalFacts;
 use super::scan::Next;
+use crate::error::MountError;
 use crate::storage::Flash;
 
 /// A segment just before the tail whose header does not validate although it held records
@@ -175,5 +178,76 @@ impl<F: Flash> Log<'_, F> {
     pub(super) fn damaged_before_tail(&self) -> Option<(u64, u64)> {
         let d = self.damaged?;
         (self.tail == Some(d.tail)).then(|| (d.from, self.slots[d.tail as usize].base))
+    }
+}
+
+impl<F: Flash> Log<'_, F> {
+    /// Whether the head segment `seg`, whose valid data ends at `pos` (`expected` the
+    /// offset after it) in non-erased bytes that hold no valid batch (`corrupt`) or in
+    /// erased flash, lost durable records there: the first offset lost if so (the range
+    /// ends at the journal's `durable_next`). A batch is durable once the journal's
+    /// `durable_next` covers it (it is written after the batch's sync), so one failing its
+    /// CRC below that was damaged, never torn by a power cut.
+    ///
+    /// After a clean shutdown nothing was written after the journal entry, so non-erased
+    /// bytes there that hold no valid batch were damaged: every offset from `expected` to
+    /// `durable_next` is lost, whatever a damaged batch header says (its base offset is not
+    /// trusted). When the data ends in erased flash, the gap up to `durable_next` may hold
+    /// no records (offsets a crash skipped, settled by the close; records consumed from
+    /// RAM): only a batch found in the invalid segment after the head (whose header was
+    /// damaged, so an older segment was taken for the head) proves records lost, from its
+    /// base offset.
+    ///
+    /// After an unclean shutdown only non-erased bytes count: their header, if plausible,
+    /// gives their base offset (offsets between `expected` and it were consumed from RAM,
+    /// never written); a torn write holds offsets at or above `durable_next`.
+    pub(super) fn durable_but_damaged(
+        &mut self,
+        seg: u32,
+        pos: u32,
+        expected: u64,
+        corrupt: bool,
+        facts: Option<JournalFacts>,
+    ) -> Result<Option<u64>, MountError<F::Error>> {
+        let l = self.dev.l;
+        let Some(f) = facts.filter(|f| f.durable_next > expected) else {
+            return Ok(None);
+        };
+        if f.clean {
+            if corrupt {
+                return Ok(Some(expected));
+            }
+            // Erased flash after the data: offsets a crash skipped (settled into
+            // `durable_next` by a later close) or records consumed from RAM leave the same
+            // gap, so only a batch of those offsets in the segment after the head, whose
+            // header did not validate, proves damage (a reused segment's old batches hold
+            // offsets below the head's).
+            let next = (seg + 1) % l.seg_count;
+            if self.slots[next as usize].valid {
+                return Ok(None);
+            }
+            return match self
+                .dev
+                .next_batch(next, l.data_start, expected)
+                .map_err(MountError::Flash)?
+            {
+                Next::Batch { h, .. } if h.base_offset < f.durable_next => Ok(Some(h.base_offset)),
+                _ => Ok(None),
+            };
+        }
+        if !corrupt {
+            return Ok(None);
+        }
+        let mut hb = [0u8; BATCH_HEADER_LEN];
+        if pos + BATCH_HEADER_LEN as u32 <= l.seg_size {
+            self.dev
+                .read(l.seg_addr(seg) + pos, &mut hb)
+                .map_err(MountError::Flash)?;
+            if BatchHeader::check(&hb, l.geo.erased, l.seg_size - pos) == HeadCheck::Plausible {
+                let base = BatchHeader::decode(&hb).base_offset;
+                return Ok((base < f.durable_next).then_some(base.max(expected)));
+            }
+        }
+        Ok(None)
     }
 }

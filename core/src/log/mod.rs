@@ -65,6 +65,7 @@ mod damage;
 mod device;
 mod find;
 pub mod format;
+mod init;
 mod journal;
 mod layout;
 pub mod lz4;

@@ -1,4 +1,4 @@
-//! Formatting a partition and mounting it: the journal, one header per segment, the scan
+//! Mounting a partition (formatting one is `init`): the journal, one header per segment, the scan
 //! of the head segment, torn tails and where the next write may go, and the producer table
 //! rebuilt from the records the journal does not cover. How far a torn write reaches and
 //! damage just before the tail are measured in `damage`.
@@ -12,8 +12,8 @@ use super::config::{Config, MIN_BUFFER, MIN_ERASE_SIZE, Memory, SegmentSlot};
 use super::consumers::BRIDGE_CONSUMER;
 use super::device::{Dev, Io};
 use super::format::{
-    BATCH_HEADER_LEN, BatchHeader, FORMAT_VERSION, HeadCheck, JOURNAL_BLOCKS, RESUME_LEN,
-    ResumeMarker, SEGMENT_HEADER_LEN, SegmentHeader, align_up,
+    BATCH_HEADER_LEN, BatchHeader, JOURNAL_BLOCKS, RESUME_LEN, ResumeMarker, SEGMENT_HEADER_LEN,
+    SegmentHeader, align_up,
 };
 use super::journal;
 use super::journal::Consumer;
@@ -22,7 +22,7 @@ use super::outcome::{JournalInvalid, LostRange, LostReason, RecoveryReport, Stat
 use super::producers;
 use super::producers::ProducerState;
 use super::scan::Next;
-use crate::error::{FormatError, MountError, ReadError};
+use crate::error::{MountError, ReadError};
 use crate::storage::{Flash, Geometry};
 
 /// What the mount's first phases ([`Log::open`]) found, to build the log from.
@@ -61,13 +61,13 @@ struct Rest {
 /// the log ([`Log::load_journal`]): a few numbers, so that the entry (1.7 KiB on a
 /// microcontroller) is off the stack before the recovery's scan of the head segment.
 #[derive(Clone, Copy)]
-struct JournalFacts {
+pub(super) struct JournalFacts {
     /// No offset below the lease has been handed out without a newer entry.
-    lease: u64,
+    pub(super) lease: u64,
     /// The durable end when the entry was written.
-    durable_next: u64,
+    pub(super) durable_next: u64,
     /// The entry was written by a clean shutdown.
-    clean: bool,
+    pub(super) clean: bool,
     /// Where the producer table's rebuild starts ([`producers::rebuild_from`]).
     rebuild_from: u64,
 }
@@ -92,92 +92,6 @@ pub(super) fn same_geometry<E: core::fmt::Debug>(
 }
 
 impl<'a, F: Flash> Log<'a, F> {
-    /// Formats the partition as an empty log with id `log_id` (random, chosen by the
-    /// caller) and segments of `blocks_per_segment` erase blocks. Erases the journal and
-    /// the first segment only: segments of other logs are told apart by their log id, so
-    /// give every format a fresh random id. Registers the consumer `bridge` at offset 0.
-    ///
-    /// Errors: [`FormatError::Geometry`] for an unusable geometry (erase size below
-    /// [`MIN_ERASE_SIZE`] included), [`FormatError::TooFewSegments`] if fewer than two
-    /// segments fit, storage errors.
-    pub fn format(
-        flash: &mut F,
-        log_id: u128,
-        blocks_per_segment: u32,
-    ) -> Result<(), FormatError<F::Error>> {
-        let geo = flash.geometry();
-        if !geo.is_valid() || geo.erase_size < MIN_ERASE_SIZE {
-            return Err(FormatError::Geometry);
-        }
-        let l = Layout::new(geo, blocks_per_segment);
-        if l.seg_count < 2 {
-            return Err(FormatError::TooFewSegments {
-                segments: l.seg_count,
-                blocks_per_segment,
-            });
-        }
-        let mut dev = Dev {
-            flash,
-            l,
-            stats: Stats::default(),
-            failed: None,
-        };
-        let map = |e: Io<F::Error>| match e {
-            Io::Flash(e) => FormatError::Flash(e),
-            Io::BadBlock(block) => FormatError::BadBlock { block },
-            // Never: only erases fail here, and the entry below is numbered 1.
-            Io::SeqExhausted(_) => FormatError::Geometry,
-        };
-        dev.erase_verified(0, JOURNAL_BLOCKS).map_err(map)?;
-        dev.erase_verified(JOURNAL_BLOCKS, blocks_per_segment)
-            .map_err(map)?;
-        let hdr = SegmentHeader {
-            version: FORMAT_VERSION,
-            erase_size: geo.erase_size,
-            write_size: geo.write_size,
-            erased: geo.erased,
-            blocks_per_segment,
-            segment_count: l.seg_count,
-            log_id,
-            seq: 1,
-            base_offset: 0,
-            prev_crc: 0,
-            erase_count: 1,
-            after_unclean: false,
-        };
-        dev.write_padded(l.seg_addr(0), &hdr.encode())
-            .map_err(FormatError::Flash)?;
-        let mut entry = [0u8; journal::MAX_ENTRY_LEN];
-        let head = journal::EntryHead {
-            seq: 1,
-            lease: 0,
-            durable_next: 0,
-            log_id,
-            geometry: (
-                geo.erase_size,
-                geo.write_size,
-                geo.erased,
-                blocks_per_segment,
-            ),
-            clean: true,
-        };
-        let len = journal::encode(
-            &mut entry,
-            geo.erase_size as usize,
-            &head,
-            [(BRIDGE_CONSUMER, 0u64)].into_iter(),
-            core::iter::empty(),
-        );
-        dev.write_padded(0, &entry[..len])
-            .map_err(FormatError::Flash)?;
-        dev.flash.sync().map_err(FormatError::Flash)?;
-        info!(
-            "formatted log {:032x}: {} segments of {} blocks",
-            log_id, l.seg_count, blocks_per_segment
-        );
-        Ok(())
-    }
-
     /// Mounts a formatted partition and recovers its state. Recovery never fails on bad
     /// data: torn writes, corrupt batches and interrupted erases are reported in the
     /// [`RecoveryReport`], never returned as errors and never handed out as records.
@@ -796,75 +710,6 @@ impl<'a, F: Flash> Log<'a, F> {
                 head_end,
             },
         ))
-    }
-
-    /// Whether the head segment `seg`, whose valid data ends at `pos` (`expected` the
-    /// offset after it) in non-erased bytes that hold no valid batch (`corrupt`) or in
-    /// erased flash, lost durable records there: the first offset lost if so (the range
-    /// ends at the journal's `durable_next`). A batch is durable once the journal's
-    /// `durable_next` covers it (it is written after the batch's sync), so one failing its
-    /// CRC below that was damaged, never torn by a power cut.
-    ///
-    /// After a clean shutdown nothing was written after the journal entry, so non-erased
-    /// bytes there that hold no valid batch were damaged: every offset from `expected` to
-    /// `durable_next` is lost, whatever a damaged batch header says (its base offset is not
-    /// trusted). When the data ends in erased flash, the gap up to `durable_next` may hold
-    /// no records (offsets a crash skipped, settled by the close; records consumed from
-    /// RAM): only a batch found in the invalid segment after the head (whose header was
-    /// damaged, so an older segment was taken for the head) proves records lost, from its
-    /// base offset.
-    ///
-    /// After an unclean shutdown only non-erased bytes count: their header, if plausible,
-    /// gives their base offset (offsets between `expected` and it were consumed from RAM,
-    /// never written); a torn write holds offsets at or above `durable_next`.
-    fn durable_but_damaged(
-        &mut self,
-        seg: u32,
-        pos: u32,
-        expected: u64,
-        corrupt: bool,
-        facts: Option<JournalFacts>,
-    ) -> Result<Option<u64>, MountError<F::Error>> {
-        let l = self.dev.l;
-        let Some(f) = facts.filter(|f| f.durable_next > expected) else {
-            return Ok(None);
-        };
-        if f.clean {
-            if corrupt {
-                return Ok(Some(expected));
-            }
-            // Erased flash after the data: offsets a crash skipped (settled into
-            // `durable_next` by a later close) or records consumed from RAM leave the same
-            // gap, so only a batch of those offsets in the segment after the head, whose
-            // header did not validate, proves damage (a reused segment's old batches hold
-            // offsets below the head's).
-            let next = (seg + 1) % l.seg_count;
-            if self.slots[next as usize].valid {
-                return Ok(None);
-            }
-            return match self
-                .dev
-                .next_batch(next, l.data_start, expected)
-                .map_err(MountError::Flash)?
-            {
-                Next::Batch { h, .. } if h.base_offset < f.durable_next => Ok(Some(h.base_offset)),
-                _ => Ok(None),
-            };
-        }
-        if !corrupt {
-            return Ok(None);
-        }
-        let mut hb = [0u8; BATCH_HEADER_LEN];
-        if pos + BATCH_HEADER_LEN as u32 <= l.seg_size {
-            self.dev
-                .read(l.seg_addr(seg) + pos, &mut hb)
-                .map_err(MountError::Flash)?;
-            if BatchHeader::check(&hb, l.geo.erased, l.seg_size - pos) == HeadCheck::Plausible {
-                let base = BatchHeader::decode(&hb).base_offset;
-                return Ok((base < f.durable_next).then_some(base.max(expected)));
-            }
-        }
-        Ok(None)
     }
 
     /// Record CRC of the last record of the (valid) batch at `pos` of `seg`.

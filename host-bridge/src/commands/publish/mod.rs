@@ -7,6 +7,7 @@
 //! what was done ([`PublishSummary`]) and how to continue.
 
 mod input;
+mod link;
 mod session;
 mod summary;
 
@@ -22,6 +23,7 @@ use crate::drain::{Backoff, Shutdown};
 use crate::exit;
 use input::{Input, Line, at_suffix, input_name, locate, open_input, spawn_line_reader};
 pub use input::{UNLIMITED_LINE, timestamp_from_field};
+use link::{Connection, connection, sleep_or_stop};
 use session::{Numbering, Recheck, RecheckError, replace_session};
 pub use summary::PublishSummary;
 use summary::resume_command;
@@ -772,68 +774,6 @@ fn note_unknown_durability(sum: &mut PublishSummary, n: &Numbering) {
         sum.not_known_durable_lines = Some(n.lines_text(range));
         sum.not_known_durable_in_session = n.in_session(range.0);
     }
-}
-
-/// `publish`'s connection: the open one, or a new one to `args.gateway`.
-/// [`Connection::Retry`] after a failed connect, once the backoff's next delay has passed
-/// (or `stop` was triggered); [`Connection::NotSpillway`] when no `Welcome` came from the
-/// gateway yet (`*welcomed` false) and the peer is not a Spillway listener: that is not
-/// retried. `*welcomed` is set by the first connection made.
-async fn connection<'a>(
-    conn: &'a mut Option<Client>,
-    welcomed: &mut bool,
-    args: &PublishArgs,
-    backoff: &mut Backoff,
-    stop: &Shutdown,
-) -> Connection<'a> {
-    if conn.is_none() {
-        match Client::connect(&args.gateway, CLIENT_NAME, args.reply_timeout).await {
-            Ok(c) => {
-                *welcomed = true;
-                *conn = Some(c);
-            }
-            Err(e @ ClientError::NotSpillway(_)) if !*welcomed => {
-                log::error!(
-                    "gateway {}: {e}; not retried: point --gateway at the gateway's Spillway listener (its tcp://, tls:// or unix:// --listen without ?mode=lines), not a line-mode, MQTT or metrics port",
-                    args.gateway
-                );
-                return Connection::NotSpillway;
-            }
-            Err(e) => {
-                let d = backoff.next_delay();
-                log::warn!("gateway {}: {e}; retrying in {d:.1?}", args.gateway);
-                sleep_or_stop(d, stop).await;
-                return Connection::Retry;
-            }
-        }
-    }
-    match conn.as_mut() {
-        Some(c) => Connection::Ready(c),
-        None => Connection::Retry,
-    }
-}
-
-/// What [`connection`] found.
-enum Connection<'a> {
-    /// Connected.
-    Ready(&'a mut Client),
-    /// Not connected this time; try again (the retry budget permitting).
-    Retry,
-    /// The address is not a Spillway listener (logged): stop. Nothing was stored (no
-    /// Welcome ever came), and the same command would meet the same port, so the summary
-    /// gives no "run it again" hint.
-    NotSpillway,
-}
-
-/// Sleeps `d` or until `stop` is triggered.
-async fn sleep_or_stop(d: Duration, stop: &Shutdown) {
-    smol::future::or(
-        async {
-            smol::Timer::after(d).await;
-        },
-        stop.wait(),
-    )
-    .await
 }
 
 #[cfg(test)]
