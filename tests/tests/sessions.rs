@@ -304,33 +304,8 @@ fn a_buffered_publish_across_a_gateway_crash_names_the_lost_lines_and_goes_on() 
     let gw = format!("tcp://127.0.0.1:{port}");
     // Records wait in RAM until a durable request (a linger of an hour).
     let slow = ["--linger-ms", "3600000"];
-    let mut gateway = start_gateway_with(dir.path(), port, &slow);
-    let mut publisher = spawn_publish_stdin(
-        &gw,
-        &[
-            "--producer-id",
-            "8",
-            "--ack",
-            "buffered",
-            "--retry-for",
-            "30s",
-        ],
-    );
-    let mut input = publisher.stdin.take().unwrap();
-    input.write_all(numbered("a", 0..50).as_bytes()).unwrap();
-    wait_until(
-        Duration::from_secs(60),
-        || (gateway_next_offset(&gw) >= 50).then_some(()),
-        || "the first lines were not stored".into(),
-    );
-    // `publish` sends a batch once the one before it is answered: when the marker is
-    // stored, the 50 lines before it were acknowledged.
-    input.write_all(b"marker\n").unwrap();
-    wait_until(
-        Duration::from_secs(60),
-        || (gateway_next_offset(&gw) >= 51).then_some(()),
-        || "the marker was not stored".into(),
-    );
+    let (publisher, mut input, mut gateway) =
+        buffered_publish_with_acknowledged_lines(dir.path(), port, "8", "30s");
     gateway.kill();
     let _gateway = start_gateway_with(dir.path(), port, &slow);
     input.write_all(numbered("c", 0..20).as_bytes()).unwrap();
@@ -456,12 +431,13 @@ fn a_resume_whose_session_the_gateway_forgot_sends_nothing() {
 /// A buffered publish (records wait in the gateway's RAM for an hour) whose lines were
 /// acknowledged, then the gateway is killed (-9) and restarted, sessions of
 /// `MAX_PRODUCERS` other ids push the publisher's id out of its producer table, and more
-/// input comes. Starts `--ack buffered --producer-id 91 --retry-for RETRY` on stdin, writes
+/// input comes. Starts `--ack buffered --producer-id ID --retry-for RETRY` on stdin, writes
 /// 50 lines and a marker and waits until they are stored; returns the publisher, its
 /// stdin, and the gateway (still running).
 fn buffered_publish_with_acknowledged_lines(
     dir: &Path,
     port: u16,
+    id: &str,
     retry: &str,
 ) -> (Child, std::process::ChildStdin, GatewayProcess) {
     let gw = format!("tcp://127.0.0.1:{port}");
@@ -470,7 +446,7 @@ fn buffered_publish_with_acknowledged_lines(
         &gw,
         &[
             "--producer-id",
-            "91",
+            id,
             "--ack",
             "buffered",
             "--retry-for",
@@ -507,7 +483,7 @@ fn buffered_lines_of_a_session_forgotten_after_a_crash_are_named_as_possibly_los
     let port = spillway_tests::gateway::free_port();
     let gw = format!("tcp://127.0.0.1:{port}");
     let (publisher, mut input, mut gateway) =
-        buffered_publish_with_acknowledged_lines(dir.path(), port, "30s");
+        buffered_publish_with_acknowledged_lines(dir.path(), port, "91", "30s");
     gateway.kill();
     let _gateway = start_gateway_with(dir.path(), port, &["--linger-ms", "3600000"]);
     // `publish` connects again only for its next line: the id is forgotten by then.
@@ -557,7 +533,7 @@ fn a_buffered_publish_that_gives_up_says_what_is_not_known_durable() {
     let dir = tempfile::tempdir().unwrap();
     let port = spillway_tests::gateway::free_port();
     let (publisher, mut input, mut gateway) =
-        buffered_publish_with_acknowledged_lines(dir.path(), port, "1s");
+        buffered_publish_with_acknowledged_lines(dir.path(), port, "91", "1s");
     gateway.kill();
     input.write_all(b"after\n").unwrap();
     drop(input);
