@@ -257,14 +257,13 @@ pub(super) async fn replace_session(
     let epoch = if s.resumed {
         // The resume wrote the gateway's buffer to flash: what it holds now is durable.
         report_unsure(n, n.base, id, sum);
-        if let Some(range) = n.acked_beyond(s.last_seq) {
-            let count = range.1 - range.0 + 1;
-            let lines = n.lines_text(range);
-            log::error!(
-                "producer {id} session {old}: the gateway lost {count} record(s) it had acknowledged as buffered ({lines}): it restarted before they reached flash; publish keeps no acknowledged line, so they are not resent"
-            );
-            sum.note_lost(count, lines);
-        }
+        report_lost(
+            n,
+            (id, old),
+            s.last_seq,
+            "; publish keeps no acknowledged line, so they are not resent",
+            sum,
+        );
         n.all_durable();
         let next = s.last_seq.wrapping_add(1);
         if !seq_before(next, first_seq) {
@@ -312,6 +311,29 @@ pub(super) async fn replace_session(
     Ok(())
 }
 
+/// Reports the records of session `(id, epoch)` acknowledged as buffered after
+/// `last_seq`, the last sequence the gateway holds durably, as lost by the gateway: an
+/// error naming their input lines (with `more` appended), counted in
+/// [`PublishSummary::lost`]. Returns whether there were any.
+fn report_lost(
+    n: &Numbering,
+    (id, epoch): (u64, u32),
+    last_seq: u32,
+    more: &str,
+    sum: &mut PublishSummary,
+) -> bool {
+    let Some(range) = n.acked_beyond(last_seq) else {
+        return false;
+    };
+    let count = range.1 - range.0 + 1;
+    let lines = n.lines_text(range);
+    log::error!(
+        "producer {id} session {epoch}: the gateway lost {count} record(s) it had acknowledged as buffered ({lines}): it restarted before they reached flash{more}"
+    );
+    sum.note_lost(count, lines);
+    true
+}
+
 /// Reports the numbered lines up to `upto` acknowledged as buffered on an earlier
 /// connection than the current one and not known durable
 /// ([`Numbering::unsure_before_connection`]) as possibly lost: an error naming the input
@@ -346,16 +368,8 @@ pub(super) async fn check_durable_at_end(
     match c.open_session(id, true).await {
         Ok(s) if s.resumed && s.epoch == epoch => {
             report_unsure(n, n.base, id, sum);
-            match n.acked_beyond(s.last_seq) {
-                None => sum.durable_checked = true,
-                Some(range) => {
-                    let count = range.1 - range.0 + 1;
-                    let lines = n.lines_text(range);
-                    log::error!(
-                        "producer {id} session {epoch}: the gateway lost {count} record(s) it had acknowledged as buffered ({lines}): it restarted before they reached flash"
-                    );
-                    sum.note_lost(count, lines);
-                }
+            if !report_lost(n, (id, epoch), s.last_seq, "", sum) {
+                sum.durable_checked = true;
             }
             n.all_durable();
         }
