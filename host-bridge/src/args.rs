@@ -333,6 +333,14 @@ pub(crate) struct PublishCli {
     /// record without this flag is stamped by the gateway.
     #[arg(long, value_name = "NAME")]
     pub(crate) timestamp_field: Option<String>,
+    /// Send only lines of at most this many bytes (K, M = 1024); a longer line is not sent
+    /// (logged with its line number, exit 1 at the end) and gets no sequence number. Above
+    /// the gateway's own limit, nothing is sent and it exits 1. The resume command a stopped
+    /// publish prints carries the limit it used, so a --resume numbers the input as the
+    /// interrupted run did even if the gateway's limit changed [default: the gateway's
+    /// record limit, from its handshake]
+    #[arg(long, value_name = "SIZE")]
+    pub(crate) max_record_bytes: Option<ByteSize>,
     /// Input files, read one after the other as one input, or - for stdin (the default).
     /// Streamed: each line is sent as soon as it is read (`tail -F app.log |
     /// spillway-bridge publish --topic t -` works), and only records not yet acknowledged

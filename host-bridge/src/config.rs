@@ -132,6 +132,8 @@ pub struct FileConfig {
     pub producer_id: Option<u64>,
     /// `publish --timestamp-field`.
     pub timestamp_field: Option<String>,
+    /// `publish --max-record-bytes`: the longest line sent, bytes.
+    pub max_record_bytes: Option<ByteSize>,
     /// `tail --follow`.
     pub follow: Option<bool>,
     /// `tail --count`.

@@ -139,6 +139,8 @@ fn main() {
                 timestamp_field: cfg.timestamp_field.clone(),
                 retry_for: cfg.retry_for.map_or(PUBLISH_RETRY_FOR_DEFAULT, |d| d.0),
                 reply_timeout: reply_timeout(&cfg),
+                max_record_bytes: cfg.max_record_bytes.map(|b| b.0),
+                carried: carried_flags(file, &cli.security, a.retry_for.as_ref()),
             };
             // SIGINT or SIGTERM stops publishing; the summary then prints the command that
             // resumes it, and the exit code is the shell's for that signal (130, 143).
@@ -267,6 +269,31 @@ fn layered(file: Option<&std::path::Path>, flags: &impl Serialize) -> FileConfig
 
 fn reply_timeout(cfg: &FileConfig) -> Duration {
     Duration::from_millis(cfg.reply_timeout_ms.unwrap_or(REPLY_TIMEOUT_DEFAULT_MS))
+}
+
+/// The flags a printed `publish` resume command repeats, `(flag, value)`: `--config` and the
+/// security files as given on the command line (the config file brings its own keys), and
+/// `--retry-for` if given as a flag (in ms).
+fn carried_flags(
+    file: Option<&std::path::Path>,
+    sec: &args::SecurityFlags,
+    retry_for: Option<&spillway_core::cli::units::DurationValue>,
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut push = |flag: &str, value: Option<&std::path::Path>| {
+        if let Some(v) = value {
+            out.push((flag.to_string(), v.display().to_string()));
+        }
+    };
+    push("--config", file);
+    push("--tls-ca", sec.tls_ca.as_deref());
+    push("--tls-cert", sec.tls_cert.as_deref());
+    push("--tls-key", sec.tls_key.as_deref());
+    push("--token-file", sec.token_file.as_deref());
+    if let Some(d) = retry_for {
+        out.push(("--retry-for".to_string(), format!("{}ms", d.0.as_millis())));
+    }
+    out
 }
 
 /// `drain` with `c`, the config file's settings with the flags over them, `--retry-for` and

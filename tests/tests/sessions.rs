@@ -161,7 +161,7 @@ fn an_interrupted_publish_resumes_and_stores_every_line_once() {
     assert_eq!(
         cmd,
         format!(
-            "spillway-bridge publish --gateway {gw} --topic t --producer-id 31337 --resume {input}"
+            "spillway-bridge publish --gateway {gw} --topic t --producer-id 31337 --resume --max-record-bytes 4096 {input}"
         )
     );
     // The gateway restarts between the two runs: the session and its dedup survive.
@@ -173,6 +173,57 @@ fn an_interrupted_publish_resumes_and_stores_every_line_once() {
     assert!(resumed.status.success(), "{rerr}");
     assert!(rerr.contains(&format!("session {epoch} resumed")), "{rerr}");
     assert_log_holds_lines_once_in_order(&gw, "line", n);
+}
+
+/// Found by a break-it run: the lines a `--resume` skips were counted under the gateway's
+/// record limit at the time of the resume, so after a restart with a higher
+/// `--max-record-bytes` the printed command stored lines twice (one per oversize line in
+/// the skipped part) and said "no duplicates". The printed command now carries the limit
+/// the interrupted run numbered lines under.
+#[test]
+fn a_resume_after_the_gateway_raised_its_record_limit_stores_every_line_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = spillway_tests::gateway::free_port();
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let mut gateway = start_gateway(dir.path(), port);
+    let n = 20_000;
+    let line = |i: usize| {
+        if i % 1000 == 500 {
+            format!("big {i} {}", "x".repeat(5000))
+        } else {
+            format!("line {i}")
+        }
+    };
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, (0..n).map(|i| line(i) + "\n").collect::<String>()).unwrap();
+    let input = input.display().to_string();
+    let publisher = spawn_bridge_piped(
+        &[
+            &publish_args(&gw, "t")[..],
+            &["--producer-id", "312", &input],
+        ]
+        .concat(),
+    );
+    wait_until(
+        Duration::from_secs(60),
+        || (gateway_next_offset(&gw) >= 3_000).then_some(()),
+        || "publisher made no progress".into(),
+    );
+    signal(&publisher, libc::SIGINT);
+    let out = publisher.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let cmd = resume_command_in(&err);
+    assert!(cmd.contains(" --max-record-bytes 4096 "), "{cmd}");
+    // The gateway comes back taking records of up to 8 KiB.
+    gateway.stop(Duration::from_secs(10));
+    let _gateway = start_gateway_with(dir.path(), port, &["--max-record-bytes", "8K"]);
+    let args: Vec<&str> = cmd.split(' ').skip(1).collect();
+    let resumed = run_bridge(&args);
+    let rerr = String::from_utf8_lossy(&resumed.stderr);
+    // The oversize lines are still refused here, as in the first run: exit 1.
+    assert_eq!(resumed.status.code(), Some(1), "{rerr}");
+    let want: Vec<String> = (0..n).filter(|i| i % 1000 != 500).map(line).collect();
+    assert_eq!(stored(&gw), want, "every line up to 4 KiB once, in order");
 }
 
 /// A line over the gateway's max record size (4 KiB by default) is refused before it is
@@ -277,7 +328,7 @@ fn a_publisher_whose_id_the_gateway_forgot_opens_a_new_session_and_goes_on() {
     assert_eq!(
         resume_command_in(&err),
         format!(
-            "spillway-bridge publish --gateway {gw} --topic t --producer-id 7 --resume - (the same input on stdin, from its line 51 on)"
+            "spillway-bridge publish --gateway {gw} --topic t --producer-id 7 --resume --max-record-bytes 4096 -  # the same input on stdin, from its line 51 on"
         )
     );
     // As the command says: the input from line 51 on, with more lines after it.
@@ -402,7 +453,7 @@ fn a_resume_whose_session_the_gateway_forgot_sends_nothing() {
     assert_eq!(
         cmd,
         format!(
-            "spillway-bridge publish --gateway {gw} --topic t --producer-id 31337 --resume - (the same input on stdin)"
+            "spillway-bridge publish --gateway {gw} --topic t --producer-id 31337 --resume --max-record-bytes 4096 -  # the same input on stdin"
         )
     );
     let mut other = spillway_tests::client::connect(&format!("127.0.0.1:{port}")).unwrap();

@@ -58,6 +58,15 @@ pub struct PublishArgs {
     pub retry_for: Duration,
     /// Reply timeout.
     pub reply_timeout: Duration,
+    /// The longest line sent, bytes (`--max-record-bytes`); a longer one is not sent and
+    /// gets no sequence number. `None`: the gateway's record limit from its `Welcome`. A
+    /// limit above the gateway's is refused before anything is sent (exit 1): the lines
+    /// between the two could not be stored.
+    pub max_record_bytes: Option<u64>,
+    /// Flags of this run that the printed resume command repeats, each `(flag, value)`: the
+    /// config file and the connection's security files as given on the command line, and
+    /// `--retry-for` (the config file's keys come with `--config`).
+    pub carried: Vec<(String, String)>,
 }
 
 /// Shortest time between two warnings of one kind about refused records (`Full`, a
@@ -144,10 +153,11 @@ struct Unacked {
 /// one, whose last stored sequence is the number of input lines to skip; if the gateway has no
 /// session of the id to resume, nothing is sent and the exit code is 1, since the number of
 /// lines to skip is not known). A line longer than
-/// the gateway's `max_record_bytes` (from its `Welcome`) is refused before it is sent and
-/// gets no sequence number; every other line gets the next one, from 1 (wrapping after
-/// `u32::MAX`), the same on every resend, so a resume of the same input against a gateway
-/// with the same limit skips exactly the lines stored. The gateway takes only the next
+/// [`PublishArgs::max_record_bytes`] (by default the gateway's `max_record_bytes`, from its
+/// `Welcome`) is refused before it is sent and gets no sequence number; every other line
+/// gets the next one, from 1 (wrapping after `u32::MAX`), the same on every resend, so a
+/// resume of the same input under the same limit skips exactly the lines stored (the resume
+/// command carries the limit, since the gateway's may change in between). The gateway takes only the next
 /// sequence; a record refused `Full` or out of sequence is resent, in order, with everything
 /// after it, so none is abandoned while later ones are stored. Against a gateway of an older
 /// protocol version the records carry the producer without a session (the old rule).
@@ -223,7 +233,12 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         if sum.session.is_none() && sum.acknowledged == 0 {
             sum.stopped_before_storing = true;
         } else if let Some(id) = sum.producer_id {
-            sum.resume_command = Some(resume_command(&args, id, sum.session_first_line));
+            sum.resume_command = Some(resume_command(
+                &args,
+                id,
+                sum.session_first_line,
+                sum.record_limit,
+            ));
             sum.first_unacknowledged_line = Some(line);
             if several {
                 sum.first_unacknowledged_at = Some(locate(&names, starts, line));
@@ -306,17 +321,35 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                 return (sum, exit::FAILURE);
             }
             Ok(s) => {
+                let gateway_limit = u64::from(c.welcome().max_record_bytes);
+                let limit = match args.max_record_bytes {
+                    // Lines between the two limits would be numbered here and refused
+                    // there, holding up every line after them.
+                    Some(n) if n > gateway_limit => {
+                        log::error!(
+                            "--max-record-bytes {n}: the gateway takes records of at most {gateway_limit} bytes, so lines of {} to {n} bytes could not be stored; nothing was sent. Lower --max-record-bytes to {gateway_limit} (a --resume then numbers the input differently from the interrupted run if it had such lines) or raise the gateway's --max-record-bytes",
+                            gateway_limit + 1
+                        );
+                        return (sum, exit::FAILURE);
+                    }
+                    Some(n) => n,
+                    None => gateway_limit,
+                };
                 numbering.epoch = Some(s.epoch);
                 sum.session = Some(s.epoch);
-                max_record = Some(c.welcome().max_record_bytes as usize);
+                sum.record_limit = Some(limit);
+                max_record = Some(usize::try_from(limit).unwrap_or(usize::MAX));
                 if s.resumed {
                     skip = u64::from(s.last_seq);
                     eprintln!(
-                        "publish: producer {producer_id}, session {} resumed: the gateway stored {} records of it; skipping the first {} input lines",
+                        "publish: producer {producer_id}, session {} resumed: the gateway stored {} records of it; skipping the first {} input lines of at most {limit} bytes",
                         s.epoch, s.last_seq, s.last_seq
                     );
                 } else {
-                    eprintln!("publish: producer {producer_id}, session {}", s.epoch);
+                    eprintln!(
+                        "publish: producer {producer_id}, session {} (lines of at most {limit} bytes)",
+                        s.epoch
+                    );
                 }
                 break;
             }
@@ -342,7 +375,12 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
     }
     // A line is read only up to the gateway's record limit (16 MiB without one): the rest
     // of a longer line is passed over, not held in memory.
-    let limit = max_record.unwrap_or(UNLIMITED_LINE);
+    let limit = max_record
+        .or_else(|| {
+            args.max_record_bytes
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+        })
+        .unwrap_or(UNLIMITED_LINE);
     let lines = spawn_line_reader(input, limit, PUBLISH_INPUT_QUEUE);
     let mut full_warnings = Refusals::default();
     let mut storage_warnings = Refusals::default();
@@ -412,8 +450,13 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                 }
                 Some(Ok(Line::TooLong(len))) => {
                     sum.read += 1;
+                    let whose = if args.max_record_bytes.is_some() {
+                        "--max-record-bytes is"
+                    } else {
+                        "the gateway takes at most"
+                    };
                     log::error!(
-                        "input line {}{} is {len} bytes, the gateway takes at most {limit}; not sent",
+                        "input line {}{} is {len} bytes, {whose} {limit}; not sent",
                         sum.read,
                         at_suffix(several, &names, &file_starts, sum.read)
                     );
@@ -751,7 +794,12 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         if sum.session.is_none() && sum.acknowledged == 0 {
             sum.stopped_before_storing = true;
         } else if let Some(id) = sum.producer_id {
-            sum.resume_command = Some(resume_command(&args, id, sum.session_first_line));
+            sum.resume_command = Some(resume_command(
+                &args,
+                id,
+                sum.session_first_line,
+                sum.record_limit,
+            ));
             sum.first_unacknowledged_line = Some(sum.read + 1);
             if several {
                 sum.first_unacknowledged_at = Some(locate(&names, &file_starts, sum.read + 1));

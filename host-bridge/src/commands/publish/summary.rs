@@ -37,6 +37,10 @@ pub struct PublishSummary {
     /// The input line (from 1) that is sequence 1 of [`PublishSummary::session`]: 1, or
     /// where a replacing session began. A `--resume` of the session counts from there.
     pub session_first_line: u64,
+    /// The longest line the session numbered, bytes (`--max-record-bytes`, or the gateway's
+    /// limit): a `--resume` must number the input under the same limit to skip exactly the
+    /// lines the gateway stored, so the resume command carries it.
+    pub record_limit: Option<u64>,
     /// Records the gateway acknowledged as buffered and then lost (it restarted before
     /// they reached flash); they were not resent.
     pub lost: u64,
@@ -263,20 +267,30 @@ pub(super) fn shell_quote(s: &str) -> String {
     }
 }
 
-/// The `publish` command line that continues `args` with producer `id`'s session, whose
-/// sequence 1 is input line `from` (1, or where a replacing session began: `--resume` then
-/// reads the input from that line on).
-pub(super) fn resume_command(args: &PublishArgs, id: u64, from: u64) -> String {
-    let mut cmd = format!(
-        "spillway-bridge publish --gateway {} --topic {} --producer-id {id} --resume",
+/// The command that continues an interrupted publish of producer `id`, from input line
+/// `from` (the first line of the session; 1: the whole input), numbering lines under
+/// `limit` bytes (see [`PublishSummary::record_limit`]). It repeats the flags the run was
+/// given that reach the gateway ([`PublishArgs::carried`]: config file, TLS and token
+/// files, `--retry-for`). Every form is a shell command that runs as printed; for stdin,
+/// a `#` comment says what to feed it.
+pub(super) fn resume_command(args: &PublishArgs, id: u64, from: u64, limit: Option<u64>) -> String {
+    let mut cmd = String::from("spillway-bridge publish");
+    for (flag, value) in &args.carried {
+        cmd.push_str(&format!(" {flag} {}", shell_quote(value)));
+    }
+    cmd.push_str(&format!(
+        " --gateway {} --topic {} --producer-id {id} --resume",
         shell_quote(&args.gateway.to_string()),
         shell_quote(&args.topic)
-    );
+    ));
     let cut = from > 1;
     match args.ack {
         AckLevel::Buffered => cmd.push_str(" --ack buffered"),
         AckLevel::None => cmd.push_str(" --ack none"),
         _ => {}
+    }
+    if let Some(n) = limit {
+        cmd.push_str(&format!(" --max-record-bytes {n}"));
     }
     if !args.messages.is_empty() {
         let skip = usize::try_from(from.saturating_sub(1)).unwrap_or(usize::MAX);
@@ -292,29 +306,33 @@ pub(super) fn resume_command(args: &PublishArgs, id: u64, from: u64) -> String {
     }
     if cut {
         // The input from line `from` on: one file is cut with `tail -n +N`; stdin and
-        // several files are described (a file without a final newline cannot be joined to
-        // the next one by a pipe without gluing two lines).
+        // several files are described in a comment (a file without a final newline cannot
+        // be joined to the next one by a pipe without gluing two lines).
         return match args.inputs.as_slice() {
             [p] if p.as_os_str() != "-" => format!(
                 "tail -n +{from} {} | {cmd} -",
                 shell_quote(&p.to_string_lossy())
             ),
-            [] | [_] => format!("{cmd} - (the same input on stdin, from its line {from} on)"),
+            [] | [_] => format!("{cmd} -  # the same input on stdin, from its line {from} on"),
             _ => {
-                format!("{cmd} - (the same input files, read as one input from its line {from} on)")
+                format!(
+                    "{cmd} -  # the same input files, read as one input from its line {from} on"
+                )
             }
         };
     }
-    if args.inputs.is_empty() {
-        cmd.push_str(" (the same input on stdin)");
-    }
+    let mut stdin = args.inputs.is_empty();
     for p in &args.inputs {
         cmd.push(' ');
         if p.as_os_str() == "-" {
-            cmd.push_str("- (the same input on stdin)");
+            cmd.push('-');
+            stdin = true;
         } else {
             cmd.push_str(&shell_quote(&p.to_string_lossy()));
         }
+    }
+    if stdin {
+        cmd.push_str("  # the same input on stdin");
     }
     cmd
 }

@@ -49,3 +49,69 @@ fn lines_over_the_limit_are_passed_over_with_their_length() {
     assert_eq!(lines(b"abcd\r\n", 4), ["abcd"]);
     assert_eq!(lines(b"", 4), Vec::<String>::new());
 }
+
+fn args_with(inputs: &[&str], carried: &[(&str, &str)]) -> PublishArgs {
+    PublishArgs {
+        gateway: "tls://gw.example:7879".parse().unwrap(),
+        topic: "t".to_string(),
+        ack: AckLevel::Durable,
+        producer_id: Some(7),
+        resume: false,
+        inputs: inputs.iter().map(PathBuf::from).collect(),
+        timestamp_field: None,
+        messages: Vec::new(),
+        retry_for: Duration::from_secs(5),
+        reply_timeout: Duration::from_secs(10),
+        max_record_bytes: None,
+        carried: carried
+            .iter()
+            .map(|(f, v)| (f.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+/// Found by a break-it run: the printed command dropped `--tls-ca` and `--config` (so it
+/// failed with exit 2 against a TLS gateway), and for stdin it ended in a parenthesis the
+/// shell cannot parse. It now repeats the connection's flags, carries the record limit the
+/// run numbered lines under, and is a command a shell runs as printed.
+#[test]
+fn the_resume_command_repeats_the_connection_flags_and_parses_as_shell() {
+    let carried = [
+        ("--config", "my bridge.toml"),
+        ("--tls-ca", "ca.pem"),
+        ("--retry-for", "30000ms"),
+    ];
+    let cases = [
+        (args_with(&["in.txt"], &carried), 1, "in.txt"),
+        (args_with(&[], &carried), 1, "# the same input on stdin"),
+        (
+            args_with(&["-"], &carried),
+            1,
+            "- # the same input on stdin",
+        ),
+        (
+            args_with(&["in.txt"], &carried),
+            51,
+            "tail -n +51 in.txt | ",
+        ),
+        (args_with(&[], &carried), 51, "from its line 51 on"),
+        (
+            args_with(&["a", "b"], &carried),
+            51,
+            "read as one input from its line 51 on",
+        ),
+    ];
+    for (args, from, part) in cases {
+        let cmd = summary::resume_command(&args, 7, from, Some(4096));
+        assert!(
+            cmd.contains("spillway-bridge publish --config 'my bridge.toml' --tls-ca ca.pem --retry-for 30000ms --gateway tls://gw.example:7879 --topic t --producer-id 7 --resume --max-record-bytes 4096"),
+            "{cmd}"
+        );
+        assert!(cmd.replace("  ", " ").contains(part), "{cmd}");
+        let parsed = std::process::Command::new("bash")
+            .args(["-n", "-c", &cmd])
+            .status()
+            .unwrap();
+        assert!(parsed.success(), "not a shell command: {cmd}");
+    }
+}
