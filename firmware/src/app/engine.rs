@@ -344,6 +344,7 @@ pub fn run(
     let mut stop = false;
     let mut line_warnings = DropWarnings::default();
     let mut watchdog = Watchdog::from_env(clock.now_us());
+    let housekeeping_warnings = super::throttle::Throttled::default();
 
     while !stop {
         let wake_at = parked
@@ -589,7 +590,9 @@ pub fn run(
         match log.tick(clock.now_us()) {
             Ok(t) => tick_at = t,
             Err(e) => {
-                log::error!("log housekeeping failed: {e}");
+                // Retried every 100 ms (a read-only or failed log fails every time): the
+                // warning goes out at most once per `WARN_EVERY`, with a count.
+                housekeeping_warnings.warn(|| format!("log housekeeping failed: {e}"));
                 tick_at = clock.now_us() + 100_000;
             }
         }

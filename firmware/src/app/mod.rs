@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod mqtt;
 pub mod net;
 pub mod serial;
+pub mod throttle;
 pub mod tls;
 
 use std::path::PathBuf;
@@ -314,6 +315,7 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
         max_connections: s.max_connections,
         idle_timeout: s.idle_timeout,
         refusals: Arc::new(AtomicUsize::new(0)),
+        refusal_warnings: Arc::new(throttle::Throttled::default()),
         credentials: s.credentials.clone(),
     };
     let served: Result<(), AppError> = smol::block_on(async {

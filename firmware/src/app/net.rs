@@ -226,6 +226,8 @@ pub struct Ctx {
     pub idle_timeout: Option<Duration>,
     /// Refused connections being answered now (at most [`MAX_REFUSALS_ANSWERED`]).
     pub refusals: Arc<AtomicUsize>,
+    /// The warning about refused connections, at most one per [`WARN_EVERY`](super::throttle::WARN_EVERY).
+    pub refusal_warnings: Arc<super::throttle::Throttled>,
     /// The configured client credentials.
     pub credentials: Arc<Credentials>,
 }
@@ -241,10 +243,12 @@ impl Ctx {
         if taken >= self.max_connections {
             self.active.fetch_sub(1, Ordering::AcqRel);
             self.metrics.refused_max_connections();
-            log::warn!(
-                "{peer}: refused: {} connections already served (--max-connections)",
-                self.max_connections
-            );
+            self.refusal_warnings.warn(|| {
+                format!(
+                    "{peer}: refused: {} connections already served (--max-connections)",
+                    self.max_connections
+                )
+            });
             return None;
         }
         Some(ConnSlot(self.active.clone()))
