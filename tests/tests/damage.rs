@@ -202,6 +202,51 @@ fn damaged_journal_entries_are_skipped_and_reported_as_a_warning() {
     assert!(out.contains("warning      journal:"), "{out}");
 }
 
+/// Found by a break-it run: both journal blocks erased (0xFF) on an image holding records
+/// was silent (`result ok`, no warning), although committed offsets fell back to 0 and
+/// producer sessions were forgotten. `inspect` and the gateway now warn.
+#[test]
+fn an_erased_journal_under_stored_records_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("gw.img");
+    let before = filled_image(&img, "1M", 20);
+    assert!(
+        before["warnings"].as_array().unwrap().is_empty(),
+        "{before:#}"
+    );
+    let mut bytes = std::fs::read(&img).unwrap();
+    bytes[..2 * 4096].fill(0xFF);
+    std::fs::write(&img, &bytes).unwrap();
+
+    let img_s = img.display().to_string();
+    let (code, out, err) = run_cli(&["inspect", &img_s, "--json"]);
+    assert_eq!(code, 0, "the records are all there: {out}{err}");
+    let after: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(after["next_offset"], 20, "{after:#}");
+    assert!(
+        after["warnings"].as_array().unwrap().iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .contains("journal: its blocks hold no entry")),
+        "{after:#}"
+    );
+    // The gateway says so at start too.
+    let port = free_port();
+    let args: Vec<String> = vec![
+        "--image".into(),
+        img_s,
+        "--listen".into(),
+        format!("tcp://127.0.0.1:{port}"),
+    ];
+    let mut g = GatewayProcess::start(&args, 1);
+    assert_eq!(g.terminate().code(), Some(0), "{}", g.log_text());
+    assert!(
+        g.log_text().contains("journal: its blocks hold no entry"),
+        "{}",
+        g.log_text()
+    );
+}
+
 /// Found by a break-it run: after a clean shutdown, segment 0 (the oldest, its records
 /// never drained) zeroed whole: `inspect` said `result ok` and reads began at segment 1's
 /// base without a word. No segment was ever reclaimed, so those durable records were lost

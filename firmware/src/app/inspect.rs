@@ -38,6 +38,13 @@ pub fn journal_warnings(report: &RecoveryReport) -> Vec<String> {
                 "journal: no entry validates ({} damaged or torn): committed offsets restart at 0 and every consumer re-reads the log from its start; the records were recovered from the segments",
                 bad.damaged + bad.torn
             ));
+        } else if report.next_offset > 0 {
+            // Every offset handed out was leased by a journal entry first, so a log with
+            // records had entries: both journal blocks were erased since.
+            out.push(format!(
+                "journal: its blocks hold no entry (erased) although the segments hold offsets up to {}: committed offsets restart at 0 (every consumer re-reads the log from its start, and retention is held from there), producer sessions are forgotten (a publish --resume finds none); the records were recovered from the segments",
+                report.next_offset
+            ));
         }
         return out;
     }
