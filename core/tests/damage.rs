@@ -5,8 +5,9 @@
 mod common;
 use common::{Ram, Sim, formatted, read_all};
 
-use spillway_core::log::{Config, Log, LostRange, LostReason, READ_ATTEMPTS, Record};
-use spillway_core::storage::{Geometry, SimFlash};
+use spillway_core::error::AppendError;
+use spillway_core::log::{Appended, Config, Log, LostRange, LostReason, READ_ATTEMPTS, Record};
+use spillway_core::storage::{Flash, Geometry, SimFlash};
 
 /// 2 MiB of 4 KiB erase blocks, 8 blocks (32 KiB) per segment: 63 segments.
 const GEO: Geometry = Geometry {
@@ -21,6 +22,27 @@ fn payload(i: u64) -> Vec<u8> {
     format!("reading {i:06} ").repeat(4).into_bytes()
 }
 
+/// Appends record `i` (topic `t`, timestamp `i`, [`payload`]`(i)`) at time `i`.
+fn append_nth<F: Flash>(log: &mut Log<'_, F>, i: u64) -> Result<Appended, AppendError<F::Error>> {
+    let p = payload(i);
+    let rec = Record {
+        topic: "t",
+        timestamp_us: i,
+        producer: None,
+        payload: &p,
+    };
+    log.append(i, &rec)
+}
+
+/// Offsets `from..to` lost to damage.
+fn corrupt(from: u64, to: u64) -> LostRange {
+    LostRange {
+        from,
+        to,
+        reason: LostReason::Corrupt,
+    }
+}
+
 /// A log of `n` records over several segments, shut down cleanly; returns the flash and
 /// the segments `(physical index, base offset)` in ring order.
 fn clean_log(n: u64) -> (Sim, Vec<(u32, u64)>) {
@@ -28,14 +50,7 @@ fn clean_log(n: u64) -> (Sim, Vec<(u32, u64)>) {
     let mut ram = Ram::new(&GEO, BPS, 4096);
     let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
     for i in 0..n {
-        let p = payload(i);
-        let rec = Record {
-            topic: "t",
-            timestamp_us: i,
-            producer: None,
-            payload: &p,
-        };
-        log.append(i, &rec).unwrap();
+        append_nth(&mut log, i).unwrap();
     }
     let segs: Vec<(u32, u64)> = log.segments().map(|(i, _, b, _)| (i, b)).collect();
     log.close(n).unwrap();
@@ -75,14 +90,7 @@ fn first_segment_header_erased_costs_only_its_records() {
         "the damaged segment's offsets are still named"
     );
     let (seen, lost) = read_back(&mut log);
-    assert_eq!(
-        lost,
-        vec![LostRange {
-            from: 0,
-            to: s1.1,
-            reason: LostReason::Corrupt
-        }]
-    );
+    assert_eq!(lost, vec![corrupt(0, s1.1)]);
     assert_eq!(seen, (s1.1..3000).collect::<Vec<_>>());
     drop(log);
 
@@ -109,25 +117,14 @@ fn a_damaged_middle_segment_header_is_corruption_not_skipped() {
     let (seen, lost) = read_back(&mut log);
     assert_eq!(
         lost,
-        vec![LostRange {
-            from: mid.1,
-            to: next.1,
-            reason: LostReason::Corrupt
-        }],
+        vec![corrupt(mid.1, next.1)],
         "the segment's exact range, as corrupt"
     );
     assert_eq!(seen.len() as u64, 3000 - (next.1 - mid.1));
     // A read inside the range names the rest of it.
     let mut out = vec![0u8; 8192];
     let r = log.read(mid.1 + 5, &mut out).unwrap();
-    assert_eq!(
-        r.lost,
-        Some(LostRange {
-            from: mid.1 + 5,
-            to: next.1,
-            reason: LostReason::Corrupt
-        })
-    );
+    assert_eq!(r.lost, Some(corrupt(mid.1 + 5, next.1)));
 }
 
 /// Address of a byte inside the body of the first batch of segment `seg`.
@@ -234,6 +231,16 @@ fn batches(flash: &Sim, seg: u32) -> Vec<(usize, u64, u32)> {
     out
 }
 
+/// A [`clean_log`] of 3000 records and the `(address, base offset)` of its head's last
+/// batch (which ends at offset 3000).
+fn clean_log_and_head_s_last_batch() -> (Sim, usize, u64) {
+    let (flash, segs) = clean_log(3000);
+    let head = segs.last().unwrap().0;
+    let &(at, base, count) = batches(&flash, head).last().unwrap();
+    assert_eq!(base + u64::from(count), 3000);
+    (flash, at, base)
+}
+
 /// Found by a break-it run: after a clean shutdown (the journal's `durable_next` at the
 /// head's data end), one bit flipped inside the head's last batch made its 47 durable,
 /// acknowledged records read as "never persisted" (skipped after a crash), with no
@@ -241,44 +248,9 @@ fn batches(flash: &Sim, seg: u32) -> Vec<(usize, u64, u32)> {
 /// damaged: its records are corrupt, counted at mount, and the mount is not clean.
 #[test]
 fn a_bit_flip_in_the_head_s_last_batch_after_a_clean_shutdown_is_corruption() {
-    let (mut flash, segs) = clean_log(3000);
-    let head = segs.last().unwrap().0;
-    let &(at, base, count) = batches(&flash, head).last().unwrap();
-    assert_eq!(base + u64::from(count), 3000);
+    let (mut flash, at, base) = clean_log_and_head_s_last_batch();
     flash.flip_bit(at as u32 + 32 + 9, 2).unwrap();
-    let mut ram = Ram::new(&GEO, BPS, 4096);
-    let (mut log, rep) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
-    assert!(!rep.clean, "{rep:?}");
-    let corrupt = LostRange {
-        from: base,
-        to: 3000,
-        reason: LostReason::Corrupt,
-    };
-    assert_eq!(rep.head_lost, Some(corrupt), "{rep:?}");
-    assert_eq!(log.stats().corrupt_offsets, 3000 - base);
-    assert_eq!(log.next_offset(), 3000);
-    let (seen, lost) = read_back(&mut log);
-    assert_eq!(lost, vec![corrupt]);
-    assert_eq!(seen, (0..base).collect::<Vec<_>>());
-    assert_eq!(log.stats().corrupt_offsets, 3000 - base, "counted once");
-
-    // Appends go on after the damage (behind a resume marker), and the damaged range
-    // still reads as corrupt, not as skipped, with the new records after it.
-    for i in 3000..3010 {
-        let p = payload(i);
-        let rec = Record {
-            topic: "t",
-            timestamp_us: i,
-            producer: None,
-            payload: &p,
-        };
-        assert_eq!(log.append(i, &rec).unwrap().offset, i);
-    }
-    log.close(3010).unwrap();
-    let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
-    let (seen, lost) = read_back(&mut log);
-    assert_eq!(lost, vec![corrupt]);
-    assert_eq!(seen.len() as u64, base + 10);
+    head_end_lost_as_corrupt(&mut flash, base, true);
 }
 
 /// Found by a break-it run: segment 0 (the oldest, its records never drained) zeroed
@@ -298,14 +270,7 @@ fn a_zeroed_oldest_segment_of_a_log_that_never_wrapped_is_corruption() {
     assert_eq!(log.first_offset(), 0);
     assert_eq!(log.stats().corrupt_offsets, s1.1);
     let (seen, lost) = read_back(&mut log);
-    assert_eq!(
-        lost,
-        vec![LostRange {
-            from: 0,
-            to: s1.1,
-            reason: LostReason::Corrupt
-        }]
-    );
+    assert_eq!(lost, vec![corrupt(0, s1.1)]);
     assert_eq!(seen, (s1.1..3000).collect::<Vec<_>>());
 }
 
@@ -327,16 +292,9 @@ fn wrapped_log() -> (Sim, Vec<(u32, u64, u64)>) {
     let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
     let mut i = 0u64;
     while log.segments().map(|s| s.1).max().unwrap() < 7 {
-        let p = payload(i);
-        let rec = Record {
-            topic: "t",
-            timestamp_us: i,
-            producer: None,
-            payload: &p,
-        };
-        match log.append(i, &rec) {
+        match append_nth(&mut log, i) {
             Ok(_) => i += 1,
-            Err(spillway_core::error::AppendError::Full) => {
+            Err(AppendError::Full) => {
                 let second = log.segments().nth(1).unwrap().2;
                 log.commit("bridge", second).unwrap();
             }
@@ -369,14 +327,7 @@ fn a_lost_oldest_segment_of_a_wrapped_ring_is_corrupt_unless_every_consumer_read
     assert_eq!(log.stats().corrupt_offsets, next.2 - old.2);
     let mut out = vec![0u8; 4096];
     let r = log.read(old.2, &mut out).unwrap();
-    assert_eq!(
-        r.lost,
-        Some(LostRange {
-            from: old.2,
-            to: next.2,
-            reason: LostReason::Corrupt
-        })
-    );
+    assert_eq!(r.lost, Some(corrupt(old.2, next.2)));
     drop(log);
 
     // The bridge read the oldest segment: its loss is a reclaim's.
@@ -398,26 +349,18 @@ fn head_end_lost_as_corrupt(flash: &mut Sim, from: u64, stays_corrupt: bool) {
     let mut ram = Ram::new(&GEO, BPS, 4096);
     let (mut log, rep) = Log::mount(&mut *flash, Config::default(), ram.memory(), 0).unwrap();
     assert!(!rep.clean, "{rep:?}");
-    let corrupt = LostRange {
-        from,
-        to: 3000,
-        reason: LostReason::Corrupt,
-    };
-    assert_eq!(rep.head_lost, Some(corrupt), "{rep:?}");
+    let lost_range = corrupt(from, 3000);
+    assert_eq!(rep.head_lost, Some(lost_range), "{rep:?}");
     assert_eq!(log.stats().corrupt_offsets, 3000 - from);
     assert_eq!(log.next_offset(), 3000);
     let (seen, lost) = read_back(&mut log);
-    assert_eq!(lost, vec![corrupt]);
+    assert_eq!(lost, vec![lost_range]);
     assert_eq!(seen, (0..from).collect::<Vec<_>>());
+    assert_eq!(log.stats().corrupt_offsets, 3000 - from, "counted once");
+    // Appends go on after the damage (behind a resume marker), and the damaged range
+    // still reads as lost, with the new records after it.
     for i in 3000..3010 {
-        let p = payload(i);
-        let rec = Record {
-            topic: "t",
-            timestamp_us: i,
-            producer: None,
-            payload: &p,
-        };
-        assert_eq!(log.append(i, &rec).unwrap().offset, i);
+        assert_eq!(append_nth(&mut log, i).unwrap().offset, i);
     }
     log.close(3010).unwrap();
     let (mut log, _) = Log::mount(&mut *flash, Config::default(), ram.memory(), 0).unwrap();
@@ -427,7 +370,13 @@ fn head_end_lost_as_corrupt(flash: &mut Sim, from: u64, stays_corrupt: bool) {
     } else {
         LostReason::Skipped
     };
-    assert_eq!(lost, vec![LostRange { reason, ..corrupt }]);
+    assert_eq!(
+        lost,
+        vec![LostRange {
+            reason,
+            ..lost_range
+        }]
+    );
     assert_eq!(seen.len() as u64, from + 10);
 }
 
@@ -439,10 +388,7 @@ fn head_end_lost_as_corrupt(flash: &mut Sim, from: u64, stays_corrupt: bool) {
 #[test]
 fn a_flipped_base_offset_in_the_head_s_last_batch_after_a_clean_shutdown_is_corruption() {
     for (byte, bit) in [(20u32, 4u8), (16, 0), (17, 3), (23, 7)] {
-        let (mut flash, segs) = clean_log(3000);
-        let head = segs.last().unwrap().0;
-        let &(at, base, count) = batches(&flash, head).last().unwrap();
-        assert_eq!(base + u64::from(count), 3000);
+        let (mut flash, at, base) = clean_log_and_head_s_last_batch();
         flash.flip_bit(at as u32 + byte, bit).unwrap();
         head_end_lost_as_corrupt(&mut flash, base, true);
     }
@@ -479,14 +425,7 @@ fn a_lost_oldest_segment_after_a_clean_shutdown_is_corrupt_under_drop_oldest() {
     let (mut log, _) = Log::mount(&mut flash, drop_oldest, ram.memory(), 0).unwrap();
     let mut i = 0u64;
     while log.segments().map(|s| s.1).max().unwrap() < 9 {
-        let p = payload(i);
-        let rec = Record {
-            topic: "t",
-            timestamp_us: i,
-            producer: None,
-            payload: &p,
-        };
-        assert_eq!(log.append(i, &rec).unwrap().offset, i);
+        assert_eq!(append_nth(&mut log, i).unwrap().offset, i);
         i += 1;
     }
     log.flush(i).unwrap();
@@ -503,12 +442,5 @@ fn a_lost_oldest_segment_after_a_clean_shutdown_is_corrupt_under_drop_oldest() {
     assert_eq!(log.stats().corrupt_offsets, next.2 - read_to);
     let mut out = vec![0u8; 4096];
     let r = log.read(read_to, &mut out).unwrap();
-    assert_eq!(
-        r.lost,
-        Some(LostRange {
-            from: read_to,
-            to: next.2,
-            reason: LostReason::Corrupt
-        })
-    );
+    assert_eq!(r.lost, Some(corrupt(read_to, next.2)));
 }
