@@ -30,6 +30,41 @@ fn start_gateway_with(dir: &Path, port: u16, extra: &[&str]) -> GatewayProcess {
     GatewayProcess::start(&image_in(dir, &flags), 1)
 }
 
+/// A gateway on a new 4 MiB image in a new temporary directory, with `extra` flags: the
+/// directory, the gateway's port and `tcp://` address, and the gateway.
+fn new_gateway(extra: &[&str]) -> (tempfile::TempDir, u16, String, GatewayProcess) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = spillway_tests::gateway::free_port();
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let gateway = start_gateway_with(dir.path(), port, extra);
+    (dir, port, gw, gateway)
+}
+
+/// Opens sessions of `MAX_PRODUCERS` other ids (1000 on) on the gateway at `port`, which
+/// pushes every earlier producer id out of its producer table.
+fn crowd_out_producers(port: u16) {
+    let mut other = spillway_tests::client::connect(&format!("127.0.0.1:{port}")).unwrap();
+    for id in 1000..1000 + spillway_core::log::MAX_PRODUCERS as u64 {
+        other.open_session(id, false).wait().unwrap();
+    }
+}
+
+/// Waits (up to 60 s) until the log at `gw` ends at offset `n` or later; `what` names
+/// what was to be stored when it does not.
+fn wait_for_offset(gw: &str, n: u64, what: &str) {
+    wait_until(
+        Duration::from_secs(60),
+        || (gateway_next_offset(gw) >= n).then_some(()),
+        || format!("{what} not stored"),
+    );
+}
+
+/// Interrupts `publisher` (SIGINT) and returns its output once it exits.
+fn interrupt(publisher: Child) -> Output {
+    signal(&publisher, libc::SIGINT);
+    publisher.wait_with_output().unwrap()
+}
+
 /// `publish --topic t ARGS` reading its stdin, which the test writes as it goes (take it
 /// with `child.stdin.take()`); stdout and stderr piped.
 fn spawn_publish_stdin(gw: &str, args: &[&str]) -> Child {
@@ -47,6 +82,11 @@ fn spawn_publish_stdin(gw: &str, args: &[&str]) -> Child {
 /// Lines `PREFIX<i>` for `i` in `range`, each ended by a newline.
 fn numbered(prefix: &str, range: std::ops::Range<usize>) -> String {
     range.map(|i| format!("{prefix}{i}\n")).collect()
+}
+
+/// The lines of [`numbered`], without their newlines.
+fn numbered_lines(prefix: &str, range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|i| format!("{prefix}{i}")).collect()
 }
 
 /// The resume command `publish` printed (after "to continue: ").
@@ -94,10 +134,7 @@ fn stored(gw: &str) -> Vec<String> {
 /// run now opens its own producer session and every line is stored.
 #[test]
 fn a_rerun_with_the_same_producer_id_stores_every_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = spillway_tests::gateway::free_port();
-    let gw = format!("tcp://127.0.0.1:{port}");
-    let _gateway = start_gateway(dir.path(), port);
+    let (_dir, _, gw, _gateway) = new_gateway(&[]);
     let a = publish_stdin(&gw, "7", "a1\na2\na3\n", &[]);
     let a_err = String::from_utf8_lossy(&a.stderr);
     assert!(a.status.success(), "{a_err}");
@@ -124,10 +161,7 @@ fn a_rerun_with_the_same_producer_id_stores_every_line() {
 /// not acknowledge).
 #[test]
 fn an_interrupted_publish_resumes_and_stores_every_line_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = spillway_tests::gateway::free_port();
-    let gw = format!("tcp://127.0.0.1:{port}");
-    let mut gateway = start_gateway(dir.path(), port);
+    let (dir, port, gw, mut gateway) = new_gateway(&[]);
     let n = 30_000;
     let input = dir.path().join("in.txt");
     let text: String = (0..n).map(|i| format!("line {i}\n")).collect();
@@ -140,24 +174,15 @@ fn an_interrupted_publish_resumes_and_stores_every_line_once() {
         ]
         .concat(),
     );
-    wait_until(
-        Duration::from_secs(60),
-        || (gateway_next_offset(&gw) >= 3_000).then_some(()),
-        || "publisher made no progress".into(),
-    );
-    signal(&publisher, libc::SIGINT);
-    let out = publisher.wait_with_output().unwrap();
+    wait_for_offset(&gw, 3_000, "the first 3000 lines");
+    let out = interrupt(publisher);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success(),
         "an interrupted publish is not a success: {err}"
     );
     let epoch = epoch_after(&err, "producer 31337, session ");
-    let cmd = err
-        .lines()
-        .find_map(|l| l.split("to continue: ").nth(1))
-        .unwrap_or_else(|| panic!("no resume command printed: {err}"))
-        .to_string();
+    let cmd = resume_command_in(&err);
     assert_eq!(
         cmd,
         format!(
@@ -232,10 +257,7 @@ fn a_resume_after_the_gateway_raised_its_record_limit_stores_every_line_once() {
 /// `--retry-for` ran out), and a `--resume` of the same input skips exactly the stored lines.
 #[test]
 fn a_line_over_the_record_limit_does_not_hold_up_the_lines_after_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = spillway_tests::gateway::free_port();
-    let gw = format!("tcp://127.0.0.1:{port}");
-    let _gateway = start_gateway(dir.path(), port);
+    let (_dir, _, gw, _gateway) = new_gateway(&[]);
     let input = format!("first\n{}\nafter-1\nafter-2\n", "x".repeat(5000));
     let out = publish_stdin(&gw, "9", &input, &[]);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -272,22 +294,12 @@ fn a_line_over_the_record_limit_does_not_hold_up_the_lines_after_it() {
 /// sequences count from the input line where it began, and the command says so.
 #[test]
 fn a_publisher_whose_id_the_gateway_forgot_opens_a_new_session_and_goes_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = spillway_tests::gateway::free_port();
-    let gw = format!("tcp://127.0.0.1:{port}");
-    let _gateway = start_gateway(dir.path(), port);
+    let (_dir, port, gw, _gateway) = new_gateway(&[]);
     let mut publisher = spawn_publish_stdin(&gw, &["--producer-id", "7"]);
     let mut input = publisher.stdin.take().unwrap();
     input.write_all(numbered("a", 0..50).as_bytes()).unwrap();
-    wait_until(
-        Duration::from_secs(60),
-        || (gateway_next_offset(&gw) >= 50).then_some(()),
-        || "the first lines were not stored".into(),
-    );
-    let mut other = spillway_tests::client::connect(&format!("127.0.0.1:{port}")).unwrap();
-    for id in 1000..1000 + spillway_core::log::MAX_PRODUCERS as u64 {
-        other.open_session(id, false).wait().unwrap();
-    }
+    wait_for_offset(&gw, 50, "the first lines");
+    crowd_out_producers(port);
     input.write_all(numbered("b", 0..50).as_bytes()).unwrap();
     wait_until(
         Duration::from_secs(60),
@@ -300,8 +312,7 @@ fn a_publisher_whose_id_the_gateway_forgot_opens_a_new_session_and_goes_on() {
         },
     );
     // Interrupted while it waits for more input.
-    signal(&publisher, libc::SIGINT);
-    let out = publisher.wait_with_output().unwrap();
+    let out = interrupt(publisher);
     drop(input);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("another publisher owns"), "{err}");
@@ -319,11 +330,7 @@ fn a_publisher_whose_id_the_gateway_forgot_opens_a_new_session_and_goes_on() {
         )),
         "{err}"
     );
-    let want: Vec<String> = numbered("a", 0..50)
-        .lines()
-        .chain(numbered("b", 0..50).lines())
-        .map(String::from)
-        .collect();
+    let want = [numbered_lines("a", 0..50), numbered_lines("b", 0..50)].concat();
     assert_eq!(stored(&gw), want);
     assert_eq!(
         resume_command_in(&err),
@@ -338,7 +345,7 @@ fn a_publisher_whose_id_the_gateway_forgot_opens_a_new_session_and_goes_on() {
     assert!(resumed.status.success(), "{rerr}");
     assert!(rerr.contains(&format!("session {e2} resumed")), "{rerr}");
     let mut want = want;
-    want.extend(numbered("c", 0..10).lines().map(String::from));
+    want.extend(numbered_lines("c", 0..10));
     assert_eq!(stored(&gw), want, "{rerr}");
 }
 
@@ -378,7 +385,7 @@ fn a_buffered_publish_across_a_gateway_crash_names_the_lost_lines_and_goes_on() 
         .into_iter()
         .filter(|l| !l.starts_with('a'))
         .collect();
-    let mut want: Vec<String> = numbered("c", 0..20).lines().map(String::from).collect();
+    let mut want: Vec<String> = numbered_lines("c", 0..20);
     if after.first().is_some_and(|l| l == "marker") {
         want.insert(0, "marker".into());
     }
@@ -389,10 +396,7 @@ fn a_buffered_publish_across_a_gateway_crash_names_the_lost_lines_and_goes_on() 
 /// to fail in the merge of the flags with the config file ("u64 value was too large").
 #[test]
 fn the_largest_producer_id_publishes() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = spillway_tests::gateway::free_port();
-    let gw = format!("tcp://127.0.0.1:{port}");
-    let _gateway = start_gateway(dir.path(), port);
+    let (_dir, _, gw, _gateway) = new_gateway(&[]);
     let max = u64::MAX.to_string();
     let out = publish_stdin(&gw, &max, "one\n", &[]);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -406,10 +410,7 @@ fn the_largest_producer_id_publishes() {
 /// and the session continues, every line stored once.
 #[test]
 fn a_publish_outlives_the_gateway_closing_its_idle_connection() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = spillway_tests::gateway::free_port();
-    let gw = format!("tcp://127.0.0.1:{port}");
-    let gateway = start_gateway_with(dir.path(), port, &["--idle-timeout-ms", "1000"]);
+    let (_dir, _, gw, gateway) = new_gateway(&["--idle-timeout-ms", "1000"]);
     let mut publisher = spawn_publish_stdin(&gw, &["--producer-id", "9"]);
     let mut input = publisher.stdin.take().unwrap();
     input.write_all(b"before\n").unwrap();
@@ -430,23 +431,15 @@ fn a_publish_outlives_the_gateway_closing_its_idle_connection() {
 /// know what to skip and how to go on.
 #[test]
 fn a_resume_whose_session_the_gateway_forgot_sends_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = spillway_tests::gateway::free_port();
-    let gw = format!("tcp://127.0.0.1:{port}");
-    let _gateway = start_gateway(dir.path(), port);
+    let (_dir, port, gw, _gateway) = new_gateway(&[]);
     let all = numbered("line", 0..300);
     let mut publisher = spawn_publish_stdin(&gw, &["--producer-id", "31337", "-"]);
     let mut input = publisher.stdin.take().unwrap();
     input
         .write_all(numbered("line", 0..150).as_bytes())
         .unwrap();
-    wait_until(
-        Duration::from_secs(60),
-        || (gateway_next_offset(&gw) >= 150).then_some(()),
-        || "the first 150 lines were not stored".into(),
-    );
-    signal(&publisher, libc::SIGINT);
-    let out = publisher.wait_with_output().unwrap();
+    wait_for_offset(&gw, 150, "the first 150 lines");
+    let out = interrupt(publisher);
     drop(input);
     let err = String::from_utf8_lossy(&out.stderr);
     let cmd = resume_command_in(&err);
@@ -456,10 +449,7 @@ fn a_resume_whose_session_the_gateway_forgot_sends_nothing() {
             "spillway-bridge publish --gateway {gw} --topic t --producer-id 31337 --resume --max-record-bytes 4096 -  # the same input on stdin"
         )
     );
-    let mut other = spillway_tests::client::connect(&format!("127.0.0.1:{port}")).unwrap();
-    for id in 1000..1000 + spillway_core::log::MAX_PRODUCERS as u64 {
-        other.open_session(id, false).wait().unwrap();
-    }
+    crowd_out_producers(port);
     // The printed command, with the whole input on stdin again.
     let resumed = publish_stdin(&gw, "31337", &all, &["--resume", "-"]);
     let rerr = String::from_utf8_lossy(&resumed.stderr);
@@ -475,7 +465,7 @@ fn a_resume_whose_session_the_gateway_forgot_sends_nothing() {
     );
     assert!(rerr.contains("sent 0,"), "{rerr}");
     assert!(!rerr.contains("to continue: "), "{rerr}");
-    let want: Vec<String> = numbered("line", 0..150).lines().map(String::from).collect();
+    let want: Vec<String> = numbered_lines("line", 0..150);
     assert_eq!(stored(&gw), want, "nothing stored twice: {rerr}");
 }
 
@@ -506,19 +496,11 @@ fn buffered_publish_with_acknowledged_lines(
     );
     let mut input = publisher.stdin.take().unwrap();
     input.write_all(numbered("a", 0..50).as_bytes()).unwrap();
-    wait_until(
-        Duration::from_secs(60),
-        || (gateway_next_offset(&gw) >= 50).then_some(()),
-        || "the first lines were not stored".into(),
-    );
+    wait_for_offset(&gw, 50, "the first lines");
     // `publish` sends a batch once the one before it is answered: when the marker is
     // stored, the 50 lines before it were acknowledged.
     input.write_all(b"marker\n").unwrap();
-    wait_until(
-        Duration::from_secs(60),
-        || (gateway_next_offset(&gw) >= 51).then_some(()),
-        || "the marker was not stored".into(),
-    );
+    wait_for_offset(&gw, 51, "the marker");
     (publisher, input, gateway)
 }
 
@@ -538,10 +520,7 @@ fn buffered_lines_of_a_session_forgotten_after_a_crash_are_named_as_possibly_los
     gateway.kill();
     let _gateway = start_gateway_with(dir.path(), port, &["--linger-ms", "3600000"]);
     // `publish` connects again only for its next line: the id is forgotten by then.
-    let mut other = spillway_tests::client::connect(&format!("127.0.0.1:{port}")).unwrap();
-    for id in 1000..1000 + spillway_core::log::MAX_PRODUCERS as u64 {
-        other.open_session(id, false).wait().unwrap();
-    }
+    crowd_out_producers(port);
     input.write_all(numbered("c", 0..20).as_bytes()).unwrap();
     drop(input);
     let out = publisher.wait_with_output().unwrap();
@@ -571,7 +550,7 @@ fn buffered_lines_of_a_session_forgotten_after_a_crash_are_named_as_possibly_los
         .into_iter()
         .filter(|l| l.starts_with('c'))
         .collect();
-    let want: Vec<String> = numbered("c", 0..20).lines().map(String::from).collect();
+    let want: Vec<String> = numbered_lines("c", 0..20);
     assert_eq!(after, want, "{err}");
 }
 
