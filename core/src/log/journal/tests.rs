@@ -106,6 +106,21 @@ fn entry_bytes(
     (out, len)
 }
 
+/// The newest journal entry's sequence number, its block, and the position in that block
+/// just past it (where a newer entry goes).
+fn newest_entry(flash: &mut SimFlash<Vec<u8>>) -> (u64, u32, u32) {
+    let mut newest: Option<(u64, u32, u32)> = None;
+    each_entry(flash, |b, blk, pos| {
+        let entry = decode(b).expect("the real log's entries decode");
+        let end = pos + align_up(b.len() as u32, G.write_size);
+        if newest.is_none_or(|n| entry.seq > n.0) {
+            newest = Some((entry.seq, blk, end));
+        }
+        true
+    });
+    newest.expect("a formatted journal has an entry")
+}
+
 /// Writes `entry` (encoded by `encode`) after the newest entry of the journal, with the
 /// next entry sequence number, as a newer snapshot that a mount prefers.
 fn write_newer_entry(
@@ -127,16 +142,7 @@ fn write_newer_entry_with(
     consumer_offset: u64,
     producers: &[Snapshot],
 ) {
-    let mut newest: Option<(u64, u32, u32)> = None;
-    each_entry(flash, |b, blk, pos| {
-        let entry = decode(b).expect("the real log's entries decode");
-        let end = pos + align_up(b.len() as u32, G.write_size);
-        if newest.is_none_or(|n| entry.seq > n.0) {
-            newest = Some((entry.seq, blk, end));
-        }
-        true
-    });
-    let (seq, blk, pos) = newest.expect("a formatted journal has an entry");
+    let (seq, blk, pos) = newest_entry(flash);
     let (out, _) = entry_bytes(
         seq + 1,
         lease,
@@ -481,23 +487,9 @@ fn a_journal_lease_or_durable_end_near_the_offset_limit_exhausts_offsets_without
 /// head opens there, and appends stop at the limit.
 #[test]
 fn a_segment_base_near_the_offset_limit_exhausts_offsets_without_passing_it() {
-    use crate::log::format::{FORMAT_VERSION, SegmentHeader};
     for left in [0u64, 2] {
         let mut flash = log_of(3);
-        let hdr = SegmentHeader {
-            version: FORMAT_VERSION,
-            erase_size: G.erase_size,
-            write_size: G.write_size,
-            erased: G.erased,
-            blocks_per_segment: 1,
-            segment_count: 6,
-            log_id: 5,
-            seq: 2,
-            base_offset: MAX_NEXT_OFFSET - left,
-            prev_crc: 0,
-            erase_count: 1,
-            after_unclean: false,
-        };
+        let hdr = segment_header(2, MAX_NEXT_OFFSET - left);
         flash.write(3 * G.erase_size, &hdr.encode()).unwrap();
         let (handed, _) = append_until_refused(&mut flash);
         assert_eq!(
@@ -508,19 +500,29 @@ fn a_segment_base_near_the_offset_limit_exhausts_offsets_without_passing_it() {
     }
 }
 
+/// A valid header of a segment of [`log_of`]'s log (one block per segment, six segments,
+/// log id 5, never erased before) numbered `seq` from offset `base_offset`.
+fn segment_header(seq: u64, base_offset: u64) -> crate::log::format::SegmentHeader {
+    crate::log::format::SegmentHeader {
+        version: crate::log::format::FORMAT_VERSION,
+        erase_size: G.erase_size,
+        write_size: G.write_size,
+        erased: G.erased,
+        blocks_per_segment: 1,
+        segment_count: 6,
+        log_id: 5,
+        seq,
+        base_offset,
+        prev_crc: 0,
+        erase_count: 1,
+        after_unclean: false,
+    }
+}
+
 /// Writes an entry numbered `seq` (lease and durable end 3, `bridge` at `bridge`) after the
 /// newest entry of the journal.
 fn write_entry_numbered(flash: &mut SimFlash<Vec<u8>>, seq: u64, bridge: u64) {
-    let mut end: Option<(u64, u32, u32)> = None;
-    each_entry(flash, |b, blk, pos| {
-        let entry = decode(b).expect("the real log's entries decode");
-        let next = pos + align_up(b.len() as u32, G.write_size);
-        if end.is_none_or(|n| entry.seq > n.0) {
-            end = Some((entry.seq, blk, next));
-        }
-        true
-    });
-    let (_, blk, pos) = end.expect("a formatted journal has an entry");
+    let (_, blk, pos) = newest_entry(flash);
     let (out, _) = entry_bytes(seq, 3, 3, 1, bridge, &[]);
     flash.write(blk * G.erase_size + pos, &out).unwrap();
 }
@@ -576,22 +578,8 @@ fn a_journal_seq_near_the_limit_refuses_writes_and_keeps_commits() {
 #[test]
 fn a_segment_seq_near_the_limit_refuses_writes_and_keeps_durable_records() {
     use crate::error::{FlushError, SeqSpace};
-    use crate::log::format::{FORMAT_VERSION, SegmentHeader};
     let mut flash = log_of(3);
-    let hdr = SegmentHeader {
-        version: FORMAT_VERSION,
-        erase_size: G.erase_size,
-        write_size: G.write_size,
-        erased: G.erased,
-        blocks_per_segment: 1,
-        segment_count: 6,
-        log_id: 5,
-        seq: MAX_SEQ - 1,
-        base_offset: 0,
-        prev_crc: 0,
-        erase_count: 1,
-        after_unclean: false,
-    };
+    let hdr = segment_header(MAX_SEQ - 1, 0);
     let at = 2 * G.erase_size as usize;
     flash.bytes_mut()[at..at + hdr.encode().len()].copy_from_slice(&hdr.encode());
     let segment = SeqSpace::Segment;
