@@ -108,13 +108,34 @@ fn run(payload_len: usize, buffer: usize) -> Cost {
     // The log's own count agrees with the flash's (its stats include the mount's entry).
     assert_eq!(stats.flash_bytes_programmed, cost.bytes_programmed + 88);
     assert_eq!(stats.erases, cost.erases);
-    let payload_bytes = RECORDS * payload_len as u64;
+    let (per_byte, per_mib) = cost.rates(payload_len);
     eprintln!(
-        "counters: {RECORDS} records of {payload_len} B payload: {cost:?}; {:.4} flash bytes per payload byte, {:.1} erases per MiB of payload",
-        cost.bytes_programmed as f64 / payload_bytes as f64,
-        cost.erases as f64 / (payload_bytes as f64 / MIB)
+        "counters: {RECORDS} records of {payload_len} B payload: {cost:?}; {per_byte:.4} flash bytes per payload byte, {per_mib:.1} erases per MiB of payload",
     );
     cost
+}
+
+impl Cost {
+    /// Flash bytes programmed per payload byte and erases per MiB of payload, for a run
+    /// of `RECORDS` records of `payload_len` payload bytes.
+    fn rates(&self, payload_len: usize) -> (f64, f64) {
+        let payload_bytes = (RECORDS * payload_len as u64) as f64;
+        (
+            self.bytes_programmed as f64 / payload_bytes,
+            self.erases as f64 / (payload_bytes / MIB),
+        )
+    }
+}
+
+/// [`run`] of `payload_len`-byte payloads through a `buffer`-byte RAM buffer: asserts
+/// it costs exactly `want`, `per_byte` flash bytes per payload byte (within 1e-4) and
+/// `per_mib` erases per MiB of payload (within 0.01).
+fn assert_run(payload_len: usize, buffer: usize, want: Cost, per_byte: f64, per_mib: f64) {
+    let cost = run(payload_len, buffer);
+    assert_eq!(cost, want);
+    let (got_per_byte, got_per_mib) = cost.rates(payload_len);
+    assert!((got_per_byte - per_byte).abs() < 1e-4, "{got_per_byte}");
+    assert!((got_per_mib - per_mib).abs() < 0.01, "{got_per_mib}");
 }
 
 /// 32-byte records (17-byte payloads), 109 per batch.
@@ -132,21 +153,14 @@ fn run(payload_len: usize, buffer: usize) -> Cost {
 /// - Erases: 55 + 1 = 56, or 287.8 per MiB of payload.
 #[test]
 fn exact_counts_32_byte_records() {
-    let cost = run(17, 32 + 109 * 32);
-    assert_eq!(
-        cost,
-        Cost {
-            bytes_programmed: 231_400,
-            erases: 56,
-            batches: 111,
-            segments_opened: 55,
-            journal_writes: 67,
-        }
-    );
-    let per_payload_byte = cost.bytes_programmed as f64 / 204_000.0;
-    assert!((per_payload_byte - 1.1343).abs() < 1e-4);
-    let per_mib = cost.erases as f64 / (204_000.0 / MIB);
-    assert!((per_mib - 287.85).abs() < 0.01);
+    let want = Cost {
+        bytes_programmed: 231_400,
+        erases: 56,
+        batches: 111,
+        segments_opened: 55,
+        journal_writes: 67,
+    };
+    assert_run(17, 32 + 109 * 32, want, 1.1343, 287.85);
 }
 
 /// 256-byte records (241-byte payloads), 8 per batch.
@@ -162,19 +176,12 @@ fn exact_counts_32_byte_records() {
 /// - Erases: 749 + 16 = 765, or 277.4 per MiB of payload.
 #[test]
 fn exact_counts_256_byte_records() {
-    let cost = run(241, 32 + 8 * 256);
-    assert_eq!(
-        cost,
-        Cost {
-            bytes_programmed: 3_102_888,
-            erases: 765,
-            batches: 1_500,
-            segments_opened: 749,
-            journal_writes: 761,
-        }
-    );
-    let per_payload_byte = cost.bytes_programmed as f64 / 2_892_000.0;
-    assert!((per_payload_byte - 1.0729).abs() < 1e-4);
-    let per_mib = cost.erases as f64 / (2_892_000.0 / MIB);
-    assert!((per_mib - 277.37).abs() < 0.01);
+    let want = Cost {
+        bytes_programmed: 3_102_888,
+        erases: 765,
+        batches: 1_500,
+        segments_opened: 749,
+        journal_writes: 761,
+    };
+    assert_run(241, 32 + 8 * 256, want, 1.0729, 277.37);
 }
