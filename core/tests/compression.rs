@@ -4,19 +4,14 @@
 //! it once, not once per record; a log without a scratch refuses to guess.
 
 mod common;
-use common::{Ram, Sim, formatted, read_all};
+use common::{Ram, Sim, formatted, nor, read_all};
 
 use spillway_core::MountError;
 use spillway_core::log::{Compression, Config, Log, LostRange, LostReason, Record};
 use spillway_core::storage::Geometry;
 
 /// 1 MiB of 4 KiB erase blocks, 4 blocks per segment.
-const GEO: Geometry = Geometry {
-    erase_size: 4096,
-    write_size: 4,
-    capacity: 1 << 20,
-    erased: 0xFF,
-};
+const GEO: Geometry = nor(4096, 1 << 20);
 const BPS: u32 = 4;
 const BUFFER: usize = 4096;
 /// Records per flush: one batch each.

@@ -49,17 +49,12 @@
 //! ago).
 
 mod common;
-use common::{Ram, formatted};
+use common::{Ram, formatted, nor};
 
 use spillway_core::log::{Config, Log, Record};
 use spillway_core::storage::Geometry;
 
-const GEOMETRY: Geometry = Geometry {
-    erase_size: 4096,
-    write_size: 4,
-    capacity: 4096 * (2 + 8),
-    erased: 0xFF,
-};
+const GEOMETRY: Geometry = nor(4096, 4096 * (2 + 8));
 
 const RECORDS: u64 = 12_000;
 const MIB: f64 = 1024.0 * 1024.0;

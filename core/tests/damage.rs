@@ -3,19 +3,14 @@
 //! log"), and a cell that reads wrong on some reads only costs re-reads, not a gap.
 
 mod common;
-use common::{Ram, Sim, formatted, read_all};
+use common::{Ram, Sim, formatted, nor, read_all};
 
 use spillway_core::error::AppendError;
 use spillway_core::log::{Appended, Config, Log, LostRange, LostReason, READ_ATTEMPTS, Record};
 use spillway_core::storage::{Flash, Geometry, SimFlash};
 
 /// 2 MiB of 4 KiB erase blocks, 8 blocks (32 KiB) per segment: 63 segments.
-const GEO: Geometry = Geometry {
-    erase_size: 4096,
-    write_size: 4,
-    capacity: 2 << 20,
-    erased: 0xFF,
-};
+const GEO: Geometry = nor(4096, 2 << 20);
 const BPS: u32 = 8;
 
 fn payload(i: u64) -> Vec<u8> {
@@ -275,12 +270,7 @@ fn a_zeroed_oldest_segment_of_a_log_that_never_wrapped_is_corruption() {
 }
 
 /// 4 one-block segments, so the ring wraps after a few hundred records.
-const SMALL: Geometry = Geometry {
-    erase_size: 4096,
-    write_size: 4,
-    capacity: 4096 * 6,
-    erased: 0xFF,
-};
+const SMALL: Geometry = nor(4096, 4096 * 6);
 
 /// A `reject-new` log over [`SMALL`] that wrapped (segments were reclaimed), shut down
 /// cleanly: the bridge commits just enough to free the oldest segment whenever the log is

@@ -7,7 +7,7 @@
 //! (its session's epoch went from 2 to 4); the version 3 image keeps epochs numbered per id.
 
 mod common;
-use common::{Ram, Shared, formatted};
+use common::{Ram, Shared, formatted, nor};
 use std::cell::RefCell;
 
 use spillway_core::log::format::FORMAT_VERSION;
@@ -32,12 +32,7 @@ const CURRENT_PATH: &str = fixture!("format-v4-4k-w4.img");
 const SESSION_ID: u64 = 0x5e55;
 const LOG_ID: u128 = 0x5350_494c_4c57_4159_0000_0000_0000_0001;
 
-const GEOMETRY: Geometry = Geometry {
-    erase_size: 4096,
-    write_size: 4,
-    capacity: 4096 * 10,
-    erased: 0xFF,
-};
+const GEOMETRY: Geometry = nor(4096, 4096 * 10);
 
 /// The records the fixture holds: offset i has this topic, timestamp and payload.
 fn expected(i: u64) -> (String, u64, Vec<u8>, Option<Producer>) {

@@ -23,7 +23,7 @@
 //! last one acknowledged durable and at most the last one appended.
 
 mod common;
-use common::{Shared, Sim};
+use common::{Shared, Sim, nor};
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -41,12 +41,7 @@ type TestLog<'a> = Log<'a, Shared<'a>>;
 const TOPICS: [&str; 3] = ["t", "sensors/41001/sst", "cgm/glucose"];
 const LINGER_US: u64 = 10_000;
 
-const GEOMETRY: Geometry = Geometry {
-    erase_size: 1024,
-    write_size: 4,
-    capacity: 1024 * (2 + 5),
-    erased: 0xFF,
-};
+const GEOMETRY: Geometry = nor(1024, 1024 * (2 + 5));
 
 fn config(spill: SpillPolicy, full: FullPolicy) -> Config {
     Config {

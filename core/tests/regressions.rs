@@ -7,7 +7,7 @@
 use std::cell::Cell;
 
 mod common;
-use common::{Hook, Hooked, Ram, Sim, io_error};
+use common::{Hook, Hooked, Ram, Sim, io_error, nor};
 
 use spillway_core::log::{Config, FullPolicy, Log, Record, SpillPolicy};
 use spillway_core::storage::{Geometry, SimError, SimFlash};
@@ -44,12 +44,7 @@ impl Hook for Flaky<'_> {
     }
 }
 
-const GEOMETRY: Geometry = Geometry {
-    erase_size: 1024,
-    write_size: 4,
-    capacity: 1024 * (2 + 4 * 2),
-    erased: 0xFF,
-};
+const GEOMETRY: Geometry = nor(1024, 1024 * (2 + 4 * 2));
 
 /// A fresh log of segments of 2 erase blocks.
 fn formatted() -> Sim {

@@ -3,19 +3,14 @@
 //! durable data before the marker as corruption.
 
 mod common;
-use common::{Ram, Shared};
+use common::{Ram, Shared, nor};
 
 use std::cell::RefCell;
 
 use spillway_core::log::{Config, Log, LostReason, Record};
 use spillway_core::storage::{Geometry, SimFlash};
 
-const GEO: Geometry = Geometry {
-    erase_size: 4096,
-    write_size: 4,
-    capacity: 4096 * 10,
-    erased: 0xFF,
-};
+const GEO: Geometry = nor(4096, 4096 * 10);
 
 fn rec(payload: &[u8]) -> Record<'_> {
     Record {

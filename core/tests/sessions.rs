@@ -4,18 +4,13 @@
 //! record refused `Full` is stored (in order) once it is resent.
 
 mod common;
-use common::{Ram, Sim};
+use common::{Ram, Sim, nor};
 
 use spillway_core::AppendError;
 use spillway_core::log::{BRIDGE_CONSUMER, Config, FullPolicy, Log, Producer, Record};
 use spillway_core::storage::Geometry;
 
-const G: Geometry = Geometry {
-    erase_size: 1024,
-    write_size: 4,
-    capacity: 1024 * 8,
-    erased: 0xFF,
-};
+const G: Geometry = nor(1024, 1024 * 8);
 
 /// Asserts that `result` is an error matching the pattern (with an optional guard), and
 /// shows the error when it is not.

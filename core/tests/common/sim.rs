@@ -12,6 +12,17 @@ use spillway_core::storage::{Flash, Geometry, SimError, SimFlash};
 /// The simulated flash the tests use.
 pub type Sim = SimFlash<Vec<u8>>;
 
+/// A NOR flash of `capacity` bytes in erase blocks of `erase_size` bytes, programmed in
+/// 4-byte words and erased to `0xFF`: the geometry of most tests.
+pub const fn nor(erase_size: u32, capacity: u32) -> Geometry {
+    Geometry {
+        erase_size,
+        write_size: 4,
+        capacity,
+        erased: 0xFF,
+    }
+}
+
 /// The simulated flash behind a `RefCell`, so the test can power it on between two mount
 /// attempts while the memory of a failed attempt is still borrowed.
 #[derive(Clone, Copy)]
