@@ -44,6 +44,29 @@ fn with_listen(mut args: Vec<String>, uris: &[String]) -> Vec<String> {
     args
 }
 
+/// Sends a fetch without a consumer from `from` (up to 1000 bytes) that waits up to
+/// `wait_ms` for records, and does not wait for its answer.
+fn send_long_poll(c: &mut Client, from: u64, wait_ms: u32) {
+    c.send_request(|seq| Request::Fetch {
+        seq,
+        consumer: None,
+        from_offset: from,
+        max_bytes: 1000,
+        wait_ms: Some(wait_ms),
+    })
+    .wait()
+    .unwrap();
+}
+
+/// A gateway's arguments: [`image_args`] in `dir`, one TCP listener on a free port, then
+/// `extra`. Returns the listener's `127.0.0.1:PORT` and the arguments.
+fn tcp_gateway_args(dir: &Path, extra: &[&str]) -> (String, Vec<String>) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut args = with_listen(image_args(dir), &[format!("tcp://{addr}")]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    (addr, args)
+}
+
 #[test]
 fn tcp_and_unix_publish_fetch_commit() {
     let dir = tempfile::tempdir().unwrap();
@@ -287,8 +310,7 @@ fn serial_pty_frames_and_lines() {
     let (mut lines_master, lines_slave) = TTYPort::pair().expect("pty pair");
     let fpath = frames_slave.name().expect("pty name");
     let lpath = lines_slave.name().expect("pty name");
-    let port = free_port();
-    let mut args = with_listen(image_args(dir.path()), &[format!("tcp://127.0.0.1:{port}")]);
+    let (addr, mut args) = tcp_gateway_args(dir.path(), &[]);
     args.extend([
         "--serial".into(),
         format!("serial://{fpath}?baud=115200&mode=frames"),
@@ -331,7 +353,7 @@ fn serial_pty_frames_and_lines() {
     assert_eq!(acked_offset(b), off + 1);
     lines_master.write_all(b"19.25\n19.50\n").unwrap();
     lines_master.flush().unwrap();
-    let mut t = connect(&format!("127.0.0.1:{port}")).unwrap();
+    let mut t = connect(&addr).unwrap();
     // The two frames, then the two lines.
     let recs = wait_for_records(&mut t, 4);
     let lines: Vec<_> = recs.iter().filter(|r| r.topic == "uart/temp").collect();
@@ -352,12 +374,9 @@ fn serial_pty_frames_and_lines() {
 #[test]
 fn bad_clients_do_not_stall_others() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
     // Drop-oldest: on a fast machine the good client's durable records, one flush each,
     // fill the 2 MiB image within the test, and a full log is not what this test is about.
-    let mut args = with_listen(image_args(dir.path()), &[format!("tcp://{addr}")]);
-    args.extend(["--full".to_string(), "drop-oldest".to_string()]);
+    let (addr, args) = tcp_gateway_args(dir.path(), &["--full", "drop-oldest"]);
     let _g = GatewayProcess::start(&args, 1);
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
@@ -491,11 +510,8 @@ fn sigkill_during_durable_publishing_loses_nothing_acknowledged() {
     println!("seed {seed} (SPILLWAY_SEED), {loops} loops (SPILLWAY_KILL_LOOPS)");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let mut args = with_listen(image_args(dir.path()), &[format!("tcp://{addr}")]);
+    let (addr, mut args) = tcp_gateway_args(dir.path(), &["--full", "drop-oldest"]);
     args[3] = "8M".into();
-    args.extend(["--full".into(), "drop-oldest".into()]);
     let acked: Arc<Mutex<BTreeMap<u64, Vec<u8>>>> = Arc::default();
     for round in 0..loops {
         let mut g = GatewayProcess::start(&args, 1);
@@ -569,10 +585,9 @@ fn sigkill_during_durable_publishing_loses_nothing_acknowledged() {
 #[test]
 fn sigterm_is_clean_and_image_is_protected() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let args = with_listen(image_args(dir.path()), &[format!("tcp://127.0.0.1:{port}")]);
+    let (addr, args) = tcp_gateway_args(dir.path(), &[]);
     let mut g = GatewayProcess::start(&args, 1);
-    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
+    let mut c = connect(&addr).unwrap();
     publish_each(&mut c, (0..10).map(|i| format!("{i}")), AckLevel::Buffered);
     c.commit("bridge", 7).wait().unwrap();
     // A second gateway cannot open the locked image.
@@ -642,15 +657,14 @@ fn sigterm_is_clean_and_image_is_protected() {
 #[test]
 fn inspect_after_a_crash_is_not_corruption() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let args = with_listen(image_args(dir.path()), &[format!("tcp://127.0.0.1:{port}")]);
+    let (addr, args) = tcp_gateway_args(dir.path(), &[]);
     let img = dir.path().join("gw.img").display().to_string();
     let mut g = GatewayProcess::start(&args, 1);
-    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
+    let mut c = connect(&addr).unwrap();
     publish_each(&mut c, (0..100).map(|i| format!("{i}")), AckLevel::Durable);
     g.kill();
     let mut g = GatewayProcess::start(&args, 1);
-    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
+    let mut c = connect(&addr).unwrap();
     publish_each(
         &mut c,
         (0..10).map(|i| format!("after {i}")),
@@ -824,26 +838,17 @@ fn connections_that_never_say_hello_are_closed() {
 #[test]
 fn idle_handshaken_connections_give_their_slots_back() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let mut args = with_listen(image_args(dir.path()), &[format!("tcp://{addr}")]);
+    let (addr, args) = tcp_gateway_args(
+        dir.path(),
+        &["--max-connections", "3", "--idle-timeout-ms", "5000"],
+    );
     // Long enough for `status` to start and be refused on a busy machine (its binary is
     // found, or built, before the clock starts).
     spillway_tests::bridge::bridge_bin();
-    args.extend(["--max-connections", "3", "--idle-timeout-ms", "5000"].map(String::from));
     let g = GatewayProcess::start(&args, 1);
     let mut poller = connect(&addr).unwrap();
     let end = poller.stats().wait().unwrap().next_offset;
-    poller
-        .send_request(|seq| Request::Fetch {
-            seq,
-            consumer: None,
-            from_offset: end,
-            max_bytes: 1000,
-            wait_ms: Some(u32::MAX),
-        })
-        .wait()
-        .unwrap();
+    send_long_poll(&mut poller, end, u32::MAX);
     let polled = std::time::Instant::now();
     let idle: Vec<Client> = (0..2).map(|_| connect(&addr).unwrap()).collect();
     let out =
@@ -887,25 +892,12 @@ fn idle_handshaken_connections_give_their_slots_back() {
 #[test]
 fn long_polls_beyond_four_per_connection_are_answered_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let _g = GatewayProcess::start(
-        &with_listen(image_args(dir.path()), &[format!("tcp://{addr}")]),
-        1,
-    );
+    let (addr, args) = tcp_gateway_args(dir.path(), &[]);
+    let _g = GatewayProcess::start(&args, 1);
     let mut poller = connect(&addr).unwrap();
     let end = poller.stats().wait().unwrap().next_offset;
     for _ in 0..10 {
-        poller
-            .send_request(|seq| Request::Fetch {
-                seq,
-                consumer: None,
-                from_offset: end,
-                max_bytes: 1000,
-                wait_ms: Some(60_000),
-            })
-            .wait()
-            .unwrap();
+        send_long_poll(&mut poller, end, 60_000);
     }
     // The client's reply timeout (10 s) is far below the polls' 60 s.
     for _ in 0..6 {
