@@ -33,7 +33,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use smol::io::{AsyncReadExt, AsyncWriteExt};
 use spillway_core::log::Log;
 use spillway_core::storage::Flash;
@@ -94,6 +94,24 @@ fn reason(r: &str) -> Labels {
     vec![("reason".to_string(), r.to_string())]
 }
 
+/// A new metric of type `M` registered in `r` as `name` with `help` (the registry keeps
+/// a clone: both share the value).
+fn registered<M: Metric + Clone + Default>(r: &mut Registry, name: &str, help: &str) -> M {
+    let metric = M::default();
+    r.register(name, help, metric.clone());
+    metric
+}
+
+/// Adds to the `reason` series of `family` what each count grew by since the last update:
+/// `(reason, now, before)`.
+fn add_by_reason(family: &Family<Labels, Counter>, counts: &[(&str, u64, u64)]) {
+    for &(r, now, before) in counts {
+        family
+            .get_or_create(&reason(r))
+            .inc_by(now.saturating_sub(before));
+    }
+}
+
 fn gauge(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -101,126 +119,113 @@ fn gauge(v: u64) -> i64 {
 impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("spillway");
-        let m = Metrics {
-            registry: Registry::default(),
-            records: Counter::default(),
-            bytes: Counter::default(),
-            flash_bytes: Counter::default(),
-            flash_bytes_read: Counter::default(),
-            erases: Counter::default(),
-            flushes: Counter::default(),
-            syncs: Counter::default(),
-            dropped: Family::default(),
-            errors: Family::default(),
-            connections: Counter::default(),
-            refused: Family::default(),
-            listener_connections: Family::default(),
-            mqtt_publishes: Family::default(),
-            mqtt_duplicates: Counter::default(),
-            next_offset: Gauge::default(),
-            durable_offset: Gauge::default(),
-            first_offset: Gauge::default(),
-            committed: Family::default(),
-            lag: Family::default(),
-            capacity: Gauge::default(),
-            used: Gauge::default(),
-            free: Gauge::default(),
-            full: Gauge::default(),
-            last: Mutex::new(Last::default()),
-        };
-        registry.register("records_appended", "Records appended", m.records.clone());
-        registry.register("bytes_appended", "Payload bytes appended", m.bytes.clone());
-        registry.register(
+        let mut r = Registry::with_prefix("spillway");
+        let records = registered(&mut r, "records_appended", "Records appended");
+        let bytes = registered(&mut r, "bytes_appended", "Payload bytes appended");
+        let flash_bytes = registered(
+            &mut r,
             "flash_bytes_programmed",
             "Bytes programmed into flash (batches, headers, journal)",
-            m.flash_bytes.clone(),
         );
-        registry.register(
+        let flash_bytes_read = registered(
+            &mut r,
             "flash_bytes_read",
             "Bytes read from flash (re-reads included)",
-            m.flash_bytes_read.clone(),
         );
-        registry.register("erases", "Erase-block erases", m.erases.clone());
-        registry.register("flushes", "Batches written to flash", m.flushes.clone());
-        registry.register("syncs", "Flash syncs (fdatasync)", m.syncs.clone());
-        registry.register(
+        let erases = registered(&mut r, "erases", "Erase-block erases");
+        let flushes = registered(&mut r, "flushes", "Batches written to flash");
+        let syncs = registered(&mut r, "syncs", "Flash syncs (fdatasync)");
+        let dropped = registered(
+            &mut r,
             "records_dropped",
             "Records lost: reclaimed before every consumer read them, offsets read back corrupt (each once), or spared from flash",
-            m.dropped.clone(),
         );
-        registry.register(
+        let errors = registered(
+            &mut r,
             "ingest_errors",
             "Frames, publishes and lines rejected, by reason",
-            m.errors.clone(),
         );
-        registry.register("connections", "Connections accepted", m.connections.clone());
-        registry.register(
+        let connections = registered(&mut r, "connections", "Connections accepted");
+        let refused = registered(
+            &mut r,
             "refused",
             "Requests, handshakes and TLS handshakes refused, by reason",
-            m.refused.clone(),
         );
-        registry.register(
+        let listener_connections = registered(
+            &mut r,
             "listener_connections",
             "Connections accepted, by listener kind",
-            m.listener_connections.clone(),
         );
-        registry.register(
+        let mqtt_publishes = registered(
+            &mut r,
             "mqtt_publishes",
             "Records stored from MQTT PUBLISH packets, by QoS",
-            m.mqtt_publishes.clone(),
         );
-        registry.register(
+        let mqtt_duplicates = registered(
+            &mut r,
             "mqtt_duplicates",
             "MQTT resends answered without storing them again",
-            m.mqtt_duplicates.clone(),
         );
-        registry.register(
-            "next_offset",
-            "Offset of the next record",
-            m.next_offset.clone(),
-        );
-        registry.register(
+        let next_offset = registered(&mut r, "next_offset", "Offset of the next record");
+        let durable_offset = registered(
+            &mut r,
             "durable_offset",
             "Every offset below this is on flash and synced",
-            m.durable_offset.clone(),
         );
-        registry.register(
-            "first_offset",
-            "Oldest retained offset",
-            m.first_offset.clone(),
-        );
-        registry.register(
+        let first_offset = registered(&mut r, "first_offset", "Oldest retained offset");
+        let committed = registered(
+            &mut r,
             "consumer_committed_offset",
             "Committed offset per consumer",
-            m.committed.clone(),
         );
-        registry.register(
+        let lag = registered(
+            &mut r,
             "consumer_lag_offsets",
             "Offsets between a consumer's committed offset and the next offset (offsets, not records: offsets skipped by a crash count too)",
-            m.lag.clone(),
         );
-        registry.register(
-            "capacity_bytes",
-            "Bytes of the flash image",
-            m.capacity.clone(),
-        );
-        registry.register(
+        let capacity = registered(&mut r, "capacity_bytes", "Bytes of the flash image");
+        let used = registered(
+            &mut r,
             "used_bytes",
             "Bytes of the image in segments that hold records",
-            m.used.clone(),
         );
-        registry.register(
+        let free = registered(
+            &mut r,
             "free_bytes",
             "Bytes of the image not in a segment holding records (free segments and the journal)",
-            m.free.clone(),
         );
-        registry.register(
+        let full = registered(
+            &mut r,
             "full",
             "1 while new records are refused because the log is full (reject-new), else 0",
-            m.full.clone(),
         );
-        Metrics { registry, ..m }
+        Metrics {
+            registry: r,
+            records,
+            bytes,
+            flash_bytes,
+            flash_bytes_read,
+            erases,
+            flushes,
+            syncs,
+            dropped,
+            errors,
+            connections,
+            refused,
+            listener_connections,
+            mqtt_publishes,
+            mqtt_duplicates,
+            next_offset,
+            durable_offset,
+            first_offset,
+            committed,
+            lag,
+            capacity,
+            used,
+            free,
+            full,
+            last: Mutex::new(Last::default()),
+        }
     }
 
     /// Counts a connection refused because `--max-connections` were being served (accept
@@ -272,34 +277,31 @@ impl Metrics {
         self.flushes
             .inc_by(s.batches_written.saturating_sub(ls.batches_written));
         self.syncs.inc_by(s.syncs.saturating_sub(ls.syncs));
-        for (r, now, before) in [
-            ("reclaimed_unread", s.records_dropped, ls.records_dropped),
-            ("corrupt", s.corrupt_offsets, ls.corrupt_offsets),
-            ("spared", s.records_discarded, ls.records_discarded),
-        ] {
-            self.dropped
-                .get_or_create(&reason(r))
-                .inc_by(now.saturating_sub(before));
-        }
-        for (r, now, before) in [
-            ("bad_frame", c.frames_rejected, lc.frames_rejected),
-            ("too_large", c.rejected_too_large, lc.rejected_too_large),
-            ("full", c.rejected_full, lc.rejected_full),
-            ("invalid", c.rejected_invalid, lc.rejected_invalid),
-            ("internal", c.internal_errors, lc.internal_errors),
-        ] {
-            self.errors
-                .get_or_create(&reason(r))
-                .inc_by(now.saturating_sub(before));
-        }
-        for (r, now, before) in [
-            ("forbidden", c.forbidden, lc.forbidden),
-            ("unauthorized", c.unauthorized, lc.unauthorized),
-        ] {
-            self.refused
-                .get_or_create(&reason(r))
-                .inc_by(now.saturating_sub(before));
-        }
+        add_by_reason(
+            &self.dropped,
+            &[
+                ("reclaimed_unread", s.records_dropped, ls.records_dropped),
+                ("corrupt", s.corrupt_offsets, ls.corrupt_offsets),
+                ("spared", s.records_discarded, ls.records_discarded),
+            ],
+        );
+        add_by_reason(
+            &self.errors,
+            &[
+                ("bad_frame", c.frames_rejected, lc.frames_rejected),
+                ("too_large", c.rejected_too_large, lc.rejected_too_large),
+                ("full", c.rejected_full, lc.rejected_full),
+                ("invalid", c.rejected_invalid, lc.rejected_invalid),
+                ("internal", c.internal_errors, lc.internal_errors),
+            ],
+        );
+        add_by_reason(
+            &self.refused,
+            &[
+                ("forbidden", c.forbidden, lc.forbidden),
+                ("unauthorized", c.unauthorized, lc.unauthorized),
+            ],
+        );
         let was_full = last.full;
         let full = gw.is_full(log);
         *last = Last {
