@@ -25,6 +25,45 @@ fn pubrec_code(why: Refusal) -> PubrecReasonCode {
     }
 }
 
+/// The acknowledgement of the publish `pid` of QoS `qos` for an MQTT 5 (`v5`) or 3.1.1
+/// client: a PUBACK (QoS 1) or PUBREC (QoS 2), carrying the reason code of `refused`
+/// (MQTT 5 only) or none for a stored publish; `None` for QoS 0, which has none.
+fn acknowledgement(qos: u8, v5: bool, pid: u16, refused: Option<Refusal>) -> Option<Packet> {
+    match (qos, v5) {
+        (1, true) => {
+            let b = v5_0::Puback::builder().packet_id(pid);
+            match refused {
+                Some(why) => b.reason_code(puback_code(why)),
+                None => b,
+            }
+            .build()
+            .ok()
+            .map(Into::into)
+        }
+        (2, true) => {
+            let b = v5_0::Pubrec::builder().packet_id(pid);
+            match refused {
+                Some(why) => b.reason_code(pubrec_code(why)),
+                None => b,
+            }
+            .build()
+            .ok()
+            .map(Into::into)
+        }
+        (1, false) => v3_1_1::Puback::builder()
+            .packet_id(pid)
+            .build()
+            .ok()
+            .map(Into::into),
+        (2, false) => v3_1_1::Pubrec::builder()
+            .packet_id(pid)
+            .build()
+            .ok()
+            .map(Into::into),
+        _ => None,
+    }
+}
+
 impl Link {
     /// A PUBLISH: checked here (topic length), stored by the log thread.
     pub(super) async fn publish<S: AsyncWrite + Unpin>(
@@ -181,30 +220,7 @@ impl Link {
             }
             MqttReply::Stored { qos, pid } => {
                 self.in_flight = self.in_flight.saturating_sub(1);
-                let packet: Option<Packet> = match (qos, self.v5()) {
-                    (1, true) => v5_0::Puback::builder()
-                        .packet_id(pid)
-                        .build()
-                        .ok()
-                        .map(Into::into),
-                    (1, false) => v3_1_1::Puback::builder()
-                        .packet_id(pid)
-                        .build()
-                        .ok()
-                        .map(Into::into),
-                    (2, true) => v5_0::Pubrec::builder()
-                        .packet_id(pid)
-                        .build()
-                        .ok()
-                        .map(Into::into),
-                    (2, false) => v3_1_1::Pubrec::builder()
-                        .packet_id(pid)
-                        .build()
-                        .ok()
-                        .map(Into::into),
-                    _ => None,
-                };
-                if let Some(p) = packet {
+                if let Some(p) = acknowledgement(qos, self.v5(), pid, None) {
                     self.send(stream, p).await;
                 }
             }
@@ -256,18 +272,7 @@ impl Link {
             return;
         }
         let packet: Option<Packet> = match qos {
-            1 => v5_0::Puback::builder()
-                .packet_id(pid)
-                .reason_code(puback_code(why))
-                .build()
-                .ok()
-                .map(Into::into),
-            2 => v5_0::Pubrec::builder()
-                .packet_id(pid)
-                .reason_code(pubrec_code(why))
-                .build()
-                .ok()
-                .map(Into::into),
+            1 | 2 => acknowledgement(qos, true, pid, Some(why)),
             // QoS 0 has no acknowledgement to carry a reason code: a publish the listener
             // does not allow ends the connection, so the client learns of it.
             _ if why == Refusal::NotAuthorized => v5_0::Disconnect::builder()
