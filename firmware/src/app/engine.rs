@@ -412,12 +412,14 @@ pub fn run(
                 Cmd::Shutdown => stop = true,
                 Cmd::Mqtt(m) => mqtt_sessions.handle(
                     m,
-                    &mut gw,
-                    &mut log,
-                    now,
-                    Clock::wall_us(),
-                    &metrics,
-                    &mut mqtt_pending,
+                    super::mqtt::sessions::LogSide {
+                        gw: &mut gw,
+                        log: &mut log,
+                        now_us: now,
+                        wall_us: Clock::wall_us(),
+                        metrics: &metrics,
+                        pending: &mut mqtt_pending,
+                    },
                 ),
                 Cmd::Line { line, topic, peer } => {
                     match gw.handle_line(&line, topic.as_deref(), &mut log, now, Clock::wall_us()) {

@@ -197,6 +197,24 @@ pub enum MqttReply {
     },
 }
 
+/// What the log thread lends an MQTT command ([`MqttSessions::handle`]): the gateway and
+/// the log a publish is stored through, the monotonic and wall clocks (µs), the metrics,
+/// and the replies that wait for durability (a publish adds to them).
+pub struct LogSide<'a, 'l, F: Flash> {
+    /// The gateway.
+    pub gw: &'a mut Gateway,
+    /// The log.
+    pub log: &'a mut Log<'l, F>,
+    /// The monotonic clock, µs.
+    pub now_us: u64,
+    /// The wall clock, µs since the Unix epoch (a stored record's timestamp).
+    pub wall_us: u64,
+    /// The gateway's metrics.
+    pub metrics: &'a Metrics,
+    /// Replies waiting for their records to be durable.
+    pub pending: &'a mut Vec<MqttPending>,
+}
+
 /// An acknowledgement that waits for the group flush.
 pub struct MqttPending {
     /// The offset that must be durable.
@@ -395,18 +413,8 @@ impl MqttSessions {
         found
     }
 
-    /// Applies one command. Replies that must wait for durability go to `pending`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn handle<F: Flash>(
-        &mut self,
-        cmd: MqttCmd,
-        gw: &mut Gateway,
-        log: &mut Log<'_, F>,
-        now_us: u64,
-        wall_us: u64,
-        metrics: &Metrics,
-        pending: &mut Vec<MqttPending>,
-    ) {
+    /// Applies one command. Replies that must wait for durability go to `env.pending`.
+    pub fn handle<F: Flash>(&mut self, cmd: MqttCmd, env: LogSide<'_, '_, F>) {
         match cmd {
             MqttCmd::Connect {
                 conn,
@@ -415,7 +423,7 @@ impl MqttSessions {
                 persistent,
                 replies,
             } => {
-                let reply = self.connect(conn, client, clean, persistent, replies.clone(), log);
+                let reply = self.connect(conn, client, clean, persistent, replies.clone(), env.log);
                 let _ = replies.try_send(reply);
             }
             MqttCmd::Release { conn, client, pid } => {
@@ -435,7 +443,7 @@ impl MqttSessions {
                     }
                 }
             }
-            MqttCmd::Publish(p) => self.publish(p, gw, log, now_us, wall_us, metrics, pending),
+            MqttCmd::Publish(p) => self.publish(p, env),
         }
     }
 
@@ -498,17 +506,15 @@ impl MqttSessions {
         MqttReply::Connected { session_present }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn publish<F: Flash>(
-        &mut self,
-        p: Box<MqttPublish>,
-        gw: &mut Gateway,
-        log: &mut Log<'_, F>,
-        now_us: u64,
-        wall_us: u64,
-        metrics: &Metrics,
-        pending: &mut Vec<MqttPending>,
-    ) {
+    fn publish<F: Flash>(&mut self, p: Box<MqttPublish>, env: LogSide<'_, '_, F>) {
+        let LogSide {
+            gw,
+            log,
+            now_us,
+            wall_us,
+            metrics,
+            pending,
+        } = env;
         let (qos, pid) = (p.qos, p.pid);
         let mut session = self
             .sessions
