@@ -39,6 +39,16 @@ fn formatted() -> Sim {
     common::formatted(GEOMETRY, 0xBEEF, 1)
 }
 
+/// The log's RAM: one-block segments, a 512-byte write buffer.
+fn ram() -> Ram {
+    Ram::new(&GEOMETRY, 1, 512)
+}
+
+/// Mounts `sim` on `mem` under `full`.
+fn mount<'a>(sim: &'a mut Sim, mem: &'a mut Ram, full: FullPolicy) -> Log<'a, &'a mut Sim> {
+    Log::mount(sim, config(full), mem.memory(), 0).unwrap().0
+}
+
 /// Appends the record of the log's next offset ([`payload_of`]); returns its offset.
 fn append_next<F: Flash>(log: &mut Log<'_, F>) -> u64 {
     let off = log.next_offset();
@@ -90,12 +100,10 @@ fn fill_and_check_dropped<F: Flash>(
 /// counts as dropped, and the offsets a crash skipped (which hold no record) do not.
 #[test]
 fn reclaiming_with_no_consumer_counts_the_unread_records_not_the_skipped_offsets() {
-    let mut sim = formatted();
-    let mut mem = Ram::new(&GEOMETRY, 1, 512);
+    let (mut sim, mut mem) = (formatted(), ram());
     // First run: 30 records, then a crash (no close): the rest of the lease is skipped.
     let mut stored = {
-        let (mut log, _) =
-            Log::mount(&mut sim, config(FullPolicy::RejectNew), mem.memory(), 0).unwrap();
+        let mut log = mount(&mut sim, &mut mem, FullPolicy::RejectNew);
         append_flushed(&mut log, 30)
     };
     let (mut log, report) =
@@ -125,10 +133,8 @@ fn reclaiming_with_no_consumer_counts_the_unread_records_not_the_skipped_offsets
 /// segment goes; only those from the lowest committed offset on are.
 #[test]
 fn drop_oldest_counts_only_what_a_consumer_had_not_committed() {
-    let mut sim = formatted();
-    let mut mem = Ram::new(&GEOMETRY, 1, 512);
-    let (mut log, _) =
-        Log::mount(&mut sim, config(FullPolicy::DropOldest), mem.memory(), 0).unwrap();
+    let (mut sim, mut mem) = (formatted(), ram());
+    let mut log = mount(&mut sim, &mut mem, FullPolicy::DropOldest);
     let stored = append_flushed(&mut log, 40);
     // `bridge` read the first 25; `other` read 35. The lowest (25) decides.
     log.commit(BRIDGE_CONSUMER, 25).unwrap();
@@ -143,10 +149,8 @@ fn drop_oldest_counts_only_what_a_consumer_had_not_committed() {
 /// when reclaimed, what it had not is.
 #[test]
 fn deleting_the_last_consumer_counts_only_what_it_had_not_read() {
-    let mut sim = formatted();
-    let mut mem = Ram::new(&GEOMETRY, 1, 512);
-    let (mut log, _) =
-        Log::mount(&mut sim, config(FullPolicy::RejectNew), mem.memory(), 0).unwrap();
+    let (mut sim, mut mem) = (formatted(), ram());
+    let mut log = mount(&mut sim, &mut mem, FullPolicy::RejectNew);
     let stored = append_flushed(&mut log, 40);
     log.commit(BRIDGE_CONSUMER, 20).unwrap();
     assert!(log.delete_consumer(BRIDGE_CONSUMER).unwrap());
@@ -156,10 +160,8 @@ fn deleting_the_last_consumer_counts_only_what_it_had_not_read() {
 /// `reject-new` with a consumer that read everything reclaims without counting anything.
 #[test]
 fn reclaiming_what_every_consumer_read_counts_nothing() {
-    let mut sim = formatted();
-    let mut mem = Ram::new(&GEOMETRY, 1, 512);
-    let (mut log, _) =
-        Log::mount(&mut sim, config(FullPolicy::RejectNew), mem.memory(), 0).unwrap();
+    let (mut sim, mut mem) = (formatted(), ram());
+    let mut log = mount(&mut sim, &mut mem, FullPolicy::RejectNew);
     for _ in 0..400 {
         append_next(&mut log);
         log.flush(0).unwrap();
@@ -187,18 +189,16 @@ impl Hook for WornJournal<'_> {
 /// the block: the partition is a log (its records are intact), not "not formatted".
 #[test]
 fn worn_journal_block_at_mount_is_reported_with_its_block_not_as_unformatted() {
-    let mut sim = formatted();
-    let mut mem = Ram::new(&GEOMETRY, 1, 512);
+    let (mut sim, mut mem) = (formatted(), ram());
     {
-        let (mut log, _) =
-            Log::mount(&mut sim, config(FullPolicy::RejectNew), mem.memory(), 0).unwrap();
+        let mut log = mount(&mut sim, &mut mem, FullPolicy::RejectNew);
         for _ in 0..20 {
             append_next(&mut log);
         }
         log.close(0).unwrap();
     }
     let refused = Cell::new(0);
-    let mut mem = Ram::new(&GEOMETRY, 1, 512);
+    let mut mem = ram();
     let got = loop {
         let flash = Hooked::new(&mut sim, WornJournal(&refused));
         match Log::mount(flash, config(FullPolicy::RejectNew), mem.memory(), 0) {
@@ -226,11 +226,9 @@ fn worn_journal_block_at_mount_is_reported_with_its_block_not_as_unformatted() {
 /// `corrupt_batches`. Flash bytes read are counted, matching the storage's own counter.
 #[test]
 fn corrupt_range_read_again_counts_its_offsets_once_and_reads_are_counted_in_bytes() {
-    let mut sim = formatted();
-    let mut mem = Ram::new(&GEOMETRY, 1, 512);
+    let (mut sim, mut mem) = (formatted(), ram());
     {
-        let (mut log, _) =
-            Log::mount(&mut sim, config(FullPolicy::RejectNew), mem.memory(), 0).unwrap();
+        let mut log = mount(&mut sim, &mut mem, FullPolicy::RejectNew);
         for i in 0..30u64 {
             log.append(0, &record(&payload_of(i))).unwrap();
             if i % 5 == 4 {
@@ -249,8 +247,7 @@ fn corrupt_range_read_again_counts_its_offsets_once_and_reads_are_counted_in_byt
         .expect("second batch");
     sim.flip_bit(second as u32 + 40, 3).unwrap();
     sim.reset_counters();
-    let (mut log, _) =
-        Log::mount(&mut sim, config(FullPolicy::RejectNew), mem.memory(), 0).unwrap();
+    let mut log = mount(&mut sim, &mut mem, FullPolicy::RejectNew);
     let mut buf = vec![0u8; 600];
     let mut lost = None;
     for _ in 0..3 {
@@ -289,8 +286,7 @@ impl Hook for UnreadableJournal {
 /// storage's error, as a storage failure of the journal.
 #[test]
 fn unreadable_journal_block_at_mount_is_reported_with_its_block() {
-    let mut sim = formatted();
-    let mut mem = Ram::new(&GEOMETRY, 1, 512);
+    let (mut sim, mut mem) = (formatted(), ram());
     let got = Log::mount(
         Hooked::new(&mut sim, UnreadableJournal),
         config(FullPolicy::RejectNew),
