@@ -23,7 +23,7 @@
 //! last one acknowledged durable and at most the last one appended.
 
 mod common;
-use common::{Shared, Sim, nor};
+use common::{Rec, Shared, Sim, nor};
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -53,14 +53,6 @@ fn config(spill: SpillPolicy, full: FullPolicy) -> Config {
         lease_step: 16,
         compression: Compression::None,
     }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Rec {
-    topic: &'static str,
-    ts: u64,
-    producer: Option<Producer>,
-    payload: Vec<u8>,
 }
 
 #[derive(Clone, Debug)]
@@ -463,18 +455,12 @@ fn run(ops: &[Op], sim_seed: u64, spill: SpillPolicy, full: FullPolicy) {
                         producer,
                         payload: payload.clone(),
                     };
-                    let record = Record {
-                        topic: rec.topic,
-                        timestamp_us: rec.ts,
-                        producer: rec.producer,
-                        payload: &rec.payload,
-                    };
-                    let mut res = log.append_in_session(m.now, &record, epoch);
+                    let mut res = log.append_in_session(m.now, &rec.as_record(), epoch);
                     if matches!(res, Err(AppendError::Full)) {
                         if relieve(&mut log, &mut m).is_err() {
                             res = Err(AppendError::Full);
                         } else {
-                            res = log.append_in_session(m.now, &record, epoch);
+                            res = log.append_in_session(m.now, &rec.as_record(), epoch);
                         }
                     }
                     match res {

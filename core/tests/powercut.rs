@@ -40,9 +40,11 @@
 //! faults of each kind, besides the sweeps; each test prints its counts.
 
 mod common;
-use common::{Rng, Shared, Sim, mix};
+use common::{Rec, Rng, Shared, Sim, mix};
 
 use std::time::Instant;
+
+use spillway_core::log::Record;
 
 /// Trace output of the shared runner (see [`trace_enabled`]).
 macro_rules! trace_line {

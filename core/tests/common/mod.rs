@@ -13,5 +13,5 @@ pub use {
     hooked::{Hook, Hooked, io_error},
     ram::{Ram, formatted},
     read::read_all,
-    sim::{Rng, Shared, Sim, mix, nor},
+    sim::{Rec, Rng, Shared, Sim, mix, nor},
 };

@@ -1,5 +1,5 @@
-//! The simulated flash as the tests share it, and their deterministic randomness. Needs
-//! only `alloc`: the Cortex-M build of the power-cut sweep uses this module too
+//! The simulated flash as the tests share it, their deterministic randomness, and the
+//! record their oracles keep ([`Rec`]). Needs only `alloc`: the Cortex-M build of the power-cut sweep uses this module too
 //! (firmware/boards/mps2-an386).
 
 extern crate alloc;
@@ -7,6 +7,7 @@ extern crate alloc;
 use alloc::vec::Vec;
 use core::cell::RefCell;
 
+use spillway_core::log::{Producer, Record};
 use spillway_core::storage::{Flash, Geometry, SimError, SimFlash};
 
 /// The simulated flash the tests use.
@@ -75,4 +76,29 @@ impl Rng {
 /// A seed derived from two numbers (a campaign seed and a run index).
 pub fn mix(a: u64, b: u64) -> u64 {
     Rng(a ^ b.rotate_left(32)).next()
+}
+
+/// A record as a test's oracle keeps it: what was appended, owned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rec {
+    /// The topic.
+    pub topic: &'static str,
+    /// The timestamp, µs.
+    pub ts: u64,
+    /// The producer id and sequence, if any.
+    pub producer: Option<Producer>,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+impl Rec {
+    /// The record to append (or to compare with what was read).
+    pub fn as_record(&self) -> Record<'_> {
+        Record {
+            topic: self.topic,
+            timestamp_us: self.ts,
+            producer: self.producer,
+            payload: &self.payload,
+        }
+    }
 }

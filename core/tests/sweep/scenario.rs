@@ -1,8 +1,8 @@
 // The power-cut scenario, its oracle and its runner, shared by the host's power-cut tests
 // (core/tests/powercut.rs) and the Cortex-M build of the same sweep
 // (firmware/boards/mps2-an386/src/bin/powercut.rs), so that both check the same things:
-// each includes this file (`include!`) at a place that provides `Rng`, `mix`, `Shared` and
-// `Sim` (core/tests/common/sim.rs), a `trace_enabled() -> bool` function and a
+// each includes this file (`include!`) at a place that provides `Rec`, `Rng`, `mix`, `Shared`
+// and `Sim` (core/tests/common/sim.rs), a `trace_enabled() -> bool` function and a
 // `trace_line!` macro (`eprintln!` on the host). It needs `alloc` only.
 //
 // A scenario (appends of varied sizes with and without producer ids, resends, flushes,
@@ -21,8 +21,8 @@ use alloc::vec::Vec;
 use core::cell::RefCell;
 
 use spillway_core::log::{
-    BRIDGE_CONSUMER, Compression, Config, FullPolicy, Log, Memory, Producer, Record,
-    RecoveryReport, SegmentSlot, SpillPolicy, segments_for,
+    BRIDGE_CONSUMER, Compression, Config, FullPolicy, Log, Memory, Producer, RecoveryReport,
+    SegmentSlot, SpillPolicy, segments_for,
 };
 use spillway_core::storage::{EraseTear, Geometry, SimError, SimFaults, SimFlash};
 use spillway_core::{AppendError, FlushError, MountError};
@@ -94,25 +94,6 @@ const TOPICS: [&str; 4] = [
 
 /// Largest encoded record the scenario appends (payload ≤ 200, topic ≤ 40, producer 12).
 const MAX_ENCODED: usize = 14 + 40 + 12 + 200;
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Rec {
-    topic: &'static str,
-    ts: u64,
-    producer: Option<Producer>,
-    payload: Vec<u8>,
-}
-
-impl Rec {
-    fn as_record(&self) -> Record<'_> {
-        Record {
-            topic: self.topic,
-            timestamp_us: self.ts,
-            producer: self.producer,
-            payload: &self.payload,
-        }
-    }
-}
 
 #[derive(Clone, Debug)]
 enum CommitTo {

@@ -45,7 +45,7 @@ mod common;
 
 #[allow(dead_code, clippy::all)]
 mod sweep {
-    use super::common::{Rng, Shared, Sim, mix};
+    use super::common::{Rec, Rng, Shared, Sim, mix};
 
     use spillway_mps2_an386::{clock, report};
 
