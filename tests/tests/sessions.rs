@@ -59,6 +59,19 @@ fn wait_for_offset(gw: &str, n: u64, what: &str) {
     );
 }
 
+/// Writes `text` to `DIR/in.txt`, publishes that file to `gw` with `--producer-id ID` and
+/// interrupts the publish (SIGINT) once the log holds 3000 records; returns the input's
+/// path and the publish's output.
+fn interrupted_file_publish(dir: &Path, gw: &str, id: &str, text: &str) -> (String, Output) {
+    let input = dir.join("in.txt");
+    std::fs::write(&input, text).unwrap();
+    let input = input.display().to_string();
+    let publisher =
+        spawn_bridge_piped(&[&publish_args(gw, "t")[..], &["--producer-id", id, &input]].concat());
+    wait_for_offset(gw, 3_000, "the first 3000 lines");
+    (input, interrupt(publisher))
+}
+
 /// Interrupts `publisher` (SIGINT) and returns its output once it exits.
 fn interrupt(publisher: Child) -> Output {
     signal(&publisher, libc::SIGINT);
@@ -163,19 +176,8 @@ fn a_rerun_with_the_same_producer_id_stores_every_line() {
 fn an_interrupted_publish_resumes_and_stores_every_line_once() {
     let (dir, port, gw, mut gateway) = new_gateway(&[]);
     let n = 30_000;
-    let input = dir.path().join("in.txt");
     let text: String = (0..n).map(|i| format!("line {i}\n")).collect();
-    std::fs::write(&input, text).unwrap();
-    let input = input.display().to_string();
-    let publisher = spawn_bridge_piped(
-        &[
-            &publish_args(&gw, "t")[..],
-            &["--producer-id", "31337", &input],
-        ]
-        .concat(),
-    );
-    wait_for_offset(&gw, 3_000, "the first 3000 lines");
-    let out = interrupt(publisher);
+    let (input, out) = interrupted_file_publish(dir.path(), &gw, "31337", &text);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success(),
@@ -207,10 +209,7 @@ fn an_interrupted_publish_resumes_and_stores_every_line_once() {
 /// the interrupted run numbered lines under.
 #[test]
 fn a_resume_after_the_gateway_raised_its_record_limit_stores_every_line_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = spillway_tests::gateway::free_port();
-    let gw = format!("tcp://127.0.0.1:{port}");
-    let mut gateway = start_gateway(dir.path(), port);
+    let (dir, port, gw, mut gateway) = new_gateway(&[]);
     let n = 20_000;
     let line = |i: usize| {
         if i % 1000 == 500 {
@@ -219,23 +218,8 @@ fn a_resume_after_the_gateway_raised_its_record_limit_stores_every_line_once() {
             format!("line {i}")
         }
     };
-    let input = dir.path().join("in.txt");
-    std::fs::write(&input, (0..n).map(|i| line(i) + "\n").collect::<String>()).unwrap();
-    let input = input.display().to_string();
-    let publisher = spawn_bridge_piped(
-        &[
-            &publish_args(&gw, "t")[..],
-            &["--producer-id", "312", &input],
-        ]
-        .concat(),
-    );
-    wait_until(
-        Duration::from_secs(60),
-        || (gateway_next_offset(&gw) >= 3_000).then_some(()),
-        || "publisher made no progress".into(),
-    );
-    signal(&publisher, libc::SIGINT);
-    let out = publisher.wait_with_output().unwrap();
+    let text: String = (0..n).map(|i| line(i) + "\n").collect();
+    let (_, out) = interrupted_file_publish(dir.path(), &gw, "312", &text);
     let err = String::from_utf8_lossy(&out.stderr);
     let cmd = resume_command_in(&err);
     assert!(cmd.contains(" --max-record-bytes 4096 "), "{cmd}");
