@@ -788,7 +788,10 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
     }
     note_unknown_durability(&mut sum, &numbering);
     if sum.rejected > 0 {
-        log::error!("{} input lines were rejected by the gateway", sum.rejected);
+        log::error!(
+            "{} input lines were not stored: over the record limit (not sent), or refused by the gateway (each is named above)",
+            sum.rejected
+        );
     }
     if input_failed {
         if sum.session.is_none() && sum.acknowledged == 0 {
