@@ -340,6 +340,13 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
                 sum.record_limit = Some(limit);
                 max_record = Some(usize::try_from(limit).unwrap_or(usize::MAX));
                 if s.resumed {
+                    if args.max_record_bytes.is_none() {
+                        // The gateway keeps no record of the limit the session's lines
+                        // were numbered under: a changed one shifts the lines skipped.
+                        log::warn!(
+                            "--resume without --max-record-bytes numbers the input under the gateway's limit now, {limit} bytes: if the interrupted run printed another (\"lines of at most N bytes\" at its start, --max-record-bytes N in its resume command), stop and rerun with --max-record-bytes N, or lines over the smaller limit shift what is skipped"
+                        );
+                    }
                     skip = u64::from(s.last_seq);
                     eprintln!(
                         "publish: producer {producer_id}, session {} resumed: the gateway stored {} records of it; skipping the first {} input lines of at most {limit} bytes",
