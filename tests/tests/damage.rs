@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use spillway_core::wire::AckLevel;
-use spillway_tests::client::{Wait, connect, read_log};
+use spillway_tests::client::{Client, Wait, connect, read_log};
 use spillway_tests::gateway::{GatewayProcess, free_port, run_cli};
 
 /// Starts a gateway on a new image of `size` with 4 KiB erase blocks, publishes `n`
@@ -46,9 +46,7 @@ fn filled_image(img: &Path, size: &str, n: u64) -> serde_json::Value {
         .unwrap();
     }
     assert_eq!(g.terminate().code(), Some(0), "{}", g.log_text());
-    let (code, out, err) = run_cli(&["inspect", &img.display().to_string(), "--json"]);
-    assert_eq!(code, 0, "{out}{err}");
-    serde_json::from_str(&out).unwrap()
+    inspect_json(img, 0).0
 }
 
 /// `(physical index, base offset)` of the segments, in ring order.
@@ -84,6 +82,41 @@ fn patch(img: &Path, at: u64, f: impl FnOnce(&mut [u8])) {
     file.write_all_at(&b, at).unwrap();
 }
 
+/// `inspect --json` of `img`: asserts it exits `code` and returns the report and its text.
+fn inspect_json(img: &Path, code: i32) -> (serde_json::Value, String) {
+    let (got, out, err) = run_cli(&["inspect", &img.display().to_string(), "--json"]);
+    assert_eq!(got, code, "{out}{err}");
+    (serde_json::from_str(&out).unwrap(), out)
+}
+
+/// `inspect --json` of `img`: exits 4 (damage is corruption), names exactly `from..to` lost
+/// as corrupt and nothing as never persisted; returns the report and its text.
+fn inspect_corrupt(img: &Path, from: u64, to: u64) -> (serde_json::Value, String) {
+    let (v, out) = inspect_json(img, 4);
+    assert_eq!(
+        v["lost"],
+        serde_json::json!([{"from": from, "to": to, "reason": "corrupt"}]),
+        "{out}"
+    );
+    assert!(!out.contains("not_persisted"), "{out}");
+    (v, out)
+}
+
+/// A gateway started on the existing image `img` (one TCP listener) and a client
+/// connected to it.
+fn serve(img: &Path) -> (GatewayProcess, Client) {
+    let port = free_port();
+    let args: Vec<String> = vec![
+        "--image".into(),
+        img.display().to_string(),
+        "--listen".into(),
+        format!("tcp://127.0.0.1:{port}"),
+    ];
+    let g = GatewayProcess::start(&args, 1);
+    let c = connect(&format!("127.0.0.1:{port}")).unwrap();
+    (g, c)
+}
+
 #[test]
 fn first_segment_header_erased_is_a_lost_range_not_a_foreign_image() {
     let dir = tempfile::tempdir().unwrap();
@@ -96,27 +129,11 @@ fn first_segment_header_erased_is_a_lost_range_not_a_foreign_image() {
     let lost_to = segs[1].1;
     // The first segment's header reads erased.
     patch(&img, segment_addr(&before, 0), |b| b.fill(0xFF));
-    let img_s = img.display().to_string();
-    let (code, out, err) = run_cli(&["inspect", &img_s, "--json"]);
-    assert_eq!(code, 4, "damage is corruption: {out}{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(
-        v["lost"],
-        serde_json::json!([{"from": 0, "to": lost_to, "reason": "corrupt"}]),
-        "{out}"
-    );
+    let (v, out) = inspect_corrupt(&img, 0, lost_to);
     assert_eq!(v["records_verified"], n - lost_to, "{out}");
     assert_eq!(v["next_offset"], n);
     // The gateway starts on it and serves the rest.
-    let port = free_port();
-    let args: Vec<String> = vec![
-        "--image".into(),
-        img_s.clone(),
-        "--listen".into(),
-        format!("tcp://127.0.0.1:{port}"),
-    ];
-    let mut g = GatewayProcess::start(&args, 1);
-    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
+    let (mut g, mut c) = serve(&img);
     let recs = read_log(&mut c, lost_to).unwrap();
     assert_eq!(recs.len() as u64, n - lost_to);
     assert_eq!(g.terminate().code(), Some(0), "{}", g.log_text());
@@ -134,18 +151,8 @@ fn a_damaged_middle_segment_header_is_corruption_not_never_persisted() {
     let (mid, next) = (segs[1], segs[2]);
     // One flipped bit in the header's CRC.
     patch(&img, segment_addr(&before, mid.0), |b| b[77] ^= 0x08);
-    let (code, out, err) = run_cli(&["inspect", &img.display().to_string(), "--json"]);
-    assert_eq!(
-        code, 4,
-        "damage below the durable end is corruption: {out}{err}"
-    );
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(
-        v["lost"],
-        serde_json::json!([{"from": mid.1, "to": next.1, "reason": "corrupt"}]),
-        "{out}"
-    );
-    assert!(!out.contains("not_persisted"), "{out}");
+    // Damage below the durable end is corruption.
+    let (v, out) = inspect_corrupt(&img, mid.1, next.1);
     assert_eq!(v["records_verified"], n - (next.1 - mid.1), "{out}");
 }
 
@@ -180,9 +187,7 @@ fn damaged_journal_entries_are_skipped_and_reported_as_a_warning() {
     }
     assert!(flipped > 0, "a journal block with two entries or more");
 
-    let (code, out, err) = run_cli(&["inspect", &img.display().to_string(), "--json"]);
-    assert_eq!(code, 0, "{out}{err}");
-    let after: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (after, _) = inspect_json(&img, 0);
     assert_eq!(after["journal"]["damaged_entries"], flipped, "{after:#}");
     assert_eq!(
         after["journal"]["entry_seq"],
@@ -270,31 +275,15 @@ fn a_zeroed_oldest_segment_after_a_clean_shutdown_is_corruption() {
     bytes[from as usize..to as usize].fill(0x00);
     std::fs::write(&img, &bytes).unwrap();
 
-    let img_s = img.display().to_string();
-    let (code, out, err) = run_cli(&["inspect", &img_s, "--json"]);
-    assert_eq!(code, 4, "damage is corruption: {out}{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(
-        v["lost"],
-        serde_json::json!([{"from": 0, "to": lost_to, "reason": "corrupt"}]),
-        "{out}"
-    );
+    let (v, out) = inspect_corrupt(&img, 0, lost_to);
     assert_eq!(v["first_offset"], 0, "{out}");
     assert_eq!(v["records_verified"], n - lost_to, "{out}");
-    let (code, out, _) = run_cli(&["inspect", &img_s]);
+    let (code, out, _) = run_cli(&["inspect", &img.display().to_string()]);
     assert_eq!(code, 4);
     assert!(out.contains("result       CORRUPT"), "{out}");
 
     // The gateway counts them at start, before anyone reads, and reads name the range.
-    let port = free_port();
-    let args: Vec<String> = vec![
-        "--image".into(),
-        img_s.clone(),
-        "--listen".into(),
-        format!("tcp://127.0.0.1:{port}"),
-    ];
-    let mut g = GatewayProcess::start(&args, 1);
-    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
+    let (mut g, mut c) = serve(&img);
     let stats = c.stats().wait().unwrap();
     assert_eq!(stats.records_corrupt, lost_to, "{stats:?}");
     assert_eq!(stats.records_dropped, 0, "{stats:?}");
@@ -310,40 +299,11 @@ fn a_zeroed_oldest_segment_after_a_clean_shutdown_is_corruption() {
 /// is corruption.
 #[test]
 fn a_bit_flip_in_the_head_s_last_batch_after_a_clean_shutdown_is_corruption() {
-    use spillway_core::log::format::SEGMENT_HEADER_LEN;
-    let align_up = |x: u32, w: u32| x.next_multiple_of(w);
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("gw.img");
-    let n = 3000;
-    let before = filled_image(&img, "4M", n);
-    assert_eq!(before["clean"], true);
-    let ws = before["geometry"]["write_size"].as_u64().unwrap() as u32;
-    let head = *segments(&before).last().unwrap();
-    // Walk the head's batches by their headers to the last one.
-    let bytes = std::fs::read(&img).unwrap();
-    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
-    let mut at = (segment_addr(&before, head.0)
-        + u64::from(align_up(SEGMENT_HEADER_LEN as u32, ws))) as usize;
-    let mut last = None;
-    while bytes[at..at + 4] != [0xFF; 4] {
-        last = Some(at);
-        at += align_up(u32_at(at + 4), ws) as usize;
-    }
-    let last = last.expect("the head holds batches");
-    let base = u64::from_le_bytes(bytes[last + 16..last + 24].try_into().unwrap());
-    assert_eq!(base + u64::from(u32_at(last + 24)), n);
-    patch(&img, last as u64 + 40, |b| b[0] ^= 0x04);
-
-    let img_s = img.display().to_string();
-    let (code, out, err) = run_cli(&["inspect", &img_s, "--json"]);
-    assert_eq!(code, 4, "damage is corruption: {out}{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(
-        v["lost"],
-        serde_json::json!([{"from": base, "to": n, "reason": "corrupt"}]),
-        "{out}"
-    );
-    assert!(!out.contains("not_persisted"), "{out}");
+    let (_, _, last, base) = clean_image_and_head(&img);
+    patch(&img, last + 40, |b| b[0] ^= 0x04);
+    let (v, out) = inspect_corrupt(&img, base, 3000);
     assert_eq!(v["records_verified"], base, "{out}");
 }
 
@@ -407,10 +367,7 @@ fn a_segment_base_at_the_offset_limit_refuses_publishes_and_says_why() {
     let at = segment_addr(&before, segs[0]["index"].as_u64().unwrap() + 1);
     patch(&img, at, |b| b.copy_from_slice(&hdr.encode()));
 
-    let img_s = img.display().to_string();
-    let (code, out, err) = run_cli(&["inspect", &img_s, "--json"]);
-    assert_eq!(code, 0, "{out}{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (v, out) = inspect_json(&img, 0);
     assert_eq!(v["next_offset"], MAX_OFFSET - 1, "{out}");
     assert!(
         v["warnings"]
@@ -421,15 +378,7 @@ fn a_segment_base_at_the_offset_limit_refuses_publishes_and_says_why() {
         "{out}"
     );
 
-    let port = free_port();
-    let args: Vec<String> = vec![
-        "--image".into(),
-        img_s.clone(),
-        "--listen".into(),
-        format!("tcp://127.0.0.1:{port}"),
-    ];
-    let mut gw = GatewayProcess::start(&args, 1);
-    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
+    let (mut gw, mut c) = serve(&img);
     for _ in 0..3 {
         let r = c
             .publish("limit/t", None, b"x", AckLevel::Buffered, None)
@@ -475,19 +424,6 @@ fn clean_image_and_head(img: &Path) -> (serde_json::Value, (u64, u64), u64, u64)
     (before, head, last as u64, base)
 }
 
-/// `inspect --json` of `img`: exits 4 and names exactly `from..3000` lost as corrupt.
-fn inspect_names_corrupt_to_the_end(img: &Path, from: u64) {
-    let (code, out, err) = run_cli(&["inspect", &img.display().to_string(), "--json"]);
-    assert_eq!(code, 4, "damage is corruption: {out}{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(
-        v["lost"],
-        serde_json::json!([{"from": from, "to": 3000, "reason": "corrupt"}]),
-        "{out}"
-    );
-    assert!(!out.contains("not_persisted"), "{out}");
-}
-
 /// Found by a QA run: a bit flipped in the base offset of the head's last batch after a
 /// clean shutdown made `inspect` call its records never persisted (exit 0 or a split
 /// range). After a clean shutdown they are corrupt, whatever the damaged header says.
@@ -497,7 +433,7 @@ fn a_flipped_base_offset_in_the_head_s_last_batch_is_corruption() {
     let img = dir.path().join("gw.img");
     let (_, _, last, base) = clean_image_and_head(&img);
     patch(&img, last, |b| b[20] ^= 0x10);
-    inspect_names_corrupt_to_the_end(&img, base);
+    inspect_corrupt(&img, base, 3000);
 }
 
 /// Found by a QA run: the head segment's header zeroed after a clean shutdown made
@@ -508,5 +444,5 @@ fn a_zeroed_head_segment_header_is_corruption() {
     let img = dir.path().join("gw.img");
     let (before, head, _, _) = clean_image_and_head(&img);
     patch(&img, segment_addr(&before, head.0), |b| b.fill(0));
-    inspect_names_corrupt_to_the_end(&img, head.1);
+    inspect_corrupt(&img, head.1, 3000);
 }
