@@ -3,7 +3,7 @@
 //! (an exact corrupt range, exit 4); a damaged header in the middle of a cleanly shut
 //! down image is corruption, never "not persisted".
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use spillway_core::wire::AckLevel;
 use spillway_tests::client::{Client, Wait, connect, read_log};
@@ -47,6 +47,25 @@ fn filled_image(img: &Path, size: &str, n: u64) -> serde_json::Value {
     }
     assert_eq!(g.terminate().code(), Some(0), "{}", g.log_text());
     inspect_json(img, 0).0
+}
+
+/// [`filled_image`] `gw.img` in a new directory: the directory (the image lives as long
+/// as it), the image's path and `inspect --json`'s report.
+fn new_filled_image(size: &str, n: u64) -> (tempfile::TempDir, PathBuf, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("gw.img");
+    let report = filled_image(&img, size, n);
+    (dir, img, report)
+}
+
+/// The end (the next segment's base offset) of the oldest segment of `report`'s image,
+/// after checking the image has `min_segments` segments or more and the oldest is
+/// physical segment 0 from offset 0.
+fn oldest_segment_end(report: &serde_json::Value, min_segments: usize) -> u64 {
+    let segs = segments(report);
+    assert!(segs.len() >= min_segments, "{report}");
+    assert_eq!(segs[0], (0, 0));
+    segs[1].1
 }
 
 /// `(physical index, base offset)` of the segments, in ring order.
@@ -119,14 +138,9 @@ fn serve(img: &Path) -> (GatewayProcess, Client) {
 
 #[test]
 fn first_segment_header_erased_is_a_lost_range_not_a_foreign_image() {
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("big.img");
     let n = 4000;
-    let before = filled_image(&img, "32M", n);
-    let segs = segments(&before);
-    assert!(segs.len() >= 2, "{before}");
-    assert_eq!(segs[0], (0, 0));
-    let lost_to = segs[1].1;
+    let (_dir, img, before) = new_filled_image("32M", n);
+    let lost_to = oldest_segment_end(&before, 2);
     // The first segment's header reads erased.
     patch(&img, segment_addr(&before, 0), |b| b.fill(0xFF));
     let (v, out) = inspect_corrupt(&img, 0, lost_to);
@@ -141,10 +155,8 @@ fn first_segment_header_erased_is_a_lost_range_not_a_foreign_image() {
 
 #[test]
 fn a_damaged_middle_segment_header_is_corruption_not_never_persisted() {
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("gw.img");
     let n = 6000;
-    let before = filled_image(&img, "4M", n);
+    let (_dir, img, before) = new_filled_image("4M", n);
     let segs = segments(&before);
     assert!(segs.len() >= 4, "{before}");
     assert_eq!(before["clean"], true);
@@ -164,9 +176,7 @@ fn a_damaged_middle_segment_header_is_corruption_not_never_persisted() {
 /// and `inspect` said "result ok" with no word about the journal.
 #[test]
 fn damaged_journal_entries_are_skipped_and_reported_as_a_warning() {
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("gw.img");
-    let before = filled_image(&img, "1M", 20);
+    let (_dir, img, before) = new_filled_image("1M", 20);
     assert_eq!(before["journal"]["damaged_entries"], 0, "{before:#}");
     assert_eq!(before["journal"]["torn_entries"], 0, "{before:#}");
 
@@ -258,14 +268,9 @@ fn an_erased_journal_under_stored_records_is_warned_about() {
 /// to damage: an exact corrupt range, exit 4, and the gateway counts them at start.
 #[test]
 fn a_zeroed_oldest_segment_after_a_clean_shutdown_is_corruption() {
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("gw.img");
     let n = 6000;
-    let before = filled_image(&img, "4M", n);
-    let segs = segments(&before);
-    assert!(segs.len() >= 4, "{before}");
-    assert_eq!(segs[0], (0, 0));
-    let lost_to = segs[1].1;
+    let (_dir, img, before) = new_filled_image("4M", n);
+    let lost_to = oldest_segment_end(&before, 4);
     let bps = before["geometry"]["blocks_per_segment"].as_u64().unwrap();
     let mut bytes = std::fs::read(&img).unwrap();
     let (from, to) = (
@@ -312,9 +317,7 @@ fn a_bit_flip_in_the_head_s_last_batch_after_a_clean_shutdown_is_corruption() {
 /// erase block or on a block boundary (then the segment headers' count says the length).
 #[test]
 fn a_truncated_image_is_called_truncated() {
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("gw.img");
-    let v = filled_image(&img, "1M", 20);
+    let (_dir, img, v) = new_filled_image("1M", 20);
     let img_s = img.display().to_string();
     let len = std::fs::metadata(&img).unwrap().len();
     let bps = v["geometry"]["blocks_per_segment"].as_u64().unwrap();
@@ -344,9 +347,7 @@ fn a_truncated_image_is_called_truncated() {
 #[test]
 fn a_segment_base_at_the_offset_limit_refuses_publishes_and_says_why() {
     use spillway_core::log::format::{FORMAT_VERSION, MAX_OFFSET, SegmentHeader};
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("gw.img");
-    let before = filled_image(&img, "1M", 20);
+    let (_dir, img, before) = new_filled_image("1M", 20);
     let segs = before["segments"].as_array().unwrap();
     assert_eq!(segs.len(), 1, "{before:#}");
     let g = &before["geometry"];
