@@ -124,16 +124,31 @@ fn inspect_corrupt(img: &Path, from: u64, to: u64) -> (serde_json::Value, String
 /// A gateway started on the existing image `img` (one TCP listener) and a client
 /// connected to it.
 fn serve(img: &Path) -> (GatewayProcess, Client) {
-    let port = free_port();
+    let (g, addr) = start_on(img);
+    let c = connect(&addr).unwrap();
+    (g, c)
+}
+
+/// A gateway started on the existing image `img` with one TCP listener, and its
+/// `127.0.0.1:PORT`.
+fn start_on(img: &Path) -> (GatewayProcess, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
     let args: Vec<String> = vec![
         "--image".into(),
         img.display().to_string(),
         "--listen".into(),
-        format!("tcp://127.0.0.1:{port}"),
+        format!("tcp://{addr}"),
     ];
-    let g = GatewayProcess::start(&args, 1);
-    let c = connect(&format!("127.0.0.1:{port}")).unwrap();
-    (g, c)
+    (GatewayProcess::start(&args, 1), addr)
+}
+
+/// Whether one of `report`'s warnings contains `needle`.
+fn warns(report: &serde_json::Value, needle: &str) -> bool {
+    report["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w.as_str().unwrap().contains(needle))
 }
 
 #[test]
@@ -204,13 +219,7 @@ fn damaged_journal_entries_are_skipped_and_reported_as_a_warning() {
         before["journal"]["entry_seq"]
     );
     assert_eq!(after["consumers"], before["consumers"]);
-    let warnings = after["warnings"].as_array().unwrap();
-    assert!(
-        warnings
-            .iter()
-            .any(|w| w.as_str().unwrap().contains("damaged")),
-        "{after:#}"
-    );
+    assert!(warns(&after, "damaged"), "{after:#}");
 
     let (code, out, _) = run_cli(&["inspect", &img.display().to_string()]);
     assert_eq!(code, 0);
@@ -222,9 +231,7 @@ fn damaged_journal_entries_are_skipped_and_reported_as_a_warning() {
 /// producer sessions were forgotten. `inspect` and the gateway now warn.
 #[test]
 fn an_erased_journal_under_stored_records_is_warned_about() {
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("gw.img");
-    let before = filled_image(&img, "1M", 20);
+    let (_dir, img, before) = new_filled_image("1M", 20);
     assert!(
         before["warnings"].as_array().unwrap().is_empty(),
         "{before:#}"
@@ -233,27 +240,15 @@ fn an_erased_journal_under_stored_records_is_warned_about() {
     bytes[..2 * 4096].fill(0xFF);
     std::fs::write(&img, &bytes).unwrap();
 
-    let img_s = img.display().to_string();
-    let (code, out, err) = run_cli(&["inspect", &img_s, "--json"]);
-    assert_eq!(code, 0, "the records are all there: {out}{err}");
-    let after: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // The records are all there: exit 0.
+    let (after, _) = inspect_json(&img, 0);
     assert_eq!(after["next_offset"], 20, "{after:#}");
     assert!(
-        after["warnings"].as_array().unwrap().iter().any(|w| w
-            .as_str()
-            .unwrap()
-            .contains("journal: its blocks hold no entry")),
+        warns(&after, "journal: its blocks hold no entry"),
         "{after:#}"
     );
     // The gateway says so at start too.
-    let port = free_port();
-    let args: Vec<String> = vec![
-        "--image".into(),
-        img_s,
-        "--listen".into(),
-        format!("tcp://127.0.0.1:{port}"),
-    ];
-    let mut g = GatewayProcess::start(&args, 1);
+    let (mut g, _) = start_on(&img);
     assert_eq!(g.terminate().code(), Some(0), "{}", g.log_text());
     assert!(
         g.log_text().contains("journal: its blocks hold no entry"),
@@ -370,14 +365,7 @@ fn a_segment_base_at_the_offset_limit_refuses_publishes_and_says_why() {
 
     let (v, out) = inspect_json(&img, 0);
     assert_eq!(v["next_offset"], MAX_OFFSET - 1, "{out}");
-    assert!(
-        v["warnings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|w| w.as_str().unwrap().contains("every publish is refused")),
-        "{out}"
-    );
+    assert!(warns(&v, "every publish is refused"), "{out}");
 
     let (mut gw, mut c) = serve(&img);
     for _ in 0..3 {
