@@ -21,12 +21,11 @@ use super::CLIENT_NAME;
 use crate::client::{Client, ClientError, GatewayAddr};
 use crate::drain::{Backoff, Shutdown};
 use crate::exit;
-use input::{Input, Line, at_suffix, input_name, locate, open_input, spawn_line_reader};
+use input::{Input, Line, at_suffix, input_name, open_input, spawn_line_reader};
 pub use input::{UNLIMITED_LINE, timestamp_from_field};
 use link::{Connection, connection, sleep_or_stop};
 use session::{Numbering, Recheck, RecheckError, replace_session};
 pub use summary::PublishSummary;
-use summary::resume_command;
 
 /// Records sent per pipelined window by `publish`.
 pub const PUBLISH_WINDOW: usize = 64;
@@ -230,20 +229,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
     let stopped = |mut sum: PublishSummary, n: &Numbering, starts: &[u64], line: u64, why: &str| {
         log::error!("{why}");
         note_unknown_durability(&mut sum, n);
-        if sum.session.is_none() && sum.acknowledged == 0 {
-            sum.stopped_before_storing = true;
-        } else if let Some(id) = sum.producer_id {
-            sum.resume_command = Some(resume_command(
-                &args,
-                id,
-                sum.session_first_line,
-                sum.record_limit,
-            ));
-            sum.first_unacknowledged_line = Some(line);
-            if several {
-                sum.first_unacknowledged_at = Some(locate(&names, starts, line));
-            }
-        }
+        summary::note_stop(&mut sum, &args, &names, starts, line);
         (sum, exit::FAILURE)
     };
     let mut conn: Option<Client> = None;
@@ -801,20 +787,8 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         );
     }
     if input_failed {
-        if sum.session.is_none() && sum.acknowledged == 0 {
-            sum.stopped_before_storing = true;
-        } else if let Some(id) = sum.producer_id {
-            sum.resume_command = Some(resume_command(
-                &args,
-                id,
-                sum.session_first_line,
-                sum.record_limit,
-            ));
-            sum.first_unacknowledged_line = Some(sum.read + 1);
-            if several {
-                sum.first_unacknowledged_at = Some(locate(&names, &file_starts, sum.read + 1));
-            }
-        }
+        let line = sum.read + 1;
+        summary::note_stop(&mut sum, &args, &names, &file_starts, line);
         return (sum, exit::FAILURE);
     }
     let code = if sum.rejected > 0 || sum.lost > 0 || sum.maybe_lost > 0 {

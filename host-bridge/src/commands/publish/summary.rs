@@ -255,6 +255,33 @@ impl std::fmt::Display for PublishSummary {
     }
 }
 
+/// Records in `sum` where a publish that stops early stopped: nothing stored yet, or (in
+/// a producer session) the command that resumes it and `line`, the first input line not
+/// acknowledged, with its file and line there when there are several inputs (`names`, and
+/// `starts`: the input line each file starts at).
+pub(super) fn note_stop(
+    sum: &mut PublishSummary,
+    args: &PublishArgs,
+    names: &[String],
+    starts: &[u64],
+    line: u64,
+) {
+    if sum.session.is_none() && sum.acknowledged == 0 {
+        sum.stopped_before_storing = true;
+    } else if let Some(id) = sum.producer_id {
+        sum.resume_command = Some(resume_command(
+            args,
+            id,
+            sum.session_first_line,
+            sum.record_limit,
+        ));
+        sum.first_unacknowledged_line = Some(line);
+        if names.len() > 1 {
+            sum.first_unacknowledged_at = Some(super::input::locate(names, starts, line));
+        }
+    }
+}
+
 /// Quotes `s` for a POSIX shell when it holds anything but plain word characters.
 pub(super) fn shell_quote(s: &str) -> String {
     let plain = !s.is_empty()
