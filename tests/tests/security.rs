@@ -326,6 +326,9 @@ fn a_tls_client_beyond_max_connections_is_told_so() {
     .map(String::from)
     .to_vec();
     let _g = GatewayProcess::start(&args, 1);
+    // The bridge binary is found (and built if need be) before the slot is taken: the
+    // holder keeps it for only 10 s.
+    spillway_tests::bridge_bin();
     // A socket that never starts its TLS handshake holds the one slot (for up to 10 s); the
     // gateway accepts in order, so the bridge comes second.
     let _holder = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();

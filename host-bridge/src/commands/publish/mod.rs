@@ -26,6 +26,7 @@ pub use input::{UNLIMITED_LINE, timestamp_from_field};
 use link::{Connection, connection, sleep_or_stop};
 use session::{Numbering, Recheck, RecheckError, replace_session};
 pub use summary::PublishSummary;
+use summary::Refusals;
 
 /// Records sent per pipelined window by `publish`.
 pub const PUBLISH_WINDOW: usize = 64;
@@ -66,36 +67,6 @@ pub struct PublishArgs {
     /// config file and the connection's security files as given on the command line, and
     /// `--retry-for` (the config file's keys come with `--config`).
     pub carried: Vec<(String, String)>,
-}
-
-/// Shortest time between two warnings of one kind about refused records (`Full`, a
-/// storage failure); the refusals in between are counted and the next warning gives the
-/// count.
-pub const REFUSAL_WARN_EVERY: Duration = Duration::from_secs(10);
-
-/// A rate-limited warning: at once the first time, then at most once per
-/// [`REFUSAL_WARN_EVERY`], with the number of refusals since the last one.
-#[derive(Default)]
-struct Refusals {
-    last: Option<Instant>,
-    since: u64,
-}
-
-impl Refusals {
-    /// Whether the next [`Refusals::warn`] logs (the last warning is old enough).
-    fn due(&self) -> bool {
-        self.last.is_none_or(|t| t.elapsed() >= REFUSAL_WARN_EVERY)
-    }
-
-    /// Counts `n` refusals and logs `what` if the last warning is old enough.
-    fn warn(&mut self, n: u64, what: impl FnOnce(u64) -> String) {
-        self.since += n;
-        if self.due() {
-            log::warn!("{}", what(self.since));
-            self.last = Some(Instant::now());
-            self.since = 0;
-        }
-    }
 }
 
 /// Time without input after which `publish` closes its connection (it connects again for

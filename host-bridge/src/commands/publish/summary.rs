@@ -1,5 +1,7 @@
 //! What `publish` did ([`PublishSummary`]) and the command that continues it.
 
+use std::time::{Duration, Instant};
+
 use spillway_core::wire::AckLevel;
 
 use super::PublishArgs;
@@ -362,4 +364,34 @@ pub(super) fn resume_command(args: &PublishArgs, id: u64, from: u64, limit: Opti
         cmd.push_str("  # the same input on stdin");
     }
     cmd
+}
+
+/// Shortest time between two warnings of one kind about refused records (`Full`, a
+/// storage failure); the refusals in between are counted and the next warning gives the
+/// count.
+pub const REFUSAL_WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// A rate-limited warning: at once the first time, then at most once per
+/// [`REFUSAL_WARN_EVERY`], with the number of refusals since the last one.
+#[derive(Default)]
+pub(super) struct Refusals {
+    last: Option<Instant>,
+    since: u64,
+}
+
+impl Refusals {
+    /// Whether the next [`Refusals::warn`] logs (the last warning is old enough).
+    pub(super) fn due(&self) -> bool {
+        self.last.is_none_or(|t| t.elapsed() >= REFUSAL_WARN_EVERY)
+    }
+
+    /// Counts `n` refusals and logs `what` if the last warning is old enough.
+    pub(super) fn warn(&mut self, n: u64, what: impl FnOnce(u64) -> String) {
+        self.since += n;
+        if self.due() {
+            log::warn!("{}", what(self.since));
+            self.last = Some(Instant::now());
+            self.since = 0;
+        }
+    }
 }
