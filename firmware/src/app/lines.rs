@@ -4,13 +4,12 @@
 //! configured limit that applied.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+use super::throttle::{Throttle, WARN_EVERY};
 
 use spillway_core::wire::LineError;
 use spillway_firmware::gateway::LineRejected;
-
-/// Shortest time between two warnings of the same reason.
-pub const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// Bytes a topic word and the blank after it may add to a line, beyond the payload: a
 /// topic of at most 255 bytes and one separator.
@@ -43,15 +42,10 @@ pub enum ReaderDrop {
     },
 }
 
-struct Reason {
-    last: Instant,
-    suppressed: u64,
-}
-
 /// The rate-limited warnings of dropped lines, kept by the log thread.
 #[derive(Default)]
 pub struct DropWarnings {
-    reasons: HashMap<&'static str, Reason>,
+    reasons: HashMap<&'static str, Throttle>,
 }
 
 impl DropWarnings {
@@ -64,37 +58,16 @@ impl DropWarnings {
         now: Instant,
         message: impl FnOnce() -> String,
     ) -> bool {
-        match self.reasons.get_mut(reason) {
-            Some(r) if now.duration_since(r.last) < WARN_EVERY => {
-                r.suppressed += 1;
-                false
-            }
-            Some(r) => {
-                let more = std::mem::take(&mut r.suppressed);
-                r.last = now;
-                if more > 0 {
-                    log::warn!(
-                        "{} ({more} more line(s) dropped for this reason, by any connection, in the last {} s)",
-                        message(),
-                        WARN_EVERY.as_secs()
-                    );
-                } else {
-                    log::warn!("{}", message());
-                }
-                true
-            }
-            None => {
-                self.reasons.insert(
-                    reason,
-                    Reason {
-                        last: now,
-                        suppressed: 0,
-                    },
-                );
-                log::warn!("{}", message());
-                true
-            }
+        match self.reasons.entry(reason).or_default().admit(now) {
+            None => return false,
+            Some(0) => log::warn!("{}", message()),
+            Some(more) => log::warn!(
+                "{} ({more} more line(s) dropped for this reason, by any connection, in the last {} s)",
+                message(),
+                WARN_EVERY.as_secs()
+            ),
         }
+        true
     }
 
     /// Warns of a line the connection's reader dropped.
@@ -192,6 +165,7 @@ impl DropWarnings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn one_warning_per_reason_per_interval() {
@@ -202,7 +176,7 @@ mod tests {
         assert!(w.warn("b", t0 + Duration::from_secs(1), String::new));
         assert!(!w.warn("a", t0 + Duration::from_secs(9), String::new));
         assert!(w.warn("a", t0 + WARN_EVERY, String::new));
-        assert_eq!(w.reasons["a"].suppressed, 0);
+        assert_eq!(w.reasons["a"].passed(), 0);
     }
 
     #[test]
@@ -216,8 +190,8 @@ mod tests {
         // first one's count.
         assert!(w.rejected("p", &no_payload, t0 + Duration::from_secs(1)));
         assert!(!w.rejected("p", &no_topic, t0 + Duration::from_secs(2)));
-        assert_eq!(w.reasons["no_topic"].suppressed, 1);
-        assert_eq!(w.reasons["no_payload"].suppressed, 0);
+        assert_eq!(w.reasons["no_topic"].passed(), 1);
+        assert_eq!(w.reasons["no_payload"].passed(), 0);
     }
 
     #[test]
