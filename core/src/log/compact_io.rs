@@ -96,6 +96,53 @@ impl<F: Flash> Source for FlashSource<'_, F> {
     }
 }
 
+/// A batch on its way to the flash through a [`CHUNK`]-byte staging buffer: its header
+/// first, then its body as pushed; every full chunk is written as it fills, the last
+/// part (its last word padded with the erased value) by [`Stage::finish`].
+struct Stage {
+    buf: [u8; CHUNK],
+    /// Bytes staged.
+    n: usize,
+    /// Flash address of the first staged byte.
+    at: u32,
+}
+
+impl Stage {
+    /// A batch at `addr` whose header (length and CRC filled in) is `hdr`.
+    fn new(addr: u32, hdr: &BatchHeader) -> Self {
+        let mut buf = [0u8; CHUNK];
+        buf[..BATCH_HEADER_LEN].copy_from_slice(&hdr.encode());
+        Stage {
+            buf,
+            n: BATCH_HEADER_LEN,
+            at: addr,
+        }
+    }
+
+    /// Adds `b` to the body, writing every chunk that fills.
+    fn push<F: Flash>(&mut self, dev: &mut Dev<F>, mut b: &[u8]) -> Result<(), F::Error> {
+        while !b.is_empty() {
+            let k = b.len().min(CHUNK - self.n);
+            self.buf[self.n..self.n + k].copy_from_slice(&b[..k]);
+            (self.n, b) = (self.n + k, &b[k..]);
+            if self.n == CHUNK {
+                // CHUNK is a multiple of every write size: nothing is padded here.
+                dev.write_padded(self.at, &self.buf)?;
+                (self.at, self.n) = (self.at + CHUNK as u32, 0);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what is staged.
+    fn finish<F: Flash>(self, dev: &mut Dev<F>) -> Result<(), F::Error> {
+        if self.n > 0 {
+            dev.write_padded(self.at, &self.buf[..self.n])?;
+        }
+        Ok(())
+    }
+}
+
 /// Takes `len` payload bytes from `src` into the record CRC `h` only.
 fn hash_payload<S: Source>(
     src: &mut S,
@@ -255,6 +302,57 @@ fn copy_body<S: Source>(
     }))
 }
 
+/// One way of decoding a compact body, from the flash or from the scratch alike.
+trait Body {
+    /// What a body that decoded gives.
+    type Out;
+    /// Decodes the compact body in `src` of the batch `h`; `None` if it is malformed.
+    fn decode<S: Source>(
+        &mut self,
+        src: &mut S,
+        h: &BatchHeader,
+    ) -> Result<Option<Self::Out>, S::Error>;
+}
+
+/// [`walk_body`] with this callback.
+struct Walk<W>(W);
+
+impl<W: FnMut(u64, &Head, u32)> Body for Walk<W> {
+    type Out = ();
+    fn decode<S: Source>(&mut self, src: &mut S, h: &BatchHeader) -> Result<Option<()>, S::Error> {
+        Ok(walk_body(src, h, &mut self.0)?.then_some(()))
+    }
+}
+
+/// [`copy_body`] of the records at or after `from` into `buf`.
+struct CopyFrom<'b> {
+    from: u64,
+    buf: &'b mut [u8],
+}
+
+impl Body for CopyFrom<'_> {
+    type Out = CompactRead;
+    fn decode<S: Source>(
+        &mut self,
+        src: &mut S,
+        h: &BatchHeader,
+    ) -> Result<Option<CompactRead>, S::Error> {
+        copy_body(src, h, self.from, self.buf)
+    }
+}
+
+/// What [`Dev::decode_checked`] found.
+enum Checked<T> {
+    /// The body decoded to this, checked; from a body decoded into the scratch, of this
+    /// many bytes.
+    Got(T, Option<usize>),
+    /// The batch never read back valid.
+    Corrupt,
+    /// A compressed batch that decodes to this many bytes, more than the scratch holds.
+    #[cfg_attr(not(feature = "compression"), allow(dead_code))]
+    ScratchTooSmall(usize),
+}
+
 /// A [`SliceSource`] never fails.
 #[cfg(feature = "compression")]
 fn infallible<T>(r: Result<T, core::convert::Infallible>) -> T {
@@ -285,26 +383,11 @@ impl<F: Flash> Dev<F> {
             Ok(())
         });
         hdr.crc = crc.finalize();
-        let mut stage = [0u8; CHUNK];
-        stage[..BATCH_HEADER_LEN].copy_from_slice(&hdr.encode());
-        let (mut n, mut at) = (BATCH_HEADER_LEN, addr);
-        compact::encode(canonical, hdr.base_offset, plan, &mut |mut b: &[u8]| {
-            while !b.is_empty() {
-                let k = b.len().min(CHUNK - n);
-                stage[n..n + k].copy_from_slice(&b[..k]);
-                (n, b) = (n + k, &b[k..]);
-                if n == CHUNK {
-                    // CHUNK is a multiple of every write size: nothing is padded here.
-                    self.write_padded(at, &stage)?;
-                    (at, n) = (at + CHUNK as u32, 0);
-                }
-            }
-            Ok(())
+        let mut stage = Stage::new(addr, hdr);
+        compact::encode(canonical, hdr.base_offset, plan, &mut |b: &[u8]| {
+            stage.push(self, b)
         })?;
-        if n > 0 {
-            self.write_padded(at, &stage[..n])?;
-        }
-        Ok(())
+        stage.finish(self)
     }
 
     /// Writes one batch at `addr` whose body is the bytes of `parts` back to back: the
@@ -324,24 +407,11 @@ impl<F: Flash> Dev<F> {
             crc.update(p);
         }
         hdr.crc = crc.finalize();
-        let mut stage = [0u8; CHUNK];
-        stage[..BATCH_HEADER_LEN].copy_from_slice(&hdr.encode());
-        let (mut n, mut at) = (BATCH_HEADER_LEN, addr);
-        for mut b in parts.iter().copied() {
-            while !b.is_empty() {
-                let k = b.len().min(CHUNK - n);
-                stage[n..n + k].copy_from_slice(&b[..k]);
-                (n, b) = (n + k, &b[k..]);
-                if n == CHUNK {
-                    self.write_padded(at, &stage)?;
-                    (at, n) = (at + CHUNK as u32, 0);
-                }
-            }
+        let mut stage = Stage::new(addr, hdr);
+        for b in parts {
+            stage.push(self, b)?;
         }
-        if n > 0 {
-            self.write_padded(at, &stage[..n])?;
-        }
-        Ok(())
+        stage.finish(self)
     }
 
     /// If the body of the batch `h` at `batch_addr` is compressed, decodes it into the
@@ -390,17 +460,18 @@ impl<F: Flash> Dev<F> {
         Ok(Opened::Decoded(raw))
     }
 
-    /// Decodes the valid compact batch `h` at `batch_addr`, calling `f` with every
-    /// record's offset, fields and record CRC. Read again up to [`READ_ATTEMPTS`] times if
-    /// the CRC or the layout does not check; [`Walked::Corrupt`] if it never does (`f` may
-    /// have seen records of a failed attempt: callers keep only what the last call gave).
-    pub(super) fn walk_compact(
+    /// Decodes the valid compact batch `h` at `batch_addr` with `body`, checking that the
+    /// body ended where the batch does and its CRC: from the scratch if the body is
+    /// compressed (decoded there once, its CRC checked over the stored bytes), else from
+    /// the flash. Read again up to [`READ_ATTEMPTS`] times while the flash reads back
+    /// bad; bytes that passed the batch CRC and still do not decode are corrupt at once.
+    fn decode_checked<B: Body>(
         &mut self,
         batch_addr: u32,
         h: &BatchHeader,
         scratch: &mut Scratch<'_>,
-        mut f: impl FnMut(u64, &Head, u32),
-    ) -> Result<Walked, F::Error> {
+        body: &mut B,
+    ) -> Result<Checked<B::Out>, F::Error> {
         let _ = &scratch;
         for _ in 0..READ_ATTEMPTS {
             #[cfg(feature = "compression")]
@@ -410,22 +481,47 @@ impl<F: Flash> Dev<F> {
                     let mut src = SliceSource {
                         rest: &scratch.buf[..len],
                     };
-                    if infallible(walk_body(&mut src, h, &mut f)) && src.rest.is_empty() {
-                        return Ok(Walked::Done);
+                    if let Some(got) = infallible(body.decode(&mut src, h))
+                        && src.rest.is_empty()
+                    {
+                        return Ok(Checked::Got(got, Some(len)));
                     }
                     // The bytes passed the batch CRC: reading again cannot help.
                     scratch.holds = None;
-                    return Ok(Walked::Corrupt);
+                    return Ok(Checked::Corrupt);
                 }
                 Opened::Bad => continue,
-                Opened::TooBig(needed) => return Ok(Walked::ScratchTooSmall { needed }),
+                Opened::TooBig(needed) => return Ok(Checked::ScratchTooSmall(needed)),
             }
             let mut src = FlashSource::new(self, batch_addr, h);
-            if walk_body(&mut src, h, &mut f)? && src.at_end() && src.finish(h.crc)? {
-                return Ok(Walked::Done);
+            if let Some(got) = body.decode(&mut src, h)?
+                && src.at_end()
+                && src.finish(h.crc)?
+            {
+                return Ok(Checked::Got(got, None));
             }
         }
-        Ok(Walked::Corrupt)
+        Ok(Checked::Corrupt)
+    }
+
+    /// Decodes the valid compact batch `h` at `batch_addr`, calling `f` with every
+    /// record's offset, fields and record CRC. Read again up to [`READ_ATTEMPTS`] times if
+    /// the CRC or the layout does not check; [`Walked::Corrupt`] if it never does (`f` may
+    /// have seen records of a failed attempt: callers keep only what the last call gave).
+    pub(super) fn walk_compact(
+        &mut self,
+        batch_addr: u32,
+        h: &BatchHeader,
+        scratch: &mut Scratch<'_>,
+        f: impl FnMut(u64, &Head, u32),
+    ) -> Result<Walked, F::Error> {
+        Ok(
+            match self.decode_checked(batch_addr, h, scratch, &mut Walk(f))? {
+                Checked::Got((), _) => Walked::Done,
+                Checked::Corrupt => Walked::Corrupt,
+                Checked::ScratchTooSmall(needed) => Walked::ScratchTooSmall { needed },
+            },
+        )
     }
 
     /// Copies the records at or after `from` of the valid compact batch `h` at
@@ -440,40 +536,22 @@ impl<F: Flash> Dev<F> {
         from: u64,
         buf: &mut [u8],
     ) -> Result<CompactRead, F::Error> {
-        let _ = &scratch;
-        for _ in 0..READ_ATTEMPTS {
-            #[cfg(feature = "compression")]
-            match self.open_compressed(batch_addr, h, scratch)? {
-                Opened::Plain => {}
-                Opened::Decoded(len) => {
-                    let mut src = SliceSource {
-                        rest: &scratch.buf[..len],
-                    };
-                    if let Some(got) = infallible(copy_body(&mut src, h, from, buf))
-                        && src.rest.is_empty()
+        Ok(
+            match self.decode_checked(batch_addr, h, scratch, &mut CopyFrom { from, buf })? {
+                Checked::Got(got, decoded) => {
+                    if let Some(len) = decoded
+                        && from <= h.base_offset
+                        && matches!(got, CompactRead::Records { .. })
                     {
-                        if from <= h.base_offset && matches!(got, CompactRead::Records { .. }) {
-                            self.stats.compressed_batches_read += 1;
-                            let stored = h.len as usize - BATCH_HEADER_LEN;
-                            self.stats.compressed_bytes_read_saved +=
-                                len.saturating_sub(stored) as u64;
-                        }
-                        return Ok(got);
+                        self.stats.compressed_batches_read += 1;
+                        let stored = h.len as usize - BATCH_HEADER_LEN;
+                        self.stats.compressed_bytes_read_saved += len.saturating_sub(stored) as u64;
                     }
-                    scratch.holds = None;
-                    return Ok(CompactRead::Corrupt);
+                    got
                 }
-                Opened::Bad => continue,
-                Opened::TooBig(needed) => return Ok(CompactRead::ScratchTooSmall { needed }),
-            }
-            let mut src = FlashSource::new(self, batch_addr, h);
-            if let Some(got) = copy_body(&mut src, h, from, buf)?
-                && src.at_end()
-                && src.finish(h.crc)?
-            {
-                return Ok(got);
-            }
-        }
-        Ok(CompactRead::Corrupt)
+                Checked::Corrupt => CompactRead::Corrupt,
+                Checked::ScratchTooSmall(needed) => CompactRead::ScratchTooSmall { needed },
+            },
+        )
     }
 }
