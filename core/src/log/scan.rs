@@ -78,14 +78,25 @@ impl<F: Flash> Dev<F> {
         &mut self,
         addr: u32,
     ) -> Result<Option<SegmentHeader>, F::Error> {
-        let mut hb = [0u8; SEGMENT_HEADER_LEN];
+        self.read_decoded::<_, SEGMENT_HEADER_LEN>(addr, true, |b| SegmentHeader::decode(b))
+    }
+
+    /// Reads the `N` bytes at `addr` until `decode` takes them, [`READ_ATTEMPTS`] reads in
+    /// all; `None` if it never does, or at once on an erased read if `blank_is_final`.
+    fn read_decoded<T, const N: usize>(
+        &mut self,
+        addr: u32,
+        blank_is_final: bool,
+        decode: impl Fn(&[u8; N]) -> Option<T>,
+    ) -> Result<Option<T>, F::Error> {
+        let mut b = [0u8; N];
         for _ in 0..READ_ATTEMPTS {
-            self.read(addr, &mut hb)?;
-            if hb.iter().all(|&b| b == self.l.geo.erased) {
+            self.read(addr, &mut b)?;
+            if blank_is_final && b.iter().all(|&x| x == self.l.geo.erased) {
                 return Ok(None);
             }
-            if let Some(h) = SegmentHeader::decode(&hb) {
-                return Ok(Some(h));
+            if let Some(t) = decode(&b) {
+                return Ok(Some(t));
             }
         }
         Ok(None)
@@ -152,50 +163,39 @@ impl<F: Flash> Dev<F> {
         expected: u64,
         batches: bool,
     ) -> Result<Found, F::Error> {
-        match self.rescan_once(seg, pos, expected, batches)? {
-            Found::Nothing => self.rescan_once(seg, pos, expected, batches),
-            found => Ok(found),
-        }
-    }
-
-    /// One pass of [`Dev::rescan`].
-    fn rescan_once(
-        &mut self,
-        seg: u32,
-        pos: u32,
-        expected: u64,
-        batches: bool,
-    ) -> Result<Found, F::Error> {
         let l = self.l;
         let ws = l.ws();
         let magic = format::BATCH_MAGIC.to_le_bytes();
         let resume = format::RESUME_MAGIC.to_le_bytes();
         let mut chunk = [0u8; CHUNK];
-        let mut p = pos + ws;
-        while p + (RESUME_LEN.min(BATCH_HEADER_LEN) as u32) <= l.seg_size {
-            let n = (l.seg_size - p).min(CHUNK as u32) as usize;
-            self.read(l.seg_addr(seg) + p, &mut chunk[..n])?;
-            let mut q = 0usize;
-            while q + 4 <= n {
-                let cand = p + q as u32;
-                if batches && chunk[q..q + 4] == magic {
-                    if let Ok(h) = self.check_batch(seg, cand)?
-                        && h.base_offset >= expected
+        // Two passes before finding nothing is believed (see above).
+        for _ in 0..2 {
+            let mut p = pos + ws;
+            while p + (RESUME_LEN.min(BATCH_HEADER_LEN) as u32) <= l.seg_size {
+                let n = (l.seg_size - p).min(CHUNK as u32) as usize;
+                self.read(l.seg_addr(seg) + p, &mut chunk[..n])?;
+                let mut q = 0usize;
+                while q + 4 <= n {
+                    let cand = p + q as u32;
+                    if batches && chunk[q..q + 4] == magic {
+                        if let Ok(h) = self.check_batch(seg, cand)?
+                            && h.base_offset >= expected
+                        {
+                            return Ok(Found::Batch(cand, h));
+                        }
+                    } else if chunk[q..q + 4] == resume
+                        && cand + RESUME_LEN as u32 <= l.seg_size
+                        && self
+                            .read_resume_marker(l.seg_addr(seg) + cand)?
+                            .is_some_and(|m| m.torn_from == pos && m.expected == expected)
                     {
-                        return Ok(Found::Batch(cand, h));
+                        return Ok(Found::Resume(cand));
                     }
-                } else if chunk[q..q + 4] == resume
-                    && cand + RESUME_LEN as u32 <= l.seg_size
-                    && self
-                        .read_resume_marker(l.seg_addr(seg) + cand)?
-                        .is_some_and(|m| m.torn_from == pos && m.expected == expected)
-                {
-                    return Ok(Found::Resume(cand));
+                    q += ws as usize;
                 }
-                q += ws as usize;
+                let advance = ((n.saturating_sub(3)) as u32 / ws) * ws;
+                p += advance.max(ws);
             }
-            let advance = ((n.saturating_sub(3)) as u32 / ws) * ws;
-            p += advance.max(ws);
         }
         Ok(Found::Nothing)
     }
@@ -204,14 +204,7 @@ impl<F: Flash> Dev<F> {
     /// all until it decodes: one bad read (a transient bit flip) must not turn the torn
     /// write it bounds, and every durable record after it, into bytes never written.
     fn read_resume_marker(&mut self, addr: u32) -> Result<Option<ResumeMarker>, F::Error> {
-        let mut mb = [0u8; RESUME_LEN];
-        for _ in 0..READ_ATTEMPTS {
-            self.read(addr, &mut mb)?;
-            if let Some(m) = ResumeMarker::decode(&mb) {
-                return Ok(Some(m));
-            }
-        }
-        Ok(None)
+        self.read_decoded(addr, false, ResumeMarker::decode)
     }
 
     /// Reads the batch at `pos` straight into `dst` if its header is plausible, it holds
