@@ -338,50 +338,23 @@ impl<'a, F: Flash> Log<'a, F> {
             let marker = if self.resume.is_some() { RESUME_LEN } else { 0 };
             let space = (l.seg_size - self.head_pos) & !(l.ws() - 1);
             let max_body = (space as usize).saturating_sub(BATCH_HEADER_LEN + marker);
-            if self.slots[head as usize].version >= COMPACT_VERSION {
-                let plan = compact::plan(
+            // A batch in the compact layout (the segment's version has it) or the canonical.
+            let plan = (self.slots[head as usize].version >= COMPACT_VERSION).then(|| {
+                compact::plan(
                     &self.buf[BATCH_HEADER_LEN..self.buf_len],
                     self.buf_base,
                     self.buf_count,
                     max_body,
-                );
-                if plan.count == 0 {
-                    if self.head_pos == l.data_start {
-                        return Err(FlushError::Unwritable {
-                            offset: self.buf_base,
-                            room: max_body,
-                        });
-                    }
-                    self.head_writable = false;
-                    continue;
-                }
-                let (k, body, crc) = self.buffered_fit(plan.count, plan.canonical_len);
-                let mut hdr = BatchHeader {
-                    len: 0,
-                    crc: 0,
-                    base_offset: self.buf_base,
-                    count: k,
-                    prev_crc: self.buf_prev_crc,
-                };
-                self.write_resume_marker()?;
-                let addr = l.seg_addr(head) + self.head_pos;
-                let whole = k == self.buf_count;
-                if let Err(e) = self.write_compact_batch(addr, &mut hdr, &plan, body, whole) {
-                    self.head_writable = false;
-                    return Err(FlushError::Flash(e));
-                }
-                self.head_pos += align_up(hdr.len, l.ws());
-                self.unclean_pending = false;
-                self.dev.stats.batches_written += 1;
-                self.flash_end = self.buf_base + k as u64;
-                self.flash_last_crc = crc;
-                self.drop_buffered(k, body, crc);
-                continue;
-            }
-            let (k, body, crc) = self.buffered_fit(self.buf_count, max_body);
+                )
+            });
+            let (k, body, crc) = match &plan {
+                Some(plan) => self.buffered_fit(plan.count, plan.canonical_len),
+                None => self.buffered_fit(self.buf_count, max_body),
+            };
             if k == 0 {
                 if self.head_pos == l.data_start {
-                    // Cannot happen: a buffered record never exceeds an empty segment.
+                    // Cannot happen: a buffered record never exceeds an empty segment
+                    // (unless it no longer parses).
                     return Err(FlushError::Unwritable {
                         offset: self.buf_base,
                         room: max_body,
@@ -390,28 +363,38 @@ impl<'a, F: Flash> Log<'a, F> {
                 self.head_writable = false;
                 continue;
             }
-            let len = BATCH_HEADER_LEN + body;
             let mut hdr = BatchHeader {
-                len: len as u32,
+                len: 0,
                 crc: 0,
                 base_offset: self.buf_base,
                 count: k,
                 prev_crc: self.buf_prev_crc,
             };
-            let mut h = crate::crc::Hasher::new();
-            h.update(&hdr.encode()[16..]);
-            h.update(&self.buf[BATCH_HEADER_LEN..len]);
-            hdr.crc = h.finalize();
-            self.buf[..BATCH_HEADER_LEN].copy_from_slice(&hdr.encode());
+            let len = BATCH_HEADER_LEN + body;
+            if plan.is_none() {
+                hdr.len = len as u32;
+                let mut h = crate::crc::Hasher::new();
+                h.update(&hdr.encode()[16..]);
+                h.update(&self.buf[BATCH_HEADER_LEN..len]);
+                hdr.crc = h.finalize();
+                self.buf[..BATCH_HEADER_LEN].copy_from_slice(&hdr.encode());
+            }
             self.write_resume_marker()?;
             let addr = l.seg_addr(head) + self.head_pos;
-            if let Err(e) = self.dev.write_padded(addr, &self.buf[..len]) {
+            let written = match &plan {
+                Some(plan) => {
+                    let whole = k == self.buf_count;
+                    self.write_compact_batch(addr, &mut hdr, plan, body, whole)
+                }
+                None => self.dev.write_padded(addr, &self.buf[..len]),
+            };
+            if let Err(e) = written {
                 // The words from `addr` may be partly programmed: seal the head so that
                 // they are never programmed again; the log is poisoned from here on.
                 self.head_writable = false;
                 return Err(FlushError::Flash(e));
             }
-            self.head_pos += align_up(len as u32, l.ws());
+            self.head_pos += align_up(hdr.len, l.ws());
             // The head holds data written since the mount: it was not abandoned.
             self.unclean_pending = false;
             self.dev.stats.batches_written += 1;
