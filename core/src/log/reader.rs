@@ -570,7 +570,7 @@ impl<'a, F: Flash> Log<'a, F> {
             // bytes copied: a length read wrong once would otherwise place the copy on
             // other records' bytes, consistently with the check below.
             // A record too large for `buf` is believed when both passes say so.
-            let first = match self.read_large_batch_once(seg, pos, h, from, buf) {
+            let first = match self.read_large_batch_once(body, h, from, buf) {
                 Err(ReadError::BufferTooSmall { needed }) => Err(needed),
                 other => Ok(other?),
             };
@@ -578,7 +578,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 Ok(f) => format::crc32(&buf[..f.0.len.min(buf.len())]),
                 Err(_) => 0,
             };
-            let second = match self.read_large_batch_once(seg, pos, h, from, buf) {
+            let second = match self.read_large_batch_once(body, h, from, buf) {
                 Err(ReadError::BufferTooSmall { needed }) => Err(needed),
                 other => Ok(other?),
             };
@@ -636,23 +636,21 @@ impl<'a, F: Flash> Log<'a, F> {
         Ok(lost(from, h.end_offset(), LostReason::Corrupt))
     }
 
-    /// One copy pass of [`Log::read_large_batch`]: the outcome, the address and length of
-    /// the record before `from` if it is in this batch, and the address of the first
-    /// record copied.
+    /// One copy pass of [`Log::read_large_batch`] over the body at flash address `body` of
+    /// the batch `h`: the outcome, the address and length of the record before `from` if
+    /// it is in this batch, and the address of the first record copied.
     #[allow(clippy::type_complexity)]
     fn read_large_batch_once(
         &mut self,
-        seg: u32,
-        pos: u32,
+        body: u32,
         h: &BatchHeader,
         from: u64,
         buf: &mut [u8],
     ) -> Result<(ReadOutcome, Option<(u32, u32)>, u32), ReadError<F::Error>> {
-        let l = self.dev.l;
         let mut prev_at = None;
         let mut copy_at = 0u32;
-        let end = l.seg_addr(seg) + pos + h.len;
-        let mut at = l.seg_addr(seg) + pos + BATCH_HEADER_LEN as u32;
+        let end = body - BATCH_HEADER_LEN as u32 + h.len;
+        let mut at = body;
         let mut prev = h.prev_crc;
         let mut out = empty(from, 0);
         for i in 0..h.count as u64 {
