@@ -120,11 +120,10 @@ impl<F: Flash> Log<'_, F> {
 mod tests {
     extern crate std;
 
-    use std::vec;
-
     use super::*;
     use crate::error::ReadError;
-    use crate::log::{Config, FullPolicy, Memory, Record, SegmentSlot, segments_for};
+    use crate::log::tests::Mem;
+    use crate::log::{Config, FullPolicy, Record};
     use crate::storage::{Geometry, SimFlash};
 
     /// 4 segments of 2 erase blocks of 1 KiB after the 2 journal blocks.
@@ -168,13 +167,8 @@ mod tests {
     fn first_offset_in_offset_order_with_stamps_out_of_order() {
         let mut sim = SimFlash::new_vec(G).unwrap();
         Log::format(&mut sim, 7, 2).unwrap();
-        let mut buf = vec![0u8; 512];
-        let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 2) as usize];
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
-        let (mut log, _) = Log::mount(&mut sim, Config::default(), mem, 0).unwrap();
+        let mut mem = Mem::with(&G, 2, 512);
+        let (mut log, _) = Log::mount(&mut sim, Config::default(), mem.memory(), 0).unwrap();
         let stamps = [100, 300, 200, 400, 150, 500];
         for (i, &ts) in stamps.iter().enumerate() {
             log.append(0, &rec(ts)).unwrap();
@@ -222,17 +216,12 @@ mod tests {
     fn before_the_first_retained_record_and_past_the_end() {
         let mut sim = SimFlash::new_vec(G).unwrap();
         Log::format(&mut sim, 7, 2).unwrap();
-        let mut buf = vec![0u8; 512];
-        let mut slots = vec![SegmentSlot::EMPTY; segments_for(&G, 2) as usize];
-        let mem = Memory {
-            buffer: &mut buf,
-            segments: &mut slots,
-        };
+        let mut mem = Mem::with(&G, 2, 512);
         let cfg = Config {
             full: FullPolicy::DropOldest,
             ..Config::default()
         };
-        let (mut log, _) = Log::mount(&mut sim, cfg, mem, 0).unwrap();
+        let (mut log, _) = Log::mount(&mut sim, cfg, mem.memory(), 0).unwrap();
         let mut n = 0u64;
         while log.first_offset() == 0 || n < 600 {
             log.append(0, &rec(1_000 + 10 * n)).unwrap();

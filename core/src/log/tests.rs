@@ -1,11 +1,10 @@
 //! White-box tests of the log's write paths: invariants that poisoning alone would hide.
 
-use core::cell::Cell;
 use std::vec;
 use std::vec::Vec;
 
 use super::*;
-use crate::storage::{SimError, SimFlash};
+use crate::storage::SimFlash;
 
 /// One step of xorshift64 (G. Marsaglia, "Xorshift RNGs", J. Stat. Softw. 8(14), 2003;
 /// shifts 13, 7, 17): the unit tests' reproducible noise. Returns the new state.
@@ -14,37 +13,6 @@ pub(super) fn xorshift64(x: &mut u64) -> u64 {
     *x ^= *x >> 7;
     *x ^= *x << 17;
     *x
-}
-
-/// A simulated flash whose writes fail (programming nothing) while `fail` is set.
-struct FailingWrites<'a> {
-    sim: &'a mut SimFlash<Vec<u8>>,
-    fail: &'a Cell<bool>,
-}
-
-impl Flash for FailingWrites<'_> {
-    type Error = SimError;
-    fn geometry(&self) -> Geometry {
-        self.sim.geometry()
-    }
-    fn read(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), SimError> {
-        self.sim.read(addr, buf)
-    }
-    fn write(&mut self, addr: u32, data: &[u8]) -> Result<(), SimError> {
-        if self.fail.get() {
-            return Err(SimError::OutOfBounds {
-                addr,
-                len: data.len() as u32,
-            });
-        }
-        self.sim.write(addr, data)
-    }
-    fn erase(&mut self, block: u32) -> Result<(), SimError> {
-        self.sim.erase(block)
-    }
-    fn sync(&mut self) -> Result<(), SimError> {
-        self.sim.sync()
-    }
 }
 
 const G: Geometry = Geometry {
@@ -84,16 +52,15 @@ impl Mem {
     }
 }
 
-/// Formats `sim` (segments of 2 blocks) and mounts it behind [`FailingWrites`] switched by
-/// `fail`.
-fn mount_failing<'a>(
+/// Formats `sim` (segments of 2 blocks) and mounts it. A test makes the next write fail
+/// with `log.dev.flash.fail_write_after_bytes(0)`: its first word torn, nothing after it
+/// programmed, the power still on.
+fn mount_sim<'a>(
     sim: &'a mut SimFlash<Vec<u8>>,
-    fail: &'a Cell<bool>,
     mem: &'a mut Mem,
-) -> Log<'a, FailingWrites<'a>> {
-    Log::format(sim, 9, 2).unwrap();
-    let flash = FailingWrites { sim, fail };
-    Log::mount(flash, Config::default(), mem.memory(), 0)
+) -> Log<'a, &'a mut SimFlash<Vec<u8>>> {
+    Log::format(&mut *sim, 9, 2).unwrap();
+    Log::mount(sim, Config::default(), mem.memory(), 0)
         .unwrap()
         .0
 }
@@ -125,23 +92,21 @@ fn newest_entry(sim: &mut SimFlash<Vec<u8>>) -> Option<u64> {
 #[test]
 fn failed_journal_switches_never_erase_the_only_good_entry() {
     let mut sim = SimFlash::new_vec(G).unwrap();
-    let fail = Cell::new(false);
     let mut mem = Mem::new();
     let good = {
-        let mut log = mount_failing(&mut sim, &fail, &mut mem);
+        let mut log = mount_sim(&mut sim, &mut mem);
         log.persist(0).unwrap();
         let good = log.jseq;
         let block = log.jblock;
         for _ in 0..3 {
             // The next entry does not fit: it goes to the other block, whose write fails.
             log.jpos = None;
-            fail.set(true);
+            log.dev.flash.fail_write_after_bytes(0);
             assert!(matches!(log.persist(0), Err(CommitError::Flash(_))));
             assert_eq!(log.jblock, block, "switched to a block without an entry");
             // Try again as an engine without poisoning would.
             log.dev.failed = None;
         }
-        fail.set(false);
         log.jpos = None;
         log.persist(0).unwrap();
         assert_eq!(log.jblock, 1 - block, "a written and synced entry switches");
@@ -156,16 +121,14 @@ fn failed_journal_switches_never_erase_the_only_good_entry() {
 #[test]
 fn failed_journal_write_in_place_moves_the_next_entry_to_the_other_block() {
     let mut sim = SimFlash::new_vec(G).unwrap();
-    let fail = Cell::new(false);
     let mut mem = Mem::new();
-    let mut log = mount_failing(&mut sim, &fail, &mut mem);
+    let mut log = mount_sim(&mut sim, &mut mem);
     let block = log.jblock;
     assert!(log.jpos.is_some());
-    fail.set(true);
+    log.dev.flash.fail_write_after_bytes(0);
     assert!(matches!(log.persist(0), Err(CommitError::Flash(_))));
     assert_eq!((log.jblock, log.jpos), (block, None));
     assert!(matches!(log.persist(0), Err(CommitError::Poisoned { .. })));
-    fail.set(false);
     log.dev.failed = None;
     log.persist(0).unwrap();
     assert_eq!(log.jblock, 1 - block);
@@ -176,18 +139,16 @@ fn failed_journal_write_in_place_moves_the_next_entry_to_the_other_block() {
 #[test]
 fn failed_batch_write_seals_the_head_segment() {
     let mut sim = SimFlash::new_vec(G).unwrap();
-    let fail = Cell::new(false);
     let mut mem = Mem::new();
-    let mut log = mount_failing(&mut sim, &fail, &mut mem);
+    let mut log = mount_sim(&mut sim, &mut mem);
     log.append(0, &REC).unwrap();
     log.flush(0).unwrap();
     let (head, pos) = (log.head, log.head_pos);
     log.append(0, &REC).unwrap();
-    fail.set(true);
+    log.dev.flash.fail_write_after_bytes(0);
     assert!(matches!(log.flush(0), Err(FlushError::Flash(_))));
     assert!(!log.head_writable, "the head was left open for writing");
     assert_eq!(log.head_pos, pos);
-    fail.set(false);
     log.dev.failed = None;
     log.flush(0).unwrap();
     assert_ne!(
