@@ -87,7 +87,7 @@ pub enum FormatError<E: Debug> {
         blocks_per_segment: u32,
     },
     /// An erase block stayed non-blank after repeated erases.
-    #[error("erase block {block} does not erase")]
+    #[error(fmt = msg::bad_block)]
     BadBlock {
         /// Index of the erase block.
         block: u32,
@@ -231,15 +231,13 @@ pub enum AppendError<E: Debug> {
         stored_below: u64,
     },
     /// An erase block stayed non-blank after repeated erases (worn-out flash).
-    #[error("erase block {block} does not erase")]
+    #[error(fmt = msg::bad_block)]
     BadBlock {
         /// Index of the erase block in the partition.
         block: u32,
     },
     /// See [`FlushError::Unwritable`]: a bug, not a full log; nothing was appended.
-    #[error(
-        "buffered record at offset {offset} cannot be written: it does not parse or does not fit the {room} bytes of an empty segment (a bug, not a full log)"
-    )]
+    #[error(fmt = msg::unwritable)]
     Unwritable {
         /// Offset of the record.
         offset: u64,
@@ -264,7 +262,7 @@ pub enum AppendError<E: Debug> {
     /// It writes nothing more and never advances its durable offset again; mount the storage
     /// again to go on. Retryable after that remount. Records appended but not yet durable
     /// when the failure happened may or may not be on flash.
-    #[error("log is poisoned by a failed flash {op}; remount to recover")]
+    #[error(fmt = msg::poisoned)]
     Poisoned {
         /// The operation whose failure poisoned the log.
         op: StorageOp,
@@ -310,9 +308,7 @@ pub enum AppendError<E: Debug> {
         current: u32,
     },
     /// See [`FlushError::SeqExhausted`]: nothing was appended; a retry fails the same way.
-    #[error(
-        "the log's {what} sequence numbers are exhausted (the next would reach 2^62; the image was crafted or damaged): nothing was written; drain the log and format again"
-    )]
+    #[error(fmt = msg::seq_exhausted)]
     SeqExhausted {
         /// Which sequence number ran out.
         what: SeqSpace,
@@ -328,7 +324,7 @@ pub enum SessionError<E: Debug> {
     #[error("flash error opening a producer session: {0:?}")]
     Flash(E),
     /// An erase block of the journal stayed non-blank after repeated erases.
-    #[error("erase block {block} does not erase")]
+    #[error(fmt = msg::bad_block)]
     BadBlock {
         /// Index of the erase block in the partition.
         block: u32,
@@ -337,9 +333,7 @@ pub enum SessionError<E: Debug> {
     #[error("log is full")]
     Full,
     /// See [`FlushError::Unwritable`]: a bug, not a full log.
-    #[error(
-        "buffered record at offset {offset} cannot be written: it does not parse or does not fit the {room} bytes of an empty segment (a bug, not a full log)"
-    )]
+    #[error(fmt = msg::unwritable)]
     Unwritable {
         /// Offset of the record.
         offset: u64,
@@ -356,32 +350,17 @@ pub enum SessionError<E: Debug> {
         producer: u64,
     },
     /// An earlier flash write, erase or sync failed: the log is poisoned until remounted.
-    #[error("log is poisoned by a failed flash {op}; remount to recover")]
+    #[error(fmt = msg::poisoned)]
     Poisoned {
         /// The operation whose failure poisoned the log.
         op: StorageOp,
     },
     /// See [`FlushError::SeqExhausted`]: no session was opened or resumed.
-    #[error(
-        "the log's {what} sequence numbers are exhausted (the next would reach 2^62; the image was crafted or damaged): nothing was written; drain the log and format again"
-    )]
+    #[error(fmt = msg::seq_exhausted)]
     SeqExhausted {
         /// Which sequence number ran out.
         what: SeqSpace,
     },
-}
-
-impl<E: Debug> From<FlushError<E>> for SessionError<E> {
-    fn from(e: FlushError<E>) -> Self {
-        match e {
-            FlushError::Flash(e) => SessionError::Flash(e),
-            FlushError::Full => SessionError::Full,
-            FlushError::Unwritable { offset, room } => SessionError::Unwritable { offset, room },
-            FlushError::BadBlock { block } => SessionError::BadBlock { block },
-            FlushError::Poisoned { op } => SessionError::Poisoned { op },
-            FlushError::SeqExhausted { what } => SessionError::SeqExhausted { what },
-        }
-    }
 }
 
 /// Writing the RAM buffer to flash failed; the records stay in RAM.
@@ -398,9 +377,7 @@ pub enum FlushError<E: Debug> {
     /// it is longer than the segment's `room` bytes, or it no longer parses. The log never
     /// buffers such a record, so this is a bug (or RAM corruption), not a full log; the
     /// records stay in RAM.
-    #[error(
-        "buffered record at offset {offset} cannot be written: it does not parse or does not fit the {room} bytes of an empty segment (a bug, not a full log)"
-    )]
+    #[error(fmt = msg::unwritable)]
     Unwritable {
         /// Offset of the record.
         offset: u64,
@@ -408,7 +385,7 @@ pub enum FlushError<E: Debug> {
         room: usize,
     },
     /// An erase block stayed non-blank after repeated erases (worn-out flash).
-    #[error("erase block {block} does not erase")]
+    #[error(fmt = msg::bad_block)]
     BadBlock {
         /// Index of the erase block in the partition.
         block: u32,
@@ -417,33 +394,39 @@ pub enum FlushError<E: Debug> {
     /// It writes nothing more and never advances its durable offset again; mount the storage
     /// again to go on. Retryable after that remount. Records appended but not yet durable
     /// when the failure happened may or may not be on flash.
-    #[error("log is poisoned by a failed flash {op}; remount to recover")]
+    #[error(fmt = msg::poisoned)]
     Poisoned {
         /// The operation whose failure poisoned the log.
         op: StorageOp,
     },
     /// The next segment header or journal entry would need a sequence number at or past 2^62, which the format does not allow (only a crafted or damaged image gets near it). Nothing was written; the records stay in RAM (or, for an append, the record was not appended) and a retry fails the same way. The records stored stay readable: drain them and format the storage again.
-    #[error(
-        "the log's {what} sequence numbers are exhausted (the next would reach 2^62; the image was crafted or damaged): nothing was written; drain the log and format again"
-    )]
+    #[error(fmt = msg::seq_exhausted)]
     SeqExhausted {
         /// Which sequence number ran out.
         what: SeqSpace,
     },
 }
 
-impl<E: Debug> From<FlushError<E>> for AppendError<E> {
-    fn from(e: FlushError<E>) -> Self {
-        match e {
-            FlushError::Flash(e) => AppendError::Flash(e),
-            FlushError::Full => AppendError::Full,
-            FlushError::Unwritable { offset, room } => AppendError::Unwritable { offset, room },
-            FlushError::BadBlock { block } => AppendError::BadBlock { block },
-            FlushError::Poisoned { op } => AppendError::Poisoned { op },
-            FlushError::SeqExhausted { what } => AppendError::SeqExhausted { what },
+/// `From<FlushError>` for an error enum that has each of [`FlushError`]'s variants under
+/// the same name and fields (the operation flushed, and failed the way the flush did).
+macro_rules! from_flush_error {
+    ($($to:ident),*) => {$(
+        impl<E: Debug> From<FlushError<E>> for $to<E> {
+            fn from(e: FlushError<E>) -> Self {
+                match e {
+                    FlushError::Flash(e) => $to::Flash(e),
+                    FlushError::Full => $to::Full,
+                    FlushError::Unwritable { offset, room } => $to::Unwritable { offset, room },
+                    FlushError::BadBlock { block } => $to::BadBlock { block },
+                    FlushError::Poisoned { op } => $to::Poisoned { op },
+                    FlushError::SeqExhausted { what } => $to::SeqExhausted { what },
+                }
+            }
         }
-    }
+    )*};
 }
+
+from_flush_error!(AppendError, SessionError);
 
 /// Reading failed.
 #[derive(Debug, thiserror::Error)]
@@ -508,7 +491,7 @@ pub enum CommitError<E: Debug> {
         max: usize,
     },
     /// An erase block of the journal stayed non-blank after repeated erases.
-    #[error("erase block {block} does not erase")]
+    #[error(fmt = msg::bad_block)]
     BadBlock {
         /// Index of the erase block in the partition.
         block: u32,
@@ -523,17 +506,47 @@ pub enum CommitError<E: Debug> {
     /// It writes nothing more and never advances its durable offset again; mount the storage
     /// again to go on. Retryable after that remount. Records appended but not yet durable
     /// when the failure happened may or may not be on flash.
-    #[error("log is poisoned by a failed flash {op}; remount to recover")]
+    #[error(fmt = msg::poisoned)]
     Poisoned {
         /// The operation whose failure poisoned the log.
         op: StorageOp,
     },
     /// See [`FlushError::SeqExhausted`]: the commit is kept in RAM only (not persisted).
-    #[error(
-        "the log's {what} sequence numbers are exhausted (the next would reach 2^62; the image was crafted or damaged): nothing was written; drain the log and format again"
-    )]
+    #[error(fmt = msg::seq_exhausted)]
     SeqExhausted {
         /// Which sequence number ran out.
         what: SeqSpace,
     },
+}
+
+/// The messages of the failures that several operations share, written once.
+mod msg {
+    use core::fmt::{Formatter, Result};
+
+    use super::{SeqSpace, StorageOp};
+
+    pub(super) fn bad_block(block: &u32, f: &mut Formatter<'_>) -> Result {
+        write!(f, "erase block {block} does not erase")
+    }
+
+    pub(super) fn poisoned(op: &StorageOp, f: &mut Formatter<'_>) -> Result {
+        write!(
+            f,
+            "log is poisoned by a failed flash {op}; remount to recover"
+        )
+    }
+
+    pub(super) fn seq_exhausted(what: &SeqSpace, f: &mut Formatter<'_>) -> Result {
+        write!(
+            f,
+            "the log's {what} sequence numbers are exhausted (the next would reach 2^62; the image was crafted or damaged): nothing was written; drain the log and format again"
+        )
+    }
+
+    pub(super) fn unwritable(offset: &u64, room: &usize, f: &mut Formatter<'_>) -> Result {
+        write!(
+            f,
+            "buffered record at offset {offset} cannot be written: it does not parse or does not fit the {room} bytes of an empty segment (a bug, not a full log)"
+        )
+    }
 }
