@@ -467,41 +467,43 @@ impl Gateway {
                 timestamp_us,
                 payload,
                 ack,
-                producer,
+                ..
+            }
+            | Request::SessionPublish {
+                seq,
+                topic,
+                timestamp_us,
+                payload,
+                ack,
+                ..
             } => {
+                // A session publish carries its session's epoch; a plain one the legacy
+                // rule's 0.
+                let (producer, epoch) = match *req {
+                    Request::SessionPublish { producer: p, .. } => {
+                        // Epoch 0 is the legacy rule; a session never has it.
+                        if p.epoch == 0 {
+                            if ack == AckLevel::None {
+                                return Outcome::NoReply;
+                            }
+                            return error_reply(out, seq, ErrorCode::BadRequest, "session epoch 0");
+                        }
+                        let id = clog::Producer {
+                            id: p.id,
+                            seq: p.seq,
+                        };
+                        (Some(id), p.epoch)
+                    }
+                    Request::Publish { producer, .. } => (producer, 0),
+                    _ => (None, 0), // not reached: this arm takes the two publishes only
+                };
                 let rec = Record {
                     topic,
                     timestamp_us: timestamp_us.unwrap_or(wall_us),
                     producer,
                     payload,
                 };
-                self.publish(seq, &rec, 0, ack, version, log, now_us, out)
-            }
-            Request::SessionPublish {
-                seq,
-                topic,
-                timestamp_us,
-                payload,
-                ack,
-                producer,
-            } => {
-                let rec = Record {
-                    topic,
-                    timestamp_us: timestamp_us.unwrap_or(wall_us),
-                    producer: Some(clog::Producer {
-                        id: producer.id,
-                        seq: producer.seq,
-                    }),
-                    payload,
-                };
-                // Epoch 0 is the legacy rule; a session never has it.
-                if producer.epoch == 0 {
-                    if ack == AckLevel::None {
-                        return Outcome::NoReply;
-                    }
-                    return error_reply(out, seq, ErrorCode::BadRequest, "session epoch 0");
-                }
-                self.publish(seq, &rec, producer.epoch, ack, version, log, now_us, out)
+                self.publish(seq, &rec, epoch, ack, version, log, now_us, out)
             }
             Request::OpenSession {
                 seq,
