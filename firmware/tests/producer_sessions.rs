@@ -394,3 +394,40 @@ fn session_publishes_follow_the_next_sequence_rule_over_the_wire() {
     assert_eq!(rig.gw.counters().out_of_sequence, 1);
     assert_eq!(rig.gw.counters().fenced, 2);
 }
+
+/// A `SessionPublish` naming epoch 0 (the legacy rule's, never a session's) is refused
+/// `BadRequest` "session epoch 0" and stores nothing; with `ack` none it gets no reply and
+/// stores nothing either. A plain `Publish` on the same connection is still stored.
+#[test]
+fn a_session_publish_with_epoch_0_is_refused_and_stores_nothing() {
+    let mut sim = SimLog::new(geometry(18), 1, 2);
+    let mut log = sim.mount();
+    let mut rig = Rig::new();
+    let mut c = Conn::default();
+    rig.send(&mut c, &mut log, &hello3(None)).unwrap();
+    let next = log.next_offset();
+    let r = rig.request(&mut c, &mut log, &session_publish(1, 0, 1, b"a"));
+    assert_eq!(error_code(&r), ErrorCode::BadRequest);
+    assert_eq!(error_message(&r), "session epoch 0");
+    let mut silent = session_publish(2, 0, 1, b"a");
+    if let Request::SessionPublish { ack, .. } = &mut silent {
+        *ack = AckLevel::None;
+    }
+    assert_eq!(rig.send(&mut c, &mut log, &req_bytes(&silent)), None);
+    assert_eq!(log.next_offset(), next, "nothing stored");
+    let plain = Request::Publish {
+        seq: 3,
+        topic: "t",
+        timestamp_us: None,
+        payload: b"b",
+        ack: AckLevel::Buffered,
+        producer: None,
+    };
+    let r = rig.request(&mut c, &mut log, &plain);
+    assert!(
+        matches!(resp(&r), Response::Ack { seq: 3, offset, .. } if offset == next),
+        "{:?}",
+        resp(&r)
+    );
+    assert_eq!(log.next_offset(), next + 1);
+}
