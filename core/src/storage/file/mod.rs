@@ -140,6 +140,17 @@ pub enum FileFlashError {
     },
 }
 
+impl FileFlashError {
+    /// [`FileFlashError::Io`]: `op` on the image at `path` failed with `source`.
+    fn io(op: &'static str, path: &Path, source: io::Error) -> Self {
+        FileFlashError::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
 /// A flash partition in an image file. See the [module docs](self).
 #[derive(Debug)]
 pub struct FileFlash {
@@ -207,11 +218,7 @@ impl FileFlash {
             return Err(FileFlashError::InvalidGeometry { geometry });
         }
         let aside = Self::aside_path(path);
-        let io = |source| FileFlashError::Io {
-            op: "create",
-            path: path.to_path_buf(),
-            source,
-        };
+        let io = |source| FileFlashError::io("create", path, source);
         if path.symlink_metadata().is_ok() {
             return Err(io(io::Error::from(io::ErrorKind::AlreadyExists)));
         }
@@ -268,11 +275,7 @@ impl FileFlash {
     /// the directory sync fails.
     pub fn install(&mut self, path: impl AsRef<Path>) -> Result<(), FileFlashError> {
         let path = path.as_ref();
-        let io = |source| FileFlashError::Io {
-            op: "install",
-            path: path.to_path_buf(),
-            source,
-        };
+        let io = |source| FileFlashError::io("install", path, source);
         if path.symlink_metadata().is_ok() {
             return Err(io(io::Error::from(io::ErrorKind::AlreadyExists)));
         }
@@ -290,11 +293,7 @@ impl FileFlash {
     /// [`FileFlashError::Io`] (op "remove") if it cannot be opened or removed.
     pub fn remove_aside(path: impl AsRef<Path>) -> Result<bool, FileFlashError> {
         let aside = Self::aside_path(path);
-        let io = |source| FileFlashError::Io {
-            op: "remove",
-            path: aside.clone(),
-            source,
-        };
+        let io = |source| FileFlashError::io("remove", &aside, source);
         let file = match OpenOptions::new().read(true).write(true).open(&aside) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
@@ -363,11 +362,7 @@ impl FileFlash {
         erased: u8,
         writable: bool,
     ) -> Result<Self, FileFlashError> {
-        let io = |op, source| FileFlashError::Io {
-            op,
-            path: path.to_path_buf(),
-            source,
-        };
+        let io = |op, source| FileFlashError::io(op, path, source);
         let file = OpenOptions::new()
             .read(true)
             .write(writable)
@@ -421,11 +416,7 @@ impl FileFlash {
                 });
             }
             Err(TryLockError::Error(source)) => {
-                return Err(FileFlashError::Io {
-                    op: "lock",
-                    path: path.to_path_buf(),
-                    source,
-                });
+                return Err(FileFlashError::io("lock", path, source));
             }
         }
         let erased_chunk = if writable {
@@ -446,11 +437,7 @@ impl FileFlash {
     /// Syncs the file (if `sync`) and drops its cached pages (see the
     /// [module docs](self#storage-errors-and-the-page-cache)), under the lock.
     fn drop_cached_pages(file: &File, path: &Path, sync: bool) -> Result<(), FileFlashError> {
-        let io = |op, source| FileFlashError::Io {
-            op,
-            path: path.to_path_buf(),
-            source,
-        };
+        let io = |op, source| FileFlashError::io(op, path, source);
         if sync {
             file.sync_data().map_err(|e| io("sync", e))?;
         }
@@ -478,11 +465,7 @@ impl FileFlash {
     }
 
     fn io(&self, op: &'static str, source: io::Error) -> FileFlashError {
-        FileFlashError::Io {
-            op,
-            path: self.path.clone(),
-            source,
-        }
+        FileFlashError::io(op, &self.path, source)
     }
 
     fn check_range(&self, addr: u32, len: usize) -> Result<(), FileFlashError> {
