@@ -593,17 +593,33 @@ impl Gateway {
                 let list: ConsumerList<'_> = w.finish();
                 reply(out, &Response::Consumers { seq, list })
             }
-            Request::DeleteConsumer { seq, consumer } => match log.delete_consumer(consumer) {
-                Ok(existed) => reply(out, &Response::Deleted { seq, existed }),
-                Err(e) => {
-                    let m = message(format_args!("{e}"));
-                    let code = match e {
-                        CommitError::BadName { .. } => ErrorCode::BadRequest,
-                        _ => ErrorCode::StorageFailed.for_version(version),
-                    };
-                    error_reply(out, seq, code, &m)
+            Request::DeleteConsumer { seq, consumer } => {
+                delete_consumer(seq, consumer, version, log, out)
+            }
+            Request::DeleteConsumerIfNotLast { seq, consumer } => {
+                if version < wire::GUARDED_DELETE_VERSION {
+                    let m = message(format_args!(
+                        "DeleteConsumerIfNotLast needs protocol version {}; this connection announced {version}",
+                        wire::GUARDED_DELETE_VERSION
+                    ));
+                    return error_reply(out, seq, ErrorCode::BadRequest, &m);
                 }
-            },
+                // The committed offset of `consumer` if it is the only consumer.
+                let last = {
+                    let mut all = log.consumers();
+                    match (all.next(), all.next()) {
+                        (Some((name, committed)), None) if name == consumer => Some(committed),
+                        _ => None,
+                    }
+                };
+                if let Some(committed) = last {
+                    let m = message(format_args!(
+                        "consumer {consumer:?} is the gateway's last consumer (committed offset {committed})"
+                    ));
+                    return error_reply(out, seq, ErrorCode::LastConsumer, &m);
+                }
+                delete_consumer(seq, consumer, version, log, out)
+            }
             Request::FindOffset {
                 seq,
                 timestamp_us,
@@ -735,6 +751,29 @@ pub fn reply(out: &mut [u8], resp: &Response<'_>) -> Outcome {
                 }
             }
             Outcome::NoReply
+        }
+    }
+}
+
+/// Deletes `consumer` and encodes the `Deleted` reply (whether it existed), or the `Error`
+/// reply: `BadRequest` for a name the log refuses, else `StorageFailed` (as `version`
+/// knows it).
+fn delete_consumer<F: Flash>(
+    seq: u32,
+    consumer: &str,
+    version: u16,
+    log: &mut Log<'_, F>,
+    out: &mut [u8],
+) -> Outcome {
+    match log.delete_consumer(consumer) {
+        Ok(existed) => reply(out, &Response::Deleted { seq, existed }),
+        Err(e) => {
+            let m = message(format_args!("{e}"));
+            let code = match e {
+                CommitError::BadName { .. } => ErrorCode::BadRequest,
+                _ => ErrorCode::StorageFailed.for_version(version),
+            };
+            error_reply(out, seq, code, &m)
         }
     }
 }

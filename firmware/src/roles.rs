@@ -127,7 +127,9 @@ impl Roles {
                     Err(Role::Consume)
                 }
             }
-            Request::DeleteConsumer { .. } => allowed(self.admin, Role::Admin),
+            Request::DeleteConsumer { .. } | Request::DeleteConsumerIfNotLast { .. } => {
+                allowed(self.admin, Role::Admin)
+            }
         }
     }
 }

@@ -9,7 +9,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use spillway_tests::bridge::{
-    drain_args, publish_args, run_bridge_ok, run_bridge_within, spawn_bridge_lines, wait_for_line,
+    drain_args, publish_args, run_bridge_ok, run_bridge_within, spawn_bridge_lines,
+    spawn_bridge_piped, wait_for_line,
 };
 use spillway_tests::gateway::{free_port, image_in};
 use spillway_tests::process::signal;
@@ -136,6 +137,40 @@ fn the_last_consumer_is_kept_unless_forced_and_records_reclaimed_unread_are_coun
     assert!(first > 0, "nothing was reclaimed: {s}");
     // One mount, no crash: every offset below the first offset held one record.
     assert_eq!(s["records_dropped"].as_u64(), Some(first), "{s}");
+}
+
+/// Two `consumers delete` without `--force`, run at once on a gateway with two consumers,
+/// one each: exactly one succeeds and one consumer stays, every time. (When the bridge
+/// checked by listing first, both could pass the check and delete both.) The gateway
+/// checks and deletes in one request; its refusal is reported like the bridge's own.
+#[test]
+fn concurrent_deletes_never_remove_the_last_consumer() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _g = GatewayProcess::start(&gateway_args(dir.path(), port, &[]), 1);
+    let gw = format!("tcp://127.0.0.1:{port}");
+    let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
+    for round in 0..10 {
+        // `bridge` and `c2`, whichever of them the last round left.
+        c.commit("bridge", 0).wait().unwrap();
+        c.commit("c2", 0).wait().unwrap();
+        let a = spawn_bridge_piped(&["consumers", "--gateway", &gw, "delete", "bridge"]);
+        let b = spawn_bridge_piped(&["consumers", "--gateway", &gw, "delete", "c2"]);
+        let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+        let codes = [a.status.code(), b.status.code()];
+        let refused = if codes == [Some(0), Some(1)] { &b } else { &a };
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            codes == [Some(0), Some(1)] || codes == [Some(1), Some(0)],
+            "round {round}: exit codes {codes:?}: {err}"
+        );
+        assert!(
+            err.contains("last consumer") && err.contains("--force"),
+            "round {round}: {err}"
+        );
+        let left = c.consumers().wait().unwrap();
+        assert_eq!(left.len(), 1, "round {round}: {left:?}");
+    }
 }
 
 /// `drain --once` against a gateway that is down retried for ever; it gives up after its

@@ -60,8 +60,9 @@ use serde::{Deserialize, Serialize};
 /// [`Response::Session`], error codes 13 to 15), the credential of the `Hello`
 /// ([`HelloV3`], error code 16) and the producer window of the `Welcome` ([`WelcomeV3`]).
 /// Version 4 added the search of an offset by record time ([`Request::FindOffset`],
-/// [`Response::FoundOffset`]).
-pub const PROTOCOL_VERSION: u16 = 4;
+/// [`Response::FoundOffset`]). Version 5 added the delete that keeps the last consumer
+/// ([`Request::DeleteConsumerIfNotLast`], [`ErrorCode::LastConsumer`]).
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// The first protocol version that has producer sessions ([`Request::OpenSession`],
 /// [`Request::SessionPublish`], [`Response::Session`]): a client that announced an earlier
@@ -71,6 +72,10 @@ pub const SESSION_VERSION: u16 = 3;
 /// The first protocol version that has [`Request::FindOffset`] and
 /// [`Response::FoundOffset`].
 pub const FIND_OFFSET_VERSION: u16 = 4;
+
+/// The first protocol version that has [`Request::DeleteConsumerIfNotLast`] and
+/// [`ErrorCode::LastConsumer`].
+pub const GUARDED_DELETE_VERSION: u16 = 5;
 
 /// The fields protocol version 3 appends to [`Request::Hello`], encoded right after it in
 /// the same message (a version 1 or 2 gateway ignores them). Encode a version 3 hello as the
@@ -150,7 +155,8 @@ pub use crate::log::Producer;
 ///
 /// Variant indexes on the wire: `Hello` 0, `Publish` 1, `Fetch` 2, `Commit` 3,
 /// `ListConsumers` 4, `DeleteConsumer` 5, `Stats` 6, `OpenSession` 7 (version 3),
-/// `SessionPublish` 8 (version 3), `FindOffset` 9 (version 4).
+/// `SessionPublish` 8 (version 3), `FindOffset` 9 (version 4), `DeleteConsumerIfNotLast` 10
+/// (version 5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request<'a> {
     /// Handshake, the first message of a connection. Answered by [`Response::Welcome`] or
@@ -286,6 +292,19 @@ pub enum Request<'a> {
         /// first retained offset it starts there.
         from_offset: u64,
     },
+    /// (Version 5) [`Request::DeleteConsumer`], unless `consumer` is the gateway's only
+    /// consumer: with none left nothing holds retention, and the gateway reclaims records
+    /// nobody has read when it needs room. The gateway checks and deletes in one step, so
+    /// two clients deleting the last two consumers at once cannot both succeed (a check by
+    /// listing first can). Answered by [`Response::Deleted`], or [`Response::Error`]
+    /// (`LastConsumer`, nothing changed; `BadRequest` from a client that announced a
+    /// version below 5; `StorageFailed`).
+    DeleteConsumerIfNotLast {
+        /// Client sequence number, echoed in the reply.
+        seq: u32,
+        /// Consumer name (UTF-8).
+        consumer: &'a str,
+    },
 }
 
 impl Request<'_> {
@@ -301,7 +320,8 @@ impl Request<'_> {
             | Request::Stats { seq }
             | Request::OpenSession { seq, .. }
             | Request::SessionPublish { seq, .. }
-            | Request::FindOffset { seq, .. } => Some(seq),
+            | Request::FindOffset { seq, .. }
+            | Request::DeleteConsumerIfNotLast { seq, .. } => Some(seq),
         }
     }
 }
@@ -523,6 +543,10 @@ pub enum ErrorCode {
     /// consumer the credential does not name). Nothing was read or changed; the message
     /// names the role needed. A version 1 or 2 client gets [`ErrorCode::BadRequest`].
     Forbidden = 17,
+    /// \[18\] (protocol version 5) A [`Request::DeleteConsumerIfNotLast`] named the
+    /// gateway's only consumer: nothing was deleted; the message gives its committed
+    /// offset. Only a client of version 5 or later sends that request.
+    LastConsumer = 18,
 }
 
 impl ErrorCode {
@@ -540,6 +564,7 @@ impl ErrorCode {
             | ErrorCode::UnknownSession
             | ErrorCode::Unauthorized
             | ErrorCode::Forbidden => 3,
+            ErrorCode::LastConsumer => 5,
             _ => 1,
         }
     }

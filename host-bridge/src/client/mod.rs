@@ -672,6 +672,37 @@ impl Client {
             _ => Err(ClientError::Protocol("expected Deleted".into())),
         }
     }
+
+    /// Deletes a consumer unless it is the gateway's only one, checked and deleted by the
+    /// gateway in one step; returns whether it existed.
+    ///
+    /// Errors: [`ClientError::Gateway`] with [`ErrorCode::LastConsumer`] (nothing deleted)
+    /// for the only consumer, [`ClientError::Unsupported`] if the gateway speaks a protocol
+    /// version before 5, other gateway errors, I/O.
+    pub async fn delete_consumer_if_not_last(
+        &mut self,
+        consumer: &str,
+    ) -> Result<bool, ClientError> {
+        let spoken = self.welcome.protocol_version;
+        if spoken < wire::GUARDED_DELETE_VERSION {
+            return Err(ClientError::Unsupported {
+                what: "deleting a consumer unless it is the last one",
+                needed: wire::GUARDED_DELETE_VERSION,
+                spoken,
+            });
+        }
+        let seq = self.next_seq();
+        match self
+            .call(
+                Request::DeleteConsumerIfNotLast { seq, consumer },
+                Duration::ZERO,
+            )
+            .await?
+        {
+            Reply::Deleted(e) => Ok(e),
+            _ => Err(ClientError::Protocol("expected Deleted".into())),
+        }
+    }
 }
 
 async fn with_timeout<T>(

@@ -4,8 +4,9 @@
 use std::io::Write;
 use std::time::Duration;
 
-use crate::client::{ClientError, GatewayAddr};
+use crate::client::{Client, ClientError, GatewayAddr};
 use crate::exit;
+use spillway_core::wire::{ErrorCode, GUARDED_DELETE_VERSION};
 
 /// A `consumers delete`: the consumer's name, and whether the gateway's last consumer
 /// may go.
@@ -37,27 +38,15 @@ pub async fn consumers(
     };
     let r = match delete {
         Some(Delete { name, force }) => {
-            if !force {
-                let list = match c.consumers().await {
-                    Ok(l) => l,
-                    Err(e) => {
-                        log::error!("gateway {gateway}: listing consumers: {e}");
-                        return exit::FAILURE;
-                    }
-                };
-                if let [only] = list.as_slice()
-                    && only.name == name
-                {
+            let existed = match delete_one(&mut c, name, force).await {
+                Ok(e) => e,
+                Err(Refused::Last(why)) => {
                     log::error!(
-                        "consumer {name:?} is the gateway's last consumer (committed offset {}): without a consumer nothing holds retention, and the gateway reclaims records nobody has read when it needs room (counted as dropped, under either --full policy); pass --force to delete it anyway",
-                        only.committed_offset
+                        "{why}: without a consumer nothing holds retention, and the gateway reclaims records nobody has read when it needs room (counted as dropped, under either --full policy); pass --force to delete it anyway"
                     );
                     return exit::FAILURE;
                 }
-            }
-            let existed = match c.delete_consumer(name).await {
-                Ok(e) => e,
-                Err(e) => {
+                Err(Refused::Failed(e)) => {
                     log::error!("gateway {gateway}: deleting consumer {name:?}: {e}");
                     return exit::FAILURE;
                 }
@@ -126,4 +115,41 @@ pub async fn consumers(
         return exit::FAILURE;
     }
     exit::OK
+}
+
+/// Why [`delete_one`] deleted nothing.
+enum Refused {
+    /// The consumer is the gateway's last one: the gateway's words (`consumer "NAME" is
+    /// the gateway's last consumer (committed offset N)`).
+    Last(String),
+    /// The gateway or the connection failed.
+    Failed(ClientError),
+}
+
+/// Deletes `name`; without `force`, not if it is the gateway's last consumer. A gateway of
+/// protocol version 5 or later checks and deletes in one step; with an older one the check
+/// is a listing first, which a concurrent delete can race.
+async fn delete_one(c: &mut Client, name: &str, force: bool) -> Result<bool, Refused> {
+    if force {
+        return c.delete_consumer(name).await.map_err(Refused::Failed);
+    }
+    if c.welcome().protocol_version >= GUARDED_DELETE_VERSION {
+        return match c.delete_consumer_if_not_last(name).await {
+            Err(ClientError::Gateway {
+                code: ErrorCode::LastConsumer,
+                message,
+            }) => Err(Refused::Last(message)),
+            r => r.map_err(Refused::Failed),
+        };
+    }
+    let list = c.consumers().await.map_err(Refused::Failed)?;
+    if let [only] = list.as_slice()
+        && only.name == name
+    {
+        return Err(Refused::Last(format!(
+            "consumer {name:?} is the gateway's last consumer (committed offset {})",
+            only.committed_offset
+        )));
+    }
+    c.delete_consumer(name).await.map_err(Refused::Failed)
 }

@@ -167,6 +167,15 @@ fn golden_list_delete_stats() {
         req,
     );
     golden(
+        &Request::DeleteConsumerIfNotLast {
+            seq: 8,
+            consumer: "tail",
+        },
+        "0a 08 04 7461696c",
+        "0c 0a08047461696c dccfbc7d 00",
+        req,
+    );
+    golden(
         &Request::Stats { seq: 9 },
         "06 09",
         "07 0609 dd0d5f6e 00",
