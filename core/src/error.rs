@@ -539,7 +539,7 @@ mod msg {
     pub(super) fn seq_exhausted(what: &SeqSpace, f: &mut Formatter<'_>) -> Result {
         write!(
             f,
-            "the log's {what} sequence numbers are exhausted (the next would reach 2^62; the image was crafted or damaged): nothing was written; drain the log and format again"
+            "the log's {what} sequence numbers are used up (the next reaches 2^62: a crafted or damaged image); nothing was written; drain the log, format again"
         )
     }
 

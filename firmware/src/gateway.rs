@@ -25,11 +25,12 @@
 //! find offset) in `gateway/fetch.rs`.
 
 mod fetch;
+mod message;
 mod publish;
 
-use core::fmt::Write as _;
 
 use crate::roles::Roles;
+use message::{Message, message};
 use spillway_core::error::{CommitError, SessionError};
 use spillway_core::log::{self as clog, Log, Record};
 use spillway_core::storage::Flash;
@@ -50,9 +51,6 @@ pub const MIN_REPLY_BUFFER: usize = 256;
 /// 1.6 ms on average and 25 ms at the longest on a shared 2-core machine
 /// (`core/tests/find_cost.rs`).
 pub const FIND_STEP_BYTES: usize = 64 * 1024;
-
-/// Longest error message sent, bytes.
-const MAX_ERROR_MESSAGE: usize = 160;
 
 /// Settings of a gateway.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -256,15 +254,6 @@ pub struct Gateway {
     /// The log's `records_appended` when an append was last refused `Full`: the log is
     /// full while no record has been appended since.
     full_at: Option<u64>,
-}
-
-type Message = heapless::String<MAX_ERROR_MESSAGE>;
-
-fn message(args: core::fmt::Arguments<'_>) -> Message {
-    let mut m = Message::new();
-    // A message longer than the buffer is cut; that is fine for a human-readable detail.
-    let _ = m.write_fmt(args);
-    m
 }
 
 impl Gateway {
