@@ -5,6 +5,8 @@
 //! the old ones, which are never rewritten). The version 4 image was written again once, in
 //! the same format, when a new session's epoch became the journal entry's sequence number
 //! (its session's epoch went from 2 to 4); the version 3 image keeps epochs numbered per id.
+//! From version 5 on the generator flushes some records one by one, so that the image
+//! holds short batches.
 
 mod common;
 use common::{Ram, Shared, formatted, nor};
@@ -24,8 +26,9 @@ macro_rules! fixture {
 const V1_PATH: &str = fixture!("format-v1-4k-w4.img");
 const V2_PATH: &str = fixture!("format-v2-4k-w4.img");
 const V3_PATH: &str = fixture!("format-v3-4k-w4.img");
+const V4_PATH: &str = fixture!("format-v4-4k-w4.img");
 /// The image of the current format version ([`FORMAT_VERSION`]).
-const CURRENT_PATH: &str = fixture!("format-v4-4k-w4.img");
+const CURRENT_PATH: &str = fixture!("format-v5-4k-w4.img");
 /// A producer id with a session in the version 3 and 4 images (its second session, nothing
 /// stored: epoch 2 in the version 3 image, numbered per id; epoch 4 in the version 4 image,
 /// the sequence number of the journal entry that opened it).
@@ -72,7 +75,8 @@ fn generate() -> Vec<u8> {
             payload: &payload,
         };
         log.append(i, &rec).unwrap();
-        if i % 40 == 39 {
+        // Records 200 to 230 flushed one by one: short batches (version 5).
+        if i % 40 == 39 || (200..=230).contains(&i) {
             log.flush(i).unwrap();
         }
         if i == 120 {
@@ -191,10 +195,16 @@ fn a_new_session_after_per_id_epochs_takes_the_journal_sequence_number() {
     assert_eq!(other.epoch, s.epoch + 1, "a new id's first epoch");
 }
 
+/// The version 4 image (compact bodies, no short batches) mounts under version 5.
+#[test]
+fn frozen_v4_image_mounts_and_reads_back() {
+    check_image(&std::fs::read(V4_PATH).expect("fixture image"), 4);
+}
+
 #[test]
 fn frozen_current_image_mounts_reads_back_and_has_not_drifted() {
     assert_eq!(
-        FORMAT_VERSION, 4,
+        FORMAT_VERSION, 5,
         "a new format version needs its own frozen image"
     );
     if std::env::var_os("SPILLWAY_REGEN_FIXTURE").is_some() {
@@ -202,6 +212,13 @@ fn frozen_current_image_mounts_reads_back_and_has_not_drifted() {
     }
     let image = std::fs::read(CURRENT_PATH).expect("fixture image");
     check_image(&image, 4);
+    // Records 201 to 230 are short batches (200 opens the run: a full batch).
+    let mut flash = SimFlash::new_vec(GEOMETRY).unwrap();
+    flash.load_image(&image).unwrap();
+    let mut ram = Ram::new(&GEOMETRY, 2, 1024);
+    let (mut log, _) = Log::mount(&mut flash, Config::default(), ram.memory(), 0).unwrap();
+    read_all_back(&mut log, RECORDS);
+    assert!(log.stats().short_batches_read >= 25, "{:?}", log.stats());
     // The image as generated today is byte-identical: the format did not drift.
     assert!(
         generate() == image,
@@ -263,15 +280,15 @@ struct UpgradeRun {
     versions: Vec<u16>,
 }
 
-/// Mounts the version 3 image, appends [`UPGRADE_RECORDS`] records with a flush after
-/// every 8 (each flush that returns `Ok` acknowledges its records as durable), enough to
+/// Mounts `image` (version 3 or 4), appends [`UPGRADE_RECORDS`] records with a flush after
+/// every `flush_every` (each flush that returns `Ok` acknowledges its records as durable), enough to
 /// fill the version 3 head and open version 4 segments after it. With `cut`, the power
 /// fails after that many bytes programmed past the mount. Then mounts again and checks
 /// every recovery property: every fixture record and every acknowledged record reads back
 /// in order with its bytes; a record past the acknowledged ones is only one that was
 /// appended (written before the cut, never acknowledged); a lost range only ever covers
 /// offsets past the acknowledged ones; an append after the recovery reads back.
-fn upgrade_run(image: &[u8], cut: Option<u64>) -> UpgradeRun {
+fn upgrade_run(image: &[u8], cut: Option<u64>, flush_every: u64) -> UpgradeRun {
     let mut sim = SimFlash::new_vec(GEOMETRY).unwrap();
     sim.load_image(image).unwrap();
     let flash = RefCell::new(sim);
@@ -300,7 +317,7 @@ fn upgrade_run(image: &[u8], cut: Option<u64>) -> UpgradeRun {
                 Err(_) => break 'run,
             }
             appended += 1;
-            if k % 8 == 7 {
+            if k % flush_every == flush_every - 1 {
                 if log.flush(k).is_err() {
                     break 'run;
                 }
@@ -394,7 +411,7 @@ fn upgrade_run(image: &[u8], cut: Option<u64>) -> UpgradeRun {
 #[test]
 fn a_version_3_log_upgrades_at_its_next_segment_and_survives_power_cuts() {
     let image = std::fs::read(V3_PATH).expect("fixture image");
-    let full = upgrade_run(&image, None);
+    let full = upgrade_run(&image, None, 8);
     assert!(
         full.versions.contains(&3) && full.versions.contains(&FORMAT_VERSION),
         "a mixed ring: {:?}",
@@ -402,11 +419,35 @@ fn a_version_3_log_upgrades_at_its_next_segment_and_survives_power_cuts() {
     );
     let mut cuts = 0;
     for n in (0..full.programmed).step_by(3).chain([full.programmed - 1]) {
-        upgrade_run(&image, Some(n));
+        upgrade_run(&image, Some(n), 8);
         cuts += 1;
     }
     eprintln!(
         "upgrade sweep: {cuts} power cuts over {} bytes programmed, ring {:?}",
+        full.programmed, full.versions
+    );
+}
+
+/// A version 4 log mounted by version 5 goes on in its version 4 head (no short batches)
+/// and writes version 5 segments from the next segment on, where records flushed one by
+/// one are short batches: a mixed image. A power cut at every 5th byte programmed during
+/// the upgrade (and at the last one) keeps every recovery property (see [`upgrade_run`]).
+#[test]
+fn a_version_4_log_upgrades_at_its_next_segment_and_survives_power_cuts() {
+    let image = std::fs::read(V4_PATH).expect("fixture image");
+    let full = upgrade_run(&image, None, 1);
+    assert!(
+        full.versions.contains(&4) && full.versions.contains(&FORMAT_VERSION),
+        "a mixed ring: {:?}",
+        full.versions
+    );
+    let mut cuts = 0;
+    for n in (0..full.programmed).step_by(5).chain([full.programmed - 1]) {
+        upgrade_run(&image, Some(n), 1);
+        cuts += 1;
+    }
+    eprintln!(
+        "upgrade sweep 4 to 5: {cuts} power cuts over {} bytes programmed, ring {:?}",
         full.programmed, full.versions
     );
 }

@@ -88,6 +88,13 @@ fn sweep(v: &Variant) -> u64 {
     if v.spill == SpillPolicy::OnPressure {
         assert!(seen.records_discarded > 0, "[{}] never discards", v.name);
     }
+    // Records flushed alone (format version 5): every byte of their writes is cut below.
+    // (A variant that compresses may store its anchors compressed, which links none.)
+    assert!(
+        seen.batches_short > 0 || v.compression != Compression::None,
+        "[{}] no short batch",
+        v.name
+    );
     let mut cuts = 0u64;
     for n in 0..base.bytes {
         let t = run(
@@ -396,11 +403,14 @@ fn torn_resume_marker_after_two_cuts_is_not_written_over() {
 /// 0, pinning that segment, so under `RejectNew` the close could not roll to write them
 /// (as a flush would not). Nothing acknowledged durable was lost: the remount found the
 /// durable records, skipped the rest and went on. Run 870,401 of the random campaign
-/// `0x1747`, variant ws1-pressure-reject, cut `[Bytes(11949)]` (never reached).
+/// `0x1747`, variant ws1-pressure-reject, cut `[Bytes(11949)]` (never reached). The run
+/// met the full close under format version 4; version 5 stores its single-record flushes
+/// as short batches, the ring fills at other points and the run no longer meets it (none
+/// of the campaign's first 200,000 runs does): it is replayed for its other checks.
 #[test]
 fn close_full_under_reject_new_is_no_failure() {
     let t = random_run(0x1747, 870_401);
-    assert_eq!(t.seen.close_full, 1);
+    assert!(t.seen.close_full <= 1);
 }
 
 /// `SPILLWAY_LONG=1`: the long campaign (see the module docs).
@@ -525,9 +535,12 @@ fn brownout_loop(full: FullPolicy, torn: bool, program_unit: Option<u32>, boots:
         segments_opened += stats.segments_opened;
         batch_len = (32 + rec.encoded_len() as u64).next_multiple_of(4);
         if torn {
-            // The power fails inside the next batch's write.
+            // The power fails inside the next batch's write: a short batch (format
+            // version 5) of 6 bytes of framing, a 1-byte timestamp step and the payload.
             log.append(now + 1, &rec).unwrap();
-            let cut = 1 + rng.below(40);
+            // The cut lands before its last word (a cut word may come out whole).
+            let torn_len = 6 + 1 + payload.len() as u64;
+            let cut = 1 + rng.below(torn_len - 4);
             flash.borrow_mut().cut_after_bytes(cut);
             assert!(
                 log.flush(now + 1).is_err(),

@@ -57,7 +57,8 @@ fn torn_bytes_before_a_resume_marker_are_skipped_and_damage_before_it_is_corrupt
         let a = log.append(0, &rec(b"durable a")).unwrap().offset;
         log.flush(0).unwrap();
         log.append(1, &rec(b"torn b")).unwrap();
-        flash.borrow_mut().cut_after_bytes(20);
+        // Its short batch (format version 5) takes 13 bytes: cut inside it.
+        flash.borrow_mut().cut_after_bytes(8);
         assert!(log.flush(1).is_err());
         a
     };

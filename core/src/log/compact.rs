@@ -38,6 +38,9 @@ const BODY_MIXED: u8 = 0x01;
 /// Body flag: every payload of the batch has the length stored once after the topic.
 const BODY_FIXED_LEN: u8 = 0x02;
 const BODY_FLAGS_KNOWN: u8 = BODY_MIXED | BODY_FIXED_LEN;
+/// Body flag: the body is compressed (`FORMAT.md` section 4.4; decoded by
+/// [`lz4`](super::lz4) when the crate is built with compression).
+pub(super) const BODY_LZ4_BIT: u8 = 0x04;
 
 /// Record attribute: producer id (u64) and sequence (varint) follow the timestamp delta.
 const ATTR_PRODUCER: u8 = 0x01;
@@ -95,11 +98,11 @@ pub(super) fn put_varint(mut v: u64, out: &mut [u8; 10]) -> usize {
     }
 }
 
-fn zigzag(d: i64) -> u64 {
+pub(super) fn zigzag(d: i64) -> u64 {
     ((d << 1) ^ (d >> 63)) as u64
 }
 
-fn unzigzag(u: u64) -> i64 {
+pub(super) fn unzigzag(u: u64) -> i64 {
     ((u >> 1) as i64) ^ -((u & 1) as i64)
 }
 
@@ -362,6 +365,13 @@ fn take_topic<S: Source>(
         return Ok(None);
     }
     Ok(Some(n[0]))
+}
+
+impl Head {
+    /// Whether the record carries its own topic (else it has the batch topic).
+    pub(super) fn own_topic(&self) -> bool {
+        self.own_topic
+    }
 }
 
 impl Default for Decoder {

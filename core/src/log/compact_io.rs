@@ -239,6 +239,29 @@ fn walk_body<S: Source>(
     Ok(true)
 }
 
+/// [`walk_body`], also handing `f` each record's topic.
+fn walk_body_topics<S: Source>(
+    src: &mut S,
+    h: &BatchHeader,
+    f: &mut impl FnMut(u64, &Head, &[u8], u32),
+) -> Result<bool, S::Error> {
+    let mut d = Decoder::new();
+    if !d.start(src, h.count)? {
+        return Ok(false);
+    }
+    for i in 0..u64::from(h.count) {
+        let Some(r) = d.next(src)? else {
+            return Ok(false);
+        };
+        let mut crc = head_hasher(&d, h.base_offset + i, &r);
+        if !hash_payload(src, &mut crc, r.payload_len as usize)? {
+            return Ok(false);
+        }
+        f(h.base_offset + i, &r, d.topic(&r), crc.finalize());
+    }
+    Ok(true)
+}
+
 /// Copies the records at or after `from` of the compact body in `src` (of the batch `h`)
 /// into `buf` as canonical encodings, as many as fit; `None` if the body is malformed
 /// (the caller checks that it ended and its CRC).
@@ -522,6 +545,25 @@ impl<F: Flash> Dev<F> {
                 Checked::ScratchTooSmall(needed) => Walked::ScratchTooSmall { needed },
             },
         )
+    }
+
+    /// Decodes the valid compact batch `h` at `batch_addr`, whose body is not compressed,
+    /// straight from the flash, calling `f` with every record's offset, fields and record
+    /// CRC; read again up to [`READ_ATTEMPTS`] times. `false` if it never checks (`f` may
+    /// have seen records of a failed attempt).
+    pub(super) fn walk_plain(
+        &mut self,
+        batch_addr: u32,
+        h: &BatchHeader,
+        mut f: impl FnMut(u64, &Head, &[u8], u32),
+    ) -> Result<bool, F::Error> {
+        for _ in 0..READ_ATTEMPTS {
+            let mut src = FlashSource::new(self, batch_addr, h);
+            if walk_body_topics(&mut src, h, &mut f)? && src.at_end() && src.finish(h.crc)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Copies the records at or after `from` of the valid compact batch `h` at

@@ -10,7 +10,8 @@ use super::device::CHUNK;
 use super::format;
 use super::format::{BATCH_HEADER_LEN, BatchHeader, HeadCheck, RESUME_LEN, align_up};
 use super::recovery::JournalFacts;
-use super::scan::Next;
+use super::scan::{Next, Prev};
+use super::short;
 use crate::error::MountError;
 use crate::storage::Flash;
 
@@ -48,9 +49,19 @@ impl<F: Flash> Log<'_, F> {
         let l = self.dev.l;
         let resume = format::RESUME_MAGIC.to_le_bytes();
         let mut at = from;
-        while at < used_end && at + BATCH_HEADER_LEN as u32 <= l.seg_size {
+        while at < used_end && at + 2 <= l.seg_size {
             let mut hb = [0u8; BATCH_HEADER_LEN];
-            self.dev.read(l.seg_addr(seg) + at, &mut hb)?;
+            let n = ((l.seg_size - at) as usize).min(BATCH_HEADER_LEN);
+            self.dev.read(l.seg_addr(seg) + at, &mut hb[..n])?;
+            if short::is_tag(hb[0], l.geo.erased) {
+                // A short batch (version 5), by its length byte: cut in its first word
+                // (tag or length torn), the write programmed nothing after that word.
+                at += align_up(short::total_len(hb[1]), l.ws());
+                continue;
+            }
+            if n < BATCH_HEADER_LEN {
+                break;
+            }
             if BatchHeader::check(&hb, l.geo.erased, l.seg_size - at) == HeadCheck::Plausible {
                 at += align_up(BatchHeader::decode(&hb).len, l.ws());
                 continue;
@@ -151,7 +162,7 @@ impl<F: Flash> Log<'_, F> {
                 unread_from.unwrap_or(tail_base)
             };
             let start = self.dev.l.data_start;
-            if let Next::Batch { h: bh, .. } = self.dev.next_batch(p, start, 0)?
+            if let Next::Batch { h: bh, .. } = self.dev.next_batch(p, start, 0, Prev::None)?
                 && bh.base_offset < tail_base
                 && bh.end_offset() <= tail_base
             {
@@ -207,6 +218,7 @@ impl<F: Flash> Log<'_, F> {
         pos: u32,
         expected: u64,
         corrupt: bool,
+        linked: bool,
         facts: Option<JournalFacts>,
     ) -> Result<Option<u64>, MountError<F::Error>> {
         let l = self.dev.l;
@@ -228,7 +240,7 @@ impl<F: Flash> Log<'_, F> {
             }
             return match self
                 .dev
-                .next_batch(next, l.data_start, expected)
+                .next_batch(next, l.data_start, expected, Prev::None)
                 .map_err(MountError::Flash)?
             {
                 Next::Batch { h, .. } if h.base_offset < f.durable_next => Ok(Some(h.base_offset)),
@@ -239,6 +251,16 @@ impl<F: Flash> Log<'_, F> {
             return Ok(None);
         }
         let mut hb = [0u8; BATCH_HEADER_LEN];
+        if linked && pos < l.seg_size {
+            // A short batch there would hold `expected` (it continues the record before
+            // it), below `durable_next`: a torn write never does.
+            self.dev
+                .read(l.seg_addr(seg) + pos, &mut hb[..1])
+                .map_err(MountError::Flash)?;
+            if short::is_tag(hb[0], l.geo.erased) {
+                return Ok(Some(expected));
+            }
+        }
         if pos + BATCH_HEADER_LEN as u32 <= l.seg_size {
             self.dev
                 .read(l.seg_addr(seg) + pos, &mut hb)

@@ -11,10 +11,11 @@ use crate::storage::Geometry;
 /// Version 2 adds the resume marker ([`ResumeMarker`]); version 3 writes journal entries
 /// whose producer table holds producer sessions (layout 1, see `FORMAT.md` section 5);
 /// version 4 stores batch bodies in the compact record layout
-/// ([`compact`](super::compact)). Segments of versions 1 to 3 and journal entries of
-/// layout 0 and 1 are still mounted and read; a log upgrades by writing version 4 from its
-/// next segment on.
-pub const FORMAT_VERSION: u16 = 4;
+/// ([`compact`](super::compact)); version 5 adds the short batch for a record flushed
+/// alone ([`short`](super::short)) and writes journal entries of producer layout 3.
+/// Segments of versions 1 to 4 and journal entries of layouts 0 to 2 are still mounted and
+/// read; a log upgrades by writing version 5 from its next segment on.
+pub const FORMAT_VERSION: u16 = 5;
 
 /// Oldest segment header version a mount accepts.
 pub const MIN_FORMAT_VERSION: u16 = 1;

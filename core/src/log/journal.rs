@@ -22,12 +22,13 @@ pub const MAX_CONSUMERS: usize = 8;
 pub const PRODUCER_ENTRY_LEN: usize = 40;
 /// Bytes of one producer in an entry of layout 0 (format versions 1 and 2).
 pub const PRODUCER_ENTRY_LEN_V0: usize = 24;
-/// The producer layout this engine writes (entry byte 63): 2, producers with sessions as
-/// in layout 1, in a log that holds (or will hold) segments of format version 4. An
-/// engine of format version 3 knows layouts 0 and 1 only, so it finds no journal entry in
-/// a log a version 4 engine has mounted: it refuses an image formatted at version 4 as not
-/// formatted instead of taking its segments for damage (the upgrade is one-way).
-pub const PRODUCER_LAYOUT: u8 = 2;
+/// The producer layout this engine writes (entry byte 63): 3, producers with sessions as
+/// in layout 1, in a log that holds (or will hold) segments of format version 5. Layout 2
+/// is the same written by a version 4 engine. An engine knows the layouts up to its own
+/// only (version 3: 0 and 1; version 4: up to 2), so it finds no journal entry in a log a
+/// newer engine has mounted: it refuses an image formatted by a newer version as not
+/// formatted instead of taking its newer segments for damage (the upgrade is one-way).
+pub const PRODUCER_LAYOUT: u8 = 3;
 
 /// Bytes of a journal entry staged before a flash write: an entry is written in pieces of
 /// this size (a multiple of every write size), in address order, so no buffer holds a

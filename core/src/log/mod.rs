@@ -54,7 +54,8 @@
 //! (reads by offset), `find` (an offset by record time), `consumers`, `producers`
 //! (idempotent producers and sessions), `journal` (the commit journal), `format` (byte
 //! layouts), `compact` (the compact record layout of format version 4), `compact_io`
-//! (compact batches written to and decoded from the flash), `lz4` (per-batch compression,
+//! (compact batches written to and decoded from the flash), `short` (the short batch of
+//! format version 5, a record flushed alone), `lz4` (per-batch compression,
 //! feature `compression`) and `tests`. This file holds [`Log`] and its accessors.
 
 pub mod compact;
@@ -75,6 +76,7 @@ mod reader;
 mod recovery;
 mod ring;
 mod scan;
+pub mod short;
 #[cfg(test)]
 mod tests;
 mod writer;
@@ -128,6 +130,9 @@ pub struct Log<'a, F: Flash> {
     /// After an unclean mount that found a torn write in the head segment: the resume
     /// marker to write at `head_pos` before the next batch.
     resume: Option<ResumeMarker>,
+    /// The last record written in the head segment since the mount, when a short batch
+    /// may follow it (`FORMAT.md` section 3.5).
+    short_link: Option<short::WriterLink>,
     tail: Option<u32>,
 
     next_offset: u64,

@@ -184,6 +184,10 @@ pub struct Stats {
     pub compressed_batches_read: u64,
     /// Bytes those batches saved (as `compressed_bytes_saved`).
     pub compressed_bytes_read_saved: u64,
+    /// Short batches written (one record flushed alone, `FORMAT.md` section 3.5).
+    pub short_batches_written: u64,
+    /// Short batches reads handed out (each read of one counts).
+    pub short_batches_read: u64,
 }
 
 /// Corrupt ranges the log remembers so that reading one again (a consumer fetching it

@@ -9,7 +9,7 @@ use super::device::{CHUNK, READ_ATTEMPTS};
 use super::format;
 use super::format::{BATCH_HEADER_LEN, BatchHeader, align_up, parse_record_fields};
 use super::outcome::{LostRange, LostReason, ReadOutcome};
-use super::scan::Next;
+use super::scan::{Next, Prev};
 use crate::error::ReadError;
 use crate::storage::Flash;
 
@@ -23,6 +23,8 @@ pub(super) struct Cursor {
     pub(super) seq: u64,
     pub(super) pos: u32,
     pub(super) expected: u64,
+    /// What lies before `pos` (for a short batch there).
+    pub(super) prev: Prev,
 }
 
 /// Whether `b` holds exactly `count` well-formed record encodings, the first at `first`.
@@ -299,6 +301,8 @@ impl<'a, F: Flash> Log<'a, F> {
         let seg_end = self.segment_end(seg);
         // Where to start scanning: the cursor, the sparse index, or the segment start.
         let (mut pos, mut expected) = (l.data_start, slot.base);
+        // The index holds full batches only: a walk from one needs nothing before it.
+        let mut prev = Prev::None;
         if self.index_seg == Some((seg, slot.seq)) {
             for &(p, e) in self.index.iter() {
                 if e <= from && e >= expected {
@@ -315,7 +319,7 @@ impl<'a, F: Flash> Log<'a, F> {
             && c.expected <= from
             && c.expected >= expected
         {
-            (pos, expected) = (c.pos, c.expected);
+            (pos, expected, prev) = (c.pos, c.expected, c.prev);
         }
         let mut corrupt_before = false;
         let mut out = empty(from, 0);
@@ -342,13 +346,14 @@ impl<'a, F: Flash> Log<'a, F> {
                     pos,
                     h,
                     after_corruption: false,
+                    short: None,
                 },
                 None => self
                     .dev
-                    .next_batch(seg, pos, expected)
+                    .next_batch(seg, pos, expected, prev)
                     .map_err(ReadError::Flash)?,
             };
-            let (p, h) = match next {
+            let batch = match next {
                 Next::End { corrupt, .. } => {
                     if out.count > 0 {
                         return Ok(out);
@@ -379,17 +384,24 @@ impl<'a, F: Flash> Log<'a, F> {
                     pos: p,
                     h,
                     after_corruption,
+                    short,
                 } => {
                     if after_corruption {
                         self.dev.stats.corrupt_batches += 1;
+                        prev = Prev::None;
                     }
                     corrupt_before = after_corruption;
-                    (p, h)
+                    (p, h, short)
                 }
             };
+            let (p, h, short) = batch;
+            let before = prev;
+            prev = Prev::after(slot.version, p, &h, short);
             let after = p + align_up(h.len, l.ws());
             if h.end_offset() <= from {
-                self.note_index(p, h.base_offset);
+                if short.is_none() {
+                    self.note_index(p, h.base_offset);
+                }
                 pos = after;
                 expected = h.end_offset();
                 continue;
@@ -407,6 +419,7 @@ impl<'a, F: Flash> Log<'a, F> {
                     seq: slot.seq,
                     pos: p,
                     expected: h.base_offset,
+                    prev: before,
                 });
                 let reason = if corrupt_before {
                     LostReason::Corrupt
@@ -417,6 +430,63 @@ impl<'a, F: Flash> Log<'a, F> {
             }
             // This batch holds `out.next_offset`: copy its records from there.
             let want = out.next_offset;
+            if let Some((link, _)) = short {
+                let addr = l.seg_addr(seg) + p;
+                let room = &mut buf[out.len..];
+                let mut got = None;
+                for _ in 0..READ_ATTEMPTS {
+                    got = self
+                        .dev
+                        .short_at(addr, l.seg_size - p, &link, room)
+                        .map_err(ReadError::Flash)?;
+                    if got.is_some() {
+                        break;
+                    }
+                }
+                let Some(s) = got else {
+                    // Changed since it was validated: corrupt.
+                    if out.count > 0 {
+                        return Ok(out);
+                    }
+                    self.dev.stats.corrupt_batches += 1;
+                    return Ok(lost(from, h.end_offset(), LostReason::Corrupt));
+                };
+                if !s.copied {
+                    if out.count == 0 {
+                        return Err(ReadError::BufferTooSmall {
+                            needed: s.canonical_len,
+                        });
+                    }
+                    self.cursor = Some(Cursor {
+                        seg,
+                        seq: slot.seq,
+                        pos: p,
+                        expected: h.base_offset,
+                        prev: before,
+                    });
+                    return Ok(out);
+                }
+                self.dev.stats.short_batches_read += 1;
+                if out.count == 0 {
+                    out.prev_crc = h.prev_crc;
+                }
+                out.len += s.canonical_len;
+                out.count += 1;
+                out.next_offset = h.end_offset();
+                self.cursor = Some(Cursor {
+                    seg,
+                    seq: slot.seq,
+                    pos: after,
+                    expected: h.end_offset(),
+                    prev,
+                });
+                pos = after;
+                expected = h.end_offset();
+                if out.next_offset >= seg_end || out.next_offset >= self.flash_end {
+                    return Ok(out);
+                }
+                continue;
+            }
             if compact {
                 let addr = l.seg_addr(seg) + p;
                 let room = &mut buf[out.len..];
@@ -424,7 +494,7 @@ impl<'a, F: Flash> Log<'a, F> {
                     .dev
                     .read_compact(addr, &h, &mut self.scratch, want, room)
                     .map_err(ReadError::Flash)?;
-                let (count, len, prev) = match got {
+                let (count, len, prev_crc) = match got {
                     CompactRead::Records {
                         count,
                         len,
@@ -446,7 +516,7 @@ impl<'a, F: Flash> Log<'a, F> {
                     _ => return Ok(out),
                 };
                 if out.count == 0 {
-                    out.prev_crc = prev;
+                    out.prev_crc = prev_crc;
                 }
                 out.len += len;
                 out.count += count;
@@ -459,6 +529,7 @@ impl<'a, F: Flash> Log<'a, F> {
                         seq: slot.seq,
                         pos: p,
                         expected: h.base_offset,
+                        prev: before,
                     });
                     return Ok(out);
                 }
@@ -467,6 +538,7 @@ impl<'a, F: Flash> Log<'a, F> {
                     seq: slot.seq,
                     pos: after,
                     expected: h.end_offset(),
+                    prev,
                 });
                 pos = after;
                 expected = h.end_offset();
@@ -497,7 +569,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 } else {
                     None
                 };
-                let Some((skip_len, prev)) = walked else {
+                let Some((skip_len, prev_crc)) = walked else {
                     // Changed since it was validated: treat as corrupt at the next read.
                     if out.count > 0 {
                         return Ok(out);
@@ -507,7 +579,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 };
                 dst.copy_within(skip_len.., 0);
                 if out.count == 0 {
-                    out.prev_crc = prev;
+                    out.prev_crc = prev_crc;
                 }
                 out.len += body_len - skip_len;
                 let got = h.count - skip as u32;
@@ -518,6 +590,7 @@ impl<'a, F: Flash> Log<'a, F> {
                     seq: slot.seq,
                     pos: after,
                     expected: h.end_offset(),
+                    prev,
                 });
                 self.note_index(p, h.base_offset);
                 pos = after;

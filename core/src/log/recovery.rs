@@ -21,7 +21,7 @@ use super::layout::Layout;
 use super::outcome::{JournalInvalid, LostRange, LostReason, RecoveryReport, Stats};
 use super::producers;
 use super::producers::ProducerState;
-use super::scan::Next;
+use super::scan::{Next, Prev};
 use crate::error::{MountError, ReadError};
 use crate::storage::{Flash, Geometry};
 
@@ -48,13 +48,18 @@ struct Found {
     segments_valid: u32,
 }
 
+/// The position and header of the head segment's last valid batch, if any.
+type LastBatch = Option<(u32, BatchHeader)>;
+
 /// What the mount's last phases ([`Log::finish_mount`]) need from the recovery.
 struct Rest {
     /// The producer table is rebuilt from the records at or above this offset.
     rebuild_from: u64,
     /// The head segment and its last valid batch (position and header), if there is a
     /// head: the CRC chain goes on from its last record.
-    head_end: Option<(u32, Option<(u32, BatchHeader)>)>,
+    /// The head segment, its last valid batch, and that batch's record CRC when it is a
+    /// short batch (known from its check).
+    head_end: Option<(u32, LastBatch, Option<u32>)>,
 }
 
 /// What the recovery needs of the journal entry once its consumers and producers are in
@@ -248,9 +253,10 @@ impl<'a, F: Flash> Log<'a, F> {
         mut report: RecoveryReport,
         rest: Rest,
     ) -> Result<RecoveryReport, MountError<F::Error>> {
-        if let Some((seg, last)) = rest.head_end {
+        if let Some((seg, last, short_crc)) = rest.head_end {
             // CRC of the last record of the segment's last batch, or the header's prev CRC.
             self.flash_last_crc = match last {
+                Some(_) if short_crc.is_some() => Ok(short_crc.unwrap_or(0)),
                 Some((pos, h)) => self.last_record_crc(seg, pos, &h),
                 None => {
                     let addr = self.dev.l.seg_addr(seg);
@@ -509,6 +515,7 @@ impl<'a, F: Flash> Log<'a, F> {
             jseq: o.jseq,
             damaged: None,
             damaged_at_head_end: None,
+            short_link: None,
             cursor: None,
             index_seg: None,
             index: Vec::new(),
@@ -556,22 +563,28 @@ impl<'a, F: Flash> Log<'a, F> {
         // read erased, how many do not).
         let mut torn_at: Option<(u32, u32, u32)> = None;
         let mut head_end = None;
+        let mut head_last_crc = None;
         if let Some(h) = head {
             let slot = log.slots[h as usize];
             let mut pos = l.data_start;
             let mut expected = slot.base;
             let mut last_batch: Option<(u32, BatchHeader)> = None;
+            let mut prev = Prev::None;
             loop {
                 match log
                     .dev
-                    .next_batch(h, pos, expected)
+                    .next_batch(h, pos, expected, prev)
                     .map_err(MountError::Flash)?
                 {
                     Next::Batch {
                         pos: p,
                         h: bh,
                         after_corruption,
+                        short,
                     } => {
+                        prev = Prev::after(slot.version, p, &bh, short);
+                        // A short batch's record CRC is known from its check.
+                        head_last_crc = short.map(|(_, out)| out.prev_crc);
                         if after_corruption && report.head_lost.is_none() {
                             report.head_lost = Some(LostRange {
                                 from: expected,
@@ -584,7 +597,11 @@ impl<'a, F: Flash> Log<'a, F> {
                         last_batch = Some((p, bh));
                         pos = p + align_up(bh.len, l.ws());
                     }
-                    Next::End { pos: p, corrupt } => {
+                    Next::End {
+                        pos: p,
+                        corrupt,
+                        linked,
+                    } => {
                         // Count the non-erased bytes after the last valid batch and find
                         // where they end (a byte that read non-erased once counts for
                         // where the next write may go; the report counts bytes that read
@@ -597,7 +614,7 @@ impl<'a, F: Flash> Log<'a, F> {
                         let used_end = p + tail.used_end;
                         if report.head_lost.is_none()
                             && let Some(from) =
-                                log.durable_but_damaged(h, p, expected, corrupt, facts)?
+                                log.durable_but_damaged(h, p, expected, corrupt, linked, facts)?
                         {
                             // Durable records, not a torn write: lost to damage.
                             let to = facts.map_or(from, |f| f.durable_next);
@@ -624,7 +641,7 @@ impl<'a, F: Flash> Log<'a, F> {
             }
             log.head_pos = pos;
             log.flash_end = expected;
-            head_end = Some((h, last_batch));
+            head_end = Some((h, last_batch, head_last_crc));
         }
 
         // 5. Offsets, consumers, producers.

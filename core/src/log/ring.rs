@@ -10,7 +10,7 @@ use super::format::{
     SegmentHeader, align_up,
 };
 use super::journal::Consumer;
-use super::scan::Next;
+use super::scan::{Next, Prev};
 use crate::error::{FlushError, SeqSpace};
 use crate::storage::Flash;
 
@@ -161,6 +161,7 @@ impl<'a, F: Flash> Log<'a, F> {
         };
         self.unclean_pending = false;
         self.resume = None;
+        self.short_link = None;
         self.head = Some(target);
         self.head_pos = l.data_start;
         self.head_writable = true;
@@ -186,6 +187,8 @@ impl<'a, F: Flash> Log<'a, F> {
         let mut pos = l.data_start;
         let mut expected = self.slots[seg as usize].base;
         let mut n = 0u64;
+        let version = self.slots[seg as usize].version;
+        let mut prev = Prev::None;
         while expected < to && pos < l.seg_size {
             let mut hb = [0u8; BATCH_HEADER_LEN];
             let quick = if pos + BATCH_HEADER_LEN as u32 <= l.seg_size {
@@ -201,13 +204,20 @@ impl<'a, F: Flash> Log<'a, F> {
             } else {
                 None
             };
-            let (p, h) = match quick {
-                Some(h) => (pos, h),
-                None => match self.dev.next_batch(seg, pos, expected).map_err(Io::Flash)? {
+            let (p, h, short) = match quick {
+                Some(h) => (pos, h, None),
+                None => match self
+                    .dev
+                    .next_batch(seg, pos, expected, prev)
+                    .map_err(Io::Flash)?
+                {
                     Next::End { .. } => break,
-                    Next::Batch { pos: p, h, .. } => (p, h),
+                    Next::Batch {
+                        pos: p, h, short, ..
+                    } => (p, h, short),
                 },
             };
+            prev = Prev::after(version, p, &h, short);
             n += h
                 .end_offset()
                 .min(to)

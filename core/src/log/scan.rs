@@ -8,18 +8,70 @@ use super::format::{
     BATCH_HEADER_LEN, BatchHeader, HeadCheck, RESUME_LEN, ResumeMarker, SEGMENT_HEADER_LEN,
     SegmentHeader,
 };
+use super::short::{self, Link, SHORT_MAX_LEN, SHORT_VERSION, TopicBuf};
 use crate::storage::Flash;
+
+/// What lies just before a batch position of a segment, for a short batch there
+/// ([`short`](super::short)): a short batch continues the record before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Prev {
+    /// Nothing a short batch can continue: the start of the segment, a resume marker, a
+    /// batch of several records, a segment of a version before 5.
+    None,
+    /// A valid full batch of one record at this position, in a version 5 segment: it
+    /// links a short batch after it if its body is not compressed.
+    Anchor(u32, BatchHeader),
+    /// The record before, known (a short batch, or an anchor already decoded).
+    Link(Link),
+}
+
+impl Prev {
+    /// What follows the valid batch `h` at `pos` of a segment of `version` (`short`: its
+    /// link in and out, if it is a short batch).
+    pub(super) fn after(
+        version: u16,
+        pos: u32,
+        h: &BatchHeader,
+        short: Option<(Link, Link)>,
+    ) -> Prev {
+        match short {
+            Some((_, out)) => Prev::Link(out),
+            None if version >= SHORT_VERSION && h.count == 1 => Prev::Anchor(pos, *h),
+            None => Prev::None,
+        }
+    }
+}
+
+/// A short batch read and checked by [`Dev::short_at`].
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ShortAt {
+    /// The batch as a header would describe it (`len` its stored length, `count` 1).
+    pub(super) h: BatchHeader,
+    /// The link it gives a short batch after it.
+    pub(super) out: Link,
+    /// Length of its record's canonical encoding.
+    pub(super) canonical_len: usize,
+    /// Whether the canonical encoding was copied into the destination given.
+    pub(super) copied: bool,
+}
 
 /// Outcome of looking for the next batch in a segment.
 pub(super) enum Next {
-    /// A valid batch at `pos`; `after_corruption` when bytes before it failed to validate.
+    /// A valid batch at `pos`; `after_corruption` when bytes before it failed to validate;
+    /// `short`: the links in and out of a short batch.
     Batch {
         pos: u32,
         h: BatchHeader,
         after_corruption: bool,
+        short: Option<(Link, Link)>,
     },
-    /// No further batch; `corrupt` when non-erased bytes that do not validate were met.
-    End { pos: u32, corrupt: bool },
+    /// No further batch; `corrupt` when non-erased bytes that do not validate were met;
+    /// `linked` when a short batch could have continued the data at `pos`.
+    End {
+        pos: u32,
+        corrupt: bool,
+        linked: bool,
+    },
 }
 
 /// What [`Dev::rescan`] found.
@@ -34,23 +86,40 @@ pub(super) enum Found {
 
 impl<F: Flash> Dev<F> {
     /// Reads and fully validates the batch at `pos` of segment `seg` (header, bounds and
-    /// CRC). A batch that fails is read again, header and body, up to [`READ_ATTEMPTS`]
-    /// reads in all; a header that reads erased is the end of the data at once. Returns
-    /// the header if valid.
+    /// CRC), a short batch if its first byte is a short batch tag and `prev` links one. A
+    /// batch that fails is read again, header and body, up to [`READ_ATTEMPTS`] reads in
+    /// all; a header that reads erased is the end of the data at once. Returns the header
+    /// if valid (with the links in and out of a short batch). An anchor in `prev` is
+    /// decoded into its link the first time a short batch needs it.
+    #[allow(clippy::type_complexity)]
     fn check_batch(
         &mut self,
         seg: u32,
         pos: u32,
-    ) -> Result<Result<BatchHeader, HeadCheck>, F::Error> {
+        prev: &mut Prev,
+    ) -> Result<Result<(BatchHeader, Option<(Link, Link)>), HeadCheck>, F::Error> {
         let l = self.l;
-        if pos + BATCH_HEADER_LEN as u32 > l.seg_size {
+        if pos >= l.seg_size {
             return Ok(Err(HeadCheck::Erased));
         }
+        let avail = l.seg_size - pos;
         let addr = l.seg_addr(seg) + pos;
         let mut hb = [0u8; BATCH_HEADER_LEN];
+        let n = (avail as usize).min(BATCH_HEADER_LEN);
         for _ in 0..READ_ATTEMPTS {
-            self.read(addr, &mut hb)?;
-            match BatchHeader::check(&hb, l.geo.erased, l.seg_size - pos) {
+            self.read(addr, &mut hb[..n])?;
+            if short::is_tag(hb[0], l.geo.erased) {
+                if let Some(link) = self.resolve(seg, prev)?
+                    && let Some(s) = self.short_at(addr, avail, &link, &mut [])?
+                {
+                    return Ok(Ok((s.h, Some((link, s.out)))));
+                }
+                continue;
+            }
+            if n < BATCH_HEADER_LEN {
+                return Ok(Err(HeadCheck::Erased));
+            }
+            match BatchHeader::check(&hb, l.geo.erased, avail) {
                 HeadCheck::Plausible => {}
                 // Blank: the end of the data (a read that went wrong once and blank the
                 // next time was a blank header read wrong).
@@ -66,10 +135,133 @@ impl<F: Flash> Dev<F> {
                 h.len - BATCH_HEADER_LEN as u32,
             )?;
             if crc.finalize() == h.crc {
-                return Ok(Ok(h));
+                return Ok(Ok((h, None)));
             }
         }
         Ok(Err(HeadCheck::Invalid))
+    }
+
+    /// The link `prev` gives a short batch: an anchor's is decoded from its body (its one
+    /// record, which must be plain and on the batch topic) and kept in `prev`.
+    fn resolve(&mut self, seg: u32, prev: &mut Prev) -> Result<Option<Link>, F::Error> {
+        match *prev {
+            Prev::None => Ok(None),
+            Prev::Link(link) => Ok(Some(link)),
+            Prev::Anchor(pos, h) => {
+                // Kept on failure: a read that went wrong is tried again with the batch.
+                let link = self.anchor_link(self.l.seg_addr(seg) + pos, &h)?;
+                if let Some(link) = link {
+                    *prev = Prev::Link(link);
+                }
+                Ok(link)
+            }
+        }
+    }
+
+    /// The link after the valid one-record batch `h` at flash address `addr`: `None` if
+    /// its body is compressed, its record has its own topic, or it does not read valid.
+    fn anchor_link(&mut self, addr: u32, h: &BatchHeader) -> Result<Option<Link>, F::Error> {
+        let body = addr + BATCH_HEADER_LEN as u32;
+        let mut flags = [0u8; 1];
+        self.read(body, &mut flags)?;
+        if flags[0] & super::compact::BODY_LZ4_BIT != 0 || h.count != 1 {
+            return Ok(None);
+        }
+        let mut got = None;
+        if !self.walk_plain(addr, h, |_, head, topic, crc| {
+            got = Some((
+                head.timestamp_us,
+                head.own_topic(),
+                topic.len() as u8,
+                super::format::crc32(topic),
+                crc,
+            ));
+        })? {
+            return Ok(None);
+        }
+        let Some((ts, false, topic_len, topic_crc, crc)) = got else {
+            return Ok(None);
+        };
+        Ok(Some(Link {
+            next: h.base_offset + 1,
+            prev_crc: crc,
+            ts,
+            topic_addr: body + super::compact::BODY_PREFIX_LEN as u32,
+            topic_len,
+            topic_crc,
+        }))
+    }
+
+    /// Reads the short batch at flash address `addr` (`avail` bytes to the end of its
+    /// segment) and checks it against `link` (one read); copies its record's canonical
+    /// encoding into `dst` if it fits there. `None` if it does not check.
+    pub(super) fn short_at(
+        &mut self,
+        addr: u32,
+        avail: u32,
+        link: &Link,
+        dst: &mut [u8],
+    ) -> Result<Option<ShortAt>, F::Error> {
+        let mut b = [0u8; SHORT_MAX_LEN];
+        if avail < 2 {
+            return Ok(None);
+        }
+        self.read(addr, &mut b[..2])?;
+        let total = short::total_len(b[1]);
+        if total > avail {
+            return Ok(None);
+        }
+        let b = &mut b[..total as usize];
+        self.read(addr, b)?;
+        let Some(d) = short::decode(b, link) else {
+            return Ok(None);
+        };
+        let mut tb: TopicBuf = [0; super::format::MAX_TOPIC_LEN];
+        let (topic_addr, topic_len) = match d.own_topic {
+            Some((at, n)) => {
+                tb[..n as usize].copy_from_slice(&b[at..at + n as usize]);
+                (addr + at as u32, n)
+            }
+            None => {
+                let n = link.topic_len as usize;
+                if n == 0 {
+                    return Ok(None);
+                }
+                self.read(link.topic_addr, &mut tb[..n])?;
+                if super::format::crc32(&tb[..n]) != link.topic_crc {
+                    return Ok(None);
+                }
+                (link.topic_addr, link.topic_len)
+            }
+        };
+        let topic = &tb[..topic_len as usize];
+        if core::str::from_utf8(topic).is_err() {
+            return Ok(None);
+        }
+        let topic_crc = super::format::crc32(topic);
+        let payload = &b[d.payload_at..];
+        let crc = short::record_crc(link.next, &d, topic, payload);
+        let canonical_len = short::canonical_len(&d, topic.len(), payload.len());
+        let copied = !dst.is_empty() && short::canonical(&d, topic, payload, dst).is_some();
+        Ok(Some(ShortAt {
+            h: BatchHeader {
+                len: total,
+                crc: u32::from_le_bytes([b[2], b[3], b[4], b[5]]),
+                base_offset: link.next,
+                count: 1,
+                prev_crc: link.prev_crc,
+            },
+            out: Link {
+                next: link.next + 1,
+                prev_crc: crc,
+                ts: d.ts,
+                topic_addr,
+                topic_len,
+                topic_crc,
+            },
+            canonical_len,
+            copied,
+        }))
     }
 
     /// Reads the segment header at `addr`; one that does not validate is read again, up to
@@ -109,20 +301,25 @@ impl<F: Flash> Dev<F> {
     /// not valid) whose `torn_from` is `pos` and whose `expected` is `expected` says that
     /// the bytes between are a torn write left by a power cut: the search goes on right
     /// after the marker, without counting them as corruption.
+    ///
+    /// `prev` is what lies before `pos` (a short batch there needs it).
     pub(super) fn next_batch(
         &mut self,
         seg: u32,
         pos: u32,
         expected: u64,
+        prev: Prev,
     ) -> Result<Next, F::Error> {
         let mut pos = pos;
+        let mut prev = prev;
         loop {
-            let erased = match self.check_batch(seg, pos)? {
-                Ok(h) if h.base_offset >= expected => {
+            let erased = match self.check_batch(seg, pos, &mut prev)? {
+                Ok((h, short)) if h.base_offset >= expected => {
                     return Ok(Next::Batch {
                         pos,
                         h,
                         after_corruption: false,
+                        short,
                     });
                 }
                 Err(HeadCheck::Erased) => true,
@@ -136,13 +333,18 @@ impl<F: Flash> Dev<F> {
                         pos: p,
                         h,
                         after_corruption: true,
+                        short: None,
                     });
                 }
-                Found::Resume(p) => pos = p + RESUME_LEN as u32,
+                Found::Resume(p) => {
+                    pos = p + RESUME_LEN as u32;
+                    prev = Prev::None;
+                }
                 Found::Nothing => {
                     return Ok(Next::End {
                         pos,
                         corrupt: !erased,
+                        linked: prev != Prev::None,
                     });
                 }
             }
@@ -178,7 +380,7 @@ impl<F: Flash> Dev<F> {
                 while q + 4 <= n {
                     let cand = p + q as u32;
                     if batches && chunk[q..q + 4] == magic {
-                        if let Ok(h) = self.check_batch(seg, cand)?
+                        if let Ok((h, _)) = self.check_batch(seg, cand, &mut Prev::None)?
                             && h.base_offset >= expected
                         {
                             return Ok(Found::Batch(cand, h));

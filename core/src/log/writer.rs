@@ -12,6 +12,7 @@ use super::format::{
     parse_record_fields, record_crc,
 };
 use super::outcome::Appended;
+use super::short::{self, SHORT_MAX_LEN, SHORT_VERSION, WriterLink};
 use crate::error::{AppendError, FlushError};
 use crate::storage::Flash;
 
@@ -338,8 +339,12 @@ impl<'a, F: Flash> Log<'a, F> {
             let marker = if self.resume.is_some() { RESUME_LEN } else { 0 };
             let space = (l.seg_size - self.head_pos) & !(l.ws() - 1);
             let max_body = (space as usize).saturating_sub(BATCH_HEADER_LEN + marker);
+            let version = self.slots[head as usize].version;
+            if version >= SHORT_VERSION && self.write_short(head, space)? {
+                continue;
+            }
             // A batch in the compact layout (the segment's version has it) or the canonical.
-            let plan = (self.slots[head as usize].version >= COMPACT_VERSION).then(|| {
+            let plan = (version >= COMPACT_VERSION).then(|| {
                 compact::plan(
                     &self.buf[BATCH_HEADER_LEN..self.buf_len],
                     self.buf_base,
@@ -379,6 +384,16 @@ impl<'a, F: Flash> Log<'a, F> {
                 hdr.crc = h.finalize();
                 self.buf[..BATCH_HEADER_LEN].copy_from_slice(&hdr.encode());
             }
+            // One plain record (a compact body not compressed) links a short batch after it.
+            let link = match parse_record_fields(&self.buf[BATCH_HEADER_LEN..], self.buf_base) {
+                Some((r, _)) if k == 1 && version >= SHORT_VERSION => Some(WriterLink::new(
+                    self.buf_base + 1,
+                    r.timestamp_us,
+                    r.topic.as_bytes(),
+                )),
+                _ => None,
+            };
+            let compressed = self.dev.stats.batches_compressed;
             self.write_resume_marker()?;
             let addr = l.seg_addr(head) + self.head_pos;
             let written = match &plan {
@@ -394,6 +409,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 self.head_writable = false;
                 return Err(FlushError::Flash(e));
             }
+            self.short_link = link.filter(|_| self.dev.stats.batches_compressed == compressed);
             self.head_pos += align_up(hdr.len, l.ws());
             // The head holds data written since the mount: it was not abandoned.
             self.unclean_pending = false;
@@ -405,6 +421,59 @@ impl<'a, F: Flash> Log<'a, F> {
         self.dev.sync().map_err(FlushError::Flash)?;
         self.durable_end = self.durable_end.max(self.flash_end);
         Ok(())
+    }
+
+    /// Writes the one buffered record as a short batch (`FORMAT.md` section 3.5) at the
+    /// head position of `head` (`space` bytes left there), if it continues the last record
+    /// written there ([`Log::short_link`]: the next offset, no resume marker pending),
+    /// its body fits in 255 bytes and its tag is not the erased value. `false`: write it
+    /// as a full batch.
+    fn write_short(&mut self, head: u32, space: u32) -> Result<bool, FlushError<F::Error>> {
+        let l = self.dev.l;
+        let Some(link) = self.short_link else {
+            return Ok(false);
+        };
+        if self.buf_count != 1 || link.next != self.buf_base || self.resume.is_some() {
+            return Ok(false);
+        }
+        let canonical = &self.buf[BATCH_HEADER_LEN..self.buf_len];
+        let Some((r, len)) = parse_record_fields(canonical, self.buf_base) else {
+            return Ok(false);
+        };
+        let mut out = [0u8; SHORT_MAX_LEN];
+        let Some(n) = short::encode(
+            self.buf_base,
+            self.buf_prev_crc,
+            link.ts,
+            &link.topic[..link.topic_len as usize],
+            r.topic.as_bytes(),
+            r.timestamp_us,
+            r.producer,
+            r.payload,
+            &mut out,
+        ) else {
+            return Ok(false);
+        };
+        if out[0] == l.geo.erased || align_up(n as u32, l.ws()) > space {
+            return Ok(false);
+        }
+        let next = WriterLink::new(self.buf_base + 1, r.timestamp_us, r.topic.as_bytes());
+        let addr = l.seg_addr(head) + self.head_pos;
+        if let Err(e) = self.dev.write_padded(addr, &out[..n]) {
+            // As after a failed batch write: the head is sealed, the log poisoned.
+            self.head_writable = false;
+            return Err(FlushError::Flash(e));
+        }
+        self.head_pos += align_up(n as u32, l.ws());
+        self.unclean_pending = false;
+        self.dev.stats.batches_written += 1;
+        self.dev.stats.short_batches_written += 1;
+        self.flash_end = self.buf_base + 1;
+        let crc = self.last_crc;
+        self.flash_last_crc = crc;
+        self.drop_buffered(1, len, crc);
+        self.short_link = Some(next);
+        Ok(true)
     }
 
     /// Writes the records `plan` chose from the front of the RAM buffer (`canon_len`

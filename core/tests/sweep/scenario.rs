@@ -248,6 +248,8 @@ struct Exercised {
     /// Batches written compressed, and written plain.
     batches_compressed: u64,
     batches_plain: u64,
+    /// Short batches written (format version 5: a record flushed alone).
+    batches_short: u64,
 }
 
 impl Exercised {
@@ -258,6 +260,7 @@ impl Exercised {
         self.records_discarded += s.records_discarded;
         self.batches_compressed += s.batches_compressed;
         self.batches_plain += s.batches_written - s.batches_compressed;
+        self.batches_short += s.short_batches_written;
     }
 }
 

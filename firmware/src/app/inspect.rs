@@ -117,9 +117,11 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
     // Records at or after each consumer's committed offset (its lag in records; offsets
     // skipped by crashes hold no record and are not counted).
     let mut behind = vec![0u64; consumers.len()];
-    // Per segment (as in `segments`): compressed batches and the bytes they saved. A read
-    // never crosses a segment's end, so it is counted for the segment holding `at`.
+    // Per segment (as in `segments`): compressed batches and the bytes they saved, and
+    // short batches (format version 5). A read never crosses a segment's end, so it is
+    // counted for the segment holding `at`.
     let mut compressed = vec![(0u64, 0u64); segments.len()];
+    let mut short = vec![0u64; segments.len()];
     while at < next {
         let before = log.stats();
         let read = log.read(at, &mut buf);
@@ -128,6 +130,7 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
             compressed[k].0 += after.compressed_batches_read - before.compressed_batches_read;
             compressed[k].1 +=
                 after.compressed_bytes_read_saved - before.compressed_bytes_read_saved;
+            short[k] += after.short_batches_read - before.short_batches_read;
         }
         let r = match read {
             Ok(r) => r,
@@ -213,9 +216,10 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
             "first_offset": first,
             "durable_offset": log.durable_offset(),
             "next_offset": next,
-            "segments": segments.iter().zip(&compressed).map(|(&(i, seq, base, ec, v), &(cb, saved))| serde_json::json!({
+            "segments": segments.iter().zip(&compressed).zip(&short).map(|((&(i, seq, base, ec, v), &(cb, saved)), &sb)| serde_json::json!({
                 "index": i, "seq": seq, "base_offset": base, "erase_count": ec,
                 "format": v, "compressed_batches": cb, "compressed_bytes_saved": saved,
+                "short_batches": sb,
             })).collect::<Vec<_>>(),
             "consumers": consumers.iter().zip(&behind).map(|((n, o), b)| serde_json::json!({
                 "name": n, "committed_offset": o, "lag_records": b,
@@ -263,10 +267,12 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
             log.durable_offset()
         );
         println!(
-            "segments     (index, seq, base offset, erase count, format version, compressed batches, bytes saved)"
+            "segments     (index, seq, base offset, erase count, format version, compressed batches, bytes saved, short batches)"
         );
-        for ((i, seq, base, ec, v), (cb, saved)) in segments.iter().zip(&compressed) {
-            println!("  {i:>5} {seq:>8} {base:>12} {ec:>6} {v:>6} {cb:>10} {saved:>10}");
+        for (((i, seq, base, ec, v), (cb, saved)), sb) in
+            segments.iter().zip(&compressed).zip(&short)
+        {
+            println!("  {i:>5} {seq:>8} {base:>12} {ec:>6} {v:>6} {cb:>10} {saved:>10} {sb:>10}");
         }
         println!(
             "consumers    (name, committed offset, records behind, offsets behind incl. skipped)"

@@ -1,0 +1,208 @@
+//! Unit tests of the short batch: encoding and decoding, and what makes one invalid.
+
+use super::*;
+use crate::log::format::{Record, record_crc as canonical_crc};
+
+fn link() -> Link {
+    Link {
+        next: 259,
+        prev_crc: 0x4F6A_CD66,
+        ts: 1_764_000_000_000_000,
+        topic_addr: 0,
+        topic_len: 3,
+        topic_crc: 0,
+    }
+}
+
+/// Encodes `payload` on `topic` after the record of [`link`] (topic "sst").
+fn short(
+    topic: &str,
+    ts: u64,
+    producer: Option<Producer>,
+    payload: &[u8],
+) -> ([u8; SHORT_MAX_LEN], usize) {
+    let l = link();
+    let mut out = [0u8; SHORT_MAX_LEN];
+    let n = encode(
+        l.next,
+        l.prev_crc,
+        l.ts,
+        b"sst",
+        topic.as_bytes(),
+        ts,
+        producer,
+        payload,
+        &mut out,
+    )
+    .expect("fits");
+    (out, n)
+}
+
+#[test]
+fn a_record_round_trips_with_its_canonical_encoding_and_crc() {
+    let l = link();
+    for (topic, producer) in [
+        ("sst", None),
+        ("other/topic", None),
+        (
+            "sst",
+            Some(Producer {
+                id: 0x0102_0304_0506_0708,
+                seq: 300,
+            }),
+        ),
+        (
+            "x",
+            Some(Producer {
+                id: u64::MAX,
+                seq: u32::MAX,
+            }),
+        ),
+    ] {
+        for step in [0i64, 1, -1, 63, -64, 1_000_000, i64::MIN / 2] {
+            let ts = l.ts.wrapping_add(step as u64);
+            let (b, n) = short(topic, ts, producer, b"18.4");
+            let d = decode(&b[..n], &l).expect("valid");
+            assert_eq!((d.ts, d.producer), (ts, producer));
+            let t: &[u8] = match d.own_topic {
+                Some((at, len)) => &b[at..at + len as usize],
+                None => b"sst",
+            };
+            assert_eq!(t, topic.as_bytes());
+            assert_eq!(d.own_topic.is_some(), topic != "sst");
+            let payload = &b[d.payload_at..n];
+            assert_eq!(payload, b"18.4");
+            let rec = Record {
+                topic,
+                timestamp_us: ts,
+                producer,
+                payload,
+            };
+            let mut want = [0u8; 512];
+            rec.encode_into(&mut want[..rec.encoded_len()]);
+            let mut got = [0u8; 512];
+            let len = canonical(&d, t, payload, &mut got).unwrap();
+            assert_eq!(&got[..len], &want[..rec.encoded_len()]);
+            assert_eq!(canonical_len(&d, t.len(), payload.len()), len);
+            assert_eq!(
+                record_crc(l.next, &d, t, payload),
+                canonical_crc(l.next, &got[..len])
+            );
+            assert!(canonical(&d, t, payload, &mut got[..len - 1]).is_none());
+        }
+    }
+}
+
+#[test]
+fn a_32_byte_record_a_few_microseconds_later_takes_39_bytes() {
+    let (_, n) = short("sst", link().ts + 5, None, &[7u8; 32]);
+    assert_eq!(n, 39, "tag, length, CRC, a 1-byte step and the payload");
+}
+
+#[test]
+fn it_validates_only_at_its_offset_after_its_record() {
+    let l = link();
+    let (b, n) = short("sst", l.ts + 10, None, b"18.4");
+    assert!(decode(&b[..n], &l).is_some());
+    assert!(
+        decode(
+            &b[..n],
+            &Link {
+                next: l.next + 1,
+                ..l
+            }
+        )
+        .is_none()
+    );
+    assert!(
+        decode(
+            &b[..n],
+            &Link {
+                prev_crc: l.prev_crc ^ 1,
+                ..l
+            }
+        )
+        .is_none()
+    );
+    // Its offset may not reach the offset limit.
+    let end = Link {
+        next: MAX_NEXT_OFFSET,
+        ..l
+    };
+    let mut out = [0u8; SHORT_MAX_LEN];
+    let n2 = encode(
+        end.next,
+        end.prev_crc,
+        end.ts,
+        b"sst",
+        b"sst",
+        end.ts,
+        None,
+        b"a",
+        &mut out,
+    )
+    .unwrap();
+    assert!(decode(&out[..n2], &end).is_none());
+}
+
+#[test]
+fn every_flipped_bit_and_every_cut_fails() {
+    let l = link();
+    let (b, n) = short("t2", l.ts + 3, Some(Producer { id: 9, seq: 4 }), b"payload");
+    for i in 0..n {
+        for bit in 0..8 {
+            let mut c = b;
+            c[i] ^= 1 << bit;
+            assert!(decode(&c[..n], &l).is_none(), "byte {i} bit {bit}");
+        }
+    }
+    for cut in 0..n {
+        assert!(decode(&b[..cut], &l).is_none(), "cut at {cut}");
+    }
+}
+
+#[test]
+fn the_tag_is_never_erased_nor_a_magic_start_and_bodies_stop_at_255_bytes() {
+    for b in 0..=255u8 {
+        if is_tag(b, 0xFF) {
+            assert!(b != 0xFF && b != b'S' && b != 0x00, "tag {b:#x}");
+        }
+    }
+    assert!(
+        !is_tag(0xA0, 0xA0),
+        "a tag equal to the erased value is no tag"
+    );
+    let l = link();
+    let mut out = [0u8; SHORT_MAX_LEN];
+    // 1 byte of step + 254 of payload: 255, the most.
+    assert_eq!(
+        encode(
+            l.next, 0, l.ts, b"sst", b"sst", l.ts, None, &[0; 254], &mut out
+        ),
+        Some(SHORT_MAX_LEN)
+    );
+    assert_eq!(
+        encode(
+            l.next, 0, l.ts, b"sst", b"sst", l.ts, None, &[0; 255], &mut out
+        ),
+        None
+    );
+}
+
+#[test]
+fn arbitrary_bytes_never_panic() {
+    let l = link();
+    let mut x = 0x1234_5678u32;
+    for _ in 0..20_000 {
+        let mut b = [0u8; 64];
+        for v in b.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            *v = x as u8;
+        }
+        b[0] = SHORT_TAG | (b[0] & 3);
+        let n = (b[1] as usize % 64).max(1);
+        let _ = decode(&b[..n], &l);
+    }
+}

@@ -1,0 +1,378 @@
+//! Short batches (format version 5, `FORMAT.md` section 3.5) on the simulated flash: a
+//! record flushed alone after another in the same segment is stored with 6 bytes of
+//! framing; what the log reads back, where it reports losses when one is torn by a power
+//! cut or damaged, and what the mount rebuilds from them.
+
+mod common;
+use common::{Ram, Shared};
+use std::cell::RefCell;
+
+use spillway_core::log::format::FORMAT_VERSION;
+use spillway_core::log::{
+    Config, FindStep, Log, LostReason, Producer, Record, RecoveryReport, record_crc,
+};
+use spillway_core::storage::{Flash, Geometry, SimFlash};
+
+const LOG_ID: u128 = 0x0053_484f_5254;
+
+/// 4 KiB erase blocks, segments of one block, 6 segments, write size `w`.
+const fn geometry(w: u32) -> Geometry {
+    Geometry {
+        erase_size: 4096,
+        write_size: w,
+        capacity: 4096 * 8,
+        erased: 0xFF,
+    }
+}
+
+/// Record `i` of the tests: two topics, a few producer records, lengths varying.
+fn payload(i: u64) -> Vec<u8> {
+    format!("r{i:04}-{}", "p".repeat((i % 20) as usize)).into_bytes()
+}
+
+fn topic(i: u64) -> &'static str {
+    if i % 7 == 3 { "b/other" } else { "a/topic" }
+}
+
+fn ts(i: u64) -> u64 {
+    1_764_000_000_000_000 + i * 1_000 + (i % 3) * 17
+}
+
+fn producer(i: u64) -> Option<Producer> {
+    i.is_multiple_of(5).then_some(Producer {
+        id: 0xabc,
+        seq: i as u32,
+    })
+}
+
+fn append<F: Flash>(log: &mut Log<'_, F>, i: u64) -> Result<u64, ()> {
+    let p = payload(i);
+    let r = Record {
+        topic: topic(i),
+        timestamp_us: ts(i),
+        producer: producer(i),
+        payload: &p,
+    };
+    log.append(i, &r).map(|a| a.offset).map_err(|_| ())
+}
+
+/// Appends records `from..to` (record `i` at offset `i`), flushing after each.
+fn singles<F: Flash>(log: &mut Log<'_, F>, from: u64, to: u64) {
+    for i in from..to {
+        assert_eq!(append(log, i), Ok(i));
+        log.flush(i).unwrap();
+    }
+}
+
+/// Reads every offset from `from` to the next offset; checks every record against its
+/// index and every read's `prev_crc` against the record before; returns the lost ranges.
+fn read_all<F: Flash>(log: &mut Log<'_, F>, from: u64) -> Vec<(u64, u64, LostReason)> {
+    let mut out = vec![0u8; 4096];
+    let mut at = from;
+    let mut lost = Vec::new();
+    let mut crcs = std::collections::HashMap::new();
+    while at < log.next_offset() {
+        let r = log.read(at, &mut out).unwrap();
+        if let Some(l) = r.lost {
+            lost.push((l.from, l.to, l.reason));
+        }
+        if r.count > 0
+            && let Some(c) = r.first_offset.checked_sub(1).and_then(|o| crcs.get(&o))
+        {
+            assert_eq!(r.prev_crc, *c, "prev_crc at {}", r.first_offset);
+        }
+        for rec in r.records(&out) {
+            let i = rec.offset;
+            assert_eq!(
+                (rec.topic, rec.timestamp_us, rec.producer, rec.payload),
+                (topic(i), ts(i), producer(i), payload(i).as_slice()),
+                "offset {i}"
+            );
+            assert_eq!(rec.crc, record_crc(i, rec.encoded));
+            crcs.insert(i, rec.crc);
+        }
+        assert!(r.next_offset > at);
+        at = r.next_offset;
+    }
+    lost
+}
+
+/// The position of record `i`'s payload in the image (its bytes are unique).
+fn find_payload(image: &[u8], i: u64) -> usize {
+    let p = payload(i);
+    let hits: Vec<usize> = image
+        .windows(p.len())
+        .enumerate()
+        .filter(|(_, w)| *w == p.as_slice())
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(hits.len(), 1, "record {i}'s payload is in the image once");
+    hits[0]
+}
+
+fn mount<F: Flash>(flash: F, ram: &mut Ram) -> (Log<'_, F>, RecoveryReport) {
+    Log::mount(flash, Config::default(), ram.memory(), 0).unwrap()
+}
+
+/// Records flushed one by one are short batches after the first of a segment (a full
+/// batch of one record), cost their payload plus 7 bytes here, read back from any offset
+/// with the record CRC chain, and survive a clean and an unclean remount, which rebuilds
+/// the producers seen in short batches.
+#[test]
+fn single_flushes_are_short_batches_that_read_back_from_any_offset() {
+    assert_eq!(FORMAT_VERSION, 5);
+    let g = geometry(4);
+    let mut flash = SimFlash::new_vec(g).unwrap();
+    Log::format(&mut flash, LOG_ID, 1).unwrap();
+    let mut ram = Ram::new(&g, 1, 1024);
+    {
+        let (mut log, _) = mount(&mut flash, &mut ram);
+        let before = log.stats();
+        singles(&mut log, 0, 40);
+        let s = log.stats();
+        assert_eq!(s.short_batches_written - before.short_batches_written, 39);
+        assert_eq!(s.batches_written - before.batches_written, 40);
+        assert!(read_all(&mut log, 0).is_empty());
+        // One record per read, from every offset: the reader's cursor carries the link.
+        let mut small = vec![0u8; 64];
+        for o in 0..40 {
+            let r = log.read(o, &mut small).unwrap();
+            assert!(r.first_offset == o && r.count >= 1, "offset {o}: {r:?}");
+            let first = r.records(&small).next().unwrap();
+            assert_eq!(first.payload, payload(o));
+        }
+        let mut tiny = [0u8; 8];
+        assert!(
+            log.read(7, &mut tiny).is_err(),
+            "a record larger than the buffer"
+        );
+        // Finding by time walks short batches too.
+        let mut buf = vec![0u8; 1024];
+        assert_eq!(
+            log.find_offset(ts(17), 0, &mut buf, usize::MAX).unwrap(),
+            FindStep::Found(17)
+        );
+        log.close(1).unwrap();
+    }
+    {
+        let (mut log, report) = mount(&mut flash, &mut ram);
+        assert!(report.clean, "{report:?}");
+        assert_eq!(log.next_offset(), 40);
+        assert!(read_all(&mut log, 0).is_empty());
+        // A resend of a producer record stored in a short batch is known.
+        let p = payload(35);
+        let a = log
+            .append(
+                2,
+                &Record {
+                    topic: topic(35),
+                    timestamp_us: ts(35),
+                    producer: producer(35),
+                    payload: &p,
+                },
+            )
+            .unwrap();
+        assert!(a.duplicate && a.offset == 35, "{a:?}");
+        // After a mount the first record flushed alone is a full batch again.
+        let before = log.stats();
+        singles(&mut log, 40, 45);
+        assert_eq!(
+            log.stats().short_batches_written - before.short_batches_written,
+            4
+        );
+    }
+    // Unclean: no close.
+    let (mut log, report) = mount(&mut flash, &mut ram);
+    assert!(!report.clean && report.head_lost.is_none(), "{report:?}");
+    assert!(report.next_offset >= 45);
+    for (from, _, reason) in read_all(&mut log, 0) {
+        assert!(from >= 45 && reason == LostReason::Skipped);
+    }
+    let p = payload(40);
+    let a = log
+        .append(
+            3,
+            &Record {
+                topic: topic(40),
+                timestamp_us: ts(40),
+                producer: producer(40),
+                payload: &p,
+            },
+        )
+        .unwrap();
+    assert!(a.duplicate && a.offset == 40, "{a:?}");
+}
+
+/// A power cut at every byte of a short batch's write (write sizes 1, 4 and 16): the
+/// records acknowledged before read back, nothing is reported corrupt, the head is
+/// written on after the torn bytes, and a second mount finds the same.
+#[test]
+fn a_torn_short_batch_at_the_head_at_every_byte() {
+    for w in [1u32, 4, 16] {
+        let g = geometry(w);
+        let mut cuts = 0;
+        for cut in 0..64u64 {
+            let mut sim = SimFlash::new_vec(g).unwrap();
+            Log::format(&mut sim, LOG_ID, 1).unwrap();
+            let flash = RefCell::new(sim);
+            let mut ram = Ram::new(&g, 1, 1024);
+            let acked;
+            {
+                let (mut log, _) = mount(Shared(&flash), &mut ram);
+                singles(&mut log, 0, 10);
+                let shorts = log.stats().short_batches_written;
+                flash.borrow_mut().cut_after_bytes(cut);
+                let ok = append(&mut log, 10).is_ok() && log.flush(10).is_ok();
+                acked = if ok { 11 } else { 10 };
+                if ok {
+                    assert_eq!(log.stats().short_batches_written, shorts + 1);
+                    continue;
+                }
+                cuts += 1;
+            }
+            flash.borrow_mut().power_on();
+            for round in 0..2 {
+                let (mut log, report) = mount(Shared(&flash), &mut ram);
+                let ctx = format!("W {w} cut {cut} round {round}: {report:?}");
+                assert!(report.head_lost.is_none(), "{ctx}");
+                assert!(log.next_offset() >= acked, "{ctx}");
+                for (from, to, reason) in read_all(&mut log, 0) {
+                    assert_eq!(reason, LostReason::Skipped, "{ctx}");
+                    assert!(from >= acked && to <= log.next_offset(), "{ctx}");
+                }
+                if round == 0 {
+                    // Written on after the torn bytes; read back after another mount.
+                    let next = log.next_offset();
+                    for k in 0..4 {
+                        let p = payload(next + k);
+                        let r = Record {
+                            topic: topic(next + k),
+                            timestamp_us: ts(next + k),
+                            producer: producer(next + k),
+                            payload: &p,
+                        };
+                        assert_eq!(log.append(k, &r).unwrap().offset, next + k);
+                        log.flush(k).unwrap();
+                    }
+                    assert_eq!(log.stats().segments_opened, 0, "{ctx}");
+                }
+            }
+        }
+        assert!(cuts > 10, "W {w}: {cuts} cuts landed in the write");
+    }
+}
+
+/// A mount of `image` after a clean close: the lost ranges reads report.
+fn lost_in(image: &[u8], g: Geometry) -> (Vec<(u64, u64, LostReason)>, RecoveryReport) {
+    let mut sim = SimFlash::new_vec(g).unwrap();
+    sim.load_image(image).unwrap();
+    let mut ram = Ram::new(&g, 1, 1024);
+    let (mut log, report) = mount(&mut sim, &mut ram);
+    let lost = read_all(&mut log, 0);
+    (lost, report)
+}
+
+/// Anchor and short batches 0..10, a full batch 10..13, anchor and short batches 13..20,
+/// closed cleanly.
+fn mixed_image(g: Geometry) -> Vec<u8> {
+    let mut sim = SimFlash::new_vec(g).unwrap();
+    Log::format(&mut sim, LOG_ID, 1).unwrap();
+    let mut ram = Ram::new(&g, 1, 1024);
+    let (mut log, _) = mount(&mut sim, &mut ram);
+    singles(&mut log, 0, 10);
+    for i in 10..13 {
+        append(&mut log, i).unwrap();
+    }
+    log.flush(0).unwrap();
+    singles(&mut log, 13, 20);
+    assert_eq!(log.stats().short_batches_written, 9 + 6);
+    log.close(1).unwrap();
+    sim.bytes().to_vec()
+}
+
+/// A damaged short batch in the middle of a segment: it and the short batches after it
+/// (which continue it) are lost as corrupt up to the next full batch, exactly; a damaged
+/// anchor loses the short batches after it the same way; a damaged last short batch
+/// after a clean close is lost as corrupt, never as never persisted.
+#[test]
+fn damaged_short_batches_are_lost_as_corrupt_up_to_the_next_full_batch() {
+    let g = geometry(4);
+    let image = mixed_image(g);
+    assert_eq!(lost_in(&image, g).0, vec![]);
+    for (damaged, want) in [
+        (5u64, (5u64, 10u64)),
+        (9, (9, 10)),
+        (1, (1, 10)),
+        (0, (0, 10)),
+        (15, (15, 20)),
+        (19, (19, 20)),
+    ] {
+        let mut bad = image.clone();
+        bad[find_payload(&image, damaged) + 1] ^= 0x10;
+        let (lost, report) = lost_in(&bad, g);
+        assert_eq!(
+            lost,
+            vec![(want.0, want.1, LostReason::Corrupt)],
+            "damage in record {damaged}: {report:?}"
+        );
+    }
+}
+
+/// A version 4 head is written on in version 4 (no short batches) until it is full;
+/// the segments after it are version 5, with short batches; everything reads back.
+#[test]
+fn a_version_4_head_holds_no_short_batches_and_the_next_segment_does() {
+    let image = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/format-v4-4k-w4.img"
+    ))
+    .unwrap();
+    let g = Geometry {
+        erase_size: 4096,
+        write_size: 4,
+        capacity: 4096 * 10,
+        erased: 0xFF,
+    };
+    let mut sim = SimFlash::new_vec(g).unwrap();
+    sim.load_image(&image).unwrap();
+    let mut ram = Ram::new(&g, 2, 1024);
+    let (mut log, _) = mount(&mut sim, &mut ram);
+    let start = log.next_offset();
+    let mut k = 0u64;
+    while log.stats().short_batches_written < 20 {
+        let p = format!("upgrade {k}").into_bytes();
+        let r = Record {
+            topic: "up/grade",
+            timestamp_us: 1_800_000_000_000_000 + k,
+            producer: None,
+            payload: &p,
+        };
+        let o = log.append(k, &r).unwrap().offset;
+        assert_eq!(o, start + k);
+        log.flush(k).unwrap();
+        if log.stats().segments_opened == 0 {
+            assert_eq!(log.stats().short_batches_written, 0, "a version 4 head");
+        }
+        k += 1;
+        assert!(k < 1000);
+    }
+    let versions: Vec<u16> = log
+        .segments()
+        .map(|(i, ..)| log.segment_version(i).unwrap())
+        .collect();
+    assert!(
+        versions.contains(&4) && versions.contains(&5),
+        "{versions:?}"
+    );
+    let mut out = vec![0u8; 2048];
+    let mut at = start;
+    while at < log.next_offset() {
+        let r = log.read(at, &mut out).unwrap();
+        assert!(r.lost.is_none(), "{r:?}");
+        for rec in r.records(&out) {
+            let k = rec.offset - start;
+            assert_eq!(rec.payload, format!("upgrade {k}").as_bytes());
+        }
+        at = r.next_offset;
+    }
+}
