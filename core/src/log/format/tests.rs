@@ -160,6 +160,61 @@ fn format_md_compact_example_matches_the_encoder() {
     );
 }
 
+#[test]
+fn format_md_short_example_matches_the_encoder() {
+    use crate::log::short::{self, Link, SHORT_MAX_LEN};
+    let mut out = [0xFFu8; SHORT_MAX_LEN];
+    let n = short::encode(
+        EXAMPLE_BASE + 1,
+        0x4F6A_CD66,
+        EXAMPLE.timestamp_us,
+        b"sst",
+        b"sst",
+        EXAMPLE.timestamp_us + 1_000_000,
+        None,
+        b"18.5",
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(n, 13);
+    let mut want = out[..n].to_vec();
+    want.resize(16, 0xFF);
+    let doc = dump_in_format_md("format_md_short_example_matches_the_encoder");
+    assert_eq!(
+        doc, want,
+        "FORMAT.md's short example differs from the encoder"
+    );
+    assert_eq!(
+        u32::from_le_bytes(want[2..6].try_into().unwrap()),
+        0x315B_0858
+    );
+    let link = Link {
+        next: EXAMPLE_BASE + 1,
+        prev_crc: 0x4F6A_CD66,
+        ts: EXAMPLE.timestamp_us,
+        topic_addr: 0,
+        topic_len: 3,
+        topic_crc: crc32(b"sst"),
+    };
+    let d = short::decode(&want[..n], &link).unwrap();
+    let payload = &want[d.payload_at..n];
+    assert_eq!(payload, b"18.5");
+    assert_eq!(
+        short::record_crc(EXAMPLE_BASE + 1, &d, b"sst", payload),
+        0xA610_8A7B
+    );
+    // The anchor before it: a full batch of one record, 51 bytes.
+    let anchor = encode_batch(
+        Layout::Compact,
+        EXAMPLE_BASE,
+        0x1122_3344,
+        &[EXAMPLE],
+        4,
+        0xFF,
+    );
+    assert_eq!((plausible_header(&anchor).len, anchor.len()), (51, 52));
+}
+
 /// A simulated flash of six 4 KiB blocks: the two journal blocks and four one-block
 /// segments, the first at byte 8,192.
 const SMALL: Geometry = Geometry {
