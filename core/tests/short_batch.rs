@@ -376,3 +376,42 @@ fn a_version_4_head_holds_no_short_batches_and_the_next_segment_does() {
         at = r.next_offset;
     }
 }
+
+/// After an unclean shutdown (the journal's durable end lags behind the head), a damaged
+/// short batch in a run that goes on to the head's end: it and the short batches after it
+/// were durable (each was synced before the next was written), so they are lost as
+/// corrupt, never as never persisted; only the last of the run, which a power cut could
+/// have torn, is not claimed. A later mount keeps reporting them corrupt.
+#[test]
+fn a_damaged_short_batch_run_at_the_head_after_an_unclean_shutdown_is_corrupt() {
+    let g = geometry(4);
+    let mut sim = SimFlash::new_vec(g).unwrap();
+    Log::format(&mut sim, LOG_ID, 1).unwrap();
+    let mut ram = Ram::new(&g, 1, 1024);
+    {
+        let (mut log, _) = mount(&mut sim, &mut ram);
+        singles(&mut log, 0, 12);
+        // No close: the journal's durable end is the mount's.
+    }
+    let image = sim.bytes().to_vec();
+    let mut bad = image.clone();
+    bad[find_payload(&image, 6) + 2] ^= 0x04;
+    let (lost, report) = lost_in(&bad, g);
+    assert!(!report.clean, "{report:?}");
+    assert_eq!(
+        lost.first(),
+        Some(&(6, 11, LostReason::Corrupt)),
+        "{lost:?} {report:?}"
+    );
+    for &(from, _, reason) in &lost[1..] {
+        assert!(from >= 11 && reason == LostReason::Skipped, "{lost:?}");
+    }
+    // Mounted twice on the same flash (the first mount wrote its journal entry).
+    let mut sim = SimFlash::new_vec(g).unwrap();
+    sim.load_image(&bad).unwrap();
+    let mut ram = Ram::new(&g, 1, 1024);
+    drop(mount(&mut sim, &mut ram));
+    let (mut log, report) = mount(&mut sim, &mut ram);
+    let again = read_all(&mut log, 0);
+    assert_eq!(again.first(), lost.first(), "{again:?} {report:?}");
+}

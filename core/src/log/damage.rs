@@ -92,6 +92,24 @@ impl<F: Flash> Log<'_, F> {
         Ok(align_up(at.max(used_end), l.ws()).min(l.seg_size))
     }
 
+    /// How many short batches follow one another from `pos` of segment `seg`, going by
+    /// their tag and length bytes only (none validates without the link the data before
+    /// lost).
+    fn short_chain(&mut self, seg: u32, pos: u32) -> Result<u64, F::Error> {
+        let l = self.dev.l;
+        let (mut at, mut n) = (pos, 0u64);
+        while at + 2 <= l.seg_size {
+            let mut b = [0u8; 2];
+            self.dev.read(l.seg_addr(seg) + at, &mut b)?;
+            if !short::is_tag(b[0], l.geo.erased) {
+                break;
+            }
+            n += 1;
+            at += align_up(short::total_len(b[1]), l.ws());
+        }
+        Ok(n)
+    }
+
     /// The first `W`-aligned position in `from..to` of segment `seg` holding the resume
     /// marker magic, read in chunks of [`CHUNK`] bytes.
     fn find_resume_magic(&mut self, seg: u32, from: u32, to: u32) -> Result<Option<u32>, F::Error> {
@@ -195,8 +213,9 @@ impl<F: Flash> Log<'_, F> {
 impl<F: Flash> Log<'_, F> {
     /// Whether the head segment `seg`, whose valid data ends at `pos` (`expected` the
     /// offset after it) in non-erased bytes that hold no valid batch (`corrupt`) or in
-    /// erased flash, lost durable records there: the first offset lost if so (the range
-    /// ends at the journal's `durable_next`). A batch is durable once the journal's
+    /// erased flash, lost durable records there: the range of offsets lost if so (it ends
+    /// at the journal's `durable_next`, or past it for a chain of short batches, see
+    /// below). A batch is durable once the journal's
     /// `durable_next` covers it (it is written after the batch's sync), so one failing its
     /// CRC below that was damaged, never torn by a power cut.
     ///
@@ -211,7 +230,11 @@ impl<F: Flash> Log<'_, F> {
     ///
     /// After an unclean shutdown only non-erased bytes count: their header, if plausible,
     /// gives their base offset (offsets between `expected` and it were consumed from RAM,
-    /// never written); a torn write holds offsets at or above `durable_next`.
+    /// never written); a torn write holds offsets at or above `durable_next`. A short batch
+    /// there (`linked`: one could continue the data) holds `expected`; each short batch is
+    /// the last batch of its write, synced before the next one, so every short batch of the
+    /// chain that follows (by length bytes) but the last was durable too, whatever
+    /// `durable_next` says.
     pub(super) fn durable_but_damaged(
         &mut self,
         seg: u32,
@@ -220,14 +243,35 @@ impl<F: Flash> Log<'_, F> {
         corrupt: bool,
         linked: bool,
         facts: Option<JournalFacts>,
-    ) -> Result<Option<u64>, MountError<F::Error>> {
+    ) -> Result<Option<(u64, u64)>, MountError<F::Error>> {
         let l = self.dev.l;
+        if let Some(f) = facts
+            && !f.clean
+            && corrupt
+            && linked
+            && pos < l.seg_size
+        {
+            let mut b = [0u8; 1];
+            self.dev
+                .read(l.seg_addr(seg) + pos, &mut b)
+                .map_err(MountError::Flash)?;
+            if short::is_tag(b[0], l.geo.erased) {
+                // A short batch there holds `expected` (it continues the record before it).
+                // A short batch is the last batch of its write, synced before the next
+                // one is written: every short batch of the chain but the last was durable
+                // (the last may be a write cut by the power loss), and so is everything
+                // below `durable_next`.
+                let n = self.short_chain(seg, pos).map_err(MountError::Flash)?;
+                let to = f.durable_next.max(expected + n.saturating_sub(1));
+                return Ok((to > expected).then_some((expected, to)));
+            }
+        }
         let Some(f) = facts.filter(|f| f.durable_next > expected) else {
             return Ok(None);
         };
         if f.clean {
             if corrupt {
-                return Ok(Some(expected));
+                return Ok(Some((expected, f.durable_next)));
             }
             // Erased flash after the data: offsets a crash skipped (settled into
             // `durable_next` by a later close) or records consumed from RAM leave the same
@@ -243,7 +287,9 @@ impl<F: Flash> Log<'_, F> {
                 .next_batch(next, l.data_start, expected, Prev::None)
                 .map_err(MountError::Flash)?
             {
-                Next::Batch { h, .. } if h.base_offset < f.durable_next => Ok(Some(h.base_offset)),
+                Next::Batch { h, .. } if h.base_offset < f.durable_next => {
+                    Ok(Some((h.base_offset, f.durable_next)))
+                }
                 _ => Ok(None),
             };
         }
@@ -251,23 +297,13 @@ impl<F: Flash> Log<'_, F> {
             return Ok(None);
         }
         let mut hb = [0u8; BATCH_HEADER_LEN];
-        if linked && pos < l.seg_size {
-            // A short batch there would hold `expected` (it continues the record before
-            // it), below `durable_next`: a torn write never does.
-            self.dev
-                .read(l.seg_addr(seg) + pos, &mut hb[..1])
-                .map_err(MountError::Flash)?;
-            if short::is_tag(hb[0], l.geo.erased) {
-                return Ok(Some(expected));
-            }
-        }
         if pos + BATCH_HEADER_LEN as u32 <= l.seg_size {
             self.dev
                 .read(l.seg_addr(seg) + pos, &mut hb)
                 .map_err(MountError::Flash)?;
             if BatchHeader::check(&hb, l.geo.erased, l.seg_size - pos) == HeadCheck::Plausible {
                 let base = BatchHeader::decode(&hb).base_offset;
-                return Ok((base < f.durable_next).then_some(base.max(expected)));
+                return Ok((base < f.durable_next).then_some((base.max(expected), f.durable_next)));
             }
         }
         Ok(None)

@@ -613,11 +613,10 @@ impl<'a, F: Flash> Log<'a, F> {
                         let (torn, any) = (tail.both, tail.any);
                         let used_end = p + tail.used_end;
                         if report.head_lost.is_none()
-                            && let Some(from) =
+                            && let Some((from, to)) =
                                 log.durable_but_damaged(h, p, expected, corrupt, linked, facts)?
                         {
                             // Durable records, not a torn write: lost to damage.
-                            let to = facts.map_or(from, |f| f.durable_next);
                             warn!(
                                 "head segment {}: offsets {}..{} below the durable end cannot be read: lost to damage",
                                 h, from, to
@@ -653,7 +652,10 @@ impl<'a, F: Flash> Log<'a, F> {
         // end may be past the head's data: records consumed from RAM and never written.)
         report.clean = jclean && head_clean && jdurable >= log.flash_end && head.is_some();
         report.journal_clean = jclean;
-        log.durable_end = log.flash_end.max(jdurable);
+        // Records lost to damage at the head's end were durable (a chain of short batches
+        // can show more of them than the journal's `durable_next`).
+        let damaged_to = log.damaged_at_head_end.map_or(0, |d| d.1);
+        log.durable_end = log.flash_end.max(jdurable).max(damaged_to);
         log.next_offset = log.durable_end.max(jlease);
         if log.next_offset > log.durable_end {
             report.not_durable = Some((log.durable_end, log.next_offset));
