@@ -28,7 +28,6 @@ mod fetch;
 mod message;
 mod publish;
 
-
 use crate::roles::Roles;
 use message::{Message, message};
 use spillway_core::error::{CommitError, SessionError};
