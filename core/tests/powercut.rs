@@ -386,6 +386,17 @@ fn torn_resume_marker_after_failed_write_is_not_written_over() {
     assert_eq!((t.faults.failed_writes, t.cuts), (1, 2));
 }
 
+/// Regression, a compressed batch made unreadable by one bit flip on read: the flip landed
+/// in its `raw_len` varint, read before the batch CRC can check it, and the read reported
+/// the batch as needing 112,685 bytes of scratch (`ScratchTooSmall`) without reading it
+/// again. Run 140,023 of the read-flip campaign `0xfa1700000001`, variant
+/// ws4-lz4-always-reject, cuts `[Bytes(2009), FlipRead(100)]`.
+#[test]
+fn a_flipped_compressed_length_is_read_again() {
+    let t = fault_run(FaultKind::ReadFlip, 0xFA17_0000_0001, 140_023);
+    assert_eq!(t.faults.flipped_reads, 1);
+}
+
 /// Regression, the same bug reached by two power cuts: a cut inside a batch header, then
 /// a cut 303 bytes into the next boot tearing the resume marker placed after it; the
 /// mount after that placed its marker inside the torn one (`Rewrite` at byte 9060).

@@ -487,7 +487,10 @@ impl<F: Flash> Dev<F> {
     /// body ended where the batch does and its CRC: from the scratch if the body is
     /// compressed (decoded there once, its CRC checked over the stored bytes), else from
     /// the flash. Read again up to [`READ_ATTEMPTS`] times while the flash reads back
-    /// bad; bytes that passed the batch CRC and still do not decode are corrupt at once.
+    /// bad; bytes that passed the batch CRC and still do not decode are corrupt at once. A
+    /// compressed body longer than the scratch is believed when two reads in a row say
+    /// so (its length is read before the CRC can check it: a bit flip on one read must
+    /// not make a readable batch unreadable).
     fn decode_checked<B: Body>(
         &mut self,
         batch_addr: u32,
@@ -496,6 +499,8 @@ impl<F: Flash> Dev<F> {
         body: &mut B,
     ) -> Result<Checked<B::Out>, F::Error> {
         let _ = &scratch;
+        #[cfg(feature = "compression")]
+        let mut too_big = None;
         for _ in 0..READ_ATTEMPTS {
             #[cfg(feature = "compression")]
             match self.open_compressed(batch_addr, h, scratch)? {
@@ -513,8 +518,17 @@ impl<F: Flash> Dev<F> {
                     scratch.holds = None;
                     return Ok(Checked::Corrupt);
                 }
-                Opened::Bad => continue,
-                Opened::TooBig(needed) => return Ok(Checked::ScratchTooSmall(needed)),
+                Opened::Bad => {
+                    too_big = None;
+                    continue;
+                }
+                Opened::TooBig(needed) if too_big == Some(needed) => {
+                    return Ok(Checked::ScratchTooSmall(needed));
+                }
+                Opened::TooBig(needed) => {
+                    too_big = Some(needed);
+                    continue;
+                }
             }
             let mut src = FlashSource::new(self, batch_addr, h);
             if let Some(got) = body.decode(&mut src, h)?
