@@ -11,6 +11,7 @@ use super::format::{
 };
 use super::journal::Consumer;
 use super::scan::{Next, Prev};
+use super::short::{self, SHORT_VERSION};
 use crate::error::{FlushError, SeqSpace};
 use crate::storage::Flash;
 
@@ -181,7 +182,9 @@ impl<'a, F: Flash> Log<'a, F> {
     /// it is (one 32-byte read per batch, no CRC over the data); anything else (torn bytes,
     /// a resume marker, damage) goes through the full check of
     /// [`Dev::next_batch`](super::device::Dev::next_batch), so a corrupt batch's records,
-    /// lost already, are not counted.
+    /// lost already, are not counted. A short batch tag right after a batch a short batch
+    /// can follow is taken the same way: one record at the next offset, skipped by its
+    /// length byte.
     fn count_records(&mut self, seg: u32, from: u64, to: u64) -> Result<u64, Io<F::Error>> {
         let l = self.dev.l;
         let mut pos = l.data_start;
@@ -189,12 +192,23 @@ impl<'a, F: Flash> Log<'a, F> {
         let mut n = 0u64;
         let version = self.slots[seg as usize].version;
         let mut prev = Prev::None;
+        // Whether a short batch may follow what was taken last.
+        let mut chain = false;
         while expected < to && pos < l.seg_size {
             let mut hb = [0u8; BATCH_HEADER_LEN];
-            let quick = if pos + BATCH_HEADER_LEN as u32 <= l.seg_size {
-                self.dev
-                    .read(l.seg_addr(seg) + pos, &mut hb)
-                    .map_err(Io::Flash)?;
+            let got = (l.seg_size - pos).min(BATCH_HEADER_LEN as u32) as usize;
+            self.dev
+                .read(l.seg_addr(seg) + pos, &mut hb[..got])
+                .map_err(Io::Flash)?;
+            if chain && got >= 2 && short::is_tag(hb[0], l.geo.erased) {
+                n += u64::from(expected >= from);
+                pos = pos.saturating_add(align_up(short::total_len(hb[1]), l.ws()));
+                expected += 1;
+                // Not checked: a batch that needs the full check starts without a link.
+                prev = Prev::None;
+                continue;
+            }
+            let quick = if got == BATCH_HEADER_LEN {
                 match BatchHeader::check(&hb, l.geo.erased, l.seg_size - pos) {
                     // Erased may still be followed by a resume marker: the full search.
                     HeadCheck::Erased | HeadCheck::Invalid => None,
@@ -218,6 +232,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 },
             };
             prev = Prev::after(version, p, &h, short);
+            chain = short.is_some() || (version >= SHORT_VERSION && h.count == 1);
             n += h
                 .end_offset()
                 .min(to)

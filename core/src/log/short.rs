@@ -261,6 +261,22 @@ pub(crate) struct WriterLink {
 }
 
 impl WriterLink {
+    /// Makes `slot` the link after the record `topic`, `ts` at offset `next - 1`, in place
+    /// (the topic is copied only when it changed).
+    pub(crate) fn set(slot: &mut Option<WriterLink>, next: u64, ts: u64, topic: &[u8]) {
+        match slot {
+            Some(l) => {
+                (l.next, l.ts) = (next, ts);
+                if l.topic[..l.topic_len as usize] != *topic {
+                    let n = topic.len().min(MAX_TOPIC_LEN);
+                    l.topic[..n].copy_from_slice(&topic[..n]);
+                    l.topic_len = n as u8;
+                }
+            }
+            None => *slot = Some(WriterLink::new(next, ts, topic)),
+        }
+    }
+
     /// The link after the record `topic`, `ts` at offset `next - 1`.
     pub(crate) fn new(next: u64, ts: u64, topic: &[u8]) -> Self {
         let mut t = [0u8; MAX_TOPIC_LEN];

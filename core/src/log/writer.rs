@@ -12,7 +12,7 @@ use super::format::{
     parse_record_fields, record_crc,
 };
 use super::outcome::Appended;
-use super::short::{self, SHORT_MAX_LEN, SHORT_VERSION, WriterLink};
+use super::short::{self, SHORT_MAX_BODY, SHORT_MAX_LEN, SHORT_VERSION, WriterLink};
 use crate::error::{AppendError, FlushError};
 use crate::storage::Flash;
 
@@ -384,15 +384,17 @@ impl<'a, F: Flash> Log<'a, F> {
                 hdr.crc = h.finalize();
                 self.buf[..BATCH_HEADER_LEN].copy_from_slice(&hdr.encode());
             }
-            // One plain record (a compact body not compressed) links a short batch after it.
-            let link = match parse_record_fields(&self.buf[BATCH_HEADER_LEN..], self.buf_base) {
-                Some((r, _)) if k == 1 && version >= SHORT_VERSION => Some(WriterLink::new(
+            // One plain record (a compact body not compressed) links a short batch after it
+            // (taken now: compressing reuses the buffer).
+            match parse_record_fields(&self.buf[BATCH_HEADER_LEN..], self.buf_base) {
+                Some((r, _)) if k == 1 && version >= SHORT_VERSION => WriterLink::set(
+                    &mut self.short_link,
                     self.buf_base + 1,
                     r.timestamp_us,
                     r.topic.as_bytes(),
-                )),
-                _ => None,
-            };
+                ),
+                _ => self.short_link = None,
+            }
             let compressed = self.dev.stats.batches_compressed;
             self.write_resume_marker()?;
             let addr = l.seg_addr(head) + self.head_pos;
@@ -409,7 +411,9 @@ impl<'a, F: Flash> Log<'a, F> {
                 self.head_writable = false;
                 return Err(FlushError::Flash(e));
             }
-            self.short_link = link.filter(|_| self.dev.stats.batches_compressed == compressed);
+            if self.dev.stats.batches_compressed != compressed {
+                self.short_link = None;
+            }
             self.head_pos += align_up(hdr.len, l.ws());
             // The head holds data written since the mount: it was not abandoned.
             self.unclean_pending = false;
@@ -430,7 +434,7 @@ impl<'a, F: Flash> Log<'a, F> {
     /// as a full batch.
     fn write_short(&mut self, head: u32, space: u32) -> Result<bool, FlushError<F::Error>> {
         let l = self.dev.l;
-        let Some(link) = self.short_link else {
+        let Some(link) = self.short_link.as_ref() else {
             return Ok(false);
         };
         if self.buf_count != 1 || link.next != self.buf_base || self.resume.is_some() {
@@ -440,6 +444,9 @@ impl<'a, F: Flash> Log<'a, F> {
         let Some((r, len)) = parse_record_fields(canonical, self.buf_base) else {
             return Ok(false);
         };
+        if r.payload.len() >= SHORT_MAX_BODY {
+            return Ok(false);
+        }
         let mut out = [0u8; SHORT_MAX_LEN];
         let Some(n) = short::encode(
             self.buf_base,
@@ -454,17 +461,24 @@ impl<'a, F: Flash> Log<'a, F> {
         ) else {
             return Ok(false);
         };
-        if out[0] == l.geo.erased || align_up(n as u32, l.ws()) > space {
+        let padded = align_up(n as u32, l.ws());
+        if out[0] == l.geo.erased || padded > space {
             return Ok(false);
         }
-        let next = WriterLink::new(self.buf_base + 1, r.timestamp_us, r.topic.as_bytes());
+        // Whatever happens to the write (a failure poisons the log), the link moves on.
+        WriterLink::set(
+            &mut self.short_link,
+            self.buf_base + 1,
+            r.timestamp_us,
+            r.topic.as_bytes(),
+        );
         let addr = l.seg_addr(head) + self.head_pos;
         if let Err(e) = self.dev.write_padded(addr, &out[..n]) {
             // As after a failed batch write: the head is sealed, the log poisoned.
             self.head_writable = false;
             return Err(FlushError::Flash(e));
         }
-        self.head_pos += align_up(n as u32, l.ws());
+        self.head_pos += padded;
         self.unclean_pending = false;
         self.dev.stats.batches_written += 1;
         self.dev.stats.short_batches_written += 1;
@@ -472,7 +486,6 @@ impl<'a, F: Flash> Log<'a, F> {
         let crc = self.last_crc;
         self.flash_last_crc = crc;
         self.drop_buffered(1, len, crc);
-        self.short_link = Some(next);
         Ok(true)
     }
 
