@@ -421,16 +421,16 @@ int main(int argc, char **argv) {
     }
     pass("a request before Hello gets NotHandshaken under seq 0");
 
-    /* Version 0 is refused and the connection stays open; 65535 gets 4, the newest. */
+    /* Version 0 is refused and the connection stays open; 65535 gets 5, the newest. */
     step = "version negotiation";
     hello(a, 0);
     expect_error(a, 0, E_UNSUPPORTED_VERSION);
     hello(a, 65535);
     welcome_t w = expect_welcome(a);
-    check(w.version == 4, "Hello 65535 is not answered with version 4");
+    check(w.version == 5, "Hello 65535 is not answered with version 5");
     check(w.max_frame <= FRAME_MAX, "max_frame_bytes larger than this client's buffer");
     check(w.max_record > 0 && w.window > 0, "Welcome fields");
-    pass("Hello 0 gets UnsupportedVersion on an open connection; Hello 65535 gets 4");
+    pass("Hello 0 gets UnsupportedVersion on an open connection; Hello 65535 gets 5");
 
     /* A second Hello renegotiates. */
     step = "second hello";
