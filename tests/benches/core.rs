@@ -4,7 +4,7 @@
 //! `cargo bench -p spillway-tests --bench core` (append `-- --reps N` for other repetition
 //! counts, `--case PAYLOAD:WRITE_SIZE` (repeatable, e.g. `--case 32:4`) for only those
 //! append rows, `--no-mount` to leave out the mount rows, `--compression-only` for only the
-//! compression rows on the real series). Under `cargo test` (no `--bench` argument) it does a
+//! compression rows on the real series, `--no-compression` to leave them out). Under `cargo test` (no `--bench` argument) it does a
 //! short smoke run instead.
 
 use spillway_tests::bench_core::{Options, WriteCase, run};
@@ -40,6 +40,9 @@ fn main() {
     }
     if args.iter().any(|a| a == "--no-mount") {
         opts.mount_cases.clear();
+    }
+    if args.iter().any(|a| a == "--no-compression") {
+        opts.compression_rows = Some(0);
     }
     if args.iter().any(|a| a == "--compression-only") {
         let runs = spillway_tests::bench_core::compression_runs(&opts, &mut |what: &str| {
