@@ -25,9 +25,7 @@
 //! [`RecordIter`]: super::RecordIter
 //! [`record_crc`]: super::record_crc
 
-use super::format::{
-    MAX_TOPIC_LEN, PRODUCER_LEN, Producer, RECORD_OVERHEAD, parse_record_fields, record_head_pieces,
-};
+use super::format::{MAX_TOPIC_LEN, PRODUCER_LEN, Producer, RECORD_OVERHEAD, record_head_pieces};
 
 /// First segment header version whose batch bodies are in the compact layout (layout 2).
 pub const COMPACT_VERSION: u16 = 4;
@@ -83,8 +81,10 @@ pub(crate) const fn varint_len(v: u64) -> usize {
     bits.div_ceil(7)
 }
 
-/// Writes the LEB128 varint of `v` into `out`; returns its length.
-pub(super) fn put_varint(mut v: u64, out: &mut [u8; 10]) -> usize {
+/// Writes the LEB128 varint of `v` at the start of `out`, which has room for it
+/// ([`varint_len`] bytes, at most 10); returns its length.
+#[inline]
+pub(super) fn put_varint(mut v: u64, out: &mut [u8]) -> usize {
     let mut n = 0;
     loop {
         let b = (v & 0x7F) as u8;
@@ -121,7 +121,62 @@ pub struct Plan {
     pub canonical_len: usize,
     /// Bytes of the compact body.
     pub body_len: usize,
+    /// Where the last record of the batch starts in the canonical layout (0 if `count`
+    /// is 0).
+    pub last_start: usize,
     flags: u8,
+}
+
+/// The fields of one canonical (layout 1) record encoding in the RAM buffer, as the
+/// compact walks need them (what [`parse_record_fields`] gives, the topic as bytes).
+///
+/// [`parse_record_fields`]: super::format::parse_record_fields
+struct Canon<'b> {
+    topic: &'b [u8],
+    timestamp_us: u64,
+    producer: Option<Producer>,
+    payload: &'b [u8],
+}
+
+/// Parses the canonical record encoding at the start of `b` (`FORMAT.md` section 4.1);
+/// returns its fields and length, `None` where [`parse_record_fields`] gives `None`. A
+/// topic equal to `known` (one this walk already checked) is not checked for UTF-8
+/// again: a batch repeats its topic on every record.
+///
+/// [`parse_record_fields`]: super::format::parse_record_fields
+#[inline]
+fn canon_at<'b>(b: &'b [u8], known: &[u8]) -> Option<(Canon<'b>, usize)> {
+    let t = *b.first()? as usize;
+    let topic = b.get(1..1 + t)?;
+    if t == 0 || (topic != known && core::str::from_utf8(topic).is_err()) {
+        return None;
+    }
+    let rest = &b[1 + t..];
+    let (ts, rest) = rest.split_first_chunk::<8>()?;
+    let (&flags, rest) = rest.split_first()?;
+    let (producer, rest) = match flags {
+        0 => (None, rest),
+        1 => {
+            let (id, rest) = rest.split_first_chunk::<8>()?;
+            let (seq, rest) = rest.split_first_chunk::<4>()?;
+            let p = Producer {
+                id: u64::from_le_bytes(*id),
+                seq: u32::from_le_bytes(*seq),
+            };
+            (Some(p), rest)
+        }
+        _ => return None,
+    };
+    let (plen, rest) = rest.split_first_chunk::<4>()?;
+    let payload = rest.get(..u32::from_le_bytes(*plen) as usize)?;
+    let n = b.len() - rest.len() + payload.len();
+    let c = Canon {
+        topic,
+        timestamp_us: u64::from_le_bytes(*ts),
+        producer,
+        payload,
+    };
+    Some((c, n))
 }
 
 /// Running sums over a prefix of records, enough to size its compact body.
@@ -157,13 +212,16 @@ impl Sizes {
 }
 
 /// Sizes the longest prefix of the `count` canonical encodings in `canonical` (the first
-/// at offset `base`) whose compact body takes at most `max_body` bytes. Records that do
-/// not parse end the prefix (the RAM buffer only holds records it encoded itself).
+/// at offset `base`, which names them in the format but does not change their sizes) whose
+/// compact body takes at most `max_body` bytes. Records that do not parse end the prefix
+/// (the RAM buffer only holds records it encoded itself).
 pub fn plan(canonical: &[u8], base: u64, count: u32, max_body: usize) -> Plan {
+    let _ = base;
     let mut best = Plan {
         count: 0,
         canonical_len: 0,
         body_len: 0,
+        last_start: 0,
         flags: 0,
     };
     let mut s = Sizes {
@@ -175,9 +233,9 @@ pub fn plan(canonical: &[u8], base: u64, count: u32, max_body: usize) -> Plan {
         lens: 0,
         extra: 0,
     };
-    let (mut at, mut prev_ts, mut first_topic): (usize, u64, &str) = (0, 0, "");
+    let (mut at, mut prev_ts, mut first_topic): (usize, u64, &[u8]) = (0, 0, &[]);
     for i in 0..count {
-        let Some((r, n)) = parse_record_fields(&canonical[at..], base + u64::from(i)) else {
+        let Some((r, n)) = canon_at(&canonical[at..], first_topic) else {
             break;
         };
         if i == 0 {
@@ -203,13 +261,14 @@ pub fn plan(canonical: &[u8], base: u64, count: u32, max_body: usize) -> Plan {
         if len > max_body {
             break;
         }
-        at += n;
         best = Plan {
             count: i + 1,
-            canonical_len: at,
+            canonical_len: at + n,
             body_len: len,
+            last_start: at,
             flags: s.flags(),
         };
+        at += n;
     }
     best
 }
@@ -217,18 +276,24 @@ pub fn plan(canonical: &[u8], base: u64, count: u32, max_body: usize) -> Plan {
 /// Encodes the records `plan` chose from `canonical` (the first at offset `base`) as a
 /// compact body, handing its bytes to `sink` in order (exactly `plan.body_len` bytes in
 /// all). The first error of `sink` stops the encoding and is returned.
+///
+/// The bytes of a record before its payload (at most 30 besides an own topic) are handed
+/// over in one piece, so that `sink` is called about twice per record.
 pub fn encode<E>(
     canonical: &[u8],
     base: u64,
     plan: &Plan,
     sink: &mut impl FnMut(&[u8]) -> Result<(), E>,
 ) -> Result<(), E> {
-    let mut v = [0u8; 10];
+    let _ = base;
     let mut at = 0usize;
     let mut prev_ts = 0u64;
-    let mut first_topic = "";
+    let mut first_topic: &[u8] = &[];
+    // Attributes (1), timestamp delta (10), producer id (8) and sequence (5), payload
+    // length (5).
+    let mut head = [0u8; 29];
     for i in 0..plan.count {
-        let Some((r, n)) = parse_record_fields(&canonical[at..], base + u64::from(i)) else {
+        let Some((r, n)) = canon_at(&canonical[at..], first_topic) else {
             // `plan` parsed these same bytes.
             break;
         };
@@ -236,41 +301,46 @@ pub fn encode<E>(
         if i == 0 {
             first_topic = r.topic;
             prev_ts = r.timestamp_us;
-            sink(&[plan.flags])?;
-            sink(&r.timestamp_us.to_le_bytes())?;
-            sink(&[r.topic.len() as u8])?;
-            sink(r.topic.as_bytes())?;
+            let mut prefix = [0u8; BODY_PREFIX_LEN + 5];
+            prefix[0] = plan.flags;
+            prefix[1..9].copy_from_slice(&r.timestamp_us.to_le_bytes());
+            prefix[9] = r.topic.len() as u8;
+            sink(&prefix[..BODY_PREFIX_LEN])?;
+            sink(r.topic)?;
             if plan.flags & BODY_FIXED_LEN != 0 {
-                let k = put_varint(r.payload.len() as u64, &mut v);
-                sink(&v[..k])?;
+                let k = put_varint(r.payload.len() as u64, &mut prefix[BODY_PREFIX_LEN..]);
+                sink(&prefix[BODY_PREFIX_LEN..BODY_PREFIX_LEN + k])?;
             }
         }
         let own_topic = r.topic != first_topic;
+        let mut h = 0usize;
         if plan.flags & BODY_MIXED != 0 {
-            let attrs = (if own_topic { ATTR_TOPIC } else { 0 })
+            head[0] = (if own_topic { ATTR_TOPIC } else { 0 })
                 | if r.producer.is_some() {
                     ATTR_PRODUCER
                 } else {
                     0
                 };
-            sink(&[attrs])?;
+            h = 1;
         }
-        let k = put_varint(zigzag(r.timestamp_us.wrapping_sub(prev_ts) as i64), &mut v);
-        sink(&v[..k])?;
+        let delta = zigzag(r.timestamp_us.wrapping_sub(prev_ts) as i64);
+        h += put_varint(delta, &mut head[h..]);
         prev_ts = r.timestamp_us;
         if own_topic {
+            sink(&head[..h])?;
             sink(&[r.topic.len() as u8])?;
-            sink(r.topic.as_bytes())?;
+            sink(r.topic)?;
+            h = 0;
         }
         if let Some(p) = r.producer {
-            sink(&p.id.to_le_bytes())?;
-            let k = put_varint(u64::from(p.seq), &mut v);
-            sink(&v[..k])?;
+            head[h..h + 8].copy_from_slice(&p.id.to_le_bytes());
+            h += 8;
+            h += put_varint(u64::from(p.seq), &mut head[h..]);
         }
         if plan.flags & BODY_FIXED_LEN == 0 {
-            let k = put_varint(r.payload.len() as u64, &mut v);
-            sink(&v[..k])?;
+            h += put_varint(r.payload.len() as u64, &mut head[h..]);
         }
+        sink(&head[..h])?;
         sink(r.payload)?;
     }
     Ok(())
@@ -282,6 +352,19 @@ pub trait Source {
     type Error;
     /// Fills `out` with the next bytes of the body; `Ok(false)` if the body ends first.
     fn take(&mut self, out: &mut [u8]) -> Result<bool, Self::Error>;
+
+    /// Passes over the next `n` bytes of the body; `Ok(false)` if the body ends first.
+    fn skip(&mut self, mut n: usize) -> Result<bool, Self::Error> {
+        let mut b = [0u8; 64];
+        while n > 0 {
+            let k = n.min(b.len());
+            if !self.take(&mut b[..k])? {
+                return Ok(false);
+            }
+            n -= k;
+        }
+        Ok(true)
+    }
 }
 
 /// A compact body held in memory.
@@ -298,6 +381,14 @@ impl Source for SliceSource<'_> {
             return Ok(false);
         };
         out.copy_from_slice(head);
+        self.rest = rest;
+        Ok(true)
+    }
+
+    fn skip(&mut self, n: usize) -> Result<bool, Self::Error> {
+        let Some(rest) = self.rest.get(n..) else {
+            return Ok(false);
+        };
         self.rest = rest;
         Ok(true)
     }

@@ -10,7 +10,7 @@
 use super::compact::SliceSource;
 use super::compact::{self, Decoder, Head, Plan, Source};
 use super::device::{CHUNK, Dev, READ_ATTEMPTS};
-use super::format::{BATCH_HEADER_LEN, BatchHeader};
+use super::format::{BATCH_HEADER_LEN, BatchHeader, HeadCheck};
 use super::lz4::Scratch;
 #[cfg(feature = "compression")]
 use super::lz4::{self, BODY_LZ4, Held};
@@ -82,7 +82,16 @@ impl<'a, F: Flash> FlashSource<'a, F> {
 
 impl<F: Flash> Source for FlashSource<'_, F> {
     type Error = F::Error;
+    #[inline]
     fn take(&mut self, out: &mut [u8]) -> Result<bool, F::Error> {
+        // Most takes (a record's fields, a short payload) lie inside the loaded window.
+        if let Some(w) = self.win.get(self.at..self.len)
+            && let Some(w) = w.get(..out.len())
+        {
+            out.copy_from_slice(w);
+            self.at += out.len();
+            return Ok(true);
+        }
         let mut done = 0;
         while done < out.len() {
             if self.at == self.len && !self.load()? {
@@ -91,6 +100,17 @@ impl<F: Flash> Source for FlashSource<'_, F> {
             let n = (out.len() - done).min(self.len - self.at);
             out[done..done + n].copy_from_slice(&self.win[self.at..self.at + n]);
             (done, self.at) = (done + n, self.at + n);
+        }
+        Ok(true)
+    }
+
+    fn skip(&mut self, mut n: usize) -> Result<bool, F::Error> {
+        while n > 0 {
+            if self.at == self.len && !self.load()? {
+                return Ok(false);
+            }
+            let k = n.min(self.len - self.at);
+            (n, self.at) = (n - k, self.at + k);
         }
         Ok(true)
     }
@@ -203,9 +223,10 @@ pub(super) enum Walked {
 
 /// What [`Dev::open_compressed`] found at the start of a body.
 #[cfg(feature = "compression")]
-enum Opened {
-    /// Not a compressed body: decode it from the flash.
-    Plain,
+enum Opened<'a, F: Flash> {
+    /// Not a compressed body: decode it from the flash, from this source (which holds the
+    /// body's first bytes already, read to tell).
+    Plain(FlashSource<'a, F>),
     /// The compact body is in the scratch, `len` bytes, its batch CRC checked.
     Decoded(usize),
     /// A compressed body that did not decode or check this time.
@@ -285,13 +306,20 @@ fn copy_body<S: Source>(
         };
         let n = d.canonical_head_len(&r);
         let plen = r.payload_len as usize;
-        if offset < from || full {
+        // Of the records not copied, only the one just before `from` needs its record
+        // CRC (the read's `prev_crc`); the others are only passed over (the batch CRC
+        // still covers their bytes).
+        if offset + 1 == from {
             let mut crc = head_hasher(&d, offset, &r);
             if !hash_payload(src, &mut crc, plen)? {
                 return Ok(None);
             }
-            if offset < from {
-                prev_crc = crc.finalize();
+            prev_crc = crc.finalize();
+            continue;
+        }
+        if offset < from || full {
+            if !src.skip(plen)? {
+                return Ok(None);
             }
             continue;
         }
@@ -301,8 +329,7 @@ fn copy_body<S: Source>(
                 needed = Some(n + plen);
             }
             full = true;
-            let mut crc = head_hasher(&d, offset, &r);
-            if !hash_payload(src, &mut crc, plen)? {
+            if !src.skip(plen)? {
                 return Ok(None);
             }
             continue;
@@ -446,7 +473,7 @@ impl<F: Flash> Dev<F> {
         batch_addr: u32,
         h: &BatchHeader,
         scratch: &mut Scratch<'_>,
-    ) -> Result<Opened, F::Error> {
+    ) -> Result<Opened<'_, F>, F::Error> {
         let key = |len| Held {
             addr: batch_addr,
             h: *h,
@@ -459,7 +486,7 @@ impl<F: Flash> Dev<F> {
         }
         let mut src = FlashSource::new(self, batch_addr, h);
         if src.peek()? != Some(BODY_LZ4) {
-            return Ok(Opened::Plain);
+            return Ok(Opened::Plain(src));
         }
         let mut flag = [0u8];
         src.take(&mut flag)?;
@@ -486,25 +513,26 @@ impl<F: Flash> Dev<F> {
     /// Decodes the valid compact batch `h` at `batch_addr` with `body`, checking that the
     /// body ended where the batch does and its CRC: from the scratch if the body is
     /// compressed (decoded there once, its CRC checked over the stored bytes), else from
-    /// the flash. Read again up to [`READ_ATTEMPTS`] times while the flash reads back
-    /// bad; bytes that passed the batch CRC and still do not decode are corrupt at once. A
-    /// compressed body longer than the scratch is believed when two reads in a row say
-    /// so (its length is read before the CRC can check it: a bit flip on one read must
-    /// not make a readable batch unreadable).
+    /// the flash. Read up to `attempts` times while the flash reads back bad; bytes that
+    /// passed the batch CRC and still do not decode are corrupt at once. A compressed
+    /// body longer than the scratch is believed when two reads in a row say so (its
+    /// length is read before the CRC can check it: a bit flip on one read must not
+    /// make a readable batch unreadable).
     fn decode_checked<B: Body>(
         &mut self,
         batch_addr: u32,
         h: &BatchHeader,
         scratch: &mut Scratch<'_>,
         body: &mut B,
+        attempts: u32,
     ) -> Result<Checked<B::Out>, F::Error> {
         let _ = &scratch;
         #[cfg(feature = "compression")]
         let mut too_big = None;
-        for _ in 0..READ_ATTEMPTS {
+        for _ in 0..attempts {
             #[cfg(feature = "compression")]
-            match self.open_compressed(batch_addr, h, scratch)? {
-                Opened::Plain => {}
+            let mut src = match self.open_compressed(batch_addr, h, scratch)? {
+                Opened::Plain(src) => src,
                 Opened::Decoded(len) => {
                     let mut src = SliceSource {
                         rest: &scratch.buf[..len],
@@ -529,7 +557,8 @@ impl<F: Flash> Dev<F> {
                     too_big = Some(needed);
                     continue;
                 }
-            }
+            };
+            #[cfg(not(feature = "compression"))]
             let mut src = FlashSource::new(self, batch_addr, h);
             if let Some(got) = body.decode(&mut src, h)?
                 && src.at_end()
@@ -553,7 +582,7 @@ impl<F: Flash> Dev<F> {
         f: impl FnMut(u64, &Head, u32),
     ) -> Result<Walked, F::Error> {
         Ok(
-            match self.decode_checked(batch_addr, h, scratch, &mut Walk(f))? {
+            match self.decode_checked(batch_addr, h, scratch, &mut Walk(f), READ_ATTEMPTS)? {
                 Checked::Got((), _) => Walked::Done,
                 Checked::Corrupt => Walked::Corrupt,
                 Checked::ScratchTooSmall(needed) => Walked::ScratchTooSmall { needed },
@@ -580,10 +609,39 @@ impl<F: Flash> Dev<F> {
         Ok(false)
     }
 
+    /// The header of the batch at `pos` of segment `seg` if it is plausible and the batch
+    /// holds offset `want` (its base at or after `expected`), its CRC not checked: a
+    /// sequential read decodes such a batch with [`Dev::read_compact`], which checks the
+    /// CRC over the bytes it copies, instead of reading the body once more only to check
+    /// it first. `None` means: find the batch the slow way (`next_batch`).
+    pub(super) fn wanted_compact_header(
+        &mut self,
+        seg: u32,
+        pos: u32,
+        expected: u64,
+        want: u64,
+    ) -> Result<Option<BatchHeader>, F::Error> {
+        let l = self.l;
+        if pos + BATCH_HEADER_LEN as u32 > l.seg_size {
+            return Ok(None);
+        }
+        let mut hb = [0u8; BATCH_HEADER_LEN];
+        self.read(l.seg_addr(seg) + pos, &mut hb)?;
+        if BatchHeader::check(&hb, l.geo.erased, l.seg_size - pos) != HeadCheck::Plausible {
+            return Ok(None);
+        }
+        let h = BatchHeader::decode(&hb);
+        Ok(
+            (h.base_offset >= expected && h.base_offset <= want && want < h.end_offset())
+                .then_some(h),
+        )
+    }
+
     /// Copies the records at or after `from` of the valid compact batch `h` at
     /// `batch_addr` into `buf` as canonical encodings, as many as fit. Every copy is
-    /// checked against the batch CRC (the whole body is read in the same pass), read again
-    /// up to [`READ_ATTEMPTS`] times.
+    /// checked against the batch CRC (the whole body is read in the same pass), the body
+    /// read up to `attempts` times ([`READ_ATTEMPTS`] for a batch already validated, 1
+    /// for one taken on its header alone).
     pub(super) fn read_compact(
         &mut self,
         batch_addr: u32,
@@ -591,9 +649,11 @@ impl<F: Flash> Dev<F> {
         scratch: &mut Scratch<'_>,
         from: u64,
         buf: &mut [u8],
+        attempts: u32,
     ) -> Result<CompactRead, F::Error> {
+        let copy = &mut CopyFrom { from, buf };
         Ok(
-            match self.decode_checked(batch_addr, h, scratch, &mut CopyFrom { from, buf })? {
+            match self.decode_checked(batch_addr, h, scratch, copy, attempts)? {
                 Checked::Got(got, decoded) => {
                     if let Some(len) = decoded
                         && from <= h.base_offset

@@ -323,24 +323,40 @@ impl<'a, F: Flash> Log<'a, F> {
         }
         let mut corrupt_before = false;
         let mut out = empty(from, 0);
+        // A compact batch taken on its header alone that then did not check: found again
+        // the slow way, which validates (and re-reads) it before it is believed bad.
+        let mut unchecked_failed_at = None;
         loop {
+            // A compressed batch decoded into the scratch by an earlier read was validated
+            // then: a read that goes on inside it does not read it again.
+            #[cfg(feature = "compression")]
+            let held = self.scratch.holds.and_then(|held| {
+                (held.addr == l.seg_addr(seg) + pos && held.h.base_offset >= expected)
+                    .then_some(held.h)
+            });
+            #[cfg(not(feature = "compression"))]
+            let held = None;
             // Fast path: the batch at `pos` holds the next wanted offset and fits in the
-            // rest of `buf`: it is read once, straight into `buf`, and checked there.
-            let fast = if compact {
-                None
+            // rest of `buf`: it is read once, straight into `buf`, and checked there. A
+            // compact batch is taken on a plausible header: decoding it checks its CRC.
+            let mut unchecked = false;
+            let fast = if held.is_some() {
+                held
+            } else if compact {
+                let h = if unchecked_failed_at == Some(pos) {
+                    None
+                } else {
+                    self.dev
+                        .wanted_compact_header(seg, pos, expected, out.next_offset)
+                        .map_err(ReadError::Flash)?
+                };
+                unchecked = h.is_some();
+                h
             } else {
                 self.dev
                     .read_wanted_batch(seg, pos, expected, out.next_offset, &mut buf[out.len..])
                     .map_err(ReadError::Flash)?
             };
-            // A compressed batch decoded into the scratch by an earlier read was validated
-            // then: a read that goes on inside it does not read it again.
-            #[cfg(feature = "compression")]
-            let fast = fast.or_else(|| {
-                let held = self.scratch.holds?;
-                (held.addr == l.seg_addr(seg) + pos && held.h.base_offset >= expected)
-                    .then_some(held.h)
-            });
             let next = match fast {
                 Some(h) => Next::Batch {
                     pos,
@@ -490,9 +506,12 @@ impl<'a, F: Flash> Log<'a, F> {
             if compact {
                 let addr = l.seg_addr(seg) + p;
                 let room = &mut buf[out.len..];
+                // One read of a batch taken on its header alone, as the canonical fast
+                // path: if it does not check, the slow way validates it with re-reads.
+                let attempts = if unchecked { 1 } else { READ_ATTEMPTS };
                 let got = self
                     .dev
-                    .read_compact(addr, &h, &mut self.scratch, want, room)
+                    .read_compact(addr, &h, &mut self.scratch, want, room, attempts)
                     .map_err(ReadError::Flash)?;
                 let (count, len, prev_crc) = match got {
                     CompactRead::Records {
@@ -500,6 +519,12 @@ impl<'a, F: Flash> Log<'a, F> {
                         len,
                         prev_crc,
                     } if count > 0 => (count, len, prev_crc),
+                    // Not checked yet (a compressed body is sized before its CRC is
+                    // checked): the slow way validates the batch first.
+                    CompactRead::Corrupt | CompactRead::ScratchTooSmall { .. } if unchecked => {
+                        unchecked_failed_at = Some(p);
+                        continue;
+                    }
                     CompactRead::TooSmall { needed } if out.count == 0 => {
                         return Err(ReadError::BufferTooSmall { needed });
                     }

@@ -306,6 +306,22 @@ impl<'a, F: Flash> Log<'a, F> {
         (n, at - BATCH_HEADER_LEN, crc)
     }
 
+    /// [`Log::buffered_fit`] of the records `plan` chose, from what the plan's walk already
+    /// found: their count and bytes, and the last one's CRC (computed here only when it is
+    /// not the newest record, whose CRC `append` kept).
+    fn planned_fit(&self, plan: &compact::Plan) -> (u32, usize, u32) {
+        let (k, len) = (plan.count, plan.canonical_len);
+        let crc = if k == 0 {
+            self.buf_prev_crc
+        } else if k == self.buf_count {
+            self.last_crc
+        } else {
+            let last = BATCH_HEADER_LEN + plan.last_start..BATCH_HEADER_LEN + len;
+            record_crc(self.buf_base + u64::from(k) - 1, &self.buf[last])
+        };
+        (k, len, crc)
+    }
+
     fn drop_buffered(&mut self, k: u32, bytes: usize, last_crc: u32) {
         let from = BATCH_HEADER_LEN + bytes;
         self.buf.copy_within(from..self.buf_len, BATCH_HEADER_LEN);
@@ -353,7 +369,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 )
             });
             let (k, body, crc) = match &plan {
-                Some(plan) => self.buffered_fit(plan.count, plan.canonical_len),
+                Some(plan) => self.planned_fit(plan),
                 None => self.buffered_fit(self.buf_count, max_body),
             };
             if k == 0 {
