@@ -423,6 +423,7 @@ pub struct Decoder {
 }
 
 /// Reads a LEB128 varint of at most 10 bytes that fits in 64 bits.
+#[inline]
 pub(super) fn take_varint<S: Source>(src: &mut S) -> Result<Option<u64>, S::Error> {
     let mut v = 0u64;
     for i in 0..10 {
@@ -520,6 +521,7 @@ impl Decoder {
 
     /// Decodes the next record's fields; the caller then takes its `payload_len` payload
     /// bytes from `src`. `None` if the body is malformed or every record was decoded.
+    #[inline]
     pub fn next<S: Source>(&mut self, src: &mut S) -> Result<Option<Head>, S::Error> {
         if self.left == 0 {
             return Ok(None);

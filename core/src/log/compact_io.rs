@@ -222,7 +222,10 @@ pub(super) enum Walked {
 }
 
 /// What [`Dev::open_compressed`] found at the start of a body.
+// The source is a few hundred bytes that move once into the caller's frame (the core has
+// no heap to box it on).
 #[cfg(feature = "compression")]
+#[allow(clippy::large_enum_variant)]
 enum Opened<'a, F: Flash> {
     /// Not a compressed body: decode it from the flash, from this source (which holds the
     /// body's first bytes already, read to tell).

@@ -81,6 +81,7 @@ const FLAG_AFTER_UNCLEAN: u8 = 0x01;
 /// canonical encoding (the bytes its CRC covers, with the payload after them); in pieces,
 /// so that a reader that only hashes them needs no buffer ([`encode_record_head`] writes
 /// them into one).
+#[inline]
 pub(crate) fn record_head_pieces(
     topic: &[u8],
     timestamp_us: u64,
@@ -507,12 +508,28 @@ pub fn parse_record(b: &[u8], offset: u64) -> Option<(RecordRef<'_>, usize)> {
 /// [`parse_record`] without the record CRC (left 0), for walks that need a record's length
 /// or fields but not its CRC: the CRC is a pass over the record's bytes.
 pub(crate) fn parse_record_fields(b: &[u8], offset: u64) -> Option<(RecordRef<'_>, usize)> {
+    parse_fields_known(b, offset, "")
+}
+
+/// [`parse_record_fields`], except that a topic equal to `known` (a topic already checked,
+/// such as the previous record's) is not checked for UTF-8 again.
+#[inline]
+fn parse_fields_known<'b>(
+    b: &'b [u8],
+    offset: u64,
+    known: &'b str,
+) -> Option<(RecordRef<'b>, usize)> {
     let tlen = *b.first()? as usize;
     if tlen == 0 {
         return None;
     }
     let mut at = 1;
-    let topic = core::str::from_utf8(b.get(at..at + tlen)?).ok()?;
+    let t = b.get(at..at + tlen)?;
+    let topic = if t == known.as_bytes() {
+        known
+    } else {
+        core::str::from_utf8(t).ok()?
+    };
     at += tlen;
     let timestamp_us = u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?);
     at += 8;
@@ -557,6 +574,8 @@ pub struct RecordIter<'a> {
     rest: &'a [u8],
     next_offset: u64,
     left: u32,
+    /// The previous record's topic (records of a read mostly share one).
+    topic: &'a str,
 }
 
 impl<'a> RecordIter<'a> {
@@ -566,6 +585,7 @@ impl<'a> RecordIter<'a> {
             rest: bytes,
             next_offset: first_offset,
             left: count,
+            topic: "",
         }
     }
 }
@@ -576,7 +596,9 @@ impl<'a> Iterator for RecordIter<'a> {
         if self.left == 0 {
             return None;
         }
-        let (r, n) = parse_record(self.rest, self.next_offset)?;
+        let (mut r, n) = parse_fields_known(self.rest, self.next_offset, self.topic)?;
+        r.crc = record_crc(r.offset, r.encoded);
+        self.topic = r.topic;
         self.rest = &self.rest[n..];
         self.next_offset += 1;
         self.left -= 1;
