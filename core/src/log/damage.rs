@@ -54,9 +54,9 @@ impl<F: Flash> Log<'_, F> {
             let n = ((l.seg_size - at) as usize).min(BATCH_HEADER_LEN);
             self.dev.read(l.seg_addr(seg) + at, &mut hb[..n])?;
             if short::is_tag(hb[0], l.geo.erased) {
-                // A short batch (version 5), by its length byte: cut in its first word
-                // (tag or length torn), the write programmed nothing after that word.
-                at += align_up(short::total_len(hb[1]), l.ws());
+                // A short batch (version 5), by its tag and length bytes: cut in its first
+                // word (tag or length torn), the write programmed nothing after that word.
+                at += align_up(short::total_len(hb[0], hb[1]), l.ws());
                 continue;
             }
             if n < BATCH_HEADER_LEN {
@@ -105,7 +105,7 @@ impl<F: Flash> Log<'_, F> {
                 break;
             }
             n += 1;
-            at += align_up(short::total_len(b[1]), l.ws());
+            at += align_up(short::total_len(b[0], b[1]), l.ws());
         }
         Ok(n)
     }

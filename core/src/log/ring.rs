@@ -183,8 +183,8 @@ impl<'a, F: Flash> Log<'a, F> {
     /// a resume marker, damage) goes through the full check of
     /// [`Dev::next_batch`](super::device::Dev::next_batch), so a corrupt batch's records,
     /// lost already, are not counted. A short batch tag right after a batch a short batch
-    /// can follow is taken the same way: one record at the next offset, skipped by its
-    /// length byte.
+    /// can follow is taken the same way: one record at the next offset, skipped by the
+    /// length its tag and length bytes give.
     fn count_records(&mut self, seg: u32, from: u64, to: u64) -> Result<u64, Io<F::Error>> {
         let l = self.dev.l;
         let mut pos = l.data_start;
@@ -202,7 +202,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 .map_err(Io::Flash)?;
             if chain && got >= 2 && short::is_tag(hb[0], l.geo.erased) {
                 n += u64::from(expected >= from);
-                pos = pos.saturating_add(align_up(short::total_len(hb[1]), l.ws()));
+                pos = pos.saturating_add(align_up(short::total_len(hb[0], hb[1]), l.ws()));
                 expected += 1;
                 // Not checked: a batch that needs the full check starts without a link.
                 prev = Prev::None;

@@ -195,6 +195,10 @@ impl<F: Flash> Dev<F> {
     /// Reads the short batch at flash address `addr` (`avail` bytes to the end of its
     /// segment) and checks it against `link` (one read); copies its record's canonical
     /// encoding into `dst` if it fits there. `None` if it does not check.
+    ///
+    /// Not inlined: the batch ([`SHORT_MAX_LEN`] bytes) and topic buffers are on the
+    /// stack only while it runs.
+    #[inline(never)]
     pub(super) fn short_at(
         &mut self,
         addr: u32,
@@ -207,7 +211,7 @@ impl<F: Flash> Dev<F> {
             return Ok(None);
         }
         self.read(addr, &mut b[..2])?;
-        let total = short::total_len(b[1]);
+        let total = short::total_len(b[0], b[1]);
         if total > avail {
             return Ok(None);
         }

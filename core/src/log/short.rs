@@ -13,14 +13,16 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 0 | tag: `0xA0`, bit 0 producer fields follow, bit 1 the record's own topic follows |
-//! | 1 | `L`: length of the body, 1 to 255 |
+//! | 0 | tag: `0xA0`; bit 0: producer fields follow; bit 1: the record's own topic follows; bit 2: bit 8 of `L` |
+//! | 1 | bits 0 to 7 of `L`, the length of the body, 1 to 511 |
 //! | 2..6 | CRC-32 of offset (u64 LE) ‖ previous record CRC (u32 LE) ‖ bytes 0..2 ‖ the body |
 //! | 6..6+L | body: timestamp step (zigzag varint), producer id (u64) and sequence (varint), topic (length byte and bytes), payload (the rest) |
 //!
-//! The tag is never the erased value `0xFF` of NOR flash nor `S` (`0x53`), the first byte
-//! of every magic, so a short batch is told from erased flash, a full batch and a resume
-//! marker by its first byte. A writer never writes a tag equal to the flash's erased value.
+//! The tag (`0xA0` to `0xA7`) is never the erased value `0xFF` of NOR flash, `0x00`, nor
+//! `S` (`0x53`), the first byte of every magic, so a short batch is told from erased flash,
+//! a full batch and a resume marker by its first byte. A writer never writes a tag equal to
+//! the flash's erased value. Tag bit 2 is clear in every short batch whose body takes at
+//! most 255 bytes.
 
 use super::compact::{put_varint, take_varint, unzigzag, varint_len, zigzag};
 use super::format::{MAX_NEXT_OFFSET, MAX_TOPIC_LEN, Producer, record_head_pieces};
@@ -34,13 +36,15 @@ pub const SHORT_TAG: u8 = 0xA0;
 pub const SHORT_PRODUCER: u8 = 0x01;
 /// Tag bit: the record's own topic (length byte and bytes) follows.
 pub const SHORT_TOPIC: u8 = 0x02;
-const SHORT_TAG_MASK: u8 = !(SHORT_PRODUCER | SHORT_TOPIC);
+/// Tag bit: bit 8 of the body length (its bits 0 to 7 are the second byte).
+pub const SHORT_LEN_HIGH: u8 = 0x04;
+const SHORT_TAG_MASK: u8 = !(SHORT_PRODUCER | SHORT_TOPIC | SHORT_LEN_HIGH);
 
 /// Bytes of a short batch before its body: tag, length, CRC.
 pub const SHORT_HEAD_LEN: usize = 6;
-/// Longest body of a short batch.
-pub const SHORT_MAX_BODY: usize = 255;
-/// Longest short batch, framing included (before padding).
+/// Longest body of a short batch, bytes: 9 bits of length (tag bit 2 and the length byte).
+pub const SHORT_MAX_BODY: usize = 511;
+/// Longest short batch, framing included (before padding), bytes.
 pub const SHORT_MAX_LEN: usize = SHORT_HEAD_LEN + SHORT_MAX_BODY;
 
 /// Whether `b`, the first byte at a batch position, is a short batch tag on a flash whose
@@ -49,9 +53,16 @@ pub const fn is_tag(b: u8, erased: u8) -> bool {
     b & SHORT_TAG_MASK == SHORT_TAG && b != erased
 }
 
-/// Bytes a short batch whose first two bytes are `tag, len` takes, before padding.
-pub const fn total_len(len: u8) -> u32 {
-    SHORT_HEAD_LEN as u32 + len as u32
+/// Length of the body of a short batch whose first two bytes are `tag, len`, bytes (0 to
+/// 511; 0 is invalid): tag bit 2 is its bit 8, `len` its bits 0 to 7.
+pub const fn body_len(tag: u8, len: u8) -> u32 {
+    (((tag & SHORT_LEN_HIGH) as u32) << 6) | len as u32
+}
+
+/// Bytes a short batch whose first two bytes are `tag, len` takes, before padding (6 to
+/// [`SHORT_MAX_LEN`]).
+pub const fn total_len(tag: u8, len: u8) -> u32 {
+    SHORT_HEAD_LEN as u32 + body_len(tag, len)
 }
 
 /// What a short batch continues: the record just before it, as a reader walking the
@@ -106,8 +117,8 @@ pub fn crc(offset: u64, prev_crc: u32, head: [u8; 2], body: &[u8]) -> u32 {
 pub fn decode(b: &[u8], link: &Link) -> Option<Decoded> {
     let (&tag, &len) = (b.first()?, b.get(1)?);
     if tag & SHORT_TAG_MASK != SHORT_TAG
-        || len == 0
-        || b.len() != total_len(len) as usize
+        || body_len(tag, len) == 0
+        || b.len() != total_len(tag, len) as usize
         || link.next >= MAX_NEXT_OFFSET
     {
         return None;
@@ -196,8 +207,12 @@ pub fn encode(
     }
     out[at..at + payload.len()].copy_from_slice(payload);
     at += payload.len();
+    let len = at - SHORT_HEAD_LEN;
+    if len > 0xFF {
+        tag |= SHORT_LEN_HIGH;
+    }
     out[0] = tag;
-    out[1] = (at - SHORT_HEAD_LEN) as u8;
+    out[1] = len as u8;
     let c = crc(offset, prev_crc, [out[0], out[1]], &out[SHORT_HEAD_LEN..at]);
     out[2..6].copy_from_slice(&c.to_le_bytes());
     Some(at)

@@ -446,8 +446,13 @@ impl<'a, F: Flash> Log<'a, F> {
     /// Writes the one buffered record as a short batch (`FORMAT.md` section 3.5) at the
     /// head position of `head` (`space` bytes left there), if it continues the last record
     /// written there ([`Log::short_link`]: the next offset, no resume marker pending),
-    /// its body fits in 255 bytes and its tag is not the erased value. `false`: write it
-    /// as a full batch.
+    /// its body fits in [`SHORT_MAX_BODY`] bytes and its tag is not the erased value.
+    /// `false`: write it as a full batch.
+    ///
+    /// Not inlined: its encoding buffer ([`SHORT_MAX_LEN`] bytes) is on the stack only
+    /// while it runs, not in the frame of a flush that goes on to roll the segment and
+    /// write the journal.
+    #[inline(never)]
     fn write_short(&mut self, head: u32, space: u32) -> Result<bool, FlushError<F::Error>> {
         let l = self.dev.l;
         let Some(link) = self.short_link.as_ref() else {

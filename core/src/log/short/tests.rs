@@ -162,7 +162,7 @@ fn every_flipped_bit_and_every_cut_fails() {
 }
 
 #[test]
-fn the_tag_is_never_erased_nor_a_magic_start_and_bodies_stop_at_255_bytes() {
+fn the_tag_is_never_erased_nor_a_magic_start_and_bodies_stop_at_511_bytes() {
     for b in 0..=255u8 {
         if is_tag(b, 0xFF) {
             assert!(b != 0xFF && b != b'S' && b != 0x00, "tag {b:#x}");
@@ -172,21 +172,79 @@ fn the_tag_is_never_erased_nor_a_magic_start_and_bodies_stop_at_255_bytes() {
         !is_tag(0xA0, 0xA0),
         "a tag equal to the erased value is no tag"
     );
+    for tag in [0xA0u8, 0xA3, 0xA4, 0xA7] {
+        assert!(is_tag(tag, 0xFF) && is_tag(tag, 0x00), "{tag:#x}");
+    }
+    assert!(!is_tag(0xA8, 0xFF) && !is_tag(0xB0, 0xFF) && !is_tag(0x80, 0xFF));
     let l = link();
     let mut out = [0u8; SHORT_MAX_LEN];
-    // 1 byte of step + 254 of payload: 255, the most.
+    // 1 byte of step + 510 of payload: 511, the most.
     assert_eq!(
         encode(
-            l.next, 0, l.ts, b"sst", b"sst", l.ts, None, &[0; 254], &mut out
+            l.next, 0, l.ts, b"sst", b"sst", l.ts, None, &[0; 510], &mut out
         ),
         Some(SHORT_MAX_LEN)
     );
     assert_eq!(
         encode(
-            l.next, 0, l.ts, b"sst", b"sst", l.ts, None, &[0; 255], &mut out
+            l.next, 0, l.ts, b"sst", b"sst", l.ts, None, &[0; 511], &mut out
         ),
         None
     );
+    assert!(
+        encode(
+            l.next,
+            0,
+            l.ts,
+            b"sst",
+            b"sst",
+            l.ts,
+            None,
+            &[0; 510],
+            &mut out[..SHORT_MAX_LEN - 1]
+        )
+        .is_none(),
+        "an output too small"
+    );
+}
+
+/// Bodies of 256 to 511 bytes set tag bit 2 (bit 8 of the length); shorter ones leave it
+/// clear, as every short batch did before bodies passed 255 bytes.
+#[test]
+fn the_length_takes_tag_bit_2_as_its_bit_8() {
+    let l = link();
+    for (payload_len, tag_bit, len_byte) in [
+        (1usize, 0u8, 2u8),
+        (254, 0, 255),
+        (255, SHORT_LEN_HIGH, 0),
+        (256, SHORT_LEN_HIGH, 1),
+        (510, SHORT_LEN_HIGH, 255),
+    ] {
+        let payload = [0x5Au8; 510];
+        let payload = &payload[..payload_len];
+        let (b, n) = short("sst", l.ts + 1, None, payload);
+        assert_eq!(n, SHORT_HEAD_LEN + 1 + payload_len);
+        assert_eq!(
+            (b[0], b[1]),
+            (SHORT_TAG | tag_bit, len_byte),
+            "{payload_len}"
+        );
+        assert_eq!(total_len(b[0], b[1]) as usize, n);
+        let d = decode(&b[..n], &l).expect("valid");
+        assert_eq!(&b[d.payload_at..n], payload);
+        // The CRC covers tag bit 2: flipped, the length changes by 256 and, cut or
+        // extended to that length, the batch fails.
+        let mut c = [0u8; SHORT_MAX_LEN];
+        c[..n].copy_from_slice(&b[..n]);
+        c[0] ^= SHORT_LEN_HIGH;
+        let m = total_len(c[0], c[1]) as usize;
+        if m <= SHORT_MAX_LEN && body_len(c[0], c[1]) > 0 {
+            assert!(
+                decode(&c[..m], &l).is_none(),
+                "{payload_len}: bit 2 flipped"
+            );
+        }
+    }
 }
 
 #[test]
@@ -201,7 +259,7 @@ fn arbitrary_bytes_never_panic() {
             x ^= x << 5;
             *v = x as u8;
         }
-        b[0] = SHORT_TAG | (b[0] & 3);
+        b[0] = SHORT_TAG | (b[0] & 7);
         let n = (b[1] as usize % 64).max(1);
         let _ = decode(&b[..n], &l);
     }
