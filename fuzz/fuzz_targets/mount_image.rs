@@ -1,6 +1,6 @@
 //! Mount and read of damaged images, structure-aware: the input is a list of edits applied
 //! to a valid image made by the real `Log` (format, appends from several producers,
-//! commits, a clean close), some of which rewrite a field and then fix the CRC of the
+//! commits, records flushed alone as short batches, a clean close), some of which rewrite a field and then fix the CRC of the
 //! segment header, journal entry or batch that holds it, so the edited numbers get past
 //! the checksums and reach the code that uses them. The damaged image is mounted, read
 //! from its first offset to its end, appended to, closed and mounted again.
@@ -58,6 +58,20 @@ fn base_image() -> &'static [u8] {
             if i % 20 == 19 {
                 log.commit("bridge", u64::from(i / 2)).expect("commit");
             }
+        }
+        // Records flushed alone after one another: an anchor, then short batches (format
+        // version 5), two with bodies past 255 bytes (bit 8 of the length in tag bit 2).
+        log.flush(60).expect("flush");
+        let long = [0x5Au8; 300];
+        for (i, len) in (60..64u32).zip([5usize, 300, 17, 260]) {
+            let rec = Record {
+                topic: "sensor/b",
+                timestamp_us: u64::from(i) * 1000,
+                producer: None,
+                payload: &long[..len],
+            };
+            log.append(u64::from(i), &rec).expect("append");
+            log.flush(u64::from(i)).expect("flush");
         }
         log.close(100).expect("close");
         flash.bytes().to_vec()
