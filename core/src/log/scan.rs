@@ -8,7 +8,7 @@ use super::format::{
     BATCH_HEADER_LEN, BatchHeader, HeadCheck, RESUME_LEN, ResumeMarker, SEGMENT_HEADER_LEN,
     SegmentHeader,
 };
-use super::short::{self, Link, SHORT_MAX_LEN, SHORT_VERSION, TopicBuf};
+use super::short::{self, Link, SHORT_MAX_HEAD, SHORT_VERSION, TopicBuf};
 use crate::storage::Flash;
 
 /// What lies just before a batch position of a segment, for a short batch there
@@ -193,11 +193,13 @@ impl<F: Flash> Dev<F> {
     }
 
     /// Reads the short batch at flash address `addr` (`avail` bytes to the end of its
-    /// segment) and checks it against `link` (one read); copies its record's canonical
-    /// encoding into `dst` if it fits there. `None` if it does not check.
+    /// segment) and checks it against `link` (one read of each byte); copies its record's
+    /// canonical encoding into `dst` if it fits there. `None` if it does not check.
     ///
-    /// Not inlined: the batch ([`SHORT_MAX_LEN`] bytes) and topic buffers are on the
-    /// stack only while it runs.
+    /// The fields before the payload are read into a buffer of [`SHORT_MAX_HEAD`] bytes,
+    /// and the payload goes through it in pieces: each piece read once feeds the batch CRC,
+    /// the record CRC and the copy alike. Not inlined: that buffer and the topic's are on
+    /// the stack only while it runs.
     #[inline(never)]
     pub(super) fn short_at(
         &mut self,
@@ -206,7 +208,7 @@ impl<F: Flash> Dev<F> {
         link: &Link,
         dst: &mut [u8],
     ) -> Result<Option<ShortAt>, F::Error> {
-        let mut b = [0u8; SHORT_MAX_LEN];
+        let mut b = [0u8; SHORT_MAX_HEAD];
         if avail < 2 {
             return Ok(None);
         }
@@ -215,9 +217,9 @@ impl<F: Flash> Dev<F> {
         if total > avail {
             return Ok(None);
         }
-        let b = &mut b[..total as usize];
-        self.read(addr, b)?;
-        let Some(d) = short::decode(b, link) else {
+        let head_len = (total as usize).min(SHORT_MAX_HEAD);
+        self.read(addr, &mut b[..head_len])?;
+        let Some(d) = short::decode_head(&b[..head_len], total as usize, link) else {
             return Ok(None);
         };
         let mut tb: TopicBuf = [0; super::format::MAX_TOPIC_LEN];
@@ -243,28 +245,61 @@ impl<F: Flash> Dev<F> {
             return Ok(None);
         }
         let topic_crc = super::format::crc32(topic);
-        let payload = &b[d.payload_at..];
-        let crc = short::record_crc(link.next, &d, topic, payload);
-        let canonical_len = short::canonical_len(&d, topic.len(), payload.len());
-        let copied = !dst.is_empty() && short::canonical(&d, topic, payload, dst).is_some();
+        let stored = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+        let payload_len = total as usize - d.payload_at;
+        let canonical_len = short::canonical_len(&d, topic.len(), payload_len);
+        let copy = dst.len() >= canonical_len;
+        let mut batch = short::crc_start(link.next, link.prev_crc, [b[0], b[1]]);
+        batch.update(&b[short::SHORT_HEAD_LEN..d.payload_at]);
+        // The record CRC and canonical encoding (`short::record_crc`, `short::canonical`):
+        // the head pieces, then the payload.
+        let mut rec = crate::crc::Hasher::new();
+        rec.update(&link.next.to_le_bytes());
+        let mut at = 0usize;
+        super::format::record_head_pieces(topic, d.ts, d.producer, payload_len as u32, &mut |p| {
+            rec.update(p);
+            if copy {
+                dst[at..at + p.len()].copy_from_slice(p);
+            }
+            at += p.len();
+        });
+        let (mut from, mut end, mut pos) = (d.payload_at, head_len, head_len as u32);
+        loop {
+            let piece = &b[from..end];
+            batch.update(piece);
+            rec.update(piece);
+            if copy {
+                dst[at..at + piece.len()].copy_from_slice(piece);
+            }
+            at += piece.len();
+            if pos >= total {
+                break;
+            }
+            let n = ((total - pos) as usize).min(SHORT_MAX_HEAD);
+            self.read(addr + pos, &mut b[..n])?;
+            (from, end, pos) = (0, n, pos + n as u32);
+        }
+        if batch.finalize() != stored {
+            return Ok(None);
+        }
         Ok(Some(ShortAt {
             h: BatchHeader {
                 len: total,
-                crc: u32::from_le_bytes([b[2], b[3], b[4], b[5]]),
+                crc: stored,
                 base_offset: link.next,
                 count: 1,
                 prev_crc: link.prev_crc,
             },
             out: Link {
                 next: link.next + 1,
-                prev_crc: crc,
+                prev_crc: rec.finalize(),
                 ts: d.ts,
                 topic_addr,
                 topic_len,
                 topic_crc,
             },
             canonical_len,
-            copied,
+            copied: copy,
         }))
     }
 

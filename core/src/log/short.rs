@@ -46,6 +46,10 @@ pub const SHORT_HEAD_LEN: usize = 6;
 pub const SHORT_MAX_BODY: usize = 511;
 /// Longest short batch, framing included (before padding), bytes.
 pub const SHORT_MAX_LEN: usize = SHORT_HEAD_LEN + SHORT_MAX_BODY;
+/// Most bytes of a short batch before its payload, bytes: the framing, the timestamp step
+/// (a varint, at most 10 bytes as read), producer id and sequence (8, and a varint of at
+/// most 10) and an own topic (1 and 255).
+pub const SHORT_MAX_HEAD: usize = SHORT_HEAD_LEN + 10 + 8 + 10 + 1 + MAX_TOPIC_LEN;
 
 /// Whether `b`, the first byte at a batch position, is a short batch tag on a flash whose
 /// erased byte is `erased`.
@@ -102,12 +106,19 @@ pub struct Decoded {
 /// CRC-32 a short batch stores: over `offset`, `prev_crc`, the tag and length bytes and
 /// the body.
 pub fn crc(offset: u64, prev_crc: u32, head: [u8; 2], body: &[u8]) -> u32 {
+    let mut h = crc_start(offset, prev_crc, head);
+    h.update(body);
+    h.finalize()
+}
+
+/// The CRC of [`crc`] before the body: fed `offset`, `prev_crc` and the tag and length
+/// bytes. Feeding it the body gives the CRC the batch stores.
+pub fn crc_start(offset: u64, prev_crc: u32, head: [u8; 2]) -> crate::crc::Hasher {
     let mut h = crate::crc::Hasher::new();
     h.update(&offset.to_le_bytes());
     h.update(&prev_crc.to_le_bytes());
     h.update(&head);
-    h.update(body);
-    h.finalize()
+    h
 }
 
 /// Checks the short batch `b` (exactly its [`total_len`] bytes) against `link` and decodes
@@ -115,16 +126,26 @@ pub fn crc(offset: u64, prev_crc: u32, head: [u8; 2], body: &[u8]) -> u32 {
 /// or out of range, an empty or non-UTF-8 topic, a body that ends inside a field), or if
 /// its offset would reach [`MAX_NEXT_OFFSET`].
 pub fn decode(b: &[u8], link: &Link) -> Option<Decoded> {
+    let d = decode_head(b, b.len(), link)?;
+    let stored = u32::from_le_bytes(b.get(2..6)?.try_into().ok()?);
+    (crc(link.next, link.prev_crc, [b[0], b[1]], &b[SHORT_HEAD_LEN..]) == stored).then_some(d)
+}
+
+/// Decodes a short batch of `total` bytes from `head`, its first bytes (all of them, or
+/// at least [`SHORT_MAX_HEAD`]: every field before the payload), as [`decode`] does but
+/// without checking its CRC (the caller checks it over the whole batch): `None` if the
+/// tag, the length or a field is wrong, or if its offset would reach
+/// [`MAX_NEXT_OFFSET`].
+pub fn decode_head(head: &[u8], total: usize, link: &Link) -> Option<Decoded> {
+    let b = head;
     let (&tag, &len) = (b.first()?, b.get(1)?);
     if tag & SHORT_TAG_MASK != SHORT_TAG
         || body_len(tag, len) == 0
-        || b.len() != total_len(tag, len) as usize
+        || total != total_len(tag, len) as usize
+        || (b.len() != total && (b.len() < SHORT_MAX_HEAD || b.len() > total))
+        || b.len() < SHORT_HEAD_LEN
         || link.next >= MAX_NEXT_OFFSET
     {
-        return None;
-    }
-    let stored = u32::from_le_bytes(b.get(2..6)?.try_into().ok()?);
-    if crc(link.next, link.prev_crc, [tag, len], &b[SHORT_HEAD_LEN..]) != stored {
         return None;
     }
     let mut src = super::compact::SliceSource {

@@ -264,3 +264,40 @@ fn arbitrary_bytes_never_panic() {
         let _ = decode(&b[..n], &l);
     }
 }
+
+/// A batch decoded from its first [`SHORT_MAX_HEAD`] bytes gives what the whole batch
+/// gives, even with every field as long as a reader takes it (varints of 10 bytes, a
+/// 255-byte topic); a head shorter than that, or longer than the batch, is refused.
+#[test]
+fn the_fields_fit_in_the_head() {
+    let l = link();
+    let mut b = [0u8; SHORT_MAX_LEN];
+    let mut at = SHORT_HEAD_LEN;
+    // Step 0 and sequence 1 as 10-byte varints (continuation bytes of zero bits).
+    for v in [0u8, 1] {
+        b[at] = 0x80 | v;
+        b[at + 1..at + 9].fill(0x80);
+        b[at + 9] = 0;
+        at += 10;
+        if v == 0 {
+            b[at..at + 8].copy_from_slice(&7u64.to_le_bytes());
+            at += 8;
+        }
+    }
+    b[at] = 255;
+    b[at + 1..at + 256].fill(b'x');
+    at += 256;
+    assert_eq!(at, SHORT_MAX_HEAD);
+    let total = at + 200;
+    let body = total - SHORT_HEAD_LEN;
+    b[0] = SHORT_TAG | SHORT_PRODUCER | SHORT_TOPIC | SHORT_LEN_HIGH;
+    b[1] = (body & 0xFF) as u8;
+    let c = crc(l.next, l.prev_crc, [b[0], b[1]], &b[SHORT_HEAD_LEN..total]);
+    b[2..6].copy_from_slice(&c.to_le_bytes());
+    let whole = decode(&b[..total], &l).expect("valid");
+    assert_eq!(whole.payload_at, SHORT_MAX_HEAD);
+    assert_eq!(whole.producer, Some(Producer { id: 7, seq: 1 }));
+    assert_eq!(decode_head(&b[..SHORT_MAX_HEAD], total, &l), Some(whole));
+    assert_eq!(decode_head(&b[..SHORT_MAX_HEAD - 1], total, &l), None);
+    assert_eq!(decode_head(&b[..total], total + 1, &l), None);
+}
