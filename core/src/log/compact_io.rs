@@ -10,7 +10,7 @@
 use super::compact::SliceSource;
 use super::compact::{self, Decoder, Head, Plan, Source};
 use super::device::{CHUNK, Dev, READ_ATTEMPTS};
-use super::format::{BATCH_HEADER_LEN, BatchHeader, HeadCheck};
+use super::format::{BATCH_HEADER_LEN, BatchHeader};
 use super::lz4::Scratch;
 #[cfg(feature = "compression")]
 use super::lz4::{self, BODY_LZ4, Held};
@@ -610,34 +610,6 @@ impl<F: Flash> Dev<F> {
             }
         }
         Ok(false)
-    }
-
-    /// The header of the batch at `pos` of segment `seg` if it is plausible and the batch
-    /// holds offset `want` (its base at or after `expected`), its CRC not checked: a
-    /// sequential read decodes such a batch with [`Dev::read_compact`], which checks the
-    /// CRC over the bytes it copies, instead of reading the body once more only to check
-    /// it first. `None` means: find the batch the slow way (`next_batch`).
-    pub(super) fn wanted_compact_header(
-        &mut self,
-        seg: u32,
-        pos: u32,
-        expected: u64,
-        want: u64,
-    ) -> Result<Option<BatchHeader>, F::Error> {
-        let l = self.l;
-        if pos + BATCH_HEADER_LEN as u32 > l.seg_size {
-            return Ok(None);
-        }
-        let mut hb = [0u8; BATCH_HEADER_LEN];
-        self.read(l.seg_addr(seg) + pos, &mut hb)?;
-        if BatchHeader::check(&hb, l.geo.erased, l.seg_size - pos) != HeadCheck::Plausible {
-            return Ok(None);
-        }
-        let h = BatchHeader::decode(&hb);
-        Ok(
-            (h.base_offset >= expected && h.base_offset <= want && want < h.end_offset())
-                .then_some(h),
-        )
     }
 
     /// Copies the records at or after `from` of the valid compact batch `h` at

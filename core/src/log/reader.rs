@@ -347,8 +347,9 @@ impl<'a, F: Flash> Log<'a, F> {
                     None
                 } else {
                     self.dev
-                        .wanted_compact_header(seg, pos, expected, out.next_offset)
+                        .wanted_header(seg, pos, expected, out.next_offset)
                         .map_err(ReadError::Flash)?
+                        .map(|(_, h)| h)
                 };
                 unchecked = h.is_some();
                 h

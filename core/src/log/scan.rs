@@ -448,17 +448,19 @@ impl<F: Flash> Dev<F> {
         self.read_decoded(addr, false, ResumeMarker::decode)
     }
 
-    /// Reads the batch at `pos` straight into `dst` if its header is plausible, it holds
-    /// offset `want` (from its base, at or after `expected`) and its body fits in `dst`;
-    /// returns its header if the CRC then checks. `None` means: take the slow path.
-    pub(super) fn read_wanted_batch(
+    /// The header of the batch at `pos` of segment `seg` (its bytes and decoded) if it is
+    /// plausible and the batch holds offset `want` (its base at or after `expected`), its
+    /// CRC not checked. A sequential read's fast path: a compact batch is then decoded with
+    /// [`Dev::read_compact`], which checks the CRC over the bytes it copies; a canonical one
+    /// is read by [`Dev::read_wanted_batch`]. `None` means: find the batch the slow way
+    /// (`next_batch`).
+    pub(super) fn wanted_header(
         &mut self,
         seg: u32,
         pos: u32,
         expected: u64,
         want: u64,
-        dst: &mut [u8],
-    ) -> Result<Option<BatchHeader>, F::Error> {
+    ) -> Result<Option<([u8; BATCH_HEADER_LEN], BatchHeader)>, F::Error> {
         let l = self.l;
         if pos + BATCH_HEADER_LEN as u32 > l.seg_size {
             return Ok(None);
@@ -469,16 +471,31 @@ impl<F: Flash> Dev<F> {
             return Ok(None);
         }
         let h = BatchHeader::decode(&hb);
-        let body_len = h.len as usize - BATCH_HEADER_LEN;
-        if h.base_offset < expected
-            || h.base_offset > want
-            || h.end_offset() <= want
-            || body_len > dst.len()
-        {
+        Ok(
+            (h.base_offset >= expected && h.base_offset <= want && want < h.end_offset())
+                .then_some((hb, h)),
+        )
+    }
+
+    /// Reads the batch at `pos` straight into `dst` if [`Dev::wanted_header`] takes it and
+    /// its body fits in `dst`; returns its header if the CRC then checks. `None` means:
+    /// take the slow path.
+    pub(super) fn read_wanted_batch(
+        &mut self,
+        seg: u32,
+        pos: u32,
+        expected: u64,
+        want: u64,
+        dst: &mut [u8],
+    ) -> Result<Option<BatchHeader>, F::Error> {
+        let Some((hb, h)) = self.wanted_header(seg, pos, expected, want)? else {
             return Ok(None);
-        }
-        let body = &mut dst[..body_len];
-        self.read(l.seg_addr(seg) + pos + BATCH_HEADER_LEN as u32, body)?;
+        };
+        let body_len = h.len as usize - BATCH_HEADER_LEN;
+        let Some(body) = dst.get_mut(..body_len) else {
+            return Ok(None);
+        };
+        self.read(self.l.seg_addr(seg) + pos + BATCH_HEADER_LEN as u32, body)?;
         let mut crc = crate::crc::Hasher::new();
         crc.update(&hb[16..]);
         crc.update(body);
