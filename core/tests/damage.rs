@@ -434,3 +434,69 @@ fn a_lost_oldest_segment_after_a_clean_shutdown_is_corrupt_under_drop_oldest() {
     let r = log.read(read_to, &mut out).unwrap();
     assert_eq!(r.lost, Some(corrupt(read_to, next.2)));
 }
+
+/// Found by the failed-write campaign (run 90,283 of `0xfa1700000001`): under
+/// `drop-oldest`, a reclaim of the oldest segment interrupted after its erase (a power cut
+/// or a failed header write) is taken for a reclaim by the mount after it, unclean (the
+/// offsets below the next segment's base were dropped); a close then wrote a clean journal
+/// entry with the segment still headerless, and the next mount took it for damage after a
+/// clean shutdown (the offsets from the bridge's commit on, corrupt) while the mount after
+/// that, unclean again, took it for the reclaim: two mounts of the same flash disagreed on
+/// the first offset. The close finishes the reclaim (opens the segment) before its clean
+/// entry, so every mount after it agrees with the one before it.
+#[test]
+fn a_reclaim_interrupted_before_a_clean_close_is_not_damage() {
+    let drop_oldest = Config {
+        full: spillway_core::log::FullPolicy::DropOldest,
+        ..Config::default()
+    };
+    let mut flash = formatted(SMALL, 0x3AB, 1);
+    let mut ram = Ram::new(&SMALL, 1, 1024);
+    let (mut log, _) = Log::mount(&mut flash, drop_oldest, ram.memory(), 0).unwrap();
+    let mut i = 0u64;
+    while log.segments().map(|s| s.1).max().unwrap() < 9 {
+        assert_eq!(append_nth(&mut log, i).unwrap().offset, i);
+        i += 1;
+    }
+    log.flush(i).unwrap();
+    let segs: Vec<(u32, u64, u64)> = log.segments().map(|(s, q, b, _)| (s, q, b)).collect();
+    assert_eq!(segs.len(), 4, "the ring is full: {segs:?}");
+    let (old, next) = (segs[0], segs[1]);
+    let read_to = old.2 + 3;
+    log.commit("bridge", read_to).unwrap();
+    log.persist(i).unwrap();
+    // No close: the next roll would reclaim the oldest segment; it erased it and stopped
+    // there (the header never written).
+    drop(log);
+    let block = ((2 + old.0) * SMALL.erase_size) as usize;
+    flash.bytes_mut()[block..block + SMALL.erase_size as usize].fill(0xFF);
+
+    let state = |log: &Log<'_, &mut Sim>| {
+        let s = log.stats();
+        (log.first_offset(), log.next_offset(), s.corrupt_offsets)
+    };
+    let (log, rep) = Log::mount(&mut flash, drop_oldest, ram.memory(), 0).unwrap();
+    assert!(!rep.clean);
+    assert_eq!(
+        log.first_offset(),
+        next.2,
+        "taken for the interrupted reclaim"
+    );
+    let before = state(&log);
+    assert_eq!(before.2, 0, "nothing corrupt");
+    log.close(i).unwrap();
+
+    let mut out = vec![0u8; 4096];
+    for k in 0..2 {
+        let (mut log, rep) = Log::mount(&mut flash, drop_oldest, ram.memory(), 0).unwrap();
+        assert_eq!(rep.clean, k == 0, "mount {k}: {rep:?}");
+        assert_eq!(state(&log), before, "mount {k} after the clean close");
+        assert!(log.read(read_to, &mut out).is_err(), "mount {k}: dropped");
+        let (seen, lost) = read_back(&mut log);
+        assert_eq!(seen.first(), Some(&next.2), "mount {k}");
+        assert!(
+            lost.iter().all(|l| l.reason != LostReason::Corrupt),
+            "mount {k}: {lost:?}"
+        );
+    }
+}

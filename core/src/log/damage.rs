@@ -208,6 +208,31 @@ impl<F: Flash> Log<'_, F> {
         let d = self.damaged?;
         (self.tail == Some(d.tail)).then(|| (d.from, self.slots[d.tail as usize].base))
     }
+
+    /// Whether the segment just before the tail is a reclaim an earlier boot left
+    /// unfinished that a clean journal entry would turn into damage at the next mount: it
+    /// is the next one to open (the one after the head), holds no valid header, the
+    /// tail's `seq` is above 1, this log did not find it damaged, and a consumer is
+    /// committed below the tail's base. This log took it for an interrupted reclaim (the
+    /// mount's rule after an unclean shutdown under `DropOldest`, or no consumer below the
+    /// tail's base then) and its offsets for reclaimed; after a clean shutdown the mount
+    /// rule counts them corrupt ([`Log::find_damage_before_tail`]). A close finishes the
+    /// reclaim first ([`Log::roll`] into that segment), so the clean flag's premise (no
+    /// reclaim under way) holds. False when no further segment `seq` is left.
+    pub(super) fn reclaim_left_unfinished(&self) -> bool {
+        let n = self.dev.l.seg_count;
+        let (Some(t), Some(h)) = (self.tail, self.head) else {
+            return false;
+        };
+        let p = (t + n - 1) % n;
+        let tail = self.slots[t as usize];
+        p == (h + 1) % n
+            && !self.slots[p as usize].valid
+            && tail.seq > 1
+            && self.max_seq + 1 < format::MAX_SEQ
+            && self.damaged.is_none_or(|d| d.seg != p)
+            && self.min_commit(|c| c.committed) < tail.base
+    }
 }
 
 impl<F: Flash> Log<'_, F> {

@@ -190,7 +190,10 @@ impl<'a, F: Flash> Log<'a, F> {
 
     /// Clean shutdown: writes the buffer, persists commits with the lease at the next
     /// offset (so no offsets are skipped) and marks the shutdown clean. Gives the storage
-    /// back.
+    /// back. If an earlier boot left a reclaim unfinished (the segment after the head erased
+    /// or torn, just before the oldest one, with a consumer committed below the oldest
+    /// one's base), the close finishes it first: it erases that segment and opens it
+    /// empty (`FORMAT.md` section 7, step 2).
     ///
     /// Errors: as [`Log::flush`]. A poisoned log cannot shut down cleanly: it fails with
     /// [`FlushError::Poisoned`] without writing (use [`Log::into_flash`] to get the storage
@@ -225,6 +228,15 @@ impl<'a, F: Flash> Log<'a, F> {
         self.now_us = now_us;
         self.check_poisoned()?;
         self.spill()?;
+        // A reclaim an earlier boot left unfinished (the segment after the head erased or
+        // torn, just before the tail) is finished: the clean entry says no reclaim was
+        // under way, and the next mount would take that segment for damage and a record
+        // this log counted as dropped for a corrupt one (a mount after an unclean
+        // shutdown takes it for the reclaim). The segment is opened empty; torn bytes at
+        // the old head's end are then covered by its header's `after_unclean` flag.
+        if self.reclaim_left_unfinished() {
+            self.roll()?;
+        }
         // A torn write left in the head is closed off, so the next mount finds the head
         // ending in erased flash (a clean shutdown).
         if self.resume.is_some() {
