@@ -315,31 +315,38 @@ fn fault_run_cuts(kind: FaultKind, seed: u64, k: u64, keep: usize) -> Totals {
 }
 
 /// Runs random scenarios with fault `kind` until it has fired `target` times; returns the
-/// runs made and the faults fired.
+/// runs made and the faults fired. With `SPILLWAY_RUN=K` it runs only run `K` of the
+/// campaign (whatever `target` is: a run's scenario and cuts depend on `seed` and `K`
+/// alone).
 fn fault_campaign(kind: FaultKind, target: u64, seed: u64) -> (u64, u64) {
     let start = Instant::now();
     let (mut runs, mut fired, mut cuts) = (0u64, 0u64, 0u64);
-    let only = env_u64("SPILLWAY_RUN");
-    while fired < target {
-        assert!(runs < 3 * target + 100, "{kind:?}: fires too rarely");
-        let k = runs;
-        runs += 1;
-        if only.is_some_and(|o| o != k) {
-            if runs > only.unwrap_or(0) {
-                break;
-            }
-            continue;
-        }
-        let t = fault_run(kind, seed, k);
-        cuts += t.cuts;
+    let fired_by = |t: &Totals| {
         let f = t.faults;
-        fired += match kind {
+        match kind {
             FaultKind::ReorderedCut => f.reordered_cuts,
             FaultKind::TornErase => f.torn_erases,
             FaultKind::FailedWrite => f.failed_writes,
             FaultKind::ReadError => f.failed_reads,
             FaultKind::ReadFlip => f.flipped_reads,
-        };
+        }
+    };
+    if let Some(k) = env_u64("SPILLWAY_RUN") {
+        let t = fault_run(kind, seed, k);
+        eprintln!(
+            "powercut faults {kind:?}: run {k} of campaign {seed:#x} replayed: {} fired, {} cuts and failed writes, {:.2?}",
+            fired_by(&t),
+            t.cuts,
+            start.elapsed()
+        );
+        return (1, fired_by(&t));
+    }
+    while fired < target {
+        assert!(runs < 3 * target + 100, "{kind:?}: fires too rarely");
+        let t = fault_run(kind, seed, runs);
+        runs += 1;
+        cuts += t.cuts;
+        fired += fired_by(&t);
     }
     eprintln!(
         "powercut faults {kind:?}: {fired} fired in {runs} runs ({cuts} cuts and failed writes), campaign seed {seed:#x}, {:.2?}",
