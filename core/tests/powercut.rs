@@ -455,6 +455,22 @@ fn close_full_under_reject_new_is_no_failure() {
     assert!(t.seen.close_full <= 1);
 }
 
+/// Regression (of the scenario, not the log): records given up by a `close` that returned
+/// `Full` before the first cut were later reported as durable records lost. At the reboot
+/// after op 192, records 122..128 were buffered and the close wrote 122 only; the remount
+/// reported 123..129 not durable (skipped), as it should. That mount came before any cut,
+/// so the oracle did not check it and did not forget 123..127 either; the durable end
+/// passed their offsets later, and the final check took 123 for an acknowledged record
+/// lost. The torn erase armed (the 14th erase: 13 complete first) never came: the scenario
+/// makes 13 erases, and the failure named a cut that had not fired. Run
+/// 376,547 of the torn-erase campaign `0xfa1700000001`, variant ws1-always-reject, cut
+/// `[TornErase(13, Sparse)]`.
+#[test]
+fn records_given_up_by_a_full_close_before_the_first_cut_are_not_durable() {
+    let t = fault_run(FaultKind::TornErase, 0xFA17_0000_0001, 376_547);
+    assert_eq!((t.seen.close_full, t.faults.torn_erases, t.cuts), (1, 0, 0));
+}
+
 /// `SPILLWAY_LONG=1`: the long campaign (see the module docs).
 fn long_mode() -> bool {
     std::env::var_os("SPILLWAY_LONG").is_some()
