@@ -358,14 +358,40 @@ impl<'a, F: Flash> Log<'a, F> {
                     .read_wanted_batch(seg, pos, expected, out.next_offset, &mut buf[out.len..])
                     .map_err(ReadError::Flash)?
             };
-            let next = match fast {
-                Some(h) => Next::Batch {
+            // A short batch right after the record just walked (its link known): read and
+            // checked once, its record copied into `buf` in the same pass. If it does not
+            // check, the slow way below reads it again (with re-reads) before it is
+            // believed bad.
+            let mut short_read = None;
+            if fast.is_none()
+                && let Prev::Link(link) = prev
+                && let Some(s) = self
+                    .dev
+                    .short_at(
+                        l.seg_addr(seg) + pos,
+                        l.seg_size.saturating_sub(pos),
+                        &link,
+                        &mut buf[out.len..],
+                    )
+                    .map_err(ReadError::Flash)?
+                && s.h.base_offset >= expected
+            {
+                short_read = Some((link, s));
+            }
+            let next = match (fast, short_read) {
+                (Some(h), _) => Next::Batch {
                     pos,
                     h,
                     after_corruption: false,
                     short: None,
                 },
-                None => self
+                (None, Some((link, s))) => Next::Batch {
+                    pos,
+                    h: s.h,
+                    after_corruption: false,
+                    short: Some((link, s.out)),
+                },
+                (None, None) => self
                     .dev
                     .next_batch(seg, pos, expected, prev)
                     .map_err(ReadError::Flash)?,
@@ -450,8 +476,10 @@ impl<'a, F: Flash> Log<'a, F> {
             if let Some((link, _)) = short {
                 let addr = l.seg_addr(seg) + p;
                 let room = &mut buf[out.len..];
-                let mut got = None;
-                for _ in 0..READ_ATTEMPTS {
+                // Read already by the fast path above, into the same place of `buf`.
+                let mut got = short_read.map(|(_, s)| s);
+                let attempts = if got.is_some() { 0 } else { READ_ATTEMPTS };
+                for _ in 0..attempts {
                     got = self
                         .dev
                         .short_at(addr, l.seg_size - p, &link, room)
