@@ -30,6 +30,9 @@
 //! flip on read after a cut. `SPILLWAY_FAULT_RUNS=N` sets the number per kind;
 //! `SPILLWAY_RUN=K` with `SPILLWAY_SEED` replays one run of a campaign.
 //!
+//! Random and fault runs check every mount against the oracle. A sweep's run checks the
+//! mounts from its cut on: the ones before repeat the uncut run, which checked them.
+//!
 //! The scenario, the oracle and the runner live in `sweep/scenario.rs`, which the Cortex-M
 //! build of the sweep (`firmware/boards/mps2-an386`, bin `powercut`) includes too:
 //! `sweep_subset_matching_the_microcontroller_build` runs the subset of cut points that the
@@ -70,7 +73,7 @@ const RANDOM_RUNS: u64 = 8000;
 fn sweep(v: &Variant) -> u64 {
     let start = Instant::now();
     let ops = gen_ops(v, v.seed);
-    let base = run(v, &ops, &[], v.seed, "no cut");
+    let base = run(v, &ops, &[], Checks::FromFirstCut, v.seed, "no cut");
     assert_eq!(base.cuts, 0);
     let seen = base.seen;
     eprintln!("powercut sweep {}: scenario exercises {seen:?}", v.name);
@@ -101,6 +104,7 @@ fn sweep(v: &Variant) -> u64 {
             v,
             &ops,
             &[Cut::Bytes(n)],
+            Checks::FromFirstCut,
             mix(v.seed, n),
             &format!("byte cut {n}"),
         );
@@ -112,6 +116,7 @@ fn sweep(v: &Variant) -> u64 {
             v,
             &ops,
             &[Cut::Erases(n)],
+            Checks::FromFirstCut,
             mix(v.seed, !n),
             &format!("erase cut {n}"),
         );
@@ -157,7 +162,7 @@ sweep_tests! {
 /// (and plain ones: a batch of a few bytes does not compress).
 fn sweep_compressed(v: &Variant) {
     let ops = gen_ops(v, v.seed);
-    let base = run(v, &ops, &[], v.seed, "no cut");
+    let base = run(v, &ops, &[], Checks::FromFirstCut, v.seed, "no cut");
     assert!(
         base.seen.batches_compressed > 0 && base.seen.batches_plain > 0,
         "[{}] {:?}",
@@ -203,7 +208,7 @@ fn random_run(seed: u64, k: u64) -> Totals {
         });
     }
     let label = format!("random run {k} of campaign {seed:#x}");
-    run(&v, &ops, &plan, r.next(), &label)
+    run(&v, &ops, &plan, Checks::EveryMount, r.next(), &label)
 }
 
 /// Random scenarios with random cut points, a second cut after the first one in 60% of
@@ -311,7 +316,14 @@ fn fault_run_cuts(kind: FaultKind, seed: u64, k: u64, keep: usize) -> Totals {
         FaultKind::ReadFlip => vec![Cut::Bytes(bytes), Cut::FlipRead(r.below(400))],
     };
     let label = format!("{kind:?} run {k} of campaign {seed:#x}");
-    run(&v, &ops, &plan[..plan.len().min(keep)], r.next(), &label)
+    run(
+        &v,
+        &ops,
+        &plan[..plan.len().min(keep)],
+        Checks::EveryMount,
+        r.next(),
+        &label,
+    )
 }
 
 /// Runs random scenarios with fault `kind` until it has fired `target` times; returns the
@@ -464,7 +476,7 @@ fn close_full_under_reject_new_is_no_failure() {
 /// lost. The torn erase armed (the 14th erase: 13 complete first) never came: the scenario
 /// makes 13 erases, and the failure named a cut that had not fired. Run
 /// 376,547 of the torn-erase campaign `0xfa1700000001`, variant ws1-always-reject, cut
-/// `[TornErase(13, Sparse)]`.
+/// `[TornErase(13, Sparse)]`. Fault and random runs now check every mount, that one too.
 #[test]
 fn records_given_up_by_a_full_close_before_the_first_cut_are_not_durable() {
     let t = fault_run(FaultKind::TornErase, 0xFA17_0000_0001, 376_547);
@@ -501,7 +513,7 @@ fn replay_case() {
     } else {
         (Cut::Erases(n), mix(v.seed, !n))
     };
-    run(v, &ops, &[cut], seed, "replay");
+    run(v, &ops, &[cut], Checks::FromFirstCut, seed, "replay");
 }
 
 // ----- Brownout reboot loop -------------------------------------------------------------
