@@ -473,7 +473,18 @@ impl<'a, F: Flash> Log<'a, F> {
             }
             // This batch holds `out.next_offset`: copy its records from there.
             let want = out.next_offset;
-            if let Some((link, _)) = short {
+            // The batch read again, the buffer full before its end: the next read starts
+            // at this batch.
+            let stop_here = Cursor {
+                seg,
+                seq: slot.seq,
+                pos: p,
+                expected: h.base_offset,
+                prev: before,
+            };
+            // Each kind of batch copies its records at or after `want` into `buf`:
+            // how many, their bytes, and the record CRC before the first.
+            let (count, len, prev_crc) = if let Some((link, _)) = short {
                 let addr = l.seg_addr(seg) + p;
                 let room = &mut buf[out.len..];
                 // Read already by the fast path above, into the same place of `buf`.
@@ -502,37 +513,12 @@ impl<'a, F: Flash> Log<'a, F> {
                             needed: s.canonical_len,
                         });
                     }
-                    self.cursor = Some(Cursor {
-                        seg,
-                        seq: slot.seq,
-                        pos: p,
-                        expected: h.base_offset,
-                        prev: before,
-                    });
+                    self.cursor = Some(stop_here);
                     return Ok(out);
                 }
                 self.dev.stats.short_batches_read += 1;
-                if out.count == 0 {
-                    out.prev_crc = h.prev_crc;
-                }
-                out.len += s.canonical_len;
-                out.count += 1;
-                out.next_offset = h.end_offset();
-                self.cursor = Some(Cursor {
-                    seg,
-                    seq: slot.seq,
-                    pos: after,
-                    expected: h.end_offset(),
-                    prev,
-                });
-                pos = after;
-                expected = h.end_offset();
-                if out.next_offset >= seg_end || out.next_offset >= self.flash_end {
-                    return Ok(out);
-                }
-                continue;
-            }
-            if compact {
+                (1, s.canonical_len, h.prev_crc)
+            } else if compact {
                 let addr = l.seg_addr(seg) + p;
                 let room = &mut buf[out.len..];
                 // One read of a batch taken on its header alone, as the canonical fast
@@ -542,7 +528,7 @@ impl<'a, F: Flash> Log<'a, F> {
                     .dev
                     .read_compact(addr, &h, &mut self.scratch, want, room, attempts)
                     .map_err(ReadError::Flash)?;
-                let (count, len, prev_crc) = match got {
+                match got {
                     CompactRead::Records {
                         count,
                         len,
@@ -568,43 +554,18 @@ impl<'a, F: Flash> Log<'a, F> {
                         return Ok(lost(from, h.end_offset(), LostReason::Corrupt));
                     }
                     _ => return Ok(out),
-                };
-                if out.count == 0 {
-                    out.prev_crc = prev_crc;
                 }
-                out.len += len;
-                out.count += count;
-                out.next_offset = want + u64::from(count);
-                self.note_index(p, h.base_offset);
-                if out.next_offset < h.end_offset() {
-                    // The buffer is full: the next read starts at this batch again.
-                    self.cursor = Some(Cursor {
-                        seg,
-                        seq: slot.seq,
-                        pos: p,
-                        expected: h.base_offset,
-                        prev: before,
-                    });
-                    return Ok(out);
+            } else {
+                let body_len = (h.len as usize) - BATCH_HEADER_LEN;
+                let room = buf.len() - out.len;
+                if body_len > room {
+                    if out.count > 0 {
+                        return Ok(out);
+                    }
+                    // The batch is larger than the buffer: copy record by record.
+                    return self.read_large_batch(seg, p, &h, want, buf);
                 }
-                self.cursor = Some(Cursor {
-                    seg,
-                    seq: slot.seq,
-                    pos: after,
-                    expected: h.end_offset(),
-                    prev,
-                });
-                pos = after;
-                expected = h.end_offset();
-                if out.next_offset >= seg_end || out.next_offset >= self.flash_end {
-                    return Ok(out);
-                }
-                continue;
-            }
-            let body_len = (h.len as usize) - BATCH_HEADER_LEN;
-            let room = buf.len() - out.len;
-            let body_addr = l.seg_addr(seg) + p + BATCH_HEADER_LEN as u32;
-            if body_len <= room {
+                let body_addr = l.seg_addr(seg) + p + BATCH_HEADER_LEN as u32;
                 let dst = &mut buf[out.len..out.len + body_len];
                 let mut crc_ok = fast.is_some();
                 for _ in 0..if crc_ok { 0 } else { READ_ATTEMPTS } {
@@ -632,33 +593,35 @@ impl<'a, F: Flash> Log<'a, F> {
                     return Ok(lost(from, h.end_offset(), LostReason::Corrupt));
                 };
                 dst.copy_within(skip_len.., 0);
-                if out.count == 0 {
-                    out.prev_crc = prev_crc;
-                }
-                out.len += body_len - skip_len;
-                let got = h.count - skip as u32;
-                out.count += got;
-                out.next_offset = h.end_offset();
-                self.cursor = Some(Cursor {
-                    seg,
-                    seq: slot.seq,
-                    pos: after,
-                    expected: h.end_offset(),
-                    prev,
-                });
-                self.note_index(p, h.base_offset);
-                pos = after;
-                expected = h.end_offset();
-                if out.next_offset >= seg_end || out.next_offset >= self.flash_end {
-                    return Ok(out);
-                }
-                continue;
+                (h.count - skip as u32, body_len - skip_len, prev_crc)
+            };
+            if out.count == 0 {
+                out.prev_crc = prev_crc;
             }
-            if out.count > 0 {
+            out.len += len;
+            out.count += count;
+            out.next_offset = want + u64::from(count);
+            // The index holds full batches only: a short batch needs the record before it.
+            if short.is_none() {
+                self.note_index(p, h.base_offset);
+            }
+            if out.next_offset < h.end_offset() {
+                // The buffer is full: the next read starts at this batch again.
+                self.cursor = Some(stop_here);
                 return Ok(out);
             }
-            // The batch is larger than the buffer: copy record by record.
-            return self.read_large_batch(seg, p, &h, want, buf);
+            self.cursor = Some(Cursor {
+                seg,
+                seq: slot.seq,
+                pos: after,
+                expected: h.end_offset(),
+                prev,
+            });
+            pos = after;
+            expected = h.end_offset();
+            if out.next_offset >= seg_end || out.next_offset >= self.flash_end {
+                return Ok(out);
+            }
         }
     }
 
