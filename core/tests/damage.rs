@@ -30,6 +30,26 @@ fn append_nth<F: Flash>(log: &mut Log<'_, F>, i: u64) -> Result<Appended, Append
 }
 
 /// Offsets `from..to` lost to damage.
+/// `Config::default()` under the `drop-oldest` policy.
+fn drop_oldest() -> Config {
+    Config {
+        full: spillway_core::log::FullPolicy::DropOldest,
+        ..Config::default()
+    }
+}
+
+/// Appends numbered records until the ring has opened its segment of sequence 9 and
+/// flushes them: the next offset, and the segments as (slot, sequence, base offset).
+fn wrap_to_segment_9<F: Flash>(log: &mut Log<'_, F>) -> (u64, Vec<(u32, u64, u64)>) {
+    let mut i = 0u64;
+    while log.segments().map(|s| s.1).max().unwrap() < 9 {
+        assert_eq!(append_nth(log, i).unwrap().offset, i);
+        i += 1;
+    }
+    log.flush(i).unwrap();
+    (i, log.segments().map(|(s, q, b, _)| (s, q, b)).collect())
+}
+
 fn corrupt(from: u64, to: u64) -> LostRange {
     LostRange {
         from,
@@ -406,20 +426,11 @@ fn the_head_segment_header_lost_after_a_clean_shutdown_is_corruption() {
 /// committed, up to the next segment's base, are corrupt and counted at mount.
 #[test]
 fn a_lost_oldest_segment_after_a_clean_shutdown_is_corrupt_under_drop_oldest() {
-    let drop_oldest = Config {
-        full: spillway_core::log::FullPolicy::DropOldest,
-        ..Config::default()
-    };
+    let drop_oldest = drop_oldest();
     let mut flash = formatted(SMALL, 0x3AA, 1);
     let mut ram = Ram::new(&SMALL, 1, 1024);
     let (mut log, _) = Log::mount(&mut flash, drop_oldest, ram.memory(), 0).unwrap();
-    let mut i = 0u64;
-    while log.segments().map(|s| s.1).max().unwrap() < 9 {
-        assert_eq!(append_nth(&mut log, i).unwrap().offset, i);
-        i += 1;
-    }
-    log.flush(i).unwrap();
-    let segs: Vec<(u32, u64, u64)> = log.segments().map(|(s, q, b, _)| (s, q, b)).collect();
+    let (i, segs) = wrap_to_segment_9(&mut log);
     let (old, next) = (segs[0], segs[1]);
     // The bridge read a few records of the oldest segment (the rest nobody read).
     let read_to = old.2 + 3;
@@ -446,20 +457,11 @@ fn a_lost_oldest_segment_after_a_clean_shutdown_is_corrupt_under_drop_oldest() {
 /// entry, so every mount after it agrees with the one before it.
 #[test]
 fn a_reclaim_interrupted_before_a_clean_close_is_not_damage() {
-    let drop_oldest = Config {
-        full: spillway_core::log::FullPolicy::DropOldest,
-        ..Config::default()
-    };
+    let drop_oldest = drop_oldest();
     let mut flash = formatted(SMALL, 0x3AB, 1);
     let mut ram = Ram::new(&SMALL, 1, 1024);
     let (mut log, _) = Log::mount(&mut flash, drop_oldest, ram.memory(), 0).unwrap();
-    let mut i = 0u64;
-    while log.segments().map(|s| s.1).max().unwrap() < 9 {
-        assert_eq!(append_nth(&mut log, i).unwrap().offset, i);
-        i += 1;
-    }
-    log.flush(i).unwrap();
-    let segs: Vec<(u32, u64, u64)> = log.segments().map(|(s, q, b, _)| (s, q, b)).collect();
+    let (i, segs) = wrap_to_segment_9(&mut log);
     assert_eq!(segs.len(), 4, "the ring is full: {segs:?}");
     let (old, next) = (segs[0], segs[1]);
     let read_to = old.2 + 3;
