@@ -58,10 +58,41 @@ fn append<F: Flash>(log: &mut Log<'_, F>, i: u64) -> Result<u64, ()> {
 
 /// Appends records `from..to` (record `i` at offset `i`), flushing after each.
 fn singles<F: Flash>(log: &mut Log<'_, F>, from: u64, to: u64) {
+    flushed_alone(log, from, to, append);
+}
+
+/// Appends records `from..to` with `add` (record `i` at offset `i`), flushing after each.
+fn flushed_alone<F: Flash>(
+    log: &mut Log<'_, F>,
+    from: u64,
+    to: u64,
+    add: fn(&mut Log<'_, F>, u64) -> Result<u64, ()>,
+) {
     for i in from..to {
-        assert_eq!(append(log, i), Ok(i));
+        assert_eq!(add(log, i), Ok(i));
         log.flush(i).unwrap();
     }
+}
+
+/// An image of one segment: records `0..a` flushed alone (an anchor, then short batches),
+/// `a..b` one full batch, `b..c` flushed alone again, closed cleanly; the long-body
+/// records of [`append_long`] if `long`, else those of [`append`].
+fn mixed_image_of(g: Geometry, (a, b, c): (u64, u64, u64), long: bool) -> Vec<u8> {
+    let mut sim = SimFlash::new_vec(g).unwrap();
+    Log::format(&mut sim, LOG_ID, 1).unwrap();
+    let mut ram = Ram::new(&g, 1, 1024);
+    let (mut log, _) = mount(&mut sim, &mut ram);
+    let add = if long { append_long } else { append };
+    flushed_alone(&mut log, 0, a, add);
+    for i in a..b {
+        add(&mut log, i).unwrap();
+    }
+    log.flush(0).unwrap();
+    flushed_alone(&mut log, b, c, add);
+    assert_eq!(log.stats().short_batches_written, (a - 1) + (c - b - 1));
+    assert_eq!(log.segments().count(), 1);
+    log.close(1).unwrap();
+    sim.bytes().to_vec()
 }
 
 /// Reads every offset from `from` to the next offset; checks every record against its
@@ -292,19 +323,7 @@ fn lost_in(image: &[u8], g: Geometry) -> (Vec<(u64, u64, LostReason)>, RecoveryR
 /// Anchor and short batches 0..10, a full batch 10..13, anchor and short batches 13..20,
 /// closed cleanly.
 fn mixed_image(g: Geometry) -> Vec<u8> {
-    let mut sim = SimFlash::new_vec(g).unwrap();
-    Log::format(&mut sim, LOG_ID, 1).unwrap();
-    let mut ram = Ram::new(&g, 1, 1024);
-    let (mut log, _) = mount(&mut sim, &mut ram);
-    singles(&mut log, 0, 10);
-    for i in 10..13 {
-        append(&mut log, i).unwrap();
-    }
-    log.flush(0).unwrap();
-    singles(&mut log, 13, 20);
-    assert_eq!(log.stats().short_batches_written, 9 + 6);
-    log.close(1).unwrap();
-    sim.bytes().to_vec()
+    mixed_image_of(g, (10, 13, 20), false)
 }
 
 /// A damaged short batch in the middle of a segment: it and the short batches after it
@@ -478,10 +497,7 @@ fn append_long<F: Flash>(log: &mut Log<'_, F>, i: u64) -> Result<u64, ()> {
 
 /// Appends long-body records `from..to` (record `i` at offset `i`), flushing after each.
 fn long_singles<F: Flash>(log: &mut Log<'_, F>, from: u64, to: u64) {
-    for i in from..to {
-        assert_eq!(append_long(log, i), Ok(i));
-        log.flush(i).unwrap();
-    }
+    flushed_alone(log, from, to, append_long);
 }
 
 fn align(n: usize, w: u32) -> usize {
@@ -639,20 +655,7 @@ fn a_torn_long_short_batch_at_the_head_at_every_byte() {
 /// Long-body records 0..6 and 8..11 flushed alone (anchors 0 and 8, the others short
 /// batches), 6..8 one full batch, in one segment, closed cleanly.
 fn long_mixed_image(g: Geometry) -> Vec<u8> {
-    let mut sim = SimFlash::new_vec(g).unwrap();
-    Log::format(&mut sim, LOG_ID, 1).unwrap();
-    let mut ram = Ram::new(&g, 1, 1024);
-    let (mut log, _) = mount(&mut sim, &mut ram);
-    long_singles(&mut log, 0, 6);
-    for i in 6..8 {
-        append_long(&mut log, i).unwrap();
-    }
-    log.flush(0).unwrap();
-    long_singles(&mut log, 8, 11);
-    assert_eq!(log.stats().short_batches_written, 5 + 2);
-    assert_eq!(log.segments().count(), 1);
-    log.close(1).unwrap();
-    sim.bytes().to_vec()
+    mixed_image_of(g, (6, 8, 11), true)
 }
 
 /// Tag bit 2 (bit 8 of the length) flipped in a short batch, set (a body of 257 or 511
