@@ -40,7 +40,8 @@ pub struct PublishArgs {
     pub topic: String,
     /// Acknowledgement level.
     pub ack: AckLevel,
-    /// Idempotent producer id (random if `None`).
+    /// Idempotent producer id (if `None`, a random one below 2^63: the ids with the top
+    /// bit set are the MQTT listener's sessions).
     pub producer_id: Option<u64>,
     /// Continue the producer id's last session: skip the input lines it already stored.
     pub resume: bool,
@@ -191,7 +192,11 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
     let mut file_starts: Vec<u64> = vec![1];
     let several = names.len() > 1;
     let mut unstamped_warnings = Refusals::default();
-    let producer_id = args.producer_id.unwrap_or_else(rand::random);
+    // A random id has its top bit clear: ids with it set are the MQTT listener's
+    // persistent sessions, whose stored records the gateway reads back at start.
+    let producer_id = args
+        .producer_id
+        .unwrap_or_else(|| rand::random::<u64>() >> 1);
     let use_producer = args.ack != AckLevel::None || args.producer_id.is_some();
     if use_producer {
         sum.producer_id = Some(producer_id);
