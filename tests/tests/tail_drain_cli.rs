@@ -385,6 +385,67 @@ fn drain_and_publish_give_up_at_once_on_a_port_that_is_not_a_spillway_listener()
     assert!(stderr(&out).contains("retrying"), "{}", stderr(&out));
 }
 
+/// A gateway stopped or killed just as it accepted a connection closes it before its
+/// Welcome, as an MQTT port does; when it comes back on the same port, `publish` and
+/// `drain --once` (started as it went down, before any Welcome from it) retry and finish
+/// instead of exiting "not a Spillway listener". Each has a port of its own, which first
+/// reads the Hello of one connection and closes it unanswered, then refuses connections,
+/// then serves.
+#[test]
+fn publish_and_drain_retry_a_gateway_that_closed_their_first_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pub_port, drain_port) = (free_port(), free_port());
+    let closers =
+        [pub_port, drain_port].map(|p| std::net::TcpListener::bind(("127.0.0.1", p)).unwrap());
+    let gw = format!("tcp://127.0.0.1:{pub_port}");
+    let gw2 = format!("tcp://127.0.0.1:{drain_port}");
+    let state = dir.path().join("s.redb").display().to_string();
+    let sink = format!("file:{}", dir.path().join("out").display());
+    let publish = spillway_tests::bridge::spawn_bridge_piped(
+        &[
+            publish_args(&gw, "t"),
+            vec!["--retry-for", "1m", "-m", "a", "-m", "b"],
+        ]
+        .concat(),
+    );
+    let mut drain_cmd = drain_args(&gw2, &sink, &state);
+    drain_cmd.extend(["--once", "--retry-for", "1m"]);
+    let drain = spillway_tests::bridge::spawn_bridge_piped(&drain_cmd);
+    for closer in closers {
+        // The client's Hello is read, then the connection closed: the client waits for
+        // a Welcome that never comes.
+        let (mut c, _) = closer.accept().unwrap();
+        let _ = std::io::Read::read(&mut c, &mut [0u8; 64]).unwrap();
+        drop(c);
+    }
+    let _g = GatewayProcess::start(
+        &spillway_tests::gateway::image_in(
+            dir.path(),
+            &[
+                "--erase-size",
+                "4K",
+                "--size",
+                "1M",
+                "--listen",
+                &gw,
+                "--listen",
+                &gw2,
+            ],
+        ),
+        2,
+    );
+    for (what, child) in [("publish", publish), ("drain --once", drain)] {
+        let out = child.wait_with_output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{what}: {err}");
+        assert!(!err.contains("not retried"), "{what}: {err}");
+        assert!(err.contains("before a Welcome"), "{what}: {err}");
+        assert!(err.contains("retrying"), "{what}: {err}");
+    }
+    let stored = spillway_tests::bridge::tail_everything(&gw, "raw");
+    assert_eq!(stored.lines().collect::<Vec<_>>(), ["a", "b"]);
+}
+
 /// `tail --from TIME` and `drain --from TIME` start at the first offset, in offset order,
 /// whose record is stamped at or after the time, found by the gateway (more than one
 /// `FindOffset` step here: over 64 KiB of older records come first). Stamps set with

@@ -59,6 +59,55 @@ pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 /// that does not speak the protocol (a line-mode or MQTT listener, say). A serial link
 /// waits the whole reply timeout.
 pub const WELCOME_TIMEOUT: Duration = Duration::from_secs(2);
+/// First connections in a row whose peer closed them before a `Welcome`
+/// ([`ClientError::NotSpillway`] with `closed`) before a command gives the address up as
+/// not a Spillway listener ([`FirstContact::not_spillway`]): a gateway stopped or killed
+/// just as it accepted the connection closes it that way too, once, and is back (or
+/// refusing connections) at the next try; an MQTT or `tls://` port does it every time. A
+/// peer silent for [`WELCOME_TIMEOUT`] is given up at the first time.
+pub const NOT_SPILLWAY_TRIES: u32 = 3;
+
+/// What a command's connections to one address have shown so far, to tell a port that is
+/// not a Spillway listener (give up: the same command would meet the same port) from a
+/// gateway that went down as it accepted (retry): a `Welcome` ever received, and the
+/// [`ClientError::NotSpillway`] answers in a row since the last other outcome.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FirstContact {
+    welcomed: bool,
+    not_spillway_in_a_row: u32,
+}
+
+impl FirstContact {
+    /// A record for an address a `Welcome` already came from (never given up as not a
+    /// Spillway listener).
+    pub fn welcomed() -> Self {
+        FirstContact {
+            welcomed: true,
+            not_spillway_in_a_row: 0,
+        }
+    }
+
+    /// Notes the outcome of a connect; true when the address is to be given up as not a
+    /// Spillway listener: no `Welcome` ever came from it, and this connect's peer stayed
+    /// silent, or was the [`NOT_SPILLWAY_TRIES`]th in a row to close before a `Welcome`.
+    pub fn not_spillway(&mut self, r: &Result<Client, ClientError>) -> bool {
+        match r {
+            Ok(_) => {
+                self.welcomed = true;
+                self.not_spillway_in_a_row = 0;
+            }
+            Err(ClientError::NotSpillway { closed, .. }) => {
+                self.not_spillway_in_a_row = self.not_spillway_in_a_row.saturating_add(1);
+                if !closed {
+                    return !self.welcomed;
+                }
+            }
+            Err(_) => self.not_spillway_in_a_row = 0,
+        }
+        !self.welcomed && self.not_spillway_in_a_row >= NOT_SPILLWAY_TRIES
+    }
+}
+
 /// Default serial speed, baud.
 pub const DEFAULT_BAUD: u32 = 115_200;
 
@@ -141,14 +190,18 @@ impl Client {
                 if matches!(&e, ClientError::Closed)
                     || matches!(&e, ClientError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionReset) =>
             {
-                Err(ClientError::NotSpillway(
-                    "the peer closed the connection before a Welcome (a tls:// port? connect with tls://HOST:PORT and --tls-ca; or an MQTT or metrics port)".into(),
-                ))
+                Err(ClientError::NotSpillway {
+                    closed: true,
+                    why: "the peer closed the connection before a Welcome (a tls:// port? connect with tls://HOST:PORT and --tls-ca; or an MQTT or metrics port)".into(),
+                })
             }
             (Err(ClientError::Timeout(t)), a) if !matches!(a, GatewayAddr::Serial { .. }) => {
-                Err(ClientError::NotSpillway(format!(
-                    "no Welcome within {t:?}: the peer does not speak the Spillway protocol (a line-mode, MQTT or metrics port?), or the gateway is stalled"
-                )))
+                Err(ClientError::NotSpillway {
+                    closed: false,
+                    why: format!(
+                        "no Welcome within {t:?}: the peer does not speak the Spillway protocol (a line-mode, MQTT or metrics port?), or the gateway is stalled"
+                    ),
+                })
             }
             (other, _) => other,
         }

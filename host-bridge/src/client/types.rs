@@ -46,8 +46,14 @@ pub enum ClientError {
     /// [`WELCOME_TIMEOUT`] (a line-mode or metrics port, or a stalled gateway). Set only by
     /// [`Client::connect`] on TCP, TLS and Unix connections; the string says which and
     /// why.
-    #[error("not a Spillway listener: {0}")]
-    NotSpillway(String),
+    #[error("not a Spillway listener: {why}")]
+    NotSpillway {
+        /// The peer closed the connection (or reset it) before a `Welcome`; false: it
+        /// stayed silent for [`WELCOME_TIMEOUT`].
+        closed: bool,
+        /// Which, and what the port may be.
+        why: String,
+    },
     /// The gateway speaks a protocol version older than the one a request needs.
     #[error(
         "{what} needs protocol version {needed}, and the gateway speaks version {spoken}: upgrade the gateway"

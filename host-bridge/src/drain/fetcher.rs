@@ -11,7 +11,7 @@ use smol::channel::Sender;
 use spillway_core::wire::{ErrorCode, LostReason};
 
 use super::{Backoff, DrainError, Shutdown, refused_commit, sleep_or_stop};
-use crate::client::{Client, ClientError, FetchReply, GatewayAddr, log_id_hex};
+use crate::client::{Client, ClientError, FetchReply, FirstContact, GatewayAddr, log_id_hex};
 use crate::metrics::Metrics;
 
 /// What the fetcher hands the main loop.
@@ -93,7 +93,10 @@ pub(super) enum NoConnection {
 /// Connects, retrying with backoff until connected, `stop`, or (with `give_up` set) once
 /// that long has passed since `since` without a connection. With `first` (no `Welcome`
 /// from this gateway yet in this run), a peer that is not a Spillway listener
-/// ([`ClientError::NotSpillway`]) ends the drain at once ([`DrainError::NotSpillway`]).
+/// ([`ClientError::NotSpillway`]: silent, or closing before a `Welcome` on
+/// [`NOT_SPILLWAY_TRIES`](crate::client::NOT_SPILLWAY_TRIES) connects in a row) ends the
+/// drain ([`DrainError::NotSpillway`]); fewer closes may be a gateway that went down as it
+/// accepted, and are retried.
 pub(super) async fn connect_retry(
     addr: &GatewayAddr,
     reply_timeout: Duration,
@@ -103,16 +106,23 @@ pub(super) async fn connect_retry(
     give_up: Option<(Instant, Duration)>,
     first: bool,
 ) -> Result<Client, NoConnection> {
+    let mut contact = if first {
+        FirstContact::default()
+    } else {
+        FirstContact::welcomed()
+    };
     loop {
         if stop.is_set() {
             return Err(NoConnection::Stopped);
         }
-        match Client::connect(addr, CLIENT_NAME, reply_timeout).await {
+        let r = Client::connect(addr, CLIENT_NAME, reply_timeout).await;
+        let not_spillway = contact.not_spillway(&r);
+        match r {
             Ok(c) => {
                 backoff.reset();
                 return Ok(c);
             }
-            Err(e @ ClientError::NotSpillway(_)) if first => {
+            Err(e @ ClientError::NotSpillway { .. }) if not_spillway => {
                 metrics.gateway_errors.inc();
                 return Err(NoConnection::GaveUp(DrainError::NotSpillway {
                     gateway: addr.to_string(),

@@ -5,29 +5,30 @@
 use std::time::Duration;
 
 use super::PublishArgs;
-use crate::client::{Client, ClientError};
+use crate::client::{Client, ClientError, FirstContact};
 use crate::commands::CLIENT_NAME;
 use crate::drain::{Backoff, Shutdown};
 
 /// `publish`'s connection: the open one, or a new one to `args.gateway`.
 /// [`Connection::Retry`] after a failed connect, once the backoff's next delay has passed
-/// (or `stop` was triggered); [`Connection::NotSpillway`] when no `Welcome` came from the
-/// gateway yet (`*welcomed` false) and the peer is not a Spillway listener: that is not
-/// retried. `*welcomed` is set by the first connection made.
+/// (or `stop` was triggered); [`Connection::NotSpillway`] when `contact` says the address
+/// is not a Spillway listener ([`FirstContact::not_spillway`]: no `Welcome` ever came from
+/// it, and its peer stayed silent, or closed before a `Welcome` on
+/// [`NOT_SPILLWAY_TRIES`](crate::client::NOT_SPILLWAY_TRIES) connects in a row): that is
+/// not retried further.
 pub(super) async fn connection<'a>(
     conn: &'a mut Option<Client>,
-    welcomed: &mut bool,
+    contact: &mut FirstContact,
     args: &PublishArgs,
     backoff: &mut Backoff,
     stop: &Shutdown,
 ) -> Connection<'a> {
     if conn.is_none() {
-        match Client::connect(&args.gateway, CLIENT_NAME, args.reply_timeout).await {
-            Ok(c) => {
-                *welcomed = true;
-                *conn = Some(c);
-            }
-            Err(e @ ClientError::NotSpillway(_)) if !*welcomed => {
+        let r = Client::connect(&args.gateway, CLIENT_NAME, args.reply_timeout).await;
+        let give_up = contact.not_spillway(&r);
+        match r {
+            Ok(c) => *conn = Some(c),
+            Err(e @ ClientError::NotSpillway { .. }) if give_up => {
                 log::error!(
                     "gateway {}: {e}; not retried: point --gateway at the gateway's Spillway listener (its tcp://, tls:// or unix:// --listen without ?mode=lines), not a line-mode, MQTT or metrics port",
                     args.gateway

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use spillway_core::wire::{AckLevel, Producer};
 
 use super::CLIENT_NAME;
-use crate::client::{Client, ClientError, GatewayAddr};
+use crate::client::{Client, ClientError, FirstContact, GatewayAddr};
 use crate::drain::{Backoff, Shutdown};
 use crate::exit;
 use input::{Input, Line, at_suffix, input_name, open_input, spawn_line_reader};
@@ -211,7 +211,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
     let mut conn: Option<Client> = None;
     // A Welcome came from the gateway: from then on a peer that does not answer the
     // handshake is a stalled or restarting gateway, retried.
-    let mut welcomed = false;
+    let mut contact = FirstContact::default();
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     let mut last_progress = Instant::now();
     // Whether anything was tried since the last progress: `--retry-for` gives up only after
@@ -250,7 +250,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
             );
         }
         tried = true;
-        let c = match connection(&mut conn, &mut welcomed, &args, &mut backoff, &stop).await {
+        let c = match connection(&mut conn, &mut contact, &args, &mut backoff, &stop).await {
             Connection::Ready(c) => c,
             Connection::Retry => continue,
             Connection::NotSpillway => return (sum, exit::FAILURE),
@@ -508,7 +508,7 @@ pub async fn publish(args: PublishArgs, stop: Shutdown) -> (PublishSummary, i32)
         if conn.is_none() {
             numbering.connecting();
         }
-        let c = match connection(&mut conn, &mut welcomed, &args, &mut backoff, &stop).await {
+        let c = match connection(&mut conn, &mut contact, &args, &mut backoff, &stop).await {
             Connection::Ready(c) => c,
             Connection::Retry => continue,
             Connection::NotSpillway => return (sum, exit::FAILURE),
