@@ -117,47 +117,72 @@ pub(crate) fn seal(buf: &mut [u8], start: usize, len: usize) -> Result<usize, Fr
     Ok(n + 1)
 }
 
-/// COBS-encodes `buf[src..src + len]` into `buf[0..]` with the `cobs` crate's encoder state
-/// machine and returns the encoded length; `None` only if an index falls outside `buf`
-/// (impossible when `src >= max_encoding_overhead(len)`).
+/// Longest run of non-zero bytes one COBS block carries (its code byte is then 0xFF).
+const COBS_RUN_MAX: usize = 254;
+
+/// COBS-encodes `buf[src..src + len]` into `buf[0..]` and returns the encoded length;
+/// `None` only if an index falls outside `buf` or the output would overtake the input
+/// (impossible when `src >= max_encoding_overhead(len)` and `src + len <= buf.len()`).
+///
+/// Block by block rather than byte by byte: each block is the run of non-zero bytes up to
+/// the next 0x00 (or 254 of them), moved left with one `copy_within` after its code byte.
+/// The bytes are those of the `cobs` crate's `encode` (the framing tests compare them):
+/// a body ending in a full 254-byte block gets no empty block after it, one ending in
+/// 0x00 gets a final code byte 0x01.
 fn cobs_encode_in_place(buf: &mut [u8], src: usize, len: usize) -> Option<usize> {
-    use cobs::PushResult;
-    let mut state = cobs::EncoderState::default();
-    // Position 0 holds the first block's code, written when the block ends.
-    let mut dest = 1usize;
-    let mut ends_with_full_block = false;
-    for i in 0..len {
-        let byte = *buf.get(src + i)?;
-        ends_with_full_block = false;
-        match state.push(byte) {
-            PushResult::AddSingle(b) => {
-                *buf.get_mut(dest)? = b;
-                dest += 1;
+    let end = src.checked_add(len)?;
+    // Where the current block's code byte goes, and the next input byte.
+    let (mut code, mut at) = (0usize, src);
+    loop {
+        // Each block writes its code byte and its run before the input it has read: the
+        // code byte must stay behind the next unread byte.
+        if code >= at && at < end {
+            return None;
+        }
+        let window = buf.get(at..end.min(at.saturating_add(COBS_RUN_MAX)))?;
+        let run = first_zero(window);
+        let zero_found = run < window.len();
+        if code.checked_add(1 + run)? > buf.len() {
+            return None;
+        }
+        buf.copy_within(at..at + run, code + 1);
+        // `run` is at most 254: the code byte is at most 0xFF.
+        *buf.get_mut(code)? = (run + 1) as u8;
+        if zero_found {
+            // The 0x00 is dropped; its place in the output is the next block's code byte.
+            code += run + 1;
+            at += run + 1;
+        } else if run == COBS_RUN_MAX {
+            code += run + 1;
+            at += run;
+            if at == end {
+                return Some(code);
             }
-            PushResult::ModifyFromStartAndSkip((idx, code)) => {
-                *buf.get_mut(idx)? = code;
-                // The zero's slot becomes the next block's code byte.
-                dest += 1;
-            }
-            PushResult::ModifyFromStartAndPushAndSkip((idx, code, b)) => {
-                *buf.get_mut(idx)? = code;
-                *buf.get_mut(dest)? = b;
-                dest += 1;
-                if i + 1 < len {
-                    // Reserve the next block's code byte.
-                    dest += 1;
-                } else {
-                    // A full 254-byte block at the very end needs no empty block after it.
-                    ends_with_full_block = true;
-                }
-            }
+        } else {
+            // The input ended inside this block.
+            return Some(code + run + 1);
         }
     }
-    if !ends_with_full_block {
-        let (idx, code) = state.finalize();
-        *buf.get_mut(idx)? = code;
+}
+
+/// Index of the first 0x00 in `bytes`, or `bytes.len()` if there is none; eight bytes at
+/// a time (a word holds a zero byte iff `(w - 0x01..01) & !w & 0x80..80` is non-zero).
+fn first_zero(bytes: &[u8]) -> usize {
+    const LO: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HI: u64 = u64::from_ne_bytes([0x80; 8]);
+    let mut words = bytes.chunks_exact(8);
+    let mut skipped = 0usize;
+    for w in &mut words {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(w);
+        let v = u64::from_ne_bytes(word);
+        if v.wrapping_sub(LO) & !v & HI != 0 {
+            break;
+        }
+        skipped += 8;
     }
-    Some(dest)
+    let rest = &bytes[skipped..];
+    skipped + rest.iter().position(|&b| b == 0).unwrap_or(rest.len())
 }
 
 /// Decodes one frame in place and returns the postcard message bytes (CRC checked and

@@ -16,12 +16,16 @@ fn in_place_cobs_matches_reference_encoder() {
     };
     let lens = (0..600).chain([760, 761, 762, 1016, 1017, 4000]);
     for len in lens {
-        for pattern in 0..4 {
+        for pattern in 0..6 {
             let pc: Vec<u8> = (0..len)
                 .map(|i| match pattern {
                     0 => 0,
                     1 => (i % 255 + 1) as u8,
                     2 => (next() % 4) as u8,
+                    // Runs of exactly 254 non-zero bytes, each followed by a 0x00.
+                    3 => u8::from(i % 255 != 254),
+                    // Long runs cut at places that are not multiples of 8.
+                    4 => u8::from(i % 301 != 300),
                     _ => next() as u8,
                 })
                 .collect();
