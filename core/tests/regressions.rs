@@ -397,3 +397,53 @@ fn read_flip_in_resume_marker_reported_durable_records_skipped() {
     );
     assert_eq!(read, acked, "records read back");
 }
+
+/// Bug: a read that resumed inside the last batch the previous read had gone through to
+/// its end (what a gateway does after a reply frame that filled before the last records
+/// of a read) found the reader's cursor past its offset and started from the segment's
+/// start or the sparse index: it read and checked every batch in between again, a cost
+/// that grew with the offset's place in the segment (up to 1,300 flash reads for one
+/// fetch of a 2 MiB segment). It now starts at that batch.
+#[test]
+fn read_inside_the_last_batch_read_walked_its_segment_again() {
+    use spillway_core::log::Compression;
+    // Segments of 64 KiB: the sparse index keeps a batch every 4 KiB.
+    const GEO: Geometry = nor(16 * 1024, 16 * 1024 * (2 + 4 * 3));
+    const PAYLOAD: [u8; 32] = [0x5A; 32];
+    // Canonical encoding of one record: 14 B of fields, the 1-byte topic, the payload.
+    const REC: usize = 14 + 1 + PAYLOAD.len();
+    const PER_BATCH: u64 = 10;
+    for compression in [Compression::None, Compression::Lz4] {
+        let mut sim = common::formatted(GEO, 1, 4);
+        let mut ram = Ram::with_scratch(&GEO, 4, 1024);
+        let cfg = Config {
+            compression,
+            ..Config::default()
+        };
+        let (mem, scratch) = ram.with_scratch_parts();
+        let (mut log, _) = Log::mount_with_scratch(&mut sim, cfg, mem, scratch, 0).unwrap();
+        // 30 batches of 10 records (about 13 KiB on flash: all in the first segment).
+        for _ in 0..30 {
+            for _ in 0..PER_BATCH {
+                log.append(0, &record(&PAYLOAD)).unwrap();
+            }
+            log.flush(0).unwrap();
+        }
+        // A read of 20 whole batches: the 201st record does not fit.
+        let mut buf = vec![0u8; 200 * REC + REC - 1];
+        let r = log.read(0, &mut buf).unwrap();
+        assert_eq!((r.count, r.next_offset), (200, 200), "{compression:?}");
+        // The caller kept 199 of them: the next read starts inside the 20th batch.
+        let before = log.stats().flash_reads;
+        let mut one = [0u8; REC];
+        let r = log.read(199, &mut one).unwrap();
+        assert_eq!((r.first_offset, r.count), (199, 1), "{compression:?}");
+        let rec = r.records(&one).next().unwrap();
+        assert_eq!((rec.offset, rec.payload), (199, &PAYLOAD[..]));
+        // That batch (its header, its body in 256-byte chunks) and the start of the one
+        // after it, whose first record does not fit `one`: 6 reads uncompressed, 4 with
+        // LZ4. Walked from the index entry before it (7 batches), uncompressed: 38.
+        let reads = log.stats().flash_reads - before;
+        assert!(reads <= 6, "{compression:?}: {reads} flash reads");
+    }
+}

@@ -182,6 +182,10 @@ pub struct Log<'a, F: Flash> {
     /// reads report them corrupt, never as skipped.
     damaged_at_head_end: Option<(u64, u64)>,
     cursor: Option<Cursor>,
+    /// The start of the last batch a read went through to its end: a read that resumes
+    /// inside it (its caller kept only part of what the last read returned, e.g. a reply
+    /// frame that filled) starts there rather than at the segment's start.
+    last_batch: Option<Cursor>,
     index_seg: Option<(u32, u64)>,
     index: Vec<(u32, u64), INDEX_ENTRIES>,
 }

@@ -299,7 +299,8 @@ impl<'a, F: Flash> Log<'a, F> {
         let slot = self.slots[seg as usize];
         let compact = slot.version >= COMPACT_VERSION;
         let seg_end = self.segment_end(seg);
-        // Where to start scanning: the cursor, the sparse index, or the segment start.
+        // Where to start scanning: the cursor, the last batch read through, the sparse
+        // index, or the segment start.
         let (mut pos, mut expected) = (l.data_start, slot.base);
         // The index holds full batches only: a walk from one needs nothing before it.
         let mut prev = Prev::None;
@@ -313,13 +314,12 @@ impl<'a, F: Flash> Log<'a, F> {
             self.index_seg = Some((seg, slot.seq));
             self.index.clear();
         }
-        if let Some(c) = self.cursor
-            && c.seg == seg
-            && c.seq == slot.seq
-            && c.expected <= from
-            && c.expected >= expected
-        {
-            (pos, expected, prev) = (c.pos, c.expected, c.prev);
+        // The cursor, or the start of the last batch read through (behind the cursor, so
+        // tried first: the cursor wins when both hold `from`).
+        for c in [self.last_batch, self.cursor].into_iter().flatten() {
+            if c.seg == seg && c.seq == slot.seq && c.expected <= from && c.expected >= expected {
+                (pos, expected, prev) = (c.pos, c.expected, c.prev);
+            }
         }
         let mut corrupt_before = false;
         let mut out = empty(from, 0);
@@ -617,6 +617,7 @@ impl<'a, F: Flash> Log<'a, F> {
                 expected: h.end_offset(),
                 prev,
             });
+            self.last_batch = Some(stop_here);
             pos = after;
             expected = h.end_offset();
             if out.next_offset >= seg_end || out.next_offset >= self.flash_end {

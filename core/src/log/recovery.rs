@@ -517,6 +517,7 @@ impl<'a, F: Flash> Log<'a, F> {
             damaged_at_head_end: None,
             short_link: None,
             cursor: None,
+            last_batch: None,
             index_seg: None,
             index: Vec::new(),
         }

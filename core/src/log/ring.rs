@@ -124,6 +124,9 @@ impl<'a, F: Flash> Log<'a, F> {
         if self.cursor.is_some_and(|c| c.seg == target) {
             self.cursor = None;
         }
+        if self.last_batch.is_some_and(|c| c.seg == target) {
+            self.last_batch = None;
+        }
         if self.index_seg.is_some_and(|s| s.0 == target) {
             self.index_seg = None;
         }
