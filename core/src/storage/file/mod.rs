@@ -39,6 +39,7 @@
 //! [`Flash`]: super::Flash
 //! [`Flash::sync`]: super::Flash::sync
 
+mod ahead;
 mod ops;
 #[cfg(test)]
 mod tests;
@@ -162,6 +163,8 @@ pub struct FileFlash {
     erased_chunk: Vec<u8>,
     /// The first write, erase or sync that failed; every operation fails after it.
     failed: Option<&'static str>,
+    /// Bytes read ahead for a sequential reader ([`ahead`]).
+    ahead: ahead::ReadAhead,
 }
 
 impl FileFlash {
@@ -431,6 +434,7 @@ impl FileFlash {
             writable,
             erased_chunk,
             failed: None,
+            ahead: ahead::ReadAhead::default(),
         })
     }
 

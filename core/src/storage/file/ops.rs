@@ -4,6 +4,7 @@
 
 use std::os::unix::fs::FileExt;
 
+use super::ahead::WINDOW;
 use super::{FileFlash, FileFlashError};
 use crate::storage::{Flash, Geometry};
 
@@ -19,12 +20,28 @@ impl Flash for FileFlash {
     /// # Errors
     /// [`FileFlashError::Poisoned`] after a failed write, erase or sync;
     /// [`FileFlashError::OutOfBounds`]; [`FileFlashError::Io`] (op "read").
+    /// A read that goes on from the previous one reads up to 64 KiB ahead at once and
+    /// the next reads are served from those bytes ([`ahead`](super::ahead)).
     fn read(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), FileFlashError> {
         self.check_poisoned()?;
         self.check_range(addr, buf.len())?;
-        self.file
-            .read_exact_at(buf, u64::from(addr))
-            .map_err(|e| self.io("read", e))
+        // In range: `addr + buf.len() <= capacity`.
+        let end = addr + buf.len() as u32;
+        if let Some(held) = self.ahead.get(addr, buf.len()) {
+            buf.copy_from_slice(held);
+        } else if self.ahead.sequential(addr, buf.len()) {
+            let len = WINDOW.min((self.geometry.capacity - addr) as usize);
+            let window = self.ahead.refill(addr, len);
+            if let Err(e) = self.file.read_exact_at(window, u64::from(addr)) {
+                self.ahead.failed();
+                return Err(self.io("read", e));
+            }
+            buf.copy_from_slice(&window[..buf.len()]);
+        } else {
+            self.read_direct(addr, buf)?;
+        }
+        self.ahead.ended(end);
+        Ok(())
     }
 
     /// Programs `data` at `addr` after checking that every target byte reads erased.
@@ -51,7 +68,7 @@ impl Flash for FileFlash {
         let mut at = addr;
         for part in data.chunks(current.len()) {
             let current = &mut current[..part.len()];
-            self.read(at, current)?;
+            self.read_direct(at, current)?;
             if let Some(i) = current.iter().position(|&b| b != self.geometry.erased) {
                 return Err(FileFlashError::NotErased {
                     addr: at + i as u32,
@@ -59,6 +76,7 @@ impl Flash for FileFlash {
             }
             at += part.len() as u32;
         }
+        self.ahead.invalidate(addr, data.len() as u64);
         self.file
             .write_all_at(data, u64::from(addr))
             .map_err(|e| self.fail("write", e))
@@ -83,6 +101,7 @@ impl Flash for FileFlash {
                 len: size as usize,
             });
         }
+        self.ahead.invalidate(start, u64::from(size));
         let end = u64::from(start) + u64::from(size);
         let mut at = u64::from(start);
         while at < end {
@@ -107,5 +126,15 @@ impl Flash for FileFlash {
         }
         self.check_poisoned()?;
         self.file.sync_data().map_err(|e| self.fail("sync", e))
+    }
+}
+
+impl FileFlash {
+    /// `pread` of `buf.len()` bytes at `addr` (checked in range by the caller), past the
+    /// read-ahead window.
+    fn read_direct(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), FileFlashError> {
+        self.file
+            .read_exact_at(buf, u64::from(addr))
+            .map_err(|e| self.io("read", e))
     }
 }

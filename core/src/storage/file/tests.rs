@@ -132,6 +132,48 @@ fn write_read_erase_sync_and_reopen() {
 }
 
 #[test]
+fn sequential_reads_are_served_ahead_and_see_every_write_and_erase() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image_path(&dir);
+    let mut flash = FileFlash::create(&path, G).unwrap();
+    flash.write(4096 + 8, &[1; 8]).unwrap();
+    let mut buf = [0u8; 8];
+    // A walk: the second read starts 3 bytes after the first ended (a padded batch) and
+    // reads ahead to the end of the image (smaller than the window).
+    flash.read(0, &mut buf).unwrap();
+    flash.read(8 + 3, &mut buf).unwrap();
+    // What was read ahead is served without the file: a descriptor open for writing only
+    // fails every `pread`.
+    let write_only = || OpenOptions::new().write(true).open(&path).unwrap();
+    let good = std::mem::replace(&mut flash.file, write_only());
+    flash.read(4096 + 8, &mut buf).unwrap();
+    assert_eq!(buf, [1; 8]);
+    flash.file = good;
+    // A write in the window's range drops it: the next read sees the new bytes.
+    flash.write(4096 + 16, &[2; 8]).unwrap();
+    flash.read(4096 + 16, &mut buf).unwrap();
+    assert_eq!(buf, [2; 8]);
+    // So does an erase, after a walk filled the window again from 4096 + 24.
+    flash.read(4096 + 24, &mut buf).unwrap();
+    flash.erase(1).unwrap();
+    for at in [4096 + 8, 4096 + 16] {
+        flash.read(at, &mut buf).unwrap();
+        assert_eq!(buf, [0xFF; 8], "at {at}");
+    }
+    // A poisoned image serves nothing, held bytes included.
+    flash.read(8192, &mut buf).unwrap();
+    flash.read(8192 + 8, &mut buf).unwrap();
+    // (A failed write outside the window's range: it does not drop the window.)
+    let good = std::mem::replace(&mut flash.file, File::open(&path).unwrap());
+    assert!(flash.write(0, &[0; 8]).is_err());
+    flash.file = good;
+    assert!(matches!(
+        flash.read(8192 + 16, &mut buf),
+        Err(FileFlashError::Poisoned { op: "write", .. })
+    ));
+}
+
+#[test]
 fn rejects_bad_requests() {
     let dir = tempfile::tempdir().unwrap();
     let mut flash = FileFlash::create(image_path(&dir), G).unwrap();
