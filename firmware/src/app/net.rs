@@ -568,6 +568,15 @@ pub async fn serve<R, W>(
     let writer = async {
         let mut batch = Vec::new();
         while let Ok(f) = rx.recv().await {
+            if f.len() >= WRITE_BATCH {
+                // A large reply (a fetch's records) goes out as it is, without a copy: the
+                // small replies queued behind it follow in the next write, as they would.
+                if w.write_all(&f).await.is_err() || w.flush().await.is_err() {
+                    return;
+                }
+                budget.give(f.len());
+                continue;
+            }
             batch.clear();
             batch.extend_from_slice(&f);
             drop(f);
