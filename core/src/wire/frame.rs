@@ -98,13 +98,21 @@ pub(crate) fn seal(buf: &mut [u8], start: usize, len: usize) -> Result<usize, Fr
         return Err(oversize);
     }
     let body = len + CRC_LEN;
-    // COBS writes at most one byte ahead of its input per started 254-byte block, so an
-    // input that starts `overhead` bytes in is never overwritten before it is read.
     let off = cobs::max_encoding_overhead(body);
-    buf.copy_within(start..start + len, off);
-    let crc = crate::crc::hash(&buf[off..off + len]);
-    buf[off + len..off + body].copy_from_slice(&crc.to_le_bytes());
-    let n = cobs_encode_in_place(buf, off, body).ok_or(oversize)?;
+    // Encoded where it is when there is room after it for the CRC and for the input to
+    // move right by `off` (what the encoder does if its output catches up with it); a
+    // `Records` reply, whose header ends where its records begin, is never moved. Else
+    // moved `off` bytes in first: COBS writes at most one byte ahead of its input per
+    // started 254-byte block, so that input is never overwritten before it is read.
+    let src = if start.saturating_add(body).saturating_add(off) <= buf.len() {
+        start
+    } else {
+        buf.copy_within(start..start + len, off);
+        off
+    };
+    let crc = crate::crc::hash(&buf[src..src + len]);
+    buf[src + len..src + body].copy_from_slice(&crc.to_le_bytes());
+    let n = cobs_encode_in_place(buf, src, body).ok_or(oversize)?;
     match buf.get_mut(n) {
         Some(b) => *b = 0,
         None => {
@@ -121,8 +129,14 @@ pub(crate) fn seal(buf: &mut [u8], start: usize, len: usize) -> Result<usize, Fr
 const COBS_RUN_MAX: usize = 254;
 
 /// COBS-encodes `buf[src..src + len]` into `buf[0..]` and returns the encoded length;
-/// `None` only if an index falls outside `buf` or the output would overtake the input
-/// (impossible when `src >= max_encoding_overhead(len)` and `src + len <= buf.len()`).
+/// `None` only if an index falls outside `buf` (impossible when `src + len +
+/// max_encoding_overhead(len) <= buf.len()`, or when `src >= max_encoding_overhead(len)`
+/// and `src + len <= buf.len()`).
+///
+/// Each block writes its code byte and its run before the input it has not read yet; a
+/// full block (254 bytes, no 0x00) writes one byte more than it reads. When the output
+/// catches up with the input, the input left is moved right by the most overhead it can
+/// still need, once (for an input at the front of `buf`, at the start).
 ///
 /// Block by block rather than byte by byte: each block is the run of non-zero bytes up to
 /// the next 0x00 (or 254 of them), moved left with one `copy_within` after its code byte.
@@ -130,14 +144,18 @@ const COBS_RUN_MAX: usize = 254;
 /// a body ending in a full 254-byte block gets no empty block after it, one ending in
 /// 0x00 gets a final code byte 0x01.
 fn cobs_encode_in_place(buf: &mut [u8], src: usize, len: usize) -> Option<usize> {
-    let end = src.checked_add(len)?;
+    let mut end = src.checked_add(len)?;
     // Where the current block's code byte goes, and the next input byte.
     let (mut code, mut at) = (0usize, src);
     loop {
-        // Each block writes its code byte and its run before the input it has read: the
-        // code byte must stay behind the next unread byte.
         if code >= at && at < end {
-            return None;
+            let shift = cobs::max_encoding_overhead(end - at);
+            let moved_end = end.checked_add(shift)?;
+            if moved_end > buf.len() {
+                return None;
+            }
+            buf.copy_within(at..end, at + shift);
+            (at, end) = (at + shift, moved_end);
         }
         let window = buf.get(at..end.min(at.saturating_add(COBS_RUN_MAX)))?;
         let run = first_zero(window);

@@ -33,16 +33,26 @@ fn in_place_cobs_matches_reference_encoder() {
             body.extend_from_slice(&crc32fast::hash(&pc).to_le_bytes());
             let mut reference = vec![0u8; cobs::max_encoding_length(body.len())];
             let rn = cobs::encode(&body, &mut reference);
-            let mut buf = vec![0xAAu8; max_encoded_len(len)];
-            buf[..len].copy_from_slice(&pc);
-            let n = super::frame::seal(&mut buf, 0, len).unwrap();
-            assert_eq!(
-                &buf[..n - 1],
-                &reference[..rn],
-                "len {len} pattern {pattern}"
-            );
-            if len > 0 {
-                assert_eq!(decode_frame(&mut buf[..n - 1]).unwrap(), &pc[..]);
+            // At the front of a buffer of exactly the size needed; further in, with room
+            // (sealed where it is, the rest moved right if the output catches up with
+            // it) or without (moved in first).
+            let starts = [0, 1, 2, 44];
+            let sizes = starts
+                .map(|start| (start, start + max_encoded_len(len)))
+                .into_iter()
+                .chain(starts.map(|start| (start, max_encoded_len(len).max(start + len))));
+            for (start, size) in sizes {
+                let mut buf = vec![0xAAu8; size];
+                buf[start..start + len].copy_from_slice(&pc);
+                let n = super::frame::seal(&mut buf, start, len).unwrap();
+                assert_eq!(
+                    &buf[..n - 1],
+                    &reference[..rn],
+                    "len {len} pattern {pattern} start {start} buffer {size}"
+                );
+                if len > 0 {
+                    assert_eq!(decode_frame(&mut buf[..n - 1]).unwrap(), &pc[..]);
+                }
             }
         }
     }
