@@ -376,6 +376,7 @@ pub struct SliceSource<'a> {
 
 impl Source for SliceSource<'_> {
     type Error = core::convert::Infallible;
+    #[inline]
     fn take(&mut self, out: &mut [u8]) -> Result<bool, Self::Error> {
         let Some((head, rest)) = self.rest.split_at_checked(out.len()) else {
             return Ok(false);

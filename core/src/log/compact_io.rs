@@ -84,7 +84,8 @@ impl<F: Flash> Source for FlashSource<'_, F> {
     type Error = F::Error;
     #[inline]
     fn take(&mut self, out: &mut [u8]) -> Result<bool, F::Error> {
-        // Most takes (a record's fields, a short payload) lie inside the loaded window.
+        // Most takes (a record's fields, a short payload, an LZ4 token) lie inside the
+        // loaded window: this part is inlined where the length is known (one byte).
         if let Some(w) = self.win.get(self.at..self.len)
             && let Some(w) = w.get(..out.len())
         {
@@ -92,16 +93,7 @@ impl<F: Flash> Source for FlashSource<'_, F> {
             self.at += out.len();
             return Ok(true);
         }
-        let mut done = 0;
-        while done < out.len() {
-            if self.at == self.len && !self.load()? {
-                return Ok(false);
-            }
-            let n = (out.len() - done).min(self.len - self.at);
-            out[done..done + n].copy_from_slice(&self.win[self.at..self.at + n]);
-            (done, self.at) = (done + n, self.at + n);
-        }
-        Ok(true)
+        self.take_across(out)
     }
 
     fn skip(&mut self, mut n: usize) -> Result<bool, F::Error> {
@@ -111,6 +103,23 @@ impl<F: Flash> Source for FlashSource<'_, F> {
             }
             let k = n.min(self.len - self.at);
             (n, self.at) = (n - k, self.at + k);
+        }
+        Ok(true)
+    }
+}
+
+impl<F: Flash> FlashSource<'_, F> {
+    /// [`Source::take`] of bytes that go past the loaded window.
+    #[inline(never)]
+    fn take_across(&mut self, out: &mut [u8]) -> Result<bool, F::Error> {
+        let mut done = 0;
+        while done < out.len() {
+            if self.at == self.len && !self.load()? {
+                return Ok(false);
+            }
+            let n = (out.len() - done).min(self.len - self.at);
+            out[done..done + n].copy_from_slice(&self.win[self.at..self.at + n]);
+            (done, self.at) = (done + n, self.at + n);
         }
         Ok(true)
     }
