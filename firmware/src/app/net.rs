@@ -357,6 +357,12 @@ pub async fn serve<R, W>(
                 // Sockets only (a serial port has no slot to give back).
                 let idle = ctx.idle_timeout.filter(|_| hello_timeout.is_some());
                 let mut heard = std::time::Instant::now();
+                // One timer, set for the deadline or earlier: every read moves the idle
+                // deadline later, and setting a timer wakes the reactor's thread, so it
+                // is set again only when the deadline comes earlier than it is set for,
+                // or after it went off before the deadline (then the wait goes on).
+                let mut timer = smol::Timer::never();
+                let mut armed: Option<std::time::Instant> = None;
                 loop {
                     let deadline = match (hello_deadline, idle) {
                         (Some((at, _)), _) if !greeted => Some(at),
@@ -365,14 +371,25 @@ pub async fn serve<R, W>(
                     };
                     let read = match deadline {
                         Some(at) => {
+                            if armed.is_none_or(|set| at < set) {
+                                timer.set_at(at);
+                                armed = Some(at);
+                            }
                             smol::future::or(async { Some(r.read(&mut buf).await) }, async {
-                                smol::Timer::at(at).await;
+                                (&mut timer).await;
                                 None
                             })
                             .await
                         }
                         None => Some(r.read(&mut buf).await),
                     };
+                    if read.is_none() {
+                        // The timer went off: it is set again for the next wait.
+                        armed = None;
+                        if deadline.is_some_and(|at| std::time::Instant::now() < at) {
+                            continue;
+                        }
+                    }
                     let n = match read {
                         Some(Ok(0) | Err(_)) => return,
                         Some(Ok(n)) if first_read && looks_like_tls(&buf[..n]) => {
