@@ -9,6 +9,7 @@ pub mod file;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod kafka_topic;
+mod line;
 pub mod properties;
 
 use std::borrow::Cow;
@@ -17,6 +18,7 @@ use base64::Engine as _;
 use serde::Serialize;
 
 use crate::client::{OwnedRecord, log_id_hex};
+pub use line::{LineWriter, Rfc3339};
 
 /// Which gateway and log records come from (goes into every output record).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -515,22 +517,7 @@ pub const MAX_RFC3339: &str = "9999-12-31T23:59:59.999999Z";
 /// e.g. `2023-11-14T22:13:20.000000Z`. A time past year 9999 (up to `u64::MAX` µs, about
 /// year 586,912) is clamped to [`MAX_RFC3339`].
 pub fn rfc3339_us(us: u64) -> String {
-    let Ok(t) = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(us) * 1000) else {
-        return MAX_RFC3339.to_string();
-    };
-    if t.year() > 9999 {
-        return MAX_RFC3339.to_string();
-    }
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        t.microsecond()
-    )
+    Rfc3339::default().format(us).to_string()
 }
 
 #[cfg(test)]

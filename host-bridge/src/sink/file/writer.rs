@@ -2,7 +2,6 @@
 //! the full files waiting for their checkpoint, rotation, the duplicate check's marks, what
 //! is synced, and settling what a crash left (see the parent module's doc).
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -15,8 +14,12 @@ use super::recovery::{
     Found, cut_torn_tail, last_key, last_line, line_key, scan, scan_topic, sync_dir,
 };
 use super::{Rotation, SyncedFile};
-use crate::client::{OwnedRecord, log_id_hex};
-use crate::sink::{JsonRecord, Source};
+use crate::client::OwnedRecord;
+use crate::sink::{LineWriter, Source};
+
+/// Line buffers an [`Inner`] keeps for the next batches, at most (one per topic of a
+/// batch is taken, and given back once written).
+const SPARE_BUFFERS: usize = 8;
 
 /// One topic's lines of a batch ([`Inner::lines`]).
 pub(super) struct Lines {
@@ -27,8 +30,11 @@ pub(super) struct Lines {
     /// The lines, back to back, newlines included.
     text: Vec<u8>,
     /// Per line: its record's offset and timestamp (µs), and its end in `text`.
-    ends: Vec<(u64, u64, usize)>,
+    ends: Vec<LineEnd>,
 }
+
+/// A line of [`Lines`]: its record's offset and timestamp (µs), and its end in the text.
+type LineEnd = (u64, u64, usize);
 
 /// What one trip to the blocking pool does.
 pub(super) enum Job {
@@ -100,6 +106,11 @@ pub(super) struct Inner {
     pub(super) state: BTreeMap<String, SyncedFile>,
     /// Stems whose open file was written since the last [`Inner::sync`].
     pub(super) unsynced: BTreeSet<String>,
+    /// Emptied buffers of written [`Lines`] (text, ends), at most [`SPARE_BUFFERS`], for the
+    /// next batches: a batch's lines then go into memory already faulted in, with no
+    /// allocation or reallocation as they grow. Each is as large as one topic's lines of
+    /// one batch (one gateway frame's records) have needed.
+    spare: Vec<(Vec<u8>, Vec<LineEnd>)>,
 }
 
 /// Creates `dir` and its missing parents, fsyncing the directory that holds each one made.
@@ -265,6 +276,7 @@ impl Inner {
             marks,
             state,
             unsynced: BTreeSet::new(),
+            spare: Vec::new(),
         })
     }
 
@@ -473,7 +485,7 @@ impl Inner {
     /// as already written. Hand them to [`Inner::write_lines`], or drop `self` (the marks
     /// are ahead of the files).
     pub(super) fn lines(&mut self, src: &Source, records: &[OwnedRecord]) -> (Vec<Lines>, u64) {
-        let log_hex = log_id_hex(src.log_id);
+        let mut writer = LineWriter::new(src);
         // Per topic, in order of first appearance: its lines back to back, in record order,
         // and the end of each in `text` with its offset and timestamp.
         let mut groups: Vec<Lines> = Vec::new();
@@ -489,11 +501,12 @@ impl Inner {
                         Some(g) => g,
                         None => {
                             let mark = self.marks.get(&(stem.clone(), src.log_id)).copied();
+                            let (text, ends) = self.spare.pop().unwrap_or_default();
                             groups.push(Lines {
                                 stem,
                                 mark,
-                                text: Vec::new(),
-                                ends: Vec::new(),
+                                text,
+                                ends,
                             });
                             groups.len() - 1
                         }
@@ -508,7 +521,7 @@ impl Inner {
                 continue;
             }
             l.mark = Some(rec.offset);
-            JsonRecord::with_log_id(src, Cow::Borrowed(&log_hex), rec).write_line(&mut l.text);
+            writer.write(rec, &mut l.text);
             l.ends.push((rec.offset, rec.timestamp_us, l.text.len()));
         }
         for l in &groups {
@@ -531,6 +544,7 @@ impl Inner {
         } in groups
         {
             if ends.is_empty() {
+                self.give_back(text, ends);
                 continue;
             }
             // Where the bytes not written yet begin in `text`, and where the line begins.
@@ -564,9 +578,20 @@ impl Inner {
             }
             self.append(&stem, &text[chunk..])?;
             touched.push(stem);
+            self.give_back(text, ends);
         }
         self.unsynced.extend(touched);
         Ok(())
+    }
+
+    /// Keeps the buffers of written lines, emptied, for the next batches (up to
+    /// [`SPARE_BUFFERS`]).
+    fn give_back(&mut self, mut text: Vec<u8>, mut ends: Vec<LineEnd>) {
+        if self.spare.len() < SPARE_BUFFERS {
+            text.clear();
+            ends.clear();
+            self.spare.push((text, ends));
+        }
     }
 
     /// Fsyncs (`fdatasync`) every open file written since the last sync and records what
