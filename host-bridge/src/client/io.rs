@@ -23,6 +23,9 @@ pub(super) enum Io {
 pub(super) struct SerialIo {
     writer: Arc<Mutex<Box<dyn serialport::SerialPort>>>,
     chunks: smol::channel::Receiver<std::io::Result<Vec<u8>>>,
+    /// What is left of the last chunk when it did not fit the reader's buffer, and how
+    /// much of it was read.
+    rest: (Vec<u8>, usize),
     stop: Arc<AtomicBool>,
 }
 
@@ -74,6 +77,7 @@ impl SerialIo {
         Ok(SerialIo {
             writer: Arc::new(Mutex::new(port)),
             chunks: rx,
+            rest: (Vec::new(), 0),
             stop,
         })
     }
@@ -151,20 +155,24 @@ impl Io {
         Ok(())
     }
 
-    /// Reads some bytes into `buf`; 0 means end of stream.
-    pub(super) async fn read(&mut self, buf: &mut Vec<u8>) -> Result<usize, ClientError> {
-        let mut tmp = [0u8; 8192];
-        let n = match self {
-            Io::Tcp(s) => s.read(&mut tmp).await?,
-            Io::Tls(s) => s.read(&mut tmp).await?,
-            Io::Unix(s) => s.read(&mut tmp).await?,
+    /// Reads some bytes into `buf` (not empty), straight from the socket; returns how many,
+    /// 0 at the end of the stream.
+    pub(super) async fn read(&mut self, buf: &mut [u8]) -> Result<usize, ClientError> {
+        Ok(match self {
+            Io::Tcp(s) => s.read(buf).await?,
+            Io::Tls(s) => s.read(buf).await?,
+            Io::Unix(s) => s.read(buf).await?,
             Io::Serial(s) => {
-                let chunk = s.chunks.recv().await.map_err(|_| ClientError::Closed)??;
-                buf.extend_from_slice(&chunk);
-                return Ok(chunk.len());
+                if s.rest.1 >= s.rest.0.len() {
+                    let chunk = s.chunks.recv().await.map_err(|_| ClientError::Closed)??;
+                    s.rest = (chunk, 0);
+                }
+                let (chunk, at) = &mut s.rest;
+                let n = buf.len().min(chunk.len() - *at);
+                buf[..n].copy_from_slice(&chunk[*at..*at + n]);
+                *at += n;
+                n
             }
-        };
-        buf.extend_from_slice(&tmp[..n]);
-        Ok(n)
+        })
     }
 }

@@ -51,6 +51,9 @@ use spillway_core::wire::{
 pub const MAX_FRAME_BEFORE_WELCOME: usize = 64 * 1024;
 /// Upper bound on any frame this client buffers, bytes, whatever the gateway announces.
 pub const MAX_FRAME_ABSOLUTE: usize = 16 * 1024 * 1024;
+/// Bytes one read from the connection takes at most: a fetch's reply (one frame of up to
+/// 64 KiB unless the gateway's record limit is larger) in one or two reads.
+pub const RX_BUFFER: usize = 64 * 1024;
 /// Default time to wait for a reply before the connection is declared dead (a long-poll
 /// fetch adds its `wait_ms`).
 pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -118,9 +121,11 @@ pub use spillway_core::cli::uri::{BadUri as BadAddr, GatewayAddr};
 /// One connection to a gateway, handshaken.
 pub struct Client {
     io: Io,
-    /// The bytes of the last read; `rx[rx_pos..]` are not yet fed to `frames`.
-    rx: Vec<u8>,
+    /// The buffer reads go into ([`RX_BUFFER`] bytes); `rx[rx_pos..rx_len]` are bytes of
+    /// the last read not yet fed to `frames`.
+    rx: Box<[u8]>,
     rx_pos: usize,
+    rx_len: usize,
     /// The frame splitter: each received byte is handled once, a frame larger than
     /// `max_frame` is skipped to its delimiter, never buffered.
     frames: wire::FrameDecoder<wire::GrowingFrameBuffer>,
@@ -231,8 +236,9 @@ impl Client {
     ) -> Result<Client, ClientError> {
         let mut c = Client {
             io,
-            rx: Vec::new(),
+            rx: vec![0u8; RX_BUFFER].into_boxed_slice(),
             rx_pos: 0,
+            rx_len: 0,
             frames: wire::FrameDecoder::new(wire::GrowingFrameBuffer::new(
                 MAX_FRAME_BEFORE_WELCOME,
             )),
@@ -301,10 +307,7 @@ impl Client {
     async fn send<T: serde::Serialize + ?Sized>(&mut self, req: &T) -> Result<(), ClientError> {
         loop {
             match wire::encode_frame(req, &mut self.tx) {
-                Ok(n) => {
-                    let frame = self.tx[..n].to_vec();
-                    return self.io.write_all(&frame).await;
-                }
+                Ok(n) => return self.io.write_all(&self.tx[..n]).await,
                 Err(e) => {
                     // Grow up to the frame limit, then give up.
                     let limit = self.max_frame.max(1024);
@@ -354,19 +357,19 @@ impl Client {
         timeout: Duration,
     ) -> Result<(Option<u32>, Reply), ClientError> {
         loop {
-            while self.rx_pos < self.rx.len() {
-                let input = &self.rx[self.rx_pos..];
+            while self.rx_pos < self.rx_len {
+                let input = &self.rx[self.rx_pos..self.rx_len];
                 let message = match self.frames.feed(input) {
                     wire::FeedResult::Consumed => {
-                        self.rx_pos = self.rx.len();
+                        self.rx_pos = self.rx_len;
                         break;
                     }
                     wire::FeedResult::Frame { message, remaining } => {
-                        self.rx_pos = self.rx.len() - remaining.len();
+                        self.rx_pos = self.rx_len - remaining.len();
                         message
                     }
                     wire::FeedResult::Error { error, remaining } => {
-                        self.rx_pos = self.rx.len() - remaining.len();
+                        self.rx_pos = self.rx_len - remaining.len();
                         log::debug!("dropping a bad frame from the gateway: {error}");
                         continue;
                     }
@@ -398,13 +401,13 @@ impl Client {
                 }
                 return Ok((resp.seq(), owned));
             }
-            self.rx.clear();
+            self.rx_len = 0;
             self.rx_pos = 0;
             let now = std::time::Instant::now();
             if now >= deadline {
                 return Err(ClientError::Timeout(timeout));
             }
-            let n = with_timeout(deadline - now, self.io.read(&mut self.rx))
+            let n = with_timeout(deadline - now, self.io.read(&mut self.rx[..]))
                 .await
                 .map_err(|e| match e {
                     ClientError::Timeout(_) => ClientError::Timeout(timeout),
@@ -413,6 +416,7 @@ impl Client {
             if n == 0 {
                 return Err(ClientError::Closed);
             }
+            self.rx_len = n;
         }
     }
 
