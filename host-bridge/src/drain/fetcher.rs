@@ -11,7 +11,9 @@ use smol::channel::Sender;
 use spillway_core::wire::{ErrorCode, LostReason};
 
 use super::{Backoff, DrainError, Shutdown, refused_commit, sleep_or_stop};
-use crate::client::{Client, ClientError, FetchReply, FirstContact, GatewayAddr, log_id_hex};
+use crate::client::{
+    Client, ClientError, FetchAhead, FetchReply, FirstContact, GatewayAddr, log_id_hex,
+};
 use crate::metrics::Metrics;
 
 /// What the fetcher hands the main loop.
@@ -161,10 +163,28 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
     let mut send_consumer = true;
     // A fetch answered "corrupt": (its offset, when first, fetches again so far).
     let mut corrupt_at: Option<(u64, Instant, u32)> = None;
+    // A fetch sent ahead (see `FetchAhead`), whose reply is still to come: `(seq, from)`.
+    // While there is one, the connection carries no other request.
+    let mut ahead: Option<(u32, u64)> = None;
     loop {
-        // Commit what the main loop has made durable.
+        if let Some((seq, from)) = ahead.filter(|a| a.1 != cursor) {
+            // Sent for an offset the loop did not move to (cannot happen: both compute it
+            // alike): take its reply, unused, before anything else goes out.
+            ahead = None;
+            log::debug!("dropping the fetch from {from} sent ahead; the cursor is at {cursor}");
+            if let Err(e) = conn.fetch_reply(seq, from, ctx.poll_wait, None).await
+                && !e.connection_ok()
+            {
+                conn = match reconnect(&mut ctx, e).await {
+                    Some(c) => c,
+                    None => return conn,
+                };
+            }
+            continue;
+        }
         let want = ctx.commit.get();
-        if want > committed_sent {
+        if ahead.is_none() && want > committed_sent {
+            // Commit what the main loop has made durable.
             match conn.commit(&ctx.consumer, want).await {
                 Ok(_) => committed_sent = want,
                 Err(e) if refused_commit(&e, &ctx.consumer, want).is_some() => {
@@ -188,7 +208,7 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
                 }
             }
         }
-        if ctx.stop.is_set() {
+        if ahead.is_none() && ctx.stop.is_set() {
             // The main loop may have moved the checkpoint while the commit above waited
             // for its reply: the final checkpoint goes out before the fetcher stops.
             if ctx.commit.get() > committed_sent {
@@ -196,7 +216,7 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
             }
             return conn;
         }
-        if last_stats.elapsed() >= STATS_EVERY {
+        if ahead.is_none() && last_stats.elapsed() >= STATS_EVERY {
             last_stats = Instant::now();
             match conn.stats().await {
                 Ok(s) => ctx.metrics.set_next(s.next_offset),
@@ -210,17 +230,40 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
                 }
             }
         }
-        if ctx.target.is_some_and(|t| cursor >= t) {
+        if ahead.is_none() && ctx.target.is_some_and(|t| cursor >= t) {
             // Nothing more to fetch: wait for commits or the end.
             sleep_or_stop(Duration::from_millis(50), &ctx.stop).await;
             continue;
         }
         let consumer = send_consumer.then_some(ctx.consumer.as_str());
-        match conn
-            .fetch(consumer, cursor, ctx.max_bytes, ctx.poll_wait)
-            .await
-        {
-            Ok(reply) => {
+        // The next fetch goes out ahead, as soon as this one's reply is decoded, unless a
+        // commit or the counters are due first, the fetcher is stopping, or the main loop
+        // has no room for this batch anyway.
+        let pipeline = !ctx.stop.is_set()
+            && ctx.commit.get() <= committed_sent
+            && last_stats.elapsed() < STATS_EVERY
+            && ctx.tx.capacity().is_some_and(|c| ctx.tx.len() + 1 < c);
+        let next_ahead =
+            pipeline.then(|| FetchAhead::new(consumer, ctx.max_bytes, ctx.poll_wait, ctx.target));
+        let res = match ahead.take() {
+            Some((seq, from)) => {
+                conn.fetch_reply(seq, from, ctx.poll_wait, next_ahead.as_ref())
+                    .await
+            }
+            None => {
+                conn.fetch_ahead(
+                    consumer,
+                    cursor,
+                    ctx.max_bytes,
+                    ctx.poll_wait,
+                    next_ahead.as_ref(),
+                )
+                .await
+            }
+        };
+        match res {
+            Ok((reply, sent)) => {
+                ahead = sent;
                 ctx.backoff.reset();
                 let corrupt = matches!(&reply, FetchReply::Records { lost: Some(l), .. }
                     if l.reason == LostReason::Corrupt);
@@ -270,12 +313,15 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
                     from: cursor,
                     reply,
                 };
-                let sent = smol::future::or(async { ctx.tx.send(item).await.is_ok() }, async {
+                let handed = smol::future::or(async { ctx.tx.send(item).await.is_ok() }, async {
                     ctx.stop.wait().await;
                     false
                 })
                 .await;
-                if !sent {
+                if !handed {
+                    // Stopping: a fetch sent ahead is not waited for; its reply is skipped
+                    // by the wait for the final commit's.
+                    ahead = None;
                     continue;
                 }
                 cursor = next;
