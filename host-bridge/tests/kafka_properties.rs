@@ -30,7 +30,8 @@ fn records(n: u64) -> Vec<OwnedRecord> {
                 "{{\"sst_c\":14.25,\"seq\":{i},\"pad\":\"{}\"}}",
                 "x".repeat(200)
             )
-            .into_bytes(),
+            .into_bytes()
+            .into(),
         })
         .collect()
 }

@@ -272,7 +272,7 @@ fn line_mode_listeners() {
     let recs = wait_for_records(&mut c, 5);
     let mut got: Vec<(String, Vec<u8>)> = recs
         .iter()
-        .map(|r| (r.topic.clone(), r.payload.clone()))
+        .map(|r| (r.topic.to_string(), r.payload.to_vec()))
         .collect();
     got.sort();
     assert_eq!(
@@ -561,8 +561,10 @@ fn sigkill_during_durable_publishing_loses_nothing_acknowledged() {
     assert!(g.log_text().contains("not clean"), "{}", g.log_text());
     let mut c = connect(&addr).unwrap();
     let recs = read_log(&mut c, 0).unwrap();
-    let by_offset: BTreeMap<u64, Vec<u8>> =
-        recs.into_iter().map(|r| (r.offset, r.payload)).collect();
+    let by_offset: BTreeMap<u64, Vec<u8>> = recs
+        .into_iter()
+        .map(|r| (r.offset, r.payload.to_vec()))
+        .collect();
     let acked = acked.lock().unwrap();
     assert!(
         acked.len() > loops as usize,

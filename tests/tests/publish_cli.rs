@@ -54,7 +54,7 @@ fn messages_from_the_command_line_and_lines_over_the_limit() {
     let got: Vec<Vec<u8>> = read_log(&mut c, 0)
         .unwrap()
         .into_iter()
-        .map(|r| r.payload)
+        .map(|r| r.payload.to_vec())
         .collect();
     assert_eq!(
         got,

@@ -26,9 +26,12 @@
 //! - `types`: [`ClientError`] and the owned values the client hands back.
 //! - `reply`: replies made owned and checked ([`decode_reply`]: offsets below the limit,
 //!   increasing record offsets, well-formed lost ranges).
+//! - `shared`: a fetched record's [`Topic`] and [`Payload`], shared by the records of one
+//!   reply (its payloads in one buffer).
 
 mod io;
 mod reply;
+mod shared;
 mod types;
 
 use std::fmt;
@@ -37,6 +40,7 @@ use std::time::Duration;
 use io::Io;
 use reply::own;
 pub use reply::{Reply, decode_reply};
+pub use shared::{Payload, Topic};
 pub use types::{
     ClientError, ConsumerInfo, FetchReply, OwnedRecord, PublishAck, PublishResult, SessionInfo,
     Welcome,
@@ -385,6 +389,7 @@ impl Client {
                         continue;
                     }
                 };
+                let size = message.len();
                 let (resp, rest): (Response<'_>, _) = match wire::take_message(message) {
                     Ok(r) => r,
                     Err(e) => {
@@ -413,7 +418,7 @@ impl Client {
                         sent = Some((seq, from));
                     }
                 }
-                let mut owned = own(resp)?;
+                let mut owned = own(resp, size)?;
                 // Version 3 appends the producer window to the Welcome.
                 if let Reply::Welcome(w) = &mut owned
                     && w.protocol_version >= 3

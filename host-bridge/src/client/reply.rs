@@ -61,10 +61,11 @@ pub enum Reply {
 /// any offset it was sent), record offsets that do not increase, or a lost range that ends
 /// before it starts.
 pub fn decode_reply(frame: &mut [u8]) -> Result<Option<u32>, ClientError> {
+    let size = frame.len();
     let resp: Response<'_> = wire::decode_message(frame)
         .map_err(|e| ClientError::Protocol(format!("bad frame: {e}")))?;
     let seq = resp.seq();
-    own(resp)?;
+    own(resp, size)?;
     Ok(seq)
 }
 
@@ -79,7 +80,21 @@ fn offset_in_range(what: &str, offset: u64) -> Result<u64, ClientError> {
     }
 }
 
-pub(super) fn own(resp: Response<'_>) -> Result<Reply, ClientError> {
+/// A fetched record before its payload's buffer is complete.
+struct Span {
+    offset: u64,
+    record_crc: u32,
+    topic: Topic,
+    timestamp_us: u64,
+    producer: Option<Producer>,
+    /// Its payload in the reply's payload buffer.
+    payload: std::ops::Range<usize>,
+}
+
+/// `resp` owned and checked (see [`decode_reply`]). `size`: the bytes of its message, at
+/// least what its records' payloads take (the payload buffer of a `Records` reply is
+/// allocated once with that capacity).
+pub(super) fn own(resp: Response<'_>, size: usize) -> Result<Reply, ClientError> {
     let off = offset_in_range;
     Ok(match resp {
         Response::Welcome {
@@ -122,27 +137,48 @@ pub(super) fn own(resp: Response<'_>) -> Result<Reply, ClientError> {
                     l.from, l.to
                 )));
             }
-            let mut out: Vec<OwnedRecord> =
-                Vec::with_capacity(records.count().min(65_536) as usize);
+            // The payloads go into one buffer, the topic into one string per run of
+            // records of one topic: a few allocations per reply, not two per record.
+            let mut spans: Vec<Span> = Vec::with_capacity(records.count().min(65_536) as usize);
+            let mut bytes: Vec<u8> = Vec::with_capacity(size);
             for r in records.iter() {
                 let r = r.map_err(|e| ClientError::Protocol(format!("bad record: {e}")))?;
                 off("record offset", r.offset)?;
-                if out.last().is_some_and(|p| p.offset >= r.offset) {
+                if let Some(p) = spans.last()
+                    && p.offset >= r.offset
+                {
                     return Err(ClientError::Protocol(format!(
                         "record offsets do not increase: {} after {}",
-                        r.offset,
-                        out.last().map_or(0, |p| p.offset)
+                        r.offset, p.offset
                     )));
                 }
-                out.push(OwnedRecord {
+                let topic = match spans.last() {
+                    Some(p) if p.topic == *r.topic => p.topic.clone(),
+                    _ => Topic::from(r.topic),
+                };
+                let start = bytes.len();
+                bytes.extend_from_slice(r.payload);
+                spans.push(Span {
                     offset: r.offset,
                     record_crc: r.record_crc,
-                    topic: r.topic.to_string(),
+                    topic,
                     timestamp_us: r.timestamp_us,
                     producer: r.producer,
-                    payload: r.payload.to_vec(),
+                    payload: start..bytes.len(),
                 });
             }
+            let bytes = std::sync::Arc::new(bytes);
+            let out: Vec<OwnedRecord> = spans
+                .into_iter()
+                .map(|s| OwnedRecord {
+                    offset: s.offset,
+                    record_crc: s.record_crc,
+                    topic: s.topic,
+                    timestamp_us: s.timestamp_us,
+                    producer: s.producer,
+                    payload: Payload::shared(&bytes, s.payload),
+                })
+                .collect();
             Reply::Fetch(FetchReply::Records {
                 prev_crc,
                 next_offset,

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use spillway_core::wire::{self, ErrorCode, LostRange, Producer};
 
+use super::{Payload, Topic};
+
 #[cfg(doc)]
 use super::{Client, WELCOME_TIMEOUT};
 
@@ -122,14 +124,14 @@ pub struct OwnedRecord {
     pub offset: u64,
     /// The log's record CRC.
     pub record_crc: u32,
-    /// Topic.
-    pub topic: String,
+    /// Topic (shared with the records of the same reply and topic).
+    pub topic: Topic,
     /// Wall-clock time, µs since the Unix epoch.
     pub timestamp_us: u64,
     /// Idempotent producer, if any.
     pub producer: Option<Producer>,
-    /// Payload bytes.
-    pub payload: Vec<u8>,
+    /// Payload bytes (in a buffer shared with the other records of the same reply).
+    pub payload: Payload,
 }
 
 /// The answer to a fetch.

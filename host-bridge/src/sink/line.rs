@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 
 use super::{JsonPayload, MAX_RFC3339, Source};
-use crate::client::{OwnedRecord, log_id_hex};
+use crate::client::{OwnedRecord, Topic, log_id_hex};
 
 /// Length of an RFC 3339 time as [`Rfc3339::format`] writes it (`2023-11-14T22:13:20.000000Z`,
 /// and [`MAX_RFC3339`]), bytes.
@@ -103,7 +103,7 @@ pub struct LineWriter {
     /// `{"gateway_id":…,"log_id":…,"offset":`
     head: Vec<u8>,
     /// The topic `topic_keys` is for; `None` before the first record.
-    topic: Option<String>,
+    topic: Option<Topic>,
     /// `,"topic":…,"timestamp":"`
     topic_keys: Vec<u8>,
     /// The timestamp's text.
@@ -130,7 +130,7 @@ impl LineWriter {
 
     /// Appends the line of `rec`, newline included, to `out`.
     pub fn write(&mut self, rec: &OwnedRecord, out: &mut Vec<u8>) {
-        if self.topic.as_deref() != Some(rec.topic.as_str()) {
+        if self.topic.as_ref() != Some(&rec.topic) {
             self.topic_keys.clear();
             self.topic_keys.extend_from_slice(b",\"topic\":");
             let _ = serde_json::to_writer(&mut self.topic_keys, &rec.topic);
@@ -233,7 +233,7 @@ mod tests {
             topic: topic.into(),
             timestamp_us,
             producer: None,
-            payload: payload.to_vec(),
+            payload: payload.into(),
         }
     }
 

@@ -537,7 +537,7 @@ mod tests {
             topic: "t".into(),
             timestamp_us,
             producer: None,
-            payload: payload.to_vec(),
+            payload: payload.into(),
         };
         JsonRecord::new(&src, &rec).to_line()
     }
@@ -576,7 +576,7 @@ mod tests {
             topic: "buoy/sst".into(),
             timestamp_us: 1_700_000_000_000_000,
             producer: None,
-            payload: b"21.5".to_vec(),
+            payload: b"21.5".into(),
         };
         let line = JsonRecord::new(&src, &rec).to_line();
         assert_eq!(
@@ -586,7 +586,7 @@ mod tests {
              \"timestamp_us\":1700000000000000,\"payload\":\"21.5\",\"payload_encoding\":\"utf8\"}\n"
         );
         let bin = OwnedRecord {
-            payload: vec![0xff, 0x00, 0x01],
+            payload: vec![0xff, 0x00, 0x01].into(),
             ..rec
         };
         let v: serde_json::Value =

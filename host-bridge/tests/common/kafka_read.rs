@@ -19,7 +19,7 @@ pub fn rec(offset: u64, topic: &str) -> OwnedRecord {
         topic: topic.into(),
         timestamp_us: 1_700_000_000_000_000 + offset,
         producer: None,
-        payload: format!("p{offset}").into_bytes(),
+        payload: format!("p{offset}").into_bytes().into(),
     }
 }
 
