@@ -14,6 +14,7 @@ pub struct Topic(Arc<str>);
 
 impl Topic {
     /// The topic's text.
+    #[inline]
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -27,6 +28,7 @@ impl Default for Topic {
 
 impl Deref for Topic {
     type Target = str;
+    #[inline]
     fn deref(&self) -> &str {
         &self.0
     }
@@ -138,6 +140,7 @@ impl Payload {
     }
 
     /// The payload's bytes.
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
         // `start <= end <= buf.len()` always (see `shared`).
         self.buf.get(self.start..self.end).unwrap_or_default()
@@ -152,18 +155,21 @@ impl Default for Payload {
 
 impl Deref for Payload {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         self.as_slice()
     }
 }
 
 impl AsRef<[u8]> for Payload {
+    #[inline]
     fn as_ref(&self) -> &[u8] {
         self.as_slice()
     }
 }
 
 impl Borrow<[u8]> for Payload {
+    #[inline]
     fn borrow(&self) -> &[u8] {
         self.as_slice()
     }

@@ -17,7 +17,7 @@ use super::{
     Backoff, Drain, DrainError, MAX_UNSYNCED_BATCHES, SessionEnd, Shutdown, refused_commit,
 };
 use crate::checkpoint::{Checkpoint, ResumeMismatch, check_prev_crc};
-use crate::client::{Client, FetchReply, OwnedRecord, log_id_hex};
+use crate::client::{Client, FetchReply, log_id_hex};
 use crate::sink::{Sink, Source};
 
 impl Drain {
@@ -240,8 +240,8 @@ impl Drain {
                             }
                             // Records below the next offset (never expected) are skipped.
                             let next = s.win.next;
-                            let records: Vec<OwnedRecord> =
-                                records.into_iter().filter(|r| r.offset >= next).collect();
+                            let mut records = records;
+                            records.retain(|r| r.offset >= next);
                             if let Some(first) = records.first()
                                 && first.offset > s.win.next
                             {
