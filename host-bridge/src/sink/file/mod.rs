@@ -53,7 +53,9 @@
 //!
 //! # Durability
 //!
-//! [`FileSink::write`] writes a batch without an fsync; [`FileSink::sync`] fsyncs
+//! [`FileSink::write`] writes a batch without an fsync (holding its lines back in memory
+//! until [`WRITE_BEHIND_BYTES`] of them make one trip to the blocking pool, or the next
+//! sync or gap line takes them); [`FileSink::sync`] writes what is held back and fsyncs
 //! (`fdatasync`) every file written since the last sync, and only then does the sink count
 //! those bytes as synced ([`FileSink::synced_files`]). The drain syncs once per group
 //! checkpoint, several batches at a time; [`FileSink::deliver`] does both. A rotation fsyncs the file before the next file is
@@ -153,6 +155,10 @@ pub use recovery::CutBack;
 use recovery::cut_back;
 use writer::{Inner, Job};
 
+/// Lines [`FileSink::write`] holds back in memory before it takes them to the blocking
+/// pool, bytes (with one gateway frame's records per batch, about 8 batches of 100-byte
+/// records): one trip, and one write per topic, for several batches.
+pub const WRITE_BEHIND_BYTES: usize = 1 << 20;
 /// Default size at which a topic's file is rotated, bytes (64 MiB).
 pub const DEFAULT_ROTATE_BYTES: u64 = 64 * 1024 * 1024;
 /// Longest encoded topic or gateway id used as a directory name, bytes.
@@ -341,38 +347,47 @@ impl FileSink {
     /// Writes `records`, except those already in the files (see the module doc, "Exactly
     /// once"), without fsyncing the newest files: they are durable, and count in
     /// [`FileSink::synced_files`], only after the next successful [`FileSink::sync`] (a
-    /// file set aside as full by a rotation is fsynced at once). After a failure, of this
-    /// call or of a later write or sync, the next write first cuts every file back to the
-    /// lengths of the last successful sync (module doc, "Synced lengths"): everything
-    /// written since then must be written again.
+    /// file set aside as full by a rotation is fsynced at once). Their lines may be held
+    /// back in memory, up to [`WRITE_BEHIND_BYTES`] with those of earlier batches, and
+    /// written with the next trip to the blocking pool ([`FileSink::flush`], the next
+    /// sync, gap line or write past that size): no trip per batch. After a failure, of
+    /// this call or of a later write or sync, the next write first cuts every file back to
+    /// the lengths of the last successful sync (module doc, "Synced lengths"), and lines
+    /// held back are dropped with the writer: everything written since that sync must be
+    /// written again.
     ///
     /// # Errors
     /// The I/O error of a write, a file's creation or a rotation's fsync, with 0 records
-    /// delivered.
+    /// delivered (of this batch; the batches written since the last sync are lost too).
     pub async fn write(
         &mut self,
         src: &Source,
         records: &[OwnedRecord],
     ) -> Result<(), DeliverError> {
         let first = records.first().map_or(0, |r| r.offset);
-        // With the writer at hand, the lines are made here, and only they go to the
-        // blocking pool; after a failure the writer is reopened there first (marks read
-        // back from the files), so the records go with it.
+        // With the writer at hand, the lines are made here and held back until enough of
+        // them make a trip to the blocking pool; after a failure the writer is reopened
+        // there first (marks read back from the files), so the records go with it.
         let (job, skipped_here) = match self.inner.as_mut() {
             Some(i) => {
                 let (lines, skipped) = i.lines(src, records);
-                (Job::Lines(lines), skipped)
+                let held = i.hold(lines);
+                ((held >= WRITE_BEHIND_BYTES).then_some(Job::Flush), skipped)
             }
-            None => (Job::Records(records.to_vec()), 0),
+            None => (Some(Job::Records(records.to_vec())), 0),
         };
-        let skipped = self
-            .write_job(src, job)
-            .await
-            .map(|n| n + skipped_here)
-            .map_err(|e| DeliverError {
-                delivered: 0,
-                error: SinkError::Io(e),
-            })?;
+        let skipped = match job {
+            Some(job) => self.write_job(src, job).await,
+            None => {
+                self.log_id = Some(src.log_id);
+                Ok(0)
+            }
+        }
+        .map(|n| n + skipped_here)
+        .map_err(|e| DeliverError {
+            delivered: 0,
+            error: SinkError::Io(e),
+        })?;
         if skipped > 0 {
             self.skipped_duplicates += skipped;
             log::info!(
@@ -393,7 +408,7 @@ impl FileSink {
     /// then lost to the sink (see [`FileSink::write`]).
     pub async fn sync(&mut self) -> std::io::Result<()> {
         match &self.inner {
-            Some(i) if !i.unsynced.is_empty() => {}
+            Some(i) if !i.unsynced.is_empty() || i.holds_lines() => {}
             Some(_) => return Ok(()),
             None => {
                 return Err(std::io::Error::other(
@@ -401,9 +416,25 @@ impl FileSink {
                 ));
             }
         }
-        self.on_writer(|i| i.sync().map(|()| 0)).await?;
+        self.on_writer(|i| {
+            i.flush()?;
+            i.sync().map(|()| 0)
+        })
+        .await?;
         if let Some(i) = &self.inner {
             self.synced = i.state.clone();
+        }
+        Ok(())
+    }
+
+    /// Writes the lines [`FileSink::write`] holds back, without an fsync. Nothing to do
+    /// when it holds none.
+    ///
+    /// # Errors
+    /// As [`FileSink::write`]'s.
+    pub async fn flush(&mut self, src: &Source) -> std::io::Result<()> {
+        if self.inner.as_ref().is_some_and(Inner::holds_lines) {
+            self.write_job(src, Job::Flush).await?;
         }
         Ok(())
     }
@@ -433,7 +464,12 @@ impl FileSink {
         if self.rot.interval.is_none() {
             return Ok(0);
         }
-        let n = self.on_writer(Inner::close_expired).await?;
+        let n = self
+            .on_writer(|i| {
+                i.flush()?;
+                i.close_expired()
+            })
+            .await?;
         if let Some(i) = &self.inner {
             self.synced = i.state.clone();
         }
@@ -541,11 +577,11 @@ impl FileSink {
                 Ok(i) => i,
                 Err(e) => return (None, Err(e)),
             };
-            let res = match job {
+            let res = inner.flush().and_then(|()| match job {
                 Job::Records(records) => inner.write(&src, &records),
-                Job::Lines(lines) => inner.write_lines(lines).map(|()| 0),
+                Job::Flush => Ok(0),
                 Job::Gap(line, from) => inner.write_gap(&line, from).map(|()| 0),
-            };
+            });
             match res {
                 Ok(skipped) => (Some(inner), Ok(skipped)),
                 // Drop the handles: the next attempt cuts back to the synced lengths and

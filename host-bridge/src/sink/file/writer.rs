@@ -36,12 +36,13 @@ pub(super) struct Lines {
 /// A line of [`Lines`]: its record's offset and timestamp (µs), and its end in the text.
 type LineEnd = (u64, u64, usize);
 
-/// What one trip to the blocking pool does.
+/// What one trip to the blocking pool does (each writes the lines held back first, see
+/// [`Inner::hold`]).
 pub(super) enum Job {
     /// Write records.
     Records(Vec<OwnedRecord>),
-    /// Write lines made by [`Inner::lines`].
-    Lines(Vec<Lines>),
+    /// Write the lines held back.
+    Flush,
     /// Write a gap line; the offset names a file it has to begin.
     Gap(String, u64),
 }
@@ -111,6 +112,11 @@ pub(super) struct Inner {
     /// allocation or reallocation as they grow. Each is as large as one topic's lines of
     /// one batch (one gateway frame's records) have needed.
     spare: Vec<(Vec<u8>, Vec<LineEnd>)>,
+    /// Lines made by [`Inner::lines`] and held back ([`Inner::hold`]), not written yet;
+    /// the marks already count them, so they go (or are dropped) with this writer.
+    pending: Vec<Lines>,
+    /// Bytes of text in `pending`.
+    pending_bytes: usize,
 }
 
 /// Creates `dir` and its missing parents, fsyncing the directory that holds each one made.
@@ -277,6 +283,8 @@ impl Inner {
             state,
             unsynced: BTreeSet::new(),
             spare: Vec::new(),
+            pending: Vec::new(),
+            pending_bytes: 0,
         })
     }
 
@@ -582,6 +590,27 @@ impl Inner {
         }
         self.unsynced.extend(touched);
         Ok(())
+    }
+
+    /// Holds `groups` (made by [`Inner::lines`]) back, to be written with the next trip to
+    /// the blocking pool ([`Inner::flush`]); returns the bytes held back now.
+    pub(super) fn hold(&mut self, groups: Vec<Lines>) -> usize {
+        self.pending_bytes += groups.iter().map(|l| l.text.len()).sum::<usize>();
+        self.pending.extend(groups);
+        self.pending_bytes
+    }
+
+    /// True if lines are held back.
+    pub(super) fn holds_lines(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Writes the lines held back ([`Inner::hold`]), in the order they were made, as
+    /// [`Inner::write_lines`] does. On error the caller drops `self`.
+    pub(super) fn flush(&mut self) -> std::io::Result<()> {
+        self.pending_bytes = 0;
+        let pending = std::mem::take(&mut self.pending);
+        self.write_lines(pending)
     }
 
     /// Keeps the buffers of written lines, emptied, for the next batches (up to

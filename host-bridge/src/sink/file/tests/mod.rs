@@ -584,3 +584,40 @@ fn torn_line_longer_than_the_scan_chunk() {
     assert_eq!(cut_torn_tail(&p).unwrap(), 9);
     assert_eq!(std::fs::read(&p).unwrap(), b"{\"ok\":1}\n");
 }
+
+/// Batches under `WRITE_BEHIND_BYTES` are held back in memory: nothing reaches the files
+/// until the sync, which writes them in order before it fsyncs; a gap line goes after the
+/// records held back; a batch that takes the held-back lines past the size makes the trip.
+#[test]
+fn small_batches_are_held_back_until_the_sync() {
+    let (_dir, out) = out_dir();
+    let recs = xs(6);
+    smol::block_on(async {
+        let mut s = open(&out, rot(DEFAULT_ROTATE_BYTES)).await;
+        s.write(&src(), &recs[..2]).await.unwrap();
+        s.write(&src(), &recs[2..4]).await.unwrap();
+        assert!(tree(&out).is_empty(), "{:?}", tree(&out));
+        s.sync().await.unwrap();
+        assert_eq!(offsets(&open_file(&out, "t", 0)), [0, 1, 2, 3]);
+        assert_eq!(s.synced_files().unwrap().files["t"].len, x_line_len() * 4);
+        s.write(&src(), &recs[4..]).await.unwrap();
+        s.deliver_gap(&src(), &GapNotice::new(6, 9, "dropped"))
+            .await
+            .unwrap();
+        let text = std::fs::read_to_string(open_file(&out, "t", 0)).unwrap();
+        let last: Vec<&str> = text.lines().skip(4).collect();
+        assert_eq!(last.len(), 3, "{text}");
+        assert!(last[0].contains("\"offset\":4") && last[1].contains("\"offset\":5"));
+        assert!(last[2].starts_with("{\"gap\":{\"from\":6"), "{}", last[2]);
+        // Past the size: written at once (not synced).
+        let big: Vec<OwnedRecord> = (9..9 + 1 + (WRITE_BEHIND_BYTES as u64) / 4000)
+            .map(|i| rec(i, "t", &[b'y'; 4000]))
+            .collect();
+        s.write(&src(), &big).await.unwrap();
+        let written: Vec<u64> = lines(&open_file(&out, "t", 0))
+            .iter()
+            .filter_map(|v| v["offset"].as_u64())
+            .collect();
+        assert_eq!(written.last(), big.last().map(|r| r.offset).as_ref());
+    });
+}

@@ -304,6 +304,8 @@ fn batches_written_before_the_sync_are_cut_back_together() {
         let checkpoint = s.synced_files().unwrap();
         s.write(&src(), &recs[2..5]).await.unwrap();
         s.write(&src(), &recs[5..7]).await.unwrap();
+        // Into the files, as a later batch's write would take them.
+        s.flush(&src()).await.unwrap();
         assert_eq!(s.synced_files().unwrap(), checkpoint, "nothing synced yet");
         assert_eq!(
             tree(&out),
