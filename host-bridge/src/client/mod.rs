@@ -6,7 +6,9 @@
 //! `seq`, and hands back owned values ([`FetchReply`], [`PublishAck`], …). Its requests are
 //! not pipelined (the protocol allows it, but one request at a time keeps a serial line
 //! simple and costs little: the drain loop overlaps fetching with the sink's work in
-//! separate tasks instead), except [`Client::publish_batch`]. A caller that pipelines its
+//! separate tasks instead), except [`Client::publish_batch`] and the fetch sent ahead by
+//! [`Client::fetch_ahead`] (one, once the reply before it is decoded: the gateway reads
+//! the next batch while the drain hands this one on). A caller that pipelines its
 //! own requests sends them with [`Client::send_request`] and takes the replies, in the
 //! order they come, from [`Client::next_reply`]; [`Client::send_raw`] sends bytes as they
 //! are (tests of how a gateway takes bad input).

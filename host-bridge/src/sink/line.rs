@@ -51,7 +51,7 @@ fn digits(out: &mut [u8], mut n: u32) {
 
 impl Rfc3339 {
     /// `us` (µs since the Unix epoch) as `YYYY-MM-DDTHH:MM:SS.ffffffZ`; a time past year
-    /// 9999 is [`MAX_RFC3339`]. Always [`RFC3339_LEN`] ASCII bytes.
+    /// 9999 is [`MAX_RFC3339`]. Always 27 ASCII bytes.
     pub fn format(&mut self, us: u64) -> &str {
         let second = us / 1_000_000;
         if self.second != Some(second) {
