@@ -336,16 +336,8 @@ impl Client {
             if seq.is_none() && got == Some(0) && matches!(owned, Reply::Error { .. }) {
                 return Ok(owned);
             }
-            if got == Some(0)
-                && seq.is_some()
-                && let Reply::Error {
-                    code: ErrorCode::BadFrame,
-                    ..
-                } = owned
-            {
-                return Err(ClientError::Protocol(
-                    "gateway could not decode our frame".into(),
-                ));
+            if seq.is_some() && refuses_our_frame(got, &owned) {
+                return Err(bad_frame());
             }
             log::debug!("ignoring a reply to seq {got:?}");
         }
@@ -695,18 +687,9 @@ impl Client {
         max_bytes: u32,
         wait: Duration,
     ) -> Result<FetchReply, ClientError> {
-        let seq = self.next_seq();
-        let req = Request::Fetch {
-            seq,
-            consumer,
-            from_offset,
-            max_bytes: max_bytes.max(1),
-            wait_ms: wait_ms(wait),
-        };
-        match self.call(req, wait).await? {
-            Reply::Fetch(f) => Ok(f),
-            _ => Err(ClientError::Protocol("expected Records or Dropped".into())),
-        }
+        self.fetch_ahead(consumer, from_offset, max_bytes, wait, None)
+            .await
+            .map(|(f, _)| f)
     }
 
     /// [`Client::fetch`], pipelined: with `ahead`, the fetch that continues after the
@@ -766,15 +749,8 @@ impl Client {
                     _ => Err(ClientError::Protocol("expected Records or Dropped".into())),
                 };
             }
-            if got == Some(0)
-                && let Reply::Error {
-                    code: ErrorCode::BadFrame,
-                    ..
-                } = reply
-            {
-                return Err(ClientError::Protocol(
-                    "gateway could not decode our frame".into(),
-                ));
+            if refuses_our_frame(got, &reply) {
+                return Err(bad_frame());
             }
             log::debug!("ignoring a reply to seq {got:?}");
         }
@@ -878,6 +854,24 @@ fn bump_seq(seq: &mut u32) -> u32 {
         *seq = 1;
     }
     *seq
+}
+
+/// Whether `reply`, which carries `got`, is the gateway's `BadFrame` error about a frame
+/// of ours it could not decode (seq 0: the frame named no request it could read).
+fn refuses_our_frame(got: Option<u32>, reply: &Reply) -> bool {
+    got == Some(0)
+        && matches!(
+            reply,
+            Reply::Error {
+                code: ErrorCode::BadFrame,
+                ..
+            }
+        )
+}
+
+/// The error for a reply that [`refuses_our_frame`].
+fn bad_frame() -> ClientError {
+    ClientError::Protocol("gateway could not decode our frame".into())
 }
 
 /// A fetch's `wait_ms`: `wait` in ms, `None` for no wait.
