@@ -21,7 +21,8 @@ impl Flash for FileFlash {
     /// [`FileFlashError::Poisoned`] after a failed write, erase or sync;
     /// [`FileFlashError::OutOfBounds`]; [`FileFlashError::Io`] (op "read").
     /// A read that goes on from the previous one reads up to 64 KiB ahead at once and
-    /// the next reads are served from those bytes ([`ahead`](super::ahead)).
+    /// the next reads are served from those bytes, dropped when a write or erase touches
+    /// them (module `storage::file::ahead`).
     fn read(&mut self, addr: u32, buf: &mut [u8]) -> Result<(), FileFlashError> {
         self.check_poisoned()?;
         self.check_range(addr, buf.len())?;
