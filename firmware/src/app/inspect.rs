@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use spillway_core::error::ReadError;
 use spillway_core::log::format::MAX_NEXT_OFFSET;
 use spillway_core::log::{
     Config, Log, LostReason, Memory, RecoveryReport, SegmentSlot, segments_for,
@@ -15,7 +16,7 @@ use spillway_core::storage::Flash;
 use super::AppError;
 use super::image::{Overlay, probe};
 
-/// Bytes of the read buffer.
+/// Bytes of the read buffer at first; it grows to hold a larger record when one is met.
 const READ_BUF: usize = 1 << 20;
 
 /// Warnings about journal entries that did not validate at mount, one sentence each
@@ -125,6 +126,16 @@ pub fn inspect(path: &Path, json: bool) -> Result<(), AppError> {
     while at < next {
         let before = log.stats();
         let read = log.read(at, &mut buf);
+        // A record larger than the read buffer (a gateway with a larger --max-record-bytes
+        // wrote it): read it again into a buffer that holds it. A record never passes its
+        // segment, so the need is bounded by the segment size.
+        if let Err(ReadError::BufferTooSmall { needed }) = read
+            && needed > buf.len()
+            && needed <= seg_bytes
+        {
+            buf.resize(needed, 0);
+            continue;
+        }
         let after = log.stats();
         if let Some(k) = segments.iter().rposition(|s| s.2 <= at) {
             compressed[k].0 += after.compressed_batches_read - before.compressed_batches_read;
