@@ -612,13 +612,19 @@ fn inspect_reads_a_record_over_a_mebibyte() {
     let big = "x".repeat((1 << 20) + 100);
     publish_each(&mut c, [big, "small".to_string()], AckLevel::Durable);
     drop(c);
+    let v = stop_and_inspect(&mut g, dir.path());
+    assert_eq!(v["records_verified"], 2, "{v}");
+}
+
+/// Stops the gateway `g` with SIGTERM (it must exit 0), then runs `spillway inspect
+/// --json` on its image `DIR/gw.img`, which must exit 0: the report.
+fn stop_and_inspect(g: &mut GatewayProcess, dir: &Path) -> serde_json::Value {
     let status = g.terminate();
     assert_eq!(status.code(), Some(0), "{}", g.log_text());
-    let img = dir.path().join("gw.img").display().to_string();
+    let img = dir.join("gw.img").display().to_string();
     let (code, out, err) = run_cli(&["inspect", &img, "--json"]);
     assert_eq!(code, 0, "{out}{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["records_verified"], 2, "{out}");
+    serde_json::from_str(&out).unwrap()
 }
 
 #[test]
@@ -638,13 +644,9 @@ fn sigterm_is_clean_and_image_is_protected() {
     };
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("is locked by process"), "{err}");
-    let status = g.terminate();
-    assert_eq!(status.code(), Some(0), "{}", g.log_text());
+    let v = stop_and_inspect(&mut g, dir.path());
     let img = dir.path().join("gw.img").display().to_string();
-    let (code, out, err) = run_cli(&["inspect", &img, "--json"]);
-    assert_eq!(code, 0, "{out}{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["clean"], true, "{out}");
+    assert_eq!(v["clean"], true, "{v}");
     assert_eq!(v["next_offset"], 10);
     assert_eq!(v["records_verified"], 10);
     assert_eq!(v["consumers"][0]["committed_offset"], 7);
