@@ -13,7 +13,7 @@ use super::CLIENT_NAME;
 use crate::client::{Client, ClientError, FetchReply, GatewayAddr, log_id_hex};
 use crate::drain::{Backoff, StartFrom};
 use crate::exit;
-use crate::sink::{JsonRecord, Source};
+use crate::sink::{LineWriter, Source};
 
 /// Output format of `tail`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,6 +173,9 @@ pub async fn tail(args: TailArgs, out: &mut dyn Write) -> i32 {
             gateway_id: w.gateway_id.clone(),
             log_id: w.log_id,
         };
+        // `--format json`: the file sink's lines, from its writer.
+        let mut json = LineWriter::new(&src);
+        let mut line = Vec::new();
         let res: Result<bool, ClientError> = async {
             if cursor.is_none() {
                 let s = c.stats().await?;
@@ -245,7 +248,9 @@ pub async fn tail(args: TailArgs, out: &mut dyn Write) -> i32 {
                             printed += 1;
                             let ok = match &args.format {
                                 TailFormat::Json => {
-                                    out.write_all(JsonRecord::new(&src, r).to_line().as_bytes())
+                                    line.clear();
+                                    json.write(r, &mut line);
+                                    out.write_all(&line)
                                 }
                                 TailFormat::Raw => out
                                     .write_all(&r.payload)

@@ -338,8 +338,9 @@ impl Sink {
     }
 }
 
-/// One output record as JSON, with exactly the keys of the file sink (also used by
-/// `tail --format json`).
+/// One output record as JSON, with exactly the keys of the file sink: the format's
+/// definition as a struct. The file sink and `tail --format json` write it with
+/// [`LineWriter`], whose lines its tests check against this struct's.
 #[derive(Debug, Serialize)]
 pub struct JsonRecord<'a> {
     /// The gateway's configured id.
