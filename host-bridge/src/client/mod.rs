@@ -22,8 +22,10 @@
 //!
 //! # Files of this module
 //!
-//! - `mod.rs`: [`Client`] (handshake, requests, frame reading with timeouts) and the types
-//!   it hands back.
+//! - `mod.rs`: [`Client`] (requests, frame reading with timeouts) and the types it hands
+//!   back.
+//! - `connect`: connecting and the handshake; [`FirstContact`].
+//! - `ahead`: fetching, and the fetch sent ahead ([`FetchAhead`]).
 //! - `io`: the byte stream (TCP, TLS, Unix socket, serial line with its reader thread).
 //! - `types`: [`ClientError`] and the owned values the client hands back.
 //! - `reply`: replies made owned and checked ([`decode_reply`]: offsets below the limit,
@@ -31,6 +33,8 @@
 //! - `shared`: a fetched record's [`Topic`] and [`Payload`], shared by the records of one
 //!   reply (its payloads in one buffer).
 
+mod ahead;
+mod connect;
 mod io;
 mod reply;
 mod shared;
@@ -39,6 +43,8 @@ mod types;
 use std::fmt;
 use std::time::Duration;
 
+pub use ahead::FetchAhead;
+pub use connect::{FirstContact, NOT_SPILLWAY_TRIES, WELCOME_TIMEOUT};
 use io::Io;
 use reply::own;
 pub use reply::{Reply, decode_reply};
@@ -48,10 +54,7 @@ pub use types::{
     Welcome,
 };
 
-use crate::security::Security;
-use spillway_core::wire::{
-    self, AckLevel, ErrorCode, GatewayStats, PROTOCOL_VERSION, Producer, Request, Response,
-};
+use spillway_core::wire::{self, AckLevel, ErrorCode, GatewayStats, Producer, Request, Response};
 
 /// Largest frame accepted before the `Welcome` told the real limit, bytes.
 pub const MAX_FRAME_BEFORE_WELCOME: usize = 64 * 1024;
@@ -63,60 +66,6 @@ pub const RX_BUFFER: usize = 64 * 1024;
 /// Default time to wait for a reply before the connection is declared dead (a long-poll
 /// fetch adds its `wait_ms`).
 pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
-/// Time a gateway has to answer the `Hello` with its `Welcome` on a TCP, TLS or Unix
-/// connection (at most the reply timeout): a peer silent for that long is taken for a port
-/// that does not speak the protocol (a line-mode or MQTT listener, say). A serial link
-/// waits the whole reply timeout.
-pub const WELCOME_TIMEOUT: Duration = Duration::from_secs(2);
-/// First connections in a row whose peer closed them before a `Welcome`
-/// ([`ClientError::NotSpillway`] with `closed`) before a command gives the address up as
-/// not a Spillway listener ([`FirstContact::not_spillway`]): a gateway stopped or killed
-/// just as it accepted the connection closes it that way too, once, and is back (or
-/// refusing connections) at the next try; an MQTT or `tls://` port does it every time. A
-/// peer silent for [`WELCOME_TIMEOUT`] is given up at the first time.
-pub const NOT_SPILLWAY_TRIES: u32 = 3;
-
-/// What a command's connections to one address have shown so far, to tell a port that is
-/// not a Spillway listener (give up: the same command would meet the same port) from a
-/// gateway that went down as it accepted (retry): a `Welcome` ever received, and the
-/// [`ClientError::NotSpillway`] answers in a row since the last other outcome.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct FirstContact {
-    welcomed: bool,
-    not_spillway_in_a_row: u32,
-}
-
-impl FirstContact {
-    /// A record for an address a `Welcome` already came from (never given up as not a
-    /// Spillway listener).
-    pub fn welcomed() -> Self {
-        FirstContact {
-            welcomed: true,
-            not_spillway_in_a_row: 0,
-        }
-    }
-
-    /// Notes the outcome of a connect; true when the address is to be given up as not a
-    /// Spillway listener: no `Welcome` ever came from it, and this connect's peer stayed
-    /// silent, or was the [`NOT_SPILLWAY_TRIES`]th in a row to close before a `Welcome`.
-    pub fn not_spillway(&mut self, r: &Result<Client, ClientError>) -> bool {
-        match r {
-            Ok(_) => {
-                self.welcomed = true;
-                self.not_spillway_in_a_row = 0;
-            }
-            Err(ClientError::NotSpillway { closed, .. }) => {
-                self.not_spillway_in_a_row = self.not_spillway_in_a_row.saturating_add(1);
-                if !closed {
-                    return !self.welcomed;
-                }
-            }
-            Err(_) => self.not_spillway_in_a_row = 0,
-        }
-        !self.welcomed && self.not_spillway_in_a_row >= NOT_SPILLWAY_TRIES
-    }
-}
-
 /// Default serial speed, baud.
 pub const DEFAULT_BAUD: u32 = 115_200;
 
@@ -151,152 +100,6 @@ impl fmt::Debug for Client {
 }
 
 impl Client {
-    /// Connects to `addr` and performs the handshake (`client_name` goes to the gateway's
-    /// logs), with TLS and the token from the process's [`security`](crate::security)
-    /// settings. `reply_timeout` bounds the wait for each reply.
-    pub async fn connect(
-        addr: &GatewayAddr,
-        client_name: &str,
-        reply_timeout: Duration,
-    ) -> Result<Client, ClientError> {
-        Client::connect_with(addr, client_name, reply_timeout, &crate::security::get()).await
-    }
-
-    /// As [`Client::connect`], with TLS and the token from `security` instead of the
-    /// process's settings.
-    pub async fn connect_with(
-        addr: &GatewayAddr,
-        client_name: &str,
-        reply_timeout: Duration,
-        security: &Security,
-    ) -> Result<Client, ClientError> {
-        let io = with_timeout(reply_timeout, Io::connect(addr, security)).await?;
-        let welcome_timeout = match addr {
-            GatewayAddr::Serial { .. } => reply_timeout,
-            _ => WELCOME_TIMEOUT.min(reply_timeout),
-        };
-        let hello = Client::handshake(
-            io,
-            client_name,
-            security.token.as_deref(),
-            reply_timeout,
-            welcome_timeout,
-        )
-        .await;
-        match (hello, addr) {
-            // TLS 1.3 settles the client certificate after the client's side of the
-            // handshake: a refused one shows as the session ending here.
-            (Err(e @ (ClientError::Io(_) | ClientError::Closed)), GatewayAddr::Tls(a)) => {
-                Err(ClientError::Tls {
-                    addr: a.clone(),
-                    why: format!(
-                        "the gateway ended the session before its Welcome ({e}): it did not accept this client's certificate (expired, or not from its --tls-client-ca), or it closed"
-                    ),
-                })
-            }
-            // A TLS listener drops a plaintext client in its handshake; an MQTT or HTTP
-            // (metrics) port closes on the Hello's bytes. The close may arrive as a reset:
-            // the peer closed with the Hello's bytes still unread (RFC 1122 4.2.2.13).
-            (Err(e), GatewayAddr::Tcp(_))
-                if matches!(&e, ClientError::Closed)
-                    || matches!(&e, ClientError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionReset) =>
-            {
-                Err(ClientError::NotSpillway {
-                    closed: true,
-                    why: "the peer closed the connection before a Welcome (a tls:// port? connect with tls://HOST:PORT and --tls-ca; or an MQTT or metrics port)".into(),
-                })
-            }
-            (Err(ClientError::Timeout(t)), a) if !matches!(a, GatewayAddr::Serial { .. }) => {
-                Err(ClientError::NotSpillway {
-                    closed: false,
-                    why: format!(
-                        "no Welcome within {t:?}: the peer does not speak the Spillway protocol (a line-mode, MQTT or metrics port?), or the gateway is stalled"
-                    ),
-                })
-            }
-            (other, _) => other,
-        }
-    }
-
-    /// Performs the handshake over a serial port the caller opened (one side of a pty
-    /// pair, say), with the token from the process's settings; otherwise as
-    /// [`Client::connect`] with a `serial://` address.
-    pub async fn over_serial_port(
-        port: Box<dyn serialport::SerialPort>,
-        client_name: &str,
-        reply_timeout: Duration,
-    ) -> Result<Client, ClientError> {
-        let io = Io::Serial(io::SerialIo::from_port(port)?);
-        let security = crate::security::get();
-        let token = security.token.as_deref();
-        Client::handshake(io, client_name, token, reply_timeout, reply_timeout).await
-    }
-
-    /// Sends a leading 0x00, the `Hello` and takes the `Welcome` over `io`.
-    async fn handshake(
-        io: Io,
-        client_name: &str,
-        token: Option<&[u8]>,
-        reply_timeout: Duration,
-        welcome_timeout: Duration,
-    ) -> Result<Client, ClientError> {
-        let mut c = Client {
-            io,
-            rx: vec![0u8; RX_BUFFER].into_boxed_slice(),
-            rx_pos: 0,
-            rx_len: 0,
-            frames: wire::FrameDecoder::new(wire::GrowingFrameBuffer::new(
-                MAX_FRAME_BEFORE_WELCOME,
-            )),
-            tx: vec![0u8; 1024],
-            seq: 0,
-            welcome: Welcome {
-                protocol_version: 0,
-                log_id: 0,
-                gateway_id: String::new(),
-                max_record_bytes: 0,
-                max_frame_bytes: 0,
-                producer_window: None,
-            },
-            max_frame: MAX_FRAME_BEFORE_WELCOME,
-            reply_timeout,
-        };
-        // A leading 0x00 ends any noise the gateway holds (PROTOCOL.md §1).
-        c.io.write_all(&[0]).await?;
-        // Version 3 appends its fields (the token, if any) after the Hello.
-        c.hello(client_name, token, welcome_timeout).await?;
-        Ok(c)
-    }
-
-    /// Sends the `Hello` and takes the `Welcome` (or the refusal).
-    async fn hello(
-        &mut self,
-        client_name: &str,
-        token: Option<&[u8]>,
-        welcome_timeout: Duration,
-    ) -> Result<(), ClientError> {
-        let c = self;
-        c.send(&(
-            Request::Hello {
-                protocol_version: PROTOCOL_VERSION,
-                client_name,
-            },
-            wire::HelloV3 { credential: token },
-        ))
-        .await?;
-        match c.recv(None, welcome_timeout).await? {
-            Reply::Welcome(w) => {
-                c.max_frame = (w.max_frame_bytes as usize).clamp(64, MAX_FRAME_ABSOLUTE);
-                // Nothing follows the Welcome unasked, so no partial frame is lost here.
-                c.frames = wire::FrameDecoder::new(wire::GrowingFrameBuffer::new(c.max_frame));
-                c.welcome = w;
-                Ok(())
-            }
-            Reply::Error { code, message } => Err(ClientError::Gateway { code, message }),
-            _ => Err(ClientError::Protocol("expected Welcome".into())),
-        }
-    }
-
     /// The gateway's `Welcome`.
     pub fn welcome(&self) -> &Welcome {
         &self.welcome
@@ -678,84 +481,6 @@ impl Client {
         }
     }
 
-    /// Fetches records from `from_offset`, at most about `max_bytes` bytes, long-polling up
-    /// to `wait` for a record if none exists yet.
-    pub async fn fetch(
-        &mut self,
-        consumer: Option<&str>,
-        from_offset: u64,
-        max_bytes: u32,
-        wait: Duration,
-    ) -> Result<FetchReply, ClientError> {
-        self.fetch_ahead(consumer, from_offset, max_bytes, wait, None)
-            .await
-            .map(|(f, _)| f)
-    }
-
-    /// [`Client::fetch`], pipelined: with `ahead`, the fetch that continues after the
-    /// records of this one's reply is sent as soon as that reply is decoded (see
-    /// [`FetchAhead`]); its `(seq, from_offset)` comes back with the reply, and its own
-    /// reply is taken with [`Client::fetch_reply`]. Until then the connection must carry
-    /// no other request whose reply is waited for: that wait would skip the fetch's reply.
-    ///
-    /// Errors: as [`Client::fetch`]; after an error no fetch was sent ahead, or it is lost
-    /// with the connection.
-    pub async fn fetch_ahead(
-        &mut self,
-        consumer: Option<&str>,
-        from_offset: u64,
-        max_bytes: u32,
-        wait: Duration,
-        ahead: Option<&FetchAhead<'_>>,
-    ) -> Result<(FetchReply, Option<(u32, u64)>), ClientError> {
-        let seq = self.next_seq();
-        let req = Request::Fetch {
-            seq,
-            consumer,
-            from_offset,
-            max_bytes: max_bytes.max(1),
-            wait_ms: wait_ms(wait),
-        };
-        self.send(&req).await?;
-        self.fetch_reply(seq, from_offset, wait, ahead).await
-    }
-
-    /// The reply to the fetch `seq` from `from_offset`, sent by [`Client::fetch_ahead`] or
-    /// ahead by an earlier call (`wait`: its long-poll wait), and with `ahead` the next
-    /// fetch sent ahead, as [`Client::fetch_ahead`] does.
-    ///
-    /// Errors: as [`Client::fetch`].
-    pub async fn fetch_reply(
-        &mut self,
-        seq: u32,
-        from_offset: u64,
-        wait: Duration,
-        ahead: Option<&FetchAhead<'_>>,
-    ) -> Result<(FetchReply, Option<(u32, u64)>), ClientError> {
-        let timeout = self.reply_timeout + wait;
-        let deadline = std::time::Instant::now() + timeout;
-        let ahead = ahead.map(|a| FetchAhead {
-            after: Some((seq, from_offset)),
-            ..*a
-        });
-        loop {
-            let (got, reply, sent) = self
-                .recv_any_ahead(deadline, timeout, ahead.as_ref())
-                .await?;
-            if got == Some(seq) {
-                return match reply {
-                    Reply::Fetch(f) => Ok((f, sent)),
-                    Reply::Error { code, message } => Err(ClientError::Gateway { code, message }),
-                    _ => Err(ClientError::Protocol("expected Records or Dropped".into())),
-                };
-            }
-            if refuses_our_frame(got, &reply) {
-                return Err(bad_frame());
-            }
-            log::debug!("ignoring a reply to seq {got:?}");
-        }
-    }
-
     /// Commits `offset` for `consumer`; returns the committed offset after the request.
     pub async fn commit(&mut self, consumer: &str, offset: u64) -> Result<u64, ClientError> {
         let seq = self.next_seq();
@@ -872,78 +597,6 @@ fn refuses_our_frame(got: Option<u32>, reply: &Reply) -> bool {
 /// The error for a reply that [`refuses_our_frame`].
 fn bad_frame() -> ClientError {
     ClientError::Protocol("gateway could not decode our frame".into())
-}
-
-/// A fetch's `wait_ms`: `wait` in ms, `None` for no wait.
-fn wait_ms(wait: Duration) -> Option<u32> {
-    let ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
-    (ms > 0).then_some(ms)
-}
-
-/// The fetch [`Client::fetch_ahead`] and [`Client::fetch_reply`] send ahead: once the
-/// reply they wait for is decoded, and it holds records and no lost range, a fetch from
-/// the offset after them (the reply's `next_offset`) is sent at once, before the records
-/// are copied out of the frame, so that the gateway reads the next batch while the bridge
-/// hands this one on.
-#[derive(Debug, Clone, Copy)]
-pub struct FetchAhead<'a> {
-    /// The consumer named in the fetch.
-    pub consumer: Option<&'a str>,
-    /// Its byte budget (`max_bytes`).
-    pub max_bytes: u32,
-    /// Its long-poll wait.
-    pub wait: Duration,
-    /// Sent only for a `from_offset` below this (the end of a `--once` drain).
-    pub before: Option<u64>,
-    /// The fetch whose reply it follows: `(seq, from_offset)`; set by the client.
-    after: Option<(u32, u64)>,
-}
-
-impl<'a> FetchAhead<'a> {
-    /// A fetch sent ahead with these parameters (see [`FetchAhead`]'s fields).
-    pub fn new(
-        consumer: Option<&'a str>,
-        max_bytes: u32,
-        wait: Duration,
-        before: Option<u64>,
-    ) -> Self {
-        FetchAhead {
-            consumer,
-            max_bytes,
-            wait,
-            before,
-            after: None,
-        }
-    }
-
-    fn wait_ms(&self) -> Option<u32> {
-        wait_ms(self.wait)
-    }
-
-    /// Where the fetch ahead starts if `resp` is the reply it follows and calls for one
-    /// (records and no lost range): its `next_offset`, which the protocol puts one past the
-    /// last record, not before the fetch's own offset; `None` otherwise. The records are
-    /// not decoded for it: a caller that finds another offset after them (a gateway that
-    /// misreports `next_offset`) takes the reply to the fetch sent ahead and drops it.
-    fn next_after(&self, resp: &Response<'_>) -> Option<u64> {
-        let (seq, from) = self.after?;
-        let Response::Records {
-            seq: got,
-            next_offset,
-            lost: None,
-            records,
-            ..
-        } = resp
-        else {
-            return None;
-        };
-        if *got != seq || records.count() == 0 {
-            return None;
-        }
-        let next = (*next_offset).max(from);
-        (next < spillway_core::log::format::MAX_OFFSET && self.before.is_none_or(|b| next < b))
-            .then_some(next)
-    }
 }
 
 async fn with_timeout<T>(
