@@ -8,8 +8,9 @@
 //! only when its bytes and the largest reply it can get fit in the budget; a client that
 //! does not read its replies therefore stops being read (backpressure: its socket fills
 //! and its sends block) instead of making the gateway queue more.
+//!
+//! The stream of an accepted TCP connection (plaintext or TLS) is in `stream`.
 
-use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -28,6 +29,11 @@ use super::lines::{self, ReaderDrop};
 use super::metrics::Metrics;
 use super::tls::Tls;
 use spillway_firmware::Roles;
+
+mod stream;
+
+use stream::looks_like_tls;
+pub use stream::{Accepted, Stream};
 
 /// Bytes a connection's budget holds beyond one largest frame: room for many small
 /// requests and their replies in flight next to a full-size fetch.
@@ -621,95 +627,6 @@ pub async fn serve<R, W>(
         let _ = ctx.cmds.send(Cmd::Close { conn }).await;
     }
     log::debug!("connection {conn} from {peer} closed");
-}
-
-/// Whether the first bytes of a connection are a TLS handshake record (`16 03 0x`, a
-/// client hello) rather than frames: a client that took a plaintext port for a TLS one.
-fn looks_like_tls(first: &[u8]) -> bool {
-    matches!(first, [0x16, 0x03, minor, ..] if *minor <= 0x04)
-}
-
-/// The reading half of an accepted connection, whatever its transport (TCP, TLS over TCP).
-pub type ReadHalf = Box<dyn AsyncRead + Unpin + Send>;
-/// The writing half of an accepted connection.
-pub type WriteHalf = Box<dyn AsyncWrite + Unpin + Send>;
-
-/// An accepted TCP connection: plaintext, or TLS once its handshake is done.
-pub enum Stream {
-    /// Plaintext TCP.
-    Tcp(smol::net::TcpStream),
-    /// TLS over TCP.
-    Tls(Box<futures_rustls::server::TlsStream<smol::net::TcpStream>>),
-}
-
-impl Stream {
-    /// Its reading and writing halves, to read and write at once (plaintext: two handles
-    /// of the socket; TLS: the halves of one session).
-    pub fn halves(self) -> (ReadHalf, WriteHalf) {
-        match self {
-            Stream::Tcp(s) => (Box::new(s.clone()), Box::new(s)),
-            Stream::Tls(s) => {
-                let (r, w) = smol::io::split(s);
-                (Box::new(r), Box::new(w))
-            }
-        }
-    }
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut [u8],
-    ) -> std::task::Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => std::pin::Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => std::pin::Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => std::pin::Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => std::pin::Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => std::pin::Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_close(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => std::pin::Pin::new(s).poll_close(cx),
-            Stream::Tls(s) => std::pin::Pin::new(s).poll_close(cx),
-        }
-    }
-}
-
-/// One accepted TCP connection, after its TLS handshake when the listener has TLS.
-pub struct Accepted {
-    /// The connection.
-    pub stream: Stream,
-    /// The peer's address, for logs.
-    pub peer: String,
-    /// The fingerprint of the client certificate the TLS handshake verified (mTLS).
-    pub client_cert: Option<String>,
 }
 
 /// Accepts on `listener` until the task is cancelled. Each connection takes a slot among
