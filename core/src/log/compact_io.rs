@@ -248,32 +248,9 @@ enum Opened<'a, F: Flash> {
 }
 
 /// Calls `f` with every record of the compact body in `src` (of the batch `h`): its offset,
-/// fields and record CRC. `Ok(false)` if the body is malformed (the caller checks that it
-/// ended and its CRC).
+/// fields, topic and record CRC. `Ok(false)` if the body is malformed (the caller checks
+/// that it ended and its CRC).
 fn walk_body<S: Source>(
-    src: &mut S,
-    h: &BatchHeader,
-    f: &mut impl FnMut(u64, &Head, u32),
-) -> Result<bool, S::Error> {
-    let mut d = Decoder::new();
-    if !d.start(src, h.count)? {
-        return Ok(false);
-    }
-    for i in 0..u64::from(h.count) {
-        let Some(r) = d.next(src)? else {
-            return Ok(false);
-        };
-        let mut crc = head_hasher(&d, h.base_offset + i, &r);
-        if !hash_payload(src, &mut crc, r.payload_len as usize)? {
-            return Ok(false);
-        }
-        f(h.base_offset + i, &r, crc.finalize());
-    }
-    Ok(true)
-}
-
-/// [`walk_body`], also handing `f` each record's topic.
-fn walk_body_topics<S: Source>(
     src: &mut S,
     h: &BatchHeader,
     f: &mut impl FnMut(u64, &Head, &[u8], u32),
@@ -382,7 +359,8 @@ struct Walk<W>(W);
 impl<W: FnMut(u64, &Head, u32)> Body for Walk<W> {
     type Out = ();
     fn decode<S: Source>(&mut self, src: &mut S, h: &BatchHeader) -> Result<Option<()>, S::Error> {
-        Ok(walk_body(src, h, &mut self.0)?.then_some(()))
+        let f = &mut self.0;
+        Ok(walk_body(src, h, &mut |offset, r, _topic, crc| f(offset, r, crc))?.then_some(()))
     }
 }
 
@@ -614,7 +592,7 @@ impl<F: Flash> Dev<F> {
     ) -> Result<bool, F::Error> {
         for _ in 0..READ_ATTEMPTS {
             let mut src = FlashSource::new(self, batch_addr, h);
-            if walk_body_topics(&mut src, h, &mut f)? && src.at_end() && src.finish(h.crc)? {
+            if walk_body(&mut src, h, &mut f)? && src.at_end() && src.finish(h.crc)? {
                 return Ok(true);
             }
         }
