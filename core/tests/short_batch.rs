@@ -45,6 +45,11 @@ fn producer(i: u64) -> Option<Producer> {
     })
 }
 
+/// Record `i` as [`read_all`] checks it.
+fn expected(i: u64) -> Want {
+    (topic(i), ts(i), producer(i), payload(i))
+}
+
 fn append<F: Flash>(log: &mut Log<'_, F>, i: u64) -> Result<u64, ()> {
     let p = payload(i);
     let r = Record {
@@ -98,7 +103,7 @@ fn mixed_image_of(g: Geometry, (a, b, c): (u64, u64, u64), long: bool) -> Vec<u8
 /// Reads every offset from `from` to the next offset; checks every record against its
 /// index and every read's `prev_crc` against the record before; returns the lost ranges.
 fn read_all<F: Flash>(log: &mut Log<'_, F>, from: u64) -> Vec<(u64, u64, LostReason)> {
-    read_all_as(log, from, |i| (topic(i), ts(i), producer(i), payload(i)))
+    read_all_as(log, from, expected)
 }
 
 /// A record as the tests wrote it: topic, timestamp, producer, payload.
@@ -310,13 +315,18 @@ fn a_torn_short_batch_at_the_head_at_every_byte() {
     }
 }
 
-/// A mount of `image` after a clean close: the lost ranges reads report.
-fn lost_in(image: &[u8], g: Geometry) -> (Vec<(u64, u64, LostReason)>, RecoveryReport) {
+/// A mount of `image` after a clean close: the lost ranges reads report (records checked
+/// against `want`, as [`read_all_as`] does).
+fn lost_in(
+    image: &[u8],
+    g: Geometry,
+    want: impl Fn(u64) -> Want,
+) -> (Vec<(u64, u64, LostReason)>, RecoveryReport) {
     let mut sim = SimFlash::new_vec(g).unwrap();
     sim.load_image(image).unwrap();
     let mut ram = Ram::new(&g, 1, 1024);
     let (mut log, report) = mount(&mut sim, &mut ram);
-    let lost = read_all(&mut log, 0);
+    let lost = read_all_as(&mut log, 0, want);
     (lost, report)
 }
 
@@ -334,7 +344,7 @@ fn mixed_image(g: Geometry) -> Vec<u8> {
 fn damaged_short_batches_are_lost_as_corrupt_up_to_the_next_full_batch() {
     let g = geometry(4);
     let image = mixed_image(g);
-    assert_eq!(lost_in(&image, g).0, vec![]);
+    assert_eq!(lost_in(&image, g, expected).0, vec![]);
     for (damaged, want) in [
         (5u64, (5u64, 10u64)),
         (9, (9, 10)),
@@ -345,7 +355,7 @@ fn damaged_short_batches_are_lost_as_corrupt_up_to_the_next_full_batch() {
     ] {
         let mut bad = image.clone();
         bad[find_payload(&image, damaged) + 1] ^= 0x10;
-        let (lost, report) = lost_in(&bad, g);
+        let (lost, report) = lost_in(&bad, g, expected);
         assert_eq!(
             lost,
             vec![(want.0, want.1, LostReason::Corrupt)],
@@ -432,7 +442,7 @@ fn a_damaged_short_batch_run_at_the_head_after_an_unclean_shutdown_is_corrupt() 
     let image = sim.bytes().to_vec();
     let mut bad = image.clone();
     bad[find_payload(&image, 6) + 2] ^= 0x04;
-    let (lost, report) = lost_in(&bad, g);
+    let (lost, report) = lost_in(&bad, g, expected);
     assert!(!report.clean, "{report:?}");
     assert_eq!(
         lost.first(),
@@ -669,13 +679,7 @@ fn long_mixed_image(g: Geometry) -> Vec<u8> {
 fn a_flipped_length_bit_8_fails_the_short_batch_crc() {
     let g = geometry(4);
     let image = long_mixed_image(g);
-    let lost_in_long = |bytes: &[u8]| {
-        let mut sim = SimFlash::new_vec(g).unwrap();
-        sim.load_image(bytes).unwrap();
-        let mut ram = Ram::new(&g, 1, 1024);
-        let (mut log, report) = mount(&mut sim, &mut ram);
-        (read_all_as(&mut log, 0, long_record), report)
-    };
+    let lost_in_long = |bytes: &[u8]| lost_in(bytes, g, long_record);
     assert_eq!(lost_in_long(&image).0, vec![]);
     for (damaged, want) in [
         (1u64, (1u64, 6u64)),
