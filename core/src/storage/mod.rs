@@ -60,6 +60,16 @@ impl Geometry {
     }
 }
 
+/// The end of the byte range `addr .. addr + len` if it lies within the first `capacity`
+/// bytes of a partition; `None` if it does not (a range that would pass 4 GiB included).
+/// The bounds check of every [`Flash`] here.
+fn range_end(addr: u32, len: usize, capacity: u32) -> Option<u32> {
+    u32::try_from(len)
+        .ok()
+        .and_then(|len| addr.checked_add(len))
+        .filter(|&end| end <= capacity)
+}
+
 /// A flash partition as the log uses it. See the [module docs](self) for the contract.
 ///
 /// Addresses are byte offsets from the start of the partition.

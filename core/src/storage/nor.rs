@@ -131,10 +131,7 @@ impl<T: NorFlash> NorFlashAdapter<T> {
 
     /// Checks that `addr .. addr + len` lies inside the partition; returns the end address.
     fn check_range(&self, addr: u32, len: usize) -> Result<u32, NorFlashAdapterError<T::Error>> {
-        u32::try_from(len)
-            .ok()
-            .and_then(|len| addr.checked_add(len))
-            .filter(|&end| end <= self.capacity())
+        super::range_end(addr, len, self.capacity())
             .ok_or(NorFlashAdapterError::OutOfBounds { addr, len })
     }
 }

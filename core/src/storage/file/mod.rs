@@ -473,10 +473,7 @@ impl FileFlash {
     }
 
     fn check_range(&self, addr: u32, len: usize) -> Result<(), FileFlashError> {
-        u32::try_from(len)
-            .ok()
-            .and_then(|len| addr.checked_add(len))
-            .filter(|&end| end <= self.geometry.capacity)
+        super::range_end(addr, len, self.geometry.capacity)
             .map(|_| ())
             .ok_or(FileFlashError::OutOfBounds { addr, len })
     }

@@ -72,14 +72,12 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> SimFlash<S> {
 
     /// Checks `addr .. addr + len` against the capacity.
     pub(super) fn check_range(&self, addr: u32, len: usize) -> Result<(), SimError> {
-        let out = SimError::OutOfBounds {
-            addr,
-            len: u32::try_from(len).unwrap_or(u32::MAX),
-        };
-        let len = u32::try_from(len).map_err(|_| out)?;
-        match addr.checked_add(len) {
-            Some(end) if end <= self.geometry.capacity => Ok(()),
-            _ => Err(out),
+        match super::super::range_end(addr, len, self.geometry.capacity) {
+            Some(_) => Ok(()),
+            None => Err(SimError::OutOfBounds {
+                addr,
+                len: u32::try_from(len).unwrap_or(u32::MAX),
+            }),
         }
     }
 
