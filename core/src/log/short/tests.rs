@@ -21,7 +21,17 @@ fn short(
     producer: Option<Producer>,
     payload: &[u8],
 ) -> ([u8; SHORT_MAX_LEN], usize) {
-    let l = link();
+    short_after(&link(), topic, ts, producer, payload)
+}
+
+/// [`short`] after the record of `l` (topic "sst").
+fn short_after(
+    l: &Link,
+    topic: &str,
+    ts: u64,
+    producer: Option<Producer>,
+    payload: &[u8],
+) -> ([u8; SHORT_MAX_LEN], usize) {
     let mut out = [0u8; SHORT_MAX_LEN];
     let n = encode(
         l.next,
@@ -129,19 +139,7 @@ fn it_validates_only_at_its_offset_after_its_record() {
         next: MAX_NEXT_OFFSET,
         ..l
     };
-    let mut out = [0u8; SHORT_MAX_LEN];
-    let n2 = encode(
-        end.next,
-        end.prev_crc,
-        end.ts,
-        b"sst",
-        b"sst",
-        end.ts,
-        None,
-        b"a",
-        &mut out,
-    )
-    .unwrap();
+    let (out, n2) = short_after(&end, "sst", end.ts, None, b"a");
     assert!(decode(&out[..n2], &end).is_none());
 }
 
