@@ -94,6 +94,30 @@ fn session_epoch(msg: &[u8]) -> u32 {
     }
 }
 
+/// The offset of an `Ack` answer for a record stored now (not a duplicate).
+fn stored(msg: &[u8]) -> u64 {
+    match resp(msg) {
+        Response::Ack {
+            offset,
+            duplicate: false,
+            ..
+        } => offset,
+        other => panic!("expected an ack of a new record, got {other:?}"),
+    }
+}
+
+/// The offset of an `Ack` answer for a resend of a stored record (a duplicate).
+fn duplicate_of(msg: &[u8]) -> u64 {
+    match resp(msg) {
+        Response::Ack {
+            offset,
+            duplicate: true,
+            ..
+        } => offset,
+        other => panic!("expected an ack of a duplicate, got {other:?}"),
+    }
+}
+
 fn error_code(msg: &[u8]) -> ErrorCode {
     match resp(msg) {
         Response::Error { code, .. } => code,
@@ -188,32 +212,13 @@ fn a_version_1_client_keeps_the_version_1_rules_on_a_version_3_gateway() {
     };
     for pseq in 0..3 {
         let r = rig.request(&mut old, &mut log, &legacy(pseq + 1, pseq));
-        assert!(matches!(
-            resp(&r),
-            Response::Ack {
-                duplicate: false,
-                ..
-            }
-        ));
+        stored(&r);
     }
     // Version 1 rule: a resend inside the window is a duplicate; a gap is allowed.
     let r = rig.request(&mut old, &mut log, &legacy(9, 1));
-    assert!(matches!(
-        resp(&r),
-        Response::Ack {
-            offset: 1,
-            duplicate: true,
-            ..
-        }
-    ));
+    assert_eq!(duplicate_of(&r), 1);
     let r = rig.request(&mut old, &mut log, &legacy(10, 5));
-    assert!(matches!(
-        resp(&r),
-        Response::Ack {
-            duplicate: false,
-            ..
-        }
-    ));
+    stored(&r);
     // A skipped sequence sent late (4, after 5) is unknown, never stored: were it stored,
     // the window (sequences after its last) could not remember it, and each resend would
     // be stored once more.
@@ -325,31 +330,15 @@ fn session_publishes_follow_the_next_sequence_rule_over_the_wire() {
         }
     ));
     let r = rig.request(&mut c, &mut log, &session_publish(2, e1, 1, b"a"));
-    assert!(matches!(
-        resp(&r),
-        Response::Ack {
-            offset: 0,
-            duplicate: false,
-            ..
-        }
-    ));
+    assert_eq!(stored(&r), 0);
     let r = rig.request(&mut c, &mut log, &session_publish(3, e1, 3, b"c"));
     assert_eq!(error_code(&r), ErrorCode::OutOfSequence);
     for (seq, pseq, off) in [(4, 2, 1), (5, 3, 2)] {
         let r = rig.request(&mut c, &mut log, &session_publish(seq, e1, pseq, b"x"));
-        assert!(
-            matches!(resp(&r), Response::Ack { offset, duplicate: false, .. } if offset == off)
-        );
+        assert_eq!(stored(&r), off);
     }
     let r = rig.request(&mut c, &mut log, &session_publish(6, e1, 2, b"x"));
-    assert!(matches!(
-        resp(&r),
-        Response::Ack {
-            offset: 1,
-            duplicate: true,
-            ..
-        }
-    ));
+    assert_eq!(duplicate_of(&r), 1);
     let r = rig.request(&mut c, &mut log, &open(7, true));
     assert!(matches!(
         resp(&r),
@@ -383,14 +372,7 @@ fn session_publishes_follow_the_next_sequence_rule_over_the_wire() {
         "{m}"
     );
     let r = rig.request(&mut c, &mut log, &session_publish(11, e2, 1, b"new run"));
-    assert!(matches!(
-        resp(&r),
-        Response::Ack {
-            offset: 3,
-            duplicate: false,
-            ..
-        }
-    ));
+    assert_eq!(stored(&r), 3);
     assert_eq!(rig.gw.counters().out_of_sequence, 1);
     assert_eq!(rig.gw.counters().fenced, 2);
 }
