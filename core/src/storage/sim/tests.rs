@@ -21,6 +21,11 @@ fn sim(mem: &mut [u8], g: Geometry) -> SimFlash<&mut [u8]> {
     SimFlash::new(mem, g).unwrap()
 }
 
+/// A flash of geometry [`G`] in an owned array, erased.
+fn fresh() -> SimFlash<[u8; LEN]> {
+    SimFlash::new([0u8; LEN], G).unwrap()
+}
+
 #[test]
 fn memory_layout_and_construction_checks() {
     // 1024 content + 256 words / 8 + 4 blocks * 4.
@@ -74,8 +79,7 @@ fn rejects_unaligned_and_out_of_bounds() {
         assert!(f.bytes().iter().all(|&b| b == 0xFF), "ws {ws}");
         assert_eq!(f.counters().writes, 0);
     }
-    let mut mem = [0u8; LEN];
-    let mut f = sim(&mut mem, G);
+    let mut f = fresh();
     let mut buf = [0u8; 8];
     assert_eq!(
         f.read(1020, &mut buf),
@@ -98,8 +102,7 @@ fn rejects_unaligned_and_out_of_bounds() {
 
 #[test]
 fn rejects_rewrite_until_erased() {
-    let mut mem = [0u8; LEN];
-    let mut f = sim(&mut mem, G);
+    let mut f = fresh();
     f.write(8, &[0xF0; 8]).unwrap();
     // Even a write that would change nothing is a rewrite.
     assert_eq!(f.write(12, &[0xFF; 4]), Err(SimError::Rewrite { addr: 12 }));
@@ -141,8 +144,7 @@ fn programming_moves_bits_away_from_the_erased_value() {
 
 #[test]
 fn counters_are_exact() {
-    let mut mem = [0u8; LEN];
-    let mut f = sim(&mut mem, G);
+    let mut f = fresh();
     let mut buf = [0u8; 10];
     f.read(3, &mut buf).unwrap();
     f.read(0, &mut buf[..1]).unwrap();
@@ -252,8 +254,7 @@ fn torn_words_show_partial_programming_for_some_seed() {
 
 #[test]
 fn a_cut_blocks_everything_until_power_on() {
-    let mut mem = [0u8; LEN];
-    let mut f = sim(&mut mem, G);
+    let mut f = fresh();
     f.cut_after_bytes(4);
     assert_eq!(f.write(0, &[0; 8]), Err(SimError::PowerCut));
     let mut buf = [0u8; 4];
@@ -273,8 +274,7 @@ fn a_cut_blocks_everything_until_power_on() {
 
 #[test]
 fn a_torn_word_that_reads_erased_may_be_written() {
-    let mut mem = [0u8; LEN];
-    let mut f = sim(&mut mem, G);
+    let mut f = fresh();
     f.cut_after_bytes(0);
     // Writing the erased value itself leaves nothing to tear.
     assert_eq!(f.write(0, &[0xFF; 4]), Err(SimError::PowerCut));
@@ -285,8 +285,7 @@ fn a_torn_word_that_reads_erased_may_be_written() {
 #[test]
 fn erase_cut_leaves_mixed_content() {
     for seed in 0..16u64 {
-        let mut mem = [0u8; LEN];
-        let mut f = sim(&mut mem, G);
+        let mut f = fresh();
         f.set_seed(seed);
         f.write(256, &[0x00; 256]).unwrap();
         f.write(512, &[0x00; 256]).unwrap();
@@ -324,8 +323,7 @@ fn erase_cut_leaves_mixed_content() {
 #[test]
 fn same_seed_same_damage() {
     let run = |seed| {
-        let mut mem = [0u8; LEN];
-        let mut f = sim(&mut mem, G);
+        let mut f = fresh();
         f.set_seed(seed);
         f.write(0, &[0; 256]).unwrap();
         f.cut_after_erases(0);
@@ -340,8 +338,7 @@ fn same_seed_same_damage() {
 
 #[test]
 fn hostile_images_and_bit_flips() {
-    let mut mem = [0u8; LEN];
-    let mut f = sim(&mut mem, G);
+    let mut f = fresh();
     let mut image = [0xFFu8; 1024];
     image[5] = 0x12;
     assert_eq!(
@@ -365,8 +362,7 @@ fn hostile_images_and_bit_flips() {
 fn out_of_order_cut_can_leave_a_later_unit_done_and_an_earlier_not() {
     let mut seen = false;
     for seed in 0..64u64 {
-        let mut mem = [0u8; LEN];
-        let mut f = sim(&mut mem, G);
+        let mut f = fresh();
         f.set_seed(seed);
         f.set_program_unit(Some(16));
         f.cut_after_bytes(100);
@@ -401,8 +397,7 @@ fn out_of_order_cut_can_leave_a_later_unit_done_and_an_earlier_not() {
         "some seed programs a later unit but not an earlier one"
     );
     // Without a program unit, the same cut is in address order.
-    let mut mem = [0u8; LEN];
-    let mut f = sim(&mut mem, G);
+    let mut f = fresh();
     f.cut_after_bytes(100);
     assert_eq!(f.write(0, &[0x00; 128]), Err(SimError::PowerCut));
     assert!(f.bytes()[..100].iter().all(|&b| b == 0));
@@ -412,8 +407,7 @@ fn out_of_order_cut_can_leave_a_later_unit_done_and_an_earlier_not() {
 #[test]
 fn torn_erase_modes() {
     for (tear, min_random) in [(EraseTear::Arbitrary, 100), (EraseTear::Sparse, 0)] {
-        let mut mem = [0u8; LEN];
-        let mut f = sim(&mut mem, G);
+        let mut f = fresh();
         f.set_erase_tear(tear);
         f.write(256, &[0x00; 256]).unwrap();
         f.cut_after_erases(0);
@@ -434,8 +428,7 @@ fn torn_erase_modes() {
 
 #[test]
 fn a_failed_write_leaves_partial_data_and_the_power_on() {
-    let mut mem = [0u8; LEN];
-    let mut f = sim(&mut mem, G);
+    let mut f = fresh();
     f.fail_write_after_bytes(10);
     f.write(0, &[0x11; 8]).unwrap();
     assert_eq!(
@@ -457,8 +450,7 @@ fn a_failed_write_leaves_partial_data_and_the_power_on() {
 
 #[test]
 fn read_faults_are_transient() {
-    let mut mem = [0u8; LEN];
-    let mut f = sim(&mut mem, G);
+    let mut f = fresh();
     f.write(0, &[0x5A; 8]).unwrap();
     let mut buf = [0u8; 8];
     f.fail_read_after(1);
