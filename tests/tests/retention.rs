@@ -23,6 +23,14 @@ fn gateway_args(dir: &Path, port: u16, extra: &[&str]) -> Vec<String> {
     v
 }
 
+/// A gateway on a free port with `gateway_args(dir, port, extra)`: the process, its port
+/// and its URI.
+fn start_gateway(dir: &Path, extra: &[&str]) -> (GatewayProcess, u16, String) {
+    let port = free_port();
+    let g = GatewayProcess::start(&gateway_args(dir, port, extra), 1);
+    (g, port, format!("tcp://127.0.0.1:{port}"))
+}
+
 fn write_input(dir: &Path, name: &str, lines: impl Iterator<Item = String>) -> String {
     let p = dir.join(name);
     let text: String = lines.map(|l| l + "\n").collect();
@@ -51,6 +59,14 @@ fn drain_once(gw: &str, dir: &Path, state: &str, consumer: &str) -> std::process
     )
 }
 
+/// [`drain_once`], which must succeed; its stderr.
+fn drain_once_ok(gw: &str, dir: &Path, state: &str, consumer: &str) -> String {
+    let out = drain_once(gw, dir, state, consumer);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    err
+}
+
 fn stats(gw: &str) -> serde_json::Value {
     let out = run_bridge(&["status", "--gateway", gw, "--json"]);
     assert!(out.status.success());
@@ -64,9 +80,7 @@ fn stats(gw: &str) -> serde_json::Value {
 #[test]
 fn a_drain_whose_consumer_is_refused_exits_1_and_says_how_to_free_a_slot() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _g = GatewayProcess::start(&gateway_args(dir.path(), port, &[]), 1);
-    let gw = format!("tcp://127.0.0.1:{port}");
+    let (_g, port, gw) = start_gateway(dir.path(), &[]);
     publish(
         &gw,
         &write_input(dir.path(), "in.txt", (0..10).map(|i| format!("r {i}"))),
@@ -93,10 +107,8 @@ fn a_drain_whose_consumer_is_refused_exits_1_and_says_how_to_free_a_slot() {
 #[test]
 fn the_last_consumer_is_kept_unless_forced_and_records_reclaimed_unread_are_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let args = gateway_args(
+    let (_g, _, gw) = start_gateway(
         dir.path(),
-        port,
         &[
             "--size",
             "128K",
@@ -113,8 +125,6 @@ fn the_last_consumer_is_kept_unless_forced_and_records_reclaimed_unread_are_coun
             "none",
         ],
     );
-    let _g = GatewayProcess::start(&args, 1);
-    let gw = format!("tcp://127.0.0.1:{port}");
 
     let out = run_bridge(&["consumers", "--gateway", &gw, "delete", "bridge"]);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -146,9 +156,7 @@ fn the_last_consumer_is_kept_unless_forced_and_records_reclaimed_unread_are_coun
 #[test]
 fn concurrent_deletes_never_remove_the_last_consumer() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _g = GatewayProcess::start(&gateway_args(dir.path(), port, &[]), 1);
-    let gw = format!("tcp://127.0.0.1:{port}");
+    let (_g, port, gw) = start_gateway(dir.path(), &[]);
     let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
     for round in 0..10 {
         // `bridge` and `c2`, whichever of them the last round left.
@@ -206,19 +214,12 @@ fn drain_once_gives_up_on_an_unreachable_gateway_after_its_retry_budget() {
 /// A gateway in `dir` holding the records `a 0` to `a 9`, which consumer `audit` drained
 /// into `DIR/out` with the state file `DIR/first.redb`: the process and its URI.
 fn gateway_drained_by_audit(dir: &Path) -> (GatewayProcess, String) {
-    let port = free_port();
-    let g = GatewayProcess::start(&gateway_args(dir, port, &[]), 1);
-    let gw = format!("tcp://127.0.0.1:{port}");
+    let (g, _, gw) = start_gateway(dir, &[]);
     publish(
         &gw,
         &write_input(dir, "a.txt", (0..10).map(|i| format!("a {i}"))),
     );
-    let out = drain_once(&gw, dir, "first.redb", "audit");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    drain_once_ok(&gw, dir, "first.redb", "audit");
     (g, gw)
 }
 
@@ -263,9 +264,7 @@ fn a_drain_started_at_the_gateways_committed_offset_reports_that_offset() {
     let (_g, gw) = gateway_drained_by_audit(dir.path());
 
     // A new state file: nothing new on the gateway.
-    let out = drain_once(&gw, dir.path(), "second.redb", "audit");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let err = drain_once_ok(&gw, dir.path(), "second.redb", "audit");
     assert!(err.contains("starting at offset 10"), "{err}");
     assert!(err.contains("checkpoint at offset 10"), "{err}");
 
@@ -274,9 +273,7 @@ fn a_drain_started_at_the_gateways_committed_offset_reports_that_offset() {
         &gw,
         &write_input(dir.path(), "b.txt", (0..5).map(|i| format!("b {i}"))),
     );
-    let out = drain_once(&gw, dir.path(), "third.redb", "audit");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let err = drain_once_ok(&gw, dir.path(), "third.redb", "audit");
     assert!(err.contains("forwarded 5 records"), "{err}");
     assert!(err.contains("checkpoint at offset 15"), "{err}");
 }
