@@ -410,22 +410,7 @@ fn upgrade_run(image: &[u8], cut: Option<u64>, flush_every: u64) -> UpgradeRun {
 /// keeps every recovery property (see [`upgrade_run`]).
 #[test]
 fn a_version_3_log_upgrades_at_its_next_segment_and_survives_power_cuts() {
-    let image = std::fs::read(V3_PATH).expect("fixture image");
-    let full = upgrade_run(&image, None, 8);
-    assert!(
-        full.versions.contains(&3) && full.versions.contains(&FORMAT_VERSION),
-        "a mixed ring: {:?}",
-        full.versions
-    );
-    let mut cuts = 0;
-    for n in (0..full.programmed).step_by(3).chain([full.programmed - 1]) {
-        upgrade_run(&image, Some(n), 8);
-        cuts += 1;
-    }
-    eprintln!(
-        "upgrade sweep: {cuts} power cuts over {} bytes programmed, ring {:?}",
-        full.programmed, full.versions
-    );
+    upgrade_sweep(V3_PATH, 3, 3, 8);
 }
 
 /// A version 4 log mounted by version 5 goes on in its version 4 head (no short batches)
@@ -434,20 +419,31 @@ fn a_version_3_log_upgrades_at_its_next_segment_and_survives_power_cuts() {
 /// the upgrade (and at the last one) keeps every recovery property (see [`upgrade_run`]).
 #[test]
 fn a_version_4_log_upgrades_at_its_next_segment_and_survives_power_cuts() {
-    let image = std::fs::read(V4_PATH).expect("fixture image");
-    let full = upgrade_run(&image, None, 1);
+    upgrade_sweep(V4_PATH, 4, 5, 1);
+}
+
+/// The upgrade of the fixture image at `path` (format version `old`): run whole
+/// ([`upgrade_run`] with `flush_every`), it leaves a ring of version `old` and
+/// [`FORMAT_VERSION`] segments; then a power cut at every `step`th byte programmed during
+/// it, and at the last one, each checked by [`upgrade_run`].
+fn upgrade_sweep(path: &str, old: u16, step: usize, flush_every: u64) {
+    let image = std::fs::read(path).expect("fixture image");
+    let full = upgrade_run(&image, None, flush_every);
     assert!(
-        full.versions.contains(&4) && full.versions.contains(&FORMAT_VERSION),
+        full.versions.contains(&old) && full.versions.contains(&FORMAT_VERSION),
         "a mixed ring: {:?}",
         full.versions
     );
     let mut cuts = 0;
-    for n in (0..full.programmed).step_by(5).chain([full.programmed - 1]) {
-        upgrade_run(&image, Some(n), 1);
+    for n in (0..full.programmed)
+        .step_by(step)
+        .chain([full.programmed - 1])
+    {
+        upgrade_run(&image, Some(n), flush_every);
         cuts += 1;
     }
     eprintln!(
-        "upgrade sweep 4 to 5: {cuts} power cuts over {} bytes programmed, ring {:?}",
+        "upgrade sweep {old} to {FORMAT_VERSION}: {cuts} power cuts over {} bytes programmed, ring {:?}",
         full.programmed, full.versions
     );
 }
