@@ -4,27 +4,11 @@
 
 mod common;
 
-use common::{SimLog, geometry};
+use common::{SimLog, geometry, reply_to};
 use spillway_core::log::Log;
 use spillway_core::storage::Flash;
-use spillway_core::wire::{ErrorCode, PROTOCOL_VERSION, Request, Response, decode_message};
-use spillway_firmware::{Conn, Gateway, GatewayConfig, Outcome, Roles};
-
-/// Sends one request and returns the decoded reply.
-fn send<F: Flash>(
-    gw: &mut Gateway,
-    conn: &mut Conn,
-    log: &mut Log<'_, F>,
-    req: &Request<'_>,
-) -> Response<'static> {
-    let (mut scratch, mut out) = (vec![0u8; 4096], vec![0u8; 4096]);
-    let Outcome::Reply { len } = gw.handle_request(conn, req, log, 0, 0, &mut scratch, &mut out)
-    else {
-        panic!("no reply to {req:?}");
-    };
-    let frame: &'static mut [u8] = Box::leak(out[..len - 1].to_vec().into_boxed_slice());
-    decode_message::<Response<'_>>(frame).unwrap()
-}
+use spillway_core::wire::{ErrorCode, PROTOCOL_VERSION, Request, Response};
+use spillway_firmware::{Conn, Gateway, GatewayConfig, Roles};
 
 fn guarded(consumer: &str) -> Request<'_> {
     Request::DeleteConsumerIfNotLast { seq: 3, consumer }
@@ -59,7 +43,7 @@ fn the_only_consumer_is_kept_and_any_other_deleted() {
     };
     // A fresh log has one consumer, `bridge`: it stays, and nothing is written.
     assert_eq!(names(&log), ["bridge"]);
-    let r = send(&mut gw, &mut conn, &mut log, &guarded("bridge"));
+    let r = reply_to(&mut gw, &mut conn, &mut log, &guarded("bridge"));
     let Response::Error {
         seq: 3,
         code: ErrorCode::LastConsumer,
@@ -76,16 +60,16 @@ fn the_only_consumer_is_kept_and_any_other_deleted() {
 
     // With a second consumer, either may go, but not both.
     log.commit("audit", 0).unwrap();
-    let r = send(&mut gw, &mut conn, &mut log, &guarded("bridge"));
+    let r = reply_to(&mut gw, &mut conn, &mut log, &guarded("bridge"));
     assert_eq!(r, deleted(3, true));
-    let r = send(&mut gw, &mut conn, &mut log, &guarded("audit"));
+    let r = reply_to(&mut gw, &mut conn, &mut log, &guarded("audit"));
     assert_eq!(error_code(&r), ErrorCode::LastConsumer);
     assert_eq!(names(&log), ["audit"]);
     // A name that is not the last consumer's: nothing to keep, nothing deleted.
-    let r = send(&mut gw, &mut conn, &mut log, &guarded("nobody"));
+    let r = reply_to(&mut gw, &mut conn, &mut log, &guarded("nobody"));
     assert_eq!(r, deleted(3, false));
     // The unguarded request still deletes the last one.
-    let r = send(
+    let r = reply_to(
         &mut gw,
         &mut conn,
         &mut log,
@@ -108,7 +92,7 @@ fn a_version_4_or_publish_only_connection_is_refused_and_nothing_changes() {
         protocol_version: Some(4),
         ..Conn::default()
     };
-    let r = send(&mut gw, &mut v4, &mut log, &guarded("audit"));
+    let r = reply_to(&mut gw, &mut v4, &mut log, &guarded("audit"));
     let Response::Error {
         seq: 3,
         code: ErrorCode::BadRequest,
@@ -122,7 +106,7 @@ fn a_version_4_or_publish_only_connection_is_refused_and_nothing_changes() {
         protocol_version: Some(PROTOCOL_VERSION),
         ..Conn::with_roles(Roles::PUBLISH)
     };
-    let r = send(&mut gw, &mut sensor, &mut log, &guarded("audit"));
+    let r = reply_to(&mut gw, &mut sensor, &mut log, &guarded("audit"));
     assert_eq!(error_code(&r), ErrorCode::Forbidden);
     assert_eq!(names(&log), ["bridge", "audit"]);
 }

@@ -4,11 +4,11 @@
 
 mod common;
 
-use common::{SimLog, geometry};
+use common::{SimLog, geometry, reply_to};
 use spillway_core::log::{Log, Record};
 use spillway_core::storage::Flash;
-use spillway_core::wire::{ErrorCode, PROTOCOL_VERSION, Request, Response, decode_message};
-use spillway_firmware::{Conn, FIND_STEP_BYTES, Gateway, GatewayConfig, Outcome};
+use spillway_core::wire::{ErrorCode, PROTOCOL_VERSION, Request, Response};
+use spillway_firmware::{Conn, FIND_STEP_BYTES, Gateway, GatewayConfig};
 
 /// Sends one `FindOffset` and returns the decoded reply.
 fn ask<F: Flash>(
@@ -18,18 +18,12 @@ fn ask<F: Flash>(
     timestamp_us: u64,
     from_offset: u64,
 ) -> Response<'static> {
-    let (mut scratch, mut out) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
     let req = Request::FindOffset {
         seq: 7,
         timestamp_us,
         from_offset,
     };
-    let Outcome::Reply { len } = gw.handle_request(conn, &req, log, 0, 0, &mut scratch, &mut out)
-    else {
-        panic!("no reply to FindOffset");
-    };
-    let frame: &'static mut [u8] = Box::leak(out[..len - 1].to_vec().into_boxed_slice());
-    decode_message::<Response<'_>>(frame).unwrap()
+    reply_to(gw, conn, log, &req)
 }
 
 /// Asks until done, as a client does: the answer and the number of requests.

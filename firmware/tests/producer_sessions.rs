@@ -4,28 +4,24 @@
 
 mod common;
 
-use common::{SimLog, geometry};
+use common::{SimLog, geometry, message, reply_to_message};
 use spillway_core::log::Log;
 use spillway_core::storage::SimFlash;
 use spillway_core::wire::{
     AckLevel, ErrorCode, HelloV3, Producer, Request, Response, SessionProducer, WelcomeV3,
-    decode_frame, encode_frame, take_message,
+    take_message,
 };
-use spillway_firmware::{Conn, Gateway, GatewayConfig, Outcome};
+use spillway_firmware::{Conn, Gateway, GatewayConfig};
 
-/// A gateway, a log on a simulated flash, and the buffers one request needs.
+/// A gateway the tests send to.
 struct Rig {
     gw: Gateway,
-    scratch: Vec<u8>,
-    out: Vec<u8>,
 }
 
 impl Rig {
     fn new() -> Self {
         Rig {
             gw: Gateway::new(GatewayConfig::new("g", 256, 4096), 0),
-            scratch: vec![0u8; 4096],
-            out: vec![0u8; 4096],
         }
     }
 
@@ -36,16 +32,7 @@ impl Rig {
         log: &mut Log<'_, &mut SimFlash<Vec<u8>>>,
         msg: &[u8],
     ) -> Option<Vec<u8>> {
-        let o = self
-            .gw
-            .handle_message(conn, msg, log, 0, 1_000, &mut self.scratch, &mut self.out);
-        let len = match o {
-            Outcome::Reply { len } | Outcome::ReplyWhenDurable { len, .. } => len,
-            Outcome::NoReply => return None,
-            other => panic!("{other:?}"),
-        };
-        let mut frame = self.out[..len].to_vec();
-        Some(decode_frame(&mut frame).unwrap().to_vec())
+        reply_to_message(&mut self.gw, conn, log, msg)
     }
 
     /// Sends `req`; returns the reply's message bytes.
@@ -55,15 +42,8 @@ impl Rig {
         log: &mut Log<'_, &mut SimFlash<Vec<u8>>>,
         req: &Request<'_>,
     ) -> Vec<u8> {
-        self.send(conn, log, &req_bytes(req)).expect("a reply")
+        self.send(conn, log, &message(req)).expect("a reply")
     }
-}
-
-/// The message bytes of `req`, as a frame carries them.
-fn req_bytes(req: &Request<'_>) -> Vec<u8> {
-    let mut buf = [0u8; 1024];
-    let n = encode_frame(req, &mut buf).unwrap();
-    decode_frame(&mut buf[..n]).unwrap().to_vec()
 }
 
 fn resp(msg: &[u8]) -> Response<'_> {
@@ -134,13 +114,11 @@ fn error_message(msg: &[u8]) -> String {
 }
 
 fn hello3(credential: Option<&[u8]>) -> Vec<u8> {
-    let mut buf = [0u8; 1024];
     let hello = Request::Hello {
         protocol_version: 3,
         client_name: "v3",
     };
-    let n = encode_frame(&(hello, HelloV3 { credential }), &mut buf).unwrap();
-    decode_frame(&mut buf[..n]).unwrap().to_vec()
+    message(&(hello, HelloV3 { credential }))
 }
 
 /// A client that announced version 1 or 2 and sends the version 3 session requests gets
@@ -153,14 +131,11 @@ fn session_requests_from_a_version_1_or_2_client_are_refused() {
     let mut rig = Rig::new();
     for version in [1u16, 2] {
         let mut c = Conn::default();
-        let mut buf = [0u8; 64];
         let hello = Request::Hello {
             protocol_version: version,
             client_name: "old",
         };
-        let n = encode_frame(&hello, &mut buf).unwrap();
-        rig.send(&mut c, &mut log, decode_frame(&mut buf[..n]).unwrap())
-            .unwrap();
+        rig.send(&mut c, &mut log, &message(&hello)).unwrap();
         let open = Request::OpenSession {
             seq: 1,
             producer_id: 7,
@@ -268,7 +243,7 @@ fn the_version_3_handshake_announces_the_window_and_refuses_a_credential() {
     let mut rig = Rig::new();
     for hello in [hello3(None), hello3(Some(b"")), {
         // A version 3 client that appends nothing.
-        req_bytes(&Request::Hello {
+        message(&Request::Hello {
             protocol_version: 3,
             client_name: "bare",
         })
@@ -395,7 +370,7 @@ fn a_session_publish_with_epoch_0_is_refused_and_stores_nothing() {
     if let Request::SessionPublish { ack, .. } = &mut silent {
         *ack = AckLevel::None;
     }
-    assert_eq!(rig.send(&mut c, &mut log, &req_bytes(&silent)), None);
+    assert_eq!(rig.send(&mut c, &mut log, &message(&silent)), None);
     assert_eq!(log.next_offset(), next, "nothing stored");
     let plain = Request::Publish {
         seq: 3,

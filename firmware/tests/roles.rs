@@ -5,33 +5,19 @@
 
 mod common;
 
-use common::{SimLog, geometry};
+use common::{SimLog, geometry, message, reply_to_message};
 use spillway_core::log::Log;
 use spillway_core::storage::SimFlash;
 use spillway_core::wire::{
-    AckLevel, ErrorCode, HelloV3, PROTOCOL_VERSION, Request, Response, decode_frame, encode_frame,
-    take_message,
+    AckLevel, ErrorCode, HelloV3, PROTOCOL_VERSION, Request, Response, take_message,
 };
-use spillway_firmware::{Auth, Conn, Gateway, GatewayConfig, Outcome, Roles};
+use spillway_firmware::{Auth, Conn, Gateway, GatewayConfig, Roles};
 
 type TestLog<'a> = Log<'a, &'a mut SimFlash<Vec<u8>>>;
 
 /// Sends `msg` (postcard bytes) on `conn`; the reply's decoded message bytes.
 fn send(gw: &mut Gateway, conn: &mut Conn, log: &mut TestLog<'_>, msg: &[u8]) -> Vec<u8> {
-    let (mut scratch, mut out) = (vec![0u8; 4096], vec![0u8; 4096]);
-    match gw.handle_message(conn, msg, log, 0, 1_000, &mut scratch, &mut out) {
-        Outcome::Reply { len } | Outcome::ReplyWhenDurable { len, .. } => {
-            let mut frame = out[..len].to_vec();
-            decode_frame(&mut frame).unwrap().to_vec()
-        }
-        other => panic!("expected a reply, got {other:?}"),
-    }
-}
-
-fn bytes<T: serde::Serialize>(msg: &T) -> Vec<u8> {
-    let mut buf = [0u8; 1024];
-    let n = encode_frame(msg, &mut buf).unwrap();
-    decode_frame(&mut buf[..n]).unwrap().to_vec()
+    reply_to_message(gw, conn, log, msg).expect("a reply")
 }
 
 fn hello(credential: Option<&[u8]>) -> Vec<u8> {
@@ -39,7 +25,7 @@ fn hello(credential: Option<&[u8]>) -> Vec<u8> {
         protocol_version: PROTOCOL_VERSION,
         client_name: "t",
     };
-    bytes(&(h, HelloV3 { credential }))
+    message(&(h, HelloV3 { credential }))
 }
 
 fn error(msg: &[u8]) -> (ErrorCode, String) {
@@ -50,7 +36,7 @@ fn error(msg: &[u8]) -> (ErrorCode, String) {
 }
 
 fn publish(seq: u32) -> Vec<u8> {
-    bytes(&Request::Publish {
+    message(&Request::Publish {
         seq,
         topic: "t",
         timestamp_us: None,
@@ -61,7 +47,7 @@ fn publish(seq: u32) -> Vec<u8> {
 }
 
 fn commit(consumer: &str, offset: u64) -> Vec<u8> {
-    bytes(&Request::Commit {
+    message(&Request::Commit {
         seq: 5,
         consumer,
         offset,
@@ -92,7 +78,7 @@ fn a_publish_only_connection_cannot_fetch_commit_list_or_delete_and_nothing_chan
         (commit("kafka", 2), "consume"),
         (commit("new", 1), "consume"),
         (
-            bytes(&Request::Fetch {
+            message(&Request::Fetch {
                 seq: 5,
                 consumer: None,
                 from_offset: 0,
@@ -101,10 +87,10 @@ fn a_publish_only_connection_cannot_fetch_commit_list_or_delete_and_nothing_chan
             }),
             "consume",
         ),
-        (bytes(&Request::ListConsumers { seq: 5 }), "consume"),
-        (bytes(&Request::Stats { seq: 5 }), "consume"),
+        (message(&Request::ListConsumers { seq: 5 }), "consume"),
+        (message(&Request::Stats { seq: 5 }), "consume"),
         (
-            bytes(&Request::DeleteConsumer {
+            message(&Request::DeleteConsumer {
                 seq: 5,
                 consumer: "kafka",
             }),
@@ -147,7 +133,7 @@ fn a_publish_only_connection_cannot_fetch_commit_list_or_delete_and_nothing_chan
 
     // A version 1 client knows no `Forbidden`: it gets `BadRequest`.
     let mut old = Conn::with_roles(Roles::PUBLISH);
-    let v1 = bytes(&Request::Hello {
+    let v1 = message(&Request::Hello {
         protocol_version: 1,
         client_name: "v1",
     });

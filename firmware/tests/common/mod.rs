@@ -1,12 +1,14 @@
 //! What the gateway's integration tests share: the in-memory transport they drive a
-//! `Session` over, a log on a simulated flash, and request frames.
+//! `Session` over, a log on a simulated flash, request frames, and one request or message
+//! handed to a `Gateway` with its reply.
 #![allow(dead_code)]
 
 use std::convert::Infallible;
 
 use spillway_core::log::{Config, Log, Memory, SegmentSlot, segments_for};
-use spillway_core::storage::{Geometry, SimFlash};
-use spillway_core::wire::{Request, encode_frame};
+use spillway_core::storage::{Flash, Geometry, SimFlash};
+use spillway_core::wire::{Request, Response, decode_frame, decode_message, encode_frame};
+use spillway_firmware::{Conn, Gateway, Outcome};
 
 /// A NOR-like geometry of `blocks` erase blocks of 4 KiB, 4-byte writes, erased to `0xFF`.
 pub fn geometry(blocks: u32) -> Geometry {
@@ -28,6 +30,52 @@ pub fn frames(reqs: &[Request<'_>]) -> Vec<u8> {
         out.extend_from_slice(&buf[..n]);
     }
     out
+}
+
+/// The message bytes of `msg` as a frame carries them (postcard, before the frame's CRC
+/// and encoding).
+pub fn message<T: serde::Serialize>(msg: &T) -> Vec<u8> {
+    let mut buf = [0u8; 1024];
+    let n = encode_frame(msg, &mut buf).unwrap();
+    decode_frame(&mut buf[..n]).unwrap().to_vec()
+}
+
+/// Hands the decoded request `req` to `gw` on `conn` (at time 0, with 64 KiB read and reply
+/// buffers) and decodes its reply; panics if there is none. The reply borrows memory
+/// leaked for it (a test's few replies).
+pub fn reply_to<F: Flash>(
+    gw: &mut Gateway,
+    conn: &mut Conn,
+    log: &mut Log<'_, F>,
+    req: &Request<'_>,
+) -> Response<'static> {
+    let (mut scratch, mut out) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
+    let Outcome::Reply { len } = gw.handle_request(conn, req, log, 0, 0, &mut scratch, &mut out)
+    else {
+        panic!("no reply to {req:?}");
+    };
+    let frame: &'static mut [u8] = Box::leak(out[..len - 1].to_vec().into_boxed_slice());
+    decode_message::<Response<'_>>(frame).unwrap()
+}
+
+/// Hands the message bytes `msg` (a frame's, see [`message`]) to `gw` on `conn` (at time 0,
+/// wall clock 1 ms, with 4 KiB read and reply buffers): the reply's message bytes, `None`
+/// if the gateway answers nothing. Panics on any other outcome (a parked long poll).
+pub fn reply_to_message<F: Flash>(
+    gw: &mut Gateway,
+    conn: &mut Conn,
+    log: &mut Log<'_, F>,
+    msg: &[u8],
+) -> Option<Vec<u8>> {
+    let (mut scratch, mut out) = (vec![0u8; 4096], vec![0u8; 4096]);
+    match gw.handle_message(conn, msg, log, 0, 1_000, &mut scratch, &mut out) {
+        Outcome::Reply { len } | Outcome::ReplyWhenDurable { len, .. } => {
+            let mut frame = out[..len].to_vec();
+            Some(decode_frame(&mut frame).unwrap().to_vec())
+        }
+        Outcome::NoReply => None,
+        other => panic!("expected a reply, got {other:?}"),
+    }
 }
 
 /// A simulated flash of geometry `geo` formatted for a log, and the RAM a log mounted on it
