@@ -147,7 +147,7 @@ impl LineWriter {
         out.extend_from_slice(b",\"payload\":");
         let (payload, encoding) = JsonPayload::new(&rec.payload);
         match payload {
-            JsonPayload::Json(raw) => out.extend_from_slice(raw.get().as_bytes()),
+            JsonPayload::Json(raw) => out.extend_from_slice(raw.as_bytes()),
             JsonPayload::Text(Cow::Borrowed(s)) => {
                 let _ = serde_json::to_writer(&mut *out, s);
             }
@@ -240,7 +240,8 @@ mod tests {
     /// Every kind of payload, topic and gateway id: the same bytes as `JsonRecord`.
     #[test]
     fn lines_match_json_record() {
-        let payloads: [&[u8]; 14] = [
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let payloads: [&[u8]; 18] = [
             b"",
             b"21.5",
             b"0000000001 xxxxxxxx",
@@ -255,6 +256,10 @@ mod tests {
             b"\x1b[0m\r\n",
             b"{}",
             b"[\"\\u0000\"]",
+            br#"{"a":"\ud800"}"#,
+            b"[1e400]",
+            br#"{"a":"\ud83d\ude00"}"#,
+            deep.as_bytes(),
         ];
         let topics = ["bench/sst", "t", "", "a\"b\\c\u{1}", "ü/€"];
         for gateway_id in ["gw-1", "", "g\"w\n\u{7f}é"] {

@@ -366,17 +366,140 @@ pub struct JsonRecord<'a> {
 /// A payload as the file sink writes it, in this order of preference:
 ///
 /// - `json`: a payload that is one JSON object or array (RFC 8259) on one line (no CR or
-///   LF byte in it) is written as that JSON value, byte for byte as received: not parsed
-///   and written again, so a downstream hash of the payload still holds;
-/// - `utf8`: other UTF-8 text, as a JSON string;
+///   LF byte in it) that `serde_json` reads with its default limits, also inside the line
+///   ([`is_portable_json`]: at most [`MAX_JSON_DEPTH`] levels of nesting, every number
+///   finite as an `f64`, no lone UTF-16 surrogate in a `\u` escape) is written as that JSON value, byte for byte as received:
+///   not parsed and written again, so a downstream hash of the payload still holds;
+/// - `utf8`: other UTF-8 text, as a JSON string (so also JSON that common readers refuse or
+///   change, such as `{"a":"\ud800"}`, `[1e400]` or 2,000 nested arrays);
 /// - `base64`: anything else, standard base64 with padding (RFC 4648 §4), as a string.
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
+#[derive(Debug)]
 pub enum JsonPayload<'a> {
-    /// A JSON object or array, written as it is.
-    Json(&'a serde_json::value::RawValue),
+    /// A JSON object or array, written as it is: the payload's text, checked by
+    /// [`is_portable_json`].
+    Json(&'a str),
     /// A string: `utf8` (the payload itself) or `base64`.
     Text(Cow<'a, str>),
+}
+
+impl Serialize for JsonPayload<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            // Read again only to hand the text to the serializer as raw JSON (this path
+            // is the format's reference; the sink's lines come from `LineWriter`).
+            JsonPayload::Json(text) => serde_json::from_str::<&serde_json::value::RawValue>(text)
+                .map_err(serde::ser::Error::custom)?
+                .serialize(serializer),
+            JsonPayload::Text(text) => serializer.serialize_str(text),
+        }
+    }
+}
+
+/// Levels of nesting a `json` payload may have (`[[1]]` has 2): the sink's line holds the
+/// payload one level down, and `serde_json` reads at most 127 levels by default (its
+/// recursion limit, 128), so that every line reads with it.
+pub const MAX_JSON_DEPTH: usize = 126;
+
+/// True if `text` is one JSON value that `serde_json` reads into a `serde_json::Value`
+/// with its default settings also when a sink's line holds it: nesting at most
+/// [`MAX_JSON_DEPTH`] levels, every number finite as an `f64` (`1e400` is refused, not
+/// read as infinity), strings without a lone UTF-16 surrogate escape (`"\ud800"`) or a
+/// raw control character, nothing after the value. JSON readers (`jq`, Python's `json`,
+/// `serde_json`) take such a value as it is. A number beyond an `f64`'s 53-bit precision
+/// (a 20-digit integer) passes and is written as received; a reader that holds numbers as
+/// `f64` rounds it.
+///
+/// One pass through `serde_json`'s parser that builds nothing: strings without escapes are
+/// borrowed, not copied.
+pub fn is_portable_json(text: &str) -> bool {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let any = AnyJson {
+        levels: MAX_JSON_DEPTH,
+    };
+    serde::de::DeserializeSeed::deserialize(any, &mut de)
+        .and_then(|()| de.end())
+        .is_ok()
+}
+
+/// Any JSON value with at most `levels` levels of nesting, read through `deserialize_any`
+/// (which, unlike `deserialize_ignored_any`, checks numbers and escapes as reading a
+/// `serde_json::Value` does) and dropped.
+#[derive(Debug, Clone, Copy)]
+struct AnyJson {
+    /// Levels of arrays and objects the value may still open.
+    levels: usize,
+}
+
+impl AnyJson {
+    /// The seed of an element or member value of an array or object read with `self`.
+    fn inner<E: serde::de::Error>(self) -> Result<AnyJson, E> {
+        match self.levels.checked_sub(1) {
+            Some(levels) => Ok(AnyJson { levels }),
+            None => Err(E::custom(format_args!(
+                "nested deeper than {MAX_JSON_DEPTH} levels"
+            ))),
+        }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for AnyJson {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for AnyJson {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
+        // serde_json refuses an overflowing number itself; checked again so that the rule
+        // does not hang on that.
+        if v.is_finite() {
+            Ok(())
+        } else {
+            Err(E::custom("number out of range"))
+        }
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let inner = self.inner()?;
+        while seq.next_element_seed(inner)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let inner = self.inner()?;
+        while map.next_key_seed(inner)?.is_some() {
+            map.next_value_seed(inner)?;
+        }
+        Ok(())
+    }
 }
 
 impl<'a> JsonPayload<'a> {
@@ -394,11 +517,8 @@ impl<'a> JsonPayload<'a> {
             (text.as_bytes().first(), text.as_bytes().last()),
             (Some(b'{'), Some(b'}')) | (Some(b'['), Some(b']'))
         );
-        if framed
-            && !text.contains(['\n', '\r'])
-            && let Ok(raw) = serde_json::from_str::<&serde_json::value::RawValue>(text)
-        {
-            return (JsonPayload::Json(raw), "json");
+        if framed && !text.contains(['\n', '\r']) && is_portable_json(text) {
+            return (JsonPayload::Json(text), "json");
         }
         (JsonPayload::Text(Cow::Borrowed(text)), "utf8")
     }
@@ -595,6 +715,55 @@ mod tests {
         assert_eq!(v["payload"], "/wAB");
         assert_eq!(v["payload_encoding"], "base64");
         assert_eq!(v.as_object().unwrap().len(), 8);
+    }
+
+    /// `n` arrays nested in one another: `[[…]]`.
+    fn nested(n: usize) -> String {
+        format!("{}{}", "[".repeat(n), "]".repeat(n))
+    }
+
+    /// Payloads that look like JSON but that `serde_json` with its default limits (and so
+    /// a `jq` or `serde_json` pipeline reading the sink's lines) refuses or would change: a
+    /// lone surrogate escape, a number that overflows an `f64`, nesting deeper than a line
+    /// can hold. Each is a `utf8` string and its line reads back; earlier versions wrote
+    /// them raw as `json` and the line did not read.
+    #[test]
+    fn json_that_readers_refuse_is_written_as_a_string() {
+        let refused = [
+            r#"{"a":"\ud800"}"#.to_string(),
+            r#"["\udc00"]"#.to_string(),
+            r#"{"a":"\ud800\u0041"}"#.to_string(),
+            r#"{"\ud800":1}"#.to_string(),
+            "[1e400]".to_string(),
+            r#"{"n":-1.5e309}"#.to_string(),
+            nested(2000),
+            nested(MAX_JSON_DEPTH + 1),
+            format!(r#"{{"a":{}}}"#, nested(MAX_JSON_DEPTH)),
+        ];
+        for p in &refused {
+            let l = line(0, 0, p.as_bytes());
+            let v: serde_json::Value =
+                serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            assert_eq!(v["payload_encoding"], "utf8", "{p}");
+            assert_eq!(v["payload"].as_str(), Some(p.as_str()));
+            assert!(!is_portable_json(p), "{p}");
+        }
+        // Still `json`, byte for byte: a surrogate pair, a number that underflows to 0 or
+        // has more digits than an f64 holds, the deepest nesting a line can hold.
+        let kept = [
+            r#"{"a":"\ud83d\ude00"}"#.to_string(),
+            "[1e-400]".to_string(),
+            "[123456789012345678901234567890]".to_string(),
+            nested(MAX_JSON_DEPTH),
+            format!(r#"{{"a":{}}}"#, nested(MAX_JSON_DEPTH - 1)),
+        ];
+        for p in &kept {
+            let l = line(0, 0, p.as_bytes());
+            let v: serde_json::Value =
+                serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            assert_eq!(v["payload_encoding"], "json", "{p}");
+            assert!(l.contains(&format!(r#""payload":{p},"#)), "{l}");
+        }
     }
 
     /// A JSON object or array on one line is written byte for byte (spacing, key order and

@@ -190,6 +190,33 @@ fn writes_exact_lines_per_topic() {
     );
 }
 
+/// Every line the sink writes reads with `serde_json`'s defaults (as a `jq` or
+/// `serde_json` pipeline reads it), whatever JSON-like payload it holds: a lone surrogate
+/// escape, a number past an `f64`'s range and nesting 2,000 deep are `utf8` strings, not
+/// raw `json` that breaks the reader.
+#[test]
+fn every_line_reads_back_whatever_json_like_payload_it_holds() {
+    let (_dir, out) = out_dir();
+    let deep = format!("{}{}", "[".repeat(2000), "]".repeat(2000));
+    let payloads: [&[u8]; 4] = [br#"{"a":"\ud800"}"#, b"[1e400]", deep.as_bytes(), b"[1,{}]"];
+    smol::block_on(async {
+        let mut s = open(&out, rot(DEFAULT_ROTATE_BYTES)).await;
+        let recs: Vec<OwnedRecord> = (0u64..)
+            .zip(payloads)
+            .map(|(i, p)| rec(i, "t", p))
+            .collect();
+        s.deliver(&src(), &recs).await.unwrap();
+    });
+    let got = lines(&open_file(&out, "t", 0));
+    assert_eq!(got.len(), 4);
+    for (v, p) in got.iter().zip(payloads).take(3) {
+        assert_eq!(v["payload_encoding"], "utf8");
+        assert_eq!(v["payload"].as_str().map(str::as_bytes), Some(p));
+    }
+    assert_eq!(got[3]["payload_encoding"], "json");
+    assert_eq!(got[3]["payload"], serde_json::json!([1, {}]));
+}
+
 #[test]
 fn rotates_by_size_renaming_the_open_file_and_continues_it_after_a_reopen() {
     let (_dir, out) = out_dir();
