@@ -19,7 +19,8 @@ Exit codes:
   0  success (drain: --once reached its target, or SIGTERM/SIGINT after in-flight work)
   1  failure (publish: records rejected or not acknowledged; gateway unreachable for
      tail/status/consumers, or for drain --once past --retry-for; sink could not be
-     opened; drain: the gateway refused its consumer, table full; consumers delete:
+     opened, or with drain --once kept failing past --retry-for; drain: the gateway
+     refused its consumer, table full; consumers delete:
      the last consumer without --force)
   2  usage or configuration error (also a refused or unknown Kafka property)
   3  drain: resume check failed (gateway log id or previous record CRC differs from the
@@ -35,7 +36,9 @@ Exit codes:
   0  --once reached its target, or SIGTERM/SIGINT after in-flight work
   1  a gateway stayed unreachable past --retry-for or is not a Spillway listener (named
      in the log; not retried), the sink could not be opened (e.g. its directory is held
-     by another drain), or the gateway refused the consumer (its table is full)
+     by another drain) or, with --once, kept failing past --retry-for (named in the log;
+     without --once sink failures are retried for ever), or the gateway refused the
+     consumer (its table is full)
   2  usage or configuration error (also a refused or unknown Kafka property, and a --from
      time with a gateway older than protocol version 4)
   3  resume check failed (gateway log id or previous record CRC differs from the
@@ -194,8 +197,10 @@ pub(crate) struct DrainArgs {
     /// How long to keep retrying a gateway (or, at start, a Kafka broker) that cannot be reached, without progress,
     /// before exiting 1 naming it: seconds (30, 0.5) or with a unit (500ms, 5s, 2m, 1h), as
     /// publish takes it. Default: 5m with --once; without --once the drain retries for
-    /// ever unless this is given. With several gateways it applies to each. A gateway
-    /// address that is not a Spillway listener is not retried.
+    /// ever unless this is given. With --once it also bounds the retries of a failing
+    /// sink (exit 1 naming it; without --once a sink is retried for ever). With several
+    /// gateways it applies to each. A gateway address that is not a Spillway listener is
+    /// not retried.
     #[arg(long, value_name = "DURATION")]
     pub(crate) retry_for: Option<DurationValue>,
     /// When the resume check fails, start over from the new log's first offset (recorded

@@ -5,7 +5,10 @@
 //! are in `publish_cli.rs`.
 
 use spillway_core::wire::Request;
-use spillway_tests::bridge::{drain_args, publish_args, run_bridge, run_bridge_within};
+use spillway_tests::bridge::{
+    drain_args, publish_args, resume_offsets, run_bridge, run_bridge_within, sink_files,
+    spawn_bridge_lines, wait_for_line,
+};
 use spillway_tests::client::{Reply, Wait, connect, next_reply};
 use spillway_tests::gateway::{GatewayProcess, free_port, small_gateway};
 
@@ -201,6 +204,109 @@ fn drain_from_over_a_checkpoint_warns_once_and_retry_for_applies() {
         );
         assert!(t0.elapsed() < std::time::Duration::from_secs(20));
     }
+}
+
+/// The offsets of the lines of every sink file under `dir` of topic directory `topic`,
+/// in file and line order.
+fn topic_offsets(dir: &std::path::Path, topic: &str) -> Vec<u64> {
+    sink_files(dir)
+        .iter()
+        .filter(|f| f.parent().and_then(|p| p.file_name()) == Some(topic.as_ref()))
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(|l| {
+                    serde_json::from_str::<serde_json::Value>(l).unwrap()["offset"]
+                        .as_u64()
+                        .unwrap()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `drain --once` into a sink directory it cannot write gives up after `--retry-for`
+/// (it retried for ever before), exit 1, naming the sink and the path that failed; the
+/// checkpoint stays after the last record written, and the next drain, once the sink can
+/// be written, resumes there and writes every record once. Without `--once` the sink is
+/// retried past `--retry-for`, as documented. The obstacle is a file where the new
+/// topic's directory goes (it fails for root as well, unlike a mode of 0555, which root
+/// ignores).
+#[test]
+fn drain_once_gives_up_on_a_sink_it_cannot_write_past_retry_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = small_gateway(dir.path(), &["--gateway-id", "gw"]);
+    let publish = |topic: &str, msgs: &[&str]| {
+        let mut args = publish_args(&gw, topic);
+        for m in msgs {
+            args.extend(["-m", m]);
+        }
+        let out = run_bridge(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    let out_dir = dir.path().join("out");
+    let sink = format!("file:{}", out_dir.display());
+    let state = dir.path().join("s.redb").display().to_string();
+    let once = |extra: &[&str]| {
+        let mut args = drain_args(&gw, &sink, &state);
+        args.push("--once");
+        args.extend_from_slice(extra);
+        run_bridge_within(&args, std::time::Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("drain {args:?} still running after 30 s"))
+    };
+    publish("a", &["0", "1"]);
+    let out = once(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Offset 2 goes to topic b, whose directory cannot be made; offset 3 to topic a.
+    let blocked = out_dir.join("gw").join("b");
+    std::fs::write(&blocked, b"in the way").unwrap();
+    publish("b", &["2"]);
+    publish("a", &["3"]);
+    let started = std::time::Instant::now();
+    let out = once(&["--retry-for", "2s"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "took {:?}: {err}",
+        started.elapsed()
+    );
+    let sink_dir = out_dir.join("gw");
+    for want in [
+        format!("sink file:{}: no progress for", sink_dir.display()),
+        "--retry-for".to_string(),
+        blocked.display().to_string(),
+    ] {
+        assert!(err.contains(&want), "{want:?} not in: {err}");
+    }
+    assert_eq!(topic_offsets(&out_dir, "a"), [0, 1], "{err}");
+    // Without --once: retried past --retry-for (at least 6 failures: 1.5 s of backoff).
+    let mut args: Vec<String> = drain_args(&gw, &sink, &state)
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(["--retry-for".into(), "1s".into()]);
+    let (mut child, rx) = spawn_bridge_lines(&args, &[]);
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        wait_for_line(&rx, "sink failed at offset 2", &mut seen);
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "exited: {}",
+        seen.join("\n")
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The sink can be written again: resumed at offset 2, every record once.
+    std::fs::remove_file(&blocked).unwrap();
+    let out = once(&[]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(resume_offsets(&err), [2], "{err}");
+    assert_eq!(topic_offsets(&out_dir, "a"), [0, 1, 3], "{err}");
+    assert_eq!(topic_offsets(&out_dir, "b"), [2], "{err}");
 }
 
 /// `tail` pointed at a port that is not a Spillway listener says so and exits 1 within a

@@ -31,9 +31,13 @@ impl Drain {
         );
         // The gap goes into the data first (a gap line, a gap record); the checkpoint past
         // it only once that is durable. Stopped meanwhile: the next run meets it again.
-        if !self.write_gap(src, &GapNotice::new(from, to, reason)).await {
+        if !self
+            .write_gap(src, &GapNotice::new(from, to, reason))
+            .await?
+        {
             return Ok(());
         }
+        self.sink_progressed();
         if let Some(Sink::File(f)) = self.sink.as_ref() {
             cp.sink_files = f.synced_files();
         }
@@ -63,26 +67,30 @@ impl Drain {
 
     /// Hands `gap` to the sink until it is durable, retrying with backoff; false if the
     /// shutdown signal came first.
-    async fn write_gap(&mut self, src: &Source, gap: &GapNotice) -> bool {
+    ///
+    /// # Errors
+    /// With `--once`, [`DrainError::SinkUnreachable`] once the sink has failed for the
+    /// retry budget ([`Drain::sink_retry`]).
+    async fn write_gap(&mut self, src: &Source, gap: &GapNotice) -> Result<bool, DrainError> {
         let mut backoff = Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max);
         loop {
             let res = match self.sink.as_mut() {
                 Some(sink) => sink.deliver_gap(src, gap).await,
-                None => return true,
+                None => return Ok(true),
             };
             let Err(e) = res else {
-                return true;
+                return Ok(true);
             };
             self.metrics.sink_error(e.kind());
             self.metrics.retries.inc();
-            let d = backoff.next_delay();
+            let d = self.sink_retry(&e, backoff.next_delay())?;
             log::warn!(
                 "{e} while writing the gap {}..{}; retrying in {d:.1?}",
                 gap.from,
                 gap.to
             );
             if !sleep_or_stop(d, &self.stop).await {
-                return false;
+                return Ok(false);
             }
         }
     }

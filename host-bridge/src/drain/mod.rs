@@ -152,7 +152,8 @@ pub struct DrainConfig {
     /// `--retry-for`: how long to keep retrying a gateway that cannot be reached (or whose
     /// requests keep failing) without progress before giving up with
     /// [`DrainError::GatewayUnreachable`] (a Kafka broker whose partition tails cannot be read
-    /// at start: [`DrainError::SinkUnreachable`]). `None`: [`DEFAULT_ONCE_RETRY_FOR`] with
+    /// at start, and with [`DrainConfig::once`] a sink that keeps failing:
+    /// [`DrainError::SinkUnreachable`]). `None`: [`DEFAULT_ONCE_RETRY_FOR`] with
     /// [`DrainConfig::once`], for ever without it (see [`DrainConfig::retry_budget`]). In
     /// a fleet it applies to each gateway.
     pub retry_for: Option<Duration>,
@@ -356,10 +357,12 @@ pub enum DrainError {
         source: ClientError,
     },
     /// With `--once`: the sink could not be reached (e.g. a Kafka broker whose TLS
-    /// certificate does not verify) for the whole retry budget without progress (exit code
-    /// 1). Nothing was delivered or committed past the checkpoint.
+    /// certificate does not verify) or kept failing (a file sink directory it cannot write)
+    /// for the whole retry budget without progress (exit code 1). Nothing was committed
+    /// past what the sink holds durably: the checkpoint stays at the last record it
+    /// acknowledged.
     #[error(
-        "sink {sink}: no progress for {waited:.1?} (the --once retry budget, --retry-for): {last_error}; the checkpoint stays where it was, and the next drain resumes there"
+        "sink {sink}: no progress for {waited:.1?} (the --once retry budget, --retry-for): {last_error}; the checkpoint stays after the last record the sink holds durably, and the next drain resumes there"
     )]
     SinkUnreachable {
         /// The sink.
@@ -461,6 +464,9 @@ pub struct Drain {
     stop_deadline: Option<Instant>,
     /// Delay before reopening a failed state file; reset by a checkpoint saved.
     state_backoff: Backoff,
+    /// When the sink began failing with no checkpoint saved since (the `--once` sink retry
+    /// budget counts from it, see [`Drain::sink_retry`]); `None` while it works.
+    sink_failing_since: Option<Instant>,
 }
 
 /// Result of a session.
@@ -532,6 +538,50 @@ impl Drain {
             sink_scanned: false,
             stop_deadline: None,
             state_backoff: Backoff::new(cfg_backoff.0, cfg_backoff.1),
+            sink_failing_since: None,
+        }
+    }
+
+    /// The sink failed with `e` and is to be tried again after `delay`. With `--once` the
+    /// retries are bounded by the retry budget ([`DrainConfig::retry_budget`],
+    /// `--retry-for`), counted from the first failure since the checkpoint last moved:
+    /// returns the delay, cut to what the budget has left (one more try right at its end),
+    /// or, once the budget has run out, [`DrainError::SinkUnreachable`] to give up with.
+    /// Without `--once` the sink is retried for ever: always the delay.
+    fn sink_retry(&mut self, e: &SinkError, delay: Duration) -> Result<Duration, DrainError> {
+        let Some(budget) = self.cfg.retry_budget().filter(|_| self.cfg.once) else {
+            return Ok(delay);
+        };
+        let since = *self.sink_failing_since.get_or_insert_with(Instant::now);
+        let waited = since.elapsed();
+        if waited >= budget {
+            return Err(DrainError::SinkUnreachable {
+                sink: self.sink_name(),
+                waited,
+                last_error: e.to_string(),
+            });
+        }
+        Ok(delay.min(budget - waited))
+    }
+
+    /// The checkpoint moved: the sink works again, a later failure starts the `--once`
+    /// retry budget afresh.
+    fn sink_progressed(&mut self) {
+        self.sink_failing_since = None;
+    }
+
+    /// The sink as an error names it: `file:DIR/<gateway id>` (the gateway's directory,
+    /// once known) or `kafka://BROKERS/TOPIC`.
+    fn sink_name(&self) -> String {
+        match &self.cfg.sink {
+            SinkSpec::File(root) => {
+                let dir = match &self.sink_gateway {
+                    Some(id) => root.join(crate::sink::file::topic_stem(id)),
+                    None => root.clone(),
+                };
+                format!("file:{}", dir.display())
+            }
+            SinkSpec::Kafka { brokers, topic } => format!("kafka://{brokers}/{topic}"),
         }
     }
 

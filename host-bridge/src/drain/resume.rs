@@ -81,7 +81,8 @@ impl Drain {
 
     /// File sink: cuts the files back to what `cp` recorded as synced, before anything is
     /// written (docs/drain.md, "Sink files"); retried with backoff while the file system
-    /// fails, until the shutdown signal.
+    /// fails, until the shutdown signal or, with `--once`, the end of the retry budget
+    /// ([`Drain::sink_retry`]).
     async fn restore_sink(&mut self, cp: &Checkpoint) -> Result<(), Resumed> {
         let Some(files) = cp.sink_files.as_ref() else {
             return Ok(());
@@ -109,7 +110,9 @@ impl Drain {
                     let e = SinkError::Io(e);
                     self.metrics.sink_error(e.kind());
                     self.metrics.retries.inc();
-                    let d = backoff.next_delay();
+                    let d = self
+                        .sink_retry(&e, backoff.next_delay())
+                        .map_err(Resumed::Fatal)?;
                     log::warn!(
                         "{e} while cutting the files back to the checkpoint; retrying in {d:.1?}"
                     );

@@ -312,8 +312,11 @@ impl Drain {
                 .backlog_eta
                 .set(eta.map_or(-1, |s| s.round() as i64));
         }
+        if records > 0 {
+            self.sink_progressed();
+        }
         if let Some((rest, err)) = failure {
-            self.fail(s, rest, err).await;
+            self.fail(s, rest, err).await?;
         } else if records > 0 && s.win.resend.is_empty() {
             // Everything the failure left to resend is checkpointed: whole groups again.
             s.win.one_by_one = false;
@@ -389,7 +392,17 @@ impl Drain {
     /// that no resend overtakes a message still queued from the first attempt, then queues
     /// everything from `s.cp.offset` on for resending, in order, after a backoff. Whatever
     /// later batches got acknowledged is sent again (duplicates, never a skipped record).
-    async fn fail(&mut self, s: &mut SinkCtx<'_>, rest: Vec<OwnedRecord>, err: SinkError) {
+    ///
+    /// # Errors
+    /// With `--once`, [`DrainError::SinkUnreachable`] once the sink has failed for the
+    /// retry budget with no checkpoint saved ([`Drain::sink_retry`]): the checkpoint stays
+    /// at the last record the sink acknowledged.
+    async fn fail(
+        &mut self,
+        s: &mut SinkCtx<'_>,
+        rest: Vec<OwnedRecord>,
+        err: SinkError,
+    ) -> Result<(), DrainError> {
         self.metrics.sink_error(err.kind());
         self.metrics.retries.inc();
         // File sink: whatever was written after the failed batch is cut off the files too;
@@ -413,12 +426,13 @@ impl Drain {
         resend.append(&mut s.win.resend);
         s.win.resend = resend;
         let n: usize = s.win.resend.iter().map(Vec::len).sum();
-        let d = s.win.backoff.next_delay();
+        let d = self.sink_retry(&err, s.win.backoff.next_delay())?;
         s.win.resend_at = Instant::now() + d;
         log::warn!(
             "sink failed at offset {} ({err}); resending {n} records from there in {d:.1?}",
             s.cp.offset
         );
+        Ok(())
     }
 }
 
