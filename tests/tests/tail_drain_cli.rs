@@ -437,6 +437,11 @@ fn drain_and_publish_give_up_at_once_on_a_port_that_is_not_a_spillway_listener()
         let out = run_bridge_within(&args, limit)
             .unwrap_or_else(|| panic!("drain {args:?} still running after {limit:?}"));
         not_spillway(&out, &format!("drain once={once}"));
+        // The sink directory it made (empty) is not left behind.
+        assert!(
+            !dir.path().join(format!("o{port}")).exists(),
+            "drain once={once}"
+        );
     }
     // Several gateways: the real one is drained, the line-mode port is not.
     let fleet_out = dir.path().join("fleet");

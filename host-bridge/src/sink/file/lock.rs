@@ -4,6 +4,14 @@
 //! releases it when the process ends, however it ends (kill -9 included), so a stale lock
 //! never blocks. The holder's pid, for the refusal, is looked up in `/proc/locks` by the
 //! directory's inode.
+//!
+//! The directories the lock created (the sink directory and any missing parents) are
+//! removed again when it is dropped if they are still empty: a drain that ends before it
+//! opened any gateway's sink (a port that is not a Spillway gateway, a gateway it never
+//! reached) leaves no empty directory behind. A directory that existed before is left as
+//! it was. So that a drain which opened the directory just before it was removed does not
+//! hold a lock on a removed directory, a lock is only taken as the directory's path still
+//! names it.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -12,11 +20,43 @@ use std::path::{Path, PathBuf};
 
 use crate::sink::SinkError;
 
-/// A held lock on a sink directory; released when dropped (or when the process ends).
+/// A held lock on a sink directory; released when dropped (or when the process ends),
+/// after removing the directories it created if they are empty (see the module doc).
 #[derive(Debug)]
 pub struct DirLock {
     _dir: File,
     path: PathBuf,
+    /// The directories `acquire` created, deepest first.
+    created: Vec<PathBuf>,
+}
+
+/// Attempts at locking a directory whose path comes to name another directory meanwhile
+/// (removed and made again by the drains before and after this one).
+const LOCK_ATTEMPTS: usize = 8;
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        // Still under the lock (the fields drop after this). `remove_dir` removes an
+        // empty directory only: one holding anything stays, and so do its parents.
+        for d in &self.created {
+            if std::fs::remove_dir(d).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// `dir` and those of its parents that do not exist, deepest first: what
+/// `create_dir_all(dir)` would create.
+fn missing(dir: &Path) -> Vec<PathBuf> {
+    dir.ancestors()
+        .take_while(|a| {
+            !a.as_os_str().is_empty()
+                && std::fs::symlink_metadata(a)
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        })
+        .map(Path::to_path_buf)
+        .collect()
 }
 
 impl DirLock {
@@ -45,25 +85,45 @@ impl DirLock {
                 format!("{what} {}: {e}{hint}", dir.display()),
             ))
         };
-        std::fs::create_dir_all(dir).map_err(|e| named("cannot create the sink directory", e))?;
-        let file = File::open(dir).map_err(|e| named("cannot open the sink directory", e))?;
-        // SAFETY: flock on a file descriptor this function owns; no memory is involved.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                let inode = file.metadata()?.ino();
-                return Err(SinkError::Locked {
-                    dir: dir.to_path_buf(),
-                    holder: holder_pid(inode),
-                });
+        for _ in 0..LOCK_ATTEMPTS {
+            let created = missing(dir);
+            std::fs::create_dir_all(dir)
+                .map_err(|e| named("cannot create the sink directory", e))?;
+            let file = File::open(dir).map_err(|e| named("cannot open the sink directory", e))?;
+            // SAFETY: flock on a file descriptor this function owns; no memory is involved.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc != 0 {
+                let err = std::io::Error::last_os_error();
+                if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                    let inode = file.metadata()?.ino();
+                    return Err(SinkError::Locked {
+                        dir: dir.to_path_buf(),
+                        holder: holder_pid(inode),
+                    });
+                }
+                return Err(SinkError::Io(err));
             }
-            return Err(SinkError::Io(err));
+            let held = file.metadata()?;
+            match std::fs::metadata(dir) {
+                Ok(now) if (now.dev(), now.ino()) == (held.dev(), held.ino()) => {
+                    return Ok(DirLock {
+                        _dir: file,
+                        path: dir.to_path_buf(),
+                        created,
+                    });
+                }
+                // Removed (by the drain that held it, empty) since it was opened: again.
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(named("cannot open the sink directory", e)),
+            }
         }
-        Ok(DirLock {
-            _dir: file,
-            path: dir.to_path_buf(),
-        })
+        Err(named(
+            "cannot lock the sink directory",
+            std::io::Error::other(format!(
+                "it was removed and made again {LOCK_ATTEMPTS} times while it was being locked"
+            )),
+        ))
     }
 
     /// The locked directory.
@@ -106,6 +166,25 @@ mod tests {
         }
         drop(held);
         smol::block_on(DirLock::acquire(&out)).unwrap();
+    }
+
+    /// A lock dropped before anything was put in the directories it created removes them;
+    /// a directory that existed before, or that holds something, stays.
+    #[test]
+    fn directories_the_lock_created_are_removed_while_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("a/b/out");
+        drop(smol::block_on(DirLock::acquire(&out)).unwrap());
+        assert!(!dir.path().join("a").exists());
+        // Existed before: stays.
+        std::fs::create_dir(dir.path().join("kept")).unwrap();
+        drop(smol::block_on(DirLock::acquire(&dir.path().join("kept"))).unwrap());
+        assert!(dir.path().join("kept").is_dir());
+        // Holds something: stays, with its parents.
+        let lock = smol::block_on(DirLock::acquire(&out)).unwrap();
+        std::fs::create_dir(out.join("gw")).unwrap();
+        drop(lock);
+        assert!(out.join("gw").is_dir());
     }
 
     #[test]
