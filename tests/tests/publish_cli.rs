@@ -1,10 +1,10 @@
 //! `spillway-bridge publish` as a new user meets it, against the real gateway: a topic
 //! checked once, records from `-m`, a line over the gateway's limit named with both sizes
 //! and passed over, an input that cannot be opened named, refusals of a full gateway
-//! warned about once, not once per record, JSON payloads and timestamps from a field; and
-//! what every subcommand shares: its `--help`, the `HOST:PORT` gateway spelling, file
-//! errors that name the path, flags that are config keys. `tail`, `drain`, `status` and
-//! `consumers` on their own are in `tail_drain_cli.rs`.
+//! warned about once, not once per record, CRLF line endings, JSON payloads and timestamps
+//! from a field; and what every subcommand shares: its `--help`, the `HOST:PORT` gateway
+//! spelling, file errors that name the path, flags that are config keys. `tail`, `drain`,
+//! `status` and `consumers` on their own are in `tail_drain_cli.rs`.
 
 use std::path::Path;
 
@@ -77,6 +77,29 @@ fn messages_from_the_command_line_and_lines_over_the_limit() {
         )),
         "{err}"
     );
+}
+
+/// CRLF input (a file written on Windows) is taken line by line as LF input is: the `\r`
+/// before each `\n` is part of the line ending, not of the payload; a `\r` elsewhere in a
+/// line, and in a `-m` message, is kept.
+#[test]
+fn crlf_line_endings_are_not_part_of_the_payload() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = small_gateway(dir.path(), &[]);
+    let input = dir.path().join("crlf.txt");
+    std::fs::write(&input, b"one\r\ntwo\r\n\r\nbare\rcr\nlast\r\n").unwrap();
+    let out = run_bridge(&[publish_args(&gw, "t"), vec![input.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run_bridge(&[publish_args(&gw, "t"), vec!["-m", "as given\r\n"]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut c = connect(gw.trim_start_matches("tcp://")).unwrap();
+    let got: Vec<Vec<u8>> = read_log(&mut c, 0)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.payload.to_vec())
+        .collect();
+    let want: [&[u8]; 6] = [b"one", b"two", b"", b"bare\rcr", b"last", b"as given\r\n"];
+    assert_eq!(got, want);
 }
 
 /// A full gateway refuses every record of each pipelined window; `publish` warns once for

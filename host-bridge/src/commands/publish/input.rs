@@ -93,12 +93,15 @@ pub(super) enum Line {
 /// `--ack none` without a producer id), bytes.
 pub const UNLIMITED_LINE: usize = 16 << 20;
 
-/// Reads one line of at most `limit` bytes (without its `\n` or `\r\n`); a longer line is
-/// read through to its end without keeping more than `limit + 1` bytes. `None` at the end
-/// of the input.
+/// Reads one line of at most `limit` bytes (without its `\n` or `\r\n`: one `\r` right
+/// before the `\n`, or at the end of the input, is part of the line ending); a longer line
+/// is read through to its end without keeping more than `limit + 1` bytes, and its length
+/// is counted without the line ending too. `None` at the end of the input.
 pub(super) fn read_line(input: &mut dyn BufRead, limit: usize) -> std::io::Result<Option<Line>> {
     let mut line = Vec::new();
     let mut len = 0u64;
+    // The line's last byte before its `\n`.
+    let mut last = None;
     let mut seen = false;
     loop {
         let buf = match input.fill_buf() {
@@ -115,6 +118,7 @@ pub(super) fn read_line(input: &mut dyn BufRead, limit: usize) -> std::io::Resul
             None => (buf, None),
         };
         len += chunk.len() as u64;
+        last = chunk.last().copied().or(last);
         let room = (limit + 1).saturating_sub(line.len());
         line.extend_from_slice(&chunk[..chunk.len().min(room)]);
         let used = done.unwrap_or(buf.len());
@@ -126,9 +130,12 @@ pub(super) fn read_line(input: &mut dyn BufRead, limit: usize) -> std::io::Resul
     if !seen {
         return Ok(None);
     }
-    if line.last() == Some(&b'\r') && len as usize <= limit + 1 {
-        line.pop();
+    if last == Some(b'\r') {
         len -= 1;
+        // Kept whole (not cut at `limit + 1` bytes): the `\r` is its last byte.
+        if line.len() as u64 > len {
+            line.pop();
+        }
     }
     if len > limit as u64 {
         return Ok(Some(Line::TooLong(len)));

@@ -50,6 +50,19 @@ fn lines_over_the_limit_are_passed_over_with_their_length() {
     assert_eq!(lines(b"", 4), Vec::<String>::new());
 }
 
+/// CRLF input: the `\r` right before each `\n` (or at the very end of the input) is part
+/// of the line ending and taken off, as most line tools do; only one, and any other `\r`
+/// stays in the payload.
+#[test]
+fn a_cr_before_the_line_feed_is_part_of_the_line_ending() {
+    assert_eq!(
+        lines(b"one\r\ntwo\r\n\r\nbare\rcr\ntwo crs\r\r\nlast\r", 16),
+        ["one", "two", "", "bare\rcr", "two crs\r", "last"]
+    );
+    // The limit counts the payload, not the line ending.
+    assert_eq!(lines(b"abcd\r\nabcde\r\n", 4), ["abcd", "<5>"]);
+}
+
 fn args_with(inputs: &[&str], carried: &[(&str, &str)]) -> PublishArgs {
     PublishArgs {
         gateway: "tls://gw.example:7879".parse().unwrap(),
