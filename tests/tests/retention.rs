@@ -190,6 +190,8 @@ fn drain_once_gives_up_on_an_unreachable_gateway_after_its_retry_budget() {
     let gw = format!("tcp://127.0.0.1:{port}");
     let sink = format!("file:{}", dir.path().join("out").display());
     let state = dir.path().join("s.redb").display().to_string();
+    // Built (on first use) before the clock starts: the budget is the drain's, not cargo's.
+    spillway_tests::bridge_bin();
     let started = Instant::now();
     let args = [
         drain_args(&gw, &sink, &state),
