@@ -26,6 +26,7 @@
 # 19092, or any free port if another program holds it), SPILLWAY_KAFKA_BROKER (use a
 # broker already running instead of starting one).
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set -euo pipefail/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 started=$(date +%s)
 

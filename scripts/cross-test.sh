@@ -12,6 +12,7 @@
 # Environment: SPILLWAY_KILL_LOOPS (kill -9 rounds of the durable publish test, default 5
 # here).
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set -euo pipefail/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh

@@ -21,6 +21,7 @@
 # Builds on the pinned stable toolchain: AddressSanitizer needs RUSTC_BOOTSTRAP=1 (set
 # here for `long`). Installs cargo-fuzz with `cargo install --locked` when it is missing.
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set -euo pipefail/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/../fuzz"
 
 TARGETS=(wire_gateway lines mount_image config_toml bridge_reply)

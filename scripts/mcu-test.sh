@@ -27,6 +27,7 @@
 # first failed check. Logs of the emulated board (defmt frames, semihosting stderr) are
 # kept in target/mcu/.
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set -euo pipefail/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 root=$PWD
 

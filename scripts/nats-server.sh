@@ -10,6 +10,7 @@
 # Usage: scripts/nats-server.sh          # installs if needed, prints the binary path
 #        SPILLWAY_NATS_SERVER=$(scripts/nats-server.sh) cargo bench -p spillway-tests --bench gateway
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set -euo pipefail/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 
 version=2.15.1

@@ -6,6 +6,7 @@
 # requires exit code 0. A std leak fails the build with E0152; a failed check exits with the
 # code of its `Fail` variant in tests/nostd-check/src/main.rs.
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set -euo pipefail/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 
 manifest=tests/nostd-check/Cargo.toml

@@ -13,6 +13,7 @@
 # - SHA256SUMS over all of them.
 # Needs dpkg-deb, dpkg-shlibdeps and the cross binutils (scripts/install-deps.sh).
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set -euo pipefail/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)

@@ -5,6 +5,7 @@
 # the tests' venv (the MQTT persistent-session test), runs `cargo test
 # --workspace`, stops the broker.
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set -euo pipefail/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
