@@ -139,7 +139,13 @@ pub struct Log<'a, F: Flash> {
     flash_end: u64,
     durable_end: u64,
     flash_last_crc: u32,
+    /// Record CRC of the newest record, unless `newest_crc_from` says it is still to be
+    /// computed (see [`Log::newest_crc`]).
     last_crc: u32,
+    /// Where the newest record starts in the RAM buffer while its record CRC has not been
+    /// computed: an append does not compute it; only a flush (once per batch), a read at
+    /// the next offset or [`Log::last_crc`] needs it.
+    newest_crc_from: Option<usize>,
     lease: u64,
 
     buf: &'a mut [u8],
@@ -253,7 +259,16 @@ impl<'a, F: Flash> Log<'a, F> {
 
     /// Record CRC of the last record appended (0 if none).
     pub fn last_crc(&self) -> u32 {
-        self.last_crc
+        self.newest_crc()
+    }
+
+    /// Record CRC of the newest record (0 if none): kept, or computed from the RAM buffer
+    /// when the newest record is buffered and its CRC was not needed yet.
+    fn newest_crc(&self) -> u32 {
+        match self.newest_crc_from {
+            Some(from) => record_crc(self.next_offset - 1, &self.buf[from..self.buf_len]),
+            None => self.last_crc,
+        }
     }
 
     /// Counters since mount.

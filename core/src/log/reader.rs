@@ -152,7 +152,7 @@ impl<'a, F: Flash> Log<'a, F> {
         let end = self.durable_end;
         if from >= end && from <= self.next_offset {
             let prev_crc = if from == self.next_offset {
-                self.last_crc
+                self.newest_crc()
             } else {
                 0
             };
@@ -193,7 +193,7 @@ impl<'a, F: Flash> Log<'a, F> {
             });
         }
         if from == self.next_offset {
-            return Ok(empty(from, self.last_crc));
+            return Ok(empty(from, self.newest_crc()));
         }
         let first = self.first_offset();
         if from < first {

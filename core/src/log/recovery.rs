@@ -485,6 +485,7 @@ impl<'a, F: Flash> Log<'a, F> {
             durable_end: 0,
             flash_last_crc: 0,
             last_crc: 0,
+            newest_crc_from: None,
             lease: 0,
             buf_cap: 0,
             buf: mem.buffer,

@@ -123,16 +123,17 @@ impl<'a, F: Flash> Log<'a, F> {
         let offset = self.next_offset;
         let start = self.buf_len;
         rec.encode_into(&mut self.buf[start..start + len]);
-        let crc = record_crc(offset, &self.buf[start..start + len]);
         if self.buf_count == 0 {
             self.buf_base = offset;
-            self.buf_prev_crc = self.last_crc;
+            self.buf_prev_crc = self.newest_crc();
             self.buf_first_us = now_us;
         }
+        // The record CRC is computed when it is needed (`newest_crc`), not here: most
+        // buffered records end no batch, and a flush needs the CRC of a batch's last one.
+        self.newest_crc_from = Some(start);
         self.buf_len += len;
         self.buf_count += 1;
         self.next_offset += 1;
-        self.last_crc = crc;
         self.dev.stats.records_appended += 1;
         self.dev.stats.payload_bytes_appended += rec.payload.len() as u64;
         if let Some(p) = rec.producer {
@@ -308,10 +309,9 @@ impl<'a, F: Flash> Log<'a, F> {
             at += len;
             n += 1;
         }
-        // Only the last counted record's CRC is needed; when that is the newest record,
-        // `append` already computed it.
+        // Only the last counted record's CRC is needed (the newest one's may be kept).
         let crc = match last {
-            Some(_) if n == self.buf_count => self.last_crc,
+            Some(_) if n == self.buf_count => self.newest_crc(),
             Some(r) => record_crc(self.buf_base + n as u64 - 1, &self.buf[r]),
             None => self.buf_prev_crc,
         };
@@ -319,14 +319,13 @@ impl<'a, F: Flash> Log<'a, F> {
     }
 
     /// [`Log::buffered_fit`] of the records `plan` chose, from what the plan's walk already
-    /// found: their count and bytes, and the last one's CRC (computed here only when it is
-    /// not the newest record, whose CRC `append` kept).
+    /// found: their count and bytes, and the last one's CRC.
     fn planned_fit(&self, plan: &compact::Plan) -> (u32, usize, u32) {
         let (k, len) = (plan.count, plan.canonical_len);
         let crc = if k == 0 {
             self.buf_prev_crc
         } else if k == self.buf_count {
-            self.last_crc
+            self.newest_crc()
         } else {
             let last = BATCH_HEADER_LEN + plan.last_start..BATCH_HEADER_LEN + len;
             record_crc(self.buf_base + u64::from(k) - 1, &self.buf[last])
@@ -336,6 +335,14 @@ impl<'a, F: Flash> Log<'a, F> {
 
     fn drop_buffered(&mut self, k: u32, bytes: usize, last_crc: u32) {
         let from = BATCH_HEADER_LEN + bytes;
+        if let Some(at) = self.newest_crc_from {
+            // Every buffered record dropped: `last_crc` is the newest one's CRC. Else the
+            // newest record moves to the front with the others.
+            self.newest_crc_from = (k < self.buf_count).then(|| at - bytes);
+            if k >= self.buf_count {
+                self.last_crc = last_crc;
+            }
+        }
         self.buf.copy_within(from..self.buf_len, BATCH_HEADER_LEN);
         self.buf_len -= bytes;
         self.buf_count -= k;
@@ -516,7 +523,7 @@ impl<'a, F: Flash> Log<'a, F> {
         self.dev.stats.batches_written += 1;
         self.dev.stats.short_batches_written += 1;
         self.flash_end = self.buf_base + 1;
-        let crc = self.last_crc;
+        let crc = self.newest_crc();
         self.flash_last_crc = crc;
         self.drop_buffered(1, len, crc);
         Ok(true)
