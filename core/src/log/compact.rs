@@ -133,6 +133,8 @@ pub struct Plan {
 /// [`parse_record_fields`]: super::format::parse_record_fields
 struct Canon<'b> {
     topic: &'b [u8],
+    /// The topic equals the `known` one [`canon_at`] was given.
+    known_topic: bool,
     timestamp_us: u64,
     producer: Option<Producer>,
     payload: &'b [u8],
@@ -141,14 +143,16 @@ struct Canon<'b> {
 /// Parses the canonical record encoding at the start of `b` (`FORMAT.md` section 4.1);
 /// returns its fields and length, `None` where [`parse_record_fields`] gives `None`. A
 /// topic equal to `known` (one this walk already checked) is not checked for UTF-8
-/// again: a batch repeats its topic on every record.
+/// again: a batch repeats its topic on every record. Topics are compared once, here
+/// ([`Canon::known_topic`]).
 ///
 /// [`parse_record_fields`]: super::format::parse_record_fields
 #[inline]
 fn canon_at<'b>(b: &'b [u8], known: &[u8]) -> Option<(Canon<'b>, usize)> {
     let t = *b.first()? as usize;
     let topic = b.get(1..1 + t)?;
-    if t == 0 || (topic != known && core::str::from_utf8(topic).is_err()) {
+    let known_topic = same_bytes(topic, known);
+    if t == 0 || (!known_topic && core::str::from_utf8(topic).is_err()) {
         return None;
     }
     let rest = &b[1 + t..];
@@ -172,11 +176,19 @@ fn canon_at<'b>(b: &'b [u8], known: &[u8]) -> Option<(Canon<'b>, usize)> {
     let n = b.len() - rest.len() + payload.len();
     let c = Canon {
         topic,
+        known_topic,
         timestamp_us: u64::from_le_bytes(*ts),
         producer,
         payload,
     };
     Some((c, n))
+}
+
+/// `a == b`, compared a byte at a time: topics are short (often a few bytes), where a call
+/// to `memcmp` costs more than the comparison.
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 /// Running sums over a prefix of records, enough to size its compact body.
@@ -249,7 +261,7 @@ pub fn plan(canonical: &[u8], base: u64, count: u32, max_body: usize) -> Plan {
         s.lens += varint_len(r.payload.len() as u64);
         s.fixed &= r.payload.len() == s.first_len;
         s.extra += 1;
-        if r.topic != first_topic {
+        if i > 0 && !r.known_topic {
             s.mixed = true;
             s.extra += 1 + r.topic.len();
         }
@@ -312,7 +324,7 @@ pub fn encode<E>(
                 sink(&prefix[BODY_PREFIX_LEN..BODY_PREFIX_LEN + k])?;
             }
         }
-        let own_topic = r.topic != first_topic;
+        let own_topic = i > 0 && !r.known_topic;
         let mut h = 0usize;
         if plan.flags & BODY_MIXED != 0 {
             head[0] = (if own_topic { ATTR_TOPIC } else { 0 })

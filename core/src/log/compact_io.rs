@@ -416,7 +416,9 @@ impl<F: Flash> Dev<F> {
     ) -> Result<(), F::Error> {
         hdr.len = (BATCH_HEADER_LEN + plan.body_len) as u32;
         hdr.count = plan.count;
-        let mut crc = crate::crc::Hasher::new();
+        // The body is encoded twice, for its CRC (in the header, written first) and for the
+        // flash; the CRC pass hands the hasher a few bytes per record, gathered.
+        let mut crc = crate::crc::Gather::new();
         crc.update(&hdr.encode()[16..]);
         let _ = compact::encode::<()>(canonical, hdr.base_offset, plan, &mut |b| {
             crc.update(b);
