@@ -39,8 +39,9 @@ impl Default for Gather {
 }
 
 impl Gather {
-    /// Bytes gathered before the hasher is updated.
-    pub const BUF: usize = 128;
+    /// Bytes gathered before the hasher is updated (none with `small-crc`, whose cost is
+    /// per byte, not per update: no buffer on a microcontroller's stack).
+    pub const BUF: usize = if cfg!(feature = "small-crc") { 0 } else { 256 };
 
     /// A CRC over nothing yet.
     pub fn new() -> Self {

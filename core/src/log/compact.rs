@@ -106,12 +106,6 @@ pub(super) fn unzigzag(u: u64) -> i64 {
     ((u >> 1) as i64) ^ -((u & 1) as i64)
 }
 
-/// The zigzag varint length of the timestamp step from `prev` to `ts` (wrapping: any
-/// 64-bit difference round-trips).
-fn delta_len(prev: u64, ts: u64) -> usize {
-    varint_len(zigzag(ts.wrapping_sub(prev) as i64))
-}
-
 /// How a run of buffered records is encoded: what [`plan`] found fits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plan {
@@ -229,6 +223,40 @@ impl Sizes {
 /// (the RAM buffer only holds records it encoded itself).
 pub fn plan(canonical: &[u8], base: u64, count: u32, max_body: usize) -> Plan {
     let _ = base;
+    walk(canonical, count, max_body, &mut None)
+}
+
+/// [`plan`], and the batch CRC of the plan when its walk could compute it on the way: when
+/// the plan takes all `count` records and its body is the plain fixed-length one (one topic,
+/// no producer fields, payloads of one length: [`encode`] then writes per record only a
+/// timestamp step and the payload). `head` is what the batch CRC covers before the body
+/// (the batch header's last 16 bytes, with `count` as its record count). Otherwise `None`:
+/// the caller computes the CRC from [`encode`]'s output.
+pub fn plan_with_crc(
+    canonical: &[u8],
+    count: u32,
+    max_body: usize,
+    head: &[u8],
+) -> (Plan, Option<u32>) {
+    let mut crc = crate::crc::Gather::new();
+    crc.update(head);
+    let mut crc = Some(crc);
+    let plan = walk(canonical, count, max_body, &mut crc);
+    let crc = crc
+        .filter(|_| plan.count == count && plan.flags == BODY_FIXED_LEN)
+        .map(crate::crc::Gather::finalize);
+    (plan, crc)
+}
+
+/// [`plan`]'s walk; while the body is plain fixed-length (see [`plan_with_crc`]), the bytes
+/// [`encode`] would write for the records that fit go into `crc` (set to `None` when the
+/// body stops being plain).
+fn walk(
+    canonical: &[u8],
+    count: u32,
+    max_body: usize,
+    crc: &mut Option<crate::crc::Gather>,
+) -> Plan {
     let mut best = Plan {
         count: 0,
         canonical_len: 0,
@@ -256,7 +284,8 @@ pub fn plan(canonical: &[u8], base: u64, count: u32, max_body: usize) -> Plan {
             first_topic = r.topic;
             prev_ts = r.timestamp_us;
         }
-        s.base += delta_len(prev_ts, r.timestamp_us) + r.payload.len();
+        let delta = zigzag(r.timestamp_us.wrapping_sub(prev_ts) as i64);
+        s.base += varint_len(delta) + r.payload.len();
         prev_ts = r.timestamp_us;
         s.lens += varint_len(r.payload.len() as u64);
         s.fixed &= r.payload.len() == s.first_len;
@@ -272,6 +301,26 @@ pub fn plan(canonical: &[u8], base: u64, count: u32, max_body: usize) -> Plan {
         let len = s.body_len();
         if len > max_body {
             break;
+        }
+        if let Some(h) = crc.as_mut() {
+            if s.mixed || !s.fixed {
+                *crc = None;
+            } else {
+                let mut v = [0u8; 10];
+                if i == 0 {
+                    let mut prefix = [0u8; BODY_PREFIX_LEN];
+                    prefix[0] = BODY_FIXED_LEN;
+                    prefix[1..9].copy_from_slice(&r.timestamp_us.to_le_bytes());
+                    prefix[9] = r.topic.len() as u8;
+                    h.update(&prefix);
+                    h.update(r.topic);
+                    let n = put_varint(r.payload.len() as u64, &mut v);
+                    h.update(&v[..n]);
+                }
+                let n = put_varint(delta, &mut v);
+                h.update(&v[..n]);
+                h.update(r.payload);
+            }
         }
         best = Plan {
             count: i + 1,

@@ -406,25 +406,36 @@ impl<F: Flash> Dev<F> {
     /// Writes the records `plan` chose from `canonical` (the RAM buffer's encodings, the
     /// first at `base`) as one compact batch at `addr`: the header is filled in (length,
     /// CRC) from `hdr` and written first, then the body through a [`CHUNK`]-byte staging
-    /// buffer, the last word padded with the erased value.
+    /// buffer, the last word padded with the erased value. `crc`: the batch CRC when the
+    /// plan's walk computed it ([`compact::plan_with_crc`]); else the body is encoded
+    /// once more for it, before the header is written.
     pub(super) fn write_compact(
         &mut self,
         addr: u32,
         hdr: &mut BatchHeader,
         canonical: &[u8],
         plan: &Plan,
+        crc: Option<u32>,
     ) -> Result<(), F::Error> {
         hdr.len = (BATCH_HEADER_LEN + plan.body_len) as u32;
         hdr.count = plan.count;
-        // The body is encoded twice, for its CRC (in the header, written first) and for the
-        // flash; the CRC pass hands the hasher a few bytes per record, gathered.
-        let mut crc = crate::crc::Gather::new();
-        crc.update(&hdr.encode()[16..]);
-        let _ = compact::encode::<()>(canonical, hdr.base_offset, plan, &mut |b| {
-            crc.update(b);
-            Ok(())
-        });
-        hdr.crc = crc.finalize();
+        let encoded_crc = || {
+            // The CRC pass hands the hasher a few bytes per record, gathered.
+            let mut h = crate::crc::Gather::new();
+            h.update(&hdr.encode()[16..]);
+            let _ = compact::encode::<()>(canonical, hdr.base_offset, plan, &mut |b| {
+                h.update(b);
+                Ok(())
+            });
+            h.finalize()
+        };
+        hdr.crc = match crc {
+            Some(c) => {
+                debug_assert_eq!(c, encoded_crc(), "the walk's CRC is the encoding's");
+                c
+            }
+            None => encoded_crc(),
+        };
         let mut stage = Stage::new(addr, hdr);
         compact::encode(canonical, hdr.base_offset, plan, &mut |b: &[u8]| {
             stage.push(self, b)

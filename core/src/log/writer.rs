@@ -379,14 +379,27 @@ impl<'a, F: Flash> Log<'a, F> {
                 continue;
             }
             // A batch in the compact layout (the segment's version has it) or the canonical.
-            let plan = (version >= COMPACT_VERSION).then(|| {
-                compact::plan(
-                    &self.buf[BATCH_HEADER_LEN..self.buf_len],
-                    self.buf_base,
-                    self.buf_count,
-                    max_body,
-                )
-            });
+            // Where no compression is tried, the walk also computes the batch CRC when it
+            // can (a batch of every buffered record, plain fixed-length body).
+            let (plan, body_crc) = if version < COMPACT_VERSION {
+                (None, None)
+            } else if self.may_compress() {
+                let canonical = &self.buf[BATCH_HEADER_LEN..self.buf_len];
+                let p = compact::plan(canonical, self.buf_base, self.buf_count, max_body);
+                (Some(p), None)
+            } else {
+                let whole = BatchHeader {
+                    len: 0,
+                    crc: 0,
+                    base_offset: self.buf_base,
+                    count: self.buf_count,
+                    prev_crc: self.buf_prev_crc,
+                };
+                let canonical = &self.buf[BATCH_HEADER_LEN..self.buf_len];
+                let head = &whole.encode()[16..];
+                let (p, crc) = compact::plan_with_crc(canonical, self.buf_count, max_body, head);
+                (Some(p), crc)
+            };
             let (k, body, crc) = match &plan {
                 Some(plan) => self.planned_fit(plan),
                 None => self.buffered_fit(self.buf_count, max_body),
@@ -436,7 +449,7 @@ impl<'a, F: Flash> Log<'a, F> {
             let written = match &plan {
                 Some(plan) => {
                     let whole = k == self.buf_count;
-                    self.write_compact_batch(addr, &mut hdr, plan, body, whole)
+                    self.write_compact_batch(addr, &mut hdr, plan, body, whole, body_crc)
                 }
                 None => self.dev.write_padded(addr, &self.buf[..len]),
             };
@@ -548,6 +561,7 @@ impl<'a, F: Flash> Log<'a, F> {
         plan: &compact::Plan,
         canon_len: usize,
         whole: bool,
+        crc: Option<u32>,
     ) -> Result<(), F::Error> {
         let canonical = BATCH_HEADER_LEN..BATCH_HEADER_LEN + canon_len;
         #[cfg(feature = "compression")]
@@ -594,7 +608,19 @@ impl<'a, F: Flash> Log<'a, F> {
         }
         let _ = whole;
         self.dev
-            .write_compact(addr, hdr, &self.buf[canonical], plan)
+            .write_compact(addr, hdr, &self.buf[canonical], plan, crc)
+    }
+
+    /// Whether a batch written now may be compressed (a compression mode other than
+    /// `None` and a scratch to compress into): [`compact::plan_with_crc`]'s CRC would go
+    /// unused.
+    fn may_compress(&self) -> bool {
+        #[cfg(feature = "compression")]
+        {
+            self.cfg.compression != Compression::None && !self.scratch.buf.is_empty()
+        }
+        #[cfg(not(feature = "compression"))]
+        false
     }
 
     /// Whether to try compressing a compact body of `raw` bytes now

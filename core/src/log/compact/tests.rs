@@ -201,3 +201,49 @@ fn arbitrary_bodies_never_panic() {
         let _ = expand(&bytes, (x >> 40) as u32 % 8 + 1, &mut out);
     }
 }
+
+/// The batch CRC the plan's walk computes is the CRC of the header's last 16 bytes and the
+/// encoded body, whenever it gives one: only for a plan of every record with a plain
+/// fixed-length body.
+#[test]
+fn the_walks_batch_crc_is_the_encodings() {
+    let p = Some(Producer { id: 7, seq: 1 });
+    let head = [0xA5u8; 16];
+    let cases: [(&[Record<'_>], bool); 6] = [
+        (&[rec("t", 5, None, b"abcd")], true),
+        (
+            &[
+                rec("t", 1 << 50, None, b"abcd"),
+                rec("t", 3, None, b"wxyz"),
+                rec("t", u64::MAX, None, b"0123"),
+            ],
+            true,
+        ),
+        (
+            &[rec("t", 5, None, &[9; 300]), rec("t", 6, None, &[8; 300])],
+            true,
+        ),
+        (
+            &[rec("t", 5, None, b"ab"), rec("t", 6, None, b"abc")],
+            false,
+        ),
+        (&[rec("t", 5, None, b"ab"), rec("u", 6, None, b"ab")], false),
+        (&[rec("t", 5, None, b"ab"), rec("t", 6, p, b"ab")], false),
+    ];
+    for (records, plain) in cases {
+        let c = canonical(records);
+        let n = records.len() as u32;
+        let (whole, body) = compact(&c, n);
+        let (p, crc) = plan_with_crc(&c, n, usize::MAX, &head);
+        assert_eq!(p, whole);
+        let mut h = crate::crc::Hasher::new();
+        h.update(&head);
+        h.update(&body);
+        let want = h.finalize();
+        assert_eq!(crc, plain.then_some(want), "{records:?}");
+        // A plan of fewer records than asked for has no CRC from the walk.
+        let (part, crc) = plan_with_crc(&c, n, whole.body_len - 1, &head);
+        assert!(part.count < n);
+        assert_eq!(crc, None);
+    }
+}
