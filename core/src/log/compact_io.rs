@@ -149,7 +149,20 @@ impl Stage {
     }
 
     /// Adds `b` to the body, writing every chunk that fills.
-    fn push<F: Flash>(&mut self, dev: &mut Dev<F>, mut b: &[u8]) -> Result<(), F::Error> {
+    #[inline]
+    fn push<F: Flash>(&mut self, dev: &mut Dev<F>, b: &[u8]) -> Result<(), F::Error> {
+        // Most pieces (a record's head, a small payload) fill no chunk.
+        let end = self.n + b.len();
+        if end < CHUNK {
+            self.buf[self.n..end].copy_from_slice(b);
+            self.n = end;
+            return Ok(());
+        }
+        self.push_filling(dev, b)
+    }
+
+    /// [`Stage::push`] of a piece that fills the chunk.
+    fn push_filling<F: Flash>(&mut self, dev: &mut Dev<F>, mut b: &[u8]) -> Result<(), F::Error> {
         while !b.is_empty() {
             let k = b.len().min(CHUNK - self.n);
             self.buf[self.n..self.n + k].copy_from_slice(&b[..k]);
