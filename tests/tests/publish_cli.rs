@@ -50,12 +50,7 @@ fn messages_from_the_command_line_and_lines_over_the_limit() {
         err.contains("input line 2 is 300000 bytes, the gateway takes at most 4096; not sent"),
         "{err}"
     );
-    let mut c = connect(gw.trim_start_matches("tcp://")).unwrap();
-    let got: Vec<Vec<u8>> = read_log(&mut c, 0)
-        .unwrap()
-        .into_iter()
-        .map(|r| r.payload.to_vec())
-        .collect();
+    let got = payloads(&gw);
     assert_eq!(
         got,
         vec![
@@ -92,12 +87,7 @@ fn crlf_line_endings_are_not_part_of_the_payload() {
     assert!(out.status.success(), "{}", stderr(&out));
     let out = run_bridge(&[publish_args(&gw, "t"), vec!["-m", "as given\r\n"]].concat());
     assert!(out.status.success(), "{}", stderr(&out));
-    let mut c = connect(gw.trim_start_matches("tcp://")).unwrap();
-    let got: Vec<Vec<u8>> = read_log(&mut c, 0)
-        .unwrap()
-        .into_iter()
-        .map(|r| r.payload.to_vec())
-        .collect();
+    let got = payloads(&gw);
     let want: [&[u8]; 6] = [b"one", b"two", b"", b"bare\rcr", b"last", b"as given\r\n"];
     assert_eq!(got, want);
 }
@@ -676,4 +666,14 @@ fn every_documented_flag_is_a_config_key() {
     let help = run_bridge(&["publish", "--help"]);
     let help = String::from_utf8_lossy(&help.stdout);
     assert!(help.contains("a number (u64"), "{help}");
+}
+
+/// The payloads of every record in the log of the gateway at `gw` (`tcp://…`), in order.
+fn payloads(gw: &str) -> Vec<Vec<u8>> {
+    let mut c = connect(gw.trim_start_matches("tcp://")).unwrap();
+    read_log(&mut c, 0)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.payload.to_vec())
+        .collect()
 }

@@ -78,21 +78,7 @@ fn tail_from_the_end_with_count_template_and_topic_filters() {
         args.push("--once");
         let out = run_bridge(&args);
         assert!(out.status.success(), "{from}: {}", stderr(&out));
-        let offsets: Vec<u64> = spillway_tests::bridge::sink_files(&sink)
-            .iter()
-            .flat_map(|f| {
-                std::fs::read_to_string(f)
-                    .unwrap()
-                    .lines()
-                    .map(|l| {
-                        serde_json::from_str::<serde_json::Value>(l).unwrap()["offset"]
-                            .as_u64()
-                            .unwrap()
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let mut offsets = offsets;
+        let mut offsets = offsets_where(&sink, |_| true);
         offsets.sort();
         assert_eq!(offsets, (4 - want..4).collect::<Vec<u64>>(), "{from}");
     }
@@ -209,9 +195,17 @@ fn drain_from_over_a_checkpoint_warns_once_and_retry_for_applies() {
 /// The offsets of the lines of every sink file under `dir` of topic directory `topic`,
 /// in file and line order.
 fn topic_offsets(dir: &std::path::Path, topic: &str) -> Vec<u64> {
+    offsets_where(dir, |f| {
+        f.parent().and_then(|p| p.file_name()) == Some(topic.as_ref())
+    })
+}
+
+/// The offsets of the lines of the sink files under `dir` that `keep` takes, in file and
+/// line order.
+fn offsets_where(dir: &std::path::Path, keep: impl Fn(&std::path::Path) -> bool) -> Vec<u64> {
     sink_files(dir)
         .iter()
-        .filter(|f| f.parent().and_then(|p| p.file_name()) == Some(topic.as_ref()))
+        .filter(|f| keep(f))
         .flat_map(|f| {
             std::fs::read_to_string(f)
                 .unwrap()
