@@ -618,7 +618,7 @@ fn messages_that_differ_from_the_gateway_are_not_trusted() {
     let forged: Vec<_> = gateway_records(&gw, 10, 20)
         .into_iter()
         .map(|mut r| {
-            r.payload = b"not this".into();
+            r.payload = bytes::Bytes::from_static(b"not this");
             r
         })
         .collect();

@@ -136,7 +136,7 @@ fn tcp_and_unix_publish_fetch_commit() {
     );
 
     let recs = read_log(&mut b, 0).unwrap();
-    let payloads: Vec<&[u8]> = recs.iter().map(|r| r.payload.as_slice()).collect();
+    let payloads: Vec<&[u8]> = recs.iter().map(|r| &r.payload[..]).collect();
     assert_eq!(payloads, [&b"one"[..], b"two", b"three", b"idem"]);
     assert_eq!(recs[1].topic, "t/b");
     assert!(recs[0].timestamp_us > 1_600_000_000_000_000);
@@ -215,7 +215,7 @@ fn tcp_and_unix_publish_fetch_commit() {
         .unwrap();
     let (r, waited) = waiter.join().unwrap();
     match r {
-        FetchReply::Records { records, .. } => assert_eq!(records[0].payload, b"late"),
+        FetchReply::Records { records, .. } => assert_eq!(records[0].payload, &b"late"[..]),
         other => panic!("{other:?}"),
     }
     // Answered by the publish, not by the end of its 5 s wait.
@@ -358,10 +358,10 @@ fn serial_pty_frames_and_lines() {
     let recs = wait_for_records(&mut t, 4);
     let lines: Vec<_> = recs.iter().filter(|r| r.topic == "uart/temp").collect();
     assert_eq!(lines.len(), 2, "{recs:?}");
-    assert_eq!(lines[0].payload, b"19.25");
-    assert_eq!(lines[1].payload, b"19.50");
+    assert_eq!(lines[0].payload, &b"19.25"[..]);
+    assert_eq!(lines[1].payload, &b"19.50"[..]);
     let f = recs.iter().find(|r| r.offset == off).unwrap();
-    assert_eq!(f.payload, b"\x00\x01binary\x00");
+    assert_eq!(f.payload, &b"\x00\x01binary\x00"[..]);
     let mut sink = [0u8; 1];
     let _ = lines_master.set_timeout(Duration::from_millis(50));
     assert!(
@@ -956,7 +956,7 @@ fn long_polls_beyond_four_per_connection_are_answered_at_once() {
         match next_reply(&mut poller).unwrap() {
             (_, Reply::Fetch(FetchReply::Records { records, .. })) => {
                 assert_eq!(records.len(), 1);
-                assert_eq!(records[0].payload, b"wake");
+                assert_eq!(records[0].payload, &b"wake"[..]);
             }
             other => panic!("expected the new record, got {other:?}"),
         }

@@ -212,7 +212,7 @@ fn dropped_lines_are_warned_once_per_burst_naming_the_configured_limit() {
     let got = wait_for_records(&mut c, 2);
     let got: Vec<(&str, &[u8])> = got
         .iter()
-        .map(|r| (r.topic.as_str(), r.payload.as_slice()))
+        .map(|r| (r.topic.as_str(), &r.payload[..]))
         .collect();
     assert_eq!(
         got,
@@ -249,7 +249,7 @@ fn a_partial_line_followed_by_silence_is_dropped_not_glued_to_the_next() {
     s.write_all(b"t=20.4\n").unwrap();
     let mut c = connect(&format!("127.0.0.1:{pf}")).unwrap();
     let recs = wait_for_records(&mut c, 1);
-    let payloads: Vec<&[u8]> = recs.iter().map(|r| r.payload.as_slice()).collect();
+    let payloads: Vec<&[u8]> = recs.iter().map(|r| &r.payload[..]).collect();
     assert_eq!(payloads, vec![&b"t=20.4"[..]]);
     // A bad value is a usage error naming the key.
     let (code, _, err) = run_cli(&[
@@ -472,10 +472,7 @@ fn a_serial_device_absent_at_start_is_waited_for() {
     let mut c = connect(&format!("127.0.0.1:{port}")).unwrap();
     let recs = wait_for_records(&mut c, 1);
     let r = &recs[0];
-    assert_eq!(
-        (r.topic.as_str(), r.payload.as_slice()),
-        ("late", &b"19.25"[..])
-    );
+    assert_eq!((r.topic.as_str(), &r.payload[..]), ("late", &b"19.25"[..]));
     drop(slave);
 }
 

@@ -30,8 +30,8 @@
 //! - `types`: [`ClientError`] and the owned values the client hands back.
 //! - `reply`: replies made owned and checked ([`decode_reply`]: offsets below the limit,
 //!   increasing record offsets, well-formed lost ranges).
-//! - `shared`: a fetched record's [`Topic`] and [`Payload`], shared by the records of one
-//!   reply (its payloads in one buffer).
+//! - `shared`: a fetched record's [`Topic`], shared by the records of one reply (their
+//!   payloads are slices of one [`Bytes`](bytes::Bytes) per reply).
 
 mod ahead;
 mod connect;
@@ -48,7 +48,7 @@ pub use connect::{FirstContact, NOT_SPILLWAY_TRIES, WELCOME_TIMEOUT};
 use io::Io;
 use reply::own;
 pub use reply::{Reply, decode_reply};
-pub use shared::{Payload, Topic};
+pub use shared::Topic;
 pub use types::{
     ClientError, ConsumerInfo, FetchReply, OwnedRecord, PublishAck, PublishResult, SessionInfo,
     Welcome,

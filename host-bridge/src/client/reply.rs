@@ -1,6 +1,7 @@
 //! Replies from the wire made owned and checked before the bridge computes with their
 //! numbers.
 
+use bytes::Bytes;
 use spillway_core::log::format::MAX_OFFSET;
 use spillway_core::wire::{self, Response};
 
@@ -137,10 +138,11 @@ pub(super) fn own(resp: Response<'_>, size: usize) -> Result<Reply, ClientError>
                     l.from, l.to
                 )));
             }
-            // The payloads go into one buffer, the topic into one string per run of
-            // records of one topic: a few allocations per reply, not two per record.
+            // The payloads go into one buffer, frozen into `Bytes` once and sliced per
+            // record, the topic into one string per run of records of one topic: a few
+            // allocations per reply, not two per record.
             let mut spans: Vec<Span> = Vec::with_capacity(records.count().min(65_536) as usize);
-            let mut bytes: Vec<u8> = Vec::with_capacity(size);
+            let mut buf: Vec<u8> = Vec::with_capacity(size);
             for r in records.iter() {
                 let r = r.map_err(|e| ClientError::Protocol(format!("bad record: {e}")))?;
                 off("record offset", r.offset)?;
@@ -156,18 +158,18 @@ pub(super) fn own(resp: Response<'_>, size: usize) -> Result<Reply, ClientError>
                     Some(p) if p.topic == *r.topic => p.topic.clone(),
                     _ => Topic::from(r.topic),
                 };
-                let start = bytes.len();
-                bytes.extend_from_slice(r.payload);
+                let start = buf.len();
+                buf.extend_from_slice(r.payload);
                 spans.push(Span {
                     offset: r.offset,
                     record_crc: r.record_crc,
                     topic,
                     timestamp_us: r.timestamp_us,
                     producer: r.producer,
-                    payload: start..bytes.len(),
+                    payload: start..buf.len(),
                 });
             }
-            let bytes = std::sync::Arc::new(bytes);
+            let buf = Bytes::from(buf);
             let out: Vec<OwnedRecord> = spans
                 .into_iter()
                 .map(|s| OwnedRecord {
@@ -176,7 +178,8 @@ pub(super) fn own(resp: Response<'_>, size: usize) -> Result<Reply, ClientError>
                     topic: s.topic,
                     timestamp_us: s.timestamp_us,
                     producer: s.producer,
-                    payload: Payload::shared(&bytes, s.payload),
+                    // In `buf` by construction: `slice` cannot panic here.
+                    payload: buf.slice(s.payload),
                 })
                 .collect();
             Reply::Fetch(FetchReply::Records {

@@ -81,3 +81,30 @@ fn a_reply_with_offsets_past_the_limit_is_refused() {
         );
     }
 }
+
+/// The records of one reply hold their payloads as slices of one buffer, each its own
+/// bytes: a fetch allocates a few times per reply, not once per record.
+#[test]
+fn the_payloads_of_a_reply_are_slices_of_one_buffer() {
+    let mut frame = vec![0u8; 4096];
+    let mut w = RecordsWriter::new(&mut frame, 9, 0, 4096);
+    for (offset, payload) in [(5, &b"ab"[..]), (6, b""), (7, b"cde")] {
+        w.push(&RecordView {
+            payload,
+            ..record(offset)
+        })
+        .unwrap();
+    }
+    let n = w.finish(8, None).unwrap();
+    let resp = wire::decode_message(&mut frame[..n]).unwrap();
+    let Reply::Fetch(FetchReply::Records { records, .. }) = own(resp, n).unwrap() else {
+        panic!("not a records reply");
+    };
+    let payloads: Vec<&[u8]> = records.iter().map(|r| &r.payload[..]).collect();
+    assert_eq!(payloads, [&b"ab"[..], b"", b"cde"]);
+    // "cde" follows "ab" in the same buffer.
+    assert_eq!(
+        records[2].payload.as_ptr(),
+        records[0].payload.as_ptr().wrapping_add(2)
+    );
+}

@@ -1,6 +1,7 @@
-//! A fetched record's topic and payload, shared: the records of one reply keep their
-//! payloads in one buffer and their topic in one string per run of records of one topic,
-//! so a fetch allocates a few times per reply instead of twice per record.
+//! A fetched record's topic, shared: the records of one reply keep their topic in one
+//! string per run of records of one topic, and their payloads in one buffer (a
+//! [`Bytes`](bytes::Bytes) frozen once per reply, of which each record's payload is a
+//! slice), so a fetch allocates a few times per reply instead of twice per record.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -118,168 +119,12 @@ impl serde::Serialize for Topic {
     }
 }
 
-/// A record's payload: a range of a buffer shared by the records of the reply that
-/// brought it (cloning costs a reference count; the buffer lives while any of them
-/// does). Compares, hashes and prints as its bytes.
-#[derive(Clone)]
-pub struct Payload {
-    buf: Arc<Vec<u8>>,
-    start: usize,
-    end: usize,
-}
-
-impl Payload {
-    /// The payload `buf[range]`, sharing `buf`. A range outside `buf` is cut to it.
-    pub fn shared(buf: &Arc<Vec<u8>>, range: std::ops::Range<usize>) -> Self {
-        let end = range.end.min(buf.len());
-        Payload {
-            buf: buf.clone(),
-            start: range.start.min(end),
-            end,
-        }
-    }
-
-    /// The payload's bytes.
-    #[inline]
-    pub fn as_slice(&self) -> &[u8] {
-        // `start <= end <= buf.len()` always (see `shared`).
-        self.buf.get(self.start..self.end).unwrap_or_default()
-    }
-}
-
-impl Default for Payload {
-    fn default() -> Self {
-        Payload::from(Vec::new())
-    }
-}
-
-impl Deref for Payload {
-    type Target = [u8];
-    #[inline]
-    fn deref(&self) -> &[u8] {
-        self.as_slice()
-    }
-}
-
-impl AsRef<[u8]> for Payload {
-    #[inline]
-    fn as_ref(&self) -> &[u8] {
-        self.as_slice()
-    }
-}
-
-impl Borrow<[u8]> for Payload {
-    #[inline]
-    fn borrow(&self) -> &[u8] {
-        self.as_slice()
-    }
-}
-
-impl fmt::Debug for Payload {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_slice(), f)
-    }
-}
-
-impl std::hash::Hash for Payload {
-    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        self.as_slice().hash(h);
-    }
-}
-
-impl PartialEq for Payload {
-    fn eq(&self, other: &Payload) -> bool {
-        self.as_slice() == other.as_slice()
-    }
-}
-
-impl Eq for Payload {}
-
-impl From<Vec<u8>> for Payload {
-    fn from(v: Vec<u8>) -> Self {
-        let end = v.len();
-        Payload {
-            buf: Arc::new(v),
-            start: 0,
-            end,
-        }
-    }
-}
-
-impl From<&[u8]> for Payload {
-    fn from(s: &[u8]) -> Self {
-        Payload::from(s.to_vec())
-    }
-}
-
-impl<const N: usize> From<&[u8; N]> for Payload {
-    fn from(s: &[u8; N]) -> Self {
-        Payload::from(s.to_vec())
-    }
-}
-
-impl PartialEq<[u8]> for Payload {
-    fn eq(&self, other: &[u8]) -> bool {
-        self.as_slice() == other
-    }
-}
-
-impl PartialEq<&[u8]> for Payload {
-    fn eq(&self, other: &&[u8]) -> bool {
-        self.as_slice() == *other
-    }
-}
-
-impl<const N: usize> PartialEq<[u8; N]> for Payload {
-    fn eq(&self, other: &[u8; N]) -> bool {
-        self.as_slice() == other
-    }
-}
-
-impl<const N: usize> PartialEq<&[u8; N]> for Payload {
-    fn eq(&self, other: &&[u8; N]) -> bool {
-        self.as_slice() == *other
-    }
-}
-
-impl PartialEq<Vec<u8>> for Payload {
-    fn eq(&self, other: &Vec<u8>) -> bool {
-        self.as_slice() == other.as_slice()
-    }
-}
-
-impl PartialEq<Payload> for Vec<u8> {
-    fn eq(&self, other: &Payload) -> bool {
-        self.as_slice() == other.as_slice()
-    }
-}
-
-impl PartialEq<Payload> for [u8] {
-    fn eq(&self, other: &Payload) -> bool {
-        self == other.as_slice()
-    }
-}
-
-impl PartialEq<Payload> for &[u8] {
-    fn eq(&self, other: &Payload) -> bool {
-        *self == other.as_slice()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn shared_payloads_are_their_ranges() {
-        let buf = Arc::new(b"abcdef".to_vec());
-        let p = Payload::shared(&buf, 1..3);
-        assert_eq!(p, b"bc");
-        assert_eq!(p.len(), 2);
-        assert_eq!(Payload::shared(&buf, 4..99), b"ef");
-        assert_eq!(Payload::shared(&buf, 9..99), b"");
-        assert_eq!(Payload::from(b"bc".to_vec()), p);
-        assert_eq!(format!("{p:?}"), format!("{:?}", b"bc".as_slice()));
+    fn topics_are_their_text() {
         let t = Topic::from("buoy/sst");
         assert_eq!(t, "buoy/sst");
         assert_eq!("buoy/sst", t);

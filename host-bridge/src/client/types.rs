@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use spillway_core::wire::{self, ErrorCode, LostRange, Producer};
 
-use super::{Payload, Topic};
+use super::Topic;
 
 #[cfg(doc)]
 use super::{Client, WELCOME_TIMEOUT};
@@ -130,8 +131,9 @@ pub struct OwnedRecord {
     pub timestamp_us: u64,
     /// Idempotent producer, if any.
     pub producer: Option<Producer>,
-    /// Payload bytes (in a buffer shared with the other records of the same reply).
-    pub payload: Payload,
+    /// Payload bytes: a slice of the buffer shared with the other records of the same
+    /// reply (cloning costs a reference count; the buffer lives while any of them does).
+    pub payload: Bytes,
 }
 
 /// The answer to a fetch.

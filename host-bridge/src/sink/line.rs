@@ -233,7 +233,7 @@ mod tests {
             topic: topic.into(),
             timestamp_us,
             producer: None,
-            payload: payload.into(),
+            payload: bytes::Bytes::copy_from_slice(payload),
         }
     }
 

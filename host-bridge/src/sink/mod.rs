@@ -433,7 +433,7 @@ mod tests {
             topic: "t".into(),
             timestamp_us,
             producer: None,
-            payload: payload.into(),
+            payload: bytes::Bytes::copy_from_slice(payload),
         };
         JsonRecord::new(&src, &rec).to_line()
     }
@@ -472,7 +472,7 @@ mod tests {
             topic: "buoy/sst".into(),
             timestamp_us: 1_700_000_000_000_000,
             producer: None,
-            payload: b"21.5".into(),
+            payload: bytes::Bytes::from_static(b"21.5"),
         };
         let line = JsonRecord::new(&src, &rec).to_line();
         assert_eq!(

@@ -177,7 +177,7 @@ pub(super) fn verify(o: &Observed<'_>, summary: &mut Summary) {
         .records
         .iter()
         .filter(|r| r.topic == TOPIC_SST)
-        .map(|r| r.payload.as_slice())
+        .map(|r| &r.payload[..])
         .collect();
     let acc = account_lines(sst_sent, &sst_stored);
     let mut sst_row = TopicRow {

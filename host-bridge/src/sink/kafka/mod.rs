@@ -614,7 +614,7 @@ impl KafkaSink {
             let _ = write!(ts_us, "{}", rec.timestamp_us);
             let msg = BaseRecord::with_opaque_to(kafka_topic, Arc::clone(&pending.batch))
                 .key(msg_key)
-                .payload(rec.payload.as_slice())
+                .payload(&rec.payload[..])
                 .timestamp(i64::try_from(rec.timestamp_us / 1000).unwrap_or(i64::MAX))
                 .headers(message_headers(
                     &src.gateway_id,

@@ -19,7 +19,7 @@ fn rec(offset: u64, topic: &str, payload: &[u8]) -> OwnedRecord {
         topic: topic.into(),
         timestamp_us: 1_700_000_000_000_000 + offset,
         producer: None,
-        payload: payload.into(),
+        payload: bytes::Bytes::copy_from_slice(payload),
     }
 }
 
