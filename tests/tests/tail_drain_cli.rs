@@ -303,6 +303,68 @@ fn drain_once_gives_up_on_a_sink_it_cannot_write_past_retry_for() {
     assert_eq!(topic_offsets(&out_dir, "b"), [2], "{err}");
 }
 
+/// The gateway's own sink directory (`DIR/<gateway id>`) that cannot be made (a file is in
+/// its way) is a sink failure like a topic's: retried without `--once`, given up after
+/// `--retry-for` with `--once` with an error naming the path; once the way is clear,
+/// every record arrives once.
+#[test]
+fn a_gateway_directory_that_cannot_be_made_is_retried_like_any_sink_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = small_gateway(dir.path(), &["--gateway-id", "gw"]);
+    let out = run_bridge(&[publish_args(&gw, "a"), vec!["-m", "0", "-m", "1"]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let blocked = out_dir.join("gw");
+    std::fs::write(&blocked, b"in the way").unwrap();
+    let sink = format!("file:{}", out_dir.display());
+    let state = dir.path().join("s.redb").display().to_string();
+    let mut args = drain_args(&gw, &sink, &state);
+    args.extend(["--once", "--retry-for", "2s"]);
+    let started = std::time::Instant::now();
+    let out = run_bridge_within(&args, std::time::Duration::from_secs(30))
+        .expect("drain --once still running after 30 s");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(2)
+            && started.elapsed() < std::time::Duration::from_secs(15),
+        "took {:?}: {err}",
+        started.elapsed()
+    );
+    for want in [
+        "no progress for",
+        "--retry-for",
+        &blocked.display().to_string(),
+    ] {
+        assert!(err.contains(want), "{want:?} not in: {err}");
+    }
+    // Without --once: retried (three failures seen), still running.
+    let args: Vec<String> = drain_args(&gw, &sink, &state)
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let (mut child, rx) = spawn_bridge_lines(&args, &[]);
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        wait_for_line(&rx, "while opening the sink directory", &mut seen);
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "exited: {}",
+        seen.join("\n")
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::fs::remove_file(&blocked).unwrap();
+    let mut args = drain_args(&gw, &sink, &state);
+    args.push("--once");
+    let out = run_bridge(&args);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(topic_offsets(&out_dir, "a"), [0, 1], "{err}");
+}
+
 /// `tail` pointed at a port that is not a Spillway listener says so and exits 1 within a
 /// few seconds (the Welcome timeout is 2 s; it waited 10 s before): a line-mode port and
 /// the metrics port say nothing, an MQTT port closes on the Hello's bytes.

@@ -70,9 +70,28 @@ impl Drain {
             old.close(Duration::from_secs(5)).await;
         }
         let dir = root.join(crate::sink::file::topic_stem(gateway_id));
-        let sink = Sink::open(&SinkSpec::File(dir), &self.cfg.sink_options)
-            .await
-            .map_err(|e| Resumed::Fatal(DrainError::Sink(e)))?;
+        // A directory it may not create or read is a sink failure like any other: retried
+        // with backoff (with `--once`, within the retry budget).
+        let mut backoff = Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max);
+        let sink = loop {
+            match Sink::open(&SinkSpec::File(dir.clone()), &self.cfg.sink_options).await {
+                Ok(sink) => break sink,
+                Err(e) => {
+                    self.metrics.sink_error(e.kind());
+                    self.metrics.retries.inc();
+                    let d = self
+                        .sink_retry(&e, backoff.next_delay())
+                        .map_err(Resumed::Fatal)?;
+                    log::warn!(
+                        "{e} while opening the sink directory {}; retrying in {d:.1?}",
+                        dir.display()
+                    );
+                    if !sleep_or_stop(d, &self.stop).await {
+                        return Err(Resumed::Stopped);
+                    }
+                }
+            }
+        };
         self.sink = Some(sink);
         self.sink_gateway = Some(gateway_id.to_string());
         self.sink_scanned = false;

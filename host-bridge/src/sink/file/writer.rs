@@ -132,7 +132,17 @@ fn create_dirs(dir: &Path) -> std::io::Result<()> {
     }
     match std::fs::create_dir(dir) {
         Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        // Made meanwhile by another process, or a file in the way (`is_dir` said no above).
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotADirectory,
+                format!(
+                    "cannot create {}: a file of that name is in the way",
+                    dir.display()
+                ),
+            ));
+        }
         Err(e) => {
             return Err(std::io::Error::new(
                 e.kind(),
