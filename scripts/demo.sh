@@ -4,9 +4,23 @@
 # sensor data over a serial pty, TCP and MQTT into a gateway that is SIGKILLed, drained by a
 # bridge that is SIGKILLed too, verified end to end) and exits with its exit code:
 # 0 passed, 1 a check failed, 2 usage error, 3 the scenario could not run.
-# Arguments are passed to spillway-demo (try --help).
+# Arguments are passed to spillway-demo; -h/--help prints this and, once it is built,
+# spillway-demo's own options (nothing is installed or built for it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case " $* " in
+*" -h "* | *" --help "*)
+    sed -n '2,/^set -euo pipefail/{/^#/s/^# \{0,1\}//p}' "$0"
+    demo="${CARGO_TARGET_DIR:-target}/release/spillway-demo"
+    if [ -x "$demo" ]; then
+        echo
+        "$demo" --help
+    else
+        echo "(spillway-demo's options: after the first run, $demo --help)"
+    fi
+    exit 0
+    ;;
+esac
 
 scripts/install-deps.sh
 
