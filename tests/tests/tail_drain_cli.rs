@@ -192,6 +192,24 @@ fn drain_from_over_a_checkpoint_warns_once_and_retry_for_applies() {
     }
 }
 
+/// Runs the bridge with `args` until it logged a line containing `failure` `times` times,
+/// checks that it is still running (it retries, it did not give up) and kills it.
+fn keeps_retrying(args: &[&str], failure: &str, times: usize) {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let (mut child, rx) = spawn_bridge_lines(&args, &[]);
+    let mut seen = Vec::new();
+    for _ in 0..times {
+        wait_for_line(&rx, failure, &mut seen);
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "exited: {}",
+        seen.join("\n")
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 /// The offsets of the lines of every sink file under `dir` of topic directory `topic`,
 /// in file and line order.
 fn topic_offsets(dir: &std::path::Path, topic: &str) -> Vec<u64> {
@@ -276,23 +294,9 @@ fn drain_once_gives_up_on_a_sink_it_cannot_write_past_retry_for() {
     }
     assert_eq!(topic_offsets(&out_dir, "a"), [0, 1], "{err}");
     // Without --once: retried past --retry-for (at least 6 failures: 1.5 s of backoff).
-    let mut args: Vec<String> = drain_args(&gw, &sink, &state)
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    args.extend(["--retry-for".into(), "1s".into()]);
-    let (mut child, rx) = spawn_bridge_lines(&args, &[]);
-    let mut seen = Vec::new();
-    for _ in 0..6 {
-        wait_for_line(&rx, "sink failed at offset 2", &mut seen);
-    }
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "exited: {}",
-        seen.join("\n")
-    );
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let mut args = drain_args(&gw, &sink, &state);
+    args.extend(["--retry-for", "1s"]);
+    keeps_retrying(&args, "sink failed at offset 2", 6);
     // The sink can be written again: resumed at offset 2, every record once.
     std::fs::remove_file(&blocked).unwrap();
     let out = once(&[]);
@@ -340,22 +344,8 @@ fn a_gateway_directory_that_cannot_be_made_is_retried_like_any_sink_failure() {
         assert!(err.contains(want), "{want:?} not in: {err}");
     }
     // Without --once: retried (three failures seen), still running.
-    let args: Vec<String> = drain_args(&gw, &sink, &state)
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    let (mut child, rx) = spawn_bridge_lines(&args, &[]);
-    let mut seen = Vec::new();
-    for _ in 0..3 {
-        wait_for_line(&rx, "while opening the sink directory", &mut seen);
-    }
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "exited: {}",
-        seen.join("\n")
-    );
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let args = drain_args(&gw, &sink, &state);
+    keeps_retrying(&args, "while opening the sink directory", 3);
     std::fs::remove_file(&blocked).unwrap();
     let mut args = drain_args(&gw, &sink, &state);
     args.push("--once");

@@ -77,18 +77,8 @@ impl Drain {
             match Sink::open(&SinkSpec::File(dir.clone()), &self.cfg.sink_options).await {
                 Ok(sink) => break sink,
                 Err(e) => {
-                    self.metrics.sink_error(e.kind());
-                    self.metrics.retries.inc();
-                    let d = self
-                        .sink_retry(&e, backoff.next_delay())
-                        .map_err(Resumed::Fatal)?;
-                    log::warn!(
-                        "{e} while opening the sink directory {}; retrying in {d:.1?}",
-                        dir.display()
-                    );
-                    if !sleep_or_stop(d, &self.stop).await {
-                        return Err(Resumed::Stopped);
-                    }
+                    let what = format!("opening the sink directory {}", dir.display());
+                    self.wait_to_retry_sink(&e, &mut backoff, &what).await?;
                 }
             }
         };
@@ -96,6 +86,28 @@ impl Drain {
         self.sink_gateway = Some(gateway_id.to_string());
         self.sink_scanned = false;
         Ok(())
+    }
+
+    /// The sink failed with `e` while `what`: counts it, logs it and waits out the next
+    /// backoff delay. Errors: [`Resumed::Fatal`] once `--once`'s retry budget is spent
+    /// ([`Drain::sink_retry`]), [`Resumed::Stopped`] at the shutdown signal.
+    async fn wait_to_retry_sink(
+        &mut self,
+        e: &SinkError,
+        backoff: &mut Backoff,
+        what: &str,
+    ) -> Result<(), Resumed> {
+        self.metrics.sink_error(e.kind());
+        self.metrics.retries.inc();
+        let d = self
+            .sink_retry(e, backoff.next_delay())
+            .map_err(Resumed::Fatal)?;
+        log::warn!("{e} while {what}; retrying in {d:.1?}");
+        if sleep_or_stop(d, &self.stop).await {
+            Ok(())
+        } else {
+            Err(Resumed::Stopped)
+        }
     }
 
     /// File sink: cuts the files back to what `cp` recorded as synced, before anything is
@@ -126,18 +138,9 @@ impl Drain {
                 }
                 Ok(_) => return Ok(()),
                 Err(e) => {
-                    let e = SinkError::Io(e);
-                    self.metrics.sink_error(e.kind());
-                    self.metrics.retries.inc();
-                    let d = self
-                        .sink_retry(&e, backoff.next_delay())
-                        .map_err(Resumed::Fatal)?;
-                    log::warn!(
-                        "{e} while cutting the files back to the checkpoint; retrying in {d:.1?}"
-                    );
-                    if !sleep_or_stop(d, &self.stop).await {
-                        return Err(Resumed::Stopped);
-                    }
+                    let what = "cutting the files back to the checkpoint";
+                    self.wait_to_retry_sink(&SinkError::Io(e), &mut backoff, what)
+                        .await?;
                 }
             }
         }
