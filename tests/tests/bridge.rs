@@ -655,6 +655,14 @@ fn replaced_image_is_refused_by_the_resume_check() {
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(err.contains("log id"), "{err}");
     assert!(err.contains("--accept-new-log"), "{err}");
+    // Refused into a sink directory of its own: the directories it made are gone again.
+    let fresh = dir.path().join("fresh").join("out");
+    let fresh_sink = format!("file:{}", fresh.display());
+    let refused = [drain_args(&gw, &fresh_sink, &state), vec!["--once"]].concat();
+    let out = run_bridge(&refused);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(!dir.path().join("fresh").exists(), "{err}");
     args.push("--accept-new-log");
     let out = run_bridge(&args);
     let err = String::from_utf8_lossy(&out.stderr);

@@ -221,6 +221,20 @@ pub struct FileSink {
     log_id: Option<u128>,
     /// Records acknowledged without writing because they were already in the files.
     skipped_duplicates: u64,
+    /// `open` created `dir`: dropping the sink removes it again if it is still empty (a
+    /// drain that ended before writing, e.g. refused by the resume check, leaves no empty
+    /// directory behind; a directory that existed before is left as it was).
+    made_dir: bool,
+}
+
+impl Drop for FileSink {
+    fn drop(&mut self) {
+        // Its open files are closed first (`remove_dir` removes an empty directory only).
+        self.inner = None;
+        if self.made_dir {
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+    }
 }
 
 impl FileSink {
@@ -230,6 +244,7 @@ impl FileSink {
     /// # Errors
     /// The I/O error of a directory or file operation.
     pub fn open(dir: PathBuf, rot: Rotation) -> std::io::Result<FileSink> {
+        let made_dir = !dir.is_dir();
         let inner = Inner::open(dir.clone(), rot)?;
         let canonical = std::fs::canonicalize(&dir)?.to_string_lossy().into_owned();
         Ok(FileSink {
@@ -240,6 +255,7 @@ impl FileSink {
             inner: Some(inner),
             log_id: None,
             skipped_duplicates: 0,
+            made_dir,
         })
     }
 
