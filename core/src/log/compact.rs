@@ -308,14 +308,10 @@ fn walk(
             } else {
                 let mut v = [0u8; 10];
                 if i == 0 {
-                    let mut prefix = [0u8; BODY_PREFIX_LEN];
-                    prefix[0] = BODY_FIXED_LEN;
-                    prefix[1..9].copy_from_slice(&r.timestamp_us.to_le_bytes());
-                    prefix[9] = r.topic.len() as u8;
-                    h.update(&prefix);
-                    h.update(r.topic);
-                    let n = put_varint(r.payload.len() as u64, &mut v);
-                    h.update(&v[..n]);
+                    let _ = body_prefix::<()>(BODY_FIXED_LEN, &r, &mut |b| {
+                        h.update(b);
+                        Ok(())
+                    });
                 }
                 let n = put_varint(delta, &mut v);
                 h.update(&v[..n]);
@@ -332,6 +328,27 @@ fn walk(
         at += n;
     }
     best
+}
+
+/// Hands `sink` the bytes of a compact body before its first record's (`FORMAT.md` section
+/// 4.3): the body flags, `first`'s timestamp, the batch topic (`first`'s) and, with
+/// [`BODY_FIXED_LEN`], the payload length every record has.
+fn body_prefix<E>(
+    flags: u8,
+    first: &Canon<'_>,
+    sink: &mut impl FnMut(&[u8]) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut prefix = [0u8; BODY_PREFIX_LEN + 10];
+    prefix[0] = flags;
+    prefix[1..9].copy_from_slice(&first.timestamp_us.to_le_bytes());
+    prefix[9] = first.topic.len() as u8;
+    sink(&prefix[..BODY_PREFIX_LEN])?;
+    sink(first.topic)?;
+    if flags & BODY_FIXED_LEN != 0 {
+        let k = put_varint(first.payload.len() as u64, &mut prefix[BODY_PREFIX_LEN..]);
+        sink(&prefix[BODY_PREFIX_LEN..BODY_PREFIX_LEN + k])?;
+    }
+    Ok(())
 }
 
 /// Encodes the records `plan` chose from `canonical` (the first at offset `base`) as a
@@ -362,16 +379,7 @@ pub fn encode<E>(
         if i == 0 {
             first_topic = r.topic;
             prev_ts = r.timestamp_us;
-            let mut prefix = [0u8; BODY_PREFIX_LEN + 5];
-            prefix[0] = plan.flags;
-            prefix[1..9].copy_from_slice(&r.timestamp_us.to_le_bytes());
-            prefix[9] = r.topic.len() as u8;
-            sink(&prefix[..BODY_PREFIX_LEN])?;
-            sink(r.topic)?;
-            if plan.flags & BODY_FIXED_LEN != 0 {
-                let k = put_varint(r.payload.len() as u64, &mut prefix[BODY_PREFIX_LEN..]);
-                sink(&prefix[BODY_PREFIX_LEN..BODY_PREFIX_LEN + k])?;
-            }
+            body_prefix(plan.flags, &r, sink)?;
         }
         let own_topic = i > 0 && !r.known_topic;
         let mut h = 0usize;
