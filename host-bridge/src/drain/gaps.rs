@@ -6,7 +6,7 @@
 
 use spillway_core::wire::LostReason;
 
-use super::{Backoff, Drain, DrainError, sleep_or_stop};
+use super::{Backoff, Drain, DrainError};
 use crate::checkpoint::{Checkpoint, Gap, now_ms};
 use crate::sink::{GapNotice, Sink, Source};
 
@@ -81,15 +81,8 @@ impl Drain {
             let Err(e) = res else {
                 return Ok(true);
             };
-            self.metrics.sink_error(e.kind());
-            self.metrics.retries.inc();
-            let d = self.sink_retry(&e, backoff.next_delay())?;
-            log::warn!(
-                "{e} while writing the gap {}..{}; retrying in {d:.1?}",
-                gap.from,
-                gap.to
-            );
-            if !sleep_or_stop(d, &self.stop).await {
+            let what = format!("writing the gap {}..{}", gap.from, gap.to);
+            if !self.wait_to_retry_sink(&e, &mut backoff, &what).await? {
                 return Ok(false);
             }
         }

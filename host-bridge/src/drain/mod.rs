@@ -564,6 +564,25 @@ impl Drain {
         Ok(delay.min(budget - waited))
     }
 
+    /// The sink failed with `e` while `what` (for the log line): counts it, logs it and
+    /// waits out the next backoff delay. `Ok(false)` if the shutdown signal came first.
+    ///
+    /// # Errors
+    /// With `--once`, [`DrainError::SinkUnreachable`] once the retry budget is spent
+    /// ([`Drain::sink_retry`]).
+    async fn wait_to_retry_sink(
+        &mut self,
+        e: &SinkError,
+        backoff: &mut Backoff,
+        what: &str,
+    ) -> Result<bool, DrainError> {
+        self.metrics.sink_error(e.kind());
+        self.metrics.retries.inc();
+        let d = self.sink_retry(e, backoff.next_delay())?;
+        log::warn!("{e} while {what}; retrying in {d:.1?}");
+        Ok(sleep_or_stop(d, &self.stop).await)
+    }
+
     /// The checkpoint moved: the sink works again, a later failure starts the `--once`
     /// retry budget afresh.
     fn sink_progressed(&mut self) {

@@ -10,7 +10,7 @@ use spillway_core::wire::ErrorCode;
 
 #[cfg(feature = "kafka")]
 use super::WARM_UP_TIMEOUT;
-use super::{Backoff, Drain, DrainError, Resumed, StartFrom, sleep_or_stop};
+use super::{Backoff, Drain, DrainError, Resumed, StartFrom};
 use crate::checkpoint::{Checkpoint, Reset, ResumeMismatch, check_log_id, check_prev_crc, now_ms};
 use crate::client::{Client, ClientError, FetchReply, log_id_hex};
 use crate::sink::{Sink, SinkError, SinkSpec};
@@ -78,7 +78,13 @@ impl Drain {
                 Ok(sink) => break sink,
                 Err(e) => {
                     let what = format!("opening the sink directory {}", dir.display());
-                    self.wait_to_retry_sink(&e, &mut backoff, &what).await?;
+                    if !self
+                        .wait_to_retry_sink(&e, &mut backoff, &what)
+                        .await
+                        .map_err(Resumed::Fatal)?
+                    {
+                        return Err(Resumed::Stopped);
+                    }
                 }
             }
         };
@@ -86,28 +92,6 @@ impl Drain {
         self.sink_gateway = Some(gateway_id.to_string());
         self.sink_scanned = false;
         Ok(())
-    }
-
-    /// The sink failed with `e` while `what`: counts it, logs it and waits out the next
-    /// backoff delay. Errors: [`Resumed::Fatal`] once `--once`'s retry budget is spent
-    /// ([`Drain::sink_retry`]), [`Resumed::Stopped`] at the shutdown signal.
-    async fn wait_to_retry_sink(
-        &mut self,
-        e: &SinkError,
-        backoff: &mut Backoff,
-        what: &str,
-    ) -> Result<(), Resumed> {
-        self.metrics.sink_error(e.kind());
-        self.metrics.retries.inc();
-        let d = self
-            .sink_retry(e, backoff.next_delay())
-            .map_err(Resumed::Fatal)?;
-        log::warn!("{e} while {what}; retrying in {d:.1?}");
-        if sleep_or_stop(d, &self.stop).await {
-            Ok(())
-        } else {
-            Err(Resumed::Stopped)
-        }
     }
 
     /// File sink: cuts the files back to what `cp` recorded as synced, before anything is
@@ -139,8 +123,13 @@ impl Drain {
                 Ok(_) => return Ok(()),
                 Err(e) => {
                     let what = "cutting the files back to the checkpoint";
-                    self.wait_to_retry_sink(&SinkError::Io(e), &mut backoff, what)
-                        .await?;
+                    if !self
+                        .wait_to_retry_sink(&SinkError::Io(e), &mut backoff, what)
+                        .await
+                        .map_err(Resumed::Fatal)?
+                    {
+                        return Err(Resumed::Stopped);
+                    }
                 }
             }
         }
