@@ -183,24 +183,9 @@ fn cobs_encode_in_place(buf: &mut [u8], src: usize, len: usize) -> Option<usize>
     }
 }
 
-/// Index of the first 0x00 in `bytes`, or `bytes.len()` if there is none; eight bytes at
-/// a time (a word holds a zero byte iff `(w - 0x01..01) & !w & 0x80..80` is non-zero).
+/// Index of the first 0x00 in `bytes`, or `bytes.len()` if there is none.
 fn first_zero(bytes: &[u8]) -> usize {
-    const LO: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HI: u64 = u64::from_ne_bytes([0x80; 8]);
-    let mut words = bytes.chunks_exact(8);
-    let mut skipped = 0usize;
-    for w in &mut words {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(w);
-        let v = u64::from_ne_bytes(word);
-        if v.wrapping_sub(LO) & !v & HI != 0 {
-            break;
-        }
-        skipped += 8;
-    }
-    let rest = &bytes[skipped..];
-    skipped + rest.iter().position(|&b| b == 0).unwrap_or(rest.len())
+    memchr::memchr(0, bytes).unwrap_or(bytes.len())
 }
 
 /// Decodes one frame in place and returns the postcard message bytes (CRC checked and
@@ -217,13 +202,19 @@ pub fn decode_frame(frame: &mut [u8]) -> Result<&[u8], FrameError> {
         }
         _ => frame,
     };
-    if frame.is_empty() {
-        return Err(FrameError::TooShort { len: 0 });
-    }
-    if let Some(pos) = frame.iter().position(|&b| b == 0) {
+    if let Some(pos) = memchr::memchr(0, frame) {
         return Err(FrameError::Cobs(cobs::DecodeError::InvalidFrame {
             decoded_bytes: pos,
         }));
+    }
+    decode_zero_free(frame)
+}
+
+/// [`decode_frame`] of a frame known to hold no 0x00 (the bytes a [`FrameDecoder`] cut
+/// between two delimiters), without searching it again.
+fn decode_zero_free(frame: &mut [u8]) -> Result<&[u8], FrameError> {
+    if frame.is_empty() {
+        return Err(FrameError::TooShort { len: 0 });
     }
     let n = cobs::decode_in_place(frame)?;
     let decoded = frame.get(..n).ok_or(FrameError::TooShort { len: n })?;
@@ -367,6 +358,8 @@ pub struct FrameDecoder<B> {
     skipping: Option<usize>,
     /// The buffer holds a frame handed out by the last `feed`; clear it first.
     handed_out: bool,
+    /// Length of the message handed out by the last `feed`, bytes (at the buffer's start).
+    message_len: usize,
     /// Byte visits so far (scans, copies, decoding passes).
     work: u64,
 }
@@ -402,6 +395,7 @@ impl<B: FrameBuffer> FrameDecoder<B> {
             len: 0,
             skipping: None,
             handed_out: false,
+            message_len: 0,
             work: 0,
         }
     }
@@ -450,7 +444,7 @@ impl<B: FrameBuffer> FrameDecoder<B> {
         let limit = self.buf.limit();
         let mut input = input;
         loop {
-            let (chunk, rest, complete) = match input.iter().position(|&b| b == 0) {
+            let (chunk, rest, complete) = match memchr::memchr(0, input) {
                 Some(pos) => (&input[..pos], &input[pos + 1..], true),
                 None => (input, &input[..0], false),
             };
@@ -507,17 +501,47 @@ impl<B: FrameBuffer> FrameDecoder<B> {
             // The zero scan, COBS decoding and the CRC: three passes over the frame.
             self.count(self.len.saturating_mul(3));
             let len = self.len;
-            return match decode_frame(self.buf.prefix_mut(len)) {
-                Ok(message) => FeedResult::Frame {
-                    message,
-                    remaining: rest,
-                },
+            // `len` bytes cut before a delimiter: none of them is 0x00.
+            return match decode_zero_free(self.buf.prefix_mut(len)) {
+                Ok(message) => {
+                    self.message_len = message.len();
+                    FeedResult::Frame {
+                        message,
+                        remaining: rest,
+                    }
+                }
                 Err(error) => FeedResult::Error {
                     error,
                     remaining: rest,
                 },
             };
         }
+    }
+}
+
+#[cfg(feature = "std")]
+impl FrameDecoder<GrowingFrameBuffer> {
+    /// The message of the frame the last [`FrameDecoder::feed`] returned, owned: the
+    /// buffer itself when the message fills at least half of it (the decoder then takes a
+    /// new buffer of the same capacity for the next frame), else a copy, so a small reply
+    /// never holds a large frame's memory. `None` when the last `feed` returned no frame
+    /// or it was taken already. A receiver that hands a frame's bytes on (e.g. as
+    /// `bytes::Bytes` slices) saves copying them out of the decoder.
+    pub fn take_message(&mut self) -> Option<std::vec::Vec<u8>> {
+        if !self.handed_out {
+            return None;
+        }
+        self.handed_out = false;
+        self.len = 0;
+        let n = self.message_len;
+        let bytes = &mut self.buf.bytes;
+        let cap = bytes.capacity();
+        if n.saturating_mul(2) < cap {
+            return bytes.get(..n).map(<[u8]>::to_vec);
+        }
+        let mut taken = core::mem::replace(bytes, std::vec::Vec::with_capacity(cap));
+        taken.truncate(n);
+        Some(taken)
     }
 }
 
