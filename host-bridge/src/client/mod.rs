@@ -171,23 +171,26 @@ impl Client {
         loop {
             while self.rx_pos < self.rx_len {
                 let input = &self.rx[self.rx_pos..self.rx_len];
-                let message = match self.frames.feed(input) {
+                match self.frames.feed(input) {
                     wire::FeedResult::Consumed => {
                         self.rx_pos = self.rx_len;
                         break;
                     }
-                    wire::FeedResult::Frame { message, remaining } => {
+                    wire::FeedResult::Frame { remaining, .. } => {
                         self.rx_pos = self.rx_len - remaining.len();
-                        message
                     }
                     wire::FeedResult::Error { error, remaining } => {
                         self.rx_pos = self.rx_len - remaining.len();
                         log::debug!("dropping a bad frame from the gateway: {error}");
                         continue;
                     }
+                }
+                // The decoded message moves out of the splitter's buffer, and a reply's
+                // payloads are handed on as slices of it, not copied.
+                let Some(message) = self.frames.take_message().map(bytes::Bytes::from) else {
+                    continue;
                 };
-                let size = message.len();
-                let (resp, rest): (Response<'_>, _) = match wire::take_message(message) {
+                let (resp, rest): (Response<'_>, _) = match wire::take_message(&message) {
                     Ok(r) => r,
                     Err(e) => {
                         log::debug!("dropping a reply that does not decode: {e}");
@@ -215,7 +218,7 @@ impl Client {
                         sent = Some((seq, from));
                     }
                 }
-                let mut owned = own(resp, size)?;
+                let mut owned = own(resp, &message)?;
                 // Version 3 appends the producer window to the Welcome.
                 if let Reply::Welcome(w) = &mut owned
                     && w.protocol_version >= 3

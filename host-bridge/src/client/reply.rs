@@ -62,11 +62,11 @@ pub enum Reply {
 /// any offset it was sent), record offsets that do not increase, or a lost range that ends
 /// before it starts.
 pub fn decode_reply(frame: &mut [u8]) -> Result<Option<u32>, ClientError> {
-    let size = frame.len();
-    let resp: Response<'_> = wire::decode_message(frame)
-        .map_err(|e| ClientError::Protocol(format!("bad frame: {e}")))?;
+    let bad = |e: wire::FrameError| ClientError::Protocol(format!("bad frame: {e}"));
+    let message = Bytes::copy_from_slice(wire::decode_frame(frame).map_err(bad)?);
+    let resp: Response<'_> = postcard::from_bytes(&message).map_err(|e| bad(e.into()))?;
     let seq = resp.seq();
-    own(resp, size)?;
+    own(resp, &message)?;
     Ok(seq)
 }
 
@@ -81,21 +81,19 @@ fn offset_in_range(what: &str, offset: u64) -> Result<u64, ClientError> {
     }
 }
 
-/// A fetched record before its payload's buffer is complete.
-struct Span {
-    offset: u64,
-    record_crc: u32,
-    topic: Topic,
-    timestamp_us: u64,
-    producer: Option<Producer>,
-    /// Its payload in the reply's payload buffer.
-    payload: std::ops::Range<usize>,
+/// `part` as a slice of `message` when it lies within it (a payload borrowed from the
+/// message by its decoding), else a copy of it.
+fn slice_of(message: &Bytes, part: &[u8]) -> Bytes {
+    let start = (part.as_ptr() as usize).wrapping_sub(message.as_ptr() as usize);
+    match start.checked_add(part.len()) {
+        Some(end) if start <= message.len() && end <= message.len() => message.slice(start..end),
+        _ => Bytes::copy_from_slice(part),
+    }
 }
 
-/// `resp` owned and checked (see [`decode_reply`]). `size`: the bytes of its message, at
-/// least what its records' payloads take (the payload buffer of a `Records` reply is
-/// allocated once with that capacity).
-pub(super) fn own(resp: Response<'_>, size: usize) -> Result<Reply, ClientError> {
+/// `resp` owned and checked (see [`decode_reply`]). `message`: the message `resp` was
+/// decoded from, whose bytes a `Records` reply's payloads become slices of.
+pub(super) fn own(resp: Response<'_>, message: &Bytes) -> Result<Reply, ClientError> {
     let off = offset_in_range;
     Ok(match resp {
         Response::Welcome {
@@ -138,15 +136,15 @@ pub(super) fn own(resp: Response<'_>, size: usize) -> Result<Reply, ClientError>
                     l.from, l.to
                 )));
             }
-            // The payloads go into one buffer, frozen into `Bytes` once and sliced per
-            // record, the topic into one string per run of records of one topic: a few
-            // allocations per reply, not two per record.
-            let mut spans: Vec<Span> = Vec::with_capacity(records.count().min(65_536) as usize);
-            let mut buf: Vec<u8> = Vec::with_capacity(size);
+            // The payloads are slices of the message (no copy), the topic one string per
+            // run of records of one topic: a few allocations per reply, not two per
+            // record.
+            let mut out: Vec<OwnedRecord> =
+                Vec::with_capacity(records.count().min(65_536) as usize);
             for r in records.iter() {
                 let r = r.map_err(|e| ClientError::Protocol(format!("bad record: {e}")))?;
                 off("record offset", r.offset)?;
-                if let Some(p) = spans.last()
+                if let Some(p) = out.last()
                     && p.offset >= r.offset
                 {
                     return Err(ClientError::Protocol(format!(
@@ -154,34 +152,19 @@ pub(super) fn own(resp: Response<'_>, size: usize) -> Result<Reply, ClientError>
                         r.offset, p.offset
                     )));
                 }
-                let topic = match spans.last() {
+                let topic = match out.last() {
                     Some(p) if p.topic == *r.topic => p.topic.clone(),
                     _ => Topic::from(r.topic),
                 };
-                let start = buf.len();
-                buf.extend_from_slice(r.payload);
-                spans.push(Span {
+                out.push(OwnedRecord {
                     offset: r.offset,
                     record_crc: r.record_crc,
                     topic,
                     timestamp_us: r.timestamp_us,
                     producer: r.producer,
-                    payload: start..buf.len(),
+                    payload: slice_of(message, r.payload),
                 });
             }
-            let buf = Bytes::from(buf);
-            let out: Vec<OwnedRecord> = spans
-                .into_iter()
-                .map(|s| OwnedRecord {
-                    offset: s.offset,
-                    record_crc: s.record_crc,
-                    topic: s.topic,
-                    timestamp_us: s.timestamp_us,
-                    producer: s.producer,
-                    // In `buf` by construction: `slice` cannot panic here.
-                    payload: buf.slice(s.payload),
-                })
-                .collect();
             Reply::Fetch(FetchReply::Records {
                 prev_crc,
                 next_offset,
