@@ -962,3 +962,47 @@ fn long_polls_beyond_four_per_connection_are_answered_at_once() {
         }
     }
 }
+
+/// `--max-frame-bytes` is what the `Welcome` announces and what one fetch reply carries at
+/// most: 64 KiB of frame by default (raised to carry the largest record, 66,137 bytes with
+/// the default RAM buffer), four times that when asked; reading the log through either
+/// gives every record once, in order.
+#[test]
+fn max_frame_bytes_sets_the_welcome_and_the_size_of_a_fetch_reply() {
+    let payload = [b'x'; 200];
+    let records: Vec<(Option<Producer>, Option<u64>, &[u8])> =
+        (0..3000).map(|_| (None, None, &payload[..])).collect();
+    for (extra, frame) in [
+        (&[][..], 66_137u32),
+        (&["--max-frame-bytes", "256K"][..], 262_144),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (addr, args) = tcp_gateway_args(dir.path(), extra);
+        let _g = GatewayProcess::start(&args, 1);
+        let mut c = connect(&addr).unwrap();
+        assert_eq!(c.welcome().max_frame_bytes, frame, "{extra:?}");
+        let acks = c
+            .publish_batch("t/frame", &records, AckLevel::Durable, None)
+            .wait()
+            .unwrap();
+        assert!(
+            acks.iter().all(|a| a.is_ok()),
+            "{extra:?}: not every record stored"
+        );
+        let FetchReply::Records { records: got, .. } =
+            c.fetch(None, 0, 1 << 20, Duration::ZERO).wait().unwrap()
+        else {
+            panic!("{extra:?}: no records");
+        };
+        let bytes: usize = got.iter().map(|r| r.payload.len()).sum();
+        // Each record takes its 200 bytes and some 20 of fields in the frame.
+        assert!(
+            bytes < frame as usize && bytes > frame as usize * 3 / 4,
+            "{extra:?}: a reply of {} records ({bytes} payload bytes) for a {frame}-byte frame",
+            got.len()
+        );
+        let recs = read_log(&mut c, 0).unwrap();
+        let offsets: Vec<u64> = recs.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, (0..3000).collect::<Vec<u64>>(), "{extra:?}");
+    }
+}

@@ -192,12 +192,12 @@ impl Clock {
     }
 }
 
-/// Frame size for the settings: enough for one record of `max_record_bytes`, and at least
-/// 64 KiB so that fetches carry many small records. The gateway raises it to carry any
-/// record the mounted log can hold (its RAM buffer's record limit), whatever
-/// `max_record_bytes` is now.
+/// Frame size for the settings, bytes: `--max-frame-bytes` (at least 64 KiB, so that
+/// fetches carry many small records), raised to carry one record of `max_record_bytes`.
+/// The gateway raises it further to carry any record the mounted log can hold (its RAM
+/// buffer's record limit), whatever `max_record_bytes` is now.
 pub fn max_frame_bytes(s: &Settings) -> u32 {
-    GatewayConfig::min_frame_bytes(s.max_record_bytes).max(64 * 1024)
+    GatewayConfig::min_frame_bytes(s.max_record_bytes).max(s.max_frame_bytes)
 }
 
 /// Runs the log thread: opens and mounts the image, reports on `started`, serves commands

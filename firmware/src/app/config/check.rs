@@ -52,6 +52,14 @@ pub(super) fn check(s: &Settings) -> Result<(), AppError> {
             s.max_record_bytes
         )));
     }
+    let frame = u64::from(s.max_frame_bytes);
+    if !(super::DEFAULT_MAX_FRAME_BYTES..=super::MAX_MAX_FRAME_BYTES).contains(&frame) {
+        return Err(AppError::Usage(format!(
+            "--max-frame-bytes {frame} is outside {}..={} (64K to 16M)",
+            super::DEFAULT_MAX_FRAME_BYTES,
+            super::MAX_MAX_FRAME_BYTES
+        )));
+    }
     if s.linger_ms > 3_600_000 {
         return Err(AppError::Usage(
             "--linger-ms must be at most one hour".into(),

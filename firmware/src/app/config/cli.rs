@@ -259,6 +259,13 @@ pub struct RunArgs {
     /// Largest record payload accepted, bytes (K/M/G) [default: 4K].
     #[arg(long)]
     pub max_record_bytes: Option<ByteSize>,
+    /// Largest frame on a framed connection, either way, bytes (K/M/G), from 64K to 16M: a
+    /// fetch reply carries up to this much of records, and each connection may hold this
+    /// plus 32 KiB of requests and replies in memory. Raised to carry the largest record
+    /// the RAM buffer can hold. A larger frame means fewer round trips for a drain
+    /// [default: 64K].
+    #[arg(long)]
+    pub max_frame_bytes: Option<ByteSize>,
     /// Gateway name announced to clients [default: the host name].
     #[arg(long)]
     pub gateway_id: Option<String>,

@@ -60,6 +60,9 @@ pub struct Settings {
     pub compression: Compression,
     /// Largest payload, bytes.
     pub max_record_bytes: u32,
+    /// Largest frame asked for (`--max-frame-bytes`), bytes; the gateway raises it to
+    /// carry its largest record ([`crate::app::engine::max_frame_bytes`]).
+    pub max_frame_bytes: u32,
     /// Gateway id.
     pub gateway_id: String,
     /// Most client connections served at once.
@@ -105,6 +108,10 @@ pub const DEFAULT_LISTEN: &str = "tcp://127.0.0.1:7878";
 pub const DEFAULT_BUFFER_BYTES: u64 = 64 * 1024;
 /// Default largest record payload, bytes.
 pub const DEFAULT_MAX_RECORD_BYTES: u64 = 4096;
+/// Default and smallest `--max-frame-bytes`, bytes (64 KiB).
+pub const DEFAULT_MAX_FRAME_BYTES: u64 = 64 * 1024;
+/// Largest `--max-frame-bytes`, bytes (16 MiB, the largest frame the bridge accepts).
+pub const MAX_MAX_FRAME_BYTES: u64 = 16 * 1024 * 1024;
 /// Default linger, ms.
 pub const DEFAULT_LINGER_MS: u64 = 100;
 /// Default image file.
@@ -225,6 +232,11 @@ pub fn settings(args: &RunArgs) -> Result<Settings, AppError> {
                 .unwrap_or(ByteSize(DEFAULT_MAX_RECORD_BYTES)),
             "max-record-bytes",
         )?,
+        max_frame_bytes: size_u32(
+            a.max_frame_bytes
+                .unwrap_or(ByteSize(DEFAULT_MAX_FRAME_BYTES)),
+            "max-frame-bytes",
+        )?,
         gateway_id,
         max_connections: a.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
         idle_timeout: match a.idle_timeout_ms.unwrap_or(DEFAULT_IDLE_TIMEOUT_MS) {
@@ -312,6 +324,7 @@ full = "reject-new"       # or "drop-oldest"
 linger-ms = 100
 buffer-bytes = "64K"
 max-record-bytes = "4K"
+max-frame-bytes = "256K"
 gateway-id = "pier-7"
 max-connections = 256     # client connections served at once; more are closed at once
 log-level = "info"        # error, warn, info, debug, trace; RUST_LOG wins when set
@@ -341,6 +354,7 @@ log-level = "info"        # error, warn, info, debug, trace; RUST_LOG wins when 
             (100, 65_536, 4096)
         );
         assert_eq!((s.gateway_id.as_str(), s.max_connections), ("pier-7", 256));
+        assert_eq!(s.max_frame_bytes, 256 << 10);
         assert_eq!(log_level(&args), LogLevelArg::Info);
         args.listen = vec!["tcp://:7000".into()];
         args.gateway_id = Some("flag".into());
