@@ -498,8 +498,8 @@ impl fmt::Display for Report {
         });
         writeln!(
             f,
-            "A real gateway holds {} records of {PAYLOAD} B (filling it took {:.1} s, not \
-             timed); each run drains all of them with `spillway-bridge drain --once --sink \
+            "A real gateway (`--max-frame-bytes {}`) holds {} records of {PAYLOAD} B \
+             (filling it took {:.1} s, not timed); each run drains all of them with `spillway-bridge drain --once --sink \
              file:DIR` (default settings: rotation at {} MiB, a group checkpoint, an \
              `fdatasync` of the files written then a state file commit, every 1 s or 16 MiB \
              of payload and at the end) into a fresh directory, whole process timed, \
@@ -511,6 +511,7 @@ impl fmt::Display for Report {
              each line's fields as sent, rotated at {} MiB; and its consumer must have \
              committed the last offset. Every writer run's files must hold exactly the bytes \
              and lines given, in as many files as the sink wrote.",
+            crate::bench_kafka::GATEWAY_FRAME,
             thousands(n as f64),
             self.fill.as_secs_f64(),
             ROTATE_BYTES >> 20,

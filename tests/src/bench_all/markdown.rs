@@ -225,7 +225,8 @@ impl AllReport {
             Some(k) => {
                 writeln!(
                     f,
-                    "A real gateway holds {} records of 100 B; each run drains all of them with \
+                    "A real gateway (`--max-frame-bytes {}`) holds {} records of 100 B; each \
+                     run drains all of them with \
                      `spillway-bridge drain --once` into a fresh topic (whole process timed: \
                      start, handshake, tail scan, fetches, delivery reports, checkpoint, exit), \
                      from a fresh state file under a consumer name of its own (deleted on the \
@@ -237,6 +238,7 @@ impl AllReport {
                      sent, in order, payload and offset header each in place. Broker: tansu in \
                      memory. Filling the gateway took {:.1} s (`spillway-bridge publish --ack \
                      durable`, not timed).",
+                    crate::bench_kafka::GATEWAY_FRAME,
                     thousands(k.options.records as f64),
                     k.fill.as_secs_f64()
                 )?;
@@ -310,7 +312,8 @@ impl AllReport {
             Some(k) => {
                 writeln!(
                     f,
-                    "{} real gateways hold {} records of 100 B each; each run drains all of \
+                    "{} real gateways (`--max-frame-bytes {}`) hold {} records of 100 B each; \
+                     each run drains all of \
                      them with one `spillway-bridge drain --once --gateway … ×{}` into a fresh \
                      {}-partition topic (whole process timed), from a fresh state file under a \
                      consumer name of its own (deleted on every gateway afterwards), then a \
@@ -321,6 +324,7 @@ impl AllReport {
                      records exactly once, in offset order, payloads in place; and the run's \
                      consumer must have committed every gateway's last offset.",
                     k.options.gateways,
+                    crate::bench_kafka::GATEWAY_FRAME,
                     thousands(k.options.per_gateway as f64),
                     k.options.gateways,
                     k.options.partitions

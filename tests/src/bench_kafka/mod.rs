@@ -87,8 +87,15 @@ pub(crate) fn image_size(n: usize) -> String {
     format!("{}M", mib.max(128))
 }
 
+/// The gateway's `--max-frame-bytes` in the drain comparisons: the drain's default fetch
+/// budget (`--max-batch-bytes` 256K), so that one fetch reply carries what the bridge asks
+/// for, as a gateway set up for draining would be run (the default frame, 64 KiB, makes
+/// four round trips of it).
+pub const GATEWAY_FRAME: &str = "256K";
+
 /// Starts a gateway on a fresh image of `size` (as `spillway run --size` takes it) in `dir`,
-/// announcing gateway id `id`; returns it and its `host:port`.
+/// announcing gateway id `id`, with frames of [`GATEWAY_FRAME`]; returns it and its
+/// `host:port`.
 pub(crate) fn start_gateway(
     dir: &std::path::Path,
     id: &str,
@@ -106,6 +113,8 @@ pub(crate) fn start_gateway(
         &format!("tcp://{addr}"),
         "--gateway-id",
         id,
+        "--max-frame-bytes",
+        GATEWAY_FRAME,
     ]
     .iter()
     .map(|s| s.to_string())
