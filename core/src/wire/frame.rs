@@ -422,6 +422,16 @@ impl<B: FrameBuffer> FrameDecoder<B> {
         if self.handed_out { 0 } else { self.len }
     }
 
+    /// The start of the incomplete frame buffered so far (COBS-encoded, as received; empty
+    /// when there is none or it is being skipped as oversize), e.g. for
+    /// [`super::peek_records_header`].
+    pub fn partial(&mut self) -> &[u8] {
+        if self.handed_out || self.skipping.is_some() {
+            return &[];
+        }
+        self.buf.prefix_mut(self.len)
+    }
+
     /// Byte visits since the decoder was made: every input byte scanned for the delimiter,
     /// copied into the buffer, and decoded (COBS, CRC) counts once per pass. It grows
     /// linearly with the input (at most 5 visits per byte), however the input is cut into

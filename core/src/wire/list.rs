@@ -413,3 +413,52 @@ impl<'b> RecordsWriter<'b> {
         seal(self.buf, start, h + self.len)
     }
 }
+
+/// The start of a `Records` reply, as [`peek_records_header`] reads it before the rest of
+/// its frame has arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordsHeader {
+    /// The request's `seq`.
+    pub seq: u32,
+    /// CRC of the record before the first one returned.
+    pub prev_crc: u32,
+    /// Offset to fetch from next.
+    pub next_offset: u64,
+    /// The lost range reported before the records, if any.
+    pub lost: Option<LostRange>,
+    /// Records in the reply.
+    pub count: u32,
+}
+
+/// Bytes of a frame's start (COBS-encoded, as received) that [`peek_records_header`]
+/// reads: enough to decode [`RECORDS_HEADER_MAX`] bytes of message whatever they are
+/// (COBS adds one code byte in front, and a decoder holds back at most one byte).
+pub const RECORDS_PEEK_BYTES: usize = RECORDS_HEADER_MAX + 2;
+
+/// The header of the `Records` reply whose frame begins with `frame_start` (the bytes
+/// received so far, COBS-encoded, no delimiter), or `None` when fewer than
+/// [`RECORDS_PEEK_BYTES`] have arrived, the frame is not a `Records` reply, or its start
+/// does not decode. The header is unchecked: the frame's CRC covers it only once the
+/// frame is whole. A receiver may act on it early only where the check of the whole frame
+/// can undo what it did; the bridge sends the fetch that follows this reply, whose own
+/// reply it drops if this frame then fails its check or says otherwise.
+pub fn peek_records_header(frame_start: &[u8]) -> Option<RecordsHeader> {
+    let start = frame_start.get(..RECORDS_PEEK_BYTES)?;
+    let mut decoded = [0u8; RECORDS_PEEK_BYTES];
+    let mut cobs = cobs::CobsDecoder::new(&mut decoded);
+    // No delimiter in `start`: the decoder takes it all without finishing a frame.
+    if !matches!(cobs.push(start), Ok(None)) {
+        return None;
+    }
+    let (variant, seq, prev_crc, next_offset, lost, count): (u32, u32, u32, u64, _, u32) =
+        postcard::take_from_bytes(decoded.get(..RECORDS_HEADER_MAX)?)
+            .ok()?
+            .0;
+    (variant == RECORDS_VARIANT).then_some(RecordsHeader {
+        seq,
+        prev_crc,
+        next_offset,
+        lost,
+        count,
+    })
+}

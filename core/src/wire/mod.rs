@@ -48,8 +48,8 @@ pub use frame::{
 };
 pub use line::{LineError, parse_line};
 pub use list::{
-    ConsumerList, EncodedList, Full, ListIter, ListWriter, RECORDS_HEADER_MAX, RecordIter,
-    RecordList, RecordsWriter,
+    ConsumerList, EncodedList, Full, ListIter, ListWriter, RECORDS_HEADER_MAX, RECORDS_PEEK_BYTES,
+    RecordIter, RecordList, RecordsHeader, RecordsWriter, peek_records_header,
 };
 
 use serde::{Deserialize, Serialize};

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{Client, ClientError, FetchReply, Reply, bad_frame, refuses_our_frame};
-use spillway_core::wire::{Request, Response};
+use spillway_core::wire::{self, Request, Response};
 
 impl Client {
     /// Fetches records from `from_offset`, at most about `max_bytes` bytes, long-polling up
@@ -139,9 +139,8 @@ impl<'a> FetchAhead<'a> {
     /// not decoded for it: a caller that finds another offset after them (a gateway that
     /// misreports `next_offset`) takes the reply to the fetch sent ahead and drops it.
     pub(super) fn next_after(&self, resp: &Response<'_>) -> Option<u64> {
-        let (seq, from) = self.after?;
         let Response::Records {
-            seq: got,
+            seq,
             next_offset,
             lost: None,
             records,
@@ -150,10 +149,26 @@ impl<'a> FetchAhead<'a> {
         else {
             return None;
         };
-        if *got != seq || records.count() == 0 {
+        self.next_from(*seq, *next_offset, records.count())
+    }
+
+    /// [`FetchAhead::next_after`] for a reply of which only the header has arrived
+    /// ([`wire::peek_records_header`]).
+    pub(super) fn next_after_header(&self, h: &wire::RecordsHeader) -> Option<u64> {
+        if h.lost.is_some() {
             return None;
         }
-        let next = (*next_offset).max(from);
+        self.next_from(h.seq, h.next_offset, h.count)
+    }
+
+    /// Where the fetch ahead starts after the lossless `Records` reply `seq` of `count`
+    /// records that says `next_offset`, if it is the reply this one follows.
+    fn next_from(&self, seq: u32, next_offset: u64, count: u32) -> Option<u64> {
+        let (after, from) = self.after?;
+        if seq != after || count == 0 {
+            return None;
+        }
+        let next = next_offset.max(from);
         (next < spillway_core::log::format::MAX_OFFSET && self.before.is_none_or(|b| next < b))
             .then_some(next)
     }

@@ -158,16 +158,41 @@ impl Client {
             .map(|(seq, reply, _)| (seq, reply))
     }
 
+    /// Sends the fetch `ahead` describes from `from`; its `(seq, from)`, or `None` when the
+    /// request does not fit the send buffer (1 KiB at least, far more than a fetch takes).
+    async fn send_ahead(
+        &mut self,
+        a: &FetchAhead<'_>,
+        from: u64,
+    ) -> Result<Option<(u32, u64)>, ClientError> {
+        let seq = bump_seq(&mut self.seq);
+        let req = Request::Fetch {
+            seq,
+            consumer: a.consumer,
+            from_offset: from,
+            max_bytes: a.max_bytes.max(1),
+            wait_ms: a.wait_ms(),
+        };
+        let Ok(n) = wire::encode_frame(&req, &mut self.tx) else {
+            return Ok(None);
+        };
+        self.io.write_all(&self.tx[..n]).await?;
+        Ok(Some((seq, from)))
+    }
+
     /// [`Client::recv_any`], and with `ahead`, when the reply is the one `ahead` waits for
     /// and holds records, sends the fetch that continues after them (see
-    /// [`FetchAhead`]) as soon as the frame is decoded, before its records are copied out
-    /// of it; returns that fetch's `(seq, from_offset)` if one was sent.
+    /// [`FetchAhead`]) as soon as the frame's header has arrived (before the rest of the
+    /// frame, and before its records are copied out of it); returns that fetch's
+    /// `(seq, from_offset)` if one was sent.
     async fn recv_any_ahead(
         &mut self,
         deadline: std::time::Instant,
         timeout: Duration,
         ahead: Option<&FetchAhead<'_>>,
     ) -> Result<(Option<u32>, Reply, Option<(u32, u64)>), ClientError> {
+        // The fetch sent ahead on the header of the frame still arriving: `(seq, from)`.
+        let mut early: Option<(u32, u64)> = None;
         loop {
             while self.rx_pos < self.rx_len {
                 let input = &self.rx[self.rx_pos..self.rx_len];
@@ -197,26 +222,15 @@ impl Client {
                         continue;
                     }
                 };
-                let mut sent = None;
-                if let Some(a) = ahead
+                // The fetch ahead went out when this reply's header came in, or goes out
+                // now; the gateway reads its records while these are made owned and
+                // handed on.
+                let mut sent = early.take();
+                if sent.is_none()
+                    && let Some(a) = ahead
                     && let Some(from) = a.next_after(&resp)
                 {
-                    // The fetch goes out now; the gateway reads its records while these
-                    // are made owned and handed on.
-                    let seq = bump_seq(&mut self.seq);
-                    let req = Request::Fetch {
-                        seq,
-                        consumer: a.consumer,
-                        from_offset: from,
-                        max_bytes: a.max_bytes.max(1),
-                        wait_ms: a.wait_ms(),
-                    };
-                    // A fetch request is far smaller than the buffer (1 KiB at least): if
-                    // it does not fit, none is sent ahead.
-                    if let Ok(n) = wire::encode_frame(&req, &mut self.tx) {
-                        self.io.write_all(&self.tx[..n]).await?;
-                        sent = Some((seq, from));
-                    }
+                    sent = self.send_ahead(a, from).await?;
                 }
                 let mut owned = own(resp, &message)?;
                 // Version 3 appends the producer window to the Welcome.
@@ -237,6 +251,18 @@ impl Client {
                     *full = Some(ext.full);
                 }
                 return Ok((resp.seq(), owned, sent));
+            }
+            // A reply still arriving: when it is the one `ahead` follows, its header says
+            // where the next fetch starts, so that fetch goes out now and the gateway reads
+            // it while the rest of this frame comes in and is decoded. Should this frame
+            // then fail its CRC, the reply it announces never comes and the wait for it
+            // times out, as it would without the early fetch.
+            if early.is_none()
+                && let Some(a) = ahead
+                && let Some(from) = wire::peek_records_header(self.frames.partial())
+                    .and_then(|h| a.next_after_header(&h))
+            {
+                early = self.send_ahead(a, from).await?;
             }
             self.rx_len = 0;
             self.rx_pos = 0;

@@ -27,6 +27,55 @@ fn arb_publish() -> impl Strategy<Value = PublishParts> {
 }
 
 proptest! {
+    /// The header read from the first [`RECORDS_PEEK_BYTES`] of a `Records` frame, before
+    /// the rest has arrived, is the one the whole frame decodes to, whatever its numbers
+    /// (zero bytes and longest varints included) and records; a shorter start gives none,
+    /// and so do random bytes that make no `Records` header.
+    #[test]
+    fn the_start_of_a_records_frame_tells_its_header(
+        seq in prop_oneof![Just(0u32), Just(u32::MAX), any::<u32>()],
+        prev_crc in prop_oneof![Just(0u32), Just(u32::MAX), any::<u32>()],
+        next in prop_oneof![Just(0u64), Just((1u64 << 62) - 1), any::<u64>()],
+        lost in any::<Option<(u64, u64, bool)>>(),
+        payloads in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..300), 0..8),
+        noise in proptest::collection::vec(any::<u8>(), 0..200),
+    ) {
+        let lost = lost.map(|(from, to, corrupt)| LostRange {
+            from,
+            to,
+            reason: if corrupt { LostReason::Corrupt } else { LostReason::NotPersisted },
+        });
+        let mut frame = vec![0u8; 4096];
+        let mut w = RecordsWriter::new(&mut frame, seq, prev_crc, 4096);
+        for (i, p) in payloads.iter().enumerate() {
+            let rec = RecordView { offset: i as u64, record_crc: 0, topic: "t", timestamp_us: 0,
+                                   producer: None, payload: p };
+            w.push(&rec).unwrap();
+        }
+        let n = w.finish(next, lost).unwrap();
+        let body = &frame[..n - 1];
+        let peeked = peek_records_header(body);
+        if body.len() < RECORDS_PEEK_BYTES {
+            prop_assert_eq!(peeked, None);
+        } else {
+            prop_assert_eq!(peek_records_header(&body[..RECORDS_PEEK_BYTES - 1]), None);
+            let Response::Records { seq: s, prev_crc: c, next_offset, lost: l, records } =
+                decode_message(&mut frame[..n]).unwrap() else { panic!("not Records") };
+            prop_assert_eq!(peeked, Some(RecordsHeader {
+                seq: s, prev_crc: c, next_offset, lost: l, count: records.count(),
+            }));
+            prop_assert_eq!((s, c, next_offset), (seq, prev_crc, next));
+        }
+        // Noise never panics, and a frame of another reply is not taken for Records.
+        let _ = peek_records_header(&noise);
+        let mut other = [0u8; 256];
+        let message = "x".repeat(120);
+        let error = Response::Error { seq, code: ErrorCode::Internal, message: &message };
+        let m = encode_frame(&error, &mut other).unwrap();
+        prop_assert!(m > RECORDS_PEEK_BYTES);
+        prop_assert_eq!(peek_records_header(&other[..m - 1]), None);
+    }
+
     #[test]
     fn random_bytes_never_panic(mut bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
         let mut copy = bytes.clone();
