@@ -185,7 +185,21 @@ fn cobs_encode_in_place(buf: &mut [u8], src: usize, len: usize) -> Option<usize>
 
 /// Index of the first 0x00 in `bytes`, or `bytes.len()` if there is none.
 fn first_zero(bytes: &[u8]) -> usize {
-    memchr::memchr(0, bytes).unwrap_or(bytes.len())
+    find_zero(bytes).unwrap_or(bytes.len())
+}
+
+/// Index of the first 0x00 in `bytes`: with `std`, `memchr` (SIMD on x86-64 and aarch64);
+/// without, a byte loop, which costs a microcontroller image less flash.
+#[inline]
+fn find_zero(bytes: &[u8]) -> Option<usize> {
+    #[cfg(feature = "std")]
+    {
+        memchr::memchr(0, bytes)
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        bytes.iter().position(|&b| b == 0)
+    }
 }
 
 /// Decodes one frame in place and returns the postcard message bytes (CRC checked and
@@ -202,7 +216,7 @@ pub fn decode_frame(frame: &mut [u8]) -> Result<&[u8], FrameError> {
         }
         _ => frame,
     };
-    if let Some(pos) = memchr::memchr(0, frame) {
+    if let Some(pos) = find_zero(frame) {
         return Err(FrameError::Cobs(cobs::DecodeError::InvalidFrame {
             decoded_bytes: pos,
         }));
@@ -454,7 +468,7 @@ impl<B: FrameBuffer> FrameDecoder<B> {
         let limit = self.buf.limit();
         let mut input = input;
         loop {
-            let (chunk, rest, complete) = match memchr::memchr(0, input) {
+            let (chunk, rest, complete) = match find_zero(input) {
                 Some(pos) => (&input[..pos], &input[pos + 1..], true),
                 None => (input, &input[..0], false),
             };
