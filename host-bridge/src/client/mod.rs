@@ -195,6 +195,22 @@ impl Client {
         let mut early: Option<(u32, u64)> = None;
         loop {
             while self.rx_pos < self.rx_len {
+                // A frame starting in what was read: when it is the reply `ahead` follows,
+                // the next fetch goes out on its header, before the frame is decoded.
+                if early.is_none()
+                    && self.frames.pending() == 0
+                    && let Some(a) = ahead
+                {
+                    let input = &self.rx[self.rx_pos..self.rx_len];
+                    let start = input.iter().position(|&b| b != 0).unwrap_or(input.len());
+                    if let Some(from) = input
+                        .get(start..)
+                        .and_then(wire::peek_records_header)
+                        .and_then(|h| a.next_after_header(&h))
+                    {
+                        early = self.send_ahead(a, from).await?;
+                    }
+                }
                 let input = &self.rx[self.rx_pos..self.rx_len];
                 match self.frames.feed(input) {
                     wire::FeedResult::Consumed => {
@@ -252,11 +268,12 @@ impl Client {
                 }
                 return Ok((resp.seq(), owned, sent));
             }
-            // A reply still arriving: when it is the one `ahead` follows, its header says
-            // where the next fetch starts, so that fetch goes out now and the gateway reads
-            // it while the rest of this frame comes in and is decoded. Should this frame
-            // then fail its CRC, the reply it announces never comes and the wait for it
-            // times out, as it would without the early fetch.
+            // A reply still arriving (its start came in a read too short for its header):
+            // when it is the one `ahead` follows, its header says where the next fetch
+            // starts, so that fetch goes out now and the gateway reads it while the rest of
+            // this frame comes in and is decoded. Should this frame then fail its CRC, the
+            // reply it announces never comes and the wait for it times out, as it would
+            // without the early fetch.
             if early.is_none()
                 && let Some(a) = ahead
                 && let Some(from) = wire::peek_records_header(self.frames.partial())
