@@ -25,7 +25,9 @@
 //! [`RecordIter`]: super::RecordIter
 //! [`record_crc`]: super::record_crc
 
-use super::format::{MAX_TOPIC_LEN, PRODUCER_LEN, Producer, RECORD_OVERHEAD, record_head_pieces};
+use super::format::{
+    MAX_TOPIC_LEN, PRODUCER_LEN, Producer, RECORD_OVERHEAD, encode_record_head, record_head_pieces,
+};
 
 /// First segment header version whose batch bodies are in the compact layout (layout 2).
 pub const COMPACT_VERSION: u16 = 4;
@@ -422,6 +424,21 @@ pub trait Source {
     /// Fills `out` with the next bytes of the body; `Ok(false)` if the body ends first.
     fn take(&mut self, out: &mut [u8]) -> Result<bool, Self::Error>;
 
+    /// The next bytes of the body that are at hand already (loaded, not taken yet), possibly
+    /// none: a decoder reads a short field from them without a call per byte, then takes
+    /// it with [`Source::consume`]. None by default.
+    #[inline]
+    fn ready(&self) -> &[u8] {
+        &[]
+    }
+
+    /// Takes the first `n` bytes of [`Source::ready`] (`n` at most its length; more takes
+    /// what there is).
+    #[inline]
+    fn consume(&mut self, n: usize) {
+        let _ = n;
+    }
+
     /// Passes over the next `n` bytes of the body; `Ok(false)` if the body ends first.
     fn skip(&mut self, mut n: usize) -> Result<bool, Self::Error> {
         let mut b = [0u8; 64];
@@ -462,6 +479,16 @@ impl Source for SliceSource<'_> {
         self.rest = rest;
         Ok(true)
     }
+
+    #[inline]
+    fn ready(&self) -> &[u8] {
+        self.rest
+    }
+
+    #[inline]
+    fn consume(&mut self, n: usize) {
+        self.rest = self.rest.get(n..).unwrap_or_default();
+    }
 }
 
 /// The fields of one decoded record, before its payload (which the caller takes from the
@@ -492,9 +519,52 @@ pub struct Decoder {
     own_len: u8,
 }
 
-/// Reads a LEB128 varint of at most 10 bytes that fits in 64 bits.
+/// Reads a LEB128 varint of at most 10 bytes that fits in 64 bits. A varint of one or two
+/// bytes at hand ([`Source::ready`]) is taken inline; others by [`take_varint_long`].
 #[inline]
 pub(super) fn take_varint<S: Source>(src: &mut S) -> Result<Option<u64>, S::Error> {
+    match *src.ready() {
+        [b0, ..] if b0 & 0x80 == 0 => {
+            src.consume(1);
+            Ok(Some(u64::from(b0)))
+        }
+        [b0, b1, ..] if b1 & 0x80 == 0 => {
+            src.consume(2);
+            Ok(Some(u64::from(b0 & 0x7F) | u64::from(b1) << 7))
+        }
+        _ => take_varint_long(src),
+    }
+}
+
+/// The LEB128 varint at the start of `b`, which holds at least 10 bytes (the longest
+/// varint): its value and length, `None` if it is longer or does not fit in 64 bits.
+#[inline]
+fn varint_in(b: &[u8]) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for (i, &x) in b.iter().take(10).enumerate() {
+        let bits = u64::from(x & 0x7F);
+        if i == 9 && bits > 1 {
+            return None;
+        }
+        v |= bits << (7 * i);
+        if x & 0x80 == 0 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
+/// [`take_varint`] of a varint that is not one byte at hand: from [`Source::ready`] when
+/// the longest varint is there, else a byte at a time.
+fn take_varint_long<S: Source>(src: &mut S) -> Result<Option<u64>, S::Error> {
+    let r = src.ready();
+    if r.len() >= 10 {
+        let got = varint_in(r);
+        if let Some((_, n)) = got {
+            src.consume(n);
+        }
+        return Ok(got.map(|(v, _)| v));
+    }
     let mut v = 0u64;
     for i in 0..10 {
         let mut b = [0u8];
@@ -530,6 +600,17 @@ fn take_topic<S: Source>(
 }
 
 impl Head {
+    /// The head of a record of a [`Decoder::plain`] body: the batch topic, no producer.
+    #[inline]
+    pub(super) fn plain(timestamp_us: u64, payload_len: u32) -> Head {
+        Head {
+            timestamp_us,
+            producer: None,
+            payload_len,
+            own_topic: false,
+        }
+    }
+
     /// Whether the record carries its own topic (else it has the batch topic).
     pub(super) fn own_topic(&self) -> bool {
         self.own_topic
@@ -593,6 +674,50 @@ impl Decoder {
     /// bytes from `src`. `None` if the body is malformed or every record was decoded.
     #[inline]
     pub fn next<S: Source>(&mut self, src: &mut S) -> Result<Option<Head>, S::Error> {
+        if !self.plain() {
+            return self.next_mixed(src);
+        }
+        Ok(self
+            .next_plain(src)?
+            .map(|(timestamp_us, payload_len)| Head::plain(timestamp_us, payload_len)))
+    }
+
+    /// Whether the body's records carry no attributes byte: every record has the batch
+    /// topic and no producer fields ([`Decoder::next_plain`] decodes them).
+    #[inline]
+    pub fn plain(&self) -> bool {
+        self.flags & BODY_MIXED == 0
+    }
+
+    /// [`Decoder::next`] of a [`Decoder::plain`] body (of another body: `None`): the
+    /// record's timestamp (µs) and payload length, the rest of its [`Head`] being the
+    /// batch topic and no producer. Inline, its result in registers: a read decodes most
+    /// records here.
+    #[inline(always)]
+    pub fn next_plain<S: Source>(&mut self, src: &mut S) -> Result<Option<(u64, u32)>, S::Error> {
+        if self.left == 0 || !self.plain() {
+            return Ok(None);
+        }
+        let Some(delta) = take_varint(src)? else {
+            return Ok(None);
+        };
+        let payload_len = if self.flags & BODY_FIXED_LEN != 0 {
+            self.fixed_len
+        } else {
+            let Some(n) = take_varint(src)?.and_then(|n| u32::try_from(n).ok()) else {
+                return Ok(None);
+            };
+            n
+        };
+        let timestamp_us = self.prev_ts.wrapping_add(unzigzag(delta) as u64);
+        self.prev_ts = timestamp_us;
+        self.left -= 1;
+        Ok(Some((timestamp_us, payload_len)))
+    }
+
+    /// [`Decoder::next`] of a record that may carry an attributes byte (any body).
+    #[inline(never)]
+    fn next_mixed<S: Source>(&mut self, src: &mut S) -> Result<Option<Head>, S::Error> {
         if self.left == 0 {
             return Ok(None);
         }
@@ -648,6 +773,7 @@ impl Decoder {
     }
 
     /// The topic of the record `h` (the last one decoded).
+    #[inline]
     pub fn topic(&self, h: &Head) -> &[u8] {
         if h.own_topic {
             &self.own[..self.own_len as usize]
@@ -667,6 +793,7 @@ impl Decoder {
     }
 
     /// Length of the canonical head of `h` ([`Self::canonical_head_pieces`]), bytes.
+    #[inline]
     pub fn canonical_head_len(&self, h: &Head) -> usize {
         let producer = if h.producer.is_some() {
             PRODUCER_LEN
@@ -677,17 +804,18 @@ impl Decoder {
     }
 
     /// Writes the canonical head of `h` ([`Self::canonical_head_pieces`]) at the start of
-    /// `out`; returns its length, or `None` (`out` partly written) if `out` is shorter.
+    /// `out`; returns its length, or `None` (nothing written) if `out` is shorter.
+    #[inline]
     pub fn canonical_head(&self, h: &Head, out: &mut [u8]) -> Option<usize> {
-        let (mut at, mut fits) = (0usize, true);
-        let n = self.canonical_head_pieces(h, |piece| {
-            match out.get_mut(at..at + piece.len()) {
-                Some(dst) => dst.copy_from_slice(piece),
-                None => fits = false,
-            }
-            at += piece.len();
-        });
-        fits.then_some(n)
+        let out = out.get_mut(..self.canonical_head_len(h))?;
+        let t = self.topic(h);
+        Some(encode_record_head(
+            t,
+            h.timestamp_us,
+            h.producer,
+            h.payload_len,
+            out,
+        ))
     }
 }
 

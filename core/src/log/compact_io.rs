@@ -96,6 +96,16 @@ impl<F: Flash> Source for FlashSource<'_, F> {
         self.take_across(out)
     }
 
+    #[inline]
+    fn ready(&self) -> &[u8] {
+        self.win.get(self.at..self.len).unwrap_or_default()
+    }
+
+    #[inline]
+    fn consume(&mut self, n: usize) {
+        self.at = self.len.min(self.at.saturating_add(n));
+    }
+
     fn skip(&mut self, mut n: usize) -> Result<bool, F::Error> {
         while n > 0 {
             if self.at == self.len && !self.load()? {
@@ -301,10 +311,20 @@ fn copy_body<S: Source>(
     let (mut count, mut len, mut prev_crc) = (0u32, 0usize, h.prev_crc);
     let mut needed = None;
     let mut full = false;
+    let plain = d.plain();
     for i in 0..u64::from(h.count) {
         let offset = h.base_offset + i;
-        let Some(r) = d.next(src)? else {
-            return Ok(None);
+        // A plain body's fields come back in registers (most reads decode those).
+        let r = if plain {
+            let Some((timestamp_us, payload_len)) = d.next_plain(src)? else {
+                return Ok(None);
+            };
+            Head::plain(timestamp_us, payload_len)
+        } else {
+            let Some(r) = d.next(src)? else {
+                return Ok(None);
+            };
+            r
         };
         let n = d.canonical_head_len(&r);
         let plen = r.payload_len as usize;

@@ -155,7 +155,13 @@ pub fn crc32(data: &[u8]) -> u32 {
 /// record's encoding in a batch (see [`RecordRef`]). Consumers compare it to check a resume
 /// point; the offset is part of it so that equal records at different offsets differ.
 pub fn record_crc(offset: u64, encoded: &[u8]) -> u32 {
-    let mut h = crate::crc::Hasher::new();
+    record_crc_from(crate::crc::Hasher::new(), offset, encoded)
+}
+
+/// [`record_crc`] continued from `h`, a hasher over nothing yet (a copy of one made
+/// earlier: making one detects the CPU's CRC instructions).
+#[inline]
+fn record_crc_from(mut h: crate::crc::Hasher, offset: u64, encoded: &[u8]) -> u32 {
     h.update(&offset.to_le_bytes());
     h.update(encoded);
     h.finalize()
@@ -576,6 +582,8 @@ pub struct RecordIter<'a> {
     left: u32,
     /// The previous record's topic (records of a read mostly share one).
     topic: &'a str,
+    /// A hasher over nothing yet, copied for each record's CRC.
+    fresh: crate::crc::Hasher,
 }
 
 impl<'a> RecordIter<'a> {
@@ -586,6 +594,7 @@ impl<'a> RecordIter<'a> {
             next_offset: first_offset,
             left: count,
             topic: "",
+            fresh: crate::crc::Hasher::new(),
         }
     }
 }
@@ -597,7 +606,7 @@ impl<'a> Iterator for RecordIter<'a> {
             return None;
         }
         let (mut r, n) = parse_fields_known(self.rest, self.next_offset, self.topic)?;
-        r.crc = record_crc(r.offset, r.encoded);
+        r.crc = record_crc_from(Clone::clone(&self.fresh), r.offset, r.encoded);
         self.topic = r.topic;
         self.rest = &self.rest[n..];
         self.next_offset += 1;

@@ -66,6 +66,63 @@ fn varints_round_trip_at_every_length() {
     }
 }
 
+/// A source that has only the first `at_hand` bytes of its rest at hand
+/// ([`Source::ready`]): decoders must read what lies past them through `take`.
+struct Windowed<'a> {
+    rest: &'a [u8],
+    at_hand: usize,
+}
+
+impl Source for Windowed<'_> {
+    type Error = core::convert::Infallible;
+    fn take(&mut self, out: &mut [u8]) -> Result<bool, Self::Error> {
+        SliceSource { rest: self.rest }.take(out)?;
+        let Some(rest) = self.rest.get(out.len()..) else {
+            return Ok(false);
+        };
+        self.rest = rest;
+        Ok(true)
+    }
+    fn ready(&self) -> &[u8] {
+        &self.rest[..self.at_hand.min(self.rest.len())]
+    }
+    fn consume(&mut self, n: usize) {
+        self.at_hand = self.at_hand.saturating_sub(n);
+        self.rest = self.rest.get(n..).unwrap_or_default();
+    }
+}
+
+#[test]
+fn varints_decode_alike_whatever_is_at_hand() {
+    let mut cases: Vec<Vec<u8>> = Vec::new();
+    for v in [0u64, 1, 127, 128, 300, 16_383, 16_384, 1 << 40, u64::MAX] {
+        let mut b = [0u8; 10];
+        let n = put_varint(v, &mut b);
+        cases.push(b[..n].to_vec());
+    }
+    // Malformed: eleven bytes, bits past 64, a body that ends inside a varint.
+    cases.push([0xFF; 11].to_vec());
+    cases.push([[0xFF; 9].as_slice(), &[0x02]].concat());
+    cases.push([0x80, 0x80].to_vec());
+    for c in &cases {
+        // A byte after the varint, to see that exactly the varint was taken.
+        let body = [c.as_slice(), &[0x55]].concat();
+        let mut whole = SliceSource { rest: &body };
+        let want = (take_varint(&mut whole).unwrap(), whole.rest.len());
+        for at_hand in 0..=body.len() {
+            let mut src = Windowed {
+                rest: &body,
+                at_hand,
+            };
+            let got = take_varint(&mut src).unwrap();
+            assert_eq!(got, want.0, "{c:?}, {at_hand} at hand");
+            if got.is_some() {
+                assert_eq!(src.rest.len(), want.1, "{c:?}, {at_hand} at hand");
+            }
+        }
+    }
+}
+
 /// A uniform batch (one topic, no producer, equal payload lengths, close timestamps)
 /// costs one byte per record besides the payload.
 #[test]
