@@ -223,10 +223,11 @@ impl<F: Flash> Dev<F> {
             return Ok(None);
         };
         let mut tb: TopicBuf = [0; super::format::MAX_TOPIC_LEN];
-        let (topic_addr, topic_len) = match d.own_topic {
+        let (topic_addr, topic_len, topic_crc) = match d.own_topic {
             Some((at, n)) => {
-                tb[..n as usize].copy_from_slice(&b[at..at + n as usize]);
-                (addr + at as u32, n)
+                let t = &mut tb[..n as usize];
+                t.copy_from_slice(&b[at..at + n as usize]);
+                (addr + at as u32, n, super::format::crc32(t))
             }
             None => {
                 let n = link.topic_len as usize;
@@ -234,17 +235,17 @@ impl<F: Flash> Dev<F> {
                     return Ok(None);
                 }
                 self.read(link.topic_addr, &mut tb[..n])?;
+                // The CRC of the topic as read: the link's, or the read is not believed.
                 if super::format::crc32(&tb[..n]) != link.topic_crc {
                     return Ok(None);
                 }
-                (link.topic_addr, link.topic_len)
+                (link.topic_addr, link.topic_len, link.topic_crc)
             }
         };
         let topic = &tb[..topic_len as usize];
         if core::str::from_utf8(topic).is_err() {
             return Ok(None);
         }
-        let topic_crc = super::format::crc32(topic);
         let stored = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
         let payload_len = total as usize - d.payload_at;
         let canonical_len = short::canonical_len(&d, topic.len(), payload_len);
