@@ -665,6 +665,18 @@ impl Decoder {
         Ok(true)
     }
 
+    /// Where the decoder is: what [`Decoder::rewind`] takes it back to, the record it
+    /// decodes next.
+    pub(super) fn mark(&self) -> (u64, u32) {
+        (self.prev_ts, self.left)
+    }
+
+    /// Takes the decoder back to `mark` (from [`Decoder::mark`] on the same body): the
+    /// caller then hands it the same bytes again from that record on.
+    pub(super) fn rewind(&mut self, mark: (u64, u32)) {
+        (self.prev_ts, self.left) = mark;
+    }
+
     /// Records not decoded yet.
     pub fn left(&self) -> u32 {
         self.left

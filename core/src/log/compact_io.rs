@@ -1,10 +1,13 @@
 //! Compact batches (format version 4) on the flash: writing one from the canonical
 //! encodings of the RAM buffer, and decoding one straight from the flash through a
 //! [`CHUNK`]-byte window (no buffer the size of the batch), for reads and for the mount.
-//! The layout itself is in [`compact`](super::compact). A compressed body (feature
-//! `compression`) is decoded once into the log's scratch buffer, its CRC checked over the
-//! stored bytes as they stream from the flash, and its records are then taken from there;
-//! the scratch remembers the batch, so later reads inside it do not touch the flash.
+//! A read whose buffer holds the batch's body reads it whole into the end of that buffer
+//! instead (one flash read, one CRC pass) and decodes it in place, each record written
+//! before the body bytes not decoded yet. The layout itself is in
+//! [`compact`](super::compact). A compressed body (feature `compression`) is decoded once
+//! into the log's scratch buffer, its CRC checked over the stored bytes, and its records
+//! are then taken from there; the scratch remembers the batch, so later reads inside it
+//! do not touch the flash.
 
 #[cfg(feature = "compression")]
 use super::compact::SliceSource;
@@ -435,6 +438,228 @@ fn infallible<T>(r: Result<T, core::convert::Infallible>) -> T {
     }
 }
 
+/// What [`inflate`] made of a compressed body.
+#[cfg(feature = "compression")]
+enum Inflated {
+    /// The compact body is in the scratch, this many bytes (the caller checks that the
+    /// stored bytes ended and their CRC, then marks the scratch as holding it).
+    Raw(usize),
+    /// It decodes to this many bytes, more than the scratch holds.
+    TooBig(usize),
+    /// It does not decode.
+    Bad,
+}
+
+/// Decodes the compressed body of the batch `h` in `src` (next in it: the body's flag
+/// byte) into the scratch (`FORMAT.md` section 4.4); the scratch holds nothing after.
+#[cfg(feature = "compression")]
+fn inflate<S: Source>(
+    src: &mut S,
+    h: &BatchHeader,
+    scratch: &mut Scratch<'_>,
+) -> Result<Inflated, S::Error> {
+    let mut flag = [0u8];
+    if !src.take(&mut flag)? || flag[0] != BODY_LZ4 {
+        return Ok(Inflated::Bad);
+    }
+    let Some(raw) = compact::take_varint(src)?.and_then(|n| usize::try_from(n).ok()) else {
+        return Ok(Inflated::Bad);
+    };
+    if raw > scratch.buf.len() {
+        return Ok(Inflated::TooBig(raw));
+    }
+    let prefix = 1 + compact::varint_len(raw as u64);
+    let Some(stored) = (h.len as usize).checked_sub(BATCH_HEADER_LEN + prefix) else {
+        return Ok(Inflated::Bad);
+    };
+    scratch.holds = None;
+    Ok(if lz4::decompress(src, stored, &mut scratch.buf[..raw])? {
+        Inflated::Raw(raw)
+    } else {
+        Inflated::Bad
+    })
+}
+
+/// A compact body read whole into the end of the read buffer, `buf[at..]`, its CRC
+/// checked; the records decoded from it are written at the start of the same buffer,
+/// never over a byte not taken yet.
+struct InPlace<'b> {
+    buf: &'b mut [u8],
+    /// The next byte of the body.
+    at: usize,
+}
+
+impl Source for InPlace<'_> {
+    type Error = core::convert::Infallible;
+    #[inline]
+    fn take(&mut self, out: &mut [u8]) -> Result<bool, Self::Error> {
+        let Some(b) = self.buf.get(self.at..self.at + out.len()) else {
+            return Ok(false);
+        };
+        out.copy_from_slice(b);
+        self.at += out.len();
+        Ok(true)
+    }
+
+    fn skip(&mut self, n: usize) -> Result<bool, Self::Error> {
+        let to = self.at.saturating_add(n);
+        self.at = self.buf.len().min(to);
+        Ok(to <= self.buf.len())
+    }
+
+    #[inline]
+    fn ready(&self) -> &[u8] {
+        self.buf.get(self.at..).unwrap_or_default()
+    }
+
+    #[inline]
+    fn consume(&mut self, n: usize) {
+        self.at = self.buf.len().min(self.at.saturating_add(n));
+    }
+}
+
+/// What [`copy_in_place`] found.
+enum InPlaceCopy {
+    /// As [`copy_body`] would have found.
+    Done(CompactRead),
+    /// Records were copied (`count`, `len` bytes, `prev_crc` before them; `count` may be
+    /// 0) up to one that fits in the buffer but would be written over body bytes not
+    /// taken yet: the rest, from the offset after them, is copied the streaming way.
+    Stopped {
+        count: u32,
+        len: usize,
+        prev_crc: u32,
+    },
+}
+
+/// The next record's head from `d` ([`Decoder::next`]), a plain body's inline with its
+/// fields in registers.
+#[inline(always)]
+fn next_head(d: &mut Decoder, src: &mut InPlace<'_>) -> Option<Head> {
+    let got = if d.plain() {
+        d.next_plain(src)
+            .map(|r| r.map(|(ts, plen)| Head::plain(ts, plen)))
+    } else {
+        d.next(src)
+    };
+    got.unwrap_or_else(|e| match e {})
+}
+
+/// [`copy_body`] of the body held in `src` (of the batch `h`, its CRC checked) into the
+/// start of the same buffer; `None` if the body is malformed or does not end where the
+/// buffer does.
+///
+/// A record that fits would be written over body bytes not taken yet only when the batch
+/// does not fit whole: then the rest of the body is walked first (its layout checked),
+/// the bytes of the records that fit are moved to the end of the buffer, the others
+/// dropped, and those records are decoded again from there.
+fn copy_in_place(src: &mut InPlace<'_>, h: &BatchHeader, from: u64) -> Option<InPlaceCopy> {
+    let infallible = |r: Result<bool, core::convert::Infallible>| r.unwrap_or_else(|e| match e {});
+    let mut d = Decoder::new();
+    if !infallible(d.start(src, h.count)) {
+        return None;
+    }
+    let room = src.buf.len();
+    let (mut count, mut len, mut prev_crc) = (0u32, 0usize, h.prev_crc);
+    let mut needed = None;
+    let mut full = false;
+    // After the records that fit were moved: the index of the last of them.
+    let mut last = None;
+    let mut i = 0u64;
+    while i < u64::from(h.count) {
+        let offset = h.base_offset + i;
+        let (head_at, mark) = (src.at, d.mark());
+        let r = next_head(&mut d, src)?;
+        let n = d.canonical_head_len(&r);
+        let plen = r.payload_len as usize;
+        if offset + 1 == from {
+            let mut crc = head_hasher(&d, offset, &r);
+            if !infallible(hash_payload(src, &mut crc, plen)) {
+                return None;
+            }
+            prev_crc = crc.finalize();
+            i += 1;
+            continue;
+        }
+        let end = len.saturating_add(n).saturating_add(plen);
+        if offset < from || full || end > room {
+            if offset >= from && !full {
+                if count == 0 {
+                    needed = Some(n.saturating_add(plen));
+                }
+                full = true;
+            }
+            if !infallible(src.skip(plen)) {
+                return None;
+            }
+            i += 1;
+            continue;
+        }
+        // The head goes before the payload's bytes in the buffer, the payload onto or
+        // before them.
+        let payload = src.at..src.at.checked_add(plen).filter(|&e| e <= room)?;
+        if len + n > payload.start {
+            if last.is_some() {
+                // Moved already (a compact record longer than its canonical encoding).
+                return Some(InPlaceCopy::Stopped {
+                    count,
+                    len,
+                    prev_crc,
+                });
+            }
+            // The records after this one: which fit, and the body's layout to its end.
+            src.at = payload.end;
+            let (mut fit_end, mut out_end, mut fits, mut more) = (payload.end, end, true, 0u64);
+            for _ in i + 1..u64::from(h.count) {
+                let r = next_head(&mut d, src)?;
+                let e = out_end
+                    .saturating_add(d.canonical_head_len(&r))
+                    .saturating_add(r.payload_len as usize);
+                if !infallible(src.skip(r.payload_len as usize)) {
+                    return None;
+                }
+                fits &= e <= room;
+                if fits {
+                    (fit_end, out_end, more) = (src.at, e, more + 1);
+                }
+            }
+            if src.at != room {
+                return None;
+            }
+            let moved = fit_end - head_at;
+            src.buf.copy_within(head_at..fit_end, room - moved);
+            src.at = room - moved;
+            d.rewind(mark);
+            last = Some(i + more);
+            continue;
+        }
+        d.canonical_head(&r, &mut src.buf[len..len + n])?;
+        src.at = payload.end;
+        src.buf.copy_within(payload, len + n);
+        (len, count) = (end, count + 1);
+        if last == Some(i) {
+            // The records after it were checked and dropped; they do not fit.
+            return Some(InPlaceCopy::Done(CompactRead::Records {
+                count,
+                len,
+                prev_crc,
+            }));
+        }
+        i += 1;
+    }
+    if src.at != room {
+        return None;
+    }
+    Some(InPlaceCopy::Done(match needed {
+        Some(needed) => CompactRead::TooSmall { needed },
+        None => CompactRead::Records {
+            count,
+            len,
+            prev_crc,
+        },
+    }))
+}
+
 impl<F: Flash> Dev<F> {
     /// Writes the records `plan` chose from `canonical` (the RAM buffer's encodings, the
     /// first at `base`) as one compact batch at `addr`: the header is filled in (length,
@@ -524,22 +749,12 @@ impl<F: Flash> Dev<F> {
         if src.peek()? != Some(BODY_LZ4) {
             return Ok(Opened::Plain(src));
         }
-        let mut flag = [0u8];
-        src.take(&mut flag)?;
-        let Some(raw) = compact::take_varint(&mut src)?.and_then(|n| usize::try_from(n).ok())
-        else {
-            return Ok(Opened::Bad);
+        let raw = match inflate(&mut src, h, scratch)? {
+            Inflated::Raw(raw) => raw,
+            Inflated::TooBig(raw) => return Ok(Opened::TooBig(raw)),
+            Inflated::Bad => return Ok(Opened::Bad),
         };
-        if raw > scratch.buf.len() {
-            return Ok(Opened::TooBig(raw));
-        }
-        let prefix = 1 + compact::varint_len(raw as u64);
-        let Some(stored) = (h.len as usize).checked_sub(BATCH_HEADER_LEN + prefix) else {
-            return Ok(Opened::Bad);
-        };
-        scratch.holds = None;
-        let ok = lz4::decompress(&mut src, stored, &mut scratch.buf[..raw])?;
-        if !(ok && src.at_end() && src.finish(h.crc)?) {
+        if !(src.at_end() && src.finish(h.crc)?) {
             return Ok(Opened::Bad);
         }
         scratch.holds = Some(key(raw));
@@ -647,10 +862,138 @@ impl<F: Flash> Dev<F> {
 
     /// Copies the records at or after `from` of the valid compact batch `h` at
     /// `batch_addr` into `buf` as canonical encodings, as many as fit. Every copy is
-    /// checked against the batch CRC (the whole body is read in the same pass), the body
-    /// read up to `attempts` times ([`READ_ATTEMPTS`] for a batch already validated, 1
-    /// for one taken on its header alone).
+    /// checked against the batch CRC (the whole body is read for it, before the records
+    /// are decoded when it fits in `buf`, in the same pass else), the body read up to
+    /// `attempts` times ([`READ_ATTEMPTS`] for a batch already validated, 1 for one taken
+    /// on its header alone).
     pub(super) fn read_compact(
+        &mut self,
+        batch_addr: u32,
+        h: &BatchHeader,
+        scratch: &mut Scratch<'_>,
+        from: u64,
+        buf: &mut [u8],
+        attempts: u32,
+    ) -> Result<CompactRead, F::Error> {
+        #[cfg(feature = "compression")]
+        let held = scratch
+            .holds
+            .is_some_and(|held| held.addr == batch_addr && held.h == *h);
+        #[cfg(not(feature = "compression"))]
+        let held = false;
+        let body_len = h.len as usize - BATCH_HEADER_LEN;
+        if !held && body_len <= buf.len() {
+            return self.read_compact_whole(batch_addr, h, scratch, from, buf, attempts);
+        }
+        self.read_compact_streaming(batch_addr, h, scratch, from, buf, attempts)
+    }
+
+    /// [`Dev::read_compact`] of a batch whose body fits in `buf`: the body is read whole
+    /// into the end of `buf` (one flash read, its CRC checked in one pass, read again up to
+    /// `attempts` times while it does not check), then its records are decoded from there
+    /// into the start of `buf` (a compressed body into the scratch first). A record that
+    /// fits in `buf` but would be written over body bytes not decoded yet leaves it and
+    /// the records after it to [`Dev::read_compact_streaming`].
+    fn read_compact_whole(
+        &mut self,
+        batch_addr: u32,
+        h: &BatchHeader,
+        scratch: &mut Scratch<'_>,
+        from: u64,
+        buf: &mut [u8],
+        attempts: u32,
+    ) -> Result<CompactRead, F::Error> {
+        let at = buf.len() - (h.len as usize - BATCH_HEADER_LEN);
+        let mut checked = false;
+        for _ in 0..attempts {
+            self.read(batch_addr + BATCH_HEADER_LEN as u32, &mut buf[at..])?;
+            let mut crc = crate::crc::Hasher::new();
+            crc.update(&h.encode()[16..]);
+            crc.update(&buf[at..]);
+            if crc.finalize() == h.crc {
+                checked = true;
+                break;
+            }
+        }
+        if !checked {
+            return Ok(CompactRead::Corrupt);
+        }
+        // The bytes passed the batch CRC from here on: reading again cannot help.
+        #[cfg(feature = "compression")]
+        if buf.get(at) == Some(&BODY_LZ4) {
+            let mut src = SliceSource { rest: &buf[at..] };
+            let raw = match infallible(inflate(&mut src, h, scratch)) {
+                Inflated::Raw(raw) if src.rest.is_empty() => raw,
+                Inflated::TooBig(needed) => return Ok(CompactRead::ScratchTooSmall { needed }),
+                _ => return Ok(CompactRead::Corrupt),
+            };
+            scratch.holds = Some(Held {
+                addr: batch_addr,
+                h: *h,
+                len: raw,
+            });
+            let mut src = SliceSource {
+                rest: &scratch.buf[..raw],
+            };
+            return Ok(match infallible(copy_body(&mut src, h, from, buf)) {
+                Some(got) if src.rest.is_empty() => {
+                    self.note_compressed_read(h, from, &got, raw);
+                    got
+                }
+                _ => {
+                    scratch.holds = None;
+                    CompactRead::Corrupt
+                }
+            });
+        }
+        let mut src = InPlace { buf, at };
+        match copy_in_place(&mut src, h, from) {
+            None => Ok(CompactRead::Corrupt),
+            Some(InPlaceCopy::Done(got)) => Ok(got),
+            Some(InPlaceCopy::Stopped {
+                count,
+                len,
+                prev_crc,
+            }) => {
+                let rest = &mut src.buf[len..];
+                let next = from.max(h.base_offset) + u64::from(count);
+                let got =
+                    self.read_compact_streaming(batch_addr, h, scratch, next, rest, attempts)?;
+                Ok(match got {
+                    CompactRead::Records {
+                        count: more,
+                        len: more_len,
+                        ..
+                    } => CompactRead::Records {
+                        count: count + more,
+                        len: len + more_len,
+                        prev_crc,
+                    },
+                    // The records copied stand (their bytes passed the CRC); the rest is
+                    // left to the next read.
+                    _ if count > 0 => CompactRead::Records {
+                        count,
+                        len,
+                        prev_crc,
+                    },
+                    other => other,
+                })
+            }
+        }
+    }
+
+    /// Counts a compressed batch read from its first record on in the stats.
+    fn note_compressed_read(&mut self, h: &BatchHeader, from: u64, got: &CompactRead, raw: usize) {
+        if from <= h.base_offset && matches!(got, CompactRead::Records { .. }) {
+            self.stats.compressed_batches_read += 1;
+            let stored = h.len as usize - BATCH_HEADER_LEN;
+            self.stats.compressed_bytes_read_saved += raw.saturating_sub(stored) as u64;
+        }
+    }
+
+    /// [`Dev::read_compact`] through a [`CHUNK`]-byte window: the body is decoded as it
+    /// is read, its CRC checked at its end.
+    fn read_compact_streaming(
         &mut self,
         batch_addr: u32,
         h: &BatchHeader,
@@ -663,13 +1006,8 @@ impl<F: Flash> Dev<F> {
         Ok(
             match self.decode_checked(batch_addr, h, scratch, copy, attempts)? {
                 Checked::Got(got, decoded) => {
-                    if let Some(len) = decoded
-                        && from <= h.base_offset
-                        && matches!(got, CompactRead::Records { .. })
-                    {
-                        self.stats.compressed_batches_read += 1;
-                        let stored = h.len as usize - BATCH_HEADER_LEN;
-                        self.stats.compressed_bytes_read_saved += len.saturating_sub(stored) as u64;
+                    if let Some(raw) = decoded {
+                        self.note_compressed_read(h, from, &got, raw);
                     }
                     got
                 }
