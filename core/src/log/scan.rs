@@ -253,14 +253,16 @@ impl<F: Flash> Dev<F> {
         let mut batch = short::crc_start(link.next, link.prev_crc, [b[0], b[1]]);
         batch.update(&b[short::SHORT_HEAD_LEN..d.payload_at]);
         // The record CRC and canonical encoding (`short::record_crc`, `short::canonical`):
-        // the head pieces, then the payload.
+        // the head pieces, then the payload. A record copied is hashed once whole from
+        // where it was copied to (one hasher update instead of one per piece).
         let mut rec = crate::crc::Hasher::new();
         rec.update(&link.next.to_le_bytes());
         let mut at = 0usize;
         super::format::record_head_pieces(topic, d.ts, d.producer, payload_len as u32, &mut |p| {
-            rec.update(p);
             if copy {
                 dst[at..at + p.len()].copy_from_slice(p);
+            } else {
+                rec.update(p);
             }
             at += p.len();
         });
@@ -268,9 +270,10 @@ impl<F: Flash> Dev<F> {
         loop {
             let piece = &b[from..end];
             batch.update(piece);
-            rec.update(piece);
             if copy {
                 dst[at..at + piece.len()].copy_from_slice(piece);
+            } else {
+                rec.update(piece);
             }
             at += piece.len();
             if pos >= total {
@@ -282,6 +285,9 @@ impl<F: Flash> Dev<F> {
         }
         if batch.finalize() != stored {
             return Ok(None);
+        }
+        if copy {
+            rec.update(&dst[..at]);
         }
         Ok(Some(ShortAt {
             h: BatchHeader {
