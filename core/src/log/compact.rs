@@ -519,10 +519,10 @@ pub struct Decoder {
     own_len: u8,
 }
 
-/// Reads a LEB128 varint of at most 10 bytes that fits in 64 bits. A varint of one or two
-/// bytes at hand ([`Source::ready`]) is taken inline; others by [`take_varint_long`].
-#[inline]
-pub(super) fn take_varint<S: Source>(src: &mut S) -> Result<Option<u64>, S::Error> {
+/// [`take_varint`] with a varint of one or two bytes at hand ([`Source::ready`]) taken
+/// inline (the timestamp steps and payload lengths of most records).
+#[inline(always)]
+fn take_varint_fast<S: Source>(src: &mut S) -> Result<Option<u64>, S::Error> {
     match *src.ready() {
         [b0, ..] if b0 & 0x80 == 0 => {
             src.consume(1);
@@ -532,13 +532,12 @@ pub(super) fn take_varint<S: Source>(src: &mut S) -> Result<Option<u64>, S::Erro
             src.consume(2);
             Ok(Some(u64::from(b0 & 0x7F) | u64::from(b1) << 7))
         }
-        _ => take_varint_long(src),
+        _ => take_varint(src),
     }
 }
 
 /// The LEB128 varint at the start of `b`, which holds at least 10 bytes (the longest
 /// varint): its value and length, `None` if it is longer or does not fit in 64 bits.
-#[inline]
 fn varint_in(b: &[u8]) -> Option<(u64, usize)> {
     let mut v = 0u64;
     for (i, &x) in b.iter().take(10).enumerate() {
@@ -554,9 +553,9 @@ fn varint_in(b: &[u8]) -> Option<(u64, usize)> {
     None
 }
 
-/// [`take_varint`] of a varint that is not one byte at hand: from [`Source::ready`] when
-/// the longest varint is there, else a byte at a time.
-fn take_varint_long<S: Source>(src: &mut S) -> Result<Option<u64>, S::Error> {
+/// Reads a LEB128 varint of at most 10 bytes that fits in 64 bits: from [`Source::ready`]
+/// when the longest varint is there, else a byte at a time.
+pub(super) fn take_varint<S: Source>(src: &mut S) -> Result<Option<u64>, S::Error> {
     let r = src.ready();
     if r.len() >= 10 {
         let got = varint_in(r);
@@ -682,18 +681,6 @@ impl Decoder {
         self.left
     }
 
-    /// Decodes the next record's fields; the caller then takes its `payload_len` payload
-    /// bytes from `src`. `None` if the body is malformed or every record was decoded.
-    #[inline]
-    pub fn next<S: Source>(&mut self, src: &mut S) -> Result<Option<Head>, S::Error> {
-        if !self.plain() {
-            return self.next_mixed(src);
-        }
-        Ok(self
-            .next_plain(src)?
-            .map(|(timestamp_us, payload_len)| Head::plain(timestamp_us, payload_len)))
-    }
-
     /// Whether the body's records carry no attributes byte: every record has the batch
     /// topic and no producer fields ([`Decoder::next_plain`] decodes them).
     #[inline]
@@ -710,13 +697,13 @@ impl Decoder {
         if self.left == 0 || !self.plain() {
             return Ok(None);
         }
-        let Some(delta) = take_varint(src)? else {
+        let Some(delta) = take_varint_fast(src)? else {
             return Ok(None);
         };
         let payload_len = if self.flags & BODY_FIXED_LEN != 0 {
             self.fixed_len
         } else {
-            let Some(n) = take_varint(src)?.and_then(|n| u32::try_from(n).ok()) else {
+            let Some(n) = take_varint_fast(src)?.and_then(|n| u32::try_from(n).ok()) else {
                 return Ok(None);
             };
             n
@@ -727,9 +714,11 @@ impl Decoder {
         Ok(Some((timestamp_us, payload_len)))
     }
 
-    /// [`Decoder::next`] of a record that may carry an attributes byte (any body).
-    #[inline(never)]
-    fn next_mixed<S: Source>(&mut self, src: &mut S) -> Result<Option<Head>, S::Error> {
+    /// Decodes the next record's fields; the caller then takes its `payload_len` payload
+    /// bytes from `src`. `None` if the body is malformed or every record was decoded.
+    /// (A read decodes a [`Decoder::plain`] body with [`Decoder::next_plain`].)
+    #[inline]
+    pub fn next<S: Source>(&mut self, src: &mut S) -> Result<Option<Head>, S::Error> {
         if self.left == 0 {
             return Ok(None);
         }

@@ -536,13 +536,18 @@ enum InPlaceCopy {
 /// fields in registers.
 #[inline(always)]
 fn next_head(d: &mut Decoder, src: &mut InPlace<'_>) -> Option<Head> {
-    let got = if d.plain() {
+    if d.plain() {
         d.next_plain(src)
-            .map(|r| r.map(|(ts, plen)| Head::plain(ts, plen)))
+            .unwrap_or_else(|e| match e {})
+            .map(|(ts, plen)| Head::plain(ts, plen))
     } else {
-        d.next(src)
-    };
-    got.unwrap_or_else(|e| match e {})
+        infallible_head(d.next(src))
+    }
+}
+
+/// An [`InPlace`] source never fails.
+fn infallible_head(r: Result<Option<Head>, core::convert::Infallible>) -> Option<Head> {
+    r.unwrap_or_else(|e| match e {})
 }
 
 /// [`copy_body`] of the body held in `src` (of the batch `h`, its CRC checked) into the
@@ -611,7 +616,7 @@ fn copy_in_place(src: &mut InPlace<'_>, h: &BatchHeader, from: u64) -> Option<In
             src.at = payload.end;
             let (mut fit_end, mut out_end, mut fits, mut more) = (payload.end, end, true, 0u64);
             for _ in i + 1..u64::from(h.count) {
-                let r = next_head(&mut d, src)?;
+                let r = infallible_head(d.next(src))?;
                 let e = out_end
                     .saturating_add(d.canonical_head_len(&r))
                     .saturating_add(r.payload_len as usize);

@@ -119,6 +119,15 @@ fn varints_decode_alike_whatever_is_at_hand() {
             if got.is_some() {
                 assert_eq!(src.rest.len(), want.1, "{c:?}, {at_hand} at hand");
             }
+            let mut src = Windowed {
+                rest: &body,
+                at_hand,
+            };
+            let got = take_varint_fast(&mut src).unwrap();
+            assert_eq!(got, want.0, "fast: {c:?}, {at_hand} at hand");
+            if got.is_some() {
+                assert_eq!(src.rest.len(), want.1, "fast: {c:?}, {at_hand} at hand");
+            }
         }
     }
 }
