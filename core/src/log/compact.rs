@@ -19,7 +19,8 @@
 //! hands out canonical encodings (what [`RecordIter`] parses) from both.
 //!
 //! The decoder reads through a [`Source`] so that a batch can be decoded straight from the
-//! flash through a small window, with no buffer the size of the batch.
+//! flash through a small window, with no buffer the size of the batch, or from a body held
+//! in memory (a read's buffer, the decompression scratch).
 //!
 //! [`Log::read`]: super::Log::read
 //! [`RecordIter`]: super::RecordIter

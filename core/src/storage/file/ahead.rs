@@ -1,8 +1,9 @@
 //! Read-ahead for sequential readers of the image file.
 //!
-//! The log reads a batch as its header and then its body through a 256-byte window, one
-//! batch after another: a drain of an image costs one `pread` per 256 bytes, about one
-//! system call per two records of 100 B. A read that starts where the previous one ended
+//! The log reads a batch as its header and then its body, one batch after another: the
+//! body whole when the caller's read buffer holds it, else through a 256-byte window (a
+//! drain of an image would cost one `pread` per 256 bytes then, about one system call per
+//! two records of 100 B). A read that starts where the previous one ended
 //! (or at most [`SLACK`] bytes after it: batches are padded to the write size) is taken as
 //! part of a sequential walk: [`WINDOW`] bytes are read from there at once and the reads
 //! that follow are served from them. Other reads (a segment header, a binary search, the
