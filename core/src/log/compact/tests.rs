@@ -1,6 +1,7 @@
 //! Unit tests of the compact record layout: varints, planning, encoding, decoding and
 //! expanding batch bodies, and arbitrary bodies decoded without a panic.
 
+use super::decode::take_varint_fast;
 use super::*;
 use crate::log::format::Record;
 use std::vec::Vec;
