@@ -60,6 +60,19 @@ pub(super) fn check(s: &Settings) -> Result<(), AppError> {
             super::MAX_MAX_FRAME_BYTES
         )));
     }
+    // A publish of the largest record must fit a frame the bridge takes (checked on the
+    // payload first: the frame's size is computed in 32 bits).
+    let too_big = u64::from(s.max_record_bytes) >= super::MAX_MAX_FRAME_BYTES
+        || u64::from(spillway_firmware::gateway::GatewayConfig::min_frame_bytes(
+            s.max_record_bytes,
+        )) > super::MAX_MAX_FRAME_BYTES;
+    if too_big {
+        return Err(AppError::Usage(format!(
+            "--max-record-bytes {} needs frames of more than {} bytes (16M), the largest a bridge takes",
+            s.max_record_bytes,
+            super::MAX_MAX_FRAME_BYTES
+        )));
+    }
     if s.linger_ms > 3_600_000 {
         return Err(AppError::Usage(
             "--linger-ms must be at most one hour".into(),

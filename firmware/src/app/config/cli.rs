@@ -260,10 +260,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub max_record_bytes: Option<ByteSize>,
     /// Largest frame on a framed connection, either way, bytes (K/M/G), from 64K to 16M: a
-    /// fetch reply carries up to this much of records, and each connection may hold this
-    /// plus 32 KiB of requests and replies in memory. Raised to carry the largest record
-    /// the RAM buffer can hold. A larger frame means fewer round trips for a drain
-    /// [default: 64K].
+    /// fetch reply carries up to this much of records. Each connection may hold up to twice
+    /// this plus 32 KiB in memory (the frame it is receiving, and the requests and replies
+    /// in flight), so the gateway's bound is --max-connections times that. Raised to carry
+    /// the largest record the RAM buffer can hold. A larger frame means fewer round trips
+    /// for a drain [default: 64K].
     #[arg(long)]
     pub max_frame_bytes: Option<ByteSize>,
     /// Gateway name announced to clients [default: the host name].

@@ -394,6 +394,48 @@ log-level = "info"        # error, warn, info, debug, trace; RUST_LOG wins when 
         let _ = std::fs::remove_dir_all(dir);
     }
 
+    /// Frames: `--max-frame-bytes` outside 64K..=16M is refused, and so is a
+    /// `--max-record-bytes` whose publish would need a frame over 16M (the largest a bridge
+    /// takes), however large the RAM buffer.
+    #[test]
+    fn frame_limits_are_checked() {
+        let dir = tempfile_dir("frames");
+        let base = || RunArgs {
+            image: Some(dir.join("gw.img")),
+            ..RunArgs::default()
+        };
+        for (frame, ok) in [
+            (63 << 10, false),
+            (64 << 10, true),
+            (16 << 20, true),
+            ((16 << 20) + 1, false),
+        ] {
+            let args = RunArgs {
+                max_frame_bytes: Some(ByteSize(frame)),
+                ..base()
+            };
+            let r = settings(&args);
+            assert_eq!(r.is_ok(), ok, "--max-frame-bytes {frame}: {r:?}");
+            if let Err(e) = r {
+                assert!(e.to_string().contains("--max-frame-bytes"), "{e}");
+            }
+        }
+        for (record, ok) in [(1 << 20, true), (16_776_000, false), (16_000_000, true)] {
+            let args = RunArgs {
+                buffer_bytes: Some(ByteSize(16 << 20)),
+                size: Some(ByteSize(1 << 30)),
+                max_record_bytes: Some(ByteSize(record)),
+                ..base()
+            };
+            let r = settings(&args);
+            assert_eq!(r.is_ok(), ok, "--max-record-bytes {record}: {r:?}");
+            if let Err(e) = r {
+                assert!(e.to_string().contains("largest a bridge takes"), "{e}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     /// A directory of this test's own (the tests run in parallel).
     fn tempfile_dir(test: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("spillway-cfg-{}-{test}", std::process::id()));
