@@ -431,8 +431,7 @@ enum Checked<T> {
     ScratchTooSmall(usize),
 }
 
-/// A [`SliceSource`] never fails.
-#[cfg(feature = "compression")]
+/// The result of a source that never fails ([`SliceSource`], the in-place body).
 fn infallible<T>(r: Result<T, core::convert::Infallible>) -> T {
     match r {
         Ok(t) => t,

@@ -152,9 +152,11 @@ impl<'a> FetchAhead<'a> {
         self.next_from(*seq, *next_offset, records.count())
     }
 
-    /// [`FetchAhead::next_after`] for a reply of which only the header has arrived
-    /// ([`wire::peek_records_header`]).
-    pub(super) fn next_after_header(&self, h: &wire::RecordsHeader) -> Option<u64> {
+    /// [`FetchAhead::next_after`] for a reply of which only the start of its frame has
+    /// arrived (`frame_start`, COBS-encoded): read from its header
+    /// ([`wire::peek_records_header`]), `None` until the header is in.
+    pub(super) fn next_after_start(&self, frame_start: &[u8]) -> Option<u64> {
+        let h = wire::peek_records_header(frame_start)?;
         if h.lost.is_some() {
             return None;
         }

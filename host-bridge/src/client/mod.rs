@@ -201,13 +201,10 @@ impl Client {
                     && self.frames.pending() == 0
                     && let Some(a) = ahead
                 {
+                    // Past any spare delimiters before the frame.
                     let input = &self.rx[self.rx_pos..self.rx_len];
                     let start = input.iter().position(|&b| b != 0).unwrap_or(input.len());
-                    if let Some(from) = input
-                        .get(start..)
-                        .and_then(wire::peek_records_header)
-                        .and_then(|h| a.next_after_header(&h))
-                    {
+                    if let Some(from) = a.next_after_start(&input[start..]) {
                         early = self.send_ahead(a, from).await?;
                     }
                 }
@@ -276,8 +273,7 @@ impl Client {
             // without the early fetch.
             if early.is_none()
                 && let Some(a) = ahead
-                && let Some(from) = wire::peek_records_header(self.frames.partial())
-                    .and_then(|h| a.next_after_header(&h))
+                && let Some(from) = a.next_after_start(self.frames.partial())
             {
                 early = self.send_ahead(a, from).await?;
             }

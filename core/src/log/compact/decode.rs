@@ -124,8 +124,8 @@ pub(super) fn take_varint_fast<S: Source>(src: &mut S) -> Result<Option<u64>, S:
     }
 }
 
-/// The LEB128 varint at the start of `b`, which holds at least 10 bytes (the longest
-/// varint): its value and length, `None` if it is longer or does not fit in 64 bits.
+/// The LEB128 varint at the start of `b`: its value and length, `None` if `b` ends
+/// first, or the varint is longer than 10 bytes or does not fit in 64 bits.
 fn varint_in(b: &[u8]) -> Option<(u64, usize)> {
     let mut v = 0u64;
     for (i, &x) in b.iter().take(10).enumerate() {
@@ -152,19 +152,14 @@ pub(in crate::log) fn take_varint<S: Source>(src: &mut S) -> Result<Option<u64>,
         }
         return Ok(got.map(|(v, _)| v));
     }
-    let mut v = 0u64;
-    for i in 0..10 {
-        let mut b = [0u8];
-        if !src.take(&mut b)? {
+    // A byte at a time up to the varint's last byte, then decoded as above.
+    let mut b = [0u8; 10];
+    for i in 0..b.len() {
+        if !src.take(&mut b[i..=i])? {
             return Ok(None);
         }
-        let bits = u64::from(b[0] & 0x7F);
-        if i == 9 && bits > 1 {
-            return Ok(None);
-        }
-        v |= bits << (7 * i);
-        if b[0] & 0x80 == 0 {
-            return Ok(Some(v));
+        if b[i] & 0x80 == 0 {
+            return Ok(varint_in(&b[..=i]).map(|(v, _)| v));
         }
     }
     Ok(None)

@@ -61,17 +61,10 @@ enum InPlaceCopy {
 #[inline(always)]
 fn next_head(d: &mut Decoder, src: &mut InPlace<'_>) -> Option<Head> {
     if d.plain() {
-        d.next_plain(src)
-            .unwrap_or_else(|e| match e {})
-            .map(|(ts, plen)| Head::plain(ts, plen))
+        infallible(d.next_plain(src)).map(|(ts, plen)| Head::plain(ts, plen))
     } else {
-        infallible_head(d.next(src))
+        infallible(d.next(src))
     }
-}
-
-/// An [`InPlace`] source never fails.
-fn infallible_head(r: Result<Option<Head>, core::convert::Infallible>) -> Option<Head> {
-    r.unwrap_or_else(|e| match e {})
 }
 
 /// [`copy_body`] of the body held in `src` (of the batch `h`, its CRC checked) into the
@@ -83,7 +76,6 @@ fn infallible_head(r: Result<Option<Head>, core::convert::Infallible>) -> Option
 /// the bytes of the records that fit are moved to the end of the buffer, the others
 /// dropped, and those records are decoded again from there.
 fn copy_in_place(src: &mut InPlace<'_>, h: &BatchHeader, from: u64) -> Option<InPlaceCopy> {
-    let infallible = |r: Result<bool, core::convert::Infallible>| r.unwrap_or_else(|e| match e {});
     let mut d = Decoder::new();
     if !infallible(d.start(src, h.count)) {
         return None;
@@ -140,7 +132,7 @@ fn copy_in_place(src: &mut InPlace<'_>, h: &BatchHeader, from: u64) -> Option<In
             src.at = payload.end;
             let (mut fit_end, mut out_end, mut fits, mut more) = (payload.end, end, true, 0u64);
             for _ in i + 1..u64::from(h.count) {
-                let r = infallible_head(d.next(src))?;
+                let r = infallible(d.next(src))?;
                 let e = out_end
                     .saturating_add(d.canonical_head_len(&r))
                     .saturating_add(r.payload_len as usize);
