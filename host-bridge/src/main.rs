@@ -24,6 +24,15 @@ mod args;
 
 use args::*;
 
+/// The process allocator: mimalloc, which also serves librdkafka's C allocations (its
+/// `override` build defines `malloc` and `free`). librdkafka allocates each message and its
+/// headers on the thread that enqueues it and frees them on the thread that serves the
+/// delivery reports; glibc's allocator serialized those frees against the next enqueues on
+/// one arena (a 3,000,000-record drain of 100 B records into Kafka took 7.0-8.2 s of bridge
+/// CPU with glibc, 5.9-6.3 s with mimalloc).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn usage(msg: impl std::fmt::Display) -> ! {
     eprintln!("spillway-bridge: {msg}");
     std::process::exit(exit::USAGE)

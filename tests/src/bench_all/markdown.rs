@@ -236,7 +236,9 @@ impl AllReport {
                      the last delivery report. After each run its topic is read back to the end \
                      (not timed): a run counts only if the topic holds exactly the records \
                      sent, in order, payload and offset header each in place. Broker: tansu in \
-                     memory. Filling the gateway took {:.1} s (`spillway-bridge publish --ack \
+                     memory. The bridge allocates through mimalloc (librdkafka's allocations \
+                     included), the plain producer through the system allocator (glibc). \
+                     Filling the gateway took {:.1} s (`spillway-bridge publish --ack \
                      durable`, not timed).",
                     crate::bench_kafka::GATEWAY_FRAME,
                     thousands(k.options.records as f64),
@@ -322,7 +324,8 @@ impl AllReport {
                      into another fresh topic, timed from its creation to the last delivery \
                      report. Every topic is read back to the end (not timed): each gateway's \
                      records exactly once, in offset order, payloads in place; and the run's \
-                     consumer must have committed every gateway's last offset.",
+                     consumer must have committed every gateway's last offset. The bridge \
+                     allocates through mimalloc, the plain producer through glibc.",
                     k.options.gateways,
                     crate::bench_kafka::GATEWAY_FRAME,
                     thousands(k.options.per_gateway as f64),
