@@ -30,6 +30,7 @@ use args::*;
 /// delivery reports; glibc's allocator serialized those frees against the next enqueues on
 /// one arena (a 3,000,000-record drain of 100 B records into Kafka took 7.0-8.2 s of bridge
 /// CPU with glibc, 5.9-6.3 s with mimalloc).
+#[cfg(feature = "kafka")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
