@@ -54,11 +54,7 @@ pub(super) fn check(s: &Settings) -> Result<(), AppError> {
     }
     let frame = u64::from(s.max_frame_bytes);
     if !(super::DEFAULT_MAX_FRAME_BYTES..=super::MAX_MAX_FRAME_BYTES).contains(&frame) {
-        return Err(AppError::Usage(format!(
-            "--max-frame-bytes {frame} is outside {}..={} (64K to 16M)",
-            super::DEFAULT_MAX_FRAME_BYTES,
-            super::MAX_MAX_FRAME_BYTES
-        )));
+        return Err(frame_outside_range(frame));
     }
     // A publish of the largest record must fit a frame the bridge takes (checked on the
     // payload first: the frame's size is computed in 32 bits).
@@ -85,4 +81,14 @@ pub(super) fn check(s: &Settings) -> Result<(), AppError> {
         }
     }
     Ok(())
+}
+
+/// The error of a `--max-frame-bytes` of `frame` bytes outside 64K..=16M (also for a value
+/// too large for 32 bits).
+pub(super) fn frame_outside_range(frame: u64) -> AppError {
+    AppError::Usage(format!(
+        "--max-frame-bytes {frame} is outside {}..={} (64K to 16M)",
+        super::DEFAULT_MAX_FRAME_BYTES,
+        super::MAX_MAX_FRAME_BYTES
+    ))
 }

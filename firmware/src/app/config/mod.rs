@@ -232,11 +232,10 @@ pub fn settings(args: &RunArgs) -> Result<Settings, AppError> {
                 .unwrap_or(ByteSize(DEFAULT_MAX_RECORD_BYTES)),
             "max-record-bytes",
         )?,
-        max_frame_bytes: size_u32(
-            a.max_frame_bytes
-                .unwrap_or(ByteSize(DEFAULT_MAX_FRAME_BYTES)),
-            "max-frame-bytes",
-        )?,
+        max_frame_bytes: {
+            let frame = a.max_frame_bytes.map_or(DEFAULT_MAX_FRAME_BYTES, |f| f.0);
+            u32::try_from(frame).map_err(|_| check::frame_outside_range(frame))?
+        },
         gateway_id,
         max_connections: a.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
         idle_timeout: match a.idle_timeout_ms.unwrap_or(DEFAULT_IDLE_TIMEOUT_MS) {
@@ -409,6 +408,7 @@ log-level = "info"        # error, warn, info, debug, trace; RUST_LOG wins when 
             (64 << 10, true),
             (16 << 20, true),
             ((16 << 20) + 1, false),
+            (4 << 30, false),
         ] {
             let args = RunArgs {
                 max_frame_bytes: Some(ByteSize(frame)),
@@ -418,6 +418,7 @@ log-level = "info"        # error, warn, info, debug, trace; RUST_LOG wins when 
             assert_eq!(r.is_ok(), ok, "--max-frame-bytes {frame}: {r:?}");
             if let Err(e) = r {
                 assert!(e.to_string().contains("--max-frame-bytes"), "{e}");
+                assert!(e.to_string().contains("(64K to 16M)"), "{e}");
             }
         }
         for (record, ok) in [(1 << 20, true), (16_776_000, false), (16_000_000, true)] {
