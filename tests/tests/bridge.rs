@@ -415,6 +415,12 @@ fn publish_drain_tail_status_over(dir: &Path, link: &Link) {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains(GATEWAY_ID), "{text}");
     assert!(text.contains("lag 0 offsets"), "{text}");
+    // The limits the Welcome announced, at the defaults: the 64 KiB frame is raised to
+    // carry the largest record the default RAM buffer holds.
+    assert!(
+        text.contains("limits       record 4096 bytes  frame 66137 bytes"),
+        "{text}"
+    );
     assert_eq!(gateway_committed_over(link, &gw), n as u64);
 }
 

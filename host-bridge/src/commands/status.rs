@@ -114,6 +114,11 @@ pub async fn status(
             writeln!(out, "log id       {}", log_id_hex(w.log_id))?;
             writeln!(
                 out,
+                "limits       record {} bytes  frame {} bytes",
+                w.max_record_bytes, w.max_frame_bytes
+            )?;
+            writeln!(
+                out,
                 "offsets      first {}  next {}  durable {}",
                 stats.first_offset, stats.next_offset, stats.durable_offset
             )?;
