@@ -19,6 +19,7 @@
 //! | `spillway_bridge_sink_resumed_records_total` | counter | records found already in the sink at start and not sent again (Kafka effectively-once resume) |
 //! | `spillway_bridge_state_errors_total` | counter | state file failures (a failed redb commit or read); each reopens the file and resumes from its last durable checkpoint |
 //! | `spillway_bridge_corrupt_refetches_total` | counter | fetches repeated because the gateway reported a range corrupt (a flash cell that reads wrong only sometimes) |
+//! | `spillway_bridge_kafka_producers_recreated_total` | counter | Kafka producers replaced after librdkafka failed them for good (fatal error, e.g. the idempotent producer fenced after a broker stall); each resumes from the checkpoint with the tail scan |
 
 use std::sync::Arc;
 
@@ -62,6 +63,8 @@ pub struct Metrics {
     pub state_errors: Counter,
     /// Fetches repeated after a range reported corrupt.
     pub corrupt_refetches: Counter,
+    /// Kafka producers replaced after a fatal error.
+    pub producers_recreated: Counter,
 }
 
 fn as_i64(v: u64) -> i64 {
@@ -185,6 +188,11 @@ impl Metrics {
             "corrupt_refetches",
             "Fetches repeated because the gateway reported a range corrupt",
             self.corrupt_refetches.clone(),
+        );
+        r.register(
+            "kafka_producers_recreated",
+            "Kafka producers replaced after librdkafka failed them for good (fatal error)",
+            self.producers_recreated.clone(),
         );
     }
 

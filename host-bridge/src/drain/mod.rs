@@ -467,6 +467,12 @@ pub struct Drain {
     /// When the sink began failing with no checkpoint saved since (the `--once` sink retry
     /// budget counts from it, see [`Drain::sink_retry`]); `None` while it works.
     sink_failing_since: Option<Instant>,
+    /// The Kafka producer failed for good (librdkafka's fatal error) with the checkpoint at
+    /// this offset, for this reason: the session ends, and the run loop puts a new producer
+    /// in its place before it resumes ([`Drain::renew_producer`]).
+    producer_failed: Option<(u64, String)>,
+    /// Delay before the next new producer; reset by a checkpoint saved.
+    producer_backoff: Backoff,
 }
 
 /// Result of a session.
@@ -539,6 +545,8 @@ impl Drain {
             stop_deadline: None,
             state_backoff: Backoff::new(cfg_backoff.0, cfg_backoff.1),
             sink_failing_since: None,
+            producer_failed: None,
+            producer_backoff: Backoff::new(cfg_backoff.0, cfg_backoff.1),
         }
     }
 
@@ -580,13 +588,109 @@ impl Drain {
         self.metrics.retries.inc();
         let d = self.sink_retry(e, backoff.next_delay())?;
         log::warn!("{e} while {what}; retrying in {d:.1?}");
-        Ok(sleep_or_stop(d, &self.stop).await)
+        if !sleep_or_stop(d, &self.stop).await {
+            return Ok(false);
+        }
+        // A Kafka producer failed for good fails every retry: a new one takes its place
+        // (what is retried here, a gap record, carries no offset: at worst it is sent
+        // twice).
+        if let Some(reason) = self.producer_fatal(e) {
+            log::warn!("{}", producer_failed_line(None, &reason, Duration::ZERO));
+            return self.recreate_producer(backoff).await;
+        }
+        Ok(true)
     }
 
     /// The checkpoint moved: the sink works again, a later failure starts the `--once`
     /// retry budget afresh.
     fn sink_progressed(&mut self) {
         self.sink_failing_since = None;
+        self.producer_backoff.reset();
+    }
+
+    /// Why the Kafka sink's producer can send nothing more after the failure `e`, if it
+    /// cannot: `e` says so ([`SinkError::ProducerFailed`]), or librdkafka raised a fatal
+    /// error ([`KafkaSink::fatal_error`](crate::sink::kafka::KafkaSink::fatal_error)).
+    /// `None` for any other failure or sink.
+    fn producer_fatal(&self, e: &SinkError) -> Option<String> {
+        match (self.sink.as_ref(), e) {
+            #[cfg(feature = "kafka")]
+            (Some(Sink::Kafka(k)), e) => k.fatal_error().or_else(|| match e {
+                SinkError::ProducerFailed(m) => Some(m.clone()),
+                _ => None,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The Kafka producer failed for good ([`Drain::producer_failed`], the session has
+    /// ended): unless the shutdown signal has come (`Ok(false)`: what it did not
+    /// acknowledge is resent by the next run), waits out the next backoff delay, puts a new
+    /// producer in its place and has the next resume scan the partition tails again, so
+    /// that what the old one delivered past the checkpoint is not sent twice (`Ok(true)`).
+    ///
+    /// # Errors
+    /// With `--once`, [`DrainError::SinkUnreachable`] once the retry budget is spent
+    /// ([`Drain::sink_retry`]).
+    async fn renew_producer(&mut self, at: u64, reason: String) -> Result<bool, DrainError> {
+        if self.stop.is_set() {
+            log::warn!(
+                "kafka producer failed for good ({reason}); shutting down with offsets from {at} not acknowledged by the sink (resent next time)"
+            );
+            return Ok(false);
+        }
+        let e = SinkError::ProducerFailed(reason.clone());
+        self.metrics.retries.inc();
+        let delay = self.producer_backoff.next_delay();
+        let d = self.sink_retry(&e, delay)?;
+        log::warn!("{}", producer_failed_line(Some(at), &reason, d));
+        if !sleep_or_stop(d, &self.stop).await {
+            return Ok(false);
+        }
+        let mut backoff = Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max);
+        self.recreate_producer(&mut backoff).await
+    }
+
+    /// Puts a new Kafka producer in place of the sink's failed one, retrying with
+    /// `backoff` while librdkafka refuses to create it; the next resume scans the
+    /// partition tails again. `Ok(false)` if the shutdown signal came first.
+    ///
+    /// # Errors
+    /// With `--once`, [`DrainError::SinkUnreachable`] once the retry budget is spent.
+    async fn recreate_producer(&mut self, backoff: &mut Backoff) -> Result<bool, DrainError> {
+        #[cfg(not(feature = "kafka"))]
+        {
+            let _ = backoff;
+            Ok(true)
+        }
+        #[cfg(feature = "kafka")]
+        loop {
+            let Some(Sink::Kafka(k)) = self.sink.as_mut() else {
+                return Ok(true);
+            };
+            match k.recreate().await {
+                Ok(created) => {
+                    if created {
+                        self.metrics.producers_recreated.inc();
+                    }
+                    log::info!(
+                        "kafka: a new producer took over (resuming from the checkpoint; records the partition tails already hold are not sent again)"
+                    );
+                    self.sink_scanned = false;
+                    return Ok(true);
+                }
+                Err(e) => {
+                    let what = "creating a new kafka producer";
+                    self.metrics.sink_error(e.kind());
+                    self.metrics.retries.inc();
+                    let d = self.sink_retry(&e, backoff.next_delay())?;
+                    log::warn!("{e} while {what}; retrying in {d:.1?}");
+                    if !sleep_or_stop(d, &self.stop).await {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
     }
 
     /// The sink as an error names it: `file:DIR/<gateway id>` (the gateway's directory,
@@ -692,7 +796,16 @@ impl Drain {
             }
             match self.session(conn, cp, once_target).await {
                 Ok(SessionEnd::Done) => break Ok(()),
-                Ok(SessionEnd::Again) => continue,
+                Ok(SessionEnd::Again) => {
+                    if let Some((at, reason)) = self.producer_failed.take() {
+                        match self.renew_producer(at, reason).await {
+                            Ok(true) => {}
+                            Ok(false) => break Ok(()),
+                            Err(e) => break Err(e),
+                        }
+                    }
+                    continue;
+                }
                 Err(DrainError::Store(e)) if e.is_storage() => match self.state_failed(e).await {
                     Ok(true) => continue,
                     Ok(false) => break Ok(()),
@@ -744,6 +857,15 @@ impl Drain {
             }
         }
     }
+}
+
+/// The WARN line of a Kafka producer failed for good: at checkpoint offset `at` (if
+/// records were waiting), for `reason`, replaced after `delay`.
+fn producer_failed_line(at: Option<u64>, reason: &str, delay: Duration) -> String {
+    let from = at.map_or(String::new(), |o| format!(" at offset {o}"));
+    format!(
+        "kafka producer failed for good{from}: {reason}; librdkafka sends nothing more with it: creating a new producer in {delay:.1?} and resuming from the checkpoint (what the partition tails already hold is not sent again)"
+    )
 }
 
 enum Resumed {

@@ -102,7 +102,12 @@ impl Drain {
         if let Some(f) = commit.take_fatal() {
             return Err(f);
         }
-        end
+        // A Kafka producer failed for good ends the session (as if the shutdown grace had
+        // run out): the run loop puts a new producer in its place and resumes.
+        match end {
+            Ok(SessionEnd::Done) if self.producer_failed.is_some() => Ok(SessionEnd::Again),
+            end => end,
+        }
     }
 
     /// Takes batches from the fetcher and keeps up to `win.max` of them in flight at the

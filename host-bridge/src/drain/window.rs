@@ -68,6 +68,13 @@ impl Drain {
         rx: Option<&Receiver<Item>>,
     ) -> Result<Step, DrainError> {
         self.note_stop();
+        if self.producer_failed.is_some() {
+            // The Kafka producer failed for good: nothing more goes to it. What was
+            // acknowledged is saved; the session ends and the run loop replaces the
+            // producer (see `Drain::renew_producer`).
+            self.finish_save(s).await?;
+            return Ok(Step::GaveUp);
+        }
         if self.gave_up() && !s.win.is_idle() {
             // What was acknowledged is saved before giving up on the rest.
             self.finish_save(s).await?;
@@ -425,6 +432,12 @@ impl Drain {
         resend.extend(later.into_iter().map(|b| b.records));
         resend.append(&mut s.win.resend);
         s.win.resend = resend;
+        if let Some(reason) = self.producer_fatal(&err) {
+            // Resending to this producer fails for ever: the session ends instead (the
+            // resend queue stays, so the window is not idle and nothing new is taken).
+            self.producer_failed = Some((s.cp.offset, reason));
+            return Ok(());
+        }
         let n: usize = s.win.resend.iter().map(Vec::len).sum();
         let d = self.sink_retry(&err, s.win.backoff.next_delay())?;
         s.win.resend_at = Instant::now() + d;
@@ -539,7 +552,8 @@ pub(super) enum Step {
     Idle,
     /// Nothing in flight and nothing received for a while (see [`Drain::idle_tick`]).
     Quiet,
-    /// The shutdown grace ran out with records unacknowledged.
+    /// The shutdown grace ran out with records unacknowledged, or the Kafka producer
+    /// failed for good (`Drain::producer_failed`): the session ends.
     GaveUp,
     /// The next item from the fetcher (`None`: the fetcher ended).
     Item(Option<Item>),

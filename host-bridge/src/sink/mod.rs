@@ -46,6 +46,12 @@ pub enum SinkError {
     /// No delivery report within the delivery timeout: unknown, resent.
     #[error("kafka: delivery timed out (outcome unknown, will resend)")]
     Timeout,
+    /// The Kafka producer can send nothing more: librdkafka raised a fatal error, or the
+    /// broker fences its producer id (`PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`, as it
+    /// answered every resend after a broker stalled past the delivery timeout). Resending
+    /// through it fails for ever; the drain replaces it by a new producer and resumes.
+    #[error("kafka: producer failed for good: {0}")]
+    ProducerFailed(String),
     /// This build has no such sink.
     #[error("this build has no {0} sink (cargo feature missing)")]
     Unsupported(&'static str),
@@ -72,7 +78,7 @@ impl SinkError {
     pub fn kind(&self) -> &'static str {
         match self {
             SinkError::Io(_) => "io",
-            SinkError::Kafka(_) => "kafka",
+            SinkError::Kafka(_) | SinkError::ProducerFailed(_) => "kafka",
             SinkError::Timeout => "timeout",
             SinkError::Unsupported(_) => "unsupported",
             SinkError::Config(_) => "config",

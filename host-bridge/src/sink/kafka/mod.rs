@@ -32,6 +32,12 @@
 //!   last report of the batch arrived. With a delivery future per record (a oneshot
 //!   channel and a boxed sender: two allocations, freed on the report thread, and a
 //!   future polled per record) the drain ran 10-20% slower into a local broker.
+//! - A producer in librdkafka's fatal state (the idempotent producer fenced, or its
+//!   sequence lost for good, e.g. after the broker stalled past `message.timeout.ms`) fails
+//!   every message from then on: [`KafkaSink::fatal_error`] says so, and
+//!   [`KafkaSink::recreate`] puts a new producer with the same settings in its place, once
+//!   for every handle sharing it (the drain resumes from its checkpoint with the tail scan,
+//!   so what the old producer delivered is not sent again).
 //! - [`KafkaSink::scan_tail`] reads the last records of every partition of a topic (for
 //!   the effectively-once resume, see [`crate::drain`]): it asks each partition for its
 //!   watermarks, `assign`s a consumer (no consumer group, nothing committed) at
@@ -229,10 +235,24 @@ fn message_headers(gateway_id: &str, log_id: &str, rest: &[(&str, &str)]) -> Own
     h
 }
 
+/// The producer the handles of one sink share, and the settings to make a new one with
+/// when it has failed for good ([`KafkaSink::recreate`]).
+struct ProducerSlot {
+    /// The producer's settings, as first created.
+    config: ClientConfig,
+    /// The current producer and its generation (1 for the first, one more per recreation).
+    current: Mutex<(u64, SinkProducer)>,
+}
+
 /// The Kafka sink. Clones share one producer (the drains of a fleet).
 #[derive(Clone)]
 pub struct KafkaSink {
+    /// This handle's producer: the shared one, as of [`KafkaSink::generation`].
     producer: SinkProducer,
+    /// The generation of [`KafkaSink::producer`] in [`KafkaSink::slot`].
+    generation: u64,
+    /// The producer shared by the clones.
+    slot: Arc<ProducerSlot>,
     brokers: String,
     /// Where records go.
     topic: KafkaTopic,
@@ -339,11 +359,31 @@ fn config_err(properties: &KafkaProperties, e: KafkaError) -> SinkError {
     }
 }
 
+/// An enqueue error or a failed delivery report as a [`SinkError`]: the delivery timeout
+/// is [`SinkError::Timeout`]; an error that leaves the producer unable to send again (see
+/// [`producer_failed_for_good`]) is [`SinkError::ProducerFailed`].
 fn kafka_err(e: KafkaError) -> SinkError {
     match e.rdkafka_error_code() {
         Some(RDKafkaErrorCode::MessageTimedOut) => SinkError::Timeout,
+        Some(code) if producer_failed_for_good(code) => SinkError::ProducerFailed(e.to_string()),
         _ => SinkError::Kafka(e.to_string()),
     }
+}
+
+/// True for an error after which the producer delivers nothing more, whatever is resent:
+/// librdkafka's fatal error (`__FATAL`, or `__FENCED` it normalizes fencing to), and the
+/// broker fencing the producer's id and epoch (`PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`;
+/// librdkafka hands these to the application without raising a fatal error when the
+/// producer is idempotent and not transactional, and keeps its producer id, so every
+/// resend got the same answer).
+pub fn producer_failed_for_good(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::Fatal
+            | RDKafkaErrorCode::Fenced
+            | RDKafkaErrorCode::ProducerFenced
+            | RDKafkaErrorCode::InvalidProducerEpoch
+    )
 }
 
 impl KafkaSink {
@@ -390,8 +430,14 @@ impl KafkaSink {
         let producer: SinkProducer = cfg
             .create_with_context(BatchReports)
             .map_err(|e| config_err(properties, e))?;
+        let slot = Arc::new(ProducerSlot {
+            config: cfg,
+            current: Mutex::new((1, producer.clone())),
+        });
         Ok(KafkaSink {
             producer,
+            generation: 1,
+            slot,
             brokers: brokers.to_string(),
             topic: target,
             sent_topics: BTreeSet::new(),
@@ -533,6 +579,56 @@ impl KafkaSink {
     /// The underlying producer (for tests and the resume scan).
     pub fn producer(&self) -> &SinkProducer {
         &self.producer
+    }
+
+    /// librdkafka's fatal error of this handle's producer, if it has one, as
+    /// `REASON (CODE)` with secret values redacted: such a producer fails every message
+    /// from then on (enqueue and delivery), and only a new one
+    /// ([`KafkaSink::recreate`]) delivers again. `None` while the producer works (or fails
+    /// in a way its own retries or a resend can cure).
+    pub fn fatal_error(&self) -> Option<String> {
+        self.producer
+            .client()
+            .fatal_error()
+            .map(|(code, reason)| self.properties.redact(&format!("{reason} ({code:?})")))
+    }
+
+    /// Replaces this handle's producer, failed for good ([`KafkaSink::fatal_error`]), by a
+    /// new one with the same settings, shared with the other handles: the first handle to
+    /// call this (per failed producer) creates it, the others take it up. The old producer
+    /// is dropped on the blocking pool (librdkafka purges its queue, waits up to 0.5 s for
+    /// the purged reports, and stops its thread). Messages enqueued in the old producer are
+    /// not sent by the new one: the caller resends what it did not see acknowledged.
+    ///
+    /// Returns true if this call created the producer, false if another handle had.
+    ///
+    /// # Errors
+    /// librdkafka refuses to create the producer ([`SinkError::Kafka`]; the settings were
+    /// taken once already, so this is a resource failure, worth retrying).
+    pub async fn recreate(&mut self) -> Result<bool, SinkError> {
+        let slot = Arc::clone(&self.slot);
+        let generation = self.generation;
+        let properties = self.properties.clone();
+        let (created, generation, producer, old) = smol::unblock(move || {
+            let mut cur = slot.current.lock().unwrap_or_else(PoisonError::into_inner);
+            if cur.0 != generation {
+                return Ok((false, cur.0, cur.1.clone(), None));
+            }
+            let new: SinkProducer = slot.config.create_with_context(BatchReports).map_err(|e| {
+                match config_err(&properties, e) {
+                    SinkError::Config(m) => SinkError::Kafka(m),
+                    e => e,
+                }
+            })?;
+            let old = std::mem::replace(&mut cur.1, new.clone());
+            cur.0 += 1;
+            Ok::<_, SinkError>((true, cur.0, new, Some(old)))
+        })
+        .await?;
+        let mine = std::mem::replace(&mut self.producer, producer);
+        self.generation = generation;
+        smol::unblock(move || drop((mine, old))).await;
+        Ok(created)
     }
 
     /// Enqueues `records` and waits for every delivery report ([`KafkaSink::submit`],
