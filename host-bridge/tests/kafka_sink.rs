@@ -6,7 +6,8 @@
 //! partition tails (a crash between delivery and the redb commit, a hole in one
 //! partition, messages that do not match the gateway's records); a batch's accounting (a
 //! failed report fails the batch at its lowest failed offset even when later records are
-//! acknowledged; a batch larger than the producer's queue waits for room, in order).
+//! acknowledged; a batch larger than the producer's queue waits for room, in order); a
+//! producer fenced by the broker or in librdkafka's fatal state replaced by a new one.
 #![cfg(feature = "kafka")]
 
 mod common;
@@ -906,4 +907,110 @@ fn a_batch_larger_than_the_producer_queue_waits_for_room_in_order() {
         .map(|o| (o, format!("p{o}").into_bytes()))
         .collect();
     assert_eq!(got, want);
+}
+
+/// The broker answers a produce request with `PRODUCER_FENCED` (as a broker stalled past
+/// `message.timeout.ms` answered every resend of the bridge's idempotent producer, whose
+/// producer id librdkafka keeps): the failure says the producer is done for, a new one
+/// takes over (once for every handle sharing it), and delivers.
+#[test]
+fn a_fenced_producer_is_replaced_once_for_every_handle_and_delivers_again() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    use spillway_bridge::sink::SinkError;
+    let (mock, brokers) = mock_cluster(1, "out", 1);
+    let src = source("gw-f", 0xF);
+    smol::block_on(async {
+        let mut a = KafkaSink::new(&brokers, "out", 10_000).unwrap();
+        let mut b = a.clone();
+        a.deliver(&src, &[rec(0, "t")]).await.unwrap();
+        mock.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_PRODUCER_FENCED],
+        );
+        let e = a
+            .deliver(&src, &[rec(1, "t"), rec(2, "t")])
+            .await
+            .unwrap_err();
+        assert_eq!(e.delivered, 0);
+        assert!(
+            matches!(&e.error, SinkError::ProducerFailed(m) if m.contains("ProducerFenced")),
+            "{e}"
+        );
+        assert!(a.recreate().await.unwrap(), "the first handle creates it");
+        assert!(!b.recreate().await.unwrap(), "the second takes it up");
+        assert!(a.fatal_error().is_none());
+        a.deliver(&src, &[rec(1, "t"), rec(2, "t")]).await.unwrap();
+        b.deliver(&src, &[rec(3, "t")]).await.unwrap();
+    });
+    let offs: Vec<u64> = consume_everything(&brokers, "out", 1)
+        .iter()
+        .map(|m| m.headers["spillway-offset"].parse().unwrap())
+        .collect();
+    assert_eq!(offs, [0, 1, 2, 3], "each once, in order");
+}
+
+/// librdkafka's own fatal error (raised here with its test hook, as its idempotent producer
+/// raises it when a sequence is lost for good): `fatal_error` reports it, every delivery
+/// fails with `ProducerFailed`, and a new producer delivers.
+#[test]
+fn a_producer_in_librdkafkas_fatal_state_is_reported_and_replaced() {
+    use rdkafka::bindings::{rd_kafka_resp_err_t, rd_kafka_test_fatal_error};
+    use rdkafka::producer::Producer;
+    use spillway_bridge::sink::SinkError;
+    let (_mock, brokers) = mock_cluster(1, "out", 1);
+    let src = source("gw-x", 0xE);
+    smol::block_on(async {
+        let mut k = KafkaSink::new(&brokers, "out", 10_000).unwrap();
+        k.deliver(&src, &[rec(0, "t")]).await.unwrap();
+        assert!(k.fatal_error().is_none());
+        // SAFETY: the producer's handle is alive (owned by `k`) and the reason is a
+        // NUL-terminated string that outlives the call.
+        let raised = unsafe {
+            rd_kafka_test_fatal_error(
+                k.producer().client().native_ptr(),
+                rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                c"sequence lost in a test".as_ptr(),
+            )
+        };
+        assert_eq!(raised, rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR);
+        let why = k.fatal_error().expect("fatal error reported");
+        assert!(why.contains("sequence lost in a test"), "{why}");
+        let e = k.deliver(&src, &[rec(1, "t")]).await.unwrap_err();
+        assert!(matches!(e.error, SinkError::ProducerFailed(_)), "{e}");
+        assert!(k.recreate().await.unwrap());
+        assert!(k.fatal_error().is_none());
+        k.deliver(&src, &[rec(1, "t")]).await.unwrap();
+    });
+    let offs = offsets(&consume_everything(&brokers, "out", 1));
+    assert_eq!(offs, [0, 1]);
+}
+
+/// A drain whose produce request is answered `PRODUCER_FENCED` replaces the producer
+/// (counted), resumes through the tail scan and delivers every record once, in order; with
+/// `--once` it ends with exit 0 well inside its retry budget (before, every resend failed
+/// the same way until the budget ran out).
+#[test]
+fn a_drain_replaces_a_fenced_producer_and_delivers_everything_once() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let (mock, brokers) = mock_cluster(1, "out", 1);
+    let gw = SimGateway::start("gw-fenced", 0x90);
+    publish_n(&gw, &["t"], 0, 300);
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = kafka_cfg(&gw, &brokers, "out", dir.path());
+    c.retry_for = Some(Duration::from_secs(20));
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_PRODUCER_FENCED],
+    );
+    let t = Instant::now();
+    let (s, m) = run(c);
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    assert_eq!(s.offset, 300);
+    assert_eq!(m.producers_recreated.get(), 1);
+    // The whole partition, read to its end: in partition order, each record once.
+    let offs: Vec<u64> = consume_everything(&brokers, "out", 1)
+        .iter()
+        .map(|m| m.headers["spillway-offset"].parse().unwrap())
+        .collect();
+    assert_eq!(offs, (0..300).collect::<Vec<u64>>(), "each once, in order");
 }
