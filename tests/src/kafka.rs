@@ -1,9 +1,12 @@
 //! A Kafka broker for end-to-end tests and benchmarks: the real broker named by
 //! `SPILLWAY_KAFKA_BROKER=host:port` (`scripts/kafka-broker.sh start` runs tansu on
-//! 127.0.0.1:19092), or librdkafka's in-process mock cluster; plus topic creation and a
+//! 127.0.0.1:19092), librdkafka's in-process mock cluster, or a broker process of the test's
+//! own ([`BrokerProcess`], for a test that pauses or stops it); plus topic creation and a
 //! consumer that reads whole partitions.
 
 use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -82,6 +85,76 @@ impl Broker {
                 .expect("mock create topic"),
             Broker::Real(b) => create_topic(b, name, partitions),
         }
+    }
+}
+
+/// The broker binary `scripts/kafka-broker.sh` installed (`scripts/kafka-broker.sh bin`).
+///
+/// # Panics
+/// When it is not installed (`scripts/kafka-broker.sh install`).
+pub fn broker_bin() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf();
+    let out = Command::new(root.join("scripts/kafka-broker.sh"))
+        .arg("bin")
+        .current_dir(&root)
+        .output()
+        .expect("scripts/kafka-broker.sh bin");
+    assert!(
+        out.status.success(),
+        "no broker binary: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// A broker process of the test's own (the binary of [`broker_bin`], in memory) on a free
+/// port of 127.0.0.1, never the shared one: a test may pause it (`SIGSTOP`) or kill it.
+/// Killed on drop.
+pub struct BrokerProcess {
+    /// The process.
+    pub process: crate::process::ChildProcess,
+    /// Its port.
+    pub port: u16,
+}
+
+impl BrokerProcess {
+    /// Starts the broker and waits (up to 20 s) until its port accepts connections.
+    ///
+    /// # Panics
+    /// When it cannot be started or does not listen in time.
+    pub fn start() -> BrokerProcess {
+        let port = crate::gateway::free_port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let child = Command::new(broker_bin())
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+                "--storage-engine",
+                "memory://tansu/",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the broker");
+        let process = crate::process::ChildProcess::new(child);
+        crate::wait::wait_until(
+            Duration::from_secs(20),
+            || std::net::TcpStream::connect(("127.0.0.1", port)).ok(),
+            || format!("the broker does not listen on {port}"),
+        );
+        BrokerProcess { process, port }
+    }
+
+    /// Its bootstrap servers, `127.0.0.1:PORT`.
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
     }
 }
 

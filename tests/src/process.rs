@@ -127,6 +127,14 @@ impl ChildProcess {
         stop(self.0.take()?, timeout)
     }
 
+    /// Sends signal `sig` (e.g. `libc::SIGSTOP` to pause it, `libc::SIGCONT` to resume
+    /// it); does nothing once it was killed or stopped.
+    pub fn signal(&self, sig: libc::c_int) {
+        if let Some(c) = self.0.as_ref() {
+            signal(c, sig);
+        }
+    }
+
     /// Whether it is still in charge of a process (not killed or stopped yet).
     pub fn is_running(&self) -> bool {
         self.0.is_some()

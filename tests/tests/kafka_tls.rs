@@ -9,40 +9,18 @@
 //! saying so, when `SPILLWAY_KAFKA_BROKER` is unset, like the other real-broker tests) and
 //! `stunnel4` (`scripts/install-deps.sh`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use spillway_tests::bridge::{committed_offset, drain_args, gateway_next_offset, publish_args};
 use spillway_tests::gateway::free_port;
-use spillway_tests::kafka::{BROKER_ENV, consume_all_with};
+use spillway_tests::kafka::{BROKER_ENV, broker_bin, consume_all_with};
 use spillway_tests::pki::Pki;
 use spillway_tests::process::ChildProcess;
 use spillway_tests::{GatewayProcess, run_bridge};
 
 const GATEWAY_ID: &str = "tls-kafka-gw";
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
-/// The broker binary `scripts/kafka-broker.sh` installed.
-fn broker_bin() -> PathBuf {
-    let out = Command::new(workspace_root().join("scripts/kafka-broker.sh"))
-        .arg("bin")
-        .current_dir(workspace_root())
-        .output()
-        .expect("scripts/kafka-broker.sh bin");
-    assert!(
-        out.status.success(),
-        "no broker binary: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
 
 fn wait_for_port(port: u16, what: &str) {
     let t = Instant::now();
