@@ -639,8 +639,8 @@ impl Drain {
             );
             return Ok(false);
         }
+        // The failure and its retry were counted where it was met (`Drain::fail`).
         let e = SinkError::ProducerFailed(reason.clone());
-        self.metrics.retries.inc();
         let delay = self.producer_backoff.next_delay();
         let d = self.sink_retry(&e, delay)?;
         log::warn!("{}", producer_failed_line(Some(at), &reason, d));
