@@ -467,8 +467,9 @@ pub struct Drain {
     /// When the sink began failing with no checkpoint saved since (the `--once` sink retry
     /// budget counts from it, see [`Drain::sink_retry`]); `None` while it works.
     sink_failing_since: Option<Instant>,
-    /// The Kafka producer failed for good (librdkafka's fatal error) with the checkpoint at
-    /// this offset, for this reason: the session ends, and the run loop puts a new producer
+    /// The Kafka producer failed for good (librdkafka's fatal error, or the broker fencing
+    /// its producer id: [`SinkError::ProducerFailed`]) with the checkpoint at this offset,
+    /// for this reason: the session ends, and the run loop puts a new producer
     /// in its place before it resumes ([`Drain::renew_producer`]).
     producer_failed: Option<(u64, String)>,
     /// Delay before the next new producer; reset by a checkpoint saved.
@@ -860,11 +861,16 @@ impl Drain {
 }
 
 /// The WARN line of a Kafka producer failed for good: at checkpoint offset `at` (if
-/// records were waiting), for `reason`, replaced after `delay`.
+/// records were waiting), for `reason`, replaced after `delay` (at once if zero).
 fn producer_failed_line(at: Option<u64>, reason: &str, delay: Duration) -> String {
     let from = at.map_or(String::new(), |o| format!(" at offset {o}"));
+    let when = if delay.is_zero() {
+        String::new()
+    } else {
+        format!(" in {delay:.1?}")
+    };
     format!(
-        "kafka producer failed for good{from}: {reason}; librdkafka sends nothing more with it: creating a new producer in {delay:.1?} and resuming from the checkpoint (what the partition tails already hold is not sent again)"
+        "kafka producer failed for good{from}: {reason}; librdkafka sends nothing more with it: creating a new producer{when} and resuming from the checkpoint (what the partition tails already hold is not sent again)"
     )
 }
 

@@ -820,3 +820,38 @@ impl KafkaSink {
         let _ = smol::unblock(move || p.flush(timeout)).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The errors after which the producer can send nothing more are told apart from those
+    /// a resend through it can cure.
+    #[test]
+    fn fencing_and_fatal_errors_fail_the_producer_for_good() {
+        let err = |code| kafka_err(KafkaError::MessageProduction(code));
+        for code in [
+            RDKafkaErrorCode::ProducerFenced,
+            RDKafkaErrorCode::InvalidProducerEpoch,
+            RDKafkaErrorCode::Fenced,
+            RDKafkaErrorCode::Fatal,
+        ] {
+            assert!(
+                matches!(err(code), SinkError::ProducerFailed(_)),
+                "{code:?}"
+            );
+        }
+        assert!(matches!(
+            err(RDKafkaErrorCode::MessageTimedOut),
+            SinkError::Timeout
+        ));
+        for code in [
+            RDKafkaErrorCode::QueueFull,
+            RDKafkaErrorCode::NotEnoughReplicas,
+            RDKafkaErrorCode::UnknownProducerId,
+            RDKafkaErrorCode::OutOfOrderSequenceNumber,
+        ] {
+            assert!(matches!(err(code), SinkError::Kafka(_)), "{code:?}");
+        }
+    }
+}
