@@ -289,7 +289,7 @@ impl Drain {
             .await
             .map_err(|e| Resumed::Fatal(e.into()))?;
         log::info!(
-            "{scanned} already holds offsets {c}..{at} of log {} (delivered before a restart, not checkpointed): checked against the gateway, resuming at {at}",
+            "{scanned} already holds offsets {c}..{at} of log {} (delivered and not checkpointed, before a restart or by a producer since replaced): checked against the gateway, resuming at {at}",
             cp.log_id
         );
         self.metrics.sink_resumed.inc_by(at - c);
