@@ -57,7 +57,9 @@
 //! until [`WRITE_BEHIND_BYTES`] of them make one trip to the blocking pool, or the next
 //! sync or gap line takes them); [`FileSink::sync`] writes what is held back and fsyncs
 //! (`fdatasync`) every file written since the last sync, and only then does the sink count
-//! those bytes as synced ([`FileSink::synced_files`]). The drain syncs once per group
+//! those bytes as synced ([`FileSink::synced_files`]). Meanwhile the writer starts the
+//! write-back of every MiB appended to a file (`sync_file_range`, without waiting for
+//! it), so that the fsync has little left to write. The drain syncs once per group
 //! checkpoint, several batches at a time; [`FileSink::deliver`] does both. A rotation fsyncs the file before the next file is
 //! created; closing a file renames it in one step that fails rather than replace an
 //! existing file (`renameat2` with `RENAME_NOREPLACE`, so a crash leaves one of the two
