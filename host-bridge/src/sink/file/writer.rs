@@ -28,7 +28,7 @@ const SPARE_BUFFERS: usize = 8;
 /// waits for it, stalls for less time: a 300,000-record drain (90 MB of lines) took a
 /// median of 0.15 s instead of 0.20 s; 4 MiB did as well, 16 MiB less well. Only the
 /// `fdatasync` decides what is durable.
-pub const WRITE_BACK_BYTES: u64 = 1 << 20;
+pub(super) const WRITE_BACK_BYTES: u64 = 1 << 20;
 
 /// Starts writing bytes `from..from + n` of `file` back to the disk without waiting
 /// ([`WRITE_BACK_BYTES`]).
@@ -37,7 +37,7 @@ pub const WRITE_BACK_BYTES: u64 = 1 << 20;
 /// The I/O error `sync_file_range` reports (`EIO`, `ENOSPC`: the writer is then dropped,
 /// as after a failed write). A file or file system that does not support it (`ENOSYS`,
 /// `EINVAL`, `ESPIPE`) is not an error: the `fdatasync` does all the work then.
-fn start_write_back(file: &File, from: u64, n: u64) -> std::io::Result<()> {
+pub(super) fn start_write_back(file: &File, from: u64, n: u64) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let (Ok(from), Ok(n)) = (libc::off64_t::try_from(from), libc::off64_t::try_from(n)) else {
         return Ok(());

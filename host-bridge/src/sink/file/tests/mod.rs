@@ -648,3 +648,49 @@ fn small_batches_are_held_back_until_the_sync() {
         assert_eq!(written.last(), big.last().map(|r| r.offset).as_ref());
     });
 }
+
+/// Batches past several [`writer::WRITE_BACK_BYTES`] (the write-back started as they are
+/// written, also after a reopen that continues a file) end up in the file whole and in
+/// order, and the sync counts the whole file as synced.
+#[test]
+fn write_back_while_writing_leaves_every_line_in_place() {
+    let (_dir, out) = out_dir();
+    let payload = vec![b'p'; 1000];
+    let batch = |from: u64| -> Vec<OwnedRecord> {
+        (from..from + 500).map(|i| rec(i, "t", &payload)).collect()
+    };
+    smol::block_on(async {
+        let mut s = open(&out, rot(DEFAULT_ROTATE_BYTES)).await;
+        // 6 batches of about 0.5 MiB: the write-back starts about twice per MiB.
+        for b in 0..6 {
+            s.write(&src(), &batch(b * 500)).await.unwrap();
+        }
+        s.sync().await.unwrap();
+        let file = open_file(&out, "t", 0);
+        let len = std::fs::metadata(&file).unwrap().len();
+        assert!(len > 2 * writer::WRITE_BACK_BYTES, "{len}");
+        let synced = s.synced_files().unwrap();
+        assert_eq!(synced.files["t"].len, len);
+    });
+    // A reopen continues the file from its length: the write-back counts from there.
+    smol::block_on(async {
+        let mut s = open(&out, rot(DEFAULT_ROTATE_BYTES)).await;
+        for b in 6..9 {
+            s.write(&src(), &batch(b * 500)).await.unwrap();
+        }
+        s.sync().await.unwrap();
+        let len = std::fs::metadata(open_file(&out, "t", 0)).unwrap().len();
+        assert_eq!(s.synced_files().unwrap().files["t"].len, len);
+    });
+    assert_eq!(all_offsets(&out), (0..4500).collect::<Vec<_>>());
+}
+
+/// Starting the write-back of a file that cannot have one (a pipe: `ESPIPE`) is not an
+/// error: the fsync does all the work then.
+#[test]
+fn write_back_where_unsupported_is_not_an_error() {
+    let (r, w) = std::io::pipe().unwrap();
+    let w = std::fs::File::from(std::os::fd::OwnedFd::from(w));
+    assert!(writer::start_write_back(&w, 0, 1 << 20).is_ok());
+    drop(r);
+}
