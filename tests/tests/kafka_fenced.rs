@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use spillway_tests::bridge::{bridge_bin, drain_args, metric_sum, publish_args, spawn_bridge};
-use spillway_tests::gateway::free_port;
+use spillway_tests::gateway::{free_port, small_gateway};
 use spillway_tests::kafka::{BROKER_ENV, BrokerProcess, consume_all};
 use spillway_tests::wait::wait_until;
 use spillway_tests::{GatewayProcess, run_bridge};
@@ -21,21 +21,7 @@ use spillway_tests::{GatewayProcess, run_bridge};
 const GATEWAY_ID: &str = "fenced-gw";
 
 fn start_gateway(dir: &Path) -> (GatewayProcess, String) {
-    let uri = format!("tcp://127.0.0.1:{}", free_port());
-    let args: Vec<String> = [
-        "--image",
-        &dir.join("gw.img").display().to_string(),
-        "--size",
-        "4M",
-        "--listen",
-        &uri,
-        "--gateway-id",
-        GATEWAY_ID,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    (GatewayProcess::start(&args, 1), uri)
+    small_gateway(dir, &["--size", "4M", "--gateway-id", GATEWAY_ID])
 }
 
 /// Publishes `reading FROM` .. `reading TO-1`, durably.

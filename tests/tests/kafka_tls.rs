@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use spillway_tests::bridge::{committed_offset, drain_args, gateway_next_offset, publish_args};
-use spillway_tests::gateway::free_port;
+use spillway_tests::gateway::{free_port, small_gateway};
 use spillway_tests::kafka::{BROKER_ENV, broker_bin, consume_all_with};
 use spillway_tests::pki::Pki;
 use spillway_tests::process::ChildProcess;
@@ -110,24 +110,7 @@ impl TlsBroker {
 }
 
 fn start_gateway(dir: &Path) -> (GatewayProcess, String) {
-    let port = free_port();
-    let args: Vec<String> = [
-        "--image",
-        &dir.join("gw.img").display().to_string(),
-        "--size",
-        "4M",
-        "--listen",
-        &format!("tcp://127.0.0.1:{port}"),
-        "--gateway-id",
-        GATEWAY_ID,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    (
-        GatewayProcess::start(&args, 1),
-        format!("tcp://127.0.0.1:{port}"),
-    )
+    small_gateway(dir, &["--size", "4M", "--gateway-id", GATEWAY_ID])
 }
 
 fn publish(gw: &str, dir: &Path, n: usize) {
