@@ -552,6 +552,17 @@ impl FrameDecoder<GrowingFrameBuffer> {
     /// or it was taken already. A receiver that hands a frame's bytes on (e.g. as
     /// `bytes::Bytes` slices) saves copying them out of the decoder.
     pub fn take_message(&mut self) -> Option<std::vec::Vec<u8>> {
+        self.take_message_replacing(std::vec::Vec::new)
+    }
+
+    /// [`take_message`](Self::take_message), with the buffer that replaces a taken one
+    /// from `spare` when its capacity is large enough (a buffer given back by an earlier
+    /// message's receiver, so a long stream of large frames does not take fresh memory for
+    /// each): its bytes up to its length are kept, not zeroed again.
+    pub fn take_message_replacing(
+        &mut self,
+        spare: impl FnOnce() -> std::vec::Vec<u8>,
+    ) -> Option<std::vec::Vec<u8>> {
         if !self.handed_out {
             return None;
         }
@@ -563,7 +574,11 @@ impl FrameDecoder<GrowingFrameBuffer> {
         if n.saturating_mul(2) < cap {
             return bytes.get(..n).map(<[u8]>::to_vec);
         }
-        let mut taken = core::mem::replace(bytes, std::vec::Vec::with_capacity(cap));
+        let next = match spare() {
+            s if s.capacity() >= cap => s,
+            _ => std::vec::Vec::with_capacity(cap),
+        };
+        let mut taken = core::mem::replace(bytes, next);
         taken.truncate(n);
         Some(taken)
     }

@@ -176,6 +176,7 @@ impl Client {
             },
             max_frame: MAX_FRAME_BEFORE_WELCOME,
             reply_timeout,
+            pool: Default::default(),
         };
         // A leading 0x00 ends any noise the gateway holds (PROTOCOL.md §1).
         c.io.write_all(&[0]).await?;

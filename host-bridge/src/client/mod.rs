@@ -36,6 +36,7 @@
 mod ahead;
 mod connect;
 mod io;
+mod pool;
 mod reply;
 mod shared;
 mod types;
@@ -89,6 +90,8 @@ pub struct Client {
     welcome: Welcome,
     max_frame: usize,
     reply_timeout: Duration,
+    /// The reply buffers given back by the records cut from them, for the next frames.
+    pool: std::sync::Arc<pool::BufferPool>,
 }
 
 impl fmt::Debug for Client {
@@ -225,7 +228,12 @@ impl Client {
                 }
                 // The decoded message moves out of the splitter's buffer, and a reply's
                 // payloads are handed on as slices of it, not copied.
-                let Some(message) = self.frames.take_message().map(bytes::Bytes::from) else {
+                let pool = &self.pool;
+                let Some(message) = self
+                    .frames
+                    .take_message_replacing(|| pool.take())
+                    .map(|m| pool.wrap(m))
+                else {
                     continue;
                 };
                 let (resp, rest): (Response<'_>, _) = match wire::take_message(&message) {
@@ -246,6 +254,12 @@ impl Client {
                     sent = self.send_ahead(a, from).await?;
                 }
                 let mut owned = own(resp, &message)?;
+                if let Reply::Fetch(FetchReply::Records { records, .. }) = &owned
+                    && records.is_empty()
+                {
+                    // Caught up with the log: what the pool keeps goes back.
+                    self.pool.clear();
+                }
                 // Version 3 appends the producer window to the Welcome.
                 if let Reply::Welcome(w) = &mut owned
                     && w.protocol_version >= 3

@@ -125,3 +125,35 @@ fn growing_buffer_takes_memory_only_for_the_frames_received() {
     assert_eq!(seqs, [Some(1)]);
     assert!(dec.buffer().allocated() < 1024);
 }
+
+#[test]
+fn a_taken_message_is_replaced_by_a_spare_buffer_large_enough() {
+    // Two large frames in a row: the first message takes the decoder's buffer whole and
+    // the spare handed in becomes the buffer the second frame is received into.
+    let (a, b) = (big_publish_frame(1, 3000), big_publish_frame(2, 3000));
+    let mut dec = FrameDecoder::new(GrowingFrameBuffer::new(8192));
+    let FeedResult::Frame { remaining, .. } = dec.feed(&a) else {
+        panic!("frame a")
+    };
+    assert!(remaining.is_empty());
+    let cap = dec.buffer().allocated();
+    let mut spare = Vec::with_capacity(cap);
+    spare.extend_from_slice(&[7u8; 100]);
+    let spare_at = spare.as_ptr();
+    let taken = dec.take_message_replacing(|| spare).expect("message a");
+    let req: Request = postcard::from_bytes(&taken).unwrap();
+    assert_eq!(req.seq(), Some(1));
+    assert_eq!(dec.buffer().allocated(), cap);
+    assert!(matches!(dec.feed(&b), FeedResult::Frame { .. }));
+    let taken = dec
+        .take_message_replacing(|| Vec::with_capacity(16))
+        .expect("message b");
+    assert_eq!(taken.as_ptr(), spare_at, "b was received into the spare");
+    assert_eq!(
+        postcard::from_bytes::<Request>(&taken).unwrap().seq(),
+        Some(2)
+    );
+    // The spare of 16 bytes was too small: a buffer of the full capacity replaced it.
+    assert_eq!(dec.buffer().allocated(), cap);
+    assert_eq!(dec.take_message_replacing(Vec::new), None, "taken already");
+}
