@@ -48,6 +48,7 @@ pub use ahead::FetchAhead;
 pub use connect::{FirstContact, NOT_SPILLWAY_TRIES, WELCOME_TIMEOUT};
 use io::Io;
 use reply::own;
+pub use pool::recycle_records;
 pub use reply::{Reply, decode_reply};
 pub use shared::Topic;
 pub use types::{
