@@ -7,7 +7,7 @@
 //! | `spillway_bridge_forwarded_records_total` | counter | records acknowledged by the sink |
 //! | `spillway_bridge_forwarded_bytes_total` | counter | payload bytes acknowledged by the sink |
 //! | `spillway_bridge_committed_offset` | gauge | checkpoint offset (first offset not yet forwarded) |
-//! | `spillway_bridge_gateway_next_offset` | gauge | the gateway's next offset, as last seen |
+//! | `spillway_bridge_gateway_next_offset` | gauge | the gateway's next offset, as last seen: read every 2 s, also while the sink is down and the fetcher waits for room, and raised by each batch fetched |
 //! | `spillway_bridge_lag_offsets` | gauge | next offset − committed offset, in offsets (a gateway crash skips offsets that hold no record) |
 //! | `spillway_bridge_backlog_eta_seconds` | gauge | seconds to forward the lag at this run's rate, never faster than `--max-bytes-per-sec` allows at its mean payload size (−1: unknown yet) |
 //! | `spillway_bridge_retries_total` | counter | retries after a gateway or sink failure |
@@ -82,6 +82,14 @@ impl Metrics {
     pub fn set_next(&self, offset: u64) {
         self.next_offset.set(as_i64(offset));
         self.update_lag();
+    }
+
+    /// Raises the gateway's next offset to `offset` when it is below (a fetch read up to
+    /// there) and recomputes the lag.
+    pub fn raise_next(&self, offset: u64) {
+        if as_i64(offset) > self.next_offset.get() {
+            self.set_next(offset);
+        }
     }
 
     fn update_lag(&self) {

@@ -825,6 +825,12 @@ fn backlog_drains_after_a_sink_outage_without_new_publishes() {
         "500",
         "--kafka-resume-window",
         "0",
+        // Small batches and one prefetched: the window and the fetcher's queue are full
+        // long before the backlog's end, so the fetcher waits to hand a batch over.
+        "--max-batch-bytes",
+        "1K",
+        "--prefetch",
+        "1",
     ]);
     let metrics = free_port();
     let metrics_addr = format!("127.0.0.1:{metrics}");
@@ -843,6 +849,27 @@ fn backlog_drains_after_a_sink_outage_without_new_publishes() {
         0,
         "nothing acknowledged while the sink is down"
     );
+    // Records published during the outage show in the lag: the gauges follow the log
+    // while the fetcher waits for room, the time a lag alert exists for.
+    let more = 100;
+    publish(&gw, "t", &write_input(dir.path(), more, "o2"));
+    let total = (n + more) as f64;
+    wait_until(
+        Duration::from_secs(20),
+        || {
+            let next = metric_sum(metrics, "spillway_bridge_gateway_next_offset")?;
+            let lag = metric_sum(metrics, "spillway_bridge_lag_offsets")?;
+            (next == total && lag == total).then_some(())
+        },
+        || {
+            format!(
+                "the next-offset and lag gauges did not reach {total} during the outage: {:?}, {:?}",
+                metric_sum(metrics, "spillway_bridge_gateway_next_offset"),
+                metric_sum(metrics, "spillway_bridge_lag_offsets")
+            )
+        },
+    );
+    let n = n + more;
     mock.broker_up(1).unwrap();
     let t = Instant::now();
     while gateway_committed(&gw) < n as u64 {

@@ -84,6 +84,57 @@ pub(super) const CLIENT_NAME: &str = concat!("spillway-bridge/", env!("CARGO_PKG
 const STATS_EVERY: Duration = Duration::from_secs(2);
 pub(super) const FINAL_COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Hands `item` to the main loop, waiting while its queue is full (the sink is behind or
+/// down). Meanwhile, with no fetch outstanding on `conn` (`idle`), the gateway's counters
+/// are read every [`STATS_EVERY`], so that the next-offset and lag gauges follow the log
+/// through a sink outage, the time they matter most; after a failed read, no more until
+/// the next fetch (which reconnects). False when the stop signal came first.
+async fn hand_over(
+    ctx: &FetcherCtx,
+    conn: &mut Client,
+    item: Item,
+    mut idle: bool,
+    last_stats: &mut Instant,
+) -> bool {
+    enum Event {
+        Sent(bool),
+        Stop,
+        Stats,
+    }
+    // One send for the whole wait: dropping it would drop the item.
+    let mut send = std::pin::pin!(ctx.tx.send(item));
+    loop {
+        let due = STATS_EVERY.saturating_sub(last_stats.elapsed());
+        let stats = async {
+            if idle {
+                smol::Timer::after(due).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+            Event::Stats
+        };
+        let stop = async {
+            ctx.stop.wait().await;
+            Event::Stop
+        };
+        let sent = async { Event::Sent(send.as_mut().await.is_ok()) };
+        match smol::future::or(sent, smol::future::or(stop, stats)).await {
+            Event::Sent(ok) => return ok,
+            Event::Stop => return false,
+            Event::Stats => {
+                *last_stats = Instant::now();
+                match conn.stats().await {
+                    Ok(s) => ctx.metrics.set_next(s.next_offset),
+                    Err(e) => {
+                        log::debug!("reading the gateway's counters while the sink is behind: {e}");
+                        idle = e.connection_ok();
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Why [`connect_retry`] returned without a connection.
 pub(super) enum NoConnection {
     /// The shutdown signal.
@@ -313,11 +364,10 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
                     from: cursor,
                     reply,
                 };
-                let handed = smol::future::or(async { ctx.tx.send(item).await.is_ok() }, async {
-                    ctx.stop.wait().await;
-                    false
-                })
-                .await;
+                // The log reaches at least past this batch (the counters say where exactly).
+                ctx.metrics.raise_next(next);
+                let handed =
+                    hand_over(&ctx, &mut conn, item, ahead.is_none(), &mut last_stats).await;
                 if !handed {
                     // Stopping: a fetch sent ahead is not waited for; its reply is skipped
                     // by the wait for the final commit's.
