@@ -7,10 +7,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Headers, Message};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 
 use super::{config_err, headers};
 use crate::client::log_id_hex;
@@ -124,6 +126,33 @@ fn murmur2(data: &[u8]) -> u32 {
     h
 }
 
+/// The scan consumer's context. Two things librdkafka reports about it are the normal
+/// course of a scan, logged at DEBUG instead of as ERROR and WARN lines: the end of a
+/// partition (`PartitionEOF`, which the scan asks for, to know where a partition ends),
+/// and producer properties it ignores (`CONFWARN`: the consumer is given the `-X`
+/// properties the producer has, for the security settings both need).
+struct ScanContext;
+
+impl ClientContext for ScanContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if fac == "CONFWARN" && log_message.contains("is a producer property") {
+            log::debug!(target: "librdkafka", "librdkafka: {fac} {log_message}");
+        } else {
+            DefaultClientContext.log(level, fac, log_message);
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
+            log::debug!("librdkafka: {error}: {reason}");
+        } else {
+            DefaultClientContext.error(error, reason);
+        }
+    }
+}
+
+impl ConsumerContext for ScanContext {}
+
 /// Where a scan reads: the whole tail scan of one partition is passes from `start` to
 /// `end` (`None`: to the end of the partition), each further back than the one before.
 struct Pass {
@@ -135,7 +164,7 @@ struct Pass {
 /// Reads one pass and hands every message to `each`; returns how many messages `each`
 /// said were of the log.
 fn read_pass(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<ScanContext>,
     topic: &str,
     pass: &Pass,
     deadline: Instant,
@@ -195,7 +224,7 @@ pub(super) fn scan_tail_blocking(
     for (k, v) in properties.iter() {
         cfg.set(k, v);
     }
-    let consumer: BaseConsumer = cfg
+    let consumer: BaseConsumer<ScanContext> = cfg
         // `assign` only: the group id is never joined and nothing is committed.
         .set("group.id", "spillway-bridge-tail-scan")
         .set("enable.auto.commit", "false")
@@ -203,7 +232,7 @@ pub(super) fn scan_tail_blocking(
         .set("enable.partition.eof", "true")
         // At the end of a partition, do not let the broker hold the fetch.
         .set("fetch.wait.max.ms", "10")
-        .create()
+        .create_with_context(ScanContext)
         .map_err(|e| config_err(properties, e))?;
     let mut scan = TailScan::default();
     let md = consumer
