@@ -13,8 +13,9 @@
 #   scripts/kafka-broker.sh bin            print the path of the tansu binary
 #
 # Environment: SPILLWAY_TOOLS_DIR (default target/tools), SPILLWAY_KAFKA_PORT (19092).
-# tansu does not auto-create topics: tests create theirs (the `topic` command here, or
-# `tansu topic create` directly).
+# tansu creates a topic a producer names that does not exist yet; tests
+# that need more partitions, or a topic before anything is produced, create theirs (the
+# `topic` command here, or `tansu topic create` directly).
 set -euo pipefail
 case "${1:-}" in -h | --help) sed -n '2,/^set -euo pipefail/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
