@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use super::MAX_LINE;
 use super::names::{is_date_dir, parse_name};
+use super::writer::failed;
 use crate::checkpoint::SyncedFile;
 use crate::client::log_id_hex;
 
@@ -37,8 +38,9 @@ pub(super) fn cut_torn_tail(path: &Path) -> std::io::Result<u64> {
                     path.display(),
                     len - keep
                 );
-                f.set_len(keep)?;
-                f.sync_all()?;
+                f.set_len(keep)
+                    .and_then(|()| f.sync_all())
+                    .map_err(|e| failed("cutting", path, e))?;
             }
             return Ok(keep);
         }
@@ -47,8 +49,9 @@ pub(super) fn cut_torn_tail(path: &Path) -> std::io::Result<u64> {
                 "{}: no complete line, cutting {len} bytes left by a crash",
                 path.display()
             );
-            f.set_len(0)?;
-            f.sync_all()?;
+            f.set_len(0)
+                .and_then(|()| f.sync_all())
+                .map_err(|e| failed("cutting", path, e))?;
             return Ok(0);
         }
         end = start;
@@ -307,7 +310,7 @@ pub(super) fn cut_back(
         }
         for (path, keep, len) in cuts {
             if keep == 0 {
-                std::fs::remove_file(&path)?;
+                std::fs::remove_file(&path).map_err(|e| failed("removing", &path, e))?;
                 if let Some(parent) = path.parent() {
                     sync_dir(parent)?;
                 }
@@ -317,9 +320,11 @@ pub(super) fn cut_back(
                     path.display()
                 );
             } else {
-                let f = OpenOptions::new().write(true).open(&path)?;
-                f.set_len(keep)?;
-                f.sync_all()?;
+                OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .and_then(|f| f.set_len(keep).and_then(|()| f.sync_all()))
+                    .map_err(|e| failed("cutting back", &path, e))?;
                 log::warn!(
                     "{}: cut back from {len} to {keep} bytes, the length synced at the last \
                      checkpoint ({} bytes written after it or not synced; their records are \
@@ -335,6 +340,9 @@ pub(super) fn cut_back(
     Ok(done)
 }
 
+/// Fsyncs the directory `dir` (the names in it). Errors name the directory.
 pub(super) fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| failed("syncing the directory", dir, e))
 }

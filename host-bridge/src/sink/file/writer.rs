@@ -55,6 +55,13 @@ pub(super) fn start_write_back(file: &File, from: u64, n: u64) -> std::io::Resul
     }
 }
 
+/// `e` with what the writer was doing, and on which file or directory, in its message:
+/// `writing DIR/…/….jsonl.open: No space left on device (os error 28)`. Its kind is kept,
+/// for the callers that match on it (its raw OS error is not).
+pub(super) fn failed(what: &str, path: &Path, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+}
+
 /// One topic's lines of a batch ([`Inner::lines`]).
 pub(super) struct Lines {
     /// The topic's directory name.
@@ -100,11 +107,29 @@ pub(super) struct OpenFile {
 impl OpenFile {
     fn handle(&mut self) -> std::io::Result<&mut File> {
         if self.file.is_none() {
-            self.file = Some(OpenOptions::new().append(true).open(&self.path)?);
+            let f = OpenOptions::new()
+                .append(true)
+                .open(&self.path)
+                .map_err(|e| failed("opening", &self.path, e))?;
+            self.file = Some(f);
         }
         self.file
             .as_mut()
             .ok_or_else(|| std::io::Error::other("file handle vanished"))
+    }
+
+    /// Appends `bytes` (not counted in `len`: the caller does that). Errors name the file.
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.handle()?
+            .write_all(bytes)
+            .map_err(|e| failed("writing", &self.path, e))
+    }
+
+    /// Fsyncs (`fdatasync`) the file. Errors name the file.
+    fn sync_data(&mut self) -> std::io::Result<()> {
+        self.handle()?
+            .sync_data()
+            .map_err(|e| failed("syncing", &self.path, e))
     }
 
     fn expired(&self, rot: &Rotation, now: SystemTime) -> bool {
@@ -215,7 +240,7 @@ fn close_name(path: &Path, first: u64) -> std::io::Result<PathBuf> {
         // (a crash in between leaves both names; `settle` removes the open one).
         Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
             std::fs::hard_link(path, &closed).map_err(context)?;
-            std::fs::remove_file(path)?;
+            std::fs::remove_file(path).map_err(|e| failed("removing", path, e))?;
         }
         Err(e) => return Err(context(e)),
     }
@@ -361,7 +386,7 @@ impl Inner {
             .create_new(true)
             .append(true)
             .open(&path)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+            .map_err(|e| failed("creating", &path, e))?;
         sync_dir(&dir)?;
         self.open.insert(
             stem.to_string(),
@@ -456,7 +481,7 @@ impl Inner {
             return Ok(());
         };
         if self.unsynced.remove(stem) {
-            of.handle()?.sync_data()?;
+            of.sync_data()?;
         }
         drop(of.file.take());
         close_name(&of.path, of.first)?;
@@ -512,11 +537,12 @@ impl Inner {
             .open
             .get_mut(stem)
             .ok_or_else(|| std::io::Error::other("open file vanished"))?;
-        of.handle()?.write_all(bytes)?;
+        of.write_all(bytes)?;
         of.len += bytes.len() as u64;
         if of.len - of.written_back >= WRITE_BACK_BYTES {
             let (from, n) = (of.written_back, of.len - of.written_back);
-            start_write_back(of.handle()?, from, n)?;
+            start_write_back(of.handle()?, from, n)
+                .map_err(|e| failed("starting the write-back of", &of.path, e))?;
             of.written_back = of.len;
         }
         Ok(())
@@ -526,7 +552,7 @@ impl Inner {
     /// length in [`Inner::state`] as durable.
     fn sync_open(&mut self, stem: String) -> std::io::Result<()> {
         if let Some(of) = self.open.get_mut(&stem) {
-            of.handle()?.sync_data()?;
+            of.sync_data()?;
             self.state.insert(stem, of.synced());
         }
         Ok(())
@@ -626,9 +652,8 @@ impl Inner {
                     if pending > 0 && (full || of.expired(&rot, now) || later_day) {
                         // Finish the current file and set it aside (renamed once the
                         // checkpoint covers this batch), then begin the next one.
-                        let f = of.handle()?;
-                        f.write_all(&text[chunk..start])?;
-                        f.sync_data()?;
+                        of.write_all(&text[chunk..start])?;
+                        of.sync_data()?;
                         of.len += (start - chunk) as u64;
                         chunk = start;
                         self.set_full(&stem);
