@@ -67,9 +67,10 @@
 //! closed twice) and fsyncs its directory; creating a file or a directory fsyncs the
 //! directory holding it. Where the file system lacks that rename, a hard link to the closed
 //! name and the removal of the open name stand in for it: a crash between them leaves both
-//! names of one file, and the open name is removed on open. A crash can leave a torn last
-//! line in an open file: on open it is cut back to its last newline (an open file left
-//! empty is removed).
+//! names of one file, and the open name is removed on open. A crash, or a failed write
+//! the bridge stopped after (a full disk with `--once`), can leave a torn last line in an
+//! open file: on open it is cut back to its last newline (an open file left empty is
+//! removed).
 //!
 //! # Synced lengths
 //!

@@ -34,7 +34,7 @@ pub(super) fn cut_torn_tail(path: &Path) -> std::io::Result<u64> {
             let keep = start + pos as u64 + 1;
             if keep != len {
                 log::warn!(
-                    "{}: cutting a torn last line ({} bytes) left by a crash",
+                    "{}: cutting a torn last line ({} bytes) left by a crash or a failed write",
                     path.display(),
                     len - keep
                 );
@@ -46,7 +46,7 @@ pub(super) fn cut_torn_tail(path: &Path) -> std::io::Result<u64> {
         }
         if start == 0 {
             log::warn!(
-                "{}: no complete line, cutting {len} bytes left by a crash",
+                "{}: no complete line, cutting {len} bytes left by a crash or a failed write",
                 path.display()
             );
             f.set_len(0)

@@ -756,7 +756,7 @@ fn settle(topic_dir: &Path, files: Vec<Found>) -> std::io::Result<Vec<Found>> {
         }
         if cut_torn_tail(&newest.path)? == 0 {
             log::warn!(
-                "{}: empty after a crash; removing it",
+                "{}: empty after a crash or a failed write; removing it",
                 newest.path.display()
             );
             std::fs::remove_file(&newest.path)?;
