@@ -19,7 +19,7 @@
 //! | `spillway_bridge_sink_resumed_records_total` | counter | records found already in the sink at start and not sent again (Kafka effectively-once resume) |
 //! | `spillway_bridge_state_errors_total` | counter | state file failures (a failed redb commit or read); each reopens the file and resumes from its last durable checkpoint |
 //! | `spillway_bridge_corrupt_refetches_total` | counter | fetches repeated because the gateway reported a range corrupt (a flash cell that reads wrong only sometimes) |
-//! | `spillway_bridge_kafka_producers_recreated_total` | counter | Kafka producers replaced after librdkafka failed them for good (fatal error, e.g. the idempotent producer fenced after a broker stall); each resumes from the checkpoint with the tail scan |
+//! | `spillway_bridge_kafka_producers_recreated_total` | counter | Kafka producers replaced after they failed for good (librdkafka's fatal error, or the broker fencing the idempotent producer, e.g. after a broker stall); each resumes from the checkpoint with the tail scan |
 
 use std::sync::Arc;
 
@@ -199,7 +199,7 @@ impl Metrics {
         );
         r.register(
             "kafka_producers_recreated",
-            "Kafka producers replaced after librdkafka failed them for good (fatal error)",
+            "Kafka producers replaced after they failed for good (librdkafka's fatal error, or the broker fencing the idempotent producer)",
             self.producers_recreated.clone(),
         );
     }
