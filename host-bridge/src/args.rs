@@ -20,8 +20,8 @@ Exit codes:
   1  failure (publish: records rejected or not acknowledged; gateway unreachable for
      tail/status/consumers, or for drain --once past --retry-for; sink could not be
      opened, or with drain --once kept failing past --retry-for; drain: the gateway
-     refused its consumer, table full; consumers delete:
-     the last consumer without --force)
+     refused its consumer, table full, or a second SIGTERM/SIGINT during the shutdown
+     grace stopped it at once; consumers delete: the last consumer without --force)
   2  usage or configuration error (also a refused or unknown Kafka property)
   3  drain: resume check failed (gateway log id or previous record CRC differs from the
      checkpoint, or the checkpoint is beyond the log); not retried, see --accept-new-log
@@ -37,8 +37,10 @@ Exit codes:
   1  a gateway stayed unreachable past --retry-for or is not a Spillway listener (named
      in the log; not retried), the sink could not be opened (e.g. its directory is held
      by another drain) or, with --once, kept failing past --retry-for (named in the log;
-     without --once sink failures are retried for ever), or the gateway refused the
-     consumer (its table is full)
+     without --once sink failures are retried for ever), the gateway refused the
+     consumer (its table is full), or a second SIGTERM/SIGINT during the shutdown grace
+     (--shutdown-grace-ms) stopped it at once, without finishing in-flight work (what it
+     did not checkpoint is sent again by the next drain)
   2  usage or configuration error (also a refused or unknown Kafka property, and a --from
      time with a gateway older than protocol version 4)
   3  resume check failed (gateway log id or previous record CRC differs from the

@@ -16,7 +16,7 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success (`drain`: `--once` reached its target, or stopped by SIGTERM/SIGINT after finishing in-flight work) |
-//! | 1 | failure: `publish` had records rejected or left them unacknowledged, the gateway could not be reached by `tail`/`status`/`consumers`, the sink could not be opened, output failed |
+//! | 1 | failure: `publish` had records rejected or left them unacknowledged, the gateway could not be reached by `tail`/`status`/`consumers`, the sink could not be opened, output failed, a second SIGTERM/SIGINT during `drain`'s shutdown grace stopped it at once |
 //! | 2 | usage or configuration error (bad flag, config file, URI, `--from` beyond the log, a Kafka property refused by the bridge or by librdkafka) |
 //! | 3 | `drain`: the resume check failed (log id, previous record CRC, or checkpoint beyond the log's end); not retried — see `--accept-new-log` |
 //! | 4 | the state file could not be opened (e.g. another drain holds it) or, for `drain --once`, a transaction on it failed (without `--once` the drain reopens it and resumes from its last durable checkpoint) |
