@@ -43,7 +43,7 @@ use crate::checkpoint::{ResumeMismatch, Store, StoreError};
 use crate::client::{ClientError, GatewayAddr};
 use crate::metrics::Metrics;
 use crate::progress::{Mode, Progress};
-use crate::sink::{Sink, SinkError, SinkOptions, SinkSpec};
+use crate::sink::{ProducerFailure, Sink, SinkError, SinkOptions, SinkSpec};
 
 use control::sleep_or_stop;
 pub use control::{Backoff, Shutdown, ShutdownTrigger};
@@ -471,7 +471,7 @@ pub struct Drain {
     /// its producer id: [`SinkError::ProducerFailed`]) with the checkpoint at this offset,
     /// for this reason: the session ends, and the run loop puts a new producer
     /// in its place before it resumes ([`Drain::renew_producer`]).
-    producer_failed: Option<(u64, String)>,
+    producer_failed: Option<(u64, ProducerFailure)>,
     /// Delay before the next new producer; reset by a checkpoint saved.
     producer_backoff: Backoff,
 }
@@ -613,7 +613,7 @@ impl Drain {
     /// cannot: `e` says so ([`SinkError::ProducerFailed`]), or librdkafka raised a fatal
     /// error ([`KafkaSink::fatal_error`](crate::sink::kafka::KafkaSink::fatal_error)).
     /// `None` for any other failure or sink.
-    fn producer_fatal(&self, e: &SinkError) -> Option<String> {
+    fn producer_fatal(&self, e: &SinkError) -> Option<ProducerFailure> {
         match (self.sink.as_ref(), e) {
             #[cfg(feature = "kafka")]
             (Some(Sink::Kafka(k)), e) => k.fatal_error().or_else(|| match e {
@@ -633,7 +633,11 @@ impl Drain {
     /// # Errors
     /// With `--once`, [`DrainError::SinkUnreachable`] once the retry budget is spent
     /// ([`Drain::sink_retry`]).
-    async fn renew_producer(&mut self, at: u64, reason: String) -> Result<bool, DrainError> {
+    async fn renew_producer(
+        &mut self,
+        at: u64,
+        reason: ProducerFailure,
+    ) -> Result<bool, DrainError> {
         if self.stop.is_set() {
             log::warn!(
                 "kafka producer failed for good ({reason}); shutting down with offsets from {at} not acknowledged by the sink (resent next time)"
@@ -860,17 +864,24 @@ impl Drain {
     }
 }
 
+/// What a fencing means for the bridge's producer, added to librdkafka's reason, which
+/// speaks of a "newer producer with the same transactionalId".
+const FENCED_NOTE: &str = " (the broker fenced the idempotent producer, e.g. after a stall \
+     past message.timeout.ms; no transactional id is in use)";
+
 /// The WARN line of a Kafka producer failed for good: at checkpoint offset `at` (if
-/// records were waiting), for `reason`, replaced after `delay` (at once if zero).
-fn producer_failed_line(at: Option<u64>, reason: &str, delay: Duration) -> String {
+/// records were waiting), for `reason` (with [`FENCED_NOTE`] after a fencing), replaced
+/// after `delay` (at once if zero).
+fn producer_failed_line(at: Option<u64>, reason: &ProducerFailure, delay: Duration) -> String {
     let from = at.map_or(String::new(), |o| format!(" at offset {o}"));
+    let note = if reason.fenced { FENCED_NOTE } else { "" };
     let when = if delay.is_zero() {
         String::new()
     } else {
         format!(" in {delay:.1?}")
     };
     format!(
-        "kafka producer failed for good{from}: {reason}; librdkafka sends nothing more with it: creating a new producer{when} and resuming from the checkpoint (what the partition tails already hold is not sent again)"
+        "kafka producer failed for good{from}: {reason}{note}; librdkafka sends nothing more with it: creating a new producer{when} and resuming from the checkpoint (what the partition tails already hold is not sent again)"
     )
 }
 

@@ -1,4 +1,5 @@
-//! Unit tests of the drain's small parts: back-off, `--from`, the shutdown signal.
+//! Unit tests of the drain's small parts: back-off, `--from`, the shutdown signal, the
+//! line of a failed Kafka producer.
 
 use super::*;
 
@@ -58,4 +59,26 @@ fn shutdown_signal() {
     t.trigger();
     assert!(s2.is_set());
     smol::block_on(s.wait());
+}
+
+/// The line of a producer failed for good explains a fencing, whose librdkafka message
+/// speaks of a transactional id the bridge does not use, and only a fencing.
+#[test]
+fn a_fenced_producer_line_says_no_transactional_id_is_in_use() {
+    let failure = |fenced| ProducerFailure {
+        reason: "Broker: Producer attempted an operation with an old epoch. Either there is a \
+                 newer producer with the same transactionalId, or the producer's transaction \
+                 has been expired by the broker"
+            .to_string(),
+        fenced,
+    };
+    let fenced = producer_failed_line(Some(7), &failure(true), Duration::from_secs(1));
+    assert!(
+        fenced.starts_with("kafka producer failed for good at offset 7: Broker: ")
+            && fenced.contains("expired by the broker (the broker fenced the idempotent producer")
+            && fenced.contains("no transactional id is in use); librdkafka sends nothing more"),
+        "{fenced}"
+    );
+    let fatal = producer_failed_line(None, &failure(false), Duration::ZERO);
+    assert!(!fatal.contains("no transactional id"), "{fatal}");
 }

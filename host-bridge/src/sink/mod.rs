@@ -33,6 +33,24 @@ pub struct Source {
 /// Spillway topic, see [`kafka_topic`]).
 pub use spillway_core::cli::uri::{BadUri as BadSink, SinkUri as SinkSpec};
 
+/// Why a Kafka producer can send nothing more ([`SinkError::ProducerFailed`]); shown as
+/// its `reason`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerFailure {
+    /// librdkafka's message (secret values redacted), as it gave it.
+    pub reason: String,
+    /// The broker fenced the producer (`PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`, or
+    /// librdkafka's `__FENCED`), told by the error code: librdkafka's message then speaks
+    /// of a transactional id, though the bridge's producer is idempotent and has none.
+    pub fenced: bool,
+}
+
+impl std::fmt::Display for ProducerFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
 /// Why a sink failed. Every kind is retried by the drain loop.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -51,7 +69,7 @@ pub enum SinkError {
     /// answered every resend after a broker stalled past the delivery timeout). Resending
     /// through it fails for ever; the drain replaces it by a new producer and resumes.
     #[error("kafka: producer failed for good: {0}")]
-    ProducerFailed(String),
+    ProducerFailed(ProducerFailure),
     /// This build has no such sink.
     #[error("this build has no {0} sink (cargo feature missing)")]
     Unsupported(&'static str),

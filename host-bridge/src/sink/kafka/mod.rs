@@ -61,7 +61,7 @@ use rdkafka::{ClientConfig, ClientContext};
 
 use super::kafka_topic::KafkaTopic;
 use super::properties::KafkaProperties;
-use super::{DeliverError, KafkaKey, SinkError, Source};
+use super::{DeliverError, KafkaKey, ProducerFailure, SinkError, Source};
 use crate::client::{OwnedRecord, log_id_hex};
 
 mod tail;
@@ -365,7 +365,12 @@ fn config_err(properties: &KafkaProperties, e: KafkaError) -> SinkError {
 fn kafka_err(e: KafkaError) -> SinkError {
     match e.rdkafka_error_code() {
         Some(RDKafkaErrorCode::MessageTimedOut) => SinkError::Timeout,
-        Some(code) if producer_failed_for_good(code) => SinkError::ProducerFailed(e.to_string()),
+        Some(code) if producer_failed_for_good(code) => {
+            SinkError::ProducerFailed(ProducerFailure {
+                reason: e.to_string(),
+                fenced: fenced(code),
+            })
+        }
         _ => SinkError::Kafka(e.to_string()),
     }
 }
@@ -377,10 +382,16 @@ fn kafka_err(e: KafkaError) -> SinkError {
 /// producer is idempotent and not transactional, and keeps its producer id, so every
 /// resend got the same answer).
 pub fn producer_failed_for_good(code: RDKafkaErrorCode) -> bool {
+    code == RDKafkaErrorCode::Fatal || fenced(code)
+}
+
+/// True for the errors of [`producer_failed_for_good`] that mean the broker fenced the
+/// producer's id and epoch (`PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`, and `__FENCED`,
+/// librdkafka's fatal error for them), rather than another fatal error.
+pub fn fenced(code: RDKafkaErrorCode) -> bool {
     matches!(
         code,
-        RDKafkaErrorCode::Fatal
-            | RDKafkaErrorCode::Fenced
+        RDKafkaErrorCode::Fenced
             | RDKafkaErrorCode::ProducerFenced
             | RDKafkaErrorCode::InvalidProducerEpoch
     )
@@ -582,15 +593,18 @@ impl KafkaSink {
     }
 
     /// librdkafka's fatal error of this handle's producer, if it has one, as
-    /// `REASON (CODE)` with secret values redacted: such a producer fails every message
-    /// from then on (enqueue and delivery), and only a new one
-    /// ([`KafkaSink::recreate`]) delivers again. `None` while the producer works (or fails
-    /// in a way its own retries or a resend can cure).
-    pub fn fatal_error(&self) -> Option<String> {
+    /// `REASON (CODE)` with secret values redacted, and whether it is a fencing
+    /// ([`fenced`]): such a producer fails every message from then on (enqueue and
+    /// delivery), and only a new one ([`KafkaSink::recreate`]) delivers again. `None` while
+    /// the producer works (or fails in a way its own retries or a resend can cure).
+    pub fn fatal_error(&self) -> Option<ProducerFailure> {
         self.producer
             .client()
             .fatal_error()
-            .map(|(code, reason)| self.properties.redact(&format!("{reason} ({code:?})")))
+            .map(|(code, reason)| ProducerFailure {
+                reason: self.properties.redact(&format!("{reason} ({code:?})")),
+                fenced: fenced(code),
+            })
     }
 
     /// Replaces this handle's producer, failed for good ([`KafkaSink::fatal_error`]), by a
@@ -826,7 +840,8 @@ mod tests {
     use super::*;
 
     /// The errors after which the producer can send nothing more are told apart from those
-    /// a resend through it can cure.
+    /// a resend through it can cure, and the fencings among them from librdkafka's other
+    /// fatal errors.
     #[test]
     fn fencing_and_fatal_errors_fail_the_producer_for_good() {
         let err = |code| kafka_err(KafkaError::MessageProduction(code));
@@ -837,7 +852,8 @@ mod tests {
             RDKafkaErrorCode::Fatal,
         ] {
             assert!(
-                matches!(err(code), SinkError::ProducerFailed(_)),
+                matches!(err(code), SinkError::ProducerFailed(f)
+                    if f.fenced == (code != RDKafkaErrorCode::Fatal)),
                 "{code:?}"
             );
         }
