@@ -136,17 +136,20 @@
 //! - `recovery`: reading the files back: the layout, torn last lines, each topic's last
 //!   record (the duplicate check's marks), and cutting open files back to synced lengths
 //!   ([`CutBack`]).
+//! - `skipped`: the log lines about skipped duplicates, a few per run of batches that
+//!   skip some ([`SKIPPED_LOG_EVERY`]).
 
 pub(crate) mod lock;
 mod names;
 mod recovery;
+mod skipped;
 #[cfg(test)]
 mod tests;
 mod writer;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{DeliverError, GapNotice, SinkError, Source};
 use crate::checkpoint::{SinkFiles, SyncedFile};
@@ -156,6 +159,8 @@ pub use lock::DirLock;
 pub use names::{file_name, parse_name, topic_stem, utc_date};
 pub use recovery::CutBack;
 use recovery::cut_back;
+pub use skipped::SKIPPED_LOG_EVERY;
+use skipped::SkippedLog;
 use writer::{Inner, Job};
 
 /// Lines [`FileSink::write`] holds back in memory before it takes them to the blocking
@@ -224,6 +229,8 @@ pub struct FileSink {
     log_id: Option<u128>,
     /// Records acknowledged without writing because they were already in the files.
     skipped_duplicates: u64,
+    /// The lines logged about them.
+    skipped_log: SkippedLog,
     /// `open` created `dir`: dropping the sink removes it again if it is still empty (a
     /// drain that ended before writing, e.g. refused by the resume check, leaves no empty
     /// directory behind; a directory that existed before is left as it was).
@@ -232,6 +239,9 @@ pub struct FileSink {
 
 impl Drop for FileSink {
     fn drop(&mut self) {
+        if let Some(line) = self.skipped_log.end(self.skipped_duplicates) {
+            log::info!("{line}");
+        }
         // Its open files are closed first (`remove_dir` removes an empty directory only).
         self.inner = None;
         if self.made_dir {
@@ -258,6 +268,7 @@ impl FileSink {
             inner: Some(inner),
             log_id: None,
             skipped_duplicates: 0,
+            skipped_log: SkippedLog::default(),
             made_dir,
         })
     }
@@ -383,7 +394,7 @@ impl FileSink {
         src: &Source,
         records: &[OwnedRecord],
     ) -> Result<(), DeliverError> {
-        let first = records.first().map_or(0, |r| r.offset);
+        let span = records.first().zip(records.last());
         // With the writer at hand, the lines are made here and held back until enough of
         // them make a trip to the blocking pool; after a failure the writer is reopened
         // there first (marks read back from the files), so the records go with it.
@@ -407,13 +418,13 @@ impl FileSink {
             delivered: 0,
             error: SinkError::Io(e),
         })?;
-        if skipped > 0 {
-            self.skipped_duplicates += skipped;
-            log::info!(
-                "file sink: skipped {skipped} duplicates in the batch from offset {first} \
-                 (already written before a restart; {} skipped so far)",
-                self.skipped_duplicates
-            );
+        self.skipped_duplicates += skipped;
+        if let Some((first, last)) = span {
+            let span = (first.offset, last.offset);
+            let total = self.skipped_duplicates;
+            if let Some(line) = self.skipped_log.batch(span, skipped, total, Instant::now()) {
+                log::info!("{line}");
+            }
         }
         Ok(())
     }
