@@ -746,12 +746,33 @@ fn settle(topic_dir: &Path, files: Vec<Found>) -> std::io::Result<Vec<Found>> {
     };
     let opens: Vec<&Found> = files.iter().filter(|f| f.open).collect();
     if let Some((newest, older)) = opens.split_last() {
-        for f in older {
-            log::info!(
+        // One line per topic at `info` (after a restart with a small --rotate-bytes there
+        // can be a hundred such files), each file at `debug`.
+        match older {
+            [] => {}
+            [f] => log::info!(
                 "{}: an open file older than {}: closed once a checkpoint covers its last line",
                 f.path.display(),
                 newest.path.display()
-            );
+            ),
+            [oldest, .., last] => log::info!(
+                "{} open files older than {}, from {} to {}: each closed once a checkpoint \
+                 covers its last line",
+                older.len(),
+                newest.path.display(),
+                oldest.path.display(),
+                last.path.display()
+            ),
+        }
+        for f in older {
+            if older.len() > 1 {
+                log::debug!(
+                    "{}: an open file older than {}: closed once a checkpoint covers its last \
+                     line",
+                    f.path.display(),
+                    newest.path.display()
+                );
+            }
             cut_torn_tail(&f.path)?;
         }
         if cut_torn_tail(&newest.path)? == 0 {
