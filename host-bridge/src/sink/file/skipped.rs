@@ -20,8 +20,9 @@ pub(super) struct SkippedLog {
     since: u64,
     /// Offsets of the first and last record of the batches counted in `since`.
     since_range: (u64, u64),
-    /// Duplicates skipped in the whole run, and its first batch's first offset.
+    /// Duplicates skipped in the whole run.
     run: u64,
+    /// The first record's offset of the run's first batch.
     run_from: u64,
     /// The last record's offset of the run's last batch.
     run_to: u64,
