@@ -9,7 +9,7 @@
 //! | `spillway_bridge_committed_offset` | gauge | checkpoint offset (first offset not yet forwarded) |
 //! | `spillway_bridge_gateway_next_offset` | gauge | the gateway's next offset, as last seen: read every 2 s, also while the sink is down and the fetcher waits for room, and raised by each batch fetched |
 //! | `spillway_bridge_lag_offsets` | gauge | next offset − committed offset, in offsets (a gateway crash skips offsets that hold no record) |
-//! | `spillway_bridge_backlog_eta_seconds` | gauge | seconds to forward the lag at this run's rate, never faster than `--max-bytes-per-sec` allows at its mean payload size (−1: unknown yet) |
+//! | `spillway_bridge_backlog_eta_seconds` | gauge | seconds to forward the lag at this run's rate, never faster than `--max-bytes-per-sec` allows at its mean payload size (−1: unknown yet); between checkpoints, while nothing is forwarded, it follows the lag at the rate last computed |
 //! | `spillway_bridge_retries_total` | counter | retries after a gateway or sink failure |
 //! | `spillway_bridge_gaps_total` | counter | ranges of offsets the gateway no longer had |
 //! | `spillway_bridge_lost_records_total` | counter | offsets in those ranges |
@@ -22,6 +22,7 @@
 //! | `spillway_bridge_kafka_producers_recreated_total` | counter | Kafka producers replaced after they failed for good (librdkafka's fatal error, or the broker fencing the idempotent producer, e.g. after a broker stall); each resumes from the checkpoint with the tail scan |
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -65,6 +66,10 @@ pub struct Metrics {
     pub corrupt_refetches: Counter,
     /// Kafka producers replaced after a fatal error.
     pub producers_recreated: Counter,
+    /// The rate the last ETA was computed at, offsets/s as `f64` bits (0: none yet), so
+    /// that a lag that changes while nothing is forwarded (the sink down) moves the ETA
+    /// with it.
+    eta_rate: Arc<AtomicU64>,
 }
 
 fn as_i64(v: u64) -> i64 {
@@ -92,9 +97,33 @@ impl Metrics {
         }
     }
 
+    /// Sets the backlog ETA the drain computed after a checkpoint for `behind` offsets
+    /// (seconds; `None`: unknown yet), and keeps its rate for [`Metrics::set_next`] to use
+    /// until the next one.
+    pub fn set_eta(&self, eta: Option<f64>, behind: u64) {
+        match eta {
+            Some(s) => {
+                if s > 0.0 && behind > 0 {
+                    let rate = behind as f64 / s;
+                    self.eta_rate.store(rate.to_bits(), Ordering::Relaxed);
+                }
+                self.backlog_eta.set(s.round() as i64);
+            }
+            None => {
+                self.backlog_eta.set(-1);
+            }
+        }
+    }
+
     fn update_lag(&self) {
-        let lag = self.next_offset.get() - self.committed_offset.get();
-        self.lag.set(lag.max(0));
+        let lag = (self.next_offset.get() - self.committed_offset.get()).max(0);
+        self.lag.set(lag);
+        // Between checkpoints (a stalled sink forwards nothing), the ETA follows the lag
+        // at the rate it was last computed at.
+        let rate = f64::from_bits(self.eta_rate.load(Ordering::Relaxed));
+        if rate > 0.0 {
+            self.backlog_eta.set((lag as f64 / rate).round() as i64);
+        }
     }
 
     /// Counts a sink error of `kind`.
@@ -293,6 +322,27 @@ mod tests {
         ] {
             assert!(text.contains(name), "{name} missing in\n{text}");
         }
+    }
+
+    /// While nothing is forwarded (a stalled sink), the ETA follows the lag at the rate
+    /// of the last checkpoint's ETA: it read 0 with a lag of 20,000 before.
+    #[test]
+    fn the_eta_follows_the_lag_between_checkpoints() {
+        let m = Metrics::default();
+        m.set_next(100);
+        m.set_committed(0);
+        assert_eq!(m.backlog_eta.get(), 0, "no ETA computed yet: left as it is");
+        // A checkpoint at 1,000 offsets behind, 10 s to go: 100 offsets/s.
+        m.set_committed(0);
+        m.set_eta(Some(10.0), 1_000);
+        assert_eq!(m.backlog_eta.get(), 10);
+        m.set_next(20_000);
+        assert_eq!(m.lag.get(), 20_000);
+        assert_eq!(m.backlog_eta.get(), 200);
+        m.set_committed(20_000);
+        assert_eq!(m.backlog_eta.get(), 0, "caught up");
+        m.set_eta(None, 0);
+        assert_eq!(m.backlog_eta.get(), -1, "unknown");
     }
 
     #[test]

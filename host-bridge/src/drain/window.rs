@@ -309,16 +309,13 @@ impl Drain {
             self.summary.records += sent;
             self.summary.bytes += sent_bytes;
             self.summary.offset = s.cp.offset;
-            let next = u64::try_from(self.metrics.next_offset.get()).unwrap_or(0);
-            let eta = self.progress.update(
-                s.cp.offset,
-                next.max(s.cp.offset),
-                self.summary.records,
-                self.summary.bytes,
-            );
-            self.metrics
-                .backlog_eta
-                .set(eta.map_or(-1, |s| s.round() as i64));
+            let next = u64::try_from(self.metrics.next_offset.get())
+                .unwrap_or(0)
+                .max(s.cp.offset);
+            let eta =
+                self.progress
+                    .update(s.cp.offset, next, self.summary.records, self.summary.bytes);
+            self.metrics.set_eta(eta, next - s.cp.offset);
         }
         if records > 0 {
             self.sink_progressed();
