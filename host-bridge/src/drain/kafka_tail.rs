@@ -71,6 +71,7 @@ fn merge(all: &mut TailScan, s: TailScan) {
     };
     all.whole_topic &= s.whole_topic;
     all.partitions += s.partitions;
+    all.partitions_read += s.partitions_read;
     all.messages_read += s.messages_read;
 }
 
@@ -168,8 +169,9 @@ impl Drain {
         let end = scan.contiguous_end(c);
         let after_hole = scan.found.range(end..).count();
         log::info!(
-            "{scanned}: read {} messages from the tails of {} partitions in {:.1?}; records of log {} from offset {c}: {}{}",
+            "{scanned}: read {} messages from the tails of {} of its {} partitions in {:.1?}; records of log {} from offset {c}: {}{}",
             scan.messages_read,
+            scan.partitions_read,
             scan.partitions,
             t0.elapsed(),
             cp.log_id,

@@ -51,6 +51,9 @@ pub struct TailScan {
     pub whole_topic: bool,
     /// Partitions of the topic (0 when the topic does not exist).
     pub partitions: usize,
+    /// Of those, the partitions whose tails were read: 1 when the records are keyed by
+    /// gateway id (the key's partition), else all of them.
+    pub partitions_read: usize,
     /// Messages read, of any log.
     pub messages_read: u64,
 }
@@ -261,6 +264,7 @@ pub(super) fn scan_tail_blocking(
         Some(p) => vec![p],
         None => t.partitions().iter().map(|p| p.id()).collect(),
     };
+    scan.partitions_read = partitions.len();
     let want = log_id_hex(log_id);
     let mut each = |m: &rdkafka::message::BorrowedMessage<'_>| -> bool {
         scan.messages_read += 1;
