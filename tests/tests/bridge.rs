@@ -1071,3 +1071,35 @@ fn a_bad_rotate_interval_is_a_usage_error() {
     assert!(err.contains("rotate-interval"), "{err}");
     assert!(!out_dir.exists(), "nothing created");
 }
+
+/// `status --state` on a state file a running drain holds: exit 4, and the checkpoints
+/// section says on stdout why it is empty (it was blank, the reason only on stderr).
+#[test]
+fn status_says_why_a_held_state_file_was_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = gateway(dir.path());
+    publish(&gw, "t", &write_input(dir.path(), 10, "s"));
+    let (_, sink, state) = file_sink_in(dir.path());
+    let drain = spawn_bridge(&drain_args(&gw, &sink, &state));
+    let t = Instant::now();
+    let out = wait_until(
+        Duration::from_secs(20),
+        || {
+            let out = run_bridge(&["status", "--gateway", &gw, "--state", &state]);
+            (out.status.code() == Some(4)).then_some(out)
+        },
+        || "status never found the state file held by the drain".to_string(),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("checkpoints (state file)\n  not read: ") && text.contains("running drain"),
+        "{text}"
+    );
+    eprintln!(
+        "status saw the held state file {:?} after the drain's start",
+        t.elapsed()
+    );
+    let t = Instant::now();
+    assert_eq!(sigterm_and_wait(drain), 0);
+    eprintln!("the drain stopped {:?} after SIGTERM", t.elapsed());
+}

@@ -161,6 +161,10 @@ pub async fn status(
                 writeln!(out, "  ({})", super::BRIDGE_CONSUMER_NOTE)?;
             }
             writeln!(out, "checkpoints (state file)")?;
+            if let Some(e) = &state_error {
+                // Not read: say why here too, not only on stderr.
+                writeln!(out, "  not read: {e}")?;
+            }
             for (g, c, cp) in &local {
                 let note = if g != &w.gateway_id {
                     "other gateway".to_string()
