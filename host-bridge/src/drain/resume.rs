@@ -113,9 +113,10 @@ impl Drain {
             match f.restore(files, covered).await {
                 Ok(Some(cut)) if cut.files > 0 => {
                     log::warn!(
-                        "file sink: cut {} bytes off {} files written after the checkpoint at offset {} (sent again from there)",
+                        "file sink: cut {} bytes off {} file{} written after the checkpoint at offset {} (sent again from there)",
                         cut.bytes,
                         cut.files,
+                        if cut.files == 1 { "" } else { "s" },
                         cp.offset
                     );
                     return Ok(());
