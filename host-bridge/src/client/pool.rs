@@ -10,8 +10,6 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use super::OwnedRecord;
-
 /// Bytes of buffers (their capacities) kept for reuse at most: the drain's default
 /// checkpoint group (16 MiB of payload), whose buffers are freed together once it is
 /// saved.
@@ -103,38 +101,6 @@ impl AsRef<[u8]> for Returning {
 impl Drop for Returning {
     fn drop(&mut self) {
         self.pool.give_back(std::mem::take(&mut self.buf));
-    }
-}
-
-/// Record vectors given back by the drain once their batch is checkpointed, for the next
-/// replies (the same first-touch cost as the buffers'); at most [`MAX_KEPT_RECORDS`]
-/// records of capacity, shared by the process's connections.
-static RECORD_VECS: Mutex<Vec<Vec<OwnedRecord>>> = Mutex::new(Vec::new());
-
-/// Records of capacity kept in [`RECORD_VECS`] at most (about 16 MiB).
-const MAX_KEPT_RECORDS: usize = (16 << 20) / std::mem::size_of::<OwnedRecord>();
-
-/// An empty vector for at least `n` records: one given back, else a new one.
-pub(crate) fn record_vec(n: usize) -> Vec<OwnedRecord> {
-    if let Ok(mut k) = RECORD_VECS.lock()
-        && let Some(i) = k.iter().position(|v| v.capacity() >= n)
-    {
-        return k.swap_remove(i);
-    }
-    Vec::with_capacity(n)
-}
-
-/// Gives `records` back for a later reply (dropping the records in it).
-pub fn recycle_records(mut records: Vec<OwnedRecord>) {
-    records.clear();
-    if records.capacity() < 64 {
-        return;
-    }
-    if let Ok(mut k) = RECORD_VECS.lock() {
-        let kept: usize = k.iter().map(Vec::capacity).sum();
-        if kept + records.capacity() <= MAX_KEPT_RECORDS {
-            k.push(records);
-        }
     }
 }
 

@@ -279,7 +279,6 @@ impl Drain {
                 .iter()
                 .map(|r| r.payload.len() as u64)
                 .sum::<u64>();
-            crate::client::recycle_records(b.records);
             if failure.is_some() {
                 break;
             }
