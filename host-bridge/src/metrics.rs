@@ -9,7 +9,7 @@
 //! | `spillway_bridge_committed_offset` | gauge | checkpoint offset (first offset not yet forwarded) |
 //! | `spillway_bridge_gateway_next_offset` | gauge | the gateway's next offset, as last seen: read every 2 s, also while the sink is down and the fetcher waits for room, and raised by each batch fetched |
 //! | `spillway_bridge_lag_offsets` | gauge | next offset − committed offset, in offsets (a gateway crash skips offsets that hold no record) |
-//! | `spillway_bridge_backlog_eta_seconds` | gauge | seconds to forward the lag at this run's rate, never faster than `--max-bytes-per-sec` allows at its mean payload size (−1: unknown yet); between checkpoints, while nothing is forwarded, it follows the lag at the rate last computed |
+//! | `spillway_bridge_backlog_eta_seconds` | gauge | seconds to forward the lag at the rate of the last 10 s the drain was behind (time caught up left out; 0 when caught up), never faster than `--max-bytes-per-sec` allows at its mean payload size (−1: unknown yet); between checkpoints, while nothing is forwarded, it follows the lag at the rate last computed |
 //! | `spillway_bridge_retries_total` | counter | retries after a gateway or sink failure |
 //! | `spillway_bridge_gaps_total` | counter | ranges of offsets the gateway no longer had |
 //! | `spillway_bridge_lost_records_total` | counter | offsets in those ranges |
@@ -177,7 +177,7 @@ impl Metrics {
         );
         r.register(
             "backlog_eta_seconds",
-            "Seconds to forward the lag at this run's rate, under the uplink cap (-1: unknown yet)",
+            "Seconds to forward the lag at the rate of the last 10 s the drain was behind, under the uplink cap (-1: unknown yet)",
             self.backlog_eta.clone(),
         );
         r.register(

@@ -1,6 +1,7 @@
 //! Backlog progress: a progress bar (indicatif) on a terminal, otherwise a log line every
 //! [`LOG_EVERY`].
 
+use std::collections::VecDeque;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
@@ -8,6 +9,15 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 /// Interval of the progress log line when stderr is not a terminal.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// The rate the ETA is computed at is the rate of the last `RATE_WINDOW` the drain was
+/// behind: a run's mean rate would still count a slow start, an outage or hours caught up
+/// long after they ended.
+pub const RATE_WINDOW: Duration = Duration::from_secs(10);
+
+/// Marks of the rate window are at least this far apart (the window holds about 17 of
+/// them, however often the checkpoint moves).
+const RATE_STEP: Duration = Duration::from_millis(625);
 
 /// How to show progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +41,12 @@ pub struct Progress {
     bytes: u64,
     /// The uplink cap, payload bytes per second (`--max-bytes-per-sec`).
     cap: Option<u64>,
+    /// The rate window: records forwarded by this run at some updates of the last
+    /// [`RATE_WINDOW`] while behind (oldest first, one of them at or before the window's
+    /// start), [`RATE_STEP`] apart at least; emptied when the drain catches up.
+    marks: VecDeque<(Instant, u64)>,
+    /// The newest update while behind (time, records forwarded).
+    latest: Option<(Instant, u64)>,
 }
 
 impl std::fmt::Debug for Progress {
@@ -67,7 +83,43 @@ impl Progress {
             records: 0,
             bytes: 0,
             cap: None,
+            // The run starts behind (if it is): its first updates have a rate from its
+            // start.
+            marks: VecDeque::from([(now, 0)]),
+            latest: None,
         }
+    }
+
+    /// Takes an update at `now`: `records` forwarded by this run, `behind` records left.
+    /// Caught up (`behind` 0), the window is emptied: the time until records come again
+    /// is not the drain's.
+    fn observe(&mut self, now: Instant, records: u64, behind: u64) {
+        if behind == 0 {
+            self.marks.clear();
+            self.latest = None;
+            return;
+        }
+        if self
+            .marks
+            .back()
+            .is_none_or(|&(t, _)| now.saturating_duration_since(t) >= RATE_STEP)
+        {
+            self.marks.push_back((now, records));
+        }
+        self.latest = Some((now, records));
+        while self.marks.len() > 2 && now.saturating_duration_since(self.marks[1].0) >= RATE_WINDOW
+        {
+            self.marks.pop_front();
+        }
+    }
+
+    /// Records/s over the rate window; `None` until two updates while behind span some
+    /// time and records.
+    fn rate(&self) -> Option<f64> {
+        let (&(t0, r0), (t1, r1)) = (self.marks.front()?, self.latest?);
+        let secs = t1.saturating_duration_since(t0).as_secs_f64();
+        let rate = r1.saturating_sub(r0) as f64 / secs;
+        (secs > 0.0 && rate > 0.0).then_some(rate)
     }
 
     /// The same reporter, its ETA computed under an uplink cap of `bytes_per_sec`.
@@ -76,13 +128,15 @@ impl Progress {
         self
     }
 
-    /// Seconds to forward `behind` records: at the rate of this run so far (records/s), and
-    /// never faster than the cap allows at this run's mean payload size; `None` before
-    /// anything was forwarded.
+    /// Seconds to forward `behind` records: at the rate of the window ([`RATE_WINDOW`],
+    /// records/s), and never faster than the cap allows at this run's mean payload size; 0
+    /// when caught up; `None` before anything was forwarded, or with no rate yet and no
+    /// cap.
     fn eta_secs(&self, behind: u64) -> Option<f64> {
-        let secs = self.started.elapsed().as_secs_f64().max(0.001);
-        let rate = self.records.saturating_sub(self.start_records) as f64 / secs;
-        let by_rate = (rate > 0.0).then(|| behind as f64 / rate);
+        if behind == 0 {
+            return Some(0.0);
+        }
+        let by_rate = self.rate().map(|rate| behind as f64 / rate);
         let avg = self.bytes.checked_div(self.records)?;
         let by_cap = self
             .cap
@@ -100,6 +154,7 @@ impl Progress {
         self.records = records;
         self.bytes = bytes;
         let behind = next.saturating_sub(committed);
+        self.observe(Instant::now(), records, behind);
         let avg = bytes.checked_div(records).unwrap_or(0);
         let eta_secs = self.eta_secs(behind);
         let eta = eta_secs.map_or("unknown".to_string(), |s| format!("{s:.0} s"));
@@ -118,7 +173,8 @@ impl Progress {
         } else if self.log && self.last_log.elapsed() >= LOG_EVERY {
             self.last_log = Instant::now();
             let secs = self.started.elapsed().as_secs_f64().max(0.001);
-            let rate = (records - self.start_records.min(records)) as f64 / secs;
+            let mean = (records - self.start_records.min(records)) as f64 / secs;
+            let rate = self.rate().unwrap_or(mean);
             log::info!(
                 "forwarded {records} records ({bytes} bytes); offset {committed}, {behind} \
                  records (~{} bytes) behind; {rate:.0} records/s; ETA {eta}{capped}",
@@ -133,5 +189,63 @@ impl Progress {
         if let Some(b) = self.bar.take() {
             b.finish_and_clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_leaves_out_the_time_caught_up() {
+        let mut p = Progress::new(Mode::Off);
+        let t = p.started;
+        let s = Duration::from_secs;
+        // 1,000 records/s for 5 s, then caught up for an hour.
+        p.observe(t + s(1), 1_000, 4_000);
+        p.observe(t + s(5), 5_000, 1);
+        p.observe(t + s(6), 5_001, 0);
+        assert_eq!(p.rate(), None, "caught up: no rate");
+        // Records come again: 2,000 records/s from then on.
+        p.observe(t + s(3_600), 5_001, 10_000);
+        p.observe(t + s(3_601), 7_001, 8_000);
+        p.observe(t + s(3_602), 9_001, 6_000);
+        let r = p.rate().unwrap_or(0.0);
+        assert!((r - 2_000.0).abs() < 1.0, "{r}");
+        // Over the window alone: 2,000 records/s until 3,615 s, then 1,000 records/s; by
+        // 3,630 s the faster spell has left the window.
+        let mut records = 9_001;
+        for sec in 3_603..=3_630 {
+            records += if sec <= 3_615 { 2_000 } else { 1_000 };
+            p.observe(t + s(sec), records, 100_000);
+        }
+        let r = p.rate().unwrap_or(0.0);
+        assert!((r - 1_000.0).abs() < 1.0, "{r}");
+        assert!(p.marks.len() <= 2 + (RATE_WINDOW.as_millis() / RATE_STEP.as_millis()) as usize);
+    }
+
+    #[test]
+    fn a_short_run_has_a_rate_from_its_first_updates() {
+        let mut p = Progress::new(Mode::Off);
+        let t = p.started;
+        p.observe(t + Duration::from_millis(500), 1_000, 9_000);
+        let r = p.rate().unwrap_or(0.0);
+        assert!((r - 2_000.0).abs() < 1.0, "{r}");
+        p.records = 1_000;
+        p.bytes = 100_000;
+        let eta = p.eta_secs(9_000).unwrap_or(0.0);
+        assert!((eta - 4.5).abs() < 0.01, "{eta}");
+        assert_eq!(p.eta_secs(0), Some(0.0));
+    }
+
+    #[test]
+    fn the_cap_bounds_the_eta() {
+        let mut p = Progress::new(Mode::Off).with_cap(Some(1_000));
+        let t = p.started;
+        p.observe(t + Duration::from_secs(1), 1_000, 1_000);
+        p.records = 1_000;
+        p.bytes = 100_000;
+        // 1,000 records at 1,000 records/s is 1 s; their 100,000 bytes at the cap 100 s.
+        assert_eq!(p.eta_secs(1_000).map(f64::round), Some(100.0));
     }
 }
