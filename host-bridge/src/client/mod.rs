@@ -47,6 +47,7 @@ use std::time::Duration;
 pub use ahead::FetchAhead;
 pub use connect::{FirstContact, NOT_SPILLWAY_TRIES, WELCOME_TIMEOUT};
 use io::Io;
+pub use pool::recycle_records;
 use reply::own;
 pub use reply::{Reply, decode_reply};
 pub use shared::Topic;

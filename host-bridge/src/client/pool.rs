@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
+use super::OwnedRecord;
+
 /// Bytes of buffers (their capacities) kept for reuse at most: the drain's default
 /// checkpoint group (16 MiB of payload), whose buffers are freed together once it is
 /// saved.
@@ -104,6 +106,62 @@ impl Drop for Returning {
     }
 }
 
+/// Record vectors the drain gives back once a file sink has written their batch (it keeps
+/// no records in flight, see `docs/drain.md`, "Group checkpoints"), for the next replies:
+/// a fresh vector of a frame's records costs first touches of fresh pages, as a fresh
+/// reply buffer does. Shared by the process's connections; at most [`MAX_KEPT_VECS`].
+static RECORD_VECS: RecordVecs = RecordVecs::new();
+
+/// Record vectors kept in [`RECORD_VECS`] at most: the batches a drain has between the
+/// reader and the sink (the fetch-ahead channel's 4 and the one being written) and some
+/// to spare; with a frame's records each (about 2,600 of the smallest records in 256 KiB),
+/// a few MiB in all.
+pub(super) const MAX_KEPT_VECS: usize = 8;
+
+/// An empty vector for at least `n` records: one given back ([`recycle_records`]) when
+/// one is large enough, else a new one.
+pub(super) fn record_vec(n: usize) -> Vec<OwnedRecord> {
+    RECORD_VECS.take(n)
+}
+
+/// Drops the records of `records` (their payloads' reply buffers go back to their
+/// connection's pool once no other slice holds them) and keeps the emptied vector for a
+/// later reply, unless [`MAX_KEPT_VECS`] are kept already.
+pub fn recycle_records(records: Vec<OwnedRecord>) {
+    RECORD_VECS.give_back(records);
+}
+
+/// Emptied record vectors, at most [`MAX_KEPT_VECS`].
+struct RecordVecs {
+    kept: Mutex<Vec<Vec<OwnedRecord>>>,
+}
+
+impl RecordVecs {
+    const fn new() -> Self {
+        RecordVecs {
+            kept: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn take(&self, n: usize) -> Vec<OwnedRecord> {
+        if let Ok(mut k) = self.kept.lock()
+            && let Some(i) = k.iter().position(|v| v.capacity() >= n)
+        {
+            return k.swap_remove(i);
+        }
+        Vec::with_capacity(n)
+    }
+
+    fn give_back(&self, mut records: Vec<OwnedRecord>) {
+        records.clear();
+        if let Ok(mut k) = self.kept.lock()
+            && k.len() < MAX_KEPT_VECS
+        {
+            k.push(records);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +185,29 @@ mod tests {
         );
         assert_eq!(pool.kept_bytes(), 0);
         assert!(pool.take().is_empty(), "nothing kept: an empty Vec");
+    }
+
+    #[test]
+    fn record_vectors_come_back_emptied_and_at_most_max_kept_vecs_are_kept() {
+        let vecs = RecordVecs::new();
+        let mut v = vecs.take(1000);
+        v.push(OwnedRecord {
+            offset: 7,
+            record_crc: 0,
+            topic: super::super::Topic::from("t"),
+            timestamp_us: 0,
+            producer: None,
+            payload: Bytes::from_static(b"x"),
+        });
+        let (ptr, cap) = (v.as_ptr(), v.capacity());
+        vecs.give_back(v);
+        assert!(vecs.take(cap + 1).capacity() > cap, "too small: a new one");
+        let back = vecs.take(1000);
+        assert_eq!((back.as_ptr(), back.capacity(), back.len()), (ptr, cap, 0));
+        for _ in 0..MAX_KEPT_VECS + 3 {
+            vecs.give_back(Vec::with_capacity(10));
+        }
+        assert_eq!(vecs.kept.lock().map(|k| k.len()).ok(), Some(MAX_KEPT_VECS));
     }
 
     #[test]

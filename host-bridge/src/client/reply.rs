@@ -139,8 +139,8 @@ pub(super) fn own(resp: Response<'_>, message: &Bytes) -> Result<Reply, ClientEr
             // The payloads are slices of the message (no copy), the topic one string per
             // run of records of one topic: a few allocations per reply, not two per
             // record.
-            let mut out: Vec<OwnedRecord> =
-                Vec::with_capacity(records.count().min(65_536) as usize);
+            // The vector is one the drain gave back, when it has one (see `pool`).
+            let mut out = super::pool::record_vec(records.count().min(65_536) as usize);
             for r in records.iter() {
                 let r = r.map_err(|e| ClientError::Protocol(format!("bad record: {e}")))?;
                 off("record offset", r.offset)?;

@@ -223,6 +223,12 @@ pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 /// again at most this much, plus one batch, or what one interval brought if that is less.
 pub const DEFAULT_CHECKPOINT_BYTES: u64 = 16 << 20;
 
+/// Kafka: how long batches in flight may wait with no delivery report before the drain
+/// warns (librdkafka retries a broker that is down on its own until its delivery timeout,
+/// 5 min by default, and says nothing meanwhile). Reports that come again after it are
+/// logged too, with how long they stopped.
+pub const SINK_STALL_WARNING: Duration = Duration::from_secs(15);
+
 /// File sink: batches written and waiting for one group checkpoint, at most (each at most
 /// one gateway frame).
 pub(super) const MAX_UNSYNCED_BATCHES: usize = 1024;
@@ -474,6 +480,18 @@ pub struct Drain {
     producer_failed: Option<(u64, ProducerFailure)>,
     /// Delay before the next new producer; reset by a checkpoint saved.
     producer_backoff: Backoff,
+    /// File sink: a write or fsync failed, and the session ended; the next one fetches
+    /// again from the checkpoint, not before this time (the window keeps no records for a
+    /// resend, see docs/drain.md, "Group checkpoints").
+    refetch_at: Option<Instant>,
+    /// Delay before that fetch; reset by a checkpoint saved.
+    refetch_backoff: Backoff,
+    /// File sink, after a failure: batches below this offset (everything written before
+    /// it) are checkpointed one at a time (see `Window::one_by_one`).
+    one_by_one_until: Option<u64>,
+    /// File sink, after a failure: the files the checkpoint covers are closed before the
+    /// next session writes (`Drain::close_covered_files`).
+    close_covered: bool,
 }
 
 /// Result of a session.
@@ -548,6 +566,10 @@ impl Drain {
             sink_failing_since: None,
             producer_failed: None,
             producer_backoff: Backoff::new(cfg_backoff.0, cfg_backoff.1),
+            refetch_at: None,
+            refetch_backoff: Backoff::new(cfg_backoff.0, cfg_backoff.1),
+            one_by_one_until: None,
+            close_covered: false,
         }
     }
 
@@ -607,6 +629,7 @@ impl Drain {
     fn sink_progressed(&mut self) {
         self.sink_failing_since = None;
         self.producer_backoff.reset();
+        self.refetch_backoff.reset();
     }
 
     /// Why the Kafka sink's producer can send nothing more after the failure `e`, if it
@@ -802,6 +825,12 @@ impl Drain {
             match self.session(conn, cp, once_target).await {
                 Ok(SessionEnd::Done) => break Ok(()),
                 Ok(SessionEnd::Again) => {
+                    if let Some(at) = self.refetch_at.take()
+                        && !sleep_or_stop(at.saturating_duration_since(Instant::now()), &self.stop)
+                            .await
+                    {
+                        break Ok(());
+                    }
                     if let Some((at, reason)) = self.producer_failed.take() {
                         match self.renew_producer(at, reason).await {
                             Ok(true) => {}

@@ -103,9 +103,13 @@ impl Drain {
             return Err(f);
         }
         // A Kafka producer failed for good ends the session (as if the shutdown grace had
-        // run out): the run loop puts a new producer in its place and resumes.
+        // run out): the run loop puts a new producer in its place and resumes. A file
+        // sink's failed write or fsync ends it too: the run loop fetches again from the
+        // checkpoint after a backoff.
         match end {
-            Ok(SessionEnd::Done) if self.producer_failed.is_some() => Ok(SessionEnd::Again),
+            Ok(SessionEnd::Done) if self.producer_failed.is_some() || self.refetch_at.is_some() => {
+                Ok(SessionEnd::Again)
+            }
             end => end,
         }
     }
@@ -138,10 +142,20 @@ impl Drain {
             dirty_batches: 0,
             unsynced_since: None,
             unsynced_bytes: 0,
-            one_by_one: false,
-            close_covered: false,
+            one_by_one: self.one_by_one_until.is_some_and(|u| cp.offset < u),
+            failed: false,
+            reported_at: Instant::now(),
+            stalled_since: None,
             target,
         };
+        if !win.one_by_one {
+            self.one_by_one_until = None;
+        }
+        if std::mem::take(&mut self.close_covered) {
+            // After a failed write or fsync, before anything is written: a full disk whose
+            // checkpointed files keep their open names does not stay full.
+            self.close_covered_files(src.log_id, cp.offset).await;
+        }
         let mut ctx = SinkCtx {
             win: &mut win,
             src,
@@ -313,8 +327,8 @@ impl Drain {
         self.files_closed(r, "full files", " (closed at a later checkpoint)");
     }
 
-    /// File sink, before the resend after a failure, with the saved checkpoint's log id
-    /// and offset: closes the files every record of which it covers (see
+    /// File sink, at the start of the session after a failure (before it writes), with the
+    /// saved checkpoint's log id and offset: closes the files every record of which it covers (see
     /// `FileSink::before_resend`), not only at the next checkpoint, which a full disk
     /// would hold off for good. A failure is logged and counted; the resend's write then
     /// reopens the sink.

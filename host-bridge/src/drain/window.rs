@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use smol::channel::Receiver;
 
 use super::fetcher::{CommitCell, Item};
-use super::{Backoff, Drain, DrainError};
+use super::{Backoff, Drain, DrainError, SINK_STALL_WARNING};
 use crate::checkpoint::{Checkpoint, StoreError, now_ms};
 use crate::client::OwnedRecord;
 use crate::sink::{DeliverError, Pending, Sink, SinkError, Source};
@@ -75,6 +75,12 @@ impl Drain {
             self.finish_save(s).await?;
             return Ok(Step::GaveUp);
         }
+        if s.win.failed {
+            // File sink: a write or fsync failed. Nothing written since the checkpoint is
+            // kept in memory: the session ends, and the next one fetches it again from the
+            // checkpoint after a backoff (see `Drain::refetch_at`).
+            return Ok(Step::GaveUp);
+        }
         if self.gave_up() && !s.win.is_idle() {
             // What was acknowledged is saved before giving up on the rest.
             self.finish_save(s).await?;
@@ -87,18 +93,14 @@ impl Drain {
             );
             return Ok(Step::GaveUp);
         }
-        // File sink after a failure: one batch to a group (see `Window::one_by_one`).
-        let limit = if s.win.one_by_one { 1 } else { s.win.max };
-        if !s.win.resend.is_empty() && s.win.in_flight.len() < limit {
+        // Kafka, after a failed delivery: the resend.
+        if !s.win.resend.is_empty() && s.win.in_flight.len() < s.win.max {
             let at = s.win.resend_at;
             if Instant::now() < at {
                 self.until_halt(smol::Timer::at(at)).await;
                 return Ok(Step::Progress);
             }
-            if std::mem::take(&mut s.win.close_covered) {
-                self.close_covered_files(s.src.log_id, s.cp.offset).await;
-            }
-            while s.win.in_flight.len() < limit
+            while s.win.in_flight.len() < s.win.max
                 && let Some(records) = s.win.resend.pop_front()
             {
                 self.submit(s, records).await;
@@ -131,6 +133,7 @@ impl Drain {
         // With nothing in flight, a file sink with --rotate-interval wakes up now and then
         // to close the files that are due (the fetcher sends nothing while the log is quiet).
         let tick = self.idle_tick().filter(|_| s.win.is_idle());
+        let stall_at = s.win.stall_warning_at();
         let event = {
             let front = s.win.in_flight.front_mut();
             let settled = async {
@@ -152,11 +155,18 @@ impl Drain {
                 or_never(tick.map(smol::Timer::after)).await;
                 Event::Tick
             };
+            let stalled = async {
+                or_never(stall_at.map(smol::Timer::at)).await;
+                Event::Stalled
+            };
             self.until_halt(smol::future::or(
                 saved,
                 smol::future::or(
                     settled,
-                    smol::future::or(sync_due, smol::future::or(received, ticked)),
+                    smol::future::or(
+                        sync_due,
+                        smol::future::or(received, smol::future::or(ticked, stalled)),
+                    ),
                 ),
             ))
             .await
@@ -178,7 +188,30 @@ impl Drain {
             }
             Some(Event::Received(item)) => Ok(Step::Item(item)),
             Some(Event::Tick) => Ok(Step::Quiet),
+            Some(Event::Stalled) => {
+                self.warn_stalled(s);
+                Ok(Step::Progress)
+            }
         }
+    }
+
+    /// Kafka: no delivery report for [`SINK_STALL_WARNING`] while batches wait for one
+    /// (the broker down or unreachable; librdkafka retries on its own until its delivery
+    /// timeout, silent meanwhile): says so once, with what waits; [`Drain::complete`] logs
+    /// when reports come again.
+    fn warn_stalled(&mut self, s: &mut SinkCtx<'_>) {
+        let Some(since) = s.win.stall_warning_at().map(|at| at - SINK_STALL_WARNING) else {
+            return;
+        };
+        s.win.stalled_since = Some(since);
+        let records: u64 = s.win.in_flight.iter().map(|b| b.span.count).sum();
+        log::warn!(
+            "sink {}: no delivery report for offsets from {} in {:.0?} ({records} records in {} batches waiting); the producer retries until its delivery timeout, then the drain resends them",
+            self.sink_name(),
+            s.cp.offset,
+            since.elapsed(),
+            s.win.in_flight.len()
+        );
     }
 
     /// Finishes every batch in flight and every resend, retrying as usual, and the redb save
@@ -194,10 +227,14 @@ impl Drain {
     }
 
     /// Hands `records` to the sink as the newest batch in flight. A file sink's batch
-    /// waits there, written, for the group checkpoint's fsync ([`Drain::sync_files`]); a
-    /// failed write fails every batch written since the last fsync too (the sink cuts them
-    /// off its files before it writes again).
+    /// waits there, written, for the group checkpoint's fsync ([`Drain::sync_files`]), as
+    /// its [`Span`] alone: the records are not kept (after a failure they are fetched
+    /// again). A failed write fails every batch written since the last fsync too (the sink
+    /// cuts them off its files before it writes again). A Kafka batch keeps its records
+    /// for a resend.
     pub(super) async fn submit(&mut self, s: &mut SinkCtx<'_>, records: Vec<OwnedRecord>) {
+        let mut span = Span::of(&records);
+        let skipped_before = self.file_skipped();
         let pending = match self.sink.as_mut() {
             Some(sink) => sink.submit(s.src, &records).await,
             None => Pending::Done(Some(Err(DeliverError {
@@ -205,15 +242,44 @@ impl Drain {
                 error: SinkError::Kafka("sink closed".into()),
             }))),
         };
+        let file_sink = matches!(self.sink, Some(Sink::File(_)));
+        if let (Some(before), Some(after)) = (skipped_before, self.file_skipped()) {
+            span.skipped = (after.0 - before.0, after.1 - before.1);
+        }
         if pending.is_unsynced() {
             s.win.unsynced_since.get_or_insert_with(Instant::now);
-            s.win.unsynced_bytes += records.iter().map(|r| r.payload.len() as u64).sum::<u64>();
+            s.win.unsynced_bytes += span.bytes;
         } else if let Pending::Done(Some(Err(e))) = &pending
             && let SinkError::Io(io) = &e.error
         {
             fail_unsynced(s.win, io);
         }
-        s.win.in_flight.push_back(InFlight { records, pending });
+        if s.win.in_flight.is_empty() {
+            s.win.reported_at = Instant::now();
+        }
+        let records = if file_sink {
+            // Written: the records go (their reply buffers back to the connection's
+            // pool) and their vector to the next reply.
+            crate::client::recycle_records(records);
+            Vec::new()
+        } else {
+            records
+        };
+        s.win.in_flight.push_back(InFlight {
+            records,
+            span,
+            pending,
+            handed: Instant::now(),
+        });
+    }
+
+    /// File sink: the records and payload bytes it has skipped so far as already in its
+    /// files (see `sink::file`, "Exactly once"); `None` for other sinks.
+    fn file_skipped(&self) -> Option<(u64, u64)> {
+        match self.sink.as_ref() {
+            Some(Sink::File(f)) => Some((f.skipped_duplicates(), f.skipped_bytes())),
+            _ => None,
+        }
     }
 
     /// File sink, the group checkpoint's first step: fsyncs every file written since the
@@ -257,28 +323,39 @@ impl Drain {
             let Some(mut b) = s.win.in_flight.pop_front() else {
                 break;
             };
-            let done = match b.pending.result() {
+            s.win.reported_at = Instant::now();
+            if let Some(since) = s.win.stalled_since.take() {
+                log::info!(
+                    "sink {}: delivery reports came again after {:.1?}",
+                    self.sink_name(),
+                    since.elapsed()
+                );
+            }
+            let acked = match b.pending.result() {
                 Ok(()) => {
                     s.win.backoff.reset();
                     let (n, by) = b.pending.skipped();
-                    skipped = (skipped.0 + n, skipped.1 + by);
-                    b.records.len()
+                    skipped = (
+                        skipped.0 + n + b.span.skipped.0,
+                        skipped.1 + by + b.span.skipped.1,
+                    );
+                    b.span
                 }
                 Err(e) => {
+                    // A file batch fails whole (and keeps no records); a Kafka batch may
+                    // have a leading part acknowledged.
                     let done = e.delivered.min(b.records.len());
-                    failure = Some((b.records.split_off(done), e.error));
-                    done
+                    let rest = b.records.split_off(done);
+                    failure = Some((rest, e.error));
+                    Span::of(&b.records)
                 }
             };
-            if let Some(last) = b.records[..done].last() {
-                s.cp.offset = last.offset + 1;
-                s.cp.last_crc = Some(last.record_crc);
+            if let Some((offset, crc)) = acked.last {
+                s.cp.offset = offset + 1;
+                s.cp.last_crc = Some(crc);
             }
-            records += done as u64;
-            bytes += b.records[..done]
-                .iter()
-                .map(|r| r.payload.len() as u64)
-                .sum::<u64>();
+            records += acked.count;
+            bytes += acked.bytes;
             if failure.is_some() {
                 break;
             }
@@ -321,9 +398,10 @@ impl Drain {
         }
         if let Some((rest, err)) = failure {
             self.fail(s, rest, err).await?;
-        } else if records > 0 && s.win.resend.is_empty() {
-            // Everything the failure left to resend is checkpointed: whole groups again.
+        } else if s.win.one_by_one && self.one_by_one_until.is_none_or(|u| s.cp.offset >= u) {
+            // Everything written before the failure is checkpointed: whole groups again.
             s.win.one_by_one = false;
+            self.one_by_one_until = None;
         }
         Ok(())
     }
@@ -409,13 +487,9 @@ impl Drain {
     ) -> Result<(), DrainError> {
         self.metrics.sink_error(err.kind());
         self.metrics.retries.inc();
-        // File sink: whatever was written after the failed batch is cut off the files too;
-        // then every batch is a group of its own, and the files the checkpoint covers are
-        // closed before the resend.
-        fail_unsynced(s.win, &std::io::Error::other("a write before it failed"));
-        let file_sink = matches!(self.sink, Some(Sink::File(_)));
-        s.win.one_by_one = file_sink;
-        s.win.close_covered = file_sink;
+        if matches!(self.sink, Some(Sink::File(_))) {
+            return self.refetch(s, &err);
+        }
         let mut later = std::mem::take(&mut s.win.in_flight);
         for b in later.iter_mut() {
             while self.until_halt(b.pending.settle()).await.is_none() {
@@ -444,22 +518,80 @@ impl Drain {
         );
         Ok(())
     }
+
+    /// File sink: a write or fsync failed at `s.cp.offset`; every batch written since the
+    /// checkpoint is lost to the files (the sink cuts them off before it writes again).
+    /// The window keeps no records to resend: the session ends
+    /// ([`Window::failed`]), and after a backoff the next one fetches everything from the
+    /// checkpoint again ([`Drain::refetch_at`]), one batch to a group up to `s.win.next`
+    /// ([`Drain::one_by_one_until`]), with the files the checkpoint covers closed first.
+    ///
+    /// # Errors
+    /// With `--once`, [`DrainError::SinkUnreachable`] once the sink has failed for the
+    /// retry budget with no checkpoint saved ([`Drain::sink_retry`]).
+    fn refetch(&mut self, s: &mut SinkCtx<'_>, err: &SinkError) -> Result<(), DrainError> {
+        fail_unsynced(s.win, &std::io::Error::other("a write before it failed"));
+        s.win.in_flight.clear();
+        s.win.failed = true;
+        self.one_by_one_until = Some(self.one_by_one_until.unwrap_or(0).max(s.win.next));
+        self.close_covered = true;
+        let delay = self.refetch_backoff.next_delay();
+        let d = self.sink_retry(err, delay)?;
+        self.refetch_at = Some(Instant::now() + d);
+        log::warn!(
+            "sink failed at offset {} ({err}); fetching {} offsets again from there in {d:.1?}",
+            s.cp.offset,
+            s.win.next - s.cp.offset
+        );
+        Ok(())
+    }
 }
 
 /// A batch handed to the sink, waiting for its acknowledgements.
 pub(super) struct InFlight {
-    /// The batch, kept for a resend.
+    /// Kafka: the batch, kept for a resend; file sink: empty (fetched again after a
+    /// failure).
     pub(super) records: Vec<OwnedRecord>,
+    /// What the batch holds.
+    pub(super) span: Span,
     /// Its acknowledgements.
     pub(super) pending: Pending,
+    /// When it was handed to the sink.
+    pub(super) handed: Instant,
+}
+
+/// What a batch in flight holds, all the checkpoint needs once it is acknowledged whole.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Span {
+    /// Records.
+    pub(super) count: u64,
+    /// Their payload bytes.
+    pub(super) bytes: u64,
+    /// The last record's offset and record CRC (`None`: no record).
+    pub(super) last: Option<(u64, u32)>,
+    /// File sink: of those, records and payload bytes the files held already (skipped as
+    /// duplicates: delivered, not forwarded).
+    pub(super) skipped: (u64, u64),
+}
+
+impl Span {
+    /// The span of `records` (consecutive, oldest first).
+    pub(super) fn of(records: &[OwnedRecord]) -> Span {
+        Span {
+            count: records.len() as u64,
+            bytes: records.iter().map(|r| r.payload.len() as u64).sum(),
+            last: records.last().map(|r| (r.offset, r.record_crc)),
+            skipped: (0, 0),
+        }
+    }
 }
 
 /// The sink side of a session (docs/drain.md, "Pipelining").
 pub(super) struct Window {
     /// Batches handed to the sink and not yet checkpointed, oldest first.
     pub(super) in_flight: VecDeque<InFlight>,
-    /// After a failure: the unacknowledged records, as batches, to hand over again (in
-    /// order, before anything new).
+    /// Kafka, after a failure: the unacknowledged records, as batches, to hand over again
+    /// (in order, before anything new).
     pub(super) resend: VecDeque<Vec<OwnedRecord>>,
     /// When the resend may start (backoff).
     pub(super) resend_at: Instant,
@@ -482,16 +614,21 @@ pub(super) struct Window {
     /// is due at `--checkpoint-bytes`).
     pub(super) unsynced_bytes: u64,
     /// File sink, after a failed write or fsync: every batch is a group of its own (written,
-    /// fsynced and checkpointed before the next is written) until everything the failure
-    /// left to resend is checkpointed. A whole group can be larger than what the sink's
+    /// fsynced and checkpointed before the next is written) until everything written before
+    /// the failure is checkpointed again ([`Drain::one_by_one_until`]). A whole group can be larger than what the sink's
     /// disk has left (16 MiB by default): resent whole, it would fail again and again and
     /// never close a file that a downstream job could take away to free space; one batch
     /// at a time, the drain gets as far as the space allows and closes the full files
     /// behind it, as it did with a checkpoint per batch.
     pub(super) one_by_one: bool,
-    /// File sink, after a failure: the files the checkpoint covers are to be closed
-    /// before the resend (`Drain::close_covered_files`).
-    pub(super) close_covered: bool,
+    /// File sink: a write or fsync failed; the session ends (see `Drain::refetch`).
+    pub(super) failed: bool,
+    /// When the sink last settled a batch, or the window last became non-empty: a stall
+    /// counts from the later of this and the oldest batch's hand-over.
+    pub(super) reported_at: Instant,
+    /// Kafka: the stall warned about ([`Drain::warn_stalled`]) began then; `None` while
+    /// reports come.
+    pub(super) stalled_since: Option<Instant>,
     /// With `--once`, the offset the drain ends at: once it is written, the group
     /// checkpoint is due at once.
     pub(super) target: Option<u64>,
@@ -527,9 +664,22 @@ pub(super) struct Saving {
 }
 
 impl Window {
-    /// Nothing in flight, nothing to resend and the checkpoint saved: it is at `next`.
+    /// Kafka, no stall warned about yet: when the oldest batch in flight, still waiting for
+    /// delivery reports, will have waited [`SINK_STALL_WARNING`] with none coming.
+    fn stall_warning_at(&self) -> Option<Instant> {
+        let front = self.in_flight.front()?;
+        (self.stalled_since.is_none() && front.pending.awaits_reports())
+            .then(|| self.reported_at.max(front.handed) + SINK_STALL_WARNING)
+    }
+
+    /// Nothing in flight, nothing to resend and the checkpoint saved: it is at `next`
+    /// (never after a file sink's failure: the checkpoint is behind `next` then).
     pub(super) fn is_idle(&self) -> bool {
-        self.in_flight.is_empty() && self.resend.is_empty() && self.saving.is_none() && !self.dirty
+        self.in_flight.is_empty()
+            && self.resend.is_empty()
+            && self.saving.is_none()
+            && !self.dirty
+            && !self.failed
     }
 }
 
@@ -549,8 +699,9 @@ pub(super) enum Step {
     Idle,
     /// Nothing in flight and nothing received for a while (see [`Drain::idle_tick`]).
     Quiet,
-    /// The shutdown grace ran out with records unacknowledged, or the Kafka producer
-    /// failed for good (`Drain::producer_failed`): the session ends.
+    /// The shutdown grace ran out with records unacknowledged, the Kafka producer
+    /// failed for good (`Drain::producer_failed`), or a file sink's write or fsync failed
+    /// (`Window::failed`): the session ends.
     GaveUp,
     /// The next item from the fetcher (`None`: the fetcher ended).
     Item(Option<Item>),
@@ -569,4 +720,6 @@ enum Event {
     /// File sink: `--checkpoint-interval` has passed since the first batch written and not
     /// fsynced.
     SyncDue,
+    /// Kafka: no delivery report for [`SINK_STALL_WARNING`].
+    Stalled,
 }

@@ -149,6 +149,16 @@ impl Pending {
         matches!(self, Pending::Unsynced)
     }
 
+    /// True for a Kafka batch: its outcome comes with the producer's delivery reports,
+    /// not with a step of the drain's own.
+    pub fn awaits_reports(&self) -> bool {
+        match self {
+            Pending::Done(_) | Pending::Unsynced => false,
+            #[cfg(feature = "kafka")]
+            Pending::Kafka(_) => true,
+        }
+    }
+
     /// Waits until every record of the batch has an outcome. Cancel-safe.
     pub async fn settle(&mut self) {
         match self {

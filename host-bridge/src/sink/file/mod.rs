@@ -229,6 +229,8 @@ pub struct FileSink {
     log_id: Option<u128>,
     /// Records acknowledged without writing because they were already in the files.
     skipped_duplicates: u64,
+    /// Their payload bytes.
+    skipped_bytes: u64,
     /// The lines logged about them.
     skipped_log: SkippedLog,
     /// `open` created `dir`: dropping the sink removes it again if it is still empty (a
@@ -268,6 +270,7 @@ impl FileSink {
             inner: Some(inner),
             log_id: None,
             skipped_duplicates: 0,
+            skipped_bytes: 0,
             skipped_log: SkippedLog::default(),
             made_dir,
         })
@@ -290,6 +293,11 @@ impl FileSink {
     /// them (resent by the drain after a restart).
     pub fn skipped_duplicates(&self) -> u64 {
         self.skipped_duplicates
+    }
+
+    /// The payload bytes of [`FileSink::skipped_duplicates`]' records.
+    pub fn skipped_bytes(&self) -> u64 {
+        self.skipped_bytes
     }
 
     /// What the files hold durably after the last successful [`FileSink::sync`] (or
@@ -404,25 +412,29 @@ impl FileSink {
                 let held = i.hold(lines);
                 ((held >= WRITE_BEHIND_BYTES).then_some(Job::Flush), skipped)
             }
-            None => (Some(Job::Records(records.to_vec())), 0),
+            None => (Some(Job::Records(records.to_vec())), (0, 0)),
         };
         let skipped = match job {
             Some(job) => self.write_job(src, job).await,
             None => {
                 self.log_id = Some(src.log_id);
-                Ok(0)
+                Ok((0, 0))
             }
         }
-        .map(|n| n + skipped_here)
+        .map(|(n, bytes)| (n + skipped_here.0, bytes + skipped_here.1))
         .map_err(|e| DeliverError {
             delivered: 0,
             error: SinkError::Io(e),
         })?;
-        self.skipped_duplicates += skipped;
+        self.skipped_duplicates += skipped.0;
+        self.skipped_bytes += skipped.1;
         if let Some((first, last)) = span {
             let span = (first.offset, last.offset);
             let total = self.skipped_duplicates;
-            if let Some(line) = self.skipped_log.batch(span, skipped, total, Instant::now()) {
+            if let Some(line) = self
+                .skipped_log
+                .batch(span, skipped.0, total, Instant::now())
+            {
                 log::info!("{line}");
             }
         }
@@ -596,8 +608,8 @@ impl FileSink {
     }
 
     /// Runs `job` on the blocking pool, reopening first (cut back to the synced lengths)
-    /// after a failure; returns the duplicates skipped.
-    async fn write_job(&mut self, src: &Source, job: Job) -> std::io::Result<u64> {
+    /// after a failure; returns the duplicates skipped and their payload bytes.
+    async fn write_job(&mut self, src: &Source, job: Job) -> std::io::Result<(u64, u64)> {
         let inner = self.inner.take();
         let reopen = self.reopen_args(src.log_id);
         self.log_id = Some(src.log_id);
@@ -609,8 +621,8 @@ impl FileSink {
             };
             let res = inner.flush().and_then(|()| match job {
                 Job::Records(records) => inner.write(&src, &records),
-                Job::Flush => Ok(0),
-                Job::Gap(line, from) => inner.write_gap(&line, from).map(|()| 0),
+                Job::Flush => Ok((0, 0)),
+                Job::Gap(line, from) => inner.write_gap(&line, from).map(|()| (0, 0)),
             });
             match res {
                 Ok(skipped) => (Some(inner), Ok(skipped)),

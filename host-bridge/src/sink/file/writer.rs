@@ -560,9 +560,14 @@ impl Inner {
 
     /// Writes the records not yet in the files, rotating as [`Rotation`] says (a file set
     /// aside as full is fsynced first), and leaves the newest files unsynced until
-    /// [`Inner::sync`]; returns how many records were skipped as already written. On error
-    /// the caller drops `self` (the marks may be ahead of the files).
-    pub(super) fn write(&mut self, src: &Source, records: &[OwnedRecord]) -> std::io::Result<u64> {
+    /// [`Inner::sync`]; returns how many records were skipped as already written, and their
+    /// payload bytes. On error the caller drops `self` (the marks may be ahead of the
+    /// files).
+    pub(super) fn write(
+        &mut self,
+        src: &Source,
+        records: &[OwnedRecord],
+    ) -> std::io::Result<(u64, u64)> {
         let (lines, skipped) = self.lines(src, records);
         self.write_lines(lines)?;
         Ok(skipped)
@@ -571,14 +576,18 @@ impl Inner {
     /// The lines of the records not yet in the files, per topic, moving the duplicate
     /// check's marks over them (CPU only, no I/O: the sink runs it before the trip to the
     /// blocking pool, so the batch is not copied there); and how many records were skipped
-    /// as already written. Hand them to [`Inner::write_lines`], or drop `self` (the marks
-    /// are ahead of the files).
-    pub(super) fn lines(&mut self, src: &Source, records: &[OwnedRecord]) -> (Vec<Lines>, u64) {
+    /// as already written, with their payload bytes. Hand them to [`Inner::write_lines`], or
+    /// drop `self` (the marks are ahead of the files).
+    pub(super) fn lines(
+        &mut self,
+        src: &Source,
+        records: &[OwnedRecord],
+    ) -> (Vec<Lines>, (u64, u64)) {
         let mut writer = LineWriter::new(src);
         // Per topic, in order of first appearance: its lines back to back, in record order,
         // and the end of each in `text` with its offset and timestamp.
         let mut groups: Vec<Lines> = Vec::new();
-        let mut skipped = 0u64;
+        let mut skipped = (0u64, 0u64);
         // The group of the previous record's topic (records come in runs of one topic).
         let mut cur: Option<(usize, &str)> = None;
         for rec in records {
@@ -606,7 +615,8 @@ impl Inner {
             };
             let l = &mut groups[g];
             if l.mark.is_some_and(|m| rec.offset <= m) {
-                skipped += 1;
+                skipped.0 += 1;
+                skipped.1 += rec.payload.len() as u64;
                 continue;
             }
             l.mark = Some(rec.offset);
