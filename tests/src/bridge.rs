@@ -108,7 +108,17 @@ pub fn spawn_bridge_lines(
 /// [`spawn_bridge_lines`] channel), pushing every line it takes to `seen`; panics with
 /// them if none came.
 pub fn wait_for_line(rx: &mpsc::Receiver<String>, needle: &str, seen: &mut Vec<String>) {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    wait_for_line_within(rx, needle, seen, Duration::from_secs(20));
+}
+
+/// [`wait_for_line`], waiting `limit` at most.
+pub fn wait_for_line_within(
+    rx: &mpsc::Receiver<String>,
+    needle: &str,
+    seen: &mut Vec<String>,
+    limit: Duration,
+) {
+    let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
         if let Ok(line) = rx.recv_timeout(Duration::from_millis(50)) {
             let hit = line.contains(needle);

@@ -586,6 +586,52 @@ fn file_names_never_repeat_after_the_closed_files_were_moved_away() {
     );
 }
 
+/// A drain that resends what the files hold already (a new state file, so no checkpoint
+/// and no synced lengths to cut back to) writes none of it again, and does not count it as
+/// forwarded: the summary and the forwarded counters say 0, the duplicate check's line
+/// says how many it skipped.
+#[test]
+fn records_the_files_held_already_are_not_counted_as_forwarded() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let (_g, gw) = gateway(dir);
+    let (sink_dir, sink, state) = file_sink_in(dir);
+    let n = 300;
+    publish(&gw, "t", &write_input(dir, n, "d"));
+    let first = run_bridge_ok(&[drain_args(&gw, &sink, &state), vec!["--once"]].concat());
+    let said = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    assert!(
+        said(&first).contains(&format!("forwarded {n} records")),
+        "{}",
+        said(&first)
+    );
+    let state2 = dir.join("s2.redb").display().to_string();
+    let again = [
+        drain_args(&gw, &sink, &state2),
+        vec!["--once", "--consumer", "again", "--from", "earliest"],
+    ]
+    .concat();
+    let second = run_bridge_ok(&again);
+    let text = said(&second);
+    assert!(text.contains("forwarded 0 records (0 bytes)"), "{text}");
+    assert!(
+        text.contains("skipped"),
+        "the duplicates are reported: {text}"
+    );
+    let offsets: Vec<u64> = read_files(&sink_dir).into_iter().map(|l| l.0).collect();
+    assert_eq!(
+        offsets,
+        (0..n as u64).collect::<Vec<_>>(),
+        "each record once"
+    );
+}
+
 /// `--rotate-interval` (flag) closes a file that stays below `--rotate-bytes` while the
 /// drain is idle, and `partition-by-date` (config key) puts it under the UTC date of its
 /// first record.
@@ -889,6 +935,72 @@ fn backlog_drains_after_a_sink_outage_without_new_publishes() {
     offs.sort_unstable();
     offs.dedup();
     assert_eq!(offs, (0..n as u64).collect::<Vec<_>>());
+}
+
+/// A Kafka broker that goes down leaves batches in flight with no delivery report while
+/// librdkafka retries on its own (silently, until its delivery timeout): after 15 s the
+/// drain says so, naming the sink, the first offset waiting and how much waits; when the
+/// broker is back, it logs that reports came again, and every record lands once.
+#[test]
+fn a_stalled_kafka_sink_is_warned_about_and_its_end_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = gateway(dir.path());
+    let n = 200;
+    publish(&gw, "t", &write_input(dir.path(), n, "s"));
+    let broker = Broker::mock();
+    let Broker::Mock(mock) = &broker else {
+        unreachable!()
+    };
+    mock.create_topic("spillway", 1, 1).unwrap();
+    let sink = format!("kafka://{}/spillway", mock.bootstrap_servers());
+    let state = dir.path().join("s.redb").display().to_string();
+    let mut args: Vec<String> = drain_args(&gw, &sink, &state)
+        .into_iter()
+        .map(String::from)
+        .collect();
+    // No partition-tail scan at the start (it would wait out its timeout against the down
+    // broker); the default delivery timeout (5 min) outlasts the test: no failure, only
+    // silence.
+    args.extend(["--kafka-resume-window".into(), "0".into()]);
+    mock.broker_down(1).unwrap();
+    let t = Instant::now();
+    let (child, rx) = spillway_tests::bridge::spawn_bridge_lines(&args, &[]);
+    let mut seen = Vec::new();
+    // 15 s after the first batch was handed over, which follows the producer's warm-up
+    // (up to 2 s against a down broker): 40 s leaves room for a slow machine.
+    spillway_tests::bridge::wait_for_line_within(
+        &rx,
+        "no delivery report for offsets from 0",
+        &mut seen,
+        Duration::from_secs(40),
+    );
+    let warned = t.elapsed();
+    let line = seen.last().cloned().unwrap_or_default();
+    assert!(
+        line.contains(&sink) && line.contains("records in") && line.contains("WARN"),
+        "{line}"
+    );
+    assert!(warned >= Duration::from_secs(15), "warned after {warned:?}");
+    mock.broker_up(1).unwrap();
+    spillway_tests::bridge::wait_for_line(&rx, "delivery reports came again after", &mut seen);
+    wait_until(
+        Duration::from_secs(30),
+        || (gateway_committed(&gw) >= n as u64).then_some(()),
+        || {
+            format!(
+                "not drained after the broker came back:\n{}",
+                seen.join("\n")
+            )
+        },
+    );
+    assert_eq!(sigterm_and_wait(child), 0);
+    let msgs = consume_all(&broker.bootstrap(), "spillway", 1);
+    let offs: Vec<u64> = msgs.iter().map(KMsg::spillway_offset).collect();
+    assert_eq!(
+        offs,
+        (0..n as u64).collect::<Vec<_>>(),
+        "each record once, in order"
+    );
 }
 
 /// `publish --ack durable` rides out a gateway crash: it reconnects and resends what was not
