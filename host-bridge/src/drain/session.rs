@@ -345,6 +345,7 @@ impl Drain {
     fn files_closed(&self, r: std::io::Result<u64>, what: &str, then: &str) {
         match r {
             Ok(0) => {}
+            Ok(1) => log::debug!("file sink: closed 1 {}", what.replacen("files", "file", 1)),
             Ok(n) => log::debug!("file sink: closed {n} {what}"),
             Err(e) => {
                 let e = crate::sink::SinkError::Io(e);
