@@ -145,14 +145,28 @@ impl LineWriter {
         out.extend_from_slice(b"\",\"timestamp_us\":");
         let _ = serde_json::to_writer(&mut *out, &rec.timestamp_us);
         out.extend_from_slice(b",\"payload\":");
-        let (payload, encoding) = JsonPayload::new(&rec.payload);
-        match payload {
-            JsonPayload::Json(raw) => out.extend_from_slice(raw.as_bytes()),
-            JsonPayload::Text(Cow::Borrowed(s)) => json_string(s, out),
-            JsonPayload::Text(Cow::Owned(s)) => {
-                let _ = serde_json::to_writer(&mut *out, &s);
+        let p = &rec.payload[..];
+        let framed = matches!(
+            (p.first(), p.last()),
+            (Some(b'{'), Some(b'}')) | (Some(b'['), Some(b']'))
+        );
+        let encoding = if !framed && is_plain(p, false) {
+            // Printable ASCII with nothing to escape (what most text payloads are): valid
+            // UTF-8, not a JSON object or array, so `utf8`, copied between quotes. One
+            // pass instead of the UTF-8 check and the escape scan.
+            quoted(p, out);
+            "utf8"
+        } else {
+            let (payload, encoding) = JsonPayload::new(p);
+            match payload {
+                JsonPayload::Json(raw) => out.extend_from_slice(raw.as_bytes()),
+                JsonPayload::Text(Cow::Borrowed(s)) => json_string(s, out),
+                JsonPayload::Text(Cow::Owned(s)) => {
+                    let _ = serde_json::to_writer(&mut *out, &s);
+                }
             }
-        }
+            encoding
+        };
         out.extend_from_slice(b",\"payload_encoding\":\"");
         out.extend_from_slice(encoding.as_bytes());
         out.extend_from_slice(b"\"}\n");
@@ -164,15 +178,33 @@ impl LineWriter {
 /// the rest goes through `serde_json`, whose escaping this equals byte for byte (RFC 8259
 /// section 7 asks no more).
 fn json_string(s: &str, out: &mut Vec<u8>) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.reserve(s.len() + 2);
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
+    if is_plain(s.as_bytes(), true) {
+        quoted(s.as_bytes(), out);
     } else {
         // Serializing a string into a Vec cannot fail.
         let _ = serde_json::to_writer(&mut *out, s);
     }
+}
+
+/// True if no byte of `bytes` is a control character (below 0x20), `"` or `\\`, nor, unless
+/// `high` allows them, above 0x7F: text a JSON string holds as it is. Branch-free over
+/// chunks of 64 bytes (the compiler vectorizes it), stopping at the first chunk with such
+/// a byte.
+fn is_plain(bytes: &[u8], high: bool) -> bool {
+    let top = if high { 0xFF } else { 0x7F };
+    bytes.chunks(64).all(|c| {
+        c.iter().fold(true, |ok, &b| {
+            ok & (b >= 0x20) & (b <= top) & (b != b'"') & (b != b'\\')
+        })
+    })
+}
+
+/// Appends `bytes` between quotes (text [`is_plain`] passed).
+fn quoted(bytes: &[u8], out: &mut Vec<u8>) {
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    out.extend_from_slice(bytes);
+    out.push(b'"');
 }
 
 #[cfg(test)]
@@ -282,8 +314,12 @@ mod tests {
     #[test]
     fn lines_match_json_record() {
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
-        let payloads: [&[u8]; 18] = [
+        let payloads: [&[u8]; 22] = [
             b"",
+            b"{not json}",
+            b"[1,2",
+            b"plain \x7f del, printable ~ text of 70 bytes or more, past one chunk of 64: ok",
+            b"plain text with a quote \" past the first chunk of 64 bytes......... here",
             b"21.5",
             b"0000000001 xxxxxxxx",
             br#"{ "t" : 21.50, "b":1e2,"a":[1, 2] }"#,
