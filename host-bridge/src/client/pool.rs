@@ -126,7 +126,7 @@ pub(super) fn record_vec(n: usize) -> Vec<OwnedRecord> {
 
 /// Drops the records of `records` (their payloads' reply buffers go back to their
 /// connection's pool once no other slice holds them) and keeps the emptied vector for a
-/// later reply, unless [`MAX_KEPT_VECS`] are kept already.
+/// later reply, unless 8 are kept already.
 pub fn recycle_records(records: Vec<OwnedRecord>) {
     RECORD_VECS.give_back(records);
 }
