@@ -107,7 +107,7 @@ impl Options {
             nats_bin,
             fleet: bench_fleet::FleetOptions::default(),
             cap: bench_fleet::CapOptions::default(),
-            file_sink: bench_file_sink::Options::default(),
+            file_sink: bench_file_sink::default_options(),
             parts: [true; 9],
         }
     }
