@@ -43,8 +43,8 @@ mod tests;
 #[cfg(feature = "std")]
 pub use frame::GrowingFrameBuffer;
 pub use frame::{
-    CRC_LEN, FeedResult, FrameAccumulator, FrameBuffer, FrameDecoder, FrameError, decode_frame,
-    decode_message, encode_frame, max_encoded_len,
+    CRC_LEN, CobsFault, FeedResult, FrameAccumulator, FrameBuffer, FrameDecoder, FrameError,
+    decode_frame, decode_message, encode_frame, max_encoded_len,
 };
 pub use line::{LineError, parse_line};
 pub use list::{

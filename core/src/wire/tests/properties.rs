@@ -76,6 +76,34 @@ proptest! {
         prop_assert_eq!(peek_records_header(&other[..m - 1]), None);
     }
 
+    /// A body framed by the `cobs` crate's encoder (the reference: runs of every length up
+    /// to 254 and past it, 0x00s alone and in rows) decodes back to it through the frame
+    /// decoder's in-place COBS decoding; each shorter cut of it is an error, never a wrong
+    /// message.
+    #[test]
+    fn cobs_frames_decode_to_their_body_and_cuts_fail(
+        parts in proptest::collection::vec((0usize..600, 0usize..3), 0..6),
+        fill in any::<u8>(),
+    ) {
+        let mut msg = Vec::new();
+        for (run, zeros) in parts {
+            msg.extend(std::iter::repeat_n(fill | 1, run));
+            msg.extend(std::iter::repeat_n(0u8, zeros));
+        }
+        msg.push(fill | 1);
+        let mut body = msg.clone();
+        body.extend_from_slice(&crc32fast::hash(&msg).to_le_bytes());
+        let mut enc = vec![0u8; cobs::max_encoding_length(body.len())];
+        let n = cobs::encode(&body, &mut enc);
+        enc.truncate(n);
+        let mut whole = enc.clone();
+        prop_assert_eq!(decode_frame(&mut whole), Ok(&msg[..]));
+        for cut in 0..n {
+            let mut t = enc[..cut].to_vec();
+            prop_assert!(decode_frame(&mut t).is_err(), "cut at {}", cut);
+        }
+    }
+
     #[test]
     fn random_bytes_never_panic(mut bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
         let mut copy = bytes.clone();
