@@ -9,7 +9,7 @@
 //! | `spillway_bridge_committed_offset` | gauge | checkpoint offset (first offset not yet forwarded) |
 //! | `spillway_bridge_gateway_next_offset` | gauge | the gateway's next offset, as last seen: read every 2 s, also while the sink is down and the fetcher waits for room, and raised by each batch fetched |
 //! | `spillway_bridge_lag_offsets` | gauge | next offset − committed offset, in offsets (a gateway crash skips offsets that hold no record) |
-//! | `spillway_bridge_backlog_eta_seconds` | gauge | seconds to forward the lag at the rate of the last 10 s the drain was behind (time caught up left out; 0 when caught up), never faster than `--max-bytes-per-sec` allows at its mean payload size (−1: unknown yet); between checkpoints, while nothing is forwarded, it follows the lag at the rate last computed |
+//! | `spillway_bridge_backlog_eta_seconds` | gauge | seconds to forward the lag at the rate of the last 10 s the drain was behind (time caught up left out; rounded up, so 0 only when caught up), never faster than `--max-bytes-per-sec` allows at its mean payload size (−1: unknown yet); between checkpoints, while nothing is forwarded, it follows the lag at the rate last computed |
 //! | `spillway_bridge_retries_total` | counter | retries after a gateway or sink failure |
 //! | `spillway_bridge_gaps_total` | counter | ranges of offsets the gateway no longer had |
 //! | `spillway_bridge_lost_records_total` | counter | offsets in those ranges |
@@ -107,7 +107,7 @@ impl Metrics {
                     let rate = behind as f64 / s;
                     self.eta_rate.store(rate.to_bits(), Ordering::Relaxed);
                 }
-                self.backlog_eta.set(s.round() as i64);
+                self.backlog_eta.set(s.ceil() as i64);
             }
             None => {
                 self.backlog_eta.set(-1);
@@ -122,7 +122,7 @@ impl Metrics {
         // at the rate it was last computed at.
         let rate = f64::from_bits(self.eta_rate.load(Ordering::Relaxed));
         if rate > 0.0 {
-            self.backlog_eta.set((lag as f64 / rate).round() as i64);
+            self.backlog_eta.set((lag as f64 / rate).ceil() as i64);
         }
     }
 

@@ -41,11 +41,13 @@ pub struct Progress {
     bytes: u64,
     /// The uplink cap, payload bytes per second (`--max-bytes-per-sec`).
     cap: Option<u64>,
-    /// The rate window: records forwarded by this run at some updates of the last
+    /// Records this run found in the sink already and skipped ([`Progress::skipped`]).
+    skipped: u64,
+    /// The rate window: records forwarded or skipped by this run at some updates of the last
     /// [`RATE_WINDOW`] while behind (oldest first, one of them at or before the window's
     /// start), [`RATE_STEP`] apart at least; emptied when the drain catches up.
     marks: VecDeque<(Instant, u64)>,
-    /// The newest update while behind (time, records forwarded).
+    /// The newest update while behind (time, records forwarded or skipped).
     latest: Option<(Instant, u64)>,
 }
 
@@ -80,6 +82,7 @@ impl Progress {
             started: now,
             last_log: now,
             start_records: 0,
+            skipped: 0,
             records: 0,
             bytes: 0,
             cap: None,
@@ -90,7 +93,8 @@ impl Progress {
         }
     }
 
-    /// Takes an update at `now`: `records` forwarded by this run, `behind` records left.
+    /// Takes an update at `now`: `records` forwarded or skipped by this run, `behind`
+    /// records left.
     /// Caught up (`behind` 0), the window is emptied: the time until records come again
     /// is not the drain's.
     fn observe(&mut self, now: Instant, records: u64, behind: u64) {
@@ -147,6 +151,14 @@ impl Progress {
         }
     }
 
+    /// Counts `n` more records the sink held already (skipped, not forwarded): the backlog
+    /// moves past them too, so the rate the ETA is computed at counts them (a drain that
+    /// skips what a restored state file left behind would read a long ETA for a backlog
+    /// it clears in a moment).
+    pub fn skipped(&mut self, n: u64) {
+        self.skipped += n;
+    }
+
     /// Reports the state: `committed` (checkpoint offset), `next` (the gateway's next
     /// offset), totals forwarded by this run. Returns the backlog's ETA in seconds
     /// (`None`: unknown yet), under the uplink cap if there is one.
@@ -154,10 +166,11 @@ impl Progress {
         self.records = records;
         self.bytes = bytes;
         let behind = next.saturating_sub(committed);
-        self.observe(Instant::now(), records, behind);
+        self.observe(Instant::now(), records + self.skipped, behind);
         let avg = bytes.checked_div(records).unwrap_or(0);
         let eta_secs = self.eta_secs(behind);
-        let eta = eta_secs.map_or("unknown".to_string(), |s| format!("{s:.0} s"));
+        // Rounded up: "0 s" only when caught up.
+        let eta = eta_secs.map_or("unknown".to_string(), |s| format!("{} s", s.ceil()));
         let capped = if self.cap.is_some() {
             " under the cap"
         } else {
@@ -247,5 +260,16 @@ mod tests {
         p.bytes = 100_000;
         // 1,000 records at 1,000 records/s is 1 s; their 100,000 bytes at the cap 100 s.
         assert_eq!(p.eta_secs(1_000).map(f64::round), Some(100.0));
+    }
+
+    #[test]
+    fn records_skipped_as_held_already_count_in_the_rate() {
+        let mut p = Progress::new(Mode::Off);
+        // 100 records forwarded and 9,900 skipped in the first update: 10,000 of 20,000
+        // offsets behind are cleared, so the rest takes about as long again, not 100 times.
+        p.skipped(9_900);
+        let eta = p.update(10_000, 20_000, 100, 10_000).unwrap_or(f64::MAX);
+        let spent = p.started.elapsed().as_secs_f64();
+        assert!(eta <= spent * 1.5, "ETA {eta} s after {spent} s");
     }
 }

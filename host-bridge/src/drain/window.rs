@@ -425,6 +425,7 @@ impl Drain {
             let next = u64::try_from(self.metrics.next_offset.get())
                 .unwrap_or(0)
                 .max(s.cp.offset);
+            self.progress.skipped(skipped.0);
             let eta =
                 self.progress
                     .update(s.cp.offset, next, self.summary.records, self.summary.bytes);
