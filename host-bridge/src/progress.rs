@@ -134,17 +134,19 @@ impl Progress {
 
     /// Seconds to forward `behind` records: at the rate of the window ([`RATE_WINDOW`],
     /// records/s), and never faster than the cap allows at this run's mean payload size; 0
-    /// when caught up; `None` before anything was forwarded, or with no rate yet and no
-    /// cap.
+    /// when caught up; `None` with no rate yet and no mean payload size for the cap (nothing
+    /// forwarded yet, or no cap).
     fn eta_secs(&self, behind: u64) -> Option<f64> {
         if behind == 0 {
             return Some(0.0);
         }
         let by_rate = self.rate().map(|rate| behind as f64 / rate);
-        let avg = self.bytes.checked_div(self.records)?;
+        // The cap's bound needs the mean payload size: none before a record is forwarded
+        // (a drain skipping what the files hold has a rate already).
         let by_cap = self
             .cap
-            .map(|c| behind.saturating_mul(avg) as f64 / c.max(1) as f64);
+            .zip(self.bytes.checked_div(self.records))
+            .map(|(c, avg)| behind.saturating_mul(avg) as f64 / c.max(1) as f64);
         match (by_rate, by_cap) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),

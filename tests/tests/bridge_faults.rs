@@ -491,16 +491,18 @@ fn a_full_sink_disk_with_rotate_interval_drains_as_files_are_taken_away() {
     full_sink_disk_drains(&["--rotate-interval", "1s", "--checkpoint-interval", "0"]);
 }
 
-/// As [`a_full_sink_disk_drains_as_files_are_taken_away`], with files rotated at nearly
-/// the whole disk (`--rotate-bytes 1020K` on 1 MiB): the batch in which a file reaches
-/// its size and the next one begins fails on the next file's writes, and resent whole
-/// it failed for ever, cut off the full file each time, so that file never closed and the
-/// job never had anything to take. A batch that fails again while the drain checkpoints
-/// one at a time now comes apart in halves, down to one record: the full file's records
-/// are checkpointed, the file closed, and the drain goes on once the job has taken it.
+/// As [`a_full_sink_disk_drains_as_files_are_taken_away`], with files rotated at the
+/// whole disk (`--rotate-bytes 1M` on 1 MiB): the batch in which a file reaches its size
+/// and the next one begins fails on the next file's writes, and resent whole it failed
+/// for ever, cut off the full file each time, so that file never closed and the job never
+/// had anything to take. A batch that fails again while the drain checkpoints one at a
+/// time now comes apart in halves, down to one record, so the full file's records get
+/// checkpointed; and a failure closes every open file the checkpoint covers, so the full
+/// file, holding the disk's last page, is closed although the next file never gets a
+/// line, and the drain goes on once the job has taken it.
 #[test]
 fn a_full_sink_disk_with_files_as_large_as_it_drains_as_files_are_taken_away() {
-    full_sink_disk_drains(&["--rotate-bytes", "1020K"]);
+    full_sink_disk_drains(&["--rotate-bytes", "1M"]);
 }
 
 /// A drain with `extra` flags into a sink on a 1 MiB tmpfs for about 5 MB of lines, a

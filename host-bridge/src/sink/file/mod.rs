@@ -542,7 +542,8 @@ impl FileSink {
     /// and offset: reopens the writer if the failure closed it (cut back to the synced
     /// lengths, as the resend's first write would), then closes the
     /// open-named files whose every record is below that checkpoint: older files found at
-    /// the open, and newest files due for `--rotate-interval`. So a full disk whose
+    /// the open, and the newest files too (a full one that filled the disk, one due for
+    /// `--rotate-interval`). So a full disk whose
     /// checkpointed files keep their open names does not stay full: a downstream job can
     /// take them away while the writes fail. Files set aside since are left for
     /// [`FileSink::checkpointed`].

@@ -450,23 +450,27 @@ impl Inner {
     }
 
     /// After a failed write, with a saved checkpoint's log and offset: [`Inner::close_found`],
-    /// and every open file due for `--rotate-interval` whose last line is below the
-    /// checkpoint (on a writer reopened after the failure, an open file holds only synced
-    /// lines; on one still open, a file with lines past the checkpoint is left open).
-    /// Returns how many files were closed.
+    /// and every open file whose last line is below the checkpoint (on a writer reopened
+    /// after the failure, an open file holds only synced lines; on one still open, a file
+    /// with lines past the checkpoint is left open), fsynced again first. Not only files
+    /// due for `--rotate-interval`: a file that reached `--rotate-bytes` on a disk it
+    /// filled stayed open-named for good, as the write that would close it, the next
+    /// file's first, failed each time for want of the space the full file held. Returns
+    /// how many files were closed.
     pub(super) fn close_covered(&mut self, covered: (u128, u64)) -> std::io::Result<u64> {
         let mut n = self.close_found(Some(covered))?;
-        let now = SystemTime::now();
         let mut due: Vec<(String, PathBuf)> = self
             .open
             .iter()
-            .filter(|(_, of)| of.len > 0 && of.expired(&self.rot, now))
+            .filter(|(_, of)| of.len > 0)
             .map(|(s, of)| (s.clone(), of.path.clone()))
             .collect();
         due.sort();
         for (stem, path) in due {
             let key = last_line(&path)?.and_then(|l| line_key(&l));
             if matches!(key, Some((log, at)) if log == covered.0 && at < covered.1) {
+                // Its cut back (to the synced length) is made durable with it.
+                self.unsynced.insert(stem.clone());
                 self.close(&stem)?;
                 n += 1;
             }
