@@ -495,11 +495,9 @@ fn a_full_sink_disk_with_rotate_interval_drains_as_files_are_taken_away() {
 /// whole disk (`--rotate-bytes 1M` on 1 MiB): the batch in which a file reaches its size
 /// and the next one begins fails on the next file's writes, and resent whole it failed
 /// for ever, cut off the full file each time, so that file never closed and the job never
-/// had anything to take. A batch that fails again while the drain checkpoints one at a
-/// time now comes apart in halves, down to one record, so the full file's records get
-/// checkpointed; and a failure closes every open file the checkpoint covers, so the full
-/// file, holding the disk's last page, is closed although the next file never gets a
-/// line, and the drain goes on once the job has taken it.
+/// had anything to take. A failure now closes every open file the checkpoint covers (cut
+/// back to it), so the full file, holding the disk's last page, is closed although the
+/// next file never gets a line, and the drain goes on once the job has taken it.
 #[test]
 fn a_full_sink_disk_with_files_as_large_as_it_drains_as_files_are_taken_away() {
     full_sink_disk_drains(&["--rotate-bytes", "1M"]);

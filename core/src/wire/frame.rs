@@ -4,8 +4,9 @@
 //!   Byte Stuffing", SIGCOMM 1997 / IEEE/ACM Transactions on Networking 1999): encoded with
 //!   the `cobs` crate's bounds, decoded in place with `corncobs`, which moves a run of up to
 //!   254 bytes at a time where `cobs` moves one byte at a time (a 256 KiB reply frame of
-//!   100-byte records: about 18 µs against 113 µs on an x86-64 core). An encoded body of `n` bytes is at most `n + ceil(n / 254)` bytes (at least one
-//!   byte of overhead) and holds no 0x00.
+//!   100-byte records: about 18 µs against 113 µs on an x86-64 core). An encoded body of
+//!   `n` bytes is at most `n + ceil(n / 254)` bytes (at least one byte of overhead) and
+//!   holds no 0x00.
 //! - CRC: CRC-32/IEEE 802.3 (reflected polynomial 0xEDB88320, initial value and final XOR
 //!   0xFFFFFFFF: the zlib / Ethernet CRC, `spillway_core::crc`), over the postcard bytes only,
 //!   appended as 4 bytes little endian.

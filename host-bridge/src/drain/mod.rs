@@ -489,14 +489,6 @@ pub struct Drain {
     /// File sink, after a failure: batches below this offset (everything written before
     /// it) are checkpointed one at a time (see `Window::one_by_one`).
     one_by_one_until: Option<u64>,
-    /// File sink, while batches are checkpointed one at a time after a failure: the most
-    /// records one holds (a fetched batch is written in pieces of this many, each fsynced
-    /// and checkpointed before the next). Halved, down to 1, each time such a piece fails:
-    /// a batch that fills a file and begins the next, on a disk with no room for the next,
-    /// failed whole for ever and was cut off the full file each time; in pieces, the full
-    /// file's records get checkpointed and the file closed for a downstream job to take
-    /// away. `usize::MAX` (whole batches) otherwise.
-    one_by_one_records: usize,
     /// File sink, after a failure: the files the checkpoint covers are closed before the
     /// next session writes (`Drain::close_covered_files`).
     close_covered: bool,
@@ -577,7 +569,6 @@ impl Drain {
             refetch_at: None,
             refetch_backoff: Backoff::new(cfg_backoff.0, cfg_backoff.1),
             one_by_one_until: None,
-            one_by_one_records: usize::MAX,
             close_covered: false,
         }
     }

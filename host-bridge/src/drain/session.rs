@@ -150,7 +150,6 @@ impl Drain {
         };
         if !win.one_by_one {
             self.one_by_one_until = None;
-            self.one_by_one_records = usize::MAX;
         }
         if std::mem::take(&mut self.close_covered) {
             // After a failed write or fsync, before anything is written: a full disk whose
@@ -285,7 +284,7 @@ impl Drain {
                                 }
                                 *expect_crc = Some(last.record_crc);
                                 s.win.next = last.offset + 1;
-                                self.submit_fetched(s, records).await?;
+                                self.submit(s, records).await;
                             }
                             if next_offset > s.win.next {
                                 if !self.flush(s).await? {

@@ -226,36 +226,6 @@ impl Drain {
         Ok(true)
     }
 
-    /// Hands a fetched batch to the sink ([`Drain::submit`]). While file batches are
-    /// checkpointed one at a time after a failure, in pieces of at most
-    /// [`Drain::one_by_one_records`] records, each written, fsynced and checkpointed before
-    /// the next is written (the last one as any batch: the next [`Drain::advance`] settles
-    /// it). A piece that fails ends the session ([`Window::failed`]); the rest is fetched
-    /// again with it.
-    ///
-    /// # Errors
-    /// As [`Drain::complete`].
-    pub(super) async fn submit_fetched(
-        &mut self,
-        s: &mut SinkCtx<'_>,
-        mut records: Vec<OwnedRecord>,
-    ) -> Result<(), DrainError> {
-        while s.win.one_by_one && records.len() > self.one_by_one_records {
-            let rest = records.split_off(self.one_by_one_records);
-            self.submit(s, records).await;
-            if s.win.unsynced_since.is_some() {
-                self.sync_files(s).await;
-            }
-            self.complete(s).await?;
-            if s.win.failed {
-                return Ok(());
-            }
-            records = rest;
-        }
-        self.submit(s, records).await;
-        Ok(())
-    }
-
     /// Hands `records` to the sink as the newest batch in flight. A file sink's batch
     /// waits there, written, for the group checkpoint's fsync ([`Drain::sync_files`]), as
     /// its [`Span`] alone: the records are not kept (after a failure they are fetched
@@ -376,13 +346,6 @@ impl Drain {
                     // have a leading part acknowledged.
                     let done = e.delivered.min(b.records.len());
                     let rest = b.records.split_off(done);
-                    if s.win.one_by_one {
-                        // A file batch failed again after a failure: the next are half
-                        // as large (see `Drain::one_by_one_records`).
-                        self.one_by_one_records = usize::try_from(b.span.count / 2)
-                            .unwrap_or(usize::MAX)
-                            .clamp(1, self.one_by_one_records);
-                    }
                     failure = Some((rest, e.error));
                     Span::of(&b.records)
                 }
@@ -440,7 +403,6 @@ impl Drain {
             // Everything written before the failure is checkpointed: whole groups again.
             s.win.one_by_one = false;
             self.one_by_one_until = None;
-            self.one_by_one_records = usize::MAX;
         }
         Ok(())
     }
@@ -577,13 +539,8 @@ impl Drain {
         let delay = self.refetch_backoff.next_delay();
         let d = self.sink_retry(err, delay)?;
         self.refetch_at = Some(Instant::now() + d);
-        let pieces = match self.one_by_one_records {
-            usize::MAX => String::new(),
-            1 => ", a record at a time".to_string(),
-            n => format!(", {n} records at a time"),
-        };
         log::warn!(
-            "sink failed at offset {} ({err}); fetching {} offsets again from there in {d:.1?}{pieces}",
+            "sink failed at offset {} ({err}); fetching {} offsets again from there in {d:.1?}",
             s.cp.offset,
             s.win.next - s.cp.offset
         );
