@@ -78,7 +78,29 @@ impl<'a, T> EncodedList<'a, T> {
     }
 }
 
-impl<'a, T: Deserialize<'a>> EncodedList<'a, T> {
+/// An item of an [`EncodedList`]: how one is taken from the front of the block.
+pub trait ListItem<'a>: Sized {
+    /// Decodes one item from the start of `bytes`; returns it and the bytes after it.
+    ///
+    /// # Errors
+    /// Postcard's error for bytes that are not an item.
+    fn take(bytes: &'a [u8]) -> Result<(Self, &'a [u8]), postcard::Error>;
+}
+
+impl<'a> ListItem<'a> for RecordView<'a> {
+    /// [`RecordView::take_from`]: postcard's bytes and errors, without serde.
+    fn take(bytes: &'a [u8]) -> Result<(Self, &'a [u8]), postcard::Error> {
+        RecordView::take_from(bytes)
+    }
+}
+
+impl<'a> ListItem<'a> for ConsumerEntry<'a> {
+    fn take(bytes: &'a [u8]) -> Result<(Self, &'a [u8]), postcard::Error> {
+        postcard::take_from_bytes(bytes)
+    }
+}
+
+impl<'a, T: ListItem<'a>> EncodedList<'a, T> {
     /// Decodes every item once and checks that the block holds exactly `count` items.
     pub fn validate(&self) -> Result<(), postcard::Error> {
         let mut it = self.iter();
@@ -116,7 +138,7 @@ impl<T> fmt::Debug for EncodedList<'_, T> {
     }
 }
 
-impl<'a, T: Deserialize<'a>> IntoIterator for &EncodedList<'a, T> {
+impl<'a, T: ListItem<'a>> IntoIterator for &EncodedList<'a, T> {
     type Item = Result<T, postcard::Error>;
     type IntoIter = ListIter<'a, T>;
     fn into_iter(self) -> Self::IntoIter {
@@ -138,14 +160,14 @@ impl<'a, T> ListIter<'a, T> {
     }
 }
 
-impl<'a, T: Deserialize<'a>> Iterator for ListIter<'a, T> {
+impl<'a, T: ListItem<'a>> Iterator for ListIter<'a, T> {
     type Item = Result<T, postcard::Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.left == 0 {
             return None;
         }
-        match postcard::take_from_bytes::<T>(self.rest) {
+        match T::take(self.rest) {
             Ok((item, rest)) => {
                 self.rest = rest;
                 self.left -= 1;
@@ -367,12 +389,10 @@ impl<'b> RecordsWriter<'b> {
             needed: 1,
             available,
         })?;
-        let n = postcard::to_slice(record, target)
-            .map_err(|_| Full {
-                needed: end.saturating_sub(start).saturating_add(1),
-                available,
-            })?
-            .len();
+        let n = record.encode_into(target).ok_or(Full {
+            needed: record.encoded_len(),
+            available,
+        })?;
         if max_encoded_len(start + n) > self.buf.len() {
             return Err(Full {
                 needed: n,

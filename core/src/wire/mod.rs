@@ -37,6 +37,7 @@
 mod frame;
 mod line;
 mod list;
+mod record;
 #[cfg(test)]
 mod tests;
 
@@ -48,8 +49,8 @@ pub use frame::{
 };
 pub use line::{LineError, parse_line};
 pub use list::{
-    ConsumerList, EncodedList, Full, ListIter, ListWriter, RECORDS_HEADER_MAX, RECORDS_PEEK_BYTES,
-    RecordIter, RecordList, RecordsHeader, RecordsWriter, peek_records_header,
+    ConsumerList, EncodedList, Full, ListItem, ListIter, ListWriter, RECORDS_HEADER_MAX,
+    RECORDS_PEEK_BYTES, RecordIter, RecordList, RecordsHeader, RecordsWriter, peek_records_header,
 };
 
 use serde::{Deserialize, Serialize};

@@ -212,3 +212,143 @@ fn storage_failed_reaches_only_clients_of_version_2() {
     assert!(ErrorCode::StorageFailed.is_retryable());
     assert!(!ErrorCode::TooLarge.is_retryable());
 }
+
+// ---------------------------------------------------------------- the record codec
+
+/// A value of `bits` bits at most, its extremes more often than chance would give them.
+fn arb_u64(bits: u32) -> impl Strategy<Value = u64> {
+    let max = if bits == 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    };
+    prop_oneof![
+        Just(0u64),
+        Just(max),
+        Just(127u64),
+        Just(128u64),
+        (0u32..=bits).prop_map(move |b| if b == 64 {
+            u64::MAX
+        } else {
+            (1u64 << b).min(max)
+        }),
+        any::<u64>().prop_map(move |v| v & max),
+    ]
+}
+
+/// `(offset, crc, topic, timestamp, producer, payload)` of a record.
+type RecordParts = (
+    u64,
+    u32,
+    std::string::String,
+    u64,
+    Option<(u64, u32)>,
+    Vec<u8>,
+);
+
+fn arb_record() -> impl Strategy<Value = RecordParts> {
+    (
+        arb_u64(64),
+        arb_u64(32).prop_map(|v| v as u32),
+        ".{0,20}",
+        arb_u64(64),
+        proptest::option::of((arb_u64(64), arb_u64(32).prop_map(|v| v as u32))),
+        proptest::collection::vec(any::<u8>(), 0..300),
+    )
+}
+
+/// Postcard's encoding of `rec`.
+fn postcard_bytes(rec: &RecordView<'_>) -> Vec<u8> {
+    let mut buf = vec![0u8; 400];
+    let n = postcard::to_slice(rec, &mut buf).unwrap().len();
+    buf.truncate(n);
+    buf
+}
+
+fn view(p: &RecordParts) -> RecordView<'_> {
+    RecordView {
+        offset: p.0,
+        record_crc: p.1,
+        topic: &p.2,
+        timestamp_us: p.3,
+        producer: p
+            .4
+            .map(|(id, seq)| crate::log::format::Producer { id, seq }),
+        payload: &p.5,
+    }
+}
+
+proptest! {
+    /// The record encoder writes postcard's bytes for the struct, of the length it
+    /// announces, and writes nothing into a buffer one byte too short.
+    #[test]
+    fn records_encode_to_postcards_bytes(p in arb_record()) {
+        let rec = view(&p);
+        let want = postcard_bytes(&rec);
+        prop_assert_eq!(rec.encoded_len(), want.len());
+        let mut buf = vec![0xAAu8; want.len() + 3];
+        prop_assert_eq!(rec.encode_into(&mut buf), Some(want.len()));
+        prop_assert_eq!(&buf[..want.len()], &want[..]);
+        let mut short = vec![0xAAu8; want.len() - 1];
+        prop_assert_eq!(rec.encode_into(&mut short), None);
+        prop_assert!(short.iter().all(|&b| b == 0xAA));
+    }
+
+    /// The record decoder reads what postcard reads and refuses what it refuses, with the
+    /// same error: on encoded records followed by other bytes, every cut of them, a byte
+    /// changed anywhere, and random bytes.
+    #[test]
+    fn records_decode_as_postcard_decodes_them(
+        p in arb_record(),
+        tail in proptest::collection::vec(any::<u8>(), 0..4),
+        flip in any::<(usize, u8)>(),
+        noise in proptest::collection::vec(any::<u8>(), 0..40),
+    ) {
+        let mut bytes = postcard_bytes(&view(&p));
+        bytes.extend_from_slice(&tail);
+        let mut flipped = bytes.clone();
+        let at = flip.0 % flipped.len();
+        flipped[at] ^= flip.1 | 1;
+        let mut inputs: Vec<&[u8]> = (0..=bytes.len()).map(|n| &bytes[..n]).collect();
+        inputs.push(&flipped);
+        inputs.push(&noise);
+        for input in inputs {
+            let ours = RecordView::take_from(input);
+            let theirs = postcard::take_from_bytes::<RecordView<'_>>(input);
+            prop_assert_eq!(ours, theirs, "input {:02x?}", input);
+        }
+    }
+}
+
+/// Varints at every length decode as postcard decodes them, the longest and overlong
+/// ones included: a `u32` of 5 bytes whose last byte is above 0x0F, a `u64` of 10 bytes
+/// whose last byte is above 0x01, and 6 or 11 bytes of continuation are refused.
+#[test]
+fn record_varints_at_their_limits_decode_as_postcard_decodes_them() {
+    let mut cases: Vec<Vec<u8>> = Vec::new();
+    for last in [0x00u8, 0x01, 0x02, 0x0F, 0x10, 0x7F] {
+        for len in 1..=11 {
+            // The offset: `len` bytes, the last one `last`; then a valid rest.
+            let mut b = vec![0x80u8; len - 1];
+            b.push(last);
+            b.extend_from_slice(&[0x00, 0x00, 0x00, 0x00, 0x00]);
+            cases.push(b.clone());
+            // The CRC (a u32) the same way, after a one-byte offset.
+            let mut c = vec![0x05u8];
+            c.extend(std::iter::repeat_n(0xFFu8, len - 1));
+            c.push(last);
+            c.extend_from_slice(&[0x00, 0x00, 0x00, 0x00]);
+            cases.push(c);
+        }
+    }
+    // Producer tags 0, 1, 2 and a long payload length.
+    for tag in [0u8, 1, 2] {
+        cases.push(vec![1, 2, 1, b't', 3, tag, 4, 5, 0]);
+    }
+    cases.push(vec![1, 2, 0, 3, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F]);
+    for input in &cases {
+        let ours = RecordView::take_from(input);
+        let theirs = postcard::take_from_bytes::<RecordView<'_>>(input);
+        assert_eq!(ours, theirs, "input {input:02x?}");
+    }
+}
