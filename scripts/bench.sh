@@ -20,7 +20,7 @@
 #   45-65 s, 5 in under 20 s, 6 in 30-50 s of runs (130 s when its first gateway start
 #   waits for the harness's own cargo build), 7 in 25 s and 8 in 40 s (one run, load 6-8);
 #   1 to 5 in 8-12.5 min after a warm release build (a cold one took 24 min). `--only 1,4,5`
-#   is the quick run (2-4 min); `--only 4,7,8` took 5 min. 9 in about 30 s (load 8);
+#   is the quick run (2-4 min); `--only 4,7,8` took 5 min. 9 in 76 s (load 2; of it the fill took 3.5 s and the 11 rounds about 8 s);
 #   `--only 4 --kafka-records 3000000` in 4.3-5.6 min (its fill 1.7-2.8 min, load 5-8).
 # Environment: SPILLWAY_BENCH_OUT (default bench-results), SPILLWAY_KAFKA_PORT (default
 # 19092, or any free port if another program holds it), SPILLWAY_KAFKA_BROKER (use a

@@ -42,7 +42,10 @@ smoke)
     cargo fuzz build -s none
     echo "fuzz smoke: built in $((SECONDS - start)) s"
     scratch="$(mktemp -d)"
-    trap 'rm -rf "$scratch"' EXIT
+    # The config target's files, in RAM where there is some.
+    SPILLWAY_FUZZ_TMP="$(mktemp -d -p "$([ -d /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")")"
+    export SPILLWAY_FUZZ_TMP
+    trap 'rm -rf "$scratch" "$SPILLWAY_FUZZ_TMP"' EXIT
     for t in "${TARGETS[@]}"; do
         mkdir -p "$scratch/$t"
         seeds=()
@@ -63,6 +66,9 @@ long)
     shift $(($# < 2 ? $# : 2))
     [ "$#" -gt 0 ] && TARGETS=("$@")
     export RUSTC_BOOTSTRAP=1
+    SPILLWAY_FUZZ_TMP="$(mktemp -d -p "$([ -d /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")")"
+    export SPILLWAY_FUZZ_TMP
+    trap 'rm -rf "$SPILLWAY_FUZZ_TMP"' EXIT
     cargo fuzz build
     for t in "${TARGETS[@]}"; do
         mkdir -p "corpus/$t"

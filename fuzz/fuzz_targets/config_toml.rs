@@ -46,9 +46,13 @@ fn config_path() -> &'static std::path::Path {
     static PATH: OnceLock<std::path::PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
         // RAM-backed where there is one: a file system that syncs on truncate costs
-        // milliseconds per execution.
+        // milliseconds per execution. `scripts/fuzz.sh` names a directory of its own
+        // (SPILLWAY_FUZZ_TMP), which it removes afterwards: the process's directory is not
+        // removed by the process, which libFuzzer ends without running destructors.
         let shm = std::path::Path::new("/dev/shm");
-        let base = if shm.is_dir() {
+        let base = if let Some(dir) = std::env::var_os("SPILLWAY_FUZZ_TMP") {
+            std::path::PathBuf::from(dir)
+        } else if shm.is_dir() {
             shm.to_path_buf()
         } else {
             std::env::temp_dir()

@@ -11,6 +11,9 @@
 //! and filled once as comparison 4's is (`start_gateway`, `publish_sized`, not timed);
 //! the sink and the writer alternate, each run into a fresh directory.
 //!
+//! [`WARMUP_ROUNDS`] rounds of both sides come first, verified as the others and reported,
+//! but not counted in the medians.
+//!
 //! The writer's lines are the bytes the first sink run wrote, read back before its first
 //! run (not timed), with their line boundaries: it holds them in memory, as the Kafka
 //! comparison's plain producer holds its records. It rotates by the sink's rule (a file
@@ -67,6 +70,13 @@ pub const ROTATE_BYTES: u64 = 64 << 20;
 pub const WRITE_BUFFER: usize = 256 << 10;
 /// The goal: sink records/s ÷ writer records/s, medians, at least this.
 pub const GOAL: f64 = 0.5;
+/// Rounds of both sides run before the timed ones, verified like them but not counted:
+/// the first rounds after the fill were often the slowest sink runs (one report: 1.45-1.63M
+/// records/s in its first 3 rounds, 2.0-2.5M in the 6 after; another rose from 1.26M to
+/// 1.88M over its 9), the writer steady at 4.2-4.8M. The warm-up does not remove the
+/// spread: in the first report run with it, its rounds drained at 2.2M and timed runs 1
+/// and 2 at 1.74-1.76M. Both sides get the same warm-up.
+pub const WARMUP_ROUNDS: usize = 2;
 
 /// One timed run of one side.
 #[derive(Debug, Clone, PartialEq)]
@@ -413,6 +423,8 @@ pub struct Report {
     pub sides: Sides<Run>,
     /// Time to fill the gateway.
     pub fill: Duration,
+    /// The warm-up rounds ([`WARMUP_ROUNDS`]), sink and writer: verified, not counted.
+    pub warmup: Vec<(Run, Run)>,
 }
 
 /// Fills a fresh gateway with `opts.records` records of [`PAYLOAD`] bytes and runs both
@@ -442,13 +454,14 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Report {
         records: n,
     };
     let mut sides = Sides::new(["sink", "writer"]);
+    let mut warmup = Vec::new();
     let mut lines = Vec::new();
     let mut ends = Vec::new();
     let check = |r: &Run| match &r.problem {
         None => format!("{} lines in {} files verified", r.found, r.files),
         Some(p) => format!("FAILED: {p}"),
     };
-    for r in 0..opts.runs.max(1) {
+    for r in 0..WARMUP_ROUNDS + opts.runs.max(1) {
         let s = if r == 0 {
             let s = sink_run(&gw, r + 1, Some(&mut lines));
             let mut at = 0;
@@ -467,10 +480,13 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Report {
             sink_run(&gw, r + 1, None)
         };
         let w = writer_run(&lines, &ends, s.files);
+        let name = match r.checked_sub(WARMUP_ROUNDS) {
+            Some(timed) => format!("run {}", timed + 1),
+            None => format!("warm-up {} (not counted)", r + 1),
+        };
         progress(&format!(
-            "run {}: file sink {:.0} records/s ({}), plain writer {:.0} records/s ({}); \
+            "{name}: file sink {:.0} records/s ({}), plain writer {:.0} records/s ({}); \
              ratio {:.2}; load {}",
-            r + 1,
             s.records_per_s(),
             check(&s),
             w.records_per_s(),
@@ -478,20 +494,34 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Report {
             s.records_per_s() / w.records_per_s(),
             w.load
         ));
-        sides.push(s, w);
+        if r < WARMUP_ROUNDS {
+            warmup.push((s, w));
+        } else {
+            sides.push(s, w);
+        }
     }
     Report {
         machine: at_start,
         options: opts.clone(),
         sides,
         fill,
+        warmup,
     }
 }
 
 impl Report {
     /// Every run that did not do all its work, described (empty when every run passed).
+    /// A failed warm-up run counts: every run must do all its work.
     pub fn failures(&self) -> Vec<String> {
-        self.sides.failures("file")
+        let mut out = self.sides.failures("file");
+        for (i, (s, w)) in self.warmup.iter().enumerate() {
+            for (side, run) in [("sink", s), ("writer", w)] {
+                if let Some(p) = &run.problem {
+                    out.push(format!("file warm-up {}, {side}: {p}", i + 1));
+                }
+            }
+        }
+        out
     }
 }
 
@@ -528,6 +558,27 @@ impl fmt::Display for Report {
             WRITE_BUFFER >> 10,
             ROTATE_BYTES >> 20,
         )?;
+        if !self.warmup.is_empty() {
+            let figures: Vec<String> = self
+                .warmup
+                .iter()
+                .map(|(s, w)| {
+                    format!(
+                        "sink {} and writer {} records/s",
+                        thousands(s.records_per_s()),
+                        thousands(w.records_per_s())
+                    )
+                })
+                .collect();
+            writeln!(f)?;
+            writeln!(
+                f,
+                "Before the timed runs, {} warm-up rounds of both sides, verified the same \
+                 way and not counted: {}.",
+                self.warmup.len(),
+                figures.join("; ")
+            )?;
+        }
         writeln!(f)?;
         self.sides.write_spreads(
             f,
