@@ -1,7 +1,8 @@
 //! The uplink cap, `drain --max-bytes-per-sec`, through the real binaries: a drain of 600 KB
 //! of payloads under a 200 KiB/s cap takes at least the time the cap allows after its
 //! one-second burst, and forwards every record once; the cap is shared by the gateways of
-//! one drain, and a bad cap is a usage error.
+//! one drain, records the file sink holds already do not count against it, and a bad cap
+//! is a usage error.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -114,6 +115,49 @@ fn one_cap_is_shared_by_every_gateway_of_a_drain() {
     eprintln!("two gateways under one 200 KiB/s cap: {took:?} (no less than {want:.2} s)");
     assert!(took.as_secs_f64() >= want * 0.95, "{took:?} < {want:.2} s");
     assert!(took < Duration::from_secs(60));
+}
+
+/// Records the file sink holds already (a drain from a fresh state file and another
+/// consumer into the same directory resends them all) are acknowledged without being
+/// written and do not go out: the cap does not count them. Counted, the 600 KB would take
+/// 35 s at 16 KiB/s after its burst.
+#[test]
+fn records_the_files_hold_already_do_not_count_against_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, gw) = gateway_with_records(dir.path(), "cap-dup");
+    let sink = format!("file:{}", dir.path().join("out").display());
+    let first = dir.path().join("first.redb").display().to_string();
+    run_bridge_ok(&[drain_args(&gw, &sink, &first), vec!["--once"]].concat());
+    assert_eq!(sink_lines(&dir.path().join("out")).len(), RECORDS);
+
+    let again = dir.path().join("again.redb").display().to_string();
+    let args = [
+        drain_args(&gw, &sink, &again),
+        vec![
+            "--once",
+            "--consumer",
+            "again",
+            "--max-bytes-per-sec",
+            "16K",
+        ],
+    ]
+    .concat();
+    let start = Instant::now();
+    let out = run_bridge(&args);
+    let took = start.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("forwarded 0 records"), "{err}");
+    assert_eq!(
+        sink_lines(&dir.path().join("out")).len(),
+        RECORDS,
+        "no record twice"
+    );
+    let counted = capped_secs(RECORDS as u64 * 200, 16 * 1024);
+    assert!(
+        took.as_secs_f64() < counted / 2.0,
+        "{took:?}: the cap held back records the files hold (counted, they take {counted:.1} s)"
+    );
 }
 
 #[test]

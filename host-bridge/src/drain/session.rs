@@ -275,8 +275,14 @@ impl Drain {
                                 // after it was delivered). Stopped while waiting: the
                                 // batch was not sent, the checkpoint stays before it.
                                 if let Some(cap) = &self.cfg.uplink {
-                                    let bytes =
+                                    let all: u64 =
                                         records.iter().map(|r| r.payload.len() as u64).sum();
+                                    // Records the file sink holds already do not go out.
+                                    let held = match self.sink.as_ref() {
+                                        Some(Sink::File(f)) => f.held_bytes(src, &records),
+                                        _ => 0,
+                                    };
+                                    let bytes = all.saturating_sub(held);
                                     if !cap.take(bytes, &self.stop).await {
                                         self.flush(s).await?;
                                         return Ok(SessionEnd::Done);

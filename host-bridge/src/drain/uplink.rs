@@ -3,7 +3,9 @@
 //! bytes per second from the bridge, summed over every gateway it drains.
 //!
 //! The cap counts payload bytes, what a user is billed for in the end, not the sink's
-//! framing (JSON keys, Kafka headers) or the gateway's protocol. A batch waits before it
+//! framing (JSON keys, Kafka headers) or the gateway's protocol, nor the records the file
+//! sink holds already (`FileSink::held_bytes`: resent after a restart, acknowledged without
+//! being written). A batch waits before it
 //! is handed to the sink, never after: nothing is delivered and then held, so the
 //! checkpoint and the exactly-once resume are unchanged. The limiter is the generic cell
 //! rate algorithm of the `governor` crate with a burst of one second's worth of bytes, so

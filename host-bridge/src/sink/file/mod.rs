@@ -441,6 +441,16 @@ impl FileSink {
         Ok(())
     }
 
+    /// The payload bytes of `records` that the files hold already (see the module doc,
+    /// "Exactly once"), which [`FileSink::write`] would acknowledge without writing them:
+    /// the uplink cap does not count them. 0 after a failure, until the next write reopens
+    /// the files and reads the marks again.
+    pub fn held_bytes(&self, src: &Source, records: &[OwnedRecord]) -> u64 {
+        self.inner
+            .as_ref()
+            .map_or(0, |i| i.held_bytes(src, records))
+    }
+
     /// Fsyncs (`fdatasync`) every file written since the last sync, so that
     /// [`FileSink::synced_files`] covers every record written so far. Nothing to do (no
     /// trip to the blocking pool) when nothing was written since.

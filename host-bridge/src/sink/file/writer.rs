@@ -699,6 +699,29 @@ impl Inner {
         !self.pending.is_empty()
     }
 
+    /// The payload bytes of the records of `records` (of log `src.log_id`) that the files
+    /// hold already, by the duplicate check's marks: what [`Inner::write`] would skip.
+    pub(super) fn held_bytes(&self, src: &Source, records: &[OwnedRecord]) -> u64 {
+        let mut held = 0;
+        // The mark of the previous record's topic (records come in runs of one topic).
+        let mut cur: Option<(&str, Option<u64>)> = None;
+        for rec in records {
+            let mark = match cur {
+                Some((topic, mark)) if topic == &*rec.topic => mark,
+                _ => {
+                    let key = (topic_stem(&rec.topic), src.log_id);
+                    let mark = self.marks.get(&key).copied();
+                    cur = Some((&rec.topic, mark));
+                    mark
+                }
+            };
+            if mark.is_some_and(|m| rec.offset <= m) {
+                held += rec.payload.len() as u64;
+            }
+        }
+        held
+    }
+
     /// Writes the lines held back ([`Inner::hold`]), in the order they were made, as
     /// [`Inner::write_lines`] does. On error the caller drops `self`.
     pub(super) fn flush(&mut self) -> std::io::Result<()> {

@@ -331,6 +331,28 @@ fn resent_records_are_acknowledged_without_a_second_line() {
     assert_eq!(offsets(&open_file(&out, "t", 0)).len(), 8);
 }
 
+/// What the uplink cap leaves out: the payload bytes of the records the files hold
+/// already, per topic, for the log they were written for.
+#[test]
+fn held_bytes_are_the_payloads_of_the_records_the_files_hold() {
+    let (_dir, out) = out_dir();
+    let batch: Vec<_> = (0..6)
+        .map(|i| rec(i, if i < 3 { "a" } else { "b" }, b"xyz"))
+        .collect();
+    // Topic a holds 0..=2, topic b only 3.
+    deliver(&out, rot(DEFAULT_ROTATE_BYTES), &src(), &batch[..4]);
+    smol::block_on(async {
+        let s = open(&out, rot(DEFAULT_ROTATE_BYTES)).await;
+        assert_eq!(s.held_bytes(&src(), &batch), 4 * 3);
+        assert_eq!(s.held_bytes(&src(), &batch[4..]), 0);
+        let other_log = Source {
+            log_id: 43,
+            ..src()
+        };
+        assert_eq!(s.held_bytes(&other_log, &batch), 0);
+    });
+}
+
 /// Guards against one high-water mark per log: offsets are global across topics and a
 /// batch is written topic by topic, so a crash can leave one topic's part of a batch
 /// on disk and not another's. The later topic's records must still be written.
