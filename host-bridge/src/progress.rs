@@ -133,7 +133,8 @@ impl Progress {
     }
 
     /// Seconds to forward `behind` records: at the rate of the window ([`RATE_WINDOW`],
-    /// records/s), and never faster than the cap allows at this run's mean payload size; 0
+    /// records/s), and never faster than the cap allows at this run's mean payload size for
+    /// this run's share of records forwarded (not skipped as held already); 0
     /// when caught up; `None` with no rate yet and no mean payload size for the cap (nothing
     /// forwarded yet, or no cap).
     fn eta_secs(&self, behind: u64) -> Option<f64> {
@@ -142,11 +143,16 @@ impl Progress {
         }
         let by_rate = self.rate().map(|rate| behind as f64 / rate);
         // The cap's bound needs the mean payload size: none before a record is forwarded
-        // (a drain skipping what the files hold has a rate already).
+        // (a drain skipping what the files hold has a rate already). Records skipped as
+        // held already do not count against the cap: the bound is for the share of the
+        // backlog expected to go out, this run's share of records forwarded.
         let by_cap = self
             .cap
             .zip(self.bytes.checked_div(self.records))
-            .map(|(c, avg)| behind.saturating_mul(avg) as f64 / c.max(1) as f64);
+            .map(|(c, avg)| {
+                let out = self.records as f64 / self.records.saturating_add(self.skipped) as f64;
+                behind.saturating_mul(avg) as f64 * out / c.max(1) as f64
+            });
         match (by_rate, by_cap) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
@@ -262,6 +268,23 @@ mod tests {
         p.bytes = 100_000;
         // 1,000 records at 1,000 records/s is 1 s; their 100,000 bytes at the cap 100 s.
         assert_eq!(p.eta_secs(1_000).map(f64::round), Some(100.0));
+    }
+
+    #[test]
+    fn the_cap_bounds_only_the_share_of_records_forwarded() {
+        let mut p = Progress::new(Mode::Off).with_cap(Some(1_000));
+        let t = p.started;
+        // 100 forwarded (10,000 bytes) and 900 skipped as held already.
+        p.skipped(900);
+        p.observe(t + Duration::from_secs(100), 1_000, 1_000);
+        p.records = 100;
+        p.bytes = 10_000;
+        // 1,000 records behind, a tenth of them expected to go out: 10,000 bytes at the
+        // cap, 10 s (the rate, 10 records/s, says 100 s).
+        assert_eq!(p.eta_secs(1_000).map(f64::round), Some(100.0));
+        p.observe(t + Duration::from_secs(101), 11_000, 1_000);
+        // At 10,000 records/s now: the cap's 10 s.
+        assert_eq!(p.eta_secs(1_000).map(f64::round), Some(10.0));
     }
 
     #[test]
