@@ -59,8 +59,8 @@ pub enum Reply {
 /// Errors: [`ClientError::Protocol`] for a frame that does not decode, a malformed record
 /// or consumer entry, an offset at or above the log's offset limit
 /// ([`MAX_OFFSET`], so the bridge can add 1 to
-/// any offset it was sent), record offsets that do not increase, or a lost range that ends
-/// before it starts.
+/// any offset it was sent), record offsets that do not increase, bytes in a record block
+/// after the records it announces, or a lost range that ends before it starts.
 pub fn decode_reply(frame: &mut [u8]) -> Result<Option<u32>, ClientError> {
     let bad = |e: wire::FrameError| ClientError::Protocol(format!("bad frame: {e}"));
     let message = Bytes::copy_from_slice(wire::decode_frame(frame).map_err(bad)?);
@@ -141,7 +141,8 @@ pub(super) fn own(resp: Response<'_>, message: &Bytes) -> Result<Reply, ClientEr
             // record.
             // The vector is one the drain gave back, when it has one (see `pool`).
             let mut out = super::pool::record_vec(records.count().min(65_536) as usize);
-            for r in records.iter() {
+            let mut items = records.iter();
+            for r in &mut items {
                 let r = r.map_err(|e| ClientError::Protocol(format!("bad record: {e}")))?;
                 off("record offset", r.offset)?;
                 if let Some(p) = out.last()
@@ -164,6 +165,15 @@ pub(super) fn own(resp: Response<'_>, message: &Bytes) -> Result<Reply, ClientEr
                     producer: r.producer,
                     payload: slice_of(message, r.payload),
                 });
+            }
+            // The block is the announced records and nothing else: bytes after them (a
+            // count too small) would otherwise be records skipped without a word.
+            let left = items.remaining_bytes().len();
+            if left > 0 {
+                return Err(ClientError::Protocol(format!(
+                    "{left} bytes after the {} records the reply announces",
+                    records.count()
+                )));
             }
             Reply::Fetch(FetchReply::Records {
                 prev_crc,

@@ -111,3 +111,45 @@ fn the_payloads_of_a_reply_are_slices_of_one_buffer() {
         assert!(within.contains(&p.as_ptr()), "{p:?} is a copy");
     }
 }
+
+/// A record block holds the records its count announces and nothing after them: a count
+/// one short (the last record would be skipped without a word, and the drain would take
+/// its offset for a gap) or bytes after the records is a protocol error.
+#[test]
+fn a_record_block_with_bytes_after_its_announced_records_is_refused() {
+    let mut block = [0u8; 64];
+    let mut n = 0;
+    for o in [5, 6] {
+        n += record(o).encode_into(&mut block[n..]).unwrap();
+    }
+    let mut trailing = block[..n].to_vec();
+    trailing.push(0x00);
+    let mut buf = vec![0u8; 256];
+    for (count, bytes, ok) in [
+        (2, &block[..n], true),
+        (1, &block[..n], false),
+        (0, &block[..n], false),
+        (2, &trailing[..], false),
+    ] {
+        let resp = Response::Records {
+            seq: 9,
+            prev_crc: 0,
+            next_offset: 7,
+            lost: None,
+            records: spillway_core::wire::EncodedList::from_raw(count, bytes),
+        };
+        let len = encode_frame(&resp, &mut buf).unwrap();
+        let got = decode_reply(&mut buf[..len]);
+        match got {
+            Ok(seq) => assert!(
+                ok && seq == Some(9),
+                "count {count}, {} bytes: accepted",
+                bytes.len()
+            ),
+            Err(ClientError::Protocol(m)) => {
+                assert!(!ok && m.contains("bytes after"), "count {count}: {m}")
+            }
+            Err(e) => panic!("count {count}: {e}"),
+        }
+    }
+}

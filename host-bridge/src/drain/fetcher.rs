@@ -66,8 +66,13 @@ pub(super) struct FetcherCtx {
     pub(super) stop: Shutdown,
     pub(super) metrics: Metrics,
     pub(super) backoff: Backoff,
-    /// `--once`: give up reconnecting after this long without a connection.
+    /// `--once`: give up after this long without a connection or an answered fetch
+    /// (`--retry-for`).
     pub(super) give_up_after: Option<Duration>,
+    /// When the fetches began failing, with no fetch answered since: where
+    /// `give_up_after` counts from, so that a gateway that takes every reconnect and fails
+    /// every fetch is given up like one that cannot be reached.
+    pub(super) failing_since: Option<Instant>,
 }
 
 /// Fetches repeated, at most, after the gateway reported a range corrupt, before the range
@@ -171,10 +176,9 @@ pub(super) async fn connect_retry(
         let r = Client::connect(addr, CLIENT_NAME, reply_timeout).await;
         let not_spillway = contact.not_spillway(&r);
         match r {
-            Ok(c) => {
-                backoff.reset();
-                return Ok(c);
-            }
+            // The caller resets the backoff once the connection made progress: a gateway
+            // that takes each connection and fails each request is retried ever more slowly.
+            Ok(c) => return Ok(c),
             Err(e @ ClientError::NotSpillway { .. }) if not_spillway => {
                 metrics.gateway_errors.inc();
                 return Err(NoConnection::GaveUp(DrainError::NotSpillway {
@@ -316,6 +320,7 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
             Ok((reply, sent)) => {
                 ahead = sent;
                 ctx.backoff.reset();
+                ctx.failing_since = None;
                 let corrupt = matches!(&reply, FetchReply::Records { lost: Some(l), .. }
                     if l.reason == LostReason::Corrupt);
                 if corrupt {
@@ -431,12 +436,26 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
 /// loop).
 async fn reconnect(ctx: &mut FetcherCtx, e: ClientError) -> Option<Client> {
     ctx.metrics.gateway_errors.inc();
-    log::warn!("gateway {}: {e}; reconnecting", ctx.addr);
-    let d = ctx.backoff.next_delay();
+    let since = *ctx.failing_since.get_or_insert_with(Instant::now);
+    if let Some(budget) = ctx.give_up_after
+        && since.elapsed() >= budget
+    {
+        ctx.commit.fail(DrainError::GatewayUnreachable {
+            gateway: ctx.addr.to_string(),
+            waited: since.elapsed(),
+            last_error: e.to_string(),
+        });
+        return None;
+    }
+    let mut d = ctx.backoff.next_delay();
+    if let Some(budget) = ctx.give_up_after {
+        // Try once more right at the end of the budget, not after it.
+        d = d.min(budget.saturating_sub(since.elapsed()));
+    }
+    log::warn!("gateway {}: {e}; reconnecting in {d:.1?}", ctx.addr);
     if !sleep_or_stop(d, &ctx.stop).await {
         return None;
     }
-    let since = Instant::now();
     let c = match connect_retry(
         &ctx.addr,
         ctx.reply_timeout,

@@ -767,6 +767,7 @@ impl Drain {
             {
                 Ok(c) => {
                     welcomed = true;
+                    backoff.reset();
                     c
                 }
                 Err(NoConnection::Stopped) => break Ok(()),

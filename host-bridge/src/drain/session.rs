@@ -75,6 +75,7 @@ impl Drain {
             metrics: self.metrics.clone(),
             backoff: Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max),
             give_up_after: self.cfg.retry_budget(),
+            failing_since: None,
         };
         let fetch_task = smol::spawn(fetcher(conn, cp.offset, ctx));
         let mut expect_crc = cp.last_crc;
