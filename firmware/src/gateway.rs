@@ -447,6 +447,31 @@ impl Gateway {
             ));
             return error_reply(out, seq, ErrorCode::BadRequest, &m);
         }
+        // Producer ids from 2^63 up are the gateway's own (its MQTT sessions'): a client's
+        // records under one would be read back as a session's at the next start.
+        let claimed = match *req {
+            Request::Publish {
+                producer: Some(p),
+                ack,
+                ..
+            } => Some((p.id, ack)),
+            Request::SessionPublish { producer, ack, .. } => Some((producer.id, ack)),
+            Request::OpenSession { producer_id, .. } => Some((producer_id, AckLevel::Buffered)),
+            _ => None,
+        };
+        if let Some((id, ack)) = claimed
+            && id & wire::GATEWAY_PRODUCER_BIT != 0
+        {
+            if ack == AckLevel::None {
+                return Outcome::NoReply;
+            }
+            return error_reply(
+                out,
+                req.seq().unwrap_or(0),
+                ErrorCode::BadRequest,
+                "producer ids from 2^63 up are the gateway's own",
+            );
+        }
         match *req {
             Request::Hello { .. } => Outcome::NoReply, // handled above
             Request::Publish {

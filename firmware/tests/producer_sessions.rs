@@ -388,3 +388,60 @@ fn a_session_publish_with_epoch_0_is_refused_and_stores_nothing() {
     );
     assert_eq!(log.next_offset(), next + 1);
 }
+
+/// Producer ids from 2^63 up are the gateway's own (the Linux gateway's MQTT sessions,
+/// read back as such at a start): a client's `Publish` with one, a `SessionPublish` with
+/// one and an `OpenSession` of one are refused `BadRequest` and store nothing (with `ack`
+/// none, no reply); the id just below is a client's like any other.
+#[test]
+fn producer_ids_of_the_gateway_are_refused_from_clients() {
+    let mut sim = SimLog::new(geometry(18), 1, 2);
+    let mut log = sim.mount();
+    let mut rig = Rig::new();
+    let mut c = Conn::default();
+    rig.send(&mut c, &mut log, &hello3(None)).unwrap();
+    let next = log.next_offset();
+    let reserved = spillway_core::wire::GATEWAY_PRODUCER_BIT;
+    let publish = |seq, id, ack| Request::Publish {
+        seq,
+        topic: "t",
+        timestamp_us: None,
+        payload: b"p",
+        ack,
+        producer: Some(spillway_core::log::format::Producer { id, seq: 1 }),
+    };
+    let mut session = session_publish(2, 1, 1, b"p");
+    if let Request::SessionPublish { producer, .. } = &mut session {
+        producer.id = u64::MAX;
+    }
+    let open = Request::OpenSession {
+        seq: 3,
+        producer_id: reserved,
+        resume: false,
+    };
+    for req in [publish(1, reserved, AckLevel::Durable), session, open] {
+        let r = rig.request(&mut c, &mut log, &req);
+        assert_eq!(error_code(&r), ErrorCode::BadRequest, "{req:?}");
+        assert!(error_message(&r).contains("2^63"), "{}", error_message(&r));
+    }
+    assert_eq!(
+        rig.send(
+            &mut c,
+            &mut log,
+            &message(&publish(4, reserved, AckLevel::None))
+        ),
+        None
+    );
+    assert_eq!(log.producer_session(reserved), None, "no session opened");
+    assert_eq!(log.next_offset(), next, "nothing stored");
+    let r = rig.request(
+        &mut c,
+        &mut log,
+        &publish(5, reserved - 1, AckLevel::Buffered),
+    );
+    assert!(
+        matches!(resp(&r), Response::Ack { seq: 5, offset, .. } if offset == next),
+        "{:?}",
+        resp(&r)
+    );
+}

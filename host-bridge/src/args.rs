@@ -305,8 +305,8 @@ pub(crate) struct PublishCli {
     /// Acknowledgement level [default: durable]
     #[arg(long, value_enum)]
     pub(crate) ack: Option<AckSetting>,
-    /// Idempotent producer id, a number (u64, 0 to 18446744073709551615): resends are
-    /// deduplicated; random by default. Each run opens a new producer session of the id
+    /// Idempotent producer id, a number from 0 to 9223372036854775807 (ids from 2^63 up are
+    /// the gateway's own): resends are deduplicated; random by default. Each run opens a new producer session of the id
     /// (printed at start and in the summary), so a rerun's lines are never taken for
     /// duplicates of an earlier run's.
     #[arg(long, value_name = "NUMBER")]

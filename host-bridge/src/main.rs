@@ -135,6 +135,14 @@ fn main() {
                     topic.len()
                 ));
             }
+            if let Some(id) = cfg.producer_id
+                && id & spillway_core::wire::GATEWAY_PRODUCER_BIT != 0
+            {
+                usage(format!(
+                    "--producer-id {id}: ids from 2^63 (9223372036854775808) up are the \
+                     gateway's own (its MQTT sessions); take one from 0 to 9223372036854775807"
+                ));
+            }
             if a.resume && cfg.producer_id.is_none() {
                 usage("--resume needs --producer-id (or the config file's `producer-id`)");
             }

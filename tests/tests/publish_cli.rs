@@ -1,5 +1,5 @@
 //! `spillway-bridge publish` as a new user meets it, against the real gateway: a topic
-//! checked once, records from `-m`, a line over the gateway's limit named with both sizes
+//! and a producer id checked once, records from `-m`, a line over the gateway's limit named with both sizes
 //! and passed over, an input that cannot be opened named, refusals of a full gateway
 //! warned about once, not once per record, CRLF line endings, JSON payloads and timestamps
 //! from a field; and what every subcommand shares: its `--help`, the `HOST:PORT` gateway
@@ -23,6 +23,31 @@ fn an_empty_topic_is_one_usage_error() {
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("--topic must be 1 to 255 bytes"), "{err}");
+}
+
+/// A producer id from 2^63 up is the gateway's own (its MQTT sessions'): a usage error,
+/// given as a flag or in the config file, before anything is sent.
+#[test]
+fn a_producer_id_of_the_gateway_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bridge.toml");
+    std::fs::write(&config, "producer-id = \"18446744073709551615\"\n").unwrap();
+    let config = config.display().to_string();
+    for extra in [
+        vec!["--producer-id", "9223372036854775808"],
+        vec!["--config", &config],
+    ] {
+        let args = [
+            publish_args("tcp://127.0.0.1:1", "t"),
+            extra,
+            vec!["-m", "x"],
+        ]
+        .concat();
+        let out = run_bridge(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("ids from 2^63"), "{err}");
+    }
 }
 
 #[test]

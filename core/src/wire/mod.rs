@@ -65,6 +65,12 @@ use serde::{Deserialize, Serialize};
 /// ([`Request::DeleteConsumerIfNotLast`], [`ErrorCode::LastConsumer`]).
 pub const PROTOCOL_VERSION: u16 = 5;
 
+/// The producer ids with this bit set (2^63 and up) are the gateway's own: the Linux
+/// gateway gives them to the records of its MQTT sessions and reads them back as such at a
+/// start. A client's `Publish`, `SessionPublish` or `OpenSession` naming one is refused with
+/// `BadRequest` (`PROTOCOL.md` §6).
+pub const GATEWAY_PRODUCER_BIT: u64 = 1 << 63;
+
 /// The first protocol version that has producer sessions ([`Request::OpenSession`],
 /// [`Request::SessionPublish`], [`Response::Session`]): a client that announced an earlier
 /// one gets `BadRequest` for them, never a variant its version does not have.

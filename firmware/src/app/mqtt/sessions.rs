@@ -75,8 +75,9 @@ pub const REMEMBERED: usize = 2 * RECEIVE_MAXIMUM as usize;
 /// this many remembered in all, about 32 bytes each).
 pub const RECOVER_RECORDS: u64 = 8192;
 
-/// The top bit of every session id (the producer ids of MQTT sessions).
-pub const SESSION_ID_BIT: u64 = 1 << 63;
+/// The top bit of every session id (the producer ids of MQTT sessions): the ids the
+/// protocol keeps for the gateway, which it refuses from clients.
+pub const SESSION_ID_BIT: u64 = spillway_core::wire::GATEWAY_PRODUCER_BIT;
 
 /// The producer sequence of a session's record: a 15-bit counter, the QoS 2 flag and the
 /// packet id. Consecutive records' sequences always increase (RFC 1982), as the
