@@ -207,7 +207,9 @@ impl<'a> Scenario<'a> {
                 .mul_f64(BRIDGE_KILL_AFTER * rng.random_range(0.75..1.25))
                 .max(Duration::from_millis(400)),
         };
-        let id_bases: [u64; 2] = [rng.random::<u64>() >> 8 << 8, rng.random::<u64>() >> 8 << 8];
+        // Producer ids: a lane in the low 8 bits, the top bit clear (ids from 2^63 up are
+        // the gateway's own).
+        let id_bases: [u64; 2] = [rng.random::<u64>() >> 9 << 8, rng.random::<u64>() >> 9 << 8];
         let serial = Arc::new(Mutex::new(SerialProgress::default()));
         let publishers = [
             (TOPIC_ISIG, &cgm.isig, id_bases[0]),
