@@ -437,7 +437,9 @@ impl ResumeMarker {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Producer {
-    /// Producer id, chosen by the publisher (random per boot of the publisher).
+    /// Producer id, chosen by the publisher (random per boot of the publisher), below
+    /// 2^63 for a client's records: ids with the top bit set are the gateway's own
+    /// ([`crate::wire::GATEWAY_PRODUCER_BIT`]).
     pub id: u64,
     /// Sequence number, +1 per record of this producer.
     pub seq: u32,
