@@ -15,7 +15,7 @@
 //! retry-for = "5m"                     # drain, publish: give up after this without progress
 //! topic = "buoy/sst"                   # publish (tail's --topic filters are flags only)
 //! ack = "durable"                      # publish: none | buffered | durable
-//! producer-id = 42                     # publish: a number (u64); above 9223372036854775807 in quotes
+//! producer-id = 42                     # publish: a number from 0 to 9223372036854775807
 //! timestamp-field = "ts"               # publish
 //! follow = false                       # tail
 //! count = 100                          # tail
