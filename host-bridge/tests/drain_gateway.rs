@@ -46,6 +46,18 @@ fn read_out(dir: &Path) -> Vec<(String, u64, String)> {
     v
 }
 
+/// Complete lines (newline included) in the output directory, for waiting on a drain
+/// that is still writing: a line being appended may be read half written.
+fn complete_lines(dir: &Path) -> usize {
+    common::sink_files::sink_files(&dir.join("out"))
+        .iter()
+        .map(|path| {
+            let bytes = std::fs::read(path).unwrap_or_default();
+            bytes.iter().filter(|&&b| b == b'\n').count()
+        })
+        .sum()
+}
+
 fn payloads(prefix: &str, n: usize) -> Vec<Vec<u8>> {
     (0..n)
         .map(|i| format!("{prefix}-{i}").into_bytes())
@@ -251,7 +263,7 @@ fn survives_a_gateway_outage_and_stops_cleanly_on_shutdown() {
     publish(&gw, "t", &payloads("a", 200));
     let wait_for = |n: usize| {
         let t = Instant::now();
-        while read_out(dir.path()).len() < n {
+        while complete_lines(dir.path()) < n {
             assert!(
                 t.elapsed() < Duration::from_secs(20),
                 "timed out waiting for {n}"
