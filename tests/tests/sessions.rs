@@ -376,12 +376,14 @@ fn a_buffered_publish_across_a_gateway_crash_names_the_lost_lines_and_goes_on() 
     assert_eq!(after, want, "{err}");
 }
 
-/// Every u64 producer id works, up to the largest `--help` names: ids above 2^63 - 1 used
-/// to fail in the merge of the flags with the config file ("u64 value was too large").
+/// The largest producer id `--help` names, 2^63 - 1, publishes (the ids above it are the
+/// gateway's own: a usage error, in `publish_cli.rs`, which also shows that they get
+/// through the merge of the flags with the config file, where they once failed with "u64
+/// value was too large").
 #[test]
 fn the_largest_producer_id_publishes() {
     let (_dir, _, gw, _gateway) = new_gateway(&[]);
-    let max = u64::MAX.to_string();
+    let max = (u64::MAX >> 1).to_string();
     let out = publish_stdin(&gw, &max, "one\n", &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
