@@ -34,10 +34,11 @@ Exit codes:
 pub(crate) const DRAIN_EXIT_CODES: &str = "\
 Exit codes:
   0  --once reached its target, or SIGTERM/SIGINT after in-flight work
-  1  a gateway stayed unreachable past --retry-for or is not a Spillway listener (named
-     in the log; not retried), the sink could not be opened (e.g. its directory is held
-     by another drain) or, with --once, kept failing past --retry-for (named in the log;
-     without --once sink failures are retried for ever), the gateway refused the
+  1  a gateway made no progress past --retry-for (unreachable, or failing every fetch)
+     or is not a Spillway listener (named in the log; not retried), the sink could not
+     be opened (e.g. its directory is held by another drain) or, with --once, kept
+     failing past --retry-for (named in the log; without --once sink failures are
+     retried for ever), the gateway refused the
      consumer (its table is full), or a second SIGTERM/SIGINT during the shutdown grace
      (--shutdown-grace-ms) stopped it at once, without finishing in-flight work (what it
      did not checkpoint is sent again by the next drain)

@@ -335,10 +335,13 @@ pub enum DrainError {
         /// The gateway's message.
         message: String,
     },
-    /// The gateway could not be reached, or its requests kept failing, for the whole retry
-    /// budget ([`DrainConfig::retry_budget`]) without progress (exit code 1).
+    /// The gateway made no progress for the whole retry budget
+    /// ([`DrainConfig::retry_budget`]): it could not be reached, or it took the connections
+    /// and failed every fetch (an error reply, a bad or missing reply, an empty reply while
+    /// its log holds records past the fetch offset); exit code 1. The message holds for
+    /// both: the gateway's URI, how long, and the last error.
     #[error(
-        "gateway {gateway} stayed unreachable: no progress for {waited:.1?} (--retry-for): {last_error}; the checkpoint stays where it was, and the next drain resumes there"
+        "gateway {gateway} made no progress for {waited:.1?} (--retry-for): {last_error}; the checkpoint stays where it was, and the next drain resumes there"
     )]
     GatewayUnreachable {
         /// The gateway.
