@@ -18,7 +18,8 @@ pub(crate) const EXIT_CODES: &str = "\
 Exit codes:
   0  success (drain: --once reached its target, or SIGTERM/SIGINT after in-flight work)
   1  failure (publish: records rejected or not acknowledged; gateway unreachable for
-     tail/status/consumers, or for drain --once past --retry-for; sink could not be
+     status/consumers, or without progress for tail (without --follow) or drain --once
+     past --retry-for; sink could not be
      opened, or with drain --once kept failing past --retry-for; drain: the gateway
      refused its consumer, table full, or a second SIGTERM/SIGINT during the shutdown
      grace stopped it at once; consumers delete: the last consumer without --force)

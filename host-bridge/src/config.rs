@@ -12,7 +12,7 @@
 //! consumer = "bridge"
 //! from = "earliest"                    # drain, tail: earliest | latest | OFFSET | -N | TIME
 //! once = false
-//! retry-for = "5m"                     # drain, publish: give up after this without progress
+//! retry-for = "5m"                     # drain, publish, tail: give up after this without progress
 //! topic = "buoy/sst"                   # publish (tail's --topic filters are flags only)
 //! ack = "durable"                      # publish: none | buffered | durable
 //! producer-id = 42                     # publish: a number from 0 to 9223372036854775807
@@ -121,7 +121,8 @@ pub struct FileConfig {
     pub from: Option<String>,
     /// `--once`.
     pub once: Option<bool>,
-    /// `drain` and `publish`: how long to retry without progress (`--retry-for`).
+    /// `drain` and `publish`: how long to retry without progress (`--retry-for`); `tail`
+    /// (which has no flag for it) takes it too.
     pub retry_for: Option<DurationValue>,
     /// `publish --topic` (not tail's filters, which are flags only).
     pub topic: Option<Topics>,

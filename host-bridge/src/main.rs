@@ -213,6 +213,13 @@ fn main() {
                 count: cfg.count,
                 topics,
                 reply_timeout: reply_timeout(&cfg),
+                // As drain's --retry-for, with --follow in the place of --once (tail has
+                // no flag: the config file's key, else drain's default).
+                retry_for: match (cfg.retry_for, cfg.follow.unwrap_or(false)) {
+                    (Some(d), _) => Some(d.0),
+                    (None, false) => Some(spillway_bridge::drain::DEFAULT_ONCE_RETRY_FOR),
+                    (None, true) => None,
+                },
             };
             let stdout = std::io::stdout();
             let mut out = stdout.lock();

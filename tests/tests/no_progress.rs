@@ -3,8 +3,8 @@
 //! (`spillway_tests::proxy`) and the real `spillway-bridge`: `drain --once` gives up after
 //! `--retry-for` on a gateway that answers every fetch with an error reply, with no records
 //! below the end of its log, or never (within about `--retry-for` plus one reply timeout);
-//! a drain without `--once` keeps retrying. Each failure names the gateway and its last
-//! error.
+//! a drain without `--once` keeps retrying; `tail` gives up the same way. Each failure
+//! names the gateway and its last error.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use spillway_tests::bridge::{drain_args, publish_args, run_bridge_within, spawn_bridge_lines};
 use spillway_tests::gateway::{free_port, image_in};
 use spillway_tests::process::ChildProcess;
-use spillway_tests::proxy::{Rewrite, fetch_empty, fetch_fails, fetch_unanswered, reply_proxy};
+use spillway_tests::proxy::{
+    Rewrite, fetch_damaged, fetch_empty, fetch_fails, fetch_unanswered, reply_proxy,
+};
 use spillway_tests::{GatewayProcess, run_bridge};
 
 /// A gateway in `dir` holding the 10 records `a 0` to `a 9` of topic `t`: the process and
@@ -179,4 +181,48 @@ fn drain_once_gives_up_on_a_gateway_that_never_answers_within_its_budget_and_one
         "{err}"
     );
     assert!(took < Duration::from_secs(6), "{took:?}: {err}");
+}
+
+/// `tail` (without `--follow`) used to reconnect for ever to a gateway whose every fetch
+/// reply is bad, and to end at once, without naming the gateway, at an error reply. Both
+/// are retried with backoff for the retry budget (the config file's `retry-for`, else
+/// drain's default), then it exits 1 naming the gateway and the last error.
+#[test]
+fn tail_gives_up_on_a_gateway_whose_every_fetch_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, addr) = gateway_with_records(dir.path());
+    let bad = reply_proxy(addr.clone(), fetch_damaged);
+    let failing = reply_proxy(addr, fetch_fails);
+    let cfg = dir.path().join("tail.toml");
+    std::fs::write(&cfg, "retry-for = \"2s\"\n").unwrap();
+    let cfg = cfg.display().to_string();
+    spillway_tests::bridge_bin();
+    for (gw, last_error) in [
+        (&bad, "end of buffer"),
+        (
+            &failing,
+            "gateway error Internal: flash read failed (proxy)",
+        ),
+    ] {
+        let started = Instant::now();
+        let out = run_bridge_within(
+            &["--config", &cfg, "tail", "--gateway", gw],
+            Duration::from_secs(20),
+        )
+        .expect("tail still retrying after 20 s");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{gw}: {err}");
+        let gave_up = err
+            .lines()
+            .find(|l| l.contains("made no progress for"))
+            .unwrap_or_else(|| panic!("{gw}: {err}"));
+        assert!(
+            gave_up.contains(&format!("gateway {gw} made no progress for"))
+                && gave_up.contains(last_error),
+            "{gw}: {err}"
+        );
+        assert!(err.matches("reconnecting in").count() >= 2, "{gw}: {err}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{gw}: {err}");
+        assert!(out.stdout.is_empty(), "{gw}");
+    }
 }
