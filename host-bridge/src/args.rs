@@ -18,7 +18,8 @@ pub(crate) const EXIT_CODES: &str = "\
 Exit codes:
   0  success (drain: --once reached its target, or SIGTERM/SIGINT after in-flight work)
   1  failure (publish: records rejected or not acknowledged; gateway unreachable for
-     tail/status/consumers, or for drain --once past --retry-for; sink could not be
+     status/consumers, or without progress for tail (without --follow) or drain --once
+     past --retry-for; sink could not be
      opened, or with drain --once kept failing past --retry-for; drain: the gateway
      refused its consumer, table full, or a second SIGTERM/SIGINT during the shutdown
      grace stopped it at once; consumers delete: the last consumer without --force)
@@ -34,10 +35,11 @@ Exit codes:
 pub(crate) const DRAIN_EXIT_CODES: &str = "\
 Exit codes:
   0  --once reached its target, or SIGTERM/SIGINT after in-flight work
-  1  a gateway stayed unreachable past --retry-for or is not a Spillway listener (named
-     in the log; not retried), the sink could not be opened (e.g. its directory is held
-     by another drain) or, with --once, kept failing past --retry-for (named in the log;
-     without --once sink failures are retried for ever), the gateway refused the
+  1  a gateway made no progress past --retry-for (unreachable, or failing every fetch)
+     or is not a Spillway listener (named in the log; not retried), the sink could not
+     be opened (e.g. its directory is held by another drain) or, with --once, kept
+     failing past --retry-for (named in the log; without --once sink failures are
+     retried for ever), the gateway refused the
      consumer (its table is full), or a second SIGTERM/SIGINT during the shutdown grace
      (--shutdown-grace-ms) stopped it at once, without finishing in-flight work (what it
      did not checkpoint is sent again by the next drain)

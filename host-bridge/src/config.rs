@@ -12,7 +12,7 @@
 //! consumer = "bridge"
 //! from = "earliest"                    # drain, tail: earliest | latest | OFFSET | -N | TIME
 //! once = false
-//! retry-for = "5m"                     # drain, publish: give up after this without progress
+//! retry-for = "5m"                     # drain, publish, tail: give up after this without progress
 //! topic = "buoy/sst"                   # publish (tail's --topic filters are flags only)
 //! ack = "durable"                      # publish: none | buffered | durable
 //! producer-id = 42                     # publish: a number from 0 to 9223372036854775807
@@ -121,7 +121,8 @@ pub struct FileConfig {
     pub from: Option<String>,
     /// `--once`.
     pub once: Option<bool>,
-    /// `drain` and `publish`: how long to retry without progress (`--retry-for`).
+    /// `drain` and `publish`: how long to retry without progress (`--retry-for`); `tail`
+    /// (which has no flag for it) takes it too.
     pub retry_for: Option<DurationValue>,
     /// `publish --topic` (not tail's filters, which are flags only).
     pub topic: Option<Topics>,
@@ -207,9 +208,11 @@ impl FileConfig {
     }
 }
 
-/// A producer id in the file and in the flags laid over it: any `u64`. TOML integers are
-/// signed 64-bit, so an id above `i64::MAX` (9223372036854775807) is written as a string of
-/// digits (`producer-id = "18446744073709551615"`); either form is read. Use with
+/// A producer id in the file and in the flags laid over it. The ids are 0 to
+/// 9223372036854775807 (`i64::MAX`): those from 2^63 up are the gateway's own
+/// (`wire::GATEWAY_PRODUCER_BIT`). Any `u64` is read, an id above `i64::MAX` as a string of
+/// digits (TOML integers are signed 64-bit), so that `publish` can refuse the gateway's ids
+/// with a message that says why, naming the flag or the key. Use with
 /// `#[serde(default, with = "producer_id")]` on an `Option<u64>`.
 pub mod producer_id {
     use serde::de::{self, Deserializer, Unexpected, Visitor};
@@ -224,13 +227,14 @@ pub mod producer_id {
         }
     }
 
-    /// Reads a non-negative integer or a string of digits up to `u64::MAX`.
+    /// Reads a non-negative integer or a string of digits up to `u64::MAX` (the caller
+    /// refuses the ids from 2^63 up).
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
         struct Id;
         impl Visitor<'_> for Id {
             type Value = u64;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a producer id: a number from 0 to 18446744073709551615 (above 9223372036854775807, a string of digits)")
+                f.write_str("a producer id: a number from 0 to 9223372036854775807")
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
                 Ok(v)
@@ -312,6 +316,16 @@ mod tests {
                 .unwrap_err();
             assert!(e.to_string().contains(&format!("key `{key}`")), "{e}");
         }
+        // The range a bad id is told is the ids a producer may take (from 2^63 up they
+        // are the gateway's): it used to say up to 18446744073709551615.
+        let e = spillway_core::cli::layer::parse_file::<FileConfig>(
+            Path::new("b.toml"),
+            "producer-id = \"sensor-7\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("from 0 to 9223372036854775807"), "{e}");
+        assert!(!e.contains("18446744073709551615"), "{e}");
         let e = toml::from_str::<FileConfig>("rotate-interval = \"soon\"\n").unwrap_err();
         assert!(e.to_string().contains("rotate-interval"), "{e}");
         assert!(toml::from_str::<FileConfig>("gatway = \"x\"").is_err());

@@ -138,8 +138,13 @@ fn main() {
             if let Some(id) = cfg.producer_id
                 && id & spillway_core::wire::GATEWAY_PRODUCER_BIT != 0
             {
+                // Named as it was given: the flag, or the config file's key.
+                let given = match (a.producer_id, file) {
+                    (None, Some(f)) => format!("key `producer-id` = {id} in {}", f.display()),
+                    _ => format!("--producer-id {id}"),
+                };
                 usage(format!(
-                    "--producer-id {id}: ids from 2^63 (9223372036854775808) up are the \
+                    "{given}: ids from 2^63 (9223372036854775808) up are the \
                      gateway's own (its MQTT sessions); take one from 0 to 9223372036854775807"
                 ));
             }
@@ -213,6 +218,13 @@ fn main() {
                 count: cfg.count,
                 topics,
                 reply_timeout: reply_timeout(&cfg),
+                // As drain's --retry-for, with --follow in the place of --once (tail has
+                // no flag: the config file's key, else drain's default).
+                retry_for: match (cfg.retry_for, cfg.follow.unwrap_or(false)) {
+                    (Some(d), _) => Some(d.0),
+                    (None, false) => Some(spillway_bridge::drain::DEFAULT_ONCE_RETRY_FOR),
+                    (None, true) => None,
+                },
             };
             let stdout = std::io::stdout();
             let mut out = stdout.lock();

@@ -38,6 +38,7 @@ pub mod nats;
 pub mod pki;
 pub mod plot;
 pub mod process;
+pub mod proxy;
 pub mod ram_nor;
 pub mod sides;
 pub mod sink_files;

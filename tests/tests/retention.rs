@@ -15,6 +15,7 @@ use spillway_tests::bridge::{
 };
 use spillway_tests::gateway::{free_port, image_in};
 use spillway_tests::process::signal;
+use spillway_tests::proxy::{fetch_damaged, reply_proxy};
 use spillway_tests::{GatewayProcess, Wait, connect, run_bridge};
 
 fn gateway_args(dir: &Path, port: u16, extra: &[&str]) -> Vec<String> {
@@ -214,75 +215,6 @@ fn drain_once_gives_up_on_an_unreachable_gateway_after_its_retry_budget() {
     );
 }
 
-/// A proxy in front of the gateway at `gateway` (`host:port`) that passes everything
-/// through except `Records` replies holding records, whose count it raises by one (the
-/// bridge then finds the block short: "Hit the end of buffer"); its URI.
-fn proxy_announcing_one_record_more(gateway: String) -> String {
-    use spillway_core::wire::{self, EncodedList, Response};
-    use std::io::{Read, Write};
-    use std::net::{Shutdown, TcpListener, TcpStream};
-
-    fn damaged(frame: &[u8]) -> Option<Vec<u8>> {
-        let mut body = frame[..frame.len() - 1].to_vec();
-        let Ok(Response::Records {
-            seq,
-            prev_crc,
-            next_offset,
-            lost,
-            records,
-        }) = wire::decode_message::<Response>(&mut body)
-        else {
-            return None;
-        };
-        if records.is_empty() {
-            return None;
-        }
-        let resp = Response::Records {
-            seq,
-            prev_crc,
-            next_offset,
-            lost,
-            records: EncodedList::from_raw(records.count() + 1, records.as_bytes()),
-        };
-        let mut out = vec![0u8; frame.len() + 64];
-        let n = wire::encode_frame(&resp, &mut out).ok()?;
-        out.truncate(n);
-        Some(out)
-    }
-
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for client in listener.incoming() {
-            let (Ok(client), Ok(gw)) = (client, TcpStream::connect(&gateway)) else {
-                continue;
-            };
-            let (mut from_client, mut to_gw) =
-                (client.try_clone().unwrap(), gw.try_clone().unwrap());
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut from_client, &mut to_gw);
-                let _ = to_gw.shutdown(Shutdown::Both);
-            });
-            let (mut from_gw, mut to_client) = (gw, client);
-            std::thread::spawn(move || {
-                let (mut pending, mut buf) = (Vec::new(), vec![0u8; 1 << 16]);
-                while let Ok(n @ 1..) = from_gw.read(&mut buf) {
-                    pending.extend_from_slice(&buf[..n]);
-                    while let Some(end) = pending.iter().position(|&b| b == 0) {
-                        let frame: Vec<u8> = pending.drain(..=end).collect();
-                        let out = damaged(&frame).unwrap_or(frame);
-                        if to_client.write_all(&out).is_err() {
-                            return;
-                        }
-                    }
-                }
-                let _ = to_client.shutdown(Shutdown::Both);
-            });
-        }
-    });
-    format!("tcp://{addr}")
-}
-
 /// `drain --once` against a gateway that takes every connection and whose every fetch
 /// reply is bad gives up after its retry budget with exit 1, as for an unreachable one:
 /// each reconnect used to start the budget and the backoff over, and it retried for ever,
@@ -295,7 +227,8 @@ fn drain_once_gives_up_on_a_gateway_whose_every_fetch_fails_after_its_retry_budg
         &format!("tcp://127.0.0.1:{port}"),
         &write_input(dir.path(), "a.txt", (0..10).map(|i| format!("a {i}"))),
     );
-    let gw = proxy_announcing_one_record_more(format!("127.0.0.1:{port}"));
+    // Every reply holding records announces one record more than it holds.
+    let gw = reply_proxy(format!("127.0.0.1:{port}"), fetch_damaged);
     let sink = format!("file:{}", dir.path().join("out").display());
     let state = dir.path().join("s.redb").display().to_string();
     spillway_tests::bridge_bin();

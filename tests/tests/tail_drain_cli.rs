@@ -184,7 +184,7 @@ fn drain_from_over_a_checkpoint_warns_once_and_retry_for_applies() {
         let out = run_bridge(&args);
         assert_eq!(out.status.code(), Some(1), "once {once}: {}", stderr(&out));
         assert!(
-            stderr(&out).contains("gateway tcp://127.0.0.1:1 stayed unreachable"),
+            stderr(&out).contains("gateway tcp://127.0.0.1:1 made no progress for"),
             "once {once}: {}",
             stderr(&out)
         );

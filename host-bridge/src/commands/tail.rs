@@ -2,16 +2,19 @@
 //! from a start position (an offset, so many records before the end, or the first record
 //! stamped at or after a time, which the gateway looks up), optionally
 //! following new ones, only of the topics that match MQTT-style filters, at most `--count`
-//! of them: the kcat `-C` habit. Read-only: commits nothing.
+//! of them: the kcat `-C` habit. Read-only: commits nothing. A gateway that makes no
+//! progress (cannot be reached after the first connection, or fails every fetch) is
+//! retried with backoff for the retry budget, then given up with exit 1, as `drain --once`
+//! does.
 
 use std::io::Write;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use spillway_core::wire::LostReason;
+use spillway_core::wire::{ErrorCode, LostReason};
 
 use super::CLIENT_NAME;
 use crate::client::{Client, ClientError, FetchReply, GatewayAddr, log_id_hex};
-use crate::drain::{Backoff, StartFrom};
+use crate::drain::{Backoff, NoProgress, StartFrom};
 use crate::exit;
 use crate::sink::{LineWriter, Source};
 
@@ -136,6 +139,18 @@ pub struct TailArgs {
     pub topics: Vec<String>,
     /// Reply timeout.
     pub reply_timeout: Duration,
+    /// How long to retry a gateway that makes no progress (it cannot be reached after the
+    /// first connection, or fails every fetch: error replies, bad or missing replies)
+    /// before giving up with exit 1; `None`: for ever. The binary takes the config file's
+    /// `retry-for`, else [`crate::drain::DEFAULT_ONCE_RETRY_FOR`] without `--follow` and
+    /// for ever with it, as `drain` with and without `--once`.
+    pub retry_for: Option<Duration>,
+}
+
+/// An error reply to a fetch that may pass (the gateway's storage or an internal failure):
+/// retried within the retry budget. Any other is final.
+fn transient(code: ErrorCode) -> bool {
+    matches!(code, ErrorCode::Internal | ErrorCode::StorageFailed)
 }
 
 /// Runs `tail`; returns the exit code. Read-only: commits nothing, fetches anonymously.
@@ -145,11 +160,17 @@ pub async fn tail(args: TailArgs, out: &mut dyn Write) -> i32 {
     let mut end: Option<u64> = None;
     let mut log_id: Option<u128> = None;
     let mut printed = 0u64;
+    let mut clock = NoProgress::new(args.retry_for);
     loop {
+        // When the request that fails, if one does, was sent (the connection, then each
+        // fetch): the retry clock starts there.
+        let mut began = Instant::now();
         let mut c = match Client::connect(&args.gateway, CLIENT_NAME, args.reply_timeout).await {
             Ok(c) => c,
             Err(e) if args.follow || cursor.is_some() => {
-                let d = backoff.next_delay();
+                let Some(d) = retry_in(&mut clock, &mut backoff, began, &e, &args.gateway) else {
+                    return exit::FAILURE;
+                };
                 log::warn!("gateway {}: {e}; retrying in {d:.1?}", args.gateway);
                 smol::Timer::after(d).await;
                 continue;
@@ -212,7 +233,26 @@ pub async fn tail(args: TailArgs, out: &mut dyn Write) -> i32 {
                 } else {
                     Duration::ZERO
                 };
-                match c.fetch(None, at, 256 * 1024, wait).await? {
+                began = Instant::now();
+                let reply = c.fetch(None, at, 256 * 1024, wait).await?;
+                if let FetchReply::Records {
+                    next_offset,
+                    lost: None,
+                    records,
+                    ..
+                } = &reply
+                    && records.is_empty()
+                    && *next_offset <= at
+                    && let Some(e) = end.filter(|&e| e > at)
+                {
+                    // An empty reply though the log holds records from here: no progress
+                    // (a fetch without a wait answered so at once, and again, for ever).
+                    return Err(ClientError::Protocol(format!(
+                        "answered the fetch from offset {at} with no records, though the log's next offset is {e}"
+                    )));
+                }
+                clock.progressed();
+                match reply {
                     FetchReply::Dropped { first_available } => {
                         log::warn!("offsets {at}..{first_available} are gone");
                         cursor = Some(first_available.max(at));
@@ -287,8 +327,8 @@ pub async fn tail(args: TailArgs, out: &mut dyn Write) -> i32 {
         match res {
             Ok(true) => return exit::OK,
             Ok(false) => return exit::FAILURE,
-            Err(ClientError::Gateway { code, message }) => {
-                log::error!("gateway error {code:?}: {message}");
+            Err(ClientError::Gateway { code, message }) if !transient(code) => {
+                log::error!("gateway {}: error {code:?}: {message}", args.gateway);
                 return exit::FAILURE;
             }
             Err(e @ ClientError::Unsupported { .. }) => {
@@ -296,10 +336,33 @@ pub async fn tail(args: TailArgs, out: &mut dyn Write) -> i32 {
                 return exit::FAILURE;
             }
             Err(e) => {
-                let d = backoff.next_delay();
+                let Some(d) = retry_in(&mut clock, &mut backoff, began, &e, &args.gateway) else {
+                    return exit::FAILURE;
+                };
                 log::warn!("gateway {}: {e}; reconnecting in {d:.1?}", args.gateway);
                 smol::Timer::after(d).await;
             }
+        }
+    }
+}
+
+/// The request begun at `began` failed with `e`: counts it on the retry `clock` and
+/// returns the delay before the next attempt, or, once the budget is spent, logs that
+/// `tail` gives up on `gateway` (naming it and `e`) and returns `None`.
+fn retry_in(
+    clock: &mut NoProgress,
+    backoff: &mut Backoff,
+    began: Instant,
+    e: &ClientError,
+    gateway: &GatewayAddr,
+) -> Option<Duration> {
+    match clock.failed(began, backoff.next_delay(), Instant::now()) {
+        Ok(d) => Some(d),
+        Err(waited) => {
+            log::error!(
+                "gateway {gateway} made no progress for {waited:.1?} (retry-for): {e}; giving up"
+            );
+            None
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Retry pacing and stopping: the capped, jittered [`Backoff`] every retry of the bridge
-//! uses, and the [`Shutdown`] signal (SIGTERM/SIGINT) a drain and the commands wait on.
+//! uses, the [`NoProgress`] clock of the retry budget (`--retry-for`), and the [`Shutdown`]
+//! signal (SIGTERM/SIGINT) a drain and the commands wait on.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 
@@ -48,6 +49,67 @@ impl Backoff {
     /// Back to the initial delay (after a success).
     pub fn reset(&mut self) {
         self.delays = self.builder.build();
+    }
+}
+
+/// The clock of a retry budget (`--retry-for`) over one gateway: how long its requests
+/// have failed, or been answered without progress, since the last progress.
+///
+/// It starts when the first attempt that failed began (a request sent and never answered
+/// counts from when it was sent, not from its reply timeout), runs through reconnects and
+/// gateway error replies alike, and stops only at [`NoProgress::progressed`]: a fetch
+/// answered with records, a lost range, or a valid empty reply at the end of the log.
+#[derive(Debug, Clone, Copy)]
+pub struct NoProgress {
+    budget: Option<Duration>,
+    since: Option<Instant>,
+}
+
+impl NoProgress {
+    /// A stopped clock with `budget`; `None`: retry for ever.
+    pub fn new(budget: Option<Duration>) -> Self {
+        NoProgress {
+            budget,
+            since: None,
+        }
+    }
+
+    /// The gateway made progress: the clock stops (the next failure starts it afresh).
+    pub fn progressed(&mut self) {
+        self.since = None;
+    }
+
+    /// The budget; `None`: retry for ever.
+    pub fn budget(&self) -> Option<Duration> {
+        self.budget
+    }
+
+    /// When the failures began, if they have not stopped since.
+    pub fn since(&self) -> Option<Instant> {
+        self.since
+    }
+
+    /// An attempt begun at `began` failed at `now` (or was answered without progress):
+    /// starts the clock at `began` unless it runs already. `Ok` with the `delay` to wait
+    /// before the next attempt, cut to what the budget has left (so that the last attempt
+    /// is made right at its end, not after it); `Err` with how long the failures have
+    /// lasted once that is the whole budget or more.
+    ///
+    /// # Errors
+    /// The budget is spent: give up.
+    pub fn failed(
+        &mut self,
+        began: Instant,
+        delay: Duration,
+        now: Instant,
+    ) -> Result<Duration, Duration> {
+        let since = *self.since.get_or_insert(began);
+        let waited = now.saturating_duration_since(since);
+        match self.budget {
+            Some(b) if waited >= b => Err(waited),
+            Some(b) => Ok(delay.min(b - waited)),
+            None => Ok(delay),
+        }
     }
 }
 

@@ -2,7 +2,10 @@
 //! ahead of the sink (at most `prefetch` batches of at most `max_batch_bytes`), long-polls
 //! at the end of the log, fetches a range reported corrupt again before it becomes a gap,
 //! commits the latest checkpoint offset on the gateway between fetches, and reconnects
-//! with backoff (a changed log id ends the session). See `docs/drain.md`, step 3 and "Gaps".
+//! with backoff (a changed log id ends the session). A fetch refused with an error reply,
+//! or answered empty while the gateway's log holds records past it, is fetched again after
+//! a backoff; with a retry budget (`--retry-for`) the fetcher gives up once no fetch has
+//! made progress for that long. See `docs/drain.md`, step 3 and "Gaps".
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -10,7 +13,7 @@ use std::time::{Duration, Instant};
 use smol::channel::Sender;
 use spillway_core::wire::{ErrorCode, LostReason};
 
-use super::{Backoff, DrainError, Shutdown, refused_commit, sleep_or_stop};
+use super::{Backoff, DrainError, NoProgress, Shutdown, refused_commit, sleep_or_stop};
 use crate::client::{
     Client, ClientError, FetchAhead, FetchReply, FirstContact, GatewayAddr, log_id_hex,
 };
@@ -66,13 +69,51 @@ pub(super) struct FetcherCtx {
     pub(super) stop: Shutdown,
     pub(super) metrics: Metrics,
     pub(super) backoff: Backoff,
-    /// `--once`: give up after this long without a connection or an answered fetch
-    /// (`--retry-for`).
-    pub(super) give_up_after: Option<Duration>,
-    /// When the fetches began failing, with no fetch answered since: where
-    /// `give_up_after` counts from, so that a gateway that takes every reconnect and fails
-    /// every fetch is given up like one that cannot be reached.
-    pub(super) failing_since: Option<Instant>,
+    /// The retry budget (`--retry-for`, [`super::DrainConfig::retry_budget`]) and how long
+    /// the requests have failed without progress: a gateway that takes every reconnect and
+    /// fails every fetch (error replies, bad or missing replies, empty replies while its log
+    /// holds more) is given up like one that cannot be reached.
+    pub(super) clock: NoProgress,
+}
+
+impl FetcherCtx {
+    /// A request begun at `began` failed with `e`, or was answered without progress:
+    /// counts it on the retry clock. The delay before the next attempt (the next backoff
+    /// delay, cut to what the budget has left), or `None` once the budget is spent, with
+    /// [`DrainError::GatewayUnreachable`] left for the main loop.
+    fn no_progress(&mut self, began: Instant, e: &dyn std::fmt::Display) -> Option<Duration> {
+        let delay = self.backoff.next_delay();
+        match self.clock.failed(began, delay, Instant::now()) {
+            Ok(d) => Some(d),
+            Err(waited) => {
+                self.commit.fail(DrainError::GatewayUnreachable {
+                    gateway: self.addr.to_string(),
+                    waited,
+                    last_error: e.to_string(),
+                });
+                None
+            }
+        }
+    }
+
+    /// A fetch made progress: the retry clock and the backoff start over.
+    fn progressed(&mut self) {
+        self.clock.progressed();
+        self.backoff.reset();
+    }
+}
+
+/// Where the gateway's log is known to hold records at or past `cursor`, though a fetch
+/// from `cursor` was answered with no records and no lost range: the `--once` `target`
+/// (the next offset the gateway announced at start) or `log_end` (the next offset its
+/// counters last gave), whichever is past `cursor`. `None`: the reply was valid, `cursor`
+/// is the end of the log as far as is known.
+pub(super) fn holds_more(cursor: u64, target: Option<u64>, log_end: Option<u64>) -> Option<u64> {
+    [target, log_end]
+        .into_iter()
+        .flatten()
+        .filter(|&e| e > cursor)
+        .max()
 }
 
 /// Fetches repeated, at most, after the gateway reported a range corrupt, before the range
@@ -221,7 +262,13 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
     // A fetch sent ahead (see `FetchAhead`), whose reply is still to come: `(seq, from)`.
     // While there is one, the connection carries no other request.
     let mut ahead: Option<(u32, u64)> = None;
+    // The gateway's next offset as its counters last gave it.
+    let mut log_end: Option<u64> = None;
     loop {
+        // When the request about to go out was sent (for a fetch sent ahead, when the wait
+        // for its reply began): a request never answered counts on the retry clock from
+        // here, not from its reply timeout.
+        let began = Instant::now();
         if let Some((seq, from)) = ahead.filter(|a| a.1 != cursor) {
             // Sent for an offset the loop did not move to (cannot happen: both compute it
             // alike): take its reply, unused, before anything else goes out.
@@ -230,7 +277,7 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
             if let Err(e) = conn.fetch_reply(seq, from, ctx.poll_wait, None).await
                 && !e.connection_ok()
             {
-                conn = match reconnect(&mut ctx, e).await {
+                conn = match reconnect(&mut ctx, e, began).await {
                     Some(c) => c,
                     None => return conn,
                 };
@@ -251,11 +298,11 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
                     return conn;
                 }
                 Err(e) if e.connection_ok() => {
-                    log::warn!("gateway refused commit of {want}: {e}");
+                    log::warn!("gateway {} refused the commit of {want}: {e}", ctx.addr);
                     committed_sent = want;
                 }
                 Err(e) => {
-                    conn = match reconnect(&mut ctx, e).await {
+                    conn = match reconnect(&mut ctx, e, began).await {
                         Some(c) => c,
                         None => return conn,
                     };
@@ -274,10 +321,13 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
         if ahead.is_none() && last_stats.elapsed() >= STATS_EVERY {
             last_stats = Instant::now();
             match conn.stats().await {
-                Ok(s) => ctx.metrics.set_next(s.next_offset),
+                Ok(s) => {
+                    ctx.metrics.set_next(s.next_offset);
+                    log_end = Some(s.next_offset);
+                }
                 Err(e) if e.connection_ok() => {}
                 Err(e) => {
-                    conn = match reconnect(&mut ctx, e).await {
+                    conn = match reconnect(&mut ctx, e, last_stats).await {
                         Some(c) => c,
                         None => return conn,
                     };
@@ -300,6 +350,7 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
             && ctx.tx.capacity().is_some_and(|c| ctx.tx.len() + 1 < c);
         let next_ahead =
             pipeline.then(|| FetchAhead::new(consumer, ctx.max_bytes, ctx.poll_wait, ctx.target));
+        let began = Instant::now();
         let res = match ahead.take() {
             Some((seq, from)) => {
                 conn.fetch_reply(seq, from, ctx.poll_wait, next_ahead.as_ref())
@@ -319,8 +370,6 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
         match res {
             Ok((reply, sent)) => {
                 ahead = sent;
-                ctx.backoff.reset();
-                ctx.failing_since = None;
                 let corrupt = matches!(&reply, FetchReply::Records { lost: Some(l), .. }
                     if l.reason == LostReason::Corrupt);
                 if corrupt {
@@ -328,6 +377,8 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
                         .filter(|c| c.0 == cursor)
                         .map_or((Instant::now(), 0), |c| (c.1, c.2));
                     if tries < CORRUPT_REFETCHES && since.elapsed() < CORRUPT_REFETCH_FOR {
+                        // Bounded: within CORRUPT_REFETCH_FOR the range becomes a gap.
+                        ctx.progressed();
                         corrupt_at = Some((cursor, since, tries + 1));
                         ctx.metrics.corrupt_refetches.inc();
                         log::debug!(
@@ -363,8 +414,30 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
                     if records.is_empty())
                     && next == cursor;
                 if empty {
+                    if let Some(end) = holds_more(cursor, ctx.target, log_end) {
+                        // Nothing, though the log holds records from here: no progress.
+                        // Fetched again after a backoff, and within the retry budget, not
+                        // thousands of times a second.
+                        ctx.metrics.gateway_errors.inc();
+                        let e = format!(
+                            "answered the fetch from offset {cursor} with no records, though the log's next offset is {end}"
+                        );
+                        let Some(d) = ctx.no_progress(began, &e) else {
+                            return conn;
+                        };
+                        ctx.metrics.retries.inc();
+                        log::warn!("gateway {}: {e}; fetching again in {d:.1?}", ctx.addr);
+                        // Its counters are read again before that fetch: the end they gave
+                        // may be stale.
+                        last_stats = Instant::now() - STATS_EVERY;
+                        sleep_or_stop(d, &ctx.stop).await;
+                    } else {
+                        // The end of the log: a valid reply.
+                        ctx.progressed();
+                    }
                     continue;
                 }
+                ctx.progressed();
                 let item = Item::Batch {
                     from: cursor,
                     reply,
@@ -416,14 +489,21 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
                 return conn;
             }
             Err(e) if e.connection_ok() => {
+                // An error reply (Internal, StorageFailed, ...): a failed fetch, on the retry
+                // clock like a gateway that cannot be reached.
                 ctx.metrics.gateway_errors.inc();
+                let Some(d) = ctx.no_progress(began, &e) else {
+                    return conn;
+                };
                 ctx.metrics.retries.inc();
-                let d = ctx.backoff.next_delay();
-                log::warn!("gateway refused fetch from {cursor}: {e}; retrying in {d:.1?}");
+                log::warn!(
+                    "gateway {} refused the fetch from offset {cursor}: {e}; fetching again in {d:.1?}",
+                    ctx.addr
+                );
                 sleep_or_stop(d, &ctx.stop).await;
             }
             Err(e) => {
-                conn = match reconnect(&mut ctx, e).await {
+                conn = match reconnect(&mut ctx, e, began).await {
                     Some(c) => c,
                     None => return conn,
                 };
@@ -432,26 +512,13 @@ pub(super) async fn fetcher(mut conn: Client, mut cursor: u64, mut ctx: FetcherC
     }
 }
 
-/// Reconnects after `e`; `None` on stop or when the log id changed (reported to the main
-/// loop).
-async fn reconnect(ctx: &mut FetcherCtx, e: ClientError) -> Option<Client> {
+/// Reconnects after `e`, which ended the request begun at `began` (the retry clock starts
+/// there if it does not run yet); `None` on stop, when the retry budget is spent (reported
+/// to the main loop) or when the log id changed (likewise).
+async fn reconnect(ctx: &mut FetcherCtx, e: ClientError, began: Instant) -> Option<Client> {
     ctx.metrics.gateway_errors.inc();
-    let since = *ctx.failing_since.get_or_insert_with(Instant::now);
-    if let Some(budget) = ctx.give_up_after
-        && since.elapsed() >= budget
-    {
-        ctx.commit.fail(DrainError::GatewayUnreachable {
-            gateway: ctx.addr.to_string(),
-            waited: since.elapsed(),
-            last_error: e.to_string(),
-        });
-        return None;
-    }
-    let mut d = ctx.backoff.next_delay();
-    if let Some(budget) = ctx.give_up_after {
-        // Try once more right at the end of the budget, not after it.
-        d = d.min(budget.saturating_sub(since.elapsed()));
-    }
+    let d = ctx.no_progress(began, &e)?;
+    let since = ctx.clock.since().unwrap_or(began);
     log::warn!("gateway {}: {e}; reconnecting in {d:.1?}", ctx.addr);
     if !sleep_or_stop(d, &ctx.stop).await {
         return None;
@@ -462,7 +529,7 @@ async fn reconnect(ctx: &mut FetcherCtx, e: ClientError) -> Option<Client> {
         &mut ctx.backoff,
         &ctx.stop,
         &ctx.metrics,
-        ctx.give_up_after.map(|b| (since, b)),
+        ctx.clock.budget().map(|b| (since, b)),
         false,
     )
     .await

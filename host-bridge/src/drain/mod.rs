@@ -8,7 +8,8 @@
 //! delivery guarantee and the effectively-once resume) is described in `docs/drain.md`.
 //!
 //! The parts, one file each:
-//! - `control`: [`Backoff`] and the [`Shutdown`] signal.
+//! - `control`: [`Backoff`], the [`NoProgress`] clock of `--retry-for` and the
+//!   [`Shutdown`] signal.
 //! - `fetcher`: the task that owns the gateway connection, fetches ahead, commits and
 //!   reconnects.
 //! - `resume`: loading the checkpoint and the resume check against the gateway.
@@ -46,7 +47,7 @@ use crate::progress::{Mode, Progress};
 use crate::sink::{ProducerFailure, Sink, SinkError, SinkOptions, SinkSpec};
 
 use control::sleep_or_stop;
-pub use control::{Backoff, Shutdown, ShutdownTrigger};
+pub use control::{Backoff, NoProgress, Shutdown, ShutdownTrigger};
 pub use fetcher::{CORRUPT_REFETCH_DELAY, CORRUPT_REFETCH_FOR, CORRUPT_REFETCHES};
 use fetcher::{NoConnection, connect_retry};
 pub use fleet::{Fleet, GatewayOutcome, fleet_exit_code, identify};
@@ -335,10 +336,13 @@ pub enum DrainError {
         /// The gateway's message.
         message: String,
     },
-    /// The gateway could not be reached, or its requests kept failing, for the whole retry
-    /// budget ([`DrainConfig::retry_budget`]) without progress (exit code 1).
+    /// The gateway made no progress for the whole retry budget
+    /// ([`DrainConfig::retry_budget`]): it could not be reached, or it took the connections
+    /// and failed every fetch (an error reply, a bad or missing reply, an empty reply while
+    /// its log holds records past the fetch offset); exit code 1. The message holds for
+    /// both: the gateway's URI, how long, and the last error.
     #[error(
-        "gateway {gateway} stayed unreachable: no progress for {waited:.1?} (--retry-for): {last_error}; the checkpoint stays where it was, and the next drain resumes there"
+        "gateway {gateway} made no progress for {waited:.1?} (--retry-for): {last_error}; the checkpoint stays where it was, and the next drain resumes there"
     )]
     GatewayUnreachable {
         /// The gateway.
@@ -785,44 +789,29 @@ impl Drain {
                 }
                 Err(Resumed::Fatal(e)) => break Err(e),
                 Err(Resumed::Retry(e)) => {
-                    self.metrics.gateway_errors.inc();
-                    if let Some(b) = budget
-                        && progress_at.elapsed() >= b
-                    {
-                        break Err(DrainError::GatewayUnreachable {
-                            gateway: self.cfg.gateway.to_string(),
-                            waited: progress_at.elapsed(),
-                            last_error: e.to_string(),
-                        });
+                    match self.gateway_retry(&e, &mut backoff, progress_at).await {
+                        Ok(true) => continue,
+                        Ok(false) => break Ok(()),
+                        Err(e) => break Err(e),
                     }
-                    self.metrics.retries.inc();
-                    let mut d = backoff.next_delay();
-                    if let Some(b) = budget {
-                        // Try once more right at the end of --retry-for, not after it (as
-                        // the fetcher does).
-                        d = d.min(b.saturating_sub(progress_at.elapsed()));
-                    }
-                    log::warn!("gateway {}: {e}; retrying in {d:.1?}", self.cfg.gateway);
-                    if !sleep_or_stop(d, &self.stop).await {
-                        break Ok(());
-                    }
-                    continue;
                 }
             };
-            progress_at = Instant::now();
             if self.cfg.once && once_target.is_none() {
                 match conn.stats().await {
                     Ok(s) => {
                         log::info!("--once: draining up to offset {}", s.next_offset);
                         once_target = Some(s.next_offset);
                     }
-                    Err(e) => {
-                        log::warn!("gateway {}: {e}; retrying", self.cfg.gateway);
-                        sleep_or_stop(backoff.next_delay(), &self.stop).await;
-                        continue;
-                    }
+                    // No progress yet: a gateway that passes the resume check and fails
+                    // this request every time is given up like one that fails the check.
+                    Err(e) => match self.gateway_retry(&e, &mut backoff, progress_at).await {
+                        Ok(true) => continue,
+                        Ok(false) => break Ok(()),
+                        Err(e) => break Err(e),
+                    },
                 }
             }
+            progress_at = Instant::now();
             match self.session(conn, cp, once_target).await {
                 Ok(SessionEnd::Done) => break Ok(()),
                 Ok(SessionEnd::Again) => {
@@ -854,6 +843,34 @@ impl Drain {
             sink.close(Duration::from_secs(5)).await;
         }
         res.map(|()| self.summary)
+    }
+
+    /// A request to the gateway failed with `e` before a session could start (the resume
+    /// check, the `--once` target), with no progress since `progress_at`: counts it, and
+    /// unless the retry budget is spent, waits out the next `backoff` delay, cut to what
+    /// the budget has left (`Ok(true)`: connect again; `Ok(false)`: the shutdown signal
+    /// came first).
+    ///
+    /// # Errors
+    /// [`DrainError::GatewayUnreachable`] once the budget is spent.
+    async fn gateway_retry(
+        &self,
+        e: &ClientError,
+        backoff: &mut Backoff,
+        progress_at: Instant,
+    ) -> Result<bool, DrainError> {
+        self.metrics.gateway_errors.inc();
+        let mut clock = NoProgress::new(self.cfg.retry_budget());
+        let d = clock
+            .failed(progress_at, backoff.next_delay(), Instant::now())
+            .map_err(|waited| DrainError::GatewayUnreachable {
+                gateway: self.cfg.gateway.to_string(),
+                waited,
+                last_error: e.to_string(),
+            })?;
+        self.metrics.retries.inc();
+        log::warn!("gateway {}: {e}; retrying in {d:.1?}", self.cfg.gateway);
+        Ok(sleep_or_stop(d, &self.stop).await)
     }
 
     /// A state file transaction failed (docs/drain.md, "State file failures"). With `--once`

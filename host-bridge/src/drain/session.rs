@@ -14,7 +14,8 @@ use super::fetcher::{CommitCell, FINAL_COMMIT_TIMEOUT, FetcherCtx, Item, fetcher
 use super::gaps::reason_name;
 use super::window::{SinkCtx, Step, Window};
 use super::{
-    Backoff, Drain, DrainError, MAX_UNSYNCED_BATCHES, SessionEnd, Shutdown, refused_commit,
+    Backoff, Drain, DrainError, MAX_UNSYNCED_BATCHES, NoProgress, SessionEnd, Shutdown,
+    refused_commit,
 };
 use crate::checkpoint::{Checkpoint, ResumeMismatch, check_prev_crc};
 use crate::client::{Client, FetchReply, log_id_hex};
@@ -74,8 +75,7 @@ impl Drain {
             stop: fetch_stop,
             metrics: self.metrics.clone(),
             backoff: Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max),
-            give_up_after: self.cfg.retry_budget(),
-            failing_since: None,
+            clock: NoProgress::new(self.cfg.retry_budget()),
         };
         let fetch_task = smol::spawn(fetcher(conn, cp.offset, ctx));
         let mut expect_crc = cp.last_crc;

@@ -1,5 +1,5 @@
-//! Unit tests of the drain's small parts: back-off, `--from`, the shutdown signal, the
-//! line of a failed Kafka producer.
+//! Unit tests of the drain's small parts: back-off, the `--retry-for` clock, an empty reply
+//! that is no progress, `--from`, the shutdown signal, the line of a failed Kafka producer.
 
 use super::*;
 
@@ -14,6 +14,58 @@ fn backoff_is_capped_and_jittered() {
     }
     b.reset();
     assert!(b.next_delay() <= Duration::from_millis(100));
+}
+
+/// The retry clock starts when the first failed attempt began (a fetch never answered counts
+/// from when it was sent: the clock used to start at its reply timeout, 10.5 s late), runs
+/// through later failures, cuts the last delay to the end of the budget, gives up once
+/// the budget is spent, and starts afresh after progress.
+#[test]
+fn the_retry_clock_counts_from_the_first_failed_attempt() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs;
+    let mut c = NoProgress::new(Some(s(2)));
+    assert_eq!(c.since(), None);
+    // A fetch sent at t0 and timed out 10.5 s later: the budget is spent at once.
+    assert_eq!(
+        c.failed(t0, s(1), t0 + Duration::from_millis(10_500)),
+        Err(Duration::from_millis(10_500))
+    );
+    let mut c = NoProgress::new(Some(s(2)));
+    // An error reply at once: the full delay; the next one later keeps the first start.
+    assert_eq!(
+        c.failed(t0, Duration::from_millis(100), t0),
+        Ok(Duration::from_millis(100))
+    );
+    assert_eq!(
+        c.failed(t0 + s(1), s(5), t0 + Duration::from_millis(1500)),
+        Ok(Duration::from_millis(500))
+    );
+    assert_eq!(c.since(), Some(t0));
+    assert_eq!(c.failed(t0 + s(2), s(5), t0 + s(2)), Err(s(2)));
+    // Progress: the next failure starts the clock again.
+    c.progressed();
+    assert_eq!(c.since(), None);
+    assert_eq!(c.failed(t0 + s(3), s(1), t0 + s(3)), Ok(s(1)));
+    assert_eq!(c.since(), Some(t0 + s(3)));
+    // Without a budget: never spent.
+    let mut c = NoProgress::new(None);
+    assert_eq!(c.failed(t0, s(30), t0 + s(86_400)), Ok(s(30)));
+}
+
+/// An empty reply is no progress when the log is known to hold records past the fetch
+/// offset (the `--once` target, or the next offset the gateway's counters gave): the
+/// fetcher used to fetch again at once, about 3,000 times a second.
+#[test]
+fn an_empty_reply_below_the_known_end_of_the_log_is_no_progress() {
+    use super::fetcher::holds_more;
+    assert_eq!(holds_more(5, Some(10), None), Some(10));
+    assert_eq!(holds_more(5, None, Some(7)), Some(7));
+    assert_eq!(holds_more(5, Some(6), Some(9)), Some(9));
+    // At the end of the log (a long poll that timed out): a valid reply.
+    assert_eq!(holds_more(10, Some(10), Some(10)), None);
+    assert_eq!(holds_more(10, None, None), None);
+    assert_eq!(holds_more(12, Some(10), Some(11)), None);
 }
 
 #[test]
