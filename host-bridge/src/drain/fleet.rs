@@ -178,6 +178,7 @@ impl Fleet {
                             s.gaps,
                             s.offset
                         ),
+                        Err(e) if e.names_gateway() => log::error!("{e}"),
                         Err(e) => log::error!("gateway {uri}: {e}"),
                     }
                     GatewayOutcome {

@@ -398,6 +398,15 @@ pub enum DrainError {
 }
 
 impl DrainError {
+    /// Whether the message begins by naming the gateway (`gateway URI …`), so that a line
+    /// reporting it for one gateway of a fleet does not name it twice.
+    pub fn names_gateway(&self) -> bool {
+        matches!(
+            self,
+            DrainError::GatewayUnreachable { .. } | DrainError::NotSpillway { .. }
+        )
+    }
+
     /// The exit code of `spillway-bridge drain` for this error (see the crate doc).
     pub fn exit_code(&self) -> i32 {
         use crate::exit;

@@ -134,3 +134,26 @@ fn a_fenced_producer_line_says_no_transactional_id_is_in_use() {
     let fatal = producer_failed_line(None, &failure(false), Duration::ZERO);
     assert!(!fatal.contains("no transactional id"), "{fatal}");
 }
+
+/// The errors that say they name their gateway begin with it, and the others do not: a
+/// fleet's error line adds the URI only to those that lack it.
+#[test]
+fn errors_that_name_their_gateway_begin_with_it() {
+    let uri = "tcp://10.0.0.7:7878";
+    let unreachable = DrainError::GatewayUnreachable {
+        gateway: uri.into(),
+        waited: Duration::from_secs(2),
+        last_error: "gateway error Internal: flash read failed".into(),
+    };
+    let not_spillway = DrainError::NotSpillway {
+        gateway: uri.into(),
+        source: ClientError::Closed,
+    };
+    for e in [unreachable, not_spillway] {
+        assert!(e.names_gateway());
+        assert!(e.to_string().starts_with(&format!("gateway {uri}")), "{e}");
+    }
+    let other = DrainError::Config("two gateways".into());
+    assert!(!other.names_gateway());
+    assert!(!other.to_string().contains(uri));
+}
