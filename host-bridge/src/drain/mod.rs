@@ -820,7 +820,6 @@ impl Drain {
                     },
                 }
             }
-            progress_at = Instant::now();
             match self.session(conn, cp, once_target).await {
                 Ok(SessionEnd::Done) => break Ok(()),
                 Ok(SessionEnd::Again) => {
@@ -837,10 +836,17 @@ impl Drain {
                             Err(e) => break Err(e),
                         }
                     }
+                    // The session ended on the sink's side, not the gateway's: the retry
+                    // budget counts from here, not from the session's start (else a failure
+                    // to reconnect after a long session would give up at once).
+                    progress_at = Instant::now();
                     continue;
                 }
                 Err(DrainError::Store(e)) if e.is_storage() => match self.state_failed(e).await {
-                    Ok(true) => continue,
+                    Ok(true) => {
+                        progress_at = Instant::now();
+                        continue;
+                    }
                     Ok(false) => break Ok(()),
                     Err(e) => break Err(e),
                 },
