@@ -221,6 +221,40 @@ pub fn drain_args<'a>(gw: &'a str, sink: &'a str, state: &'a str) -> Vec<&'a str
     ]
 }
 
+/// Runs `drain --once` against `gw` with `extra` flags (after `--config FILE` when
+/// `config` is given, the file written as `DIR/bridge.toml`), sinking into `file:DIR/out`
+/// with the state file `DIR/s.redb`: its exit code (-1 for a signal), its stderr and how
+/// long it ran, the binary built before the clock starts (the retry budget measured is the
+/// drain's, not cargo's).
+///
+/// # Panics
+/// If the drain still runs after `limit` (it is killed).
+pub fn drain_once_within(
+    dir: &Path,
+    gw: &str,
+    config: Option<&str>,
+    extra: &[&str],
+    limit: Duration,
+) -> (i32, String, Duration) {
+    let sink = format!("file:{}", dir.join("out").display());
+    let state = dir.join("s.redb").display().to_string();
+    let cfg_path = dir.join("bridge.toml").display().to_string();
+    let mut args: Vec<&str> = Vec::new();
+    if let Some(c) = config {
+        std::fs::write(&cfg_path, c).expect("write the config file");
+        args.extend(["--config", &cfg_path]);
+    }
+    args.extend(drain_args(gw, &sink, &state));
+    args.push("--once");
+    args.extend(extra);
+    bridge_bin();
+    let started = Instant::now();
+    let out = run_bridge_within(&args, limit)
+        .unwrap_or_else(|| panic!("drain --once still retrying after {limit:?}"));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code().unwrap_or(-1), err, started.elapsed())
+}
+
 /// The offsets at which a drain's log `log` (its stderr at `info`) says it resumed from a
 /// stored checkpoint (`resuming consumer "C" at offset N`, one line per gateway and
 /// session), in the order logged; empty when it started without one every time.

@@ -9,7 +9,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use spillway_tests::bridge::{drain_args, publish_args, run_bridge_within, spawn_bridge_lines};
+use spillway_tests::bridge::{
+    drain_args, drain_once_within, publish_args, run_bridge_within, spawn_bridge_lines,
+};
 use spillway_tests::gateway::{free_port, image_in};
 use spillway_tests::process::ChildProcess;
 use spillway_tests::proxy::{
@@ -42,33 +44,14 @@ fn gateway_behind(dir: &Path, rewrite: fn(&[u8]) -> Rewrite) -> (GatewayProcess,
     (g, reply_proxy(addr, rewrite))
 }
 
-/// Runs `drain --once` against `gw` with `extra` flags (after `--config FILE` when
-/// `config` is given), sinking into `DIR/out`, for at most 20 s: its exit code, its stderr
-/// and how long it ran.
+/// [`drain_once_within`] 20 s.
 fn drain_once(
     dir: &Path,
     gw: &str,
     config: Option<&str>,
     extra: &[&str],
 ) -> (i32, String, Duration) {
-    let sink = format!("file:{}", dir.join("out").display());
-    let state = dir.join("s.redb").display().to_string();
-    let mut args: Vec<&str> = Vec::new();
-    let cfg_path = dir.join("bridge.toml").display().to_string();
-    if let Some(c) = config {
-        std::fs::write(&cfg_path, c).unwrap();
-        args.extend(["--config", &cfg_path]);
-    }
-    args.extend(drain_args(gw, &sink, &state));
-    args.push("--once");
-    args.extend(extra);
-    // Built (on first use) before the clock starts: the budget is the drain's, not cargo's.
-    spillway_tests::bridge_bin();
-    let started = Instant::now();
-    let out = run_bridge_within(&args, Duration::from_secs(20))
-        .expect("drain --once still retrying after 20 s");
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out.status.code().unwrap_or(-1), err, started.elapsed())
+    drain_once_within(dir, gw, config, extra, Duration::from_secs(20))
 }
 
 /// A gateway that answers every fetch with an error reply (`Internal`) used to be fetched

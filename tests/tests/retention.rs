@@ -7,11 +7,11 @@
 //! `--max-record-bytes` stay fetchable.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use spillway_tests::bridge::{
-    drain_args, publish_args, run_bridge_ok, run_bridge_within, spawn_bridge_lines,
-    spawn_bridge_piped, wait_for_line,
+    drain_args, drain_once_within, publish_args, run_bridge_ok, run_bridge_within,
+    spawn_bridge_lines, spawn_bridge_piped, wait_for_line,
 };
 use spillway_tests::gateway::{free_port, image_in};
 use spillway_tests::process::signal;
@@ -188,31 +188,20 @@ fn concurrent_deletes_never_remove_the_last_consumer() {
 #[test]
 fn drain_once_gives_up_on_an_unreachable_gateway_after_its_retry_budget() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let gw = format!("tcp://127.0.0.1:{port}");
-    let sink = format!("file:{}", dir.path().join("out").display());
-    let state = dir.path().join("s.redb").display().to_string();
-    // Built (on first use) before the clock starts: the budget is the drain's, not cargo's.
-    spillway_tests::bridge_bin();
-    let started = Instant::now();
-    let args = [
-        drain_args(&gw, &sink, &state),
-        vec!["--once", "--retry-for", "1s"],
-    ]
-    .concat();
-    let out = run_bridge_within(&args, Duration::from_secs(20))
-        .expect("drain --once still retrying after 20 s");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let gw = format!("tcp://127.0.0.1:{}", free_port());
+    let (code, err, took) = drain_once_within(
+        dir.path(),
+        &gw,
+        None,
+        &["--retry-for", "1s"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("no progress for") && err.contains("--retry-for"),
         "{err}"
     );
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
 }
 
 /// `drain --once` against a gateway that takes every connection and whose every fetch
@@ -229,19 +218,14 @@ fn drain_once_gives_up_on_a_gateway_whose_every_fetch_fails_after_its_retry_budg
     );
     // Every reply holding records announces one record more than it holds.
     let gw = reply_proxy(format!("127.0.0.1:{port}"), fetch_damaged);
-    let sink = format!("file:{}", dir.path().join("out").display());
-    let state = dir.path().join("s.redb").display().to_string();
-    spillway_tests::bridge_bin();
-    let started = Instant::now();
-    let args = [
-        drain_args(&gw, &sink, &state),
-        vec!["--once", "--retry-for", "2s", "--consumer", "hostile"],
-    ]
-    .concat();
-    let out = run_bridge_within(&args, Duration::from_secs(30))
-        .expect("drain --once still retrying after 30 s");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, err, took) = drain_once_within(
+        dir.path(),
+        &gw,
+        None,
+        &["--retry-for", "2s", "--consumer", "hostile"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("no progress for") && err.contains("end of buffer"),
         "{err}"
@@ -252,11 +236,7 @@ fn drain_once_gives_up_on_a_gateway_whose_every_fetch_fails_after_its_retry_budg
         (1..=12).contains(&reconnects),
         "{reconnects} reconnects: {err}"
     );
-    assert!(
-        started.elapsed() < Duration::from_secs(15),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(took < Duration::from_secs(15), "{took:?}");
     let entries: usize = std::fs::read_dir(dir.path().join("out"))
         .map(|d| d.count())
         .unwrap_or(0);
