@@ -14,7 +14,7 @@ use spillway_core::wire::{ErrorCode, LostReason};
 
 use super::CLIENT_NAME;
 use crate::client::{Client, ClientError, FetchReply, GatewayAddr, log_id_hex};
-use crate::drain::{Backoff, NoProgress, StartFrom};
+use crate::drain::{Backoff, NoProgress, StartFrom, holds_more};
 use crate::exit;
 use crate::sink::{LineWriter, Source};
 
@@ -243,7 +243,7 @@ pub async fn tail(args: TailArgs, out: &mut dyn Write) -> i32 {
                 } = &reply
                     && records.is_empty()
                     && *next_offset <= at
-                    && let Some(e) = end.filter(|&e| e > at)
+                    && let Some(e) = holds_more(at, None, end)
                 {
                     // An empty reply though the log holds records from here: no progress
                     // (a fetch without a wait answered so at once, and again, for ever).

@@ -108,7 +108,7 @@ impl FetcherCtx {
 /// (the next offset the gateway announced at start) or `log_end` (the next offset its
 /// counters last gave), whichever is past `cursor`. `None`: the reply was valid, `cursor`
 /// is the end of the log as far as is known.
-pub(super) fn holds_more(cursor: u64, target: Option<u64>, log_end: Option<u64>) -> Option<u64> {
+pub(crate) fn holds_more(cursor: u64, target: Option<u64>, log_end: Option<u64>) -> Option<u64> {
     [target, log_end]
         .into_iter()
         .flatten()

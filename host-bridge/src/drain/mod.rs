@@ -48,6 +48,7 @@ use crate::sink::{ProducerFailure, Sink, SinkError, SinkOptions, SinkSpec};
 
 use control::sleep_or_stop;
 pub use control::{Backoff, NoProgress, Shutdown, ShutdownTrigger};
+pub(crate) use fetcher::holds_more;
 pub use fetcher::{CORRUPT_REFETCH_DELAY, CORRUPT_REFETCH_FOR, CORRUPT_REFETCHES};
 use fetcher::{NoConnection, connect_retry};
 pub use fleet::{Fleet, GatewayOutcome, fleet_exit_code, identify};
