@@ -389,7 +389,7 @@ pub fn run(args: RunArgs) -> Result<(), AppError> {
                                         }
                                         continue;
                                     };
-                                    net::bound_send_buffer(&stream, &name);
+                                    net::bound_send_buffer(&stream, &name, ctx.max_frame);
                                     ctx.metrics.listener_connection("unix");
                                     let served = net::serve(
                                         stream.clone(),
