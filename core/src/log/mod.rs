@@ -192,6 +192,11 @@ pub struct Log<'a, F: Flash> {
     /// inside it (its caller kept only part of what the last read returned, e.g. a reply
     /// frame that filled) starts there rather than at the segment's start.
     last_batch: Option<Cursor>,
+    /// The batch the last read copied its first record from: a caller that kept only part
+    /// of what that read returned resumes at or after its first record, so a read that
+    /// starts there walks at most one read's batches again, however small the batches,
+    /// rather than walking from the last index entry (a fetch reply fills mid-read).
+    read_start: Option<Cursor>,
     index_seg: Option<(u32, u64)>,
     index: Vec<(u32, u64), INDEX_ENTRIES>,
 }

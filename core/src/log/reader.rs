@@ -299,8 +299,8 @@ impl<'a, F: Flash> Log<'a, F> {
         let slot = self.slots[seg as usize];
         let compact = slot.version >= COMPACT_VERSION;
         let seg_end = self.segment_end(seg);
-        // Where to start scanning: the cursor, the last batch read through, the sparse
-        // index, or the segment start.
+        // Where to start scanning: the cursor, the last batch read through, the first
+        // batch of the last read, the sparse index, or the segment start.
         let (mut pos, mut expected) = (l.data_start, slot.base);
         // The index holds full batches only: a walk from one needs nothing before it.
         let mut prev = Prev::None;
@@ -314,9 +314,13 @@ impl<'a, F: Flash> Log<'a, F> {
             self.index_seg = Some((seg, slot.seq));
             self.index.clear();
         }
-        // The cursor, or the start of the last batch read through (behind the cursor, so
-        // tried first: the cursor wins when both hold `from`).
-        for c in [self.last_batch, self.cursor].into_iter().flatten() {
+        // The cursor, the start of the last batch read through or the last read's first
+        // batch (each behind the one after it, so tried first: the nearest one at or
+        // before `from` wins).
+        for c in [self.read_start, self.last_batch, self.cursor]
+            .into_iter()
+            .flatten()
+        {
             if c.seg == seg && c.seq == slot.seq && c.expected <= from && c.expected >= expected {
                 (pos, expected, prev) = (c.pos, c.expected, c.prev);
             }
@@ -597,6 +601,7 @@ impl<'a, F: Flash> Log<'a, F> {
             };
             if out.count == 0 {
                 out.prev_crc = prev_crc;
+                self.read_start = Some(stop_here);
             }
             out.len += len;
             out.count += count;

@@ -519,6 +519,7 @@ impl<'a, F: Flash> Log<'a, F> {
             short_link: None,
             cursor: None,
             last_batch: None,
+            read_start: None,
             index_seg: None,
             index: Vec::new(),
         }

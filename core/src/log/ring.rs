@@ -127,6 +127,9 @@ impl<'a, F: Flash> Log<'a, F> {
         if self.last_batch.is_some_and(|c| c.seg == target) {
             self.last_batch = None;
         }
+        if self.read_start.is_some_and(|c| c.seg == target) {
+            self.read_start = None;
+        }
         if self.index_seg.is_some_and(|s| s.0 == target) {
             self.index_seg = None;
         }
