@@ -398,6 +398,38 @@ fn read_flip_in_resume_marker_reported_durable_records_skipped() {
     assert_eq!(read, acked, "records read back");
 }
 
+/// A payload of [`with_small_batches`]' records.
+const SMALL_PAYLOAD: [u8; 32] = [0x5A; 32];
+
+/// Canonical encoding of one record of [`with_small_batches`]: 14 B of fields, the 1-byte
+/// topic, the payload.
+const SMALL_REC: usize = 14 + 1 + SMALL_PAYLOAD.len();
+
+/// Calls `f` with a log of 64 KiB segments (the sparse index keeps a batch every 4 KiB)
+/// holding 300 records of [`SMALL_PAYLOAD`] in 30 batches of 10 (about 13 KiB on flash,
+/// all in the first segment), written with `compression`.
+fn with_small_batches(
+    compression: spillway_core::log::Compression,
+    f: impl FnOnce(&mut Log<'_, &mut Sim>),
+) {
+    const GEO: Geometry = nor(16 * 1024, 16 * 1024 * (2 + 4 * 3));
+    let mut sim = common::formatted(GEO, 1, 4);
+    let mut ram = Ram::with_scratch(&GEO, 4, 1024);
+    let cfg = Config {
+        compression,
+        ..Config::default()
+    };
+    let (mem, scratch) = ram.with_scratch_parts();
+    let (mut log, _) = Log::mount_with_scratch(&mut sim, cfg, mem, scratch, 0).unwrap();
+    for _ in 0..30 {
+        for _ in 0..10 {
+            log.append(0, &record(&SMALL_PAYLOAD)).unwrap();
+        }
+        log.flush(0).unwrap();
+    }
+    f(&mut log);
+}
+
 /// Bug: a read that resumed inside the last batch the previous read had gone through to
 /// its end (what a gateway does after a reply frame that filled before the last records
 /// of a read) found the reader's cursor past its offset and started from the segment's
@@ -407,44 +439,26 @@ fn read_flip_in_resume_marker_reported_durable_records_skipped() {
 #[test]
 fn read_inside_the_last_batch_read_walked_its_segment_again() {
     use spillway_core::log::Compression;
-    // Segments of 64 KiB: the sparse index keeps a batch every 4 KiB.
-    const GEO: Geometry = nor(16 * 1024, 16 * 1024 * (2 + 4 * 3));
-    const PAYLOAD: [u8; 32] = [0x5A; 32];
-    // Canonical encoding of one record: 14 B of fields, the 1-byte topic, the payload.
-    const REC: usize = 14 + 1 + PAYLOAD.len();
-    const PER_BATCH: u64 = 10;
+    const REC: usize = SMALL_REC;
     for compression in [Compression::None, Compression::Lz4] {
-        let mut sim = common::formatted(GEO, 1, 4);
-        let mut ram = Ram::with_scratch(&GEO, 4, 1024);
-        let cfg = Config {
-            compression,
-            ..Config::default()
-        };
-        let (mem, scratch) = ram.with_scratch_parts();
-        let (mut log, _) = Log::mount_with_scratch(&mut sim, cfg, mem, scratch, 0).unwrap();
-        // 30 batches of 10 records (about 13 KiB on flash: all in the first segment).
-        for _ in 0..30 {
-            for _ in 0..PER_BATCH {
-                log.append(0, &record(&PAYLOAD)).unwrap();
-            }
-            log.flush(0).unwrap();
-        }
-        // A read of 20 whole batches: the 201st record does not fit.
-        let mut buf = vec![0u8; 200 * REC + REC - 1];
-        let r = log.read(0, &mut buf).unwrap();
-        assert_eq!((r.count, r.next_offset), (200, 200), "{compression:?}");
-        // The caller kept 199 of them: the next read starts inside the 20th batch.
-        let before = log.stats().flash_reads;
-        let mut one = [0u8; REC];
-        let r = log.read(199, &mut one).unwrap();
-        assert_eq!((r.first_offset, r.count), (199, 1), "{compression:?}");
-        let rec = r.records(&one).next().unwrap();
-        assert_eq!((rec.offset, rec.payload), (199, &PAYLOAD[..]));
-        // That batch (its header, its body in 256-byte chunks) and the start of the one
-        // after it, whose first record does not fit `one`: 6 reads uncompressed, 4 with
-        // LZ4. Walked from the index entry before it (7 batches), uncompressed: 38.
-        let reads = log.stats().flash_reads - before;
-        assert!(reads <= 6, "{compression:?}: {reads} flash reads");
+        with_small_batches(compression, |log| {
+            // A read of 20 whole batches: the 201st record does not fit.
+            let mut buf = vec![0u8; 200 * REC + REC - 1];
+            let r = log.read(0, &mut buf).unwrap();
+            assert_eq!((r.count, r.next_offset), (200, 200), "{compression:?}");
+            // The caller kept 199 of them: the next read starts inside the 20th batch.
+            let before = log.stats().flash_reads;
+            let mut one = [0u8; REC];
+            let r = log.read(199, &mut one).unwrap();
+            assert_eq!((r.first_offset, r.count), (199, 1), "{compression:?}");
+            let rec = r.records(&one).next().unwrap();
+            assert_eq!((rec.offset, rec.payload), (199, &SMALL_PAYLOAD[..]));
+            // That batch (its header, its body in 256-byte chunks) and the start of the one
+            // after it, whose first record does not fit `one`: 6 reads uncompressed, 4 with
+            // LZ4. Walked from the index entry before it (7 batches), uncompressed: 38.
+            let reads = log.stats().flash_reads - before;
+            assert!(reads <= 6, "{compression:?}: {reads} flash reads");
+        });
     }
 }
 
@@ -457,50 +471,33 @@ fn read_inside_the_last_batch_read_walked_its_segment_again() {
 #[test]
 fn read_resuming_inside_the_last_read_walked_from_the_index() {
     use spillway_core::log::Compression;
-    // Segments of 64 KiB: the sparse index keeps a batch every 4 KiB (about 8 batches).
-    const GEO: Geometry = nor(16 * 1024, 16 * 1024 * (2 + 4 * 3));
-    const PAYLOAD: [u8; 32] = [0x5A; 32];
-    const REC: usize = 14 + 1 + PAYLOAD.len();
-    const PER_BATCH: u64 = 10;
     for compression in [Compression::None, Compression::Lz4] {
-        let mut sim = common::formatted(GEO, 1, 4);
-        let mut ram = Ram::with_scratch(&GEO, 4, 1024);
-        let cfg = Config {
-            compression,
-            ..Config::default()
-        };
-        let (mem, scratch) = ram.with_scratch_parts();
-        let (mut log, _) = Log::mount_with_scratch(&mut sim, cfg, mem, scratch, 0).unwrap();
-        for _ in 0..30 {
-            for _ in 0..PER_BATCH {
-                log.append(0, &record(&PAYLOAD)).unwrap();
-            }
-            log.flush(0).unwrap();
-        }
-        // Reads of 60 records, as a caller that fills a reply from several reads.
-        let mut buf = vec![0u8; 60 * REC];
-        let r = log.read(0, &mut buf).unwrap();
-        assert_eq!(r.next_offset, 60, "{compression:?}");
-        let r = log.read(60, &mut buf).unwrap();
-        assert_eq!(
-            (r.first_offset, r.next_offset),
-            (60, 120),
-            "{compression:?}"
-        );
-        // The reply took 10 of the second read's records: the next read starts at 70,
-        // five batches before the last one that read went through.
-        let before = log.stats().flash_reads;
-        let r = log.read(70, &mut buf).unwrap();
-        assert_eq!(
-            (r.first_offset, r.next_offset),
-            (70, 130),
-            "{compression:?}"
-        );
-        let got: Vec<u64> = r.records(&buf).map(|rec| rec.offset).collect();
-        assert_eq!(got, (70..130).collect::<Vec<_>>(), "{compression:?}");
-        // From the batch at 60: 19 reads uncompressed, 17 with LZ4. From the index entry
-        // at 0, as before: 43 uncompressed.
-        let reads = log.stats().flash_reads - before;
-        assert!(reads <= 24, "{compression:?}: {reads} flash reads");
+        with_small_batches(compression, |log| {
+            // Reads of 60 records, as a caller that fills a reply from several reads.
+            let mut buf = vec![0u8; 60 * SMALL_REC];
+            let r = log.read(0, &mut buf).unwrap();
+            assert_eq!(r.next_offset, 60, "{compression:?}");
+            let r = log.read(60, &mut buf).unwrap();
+            assert_eq!(
+                (r.first_offset, r.next_offset),
+                (60, 120),
+                "{compression:?}"
+            );
+            // The reply took 10 of the second read's records: the next read starts at 70,
+            // five batches before the last one that read went through.
+            let before = log.stats().flash_reads;
+            let r = log.read(70, &mut buf).unwrap();
+            assert_eq!(
+                (r.first_offset, r.next_offset),
+                (70, 130),
+                "{compression:?}"
+            );
+            let got: Vec<u64> = r.records(&buf).map(|rec| rec.offset).collect();
+            assert_eq!(got, (70..130).collect::<Vec<_>>(), "{compression:?}");
+            // From the batch at 60: 19 reads uncompressed, 17 with LZ4. From the index
+            // entry at 0, as before: 43 uncompressed.
+            let reads = log.stats().flash_reads - before;
+            assert!(reads <= 24, "{compression:?}: {reads} flash reads");
+        });
     }
 }
