@@ -50,8 +50,15 @@ pub const MAX_BAD_FRAMES: u32 = 16;
 /// (`SO_SNDBUF`; Linux doubles it for its own bookkeeping); see [`send_buffer_bytes`].
 pub const SOCKET_SEND_BUFFER: usize = 64 * 1024;
 
+/// The most send buffer asked of the kernel for an accepted connection, bytes: with
+/// larger frames a reply takes more than one write, but a client that does not read holds
+/// at most twice this in the kernel (a 16 MiB frame limit would otherwise let each
+/// connection hold 32 MiB there, the kernel's own cap permitting).
+pub const MAX_SOCKET_SEND_BUFFER: usize = 1024 * 1024;
+
 /// The send buffer asked of the kernel for each accepted connection of a gateway whose
-/// frames are at most `max_frame` bytes: `max_frame`, and at least [`SOCKET_SEND_BUFFER`].
+/// frames are at most `max_frame` bytes: `max_frame`, within [`SOCKET_SEND_BUFFER`] and
+/// [`MAX_SOCKET_SEND_BUFFER`] (the kernel may cap it lower: `net.core.wmem_max`).
 ///
 /// A fixed size, not the kernel's automatic sizing, which would let a client that does not
 /// read hold megabytes of replies in the gateway's socket before the connection's
@@ -60,7 +67,7 @@ pub const SOCKET_SEND_BUFFER: usize = 64 * 1024;
 /// quarter of a 256 KiB reply, each reply took four writes, each after a wake-up by the
 /// client's read, and a 300,000-record drain about 15% more gateway CPU.
 pub fn send_buffer_bytes(max_frame: usize) -> usize {
-    max_frame.max(SOCKET_SEND_BUFFER)
+    max_frame.clamp(SOCKET_SEND_BUFFER, MAX_SOCKET_SEND_BUFFER)
 }
 
 /// Time a framed connection has to send its first complete frame (the `Hello`) after it is
@@ -728,5 +735,19 @@ pub async fn accept_loop<F, Fut>(
             drop(slot);
         })
         .detach();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The send buffer is the frame limit, within its floor and its cap.
+    #[test]
+    fn send_buffer_follows_the_frame_limit_within_bounds() {
+        assert_eq!(send_buffer_bytes(4096), SOCKET_SEND_BUFFER);
+        assert_eq!(send_buffer_bytes(64 * 1024), 64 * 1024);
+        assert_eq!(send_buffer_bytes(256 * 1024), 256 * 1024);
+        assert_eq!(send_buffer_bytes(16 << 20), MAX_SOCKET_SEND_BUFFER);
     }
 }
