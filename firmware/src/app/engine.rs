@@ -340,6 +340,9 @@ pub fn run(
         log::info!("mqtt: {found} stored QoS 1/2 messages of persistent sessions read back");
     }
     let mut out = vec![0u8; frame_bytes as usize];
+    // The next reply of the connection that fetches in sequence, read while its client
+    // takes in the last one (see `ReadAhead`).
+    let mut ahead = ReadAhead::default();
     let mut tick_at = u64::MAX;
     let mut stop = false;
     let mut line_warnings = DropWarnings::default();
@@ -399,12 +402,14 @@ pub fn run(
                     );
                 }
                 Cmd::Authorize { conn, auth, roles } => {
+                    ahead.forget(conn);
                     if let Some(st) = conns.get_mut(&conn) {
                         st.conn.auth = auth;
                         st.conn.roles = roles;
                     }
                 }
                 Cmd::Close { conn } => {
+                    ahead.forget(conn);
                     conns.remove(&conn);
                     parked.retain(|p| p.conn != conn);
                     pending.retain(|p| p.conn != conn);
@@ -453,6 +458,14 @@ pub fn run(
                     let Some(st) = conns.get_mut(&conn) else {
                         continue;
                     };
+                    if let Some(frame) = ahead.take(conn, &msg, &log) {
+                        // The same request, answered by the same read, done earlier.
+                        gw.counters_mut().frames_received += 1;
+                        metrics.read_ahead("used");
+                        ahead.follow(conn, &msg, &frame, &log);
+                        send_frame(&mut conns, conn, frame, reserved);
+                        continue;
+                    }
                     let o = gw.handle_message(
                         &mut st.conn,
                         &msg,
@@ -462,6 +475,9 @@ pub fn run(
                         &mut scratch,
                         &mut out,
                     );
+                    if let Outcome::Reply { len } = o {
+                        ahead.follow(conn, &msg, &out[..len], &log);
+                    }
                     match o {
                         Outcome::ReplyWhenDurable { len, offset } => {
                             let seq = match postcard::from_bytes::<Request<'_>>(&msg) {
@@ -624,6 +640,28 @@ pub fn run(
             std::thread::sleep(Duration::from_millis(20));
             return Err(AppError::Runtime(why));
         }
+        if rx.is_empty()
+            && let Some((conn, req)) = ahead.wanted()
+            && let Some(st) = conns.get(&conn)
+        {
+            // Nothing waits: read the reply the connection fetching in sequence asks for
+            // next, on a copy of its state, while it takes in the last one.
+            let mut c = st.conn;
+            let o = gw.handle_request(
+                &mut c,
+                &req.request(),
+                &mut log,
+                clock.now_us(),
+                Clock::wall_us(),
+                &mut scratch,
+                &mut out,
+            );
+            if let Outcome::Reply { len } = o
+                && ahead.prepared(&out[..len], &log)
+            {
+                metrics.read_ahead("read");
+            }
+        }
         watchdog.feed(clock.now_us());
     }
     log::info!("shutting down: flushing and persisting committed offsets");
@@ -633,6 +671,171 @@ pub fn run(
         .map_err(|e| AppError::Runtime(format!("clean shutdown failed: {e}")))?;
     log::info!("log closed cleanly at offset {next}");
     Ok(())
+}
+
+/// The fetch a connection that fetches in sequence will send next: the one it sent last,
+/// from that reply's `next_offset`, with the next `seq`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NextFetch {
+    seq: u32,
+    consumer: Option<String>,
+    from_offset: u64,
+    max_bytes: u32,
+    wait_ms: Option<u32>,
+}
+
+impl NextFetch {
+    fn request(&self) -> Request<'_> {
+        Request::Fetch {
+            seq: self.seq,
+            consumer: self.consumer.as_deref(),
+            from_offset: self.from_offset,
+            max_bytes: self.max_bytes,
+            wait_ms: self.wait_ms,
+        }
+    }
+}
+
+/// One fetch reply read ahead, for the connection that fetched last while more records
+/// follow (a drain): the log thread reads it when no command waits, and answers the fetch
+/// with it when that fetch comes exactly as expected, instead of waiting for the fetch to
+/// start the read. A drain's client sends its next fetch when the last reply's header
+/// arrives, so without this the log thread idles for the round trip between two replies.
+///
+/// The reply is the one the fetch would get when it comes: records at an offset never
+/// change once written, and the read is thrown away when anything it depends on may have
+/// moved (the log's first offset, a storage failure, the consumer, the connection's
+/// roles or its end). A reply read while the log ended short of the budget stays a valid
+/// answer (a fetch may return less than `max_bytes`). At most one reply, one frame of
+/// memory, is kept: for one connection at a time, the one that fetched last unless
+/// another's reply is read and less than [`READ_AHEAD_KEPT`] old (two drains at once
+/// would otherwise throw away each other's reads).
+#[derive(Debug, Default)]
+struct ReadAhead {
+    /// The connection and the fetch it is expected to send next.
+    next: Option<(ConnId, NextFetch)>,
+    /// The reply read for `next`: its frame, the log's first offset then, and when.
+    ready: Option<(Vec<u8>, u64, Instant)>,
+}
+
+/// How long a reply read ahead is kept from another connection's claim: a client that
+/// fetches in sequence sends its next fetch within a round trip.
+const READ_AHEAD_KEPT: Duration = Duration::from_millis(100);
+
+impl ReadAhead {
+    /// Connection `conn` sent `msg` and got `reply`: if that was a fetch answered with
+    /// records, no lost range, while the log holds more, its next fetch is the one to read
+    /// ahead. Another request of the connection read ahead for ends that; other
+    /// connections' requests other than fetches leave it.
+    fn follow<F: spillway_core::storage::Flash>(
+        &mut self,
+        conn: ConnId,
+        msg: &[u8],
+        reply: &[u8],
+        log: &Log<'_, F>,
+    ) {
+        let owner = self.next.as_ref().map(|(c, _)| *c);
+        let Ok(Request::Fetch {
+            seq,
+            consumer,
+            max_bytes,
+            wait_ms,
+            ..
+        }) = postcard::from_bytes::<Request<'_>>(msg)
+        else {
+            if owner == Some(conn) {
+                self.next = None;
+                self.ready = None;
+            }
+            return;
+        };
+        let held_for_another = owner.is_some_and(|c| c != conn)
+            && self
+                .ready
+                .as_ref()
+                .is_some_and(|r| r.2.elapsed() < READ_AHEAD_KEPT);
+        if held_for_another {
+            return;
+        }
+        self.next = None;
+        self.ready = None;
+        let Some(h) = spillway_core::wire::peek_records_header(reply) else {
+            return;
+        };
+        if h.seq != seq || h.count == 0 || h.lost.is_some() || h.next_offset >= log.next_offset() {
+            return;
+        }
+        let seq = match seq.wrapping_add(1) {
+            0 => 1,
+            n => n,
+        };
+        self.next = Some((
+            conn,
+            NextFetch {
+                seq,
+                consumer: consumer.map(str::to_owned),
+                from_offset: h.next_offset,
+                max_bytes,
+                wait_ms,
+            },
+        ));
+    }
+
+    /// The fetch to read ahead now, if there is one and it is not read yet.
+    fn wanted(&self) -> Option<(ConnId, NextFetch)> {
+        match (&self.next, &self.ready) {
+            (Some(n), None) => Some(n.clone()),
+            _ => None,
+        }
+    }
+
+    /// The reply to [`ReadAhead::wanted`]'s fetch, read: kept (true) if it holds records.
+    fn prepared<F: spillway_core::storage::Flash>(
+        &mut self,
+        reply: &[u8],
+        log: &Log<'_, F>,
+    ) -> bool {
+        let records = spillway_core::wire::peek_records_header(reply).is_some_and(|h| h.count > 0);
+        if records && self.next.is_some() && !log.poisoned() {
+            self.ready = Some((reply.to_vec(), log.first_offset(), Instant::now()));
+            true
+        } else {
+            self.next = None;
+            false
+        }
+    }
+
+    /// The reply read ahead, if `msg` from `conn` is exactly the fetch it answers and
+    /// nothing it depends on has moved since. Any message from `conn` ends what was kept
+    /// for it (used or not); other connections' messages leave it.
+    fn take<F: spillway_core::storage::Flash>(
+        &mut self,
+        conn: ConnId,
+        msg: &[u8],
+        log: &Log<'_, F>,
+    ) -> Option<Vec<u8>> {
+        if self.next.as_ref().is_none_or(|(c, _)| *c != conn) {
+            return None;
+        }
+        let (_, next) = self.next.take()?;
+        let (frame, first, _) = self.ready.take()?;
+        let same = postcard::from_bytes::<Request<'_>>(msg).is_ok_and(|r| r == next.request());
+        let unchanged = log.first_offset() == first
+            && !log.poisoned()
+            && next
+                .consumer
+                .as_deref()
+                .is_none_or(|name| log.committed(name).is_some());
+        (same && unchanged).then_some(frame)
+    }
+
+    /// Connection `conn` closed or changed roles: nothing read for it is used.
+    fn forget(&mut self, conn: ConnId) {
+        if self.next.as_ref().is_some_and(|(c, _)| *c == conn) {
+            self.next = None;
+            self.ready = None;
+        }
+    }
 }
 
 /// systemd's watchdog, fed from the log thread's loop: `WATCHDOG=1` at least every half

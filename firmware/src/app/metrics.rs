@@ -12,7 +12,9 @@
 //! `spillway_connections_total`, `spillway_listener_connections_total{kind}` (`tcp`, `tls`, `unix`,
 //! `serial`, `mqtt`), `spillway_mqtt_publishes_total{qos}` (records stored from MQTT
 //! PUBLISH packets), `spillway_mqtt_duplicates_total` (MQTT resends answered without
-//! storing them again), `spillway_refused_total{reason}` (`forbidden`: a request the
+//! storing them again), `spillway_fetch_read_ahead_total{outcome}` (`read`: a fetch reply
+//! read ahead for a connection that fetches in sequence; `used`: a fetch answered with
+//! it; the difference was thrown away), `spillway_refused_total{reason}` (`forbidden`: a request the
 //! connection's roles do not allow, an MQTT PUBLISH on a listener without `publish`; `unauthorized`: a handshake with a wrong or missing
 //! credential, an MQTT CONNECT included; `tls_handshake`: a TLS handshake that failed or timed out, e.g. a plaintext
 //! client on a TLS port, an untrusted or expired client certificate; `max_connections`: a
@@ -61,6 +63,7 @@ pub struct Metrics {
     mqtt_publishes: Family<Labels, Counter>,
     /// MQTT resends answered without storing them again.
     pub mqtt_duplicates: Counter,
+    read_ahead: Family<Labels, Counter>,
     next_offset: Gauge,
     durable_offset: Gauge,
     first_offset: Gauge,
@@ -166,6 +169,11 @@ impl Metrics {
             "mqtt_duplicates",
             "MQTT resends answered without storing them again",
         );
+        let read_ahead = registered(
+            &mut r,
+            "fetch_read_ahead",
+            "Fetch replies read ahead for a connection fetching in sequence (read), and used",
+        );
         let next_offset = registered(&mut r, "next_offset", "Offset of the next record");
         let durable_offset = registered(
             &mut r,
@@ -215,6 +223,7 @@ impl Metrics {
             listener_connections,
             mqtt_publishes,
             mqtt_duplicates,
+            read_ahead,
             next_offset,
             durable_offset,
             first_offset,
@@ -349,6 +358,13 @@ impl Metrics {
     pub fn mqtt_publish(&self, qos: u8) {
         self.mqtt_publishes
             .get_or_create(&vec![("qos".to_string(), qos.to_string())])
+            .inc();
+    }
+
+    /// Counts a fetch reply read ahead (`read`) or a fetch answered with one (`used`).
+    pub fn read_ahead(&self, outcome: &str) {
+        self.read_ahead
+            .get_or_create(&vec![("outcome".to_string(), outcome.to_string())])
             .inc();
     }
 
