@@ -188,3 +188,51 @@ fn two_clients_fetching_in_turn_read_every_record() {
     assert_eq!(got_b, all);
     assert!(used(port) >= 1.0, "no fetch answered from the read ahead");
 }
+
+/// Under `--spill on-pressure`, buffered records every consumer has committed are dropped
+/// from RAM without the log's first offset moving: a fetch of them afterwards gets them as
+/// lost (not persisted), as a fresh fetch does, never a reply read ahead before.
+#[test]
+fn a_fetch_of_records_spared_from_flash_gets_them_as_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_g, addr, port) = gateway(
+        dir.path(),
+        "4M",
+        &[
+            "--spill",
+            "on-pressure",
+            "--linger-ms",
+            "60000",
+            "--buffer-bytes",
+            "256K",
+        ],
+    );
+    let mut p = connect(&addr).unwrap();
+    let payload = [b's'; PAYLOAD];
+    for _ in 0..200 {
+        p.publish("t", None, &payload, AckLevel::Buffered, None)
+            .wait()
+            .unwrap();
+    }
+    let mut c = connect(&addr).unwrap();
+    let (first, next) = records(c.fetch(None, 0, 1000, Duration::ZERO).wait().unwrap());
+    assert!(!first.is_empty() && next < 200, "a partial reply: {next}");
+    // Committed by the only consumer, the buffered records are dropped from RAM at the
+    // next flush instead of being written.
+    p.commit("bridge", 200).wait().unwrap();
+    p.publish("t", None, &payload, AckLevel::Durable, None)
+        .wait()
+        .unwrap();
+    match c.fetch(None, next, 1000, Duration::ZERO).wait().unwrap() {
+        FetchReply::Records {
+            lost: Some(l),
+            records,
+            ..
+        } => {
+            assert_eq!((l.from, l.to), (next, 200), "{l:?}");
+            assert_eq!(records.first().map(|r| r.offset), Some(200));
+        }
+        other => panic!("records dropped from RAM handed out: {other:?}"),
+    }
+    assert_eq!(used(port), 0.0);
+}

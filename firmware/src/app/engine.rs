@@ -702,10 +702,10 @@ impl NextFetch {
 /// start the read. A drain's client sends its next fetch when the last reply's header
 /// arrives, so without this the log thread idles for the round trip between two replies.
 ///
-/// The reply is the one the fetch would get when it comes: records at an offset never
-/// change once written, and the read is thrown away when anything it depends on may have
-/// moved (the log's first offset, a storage failure, the consumer, the connection's
-/// roles or its end). A reply read while the log ended short of the budget stays a valid
+/// The reply is the one the fetch would get when it comes: it holds durable records only,
+/// which never change at their offsets, and the read is thrown away when anything it
+/// depends on may have moved (the log's first offset, a storage failure, the consumer,
+/// the connection's roles or its end). A reply read while the log ended short of the budget stays a valid
 /// answer (a fetch may return less than `max_bytes`). At most one reply, one frame of
 /// memory, is kept: for one connection at a time, the one that fetched last unless
 /// another's reply is read and less than [`READ_AHEAD_KEPT`] old (two drains at once
@@ -789,13 +789,17 @@ impl ReadAhead {
         }
     }
 
-    /// The reply to [`ReadAhead::wanted`]'s fetch, read: kept (true) if it holds records.
+    /// The reply to [`ReadAhead::wanted`]'s fetch, read: kept (true) if it holds records,
+    /// all of them durable. A record still in the RAM buffer may yet be dropped from it
+    /// unwritten (`--spill on-pressure` once every consumer has committed it, a failed
+    /// flush): a fetch then gets it as lost, without the log's first offset moving.
     fn prepared<F: spillway_core::storage::Flash>(
         &mut self,
         reply: &[u8],
         log: &Log<'_, F>,
     ) -> bool {
-        let records = spillway_core::wire::peek_records_header(reply).is_some_and(|h| h.count > 0);
+        let records = spillway_core::wire::peek_records_header(reply)
+            .is_some_and(|h| h.count > 0 && h.next_offset <= log.durable_offset());
         if records && self.next.is_some() && !log.poisoned() {
             self.ready = Some((reply.to_vec(), log.first_offset(), Instant::now()));
             true
