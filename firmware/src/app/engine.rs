@@ -724,8 +724,8 @@ const READ_AHEAD_KEPT: Duration = Duration::from_millis(100);
 
 impl ReadAhead {
     /// Connection `conn` sent `msg` and got `reply`: if that was a fetch answered with
-    /// records, no lost range, while the log holds more, its next fetch is the one to read
-    /// ahead. Another request of the connection read ahead for ends that; other
+    /// records, no lost range, while the log holds more durable records, its next fetch is
+    /// the one to read ahead. Another request of the connection read ahead for ends that; other
     /// connections' requests other than fetches leave it.
     fn follow<F: spillway_core::storage::Flash>(
         &mut self,
@@ -762,7 +762,11 @@ impl ReadAhead {
         let Some(h) = spillway_core::wire::peek_records_header(reply) else {
             return;
         };
-        if h.seq != seq || h.count == 0 || h.lost.is_some() || h.next_offset >= log.next_offset() {
+        // Only where the next read starts in durable records: one that starts in the RAM
+        // buffer (a client following live records) would be read and then thrown away by
+        // `prepared`, which keeps durable replies only.
+        if h.seq != seq || h.count == 0 || h.lost.is_some() || h.next_offset >= log.durable_offset()
+        {
             return;
         }
         let seq = match seq.wrapping_add(1) {
