@@ -34,6 +34,22 @@ use args::*;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Turns transparent huge pages off for this process (Linux `PR_SET_THP_DISABLE`), before
+/// its threads first allocate. mimalloc advises huge pages for its whole 1 GiB arena, and
+/// each thread's heap starts in a segment of its own, so every thread's first allocation
+/// faulted in a 2 MiB page that the kernel zeroed (and, under the `defrag = madvise`
+/// policy, compacted memory for) whatever the thread used of it: in a 300,000-record
+/// `drain --once` into files, 7-12% of the bridge's CPU samples were that zeroing. With 4 KiB
+/// pages the kernel zeroes only what is touched. The bridge's large buffers (reply frames,
+/// line batches) are reused, so a long-running bridge loses little without huge pages.
+fn no_transparent_huge_pages() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with PR_SET_THP_DISABLE reads only its integer arguments.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}
+
 fn usage(msg: impl std::fmt::Display) -> ! {
     eprintln!("spillway-bridge: {msg}");
     std::process::exit(exit::USAGE)
@@ -95,6 +111,7 @@ const REPLY_TIMEOUT_DEFAULT_MS: u64 = 10_000;
 const PUBLISH_RETRY_FOR_DEFAULT: Duration = Duration::from_secs(5);
 
 fn main() {
+    no_transparent_huge_pages();
     let cli = Cli::parse();
     let file = cli.config.as_deref();
     // Read once, here: the log level, the security settings and the subcommand's all come

@@ -1070,6 +1070,45 @@ fn publish_survives_a_gateway_kill_without_duplicates() {
     assert_log_holds_lines_once_in_order(&gw, "k", n);
 }
 
+/// The bridge turns transparent huge pages off for itself (`THP_enabled: 0` in its
+/// `/proc/PID/status`) before it does anything else: with them, each of its threads'
+/// first allocation faulted in a zeroed 2 MiB page (see `no_transparent_huge_pages` in
+/// the bridge's `main.rs`). Skipped where the kernel does not report the flag.
+#[test]
+fn the_bridge_runs_without_transparent_huge_pages() {
+    if !std::fs::read_to_string("/proc/self/status").is_ok_and(|s| s.contains("THP_enabled:")) {
+        eprintln!("this kernel does not report THP_enabled: skipped");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("s.redb");
+    let sink = format!("file:{}", dir.path().join("out").display());
+    // No gateway listens there: the drain waits and retries until stopped.
+    let gw = format!("tcp://127.0.0.1:{}", free_port());
+    let child = spawn_bridge(&[
+        "drain",
+        "--gateway",
+        &gw,
+        "--sink",
+        &sink,
+        "--state",
+        state.to_str().unwrap(),
+    ]);
+    let status = format!("/proc/{}/status", child.id());
+    let flag = || {
+        std::fs::read_to_string(&status)
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("THP_enabled:").map(|v| v.trim().to_string()))
+    };
+    wait_until(
+        Duration::from_secs(10),
+        || flag().filter(|v| v == "0"),
+        || format!("THP_enabled of the bridge: {:?}", flag()),
+    );
+    sigterm_and_wait(child);
+}
+
 /// `consumers` lists the real gateway's consumers with committed offset and lag, and
 /// `--delete` removes one (saying whether it existed), so a consumer that stopped draining
 /// no longer holds back retention.
