@@ -53,6 +53,13 @@ impl Rfc3339 {
     /// `us` (µs since the Unix epoch) as `YYYY-MM-DDTHH:MM:SS.ffffffZ`; a time past year
     /// 9999 is [`MAX_RFC3339`]. Always 27 ASCII bytes.
     pub fn format(&mut self, us: u64) -> &str {
+        // Only ASCII digits and separators are ever written.
+        std::str::from_utf8(self.format_ascii(us)).unwrap_or(MAX_RFC3339)
+    }
+
+    /// [`Rfc3339::format`] as its 27 ASCII bytes, for a writer of bytes: without the UTF-8
+    /// check of each call (3% of a file drain's CPU when every line took it).
+    pub fn format_ascii(&mut self, us: u64) -> &[u8; RFC3339_LEN] {
         let second = us / 1_000_000;
         if self.second != Some(second) {
             self.second = Some(second);
@@ -91,8 +98,7 @@ impl Rfc3339 {
                 (us % 1_000_000) as u32,
             );
         }
-        // Only ASCII digits and separators are ever written.
-        std::str::from_utf8(&self.text).unwrap_or(MAX_RFC3339)
+        &self.text
     }
 }
 
@@ -141,7 +147,7 @@ impl LineWriter {
         // Serializing integers and strings into a Vec cannot fail.
         let _ = serde_json::to_writer(&mut *out, &rec.offset);
         out.extend_from_slice(&self.topic_keys);
-        out.extend_from_slice(self.time.format(rec.timestamp_us).as_bytes());
+        out.extend_from_slice(self.time.format_ascii(rec.timestamp_us));
         out.extend_from_slice(b"\",\"timestamp_us\":");
         let _ = serde_json::to_writer(&mut *out, &rec.timestamp_us);
         out.extend_from_slice(b",\"payload\":");
