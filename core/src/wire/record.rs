@@ -52,6 +52,7 @@ struct In<'a> {
 }
 
 impl<'a> In<'a> {
+    #[inline]
     fn byte(&mut self) -> Result<u8, Error> {
         let (&b, rest) = self
             .rest
@@ -101,17 +102,20 @@ impl<'a> In<'a> {
         Err(Error::DeserializeBadVarint)
     }
 
+    #[inline]
     fn u32(&mut self) -> Result<u32, Error> {
         // At most 5 bytes with a last byte of at most 0x0F: the value fits.
         self.varint(5, 0x0F).map(|v| v as u32)
     }
 
+    #[inline]
     fn u64(&mut self) -> Result<u64, Error> {
         self.varint(10, 0x01)
     }
 
     /// A length, as postcard takes a `usize`: a `u64` varint on 64-bit targets, a `u32`
     /// one on 32-bit targets.
+    #[inline]
     fn len(&mut self) -> Result<usize, Error> {
         #[cfg(target_pointer_width = "64")]
         let n = self.u64()? as usize;
@@ -120,6 +124,7 @@ impl<'a> In<'a> {
         Ok(n)
     }
 
+    #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
         if n > self.rest.len() {
             return Err(Error::DeserializeUnexpectedEnd);
