@@ -603,6 +603,7 @@ impl<'a> RecordIter<'a> {
 
 impl<'a> Iterator for RecordIter<'a> {
     type Item = RecordRef<'a>;
+    #[inline]
     fn next(&mut self) -> Option<RecordRef<'a>> {
         if self.left == 0 {
             return None;

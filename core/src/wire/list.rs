@@ -370,6 +370,7 @@ impl<'b> RecordsWriter<'b> {
     }
 
     /// Appends one record, or returns [`Full`] and leaves the reply unchanged.
+    #[inline]
     pub fn push(&mut self, record: &RecordView<'_>) -> Result<(), Full> {
         let start = RECORDS_HEADER_MAX.saturating_add(self.len);
         let end = if self.count == 0 {

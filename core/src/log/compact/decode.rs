@@ -126,6 +126,7 @@ pub(super) fn take_varint_fast<S: Source>(src: &mut S) -> Result<Option<u64>, S:
 
 /// The LEB128 varint at the start of `b`: its value and length, `None` if `b` ends
 /// first, or the varint is longer than 10 bytes or does not fit in 64 bits.
+#[inline]
 fn varint_in(b: &[u8]) -> Option<(u64, usize)> {
     let mut v = 0u64;
     for (i, &x) in b.iter().take(10).enumerate() {
