@@ -33,7 +33,8 @@ Exit codes:
   0  the image verifies
   2  usage error
   3  image unusable: cannot be opened, locked by a running gateway, not a Spillway image
-  4  corruption found (a CRC that does not verify, lost ranges)";
+  4  corruption found (a CRC that does not verify, a corrupt lost range); offsets reserved
+     before a crash and never persisted (lost ... not_persisted) are not corruption";
 
 /// Exit codes of `spillway validate`, shown by its `--help`.
 pub const VALIDATE_EXIT_CODES: &str = "\
@@ -56,7 +57,7 @@ Exit codes:
   1  run-time failure (flash I/O error, a listener that cannot be served)
   2  usage or configuration error
   3  image unusable: locked by another gateway, geometry disagrees, not a Spillway image
-  4  inspect: corruption found (a CRC that does not verify, lost ranges)";
+  4  inspect: corruption found (a CRC that does not verify, a corrupt lost range)";
 
 /// `spillway`: the Spillway gateway for Linux.
 #[derive(Debug, Parser)]
