@@ -1085,15 +1085,7 @@ fn the_bridge_runs_without_transparent_huge_pages() {
     let sink = format!("file:{}", dir.path().join("out").display());
     // No gateway listens there: the drain waits and retries until stopped.
     let gw = format!("tcp://127.0.0.1:{}", free_port());
-    let child = spawn_bridge(&[
-        "drain",
-        "--gateway",
-        &gw,
-        "--sink",
-        &sink,
-        "--state",
-        state.to_str().unwrap(),
-    ]);
+    let child = spawn_bridge(&drain_args(&gw, &sink, state.to_str().unwrap()));
     let status = format!("/proc/{}/status", child.id());
     let flag = || {
         std::fs::read_to_string(&status)
