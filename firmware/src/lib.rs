@@ -29,7 +29,7 @@
 //! | 1 | run-time failure: flash I/O (a failed write, erase or sync of the image: a supervisor restarts the gateway, which remounts it), a listener that cannot be served |
 //! | 2 | usage or configuration error (bad flag, bad config file, bad URI) |
 //! | 3 | the image cannot be used: locked by another gateway, geometry disagrees, not a Spillway image |
-//! | 4 | `inspect` found corruption (a CRC that does not verify, a corrupt lost range; a `not_persisted` range, offsets reserved before a crash and never persisted, is not) |
+//! | 4 | `inspect` found corruption in the records (a segment or batch CRC that does not verify, a corrupt lost range); a `not_persisted` range (offsets reserved before a crash and never persisted) and a damaged journal entry (a warning) are not |
 #![cfg_attr(not(feature = "std"), no_std)]
 
 // The logging macros (`trace!` .. `error!`): spillway-core's shim, see its `fmt.rs`.

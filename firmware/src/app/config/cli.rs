@@ -33,8 +33,10 @@ Exit codes:
   0  the image verifies
   2  usage error
   3  image unusable: cannot be opened, locked by a running gateway, not a Spillway image
-  4  corruption found (a CRC that does not verify, a corrupt lost range); offsets reserved
-     before a crash and never persisted (lost ... not_persisted) are not corruption";
+  4  corruption found in the records (a segment or batch CRC that does not verify, a
+     corrupt lost range). Not corruption, reported with exit 0: offsets reserved before a
+     crash and never persisted (lost ... not_persisted), and damaged journal entries
+     (a warning: they are skipped; with none left, committed offsets restart at 0)";
 
 /// Exit codes of `spillway validate`, shown by its `--help`.
 pub const VALIDATE_EXIT_CODES: &str = "\
@@ -57,7 +59,7 @@ Exit codes:
   1  run-time failure (flash I/O error, a listener that cannot be served)
   2  usage or configuration error
   3  image unusable: locked by another gateway, geometry disagrees, not a Spillway image
-  4  inspect: corruption found (a CRC that does not verify, a corrupt lost range)";
+  4  inspect: corruption found in the records (a segment or batch CRC, a corrupt lost range)";
 
 /// `spillway`: the Spillway gateway for Linux.
 #[derive(Debug, Parser)]
