@@ -57,6 +57,22 @@ fn publish(c: &mut Client, n: usize) {
     assert!(acks.iter().all(|a| a.is_ok()), "not every record stored");
 }
 
+/// A [`gateway`] holding `n` records stored through one connection (`other`), and a second
+/// connection (`c`) for the fetches: returns the gateway, its `127.0.0.1:PORT`, its
+/// metrics port, `other` and `c`.
+fn filled(
+    dir: &Path,
+    size: &str,
+    extra: &[&str],
+    n: usize,
+) -> (GatewayProcess, String, u16, Client, Client) {
+    let (g, addr, port) = gateway(dir, size, extra);
+    let mut other = connect(&addr).unwrap();
+    publish(&mut other, n);
+    let c = connect(&addr).unwrap();
+    (g, addr, port, other, c)
+}
+
 /// The records of a fetch's reply, with its `next_offset`.
 fn records(reply: FetchReply) -> (Vec<u64>, u64) {
     match reply {
@@ -76,10 +92,7 @@ fn records(reply: FetchReply) -> (Vec<u64>, u64) {
 #[test]
 fn a_fetch_whose_consumer_was_deleted_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let (_g, addr, port) = gateway(dir.path(), "2M", &[]);
-    let mut other = connect(&addr).unwrap();
-    publish(&mut other, 500);
-    let mut c = connect(&addr).unwrap();
+    let (_g, _, port, mut other, mut c) = filled(dir.path(), "2M", &[], 500);
     c.commit("c1", 0).wait().unwrap();
     let (first, next) = records(c.fetch(Some("c1"), 0, 2000, Duration::ZERO).wait().unwrap());
     assert!(!first.is_empty() && next < 500, "a partial reply: {next}");
@@ -102,10 +115,8 @@ fn a_fetch_whose_consumer_was_deleted_is_refused() {
 #[test]
 fn a_fetch_of_reclaimed_records_is_dropped() {
     let dir = tempfile::tempdir().unwrap();
-    let (_g, addr, port) = gateway(dir.path(), "512K", &["--full", "drop-oldest"]);
-    let mut other = connect(&addr).unwrap();
-    publish(&mut other, 200);
-    let mut c = connect(&addr).unwrap();
+    let (_g, _, port, mut other, mut c) =
+        filled(dir.path(), "512K", &["--full", "drop-oldest"], 200);
     let (_, next) = records(c.fetch(None, 0, 2000, Duration::ZERO).wait().unwrap());
     assert!(next < 200, "a partial reply: {next}");
     wait_read_ahead(port, 1.0);
@@ -134,10 +145,7 @@ fn a_fetch_of_reclaimed_records_is_dropped() {
 #[test]
 fn a_fetch_with_other_fields_is_answered_for_them() {
     let dir = tempfile::tempdir().unwrap();
-    let (_g, addr, port) = gateway(dir.path(), "2M", &[]);
-    let mut other = connect(&addr).unwrap();
-    publish(&mut other, 1000);
-    let mut c = connect(&addr).unwrap();
+    let (_g, _, port, _other, mut c) = filled(dir.path(), "2M", &[], 1000);
     let (small, next) = records(c.fetch(None, 0, 2000, Duration::ZERO).wait().unwrap());
     wait_read_ahead(port, 1.0);
     // A larger budget from the expected offset: more records than the expected fetch.
@@ -163,10 +171,7 @@ fn a_fetch_with_other_fields_is_answered_for_them() {
 #[test]
 fn two_clients_fetching_in_turn_read_every_record() {
     let dir = tempfile::tempdir().unwrap();
-    let (_g, addr, port) = gateway(dir.path(), "2M", &[]);
-    let mut other = connect(&addr).unwrap();
-    publish(&mut other, 3000);
-    let mut a = connect(&addr).unwrap();
+    let (_g, addr, port, _other, mut a) = filled(dir.path(), "2M", &[], 3000);
     let mut b = connect(&addr).unwrap();
     let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
     let (mut at_a, mut at_b) = (0, 0);

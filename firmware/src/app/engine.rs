@@ -458,11 +458,14 @@ pub fn run(
                     let Some(st) = conns.get_mut(&conn) else {
                         continue;
                     };
-                    if let Some(frame) = ahead.take(conn, &msg, &log) {
+                    // Decoded once here for the read-ahead and the pending reply's `seq`
+                    // (the gateway decodes and checks it on its own).
+                    let req = postcard::from_bytes::<Request<'_>>(&msg).ok();
+                    if let Some(frame) = ahead.take(conn, req.as_ref(), &log) {
                         // The same request, answered by the same read, done earlier.
                         gw.counters_mut().frames_received += 1;
                         metrics.read_ahead("used");
-                        ahead.follow(conn, &msg, &frame, &log);
+                        ahead.follow(conn, req.as_ref(), &frame, &log);
                         send_frame(&mut conns, conn, frame, reserved);
                         continue;
                     }
@@ -476,14 +479,11 @@ pub fn run(
                         &mut out,
                     );
                     if let Outcome::Reply { len } = o {
-                        ahead.follow(conn, &msg, &out[..len], &log);
+                        ahead.follow(conn, req.as_ref(), &out[..len], &log);
                     }
                     match o {
                         Outcome::ReplyWhenDurable { len, offset } => {
-                            let seq = match postcard::from_bytes::<Request<'_>>(&msg) {
-                                Ok(r) => r.seq().unwrap_or(0),
-                                Err(_) => 0,
-                            };
+                            let seq = req.as_ref().and_then(Request::seq).unwrap_or(0);
                             // The request is handled and its reply exists: from now on
                             // the connection's budget holds only the reply, so a
                             // pipelining publisher's next requests are read while this
@@ -723,25 +723,26 @@ struct ReadAhead {
 const READ_AHEAD_KEPT: Duration = Duration::from_millis(100);
 
 impl ReadAhead {
-    /// Connection `conn` sent `msg` and got `reply`: if that was a fetch answered with
-    /// records, no lost range, while the log holds more durable records, its next fetch is
-    /// the one to read ahead. Another request of the connection read ahead for ends that; other
-    /// connections' requests other than fetches leave it.
+    /// Connection `conn` sent `req` (`None`: a message that does not decode) and got
+    /// `reply`: if that was a fetch answered with records, no lost range, while the log
+    /// holds more durable records, its next fetch is the one to read ahead. Another request
+    /// of the connection read ahead for ends that; other connections' requests other than
+    /// fetches leave it.
     fn follow<F: spillway_core::storage::Flash>(
         &mut self,
         conn: ConnId,
-        msg: &[u8],
+        req: Option<&Request<'_>>,
         reply: &[u8],
         log: &Log<'_, F>,
     ) {
         let owner = self.next.as_ref().map(|(c, _)| *c);
-        let Ok(Request::Fetch {
+        let Some(&Request::Fetch {
             seq,
             consumer,
             max_bytes,
             wait_ms,
             ..
-        }) = postcard::from_bytes::<Request<'_>>(msg)
+        }) = req
         else {
             if owner == Some(conn) {
                 self.next = None;
@@ -813,13 +814,13 @@ impl ReadAhead {
         }
     }
 
-    /// The reply read ahead, if `msg` from `conn` is exactly the fetch it answers and
+    /// The reply read ahead, if `req` from `conn` is exactly the fetch it answers and
     /// nothing it depends on has moved since. Any message from `conn` ends what was kept
     /// for it (used or not); other connections' messages leave it.
     fn take<F: spillway_core::storage::Flash>(
         &mut self,
         conn: ConnId,
-        msg: &[u8],
+        req: Option<&Request<'_>>,
         log: &Log<'_, F>,
     ) -> Option<Vec<u8>> {
         if self.next.as_ref().is_none_or(|(c, _)| *c != conn) {
@@ -827,7 +828,7 @@ impl ReadAhead {
         }
         let (_, next) = self.next.take()?;
         let (frame, first, _) = self.ready.take()?;
-        let same = postcard::from_bytes::<Request<'_>>(msg).is_ok_and(|r| r == next.request());
+        let same = req.is_some_and(|r| *r == next.request());
         let unchanged = log.first_offset() == first
             && !log.poisoned()
             && next
