@@ -145,7 +145,7 @@ fn a_fetch_of_reclaimed_records_is_dropped() {
 #[test]
 fn a_fetch_with_other_fields_is_answered_for_them() {
     let dir = tempfile::tempdir().unwrap();
-    let (_g, _, port, _other, mut c) = filled(dir.path(), "2M", &[], 1000);
+    let (_g, _, port, mut other, mut c) = filled(dir.path(), "2M", &[], 1000);
     let (small, next) = records(c.fetch(None, 0, 2000, Duration::ZERO).wait().unwrap());
     wait_read_ahead(port, 1.0);
     // A larger budget from the expected offset: more records than the expected fetch.
@@ -156,14 +156,26 @@ fn a_fetch_with_other_fields_is_answered_for_them() {
     // Back to an earlier offset with the small budget.
     let (again, after) = records(c.fetch(None, 3, 2000, Duration::ZERO).wait().unwrap());
     assert_eq!(again.first(), Some(&3));
-    assert_eq!(again.len(), small.len());
     assert_eq!(used(port), 0.0);
     // The fetch that follows that one as expected is answered from the read ahead.
     wait_read_ahead(port, 3.0);
     let (expected, _) = records(c.fetch(None, after, 2000, Duration::ZERO).wait().unwrap());
     assert_eq!(expected.first(), Some(&after));
-    assert_eq!(expected.len(), small.len());
     assert_eq!(used(port), 1.0);
+    // Each reply holds what a fresh fetch of the same fields gets on another connection.
+    // (How many records fit 2000 bytes varies by one with their encoded sizes: the record
+    // CRC is a varint; comparing with the first reply's count failed once in CI, 17 to 16.)
+    let mut fresh = |from| {
+        records(
+            other
+                .fetch(None, from, 2000, Duration::ZERO)
+                .wait()
+                .unwrap(),
+        )
+        .0
+    };
+    assert_eq!(again, fresh(3));
+    assert_eq!(expected, fresh(after));
 }
 
 /// Two clients fetching through the log in turn, with small budgets, each read every
